@@ -1,0 +1,46 @@
+"""User-facing errors.
+
+Every error a person can cause (a bad flag, a missing file, a malformed line) is a
+:class:`QmdlabError`. Its message names the file, line or flag *and* the fix; the
+CLI prints it as one line and exits 1 (``--debug`` shows the traceback). Anything
+else escaping is a bug.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class QmdlabError(Exception):
+    """An error a user can act on; ``str(err)`` is the whole message."""
+
+
+class ConfigError(QmdlabError):
+    """Bad configuration: unknown collection, malformed YAML, unknown option."""
+
+
+class StoreError(QmdlabError):
+    """The index cannot do what was asked (missing document, corrupt DB, …)."""
+
+
+class ModelError(QmdlabError):
+    """A model is missing, corrupt or failed to load."""
+
+
+class DimensionMismatchError(StoreError):
+    """Stored vectors and the current embedder disagree on dimension/fingerprint."""
+
+
+class DataFormatError(QmdlabError):
+    """Malformed input data; always names the file and (1-based) line.
+
+    >>> str(DataFormatError("q.jsonl", 3, "expected a JSON object", "fix the line"))
+    'q.jsonl:3: expected a JSON object (fix the line)'
+    """
+
+    def __init__(self, path: str | Path, line: int | None, problem: str, fix: str | None = None):
+        self.path, self.line, self.problem, self.fix = str(path), line, problem, fix
+        where = f"{self.path}:{line}" if line is not None else self.path
+        msg = f"{where}: {problem}"
+        if fix:
+            msg += f" ({fix})"
+        super().__init__(msg)
