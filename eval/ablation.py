@@ -1,0 +1,138 @@
+"""The ablation matrix: every configuration cut from ONE set of expensive traces.
+
+The runner records the full pipeline once per query (expansion on: ``lex``/``vec``/``hyde``
+lists; vector search on; every candidate reranked). Each row below is then a
+:meth:`eval.study.Study.evaluate` call — a filter on the recorded ``lists`` table (by
+``source`` ∈ {fts, vec} and ``query_type`` ∈ {original, lex, vec, hyde}) plus config
+switches, re-fused and re-blended by :func:`qmdlab.retune` without any model call:
+
+==========================  =============================================  =====================
+row                         lists kept                                      config
+==========================  =============================================  =====================
+``bm25``                    fts/original                                    rerank off
+``vector``                  vec/original                                    rerank off
+``bm25+vector``             */original                                      rerank off
+``+lex``                    original + lex                                  rerank off
+``+lex+vec``                original + lex + vec                            rerank off
+``+lex+vec+hyde``           all                                             rerank off
+``+rerank``                 all                                             recorded (qmd default)
+``fusion=<m>``              all                                             fusion m (each method)
+``blend=<m>``               all                                             blend m (each method)
+==========================  =============================================  =====================
+
+What the cut cannot reproduce, and why it is still exact: BM25-only and vector-only runs
+would issue the same original-query searches, so their lists are identical to the recorded
+ones. Expansion is decided once (the strong-signal skip and the expander's lines are the same
+in every row). Rerank scores exist for the recorded run's candidates; a fusion method that
+promotes other documents into the candidate pool leaves them unscored — the ``unscored``
+column counts such final results (pass ``rerank_fn`` through :class:`eval.study.Study` users,
+or re-run with ``qmdlab eval --config``, when it is not 0).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import polars as pl
+
+from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
+
+from .metrics import HEADLINE
+from .significance import compare_to_baseline
+
+ORIGINAL = pl.col("query_type") == "original"
+
+
+class Variant(NamedTuple):
+    """One ablation row: a name, a ``lists`` filter (None = all lists) and config overrides."""
+
+    name: str
+    lists: pl.Expr | None
+    overrides: dict
+    description: str
+
+
+def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: bool = True,
+             has_rerank: bool = True) -> list[Variant]:
+    """The ablation rows that the recorded trace supports (see the module table)."""
+    off = {"rerank": False}
+    out = [Variant("bm25", (pl.col("source") == "fts") & ORIGINAL, off, "BM25 of the original query")]
+    if has_vector:
+        out += [Variant("vector", (pl.col("source") == "vec") & ORIGINAL, off, "vector search of the original query"),
+                Variant("bm25+vector", ORIGINAL, off, f"{config.fusion} of the two original-query lists")]
+    if has_expansion:
+        out += [Variant("+lex", ORIGINAL | (pl.col("query_type") == "lex"), off, "+ lex expansion lists (BM25)")]
+        if has_vector:
+            out += [Variant("+lex+vec", pl.col("query_type") != "hyde", off, "+ vec expansion lists"),
+                    Variant("+lex+vec+hyde", None, off, "+ hyde lists: full retrieval, no rerank")]
+    if has_rerank:
+        out.append(Variant("+rerank", None, {"rerank": True}, f"full pipeline, {config.blend} blend"))
+    for m in FUSION_METHODS:
+        out.append(Variant(f"fusion={m}", None, {"fusion": m, "rerank": has_rerank and config.rerank},
+                           "full pipeline with this fusion"))
+    if has_rerank:
+        for m in BLEND_METHODS:
+            out.append(Variant(f"blend={m}", None, {"blend": m, "rerank": True}, "full pipeline with this blend"))
+    return out
+
+
+def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: Sequence[Variant] | None = None,
+           extra: dict[str, PipelineConfig] | None = None) -> pl.DataFrame:
+    """Evaluate every ablation row of ``study`` and compare each with ``baseline``.
+
+    Parameters
+    ----------
+    study : eval.study.Study
+    baseline : str
+        A row name, or ``"best-leg"``: whichever of ``bm25`` / ``vector`` scores higher.
+    metric : str
+        The metric of the significance tests (every metric of the study is reported).
+    rows : sequence of Variant, optional
+        Defaults to :func:`variants` of what the trace holds.
+    extra : dict of name → PipelineConfig, optional
+        More rows evaluated on all lists (e.g. a tuned config).
+
+    Returns
+    -------
+    pl.DataFrame
+        ``config, description, <metrics…>, delta, p_ttest, p_fisher, wins, ties, losses,
+        unscored, baseline`` — one row per configuration.
+    """
+    lists = study.trace.lists
+    rows = list(rows) if rows is not None else variants(
+        study.config, has_vector=bool(lists.filter(pl.col("source") == "vec").height),
+        has_expansion=bool(lists.filter(~ORIGINAL).height),
+        has_rerank=bool(study.trace.rerank.drop_nulls("rerank_score").height))
+    evals, desc = {}, {}
+    for v in rows:
+        evals[v.name] = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
+        desc[v.name] = v.description
+    for name, cfg in (extra or {}).items():
+        evals[name] = study.evaluate(cfg)
+        desc[name] = "extra configuration"
+    if baseline == "best-leg":
+        legs = [n for n in ("bm25", "vector") if n in evals]
+        baseline = max(legs, key=lambda n: evals[n].metrics[metric])
+    sig = compare_to_baseline({n: e.per_query for n, e in evals.items()}, baseline, metric)
+    means = pl.DataFrame([{"config": n, "description": desc[n], **e.metrics, "unscored": e.unscored}
+                          for n, e in evals.items()])
+    table = means.join(sig.drop("mean").rename({"run": "config"}), on="config", how="left", maintain_order="left")
+    cols = ["config", "description", *study.metrics, "delta", "p_ttest", "p_fisher", "wins", "ties", "losses",
+            "unscored"]
+    return table.select(cols).with_columns(pl.lit(baseline).alias("baseline"))
+
+
+def format_table(table: pl.DataFrame, metric: str = HEADLINE) -> str:
+    """A fixed-width text rendering of an :func:`ablate` table (for terminals and logs)."""
+    base = table["baseline"][0] if table.height else ""
+
+    def p(value: float) -> str:  # a randomisation p-value of 0 means "below 1/permutations"
+        return "<0.001" if value == 0 else f"{value:.3g}"
+
+    lines = [f"{'configuration':<22} {metric:>8} {'Δ':>7} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}  "
+             f"(baseline: {base})"]
+    for r in table.iter_rows(named=True):
+        star = "*" if r["p_ttest"] < 0.05 and r["config"] != base else " "
+        lines.append(f"{r['config']:<22} {r[metric]:>8.4f} {r['delta']:>+7.4f} {r['p_ttest']:>8.3g} "
+                     f"{p(r['p_fisher']):>9} {r['wins']:>3}/{r['ties']}/{r['losses']:<3}{star}"
+                     + (f"  ({r['unscored']} unscored)" if r["unscored"] else ""))
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""Shared pieces of the suite loaders: the :class:`SuiteData` result and line readers.
+
+Every loader returns a :class:`SuiteData` whose ids are the collection's *own* ids
+(SMART ``.I`` numbers, BEIR ``_id`` values, TREC docnos, or paths relative to the
+corpus root), so run files written from it score against the original qrels with any
+external tool.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+
+from qmdlab.errors import DataFormatError
+
+QUERY_SCHEMA = {"qid": pl.Utf8, "query": pl.Utf8, "category": pl.Utf8, "intent": pl.Utf8}
+QRELS_SCHEMA = {"qid": pl.Utf8, "docid": pl.Utf8, "grade": pl.Int64}
+DOCS_SCHEMA = {"docid": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8}
+
+
+@dataclass(frozen=True)
+class SuiteData:
+    """What a loader reads from disk.
+
+    Attributes
+    ----------
+    queries : pl.DataFrame
+        ``qid, query, category, intent`` (category/intent may be null).
+    qrels : pl.DataFrame
+        ``qid, docid, grade`` with the collection's own ids; one row per judged pair.
+    docs : pl.DataFrame or None
+        ``docid, title, text`` when the format carries its documents inline (SMART,
+        BEIR, JSONL, TREC SGML); ``None`` when the documents are markdown files already.
+    corpus_dir : Path or None
+        Directory of markdown files indexed in place (the default corpus), whose
+        docids are paths relative to it.
+    """
+
+    queries: pl.DataFrame
+    qrels: pl.DataFrame
+    docs: pl.DataFrame | None = None
+    corpus_dir: Path | None = None
+
+    def judged_queries(self) -> pl.DataFrame:
+        """Queries that have at least one judgment (the ones evaluation uses)."""
+        judged = self.qrels.select("qid").unique()
+        return self.queries.join(judged, on="qid", how="semi")
+
+
+def queries_frame(rows: list[dict]) -> pl.DataFrame:
+    """Build a queries frame with the canonical schema.
+
+    >>> queries_frame([{"qid": "1", "query": "cats"}]).row(0)
+    ('1', 'cats', None, None)
+    """
+    return pl.DataFrame(
+        [{k: r.get(k) for k in QUERY_SCHEMA} for r in rows], schema=QUERY_SCHEMA, orient="row"
+    ) if rows else pl.DataFrame(schema=QUERY_SCHEMA)
+
+
+def qrels_frame(rows: list[tuple[str, str, int]]) -> pl.DataFrame:
+    """Build a qrels frame; duplicate (qid, docid) pairs keep their highest grade.
+
+    >>> qrels_frame([("1", "a", 1), ("1", "a", 2), ("1", "b", 0)]).sort("docid").rows()
+    [('1', 'a', 2), ('1', 'b', 0)]
+    """
+    frame = pl.DataFrame(rows, schema=QRELS_SCHEMA, orient="row")
+    return frame.group_by(["qid", "docid"], maintain_order=True).agg(pl.col("grade").max())
+
+
+def docs_frame(rows: list[tuple[str, str, str]]) -> pl.DataFrame:
+    """Build a documents frame ``docid, title, text``.
+
+    >>> docs_frame([("7", "T", "body")]).rows()
+    [('7', 'T', 'body')]
+    """
+    return pl.DataFrame(rows, schema=DOCS_SCHEMA, orient="row")
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, line without its end-of-line)``; tolerates CRLF."""
+    try:
+        with open(path, encoding="utf-8", errors="strict", newline="") as fh:
+            for n, line in enumerate(fh, start=1):
+                yield n, line.rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(path, None, f"not UTF-8 text ({err.reason} at byte {err.start})",
+                              "re-encode the file as UTF-8") from None
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for each non-blank line of a JSON-lines file.
+
+    Raises
+    ------
+    DataFormatError
+        When a line is not a JSON object.
+    """
+    for n, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, n, f"invalid JSON ({err.msg} at column {err.colno})",
+                                  "write one JSON object per line") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(path, n, f"expected a JSON object, got {type(obj).__name__}",
+                                  "write one JSON object per line")
+        yield n, obj
+
+
+def field(obj: dict, names: tuple[str, ...], path: Path, line: int, *, required: bool = True):
+    """The first of ``names`` present in ``obj`` (as a string), else an error naming the line."""
+    for name in names:
+        if name in obj and obj[name] is not None:
+            value = obj[name]
+            if isinstance(value, (dict, list)):
+                raise DataFormatError(path, line, f"field {name!r} must be a string or number",
+                                      f"write {name!r} as a string")
+            return str(value)
+    if required:
+        raise DataFormatError(path, line, f"missing field {names[0]!r}",
+                              f"add {' or '.join(repr(n) for n in names)} to the object")
+    return None
+
+
+def read_trec_qrels(path: Path) -> pl.DataFrame:
+    """Read TREC qrels: ``qid iteration docno grade`` per line (whitespace separated).
+
+    Blank lines and ``#`` comments are skipped; anything else that is not four fields with
+    an integer grade is an error naming the line.
+    """
+    rows = []
+    for n, line in numbered_lines(path):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.split()
+        if len(parts) != 4:
+            raise DataFormatError(path, n, f"expected 4 fields 'qid 0 docno grade', got {len(parts)}",
+                                  "write TREC qrels lines: qid 0 docno grade")
+        try:
+            grade = int(float(parts[3]))
+        except ValueError:
+            raise DataFormatError(path, n, f"grade {parts[3]!r} is not a number",
+                                  "the 4th field is the integer relevance grade") from None
+        rows.append((parts[0], parts[2], grade))
+    if not rows:
+        raise DataFormatError(path, None, "no judgments found", "add lines 'qid 0 docno grade'")
+    return qrels_frame(rows)
+
+
+def find_one(directory: Path, patterns: tuple[str, ...], what: str, fmt: str) -> Path:
+    """The single file in ``directory`` matching the first pattern that matches anything."""
+    for pattern in patterns:
+        found = sorted(p for p in directory.glob(pattern) if p.is_file())
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise DataFormatError(directory, None, f"several {what} files match {pattern!r}: "
+                                  + ", ".join(p.name for p in found), "keep exactly one")
+    raise DataFormatError(directory, None, f"no {what} file ({' or '.join(patterns)}) for format {fmt!r}",
+                          f"check the directory or pass the right --format")

@@ -1,0 +1,318 @@
+"""Tuning pipeline knobs on labelled queries — always with a held-out check.
+
+Search methods (all maximise ``objective(params) -> float`` over a :class:`Param` space and
+start from the base configuration's values, so the best is never worse than the default on
+the data it was tuned on):
+
+- ``grid``: every combination of ``points`` values per parameter (small spaces only);
+- ``random``: uniform samples (seeded);
+- ``coordinate``: coordinate ascent — sweep one parameter over ``points`` values with the
+  others fixed, keep the best, move on, repeat while it improves (deterministic, no extra
+  dependency; the default);
+- ``tpe``: Optuna's TPE sampler (``pip install 'qmdlab[tune]'``).
+
+:func:`cross_validate` splits the judged queries into k folds (:func:`kfold`), tunes on the
+training folds, scores the held-out fold with the tuned and with the base config, and
+reports the per-query held-out gain — the number that says whether tuning generalises or
+only fits the queries it saw. The config it returns is tuned on all queries.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import polars as pl
+
+from qmdlab.errors import ConfigError
+from qmdlab.pipeline.config import PipelineConfig
+
+from .metrics import HEADLINE
+from .significance import paired_pvalues
+
+METHODS = ("coordinate", "random", "grid", "tpe")
+
+
+class Param(NamedTuple):
+    """One tunable knob: a :class:`PipelineConfig` field, or ``blend_weight_1..3`` /
+    ``blend_band_1..2`` for the items of the tuple fields ``blend_weights`` / ``blend_bands``."""
+
+    name: str
+    low: float
+    high: float
+    kind: str = "float"  # "float" or "int"
+
+    def grid(self, points: int) -> list[float]:
+        """``points`` evenly spaced values (distinct integers for int knobs).
+
+        >>> Param("rrf_k", 1, 121, "int").grid(4)
+        [1, 41, 81, 121]
+        >>> Param("w", 0.0, 1.0).grid(3)
+        [0.0, 0.5, 1.0]
+        """
+        values = np.linspace(self.low, self.high, max(points, 2))
+        if self.kind == "int":
+            return sorted({int(round(v)) for v in values})
+        return [float(round(v, 6)) for v in values]
+
+    def sample(self, rng: np.random.Generator):
+        if self.kind == "int":
+            return int(rng.integers(int(self.low), int(self.high) + 1))
+        return float(rng.uniform(self.low, self.high))
+
+
+FUSION_SPACE = (
+    Param("weight_original_fts", 0.0, 4.0), Param("weight_original_vec", 0.0, 4.0),
+    Param("weight_lex", 0.0, 3.0), Param("weight_vec", 0.0, 3.0), Param("weight_hyde", 0.0, 3.0),
+    Param("rrf_k", 1, 120, "int"), Param("bonus_rank1", 0.0, 0.1), Param("bonus_rank23", 0.0, 0.05),
+)
+BLEND_SPACE = (
+    Param("blend_weight_1", 0.0, 1.0), Param("blend_weight_2", 0.0, 1.0), Param("blend_weight_3", 0.0, 1.0),
+    Param("blend_band_1", 1, 5, "int"), Param("blend_band_2", 5, 20, "int"),
+)
+
+
+def default_space(config: PipelineConfig, *, rerank: bool | None = None) -> tuple[Param, ...]:
+    """The knobs worth tuning for ``config``: fusion weights, ``rrf_k``, bonuses, the candidate
+    limit (up to the recorded one: beyond it no rerank scores exist) and, with rerank on,
+    the blend bands and weights."""
+    rerank = config.rerank if rerank is None else rerank
+    space = list(FUSION_SPACE)
+    if config.candidate_limit > 10:
+        space.append(Param("candidate_limit", 10, config.candidate_limit, "int"))
+    if rerank and config.blend == "position":
+        space += BLEND_SPACE
+    return tuple(space)
+
+
+def params_of(config: PipelineConfig, space: Sequence[Param]) -> dict:
+    """The values of ``space``'s knobs in ``config``.
+
+    >>> params_of(PipelineConfig(), [Param("rrf_k", 1, 100, "int"), Param("blend_weight_2", 0, 1)])
+    {'rrf_k': 60, 'blend_weight_2': 0.6}
+    """
+    out = {}
+    for p in space:
+        if p.name.startswith("blend_weight_"):
+            out[p.name] = config.blend_weights[int(p.name[-1]) - 1]
+        elif p.name.startswith("blend_band_"):
+            out[p.name] = config.blend_bands[int(p.name[-1]) - 1]
+        else:
+            out[p.name] = getattr(config, p.name)
+    return out
+
+
+def apply_params(config: PipelineConfig, params: dict) -> PipelineConfig:
+    """``config`` with ``params`` set (tuple items assembled; band 2 kept ≥ band 1).
+
+    >>> apply_params(PipelineConfig(), {"blend_band_1": 8, "blend_band_2": 5, "rrf_k": 10}).blend_bands
+    (8, 8)
+    """
+    plain = {k: v for k, v in params.items() if not k.startswith(("blend_weight_", "blend_band_"))}
+    weights, bands = list(config.blend_weights), list(config.blend_bands)
+    for k, v in params.items():
+        if k.startswith("blend_weight_"):
+            weights[int(k[-1]) - 1] = float(v)
+        elif k.startswith("blend_band_"):
+            bands[int(k[-1]) - 1] = int(v)
+    bands[1] = max(bands)
+    return config.replace(**plain, blend_weights=tuple(weights), blend_bands=tuple(bands))
+
+
+class SearchResult(NamedTuple):
+    """Best parameters found, their objective value, and every trial (``trial, value, <params>``)."""
+
+    params: dict
+    value: float
+    history: pl.DataFrame
+
+
+def search(objective: Callable[[dict], float], space: Sequence[Param], start: dict, *,
+           method: str = "coordinate", trials: int = 200, points: int = 7, seed: int = 0) -> SearchResult:
+    """Maximise ``objective`` over ``space`` starting from ``start`` (always evaluated first).
+
+    ``trials`` bounds the objective calls (``grid`` refuses a grid larger than that).
+    Ties keep the earlier trial, so the start wins unless something is strictly better.
+    """
+    if method not in METHODS:
+        raise ConfigError(f"unknown search method {method!r}; choose one of {', '.join(METHODS)}")
+    if trials < 1:
+        raise ConfigError("trials must be at least 1")
+    names = [p.name for p in space]
+    history: list[dict] = []
+    best: dict = {"params": dict(start), "value": -math.inf}
+    cache: dict[tuple, float] = {}
+
+    def run(params: dict) -> float:
+        key = tuple(params[n] for n in names)
+        if key not in cache:
+            value = float(objective(dict(params)))
+            cache[key] = value
+            history.append({"trial": len(history), "value": value, **params})
+            if value > best["value"]:
+                best.update(params=dict(params), value=value)
+        return cache[key]
+
+    run(dict(start))
+    if method == "grid":
+        grids = [p.grid(points) for p in space]
+        size = math.prod(len(g) for g in grids)
+        if size > trials:
+            raise ConfigError(f"a grid of {points} points over {len(space)} knobs has {size} combinations, "
+                              f"more than trials={trials}; use fewer knobs or points, or method 'coordinate'")
+        for combo in itertools.product(*grids):
+            run(dict(zip(names, combo)))
+    elif method == "random":
+        rng = np.random.default_rng(seed)
+        while len(history) < trials and len(cache) < trials:
+            run({p.name: p.sample(rng) for p in space})
+    elif method == "coordinate":
+        improved = True
+        while improved and len(history) < trials:
+            improved, before = False, best["value"]
+            for p in space:
+                for v in p.grid(points):
+                    if len(history) >= trials:
+                        break
+                    run({**best["params"], p.name: v})
+            improved = best["value"] > before
+    else:
+        _tpe(run, space, start, trials, seed, history)
+    frame = pl.DataFrame(history) if history else pl.DataFrame()
+    return SearchResult(best["params"], best["value"], frame)
+
+
+def _tpe(run: Callable[[dict], float], space: Sequence[Param], start: dict, trials: int, seed: int,
+         history: list) -> None:
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError("method 'tpe' needs Optuna: pip install 'qmdlab[tune]' (or use method 'coordinate')") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.enqueue_trial({p.name: start[p.name] for p in space})
+
+    def objective(trial):
+        params = {p.name: (trial.suggest_int(p.name, int(p.low), int(p.high)) if p.kind == "int"
+                           else trial.suggest_float(p.name, p.low, p.high)) for p in space}
+        return run(params)
+
+    study.optimize(objective, n_trials=max(trials - len(history), 1))
+
+
+# -- cross-validation -------------------------------------------------------------------------
+class Fold(NamedTuple):
+    """Query ids used to tune (``train``) and to check (``test``) in one fold."""
+
+    train: tuple[str, ...]
+    test: tuple[str, ...]
+
+
+def kfold(qids: Sequence[str], k: int = 5, seed: int = 0) -> list[Fold]:
+    """Split query ids into ``k`` folds (shuffled with ``seed``; sizes differ by at most one).
+
+    Every query is in exactly one test fold and never in its own fold's training set.
+
+    >>> sorted(f.test for f in kfold(["a", "b", "c"], 3, seed=1))
+    [('a',), ('b',), ('c',)]
+    >>> sorted(len(f.test) for f in kfold([str(i) for i in range(10)], 3))
+    [3, 3, 4]
+    """
+    qids = sorted(dict.fromkeys(str(q) for q in qids))
+    if k < 2:
+        raise ConfigError(f"cross-validation needs at least 2 folds, got {k}")
+    if k > len(qids):
+        raise ConfigError(f"{k} folds but only {len(qids)} judged queries; use --folds {max(2, len(qids))} or fewer")
+    order = np.random.default_rng(seed).permutation(len(qids))
+    parts = np.array_split(order, k)
+    folds = []
+    for part in parts:
+        test = tuple(qids[i] for i in sorted(part))
+        held = set(test)
+        folds.append(Fold(tuple(q for q in qids if q not in held), test))
+    return folds
+
+
+class CVReport(NamedTuple):
+    """What :func:`cross_validate` found.
+
+    Attributes
+    ----------
+    config : PipelineConfig
+        Tuned on *all* queries (what ``qmdlab tune`` writes).
+    folds : pl.DataFrame
+        ``fold, n_train, n_test, train_base, train_tuned, test_base, test_tuned``.
+    held_out : pl.DataFrame
+        ``qid, fold, base, tuned``: each query scored by the config tuned *without* it.
+    gain : float
+        Mean held-out gain (``tuned − base`` over all queries).
+    p_ttest, p_fisher : float
+        Paired tests of the held-out gain.
+    in_sample_gain : float
+        Gain of ``config`` on the queries it was tuned on (compare with ``gain``).
+    seconds : float
+    """
+
+    config: PipelineConfig
+    folds: pl.DataFrame
+    held_out: pl.DataFrame
+    gain: float
+    p_ttest: float
+    p_fisher: float
+    in_sample_gain: float
+    seconds: float
+
+    def summary(self, metric: str = HEADLINE) -> str:
+        base, tuned = self.held_out["base"].mean(), self.held_out["tuned"].mean()
+        return (f"{metric}: base {base:.4f} -> cross-validated {tuned:.4f} (held-out gain {self.gain:+.4f}, "
+                f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
+                f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)")
+
+
+def cross_validate(study, *, base: PipelineConfig | None = None, space: Sequence[Param] | None = None,
+                   method: str = "coordinate", trials: int = 200, folds: int = 5, points: int = 7,
+                   seed: int = 0, metric: str = HEADLINE, progress: Callable[[str], None] | None = None) -> CVReport:
+    """k-fold cross-validated tuning of ``study`` (an :class:`eval.study.Study`)."""
+    t0 = time.perf_counter()
+    base = base or study.config
+    space = tuple(space or default_space(base))
+    start = params_of(base, space)
+
+    def tune(sub) -> tuple[PipelineConfig, float]:
+        res = search(lambda p: sub.score(apply_params(base, p), metric), space, start,
+                     method=method, trials=trials, points=points, seed=seed)
+        return apply_params(base, res.params), res.value
+
+    rows, held = [], []
+    for i, fold in enumerate(kfold(study.qids, folds, seed)):
+        train, test = study.subset(fold.train), study.subset(fold.test)
+        tuned, train_value = tune(train)
+        b = test.evaluate(base).per_query.select("qid", pl.col(metric).alias("base"))
+        t = test.evaluate(tuned).per_query.select("qid", pl.col(metric).alias("tuned"))
+        held.append(b.join(t, on="qid").with_columns(pl.lit(i).alias("fold")))
+        rows.append((i, len(fold.train), len(fold.test), train.score(base, metric), train_value,
+                     float(b["base"].mean()), float(t["tuned"].mean())))
+        if progress:
+            progress(f"fold {i + 1}/{folds}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
+                     f"held-out {rows[-1][5]:.4f}->{rows[-1][6]:.4f}")
+    held_out = pl.concat(held).select("qid", "fold", "base", "tuned").sort("qid")
+    p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["tuned"].to_numpy())
+    final, final_value = tune(study)
+    table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "train_base", "train_tuned", "test_base",
+                                       "test_tuned"], orient="row")
+    return CVReport(final, table, held_out, float((held_out["tuned"] - held_out["base"]).mean()), p_t, p_f,
+                    final_value - study.score(base, metric), time.perf_counter() - t0)
+
+
+def write_config(config: PipelineConfig, path, *, header: str = "") -> None:
+    """Write the options of ``config`` that differ from the defaults as YAML
+    (``qmdlab query --config`` and ``PipelineConfig.from_yaml`` read it)."""
+    import yaml
+    from pathlib import Path
+
+    defaults = PipelineConfig().to_dict()
+    changed = {k: v for k, v in config.to_dict().items() if v != defaults[k]}
+    text = "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(changed or {}, sort_keys=False)
+    Path(path).write_text(text, encoding="utf-8")

@@ -1,0 +1,160 @@
+"""A :class:`Study`: the recorded traces of a suite plus its qrels, re-scored under any config.
+
+The expensive stages (expansion, retrieval lists, rerank scores) were run once and saved;
+:meth:`Study.evaluate` re-fuses and re-blends every query with :func:`qmdlab.retune` and
+scores the result with the vectorised metrics of :mod:`eval.metrics` — no model call, no
+index access — so a notebook slider or an optimiser can call it hundreds of times.
+
+Two kinds of change are possible:
+
+- a :class:`~qmdlab.pipeline.config.PipelineConfig` (weights, ``rrf_k``, bonuses, fusion and
+  blend methods, bands, limits, and the switches ``expand``/``hyde``/``vector``/``rerank``,
+  which drop recorded lists);
+- a ``lists`` filter, a polars expression over the ``lists`` table (``source``,
+  ``query_type``) applied before the retune, for the cuts no config switch makes (vector
+  only: ``pl.col("source") == "vec"``; lex expansion only, …). See :mod:`eval.ablation`.
+
+Candidates that a new config promotes into the top ``candidate_limit`` but that were never
+reranked keep a null rerank score (the blend falls back to their position score);
+:attr:`Evaluation.unscored` counts how many final results that affects, so a tuned config
+that relies on them is visible.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+import polars as pl
+
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.retune import retune
+from qmdlab.pipeline.trace import Trace
+
+from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
+
+
+class Evaluation(NamedTuple):
+    """The result of :meth:`Study.evaluate`.
+
+    Attributes
+    ----------
+    metrics : dict
+        Mean of each metric over the judged queries.
+    per_query : pl.DataFrame
+        ``qid`` plus one column per metric.
+    final : pl.DataFrame
+        The re-blended ``final`` table (run-like: ``qid, docno, final_rank, final_score``, …).
+    unscored : int
+        Final results (within ``limit``) that have no rerank score although rerank is on.
+    """
+
+    metrics: dict[str, float]
+    per_query: pl.DataFrame
+    final: pl.DataFrame
+    unscored: int
+
+
+class Study:
+    """Recorded traces + qrels, evaluated under new configs without models.
+
+    Parameters
+    ----------
+    trace : Trace
+        The concatenated trace of every query of the suite (usually of the full pipeline:
+        expansion on, rerank on, so every cheaper configuration is a cut of it).
+    qrels : pl.DataFrame
+        ``qid, docno, grade`` with the trace's docnos (``collection/path``).
+    metrics : sequence of str
+        Metrics computed by :meth:`evaluate` (see :mod:`eval.metrics`).
+    config : PipelineConfig, optional
+        The configuration the trace was recorded with (defaults to the trace's own).
+    rerank_fn : callable, optional
+        ``qmdlab.Lab.rerank_fn(trace)``: when given, candidates a config newly promotes are
+        reranked (a model call, cached by the lab) and their scores added to :attr:`trace`, so
+        each is computed once. Without it (the default, and the slider path) no model is called.
+
+    Examples
+    --------
+    >>> lists = pl.DataFrame({"qid": ["1", "1"], "list_id": [0, 1], "source": ["fts", "vec"],
+    ...     "query_type": ["original"] * 2, "subquery": ["q"] * 2, "docno": ["c/a.md", "c/b.md"],
+    ...     "chunk_id": [1, 2], "rank": [1, 1], "backend_score": [-3.0, 0.9], "score": [0.75, 0.9],
+    ...     "weight": [2.0, 2.0]})
+    >>> study = Study(Trace(lists=lists), pl.DataFrame({"qid": ["1"], "docno": ["c/b.md"], "grade": [1]}))
+    >>> study.evaluate(PipelineConfig(rerank=False)).metrics["mrr@10"]  # tie -> docno order: a first
+    0.5
+    >>> study.evaluate(PipelineConfig(rerank=False, weight_original_vec=3.0)).metrics["mrr@10"]
+    1.0
+    """
+
+    def __init__(self, trace: Trace, qrels: pl.DataFrame, *, metrics: Sequence[str] = DEFAULT_METRICS,
+                 config: PipelineConfig | None = None, rerank_fn=None):
+        qrels = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8),
+                             pl.col("grade").cast(pl.Int64))
+        self.qrels = qrels
+        self.metrics = tuple(metrics)
+        self.config = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
+        judged = set(qrels["qid"].unique().to_list())
+        self.trace = _restrict(trace, judged)
+        self.qids = sorted(judged)
+        self.scorer = Scorer(qrels, self.metrics)
+        self.rerank_fn = rerank_fn
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_run_dir(cls, directory: str | Path, **kwargs) -> "Study":
+        """Load a run directory written by :func:`eval.runner.run_suite` (``traces/`` + ``qrels.parquet``)."""
+        from .runner import load_run_dir
+
+        trace, qrels, config = load_run_dir(directory)
+        return cls(trace, qrels, config=config, **kwargs)
+
+    def subset(self, qids: Iterable[str]) -> "Study":
+        """The same study restricted to some queries (cross-validation folds use this)."""
+        keep = set(qids)
+        return Study(self.trace, self.qrels.filter(pl.col("qid").is_in(list(keep))),
+                     metrics=self.metrics, config=self.config, rerank_fn=self.rerank_fn)
+
+    # -- evaluation -----------------------------------------------------------------------
+    def retuned(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Trace:
+        """The trace re-fused and re-blended under ``config`` (after the ``lists`` filter)."""
+        cfg = config or self.config
+        trace = self.trace
+        if lists is not None:
+            trace = dataclasses.replace(trace, lists=trace.lists.filter(lists))
+        if self.rerank_fn is None or not cfg.rerank:
+            return retune(trace, cfg)
+        out = retune(trace, cfg, rerank_fn=self.rerank_fn)
+        if out.rerank.height > self.trace.rerank.height:  # keep the new scores for later configs
+            self.trace = dataclasses.replace(self.trace, rerank=out.rerank)
+        return out
+
+    def evaluate(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Evaluation:
+        """Re-score every judged query under ``config`` (default: the recorded config).
+
+        Parameters
+        ----------
+        config : PipelineConfig, optional
+        lists : pl.Expr, optional
+            Keep only the recorded retrieval lists matching this expression.
+        """
+        cfg = config or self.config
+        final = self.retuned(cfg, lists).final
+        table = self.scorer.score(final.rename({"final_rank": "rank"}))
+        unscored = 0
+        if cfg.rerank and cfg.blend != "none":
+            unscored = final.filter(pl.col("rerank_score").is_null()).height
+        return Evaluation(mean_scores(table), table, final, unscored)
+
+    def score(self, config: PipelineConfig | None = None, metric: str = HEADLINE,
+              lists: pl.Expr | None = None) -> float:
+        """The mean of one metric under ``config`` (the optimisers' objective)."""
+        return self.evaluate(config, lists).metrics[metric]
+
+
+def _restrict(trace: Trace, qids: set[str]) -> Trace:
+    """Keep only the rows of ``qids`` in every table of ``trace``."""
+    keep = list(qids)
+    tables = {name: getattr(trace, name).filter(pl.col("qid").is_in(keep))
+              for name in ("queries", "expansions", "lists", "fused", "rerank", "final", "results", "notes")}
+    return Trace(**tables, timings=trace.timings, config=trace.config)

@@ -1,0 +1,203 @@
+"""Evaluation suites: a labelled collection (documents + queries + qrels) and where it lives.
+
+A suite is named either by a registered name or by a directory plus a format:
+
+- ``default`` — the embedded corpus in the repository's ``data/`` (qmdlab layout);
+- ``cisi`` — the CISI SMART collection, read from ``$QMDLAB_CISI_DIR`` or
+  ``../shared/data/cisi`` next to the repository; not shipped (see :meth:`Suite.check`);
+- any directory: ``qmdlab eval path/to/dir --format smart|trec|beir|jsonl|qmdlab``.
+
+Identifiers. Inside qmdlab a document is ``<collection>/<path>``. A suite whose documents are
+markdown files already (the default corpus) is indexed in place, collection = suite name, so
+the docno is ``default/howto/git-rebase.md`` and its collection id ``howto/git-rebase.md``. A
+suite whose documents come inline (SMART, BEIR, JSONL, TREC SGML) is written out as one
+``<docid>.md`` per document (docid percent-encoded when it is not file-name safe) into
+``$QMDLAB_HOME/eval/<suite>/corpus`` — never into the user's data directory — so the docno
+``cisi/17.md`` maps back to the collection id ``17``. :meth:`Suite.docid` and
+:meth:`Suite.docno` are the two directions; run files always carry the collection's ids.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import quote, unquote
+
+import polars as pl
+
+from qmdlab.errors import QmdlabError
+from qmdlab.paths import home
+
+from .loaders import FORMATS, SuiteData, detect_format, load
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class SuiteUnavailable(QmdlabError):
+    """A registered suite whose data is not on this machine (the message says why and how to fix it)."""
+
+
+def cisi_dir() -> Path:
+    """``$QMDLAB_CISI_DIR``, else ``../shared/data/cisi`` relative to the repository."""
+    return Path(os.environ.get("QMDLAB_CISI_DIR") or REPO.parent / "shared" / "data" / "cisi")
+
+
+def _safe_name(name: str) -> str:
+    """A collection-name-safe version of ``name``.
+
+    >>> _safe_name("my suite/v2")
+    'my-suite-v2'
+    """
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "suite"
+
+
+def file_stem(docid: str) -> str:
+    """The file name stem of a docid: percent-encoded when not file-name safe, never hidden.
+
+    >>> file_stem("17"), file_stem("a/b c"), file_stem(".x")
+    ('17', 'a%2Fb%20c', '%2Ex')
+    >>> unquote(file_stem("a/b c"))
+    'a/b c'
+    """
+    stem = quote(docid, safe="")
+    return "%2E" + stem[1:] if stem.startswith(".") else stem
+
+
+@dataclass
+class Suite:
+    """A labelled collection and how to index it.
+
+    Attributes
+    ----------
+    name : str
+        Suite name; also the collection name in the suite's index.
+    path : Path
+        The suite directory.
+    format : str
+        One of :data:`eval.loaders.FORMATS`.
+    config : Path or None
+        An optional pipeline config shipped with the suite (``suite.yaml`` in its directory).
+    """
+
+    name: str
+    path: Path
+    format: str
+    config: Path | None = None
+    _data: SuiteData | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def collection(self) -> str:
+        return _safe_name(self.name)
+
+    def check(self) -> None:
+        """Raise :class:`SuiteUnavailable` when the suite's data is absent."""
+        if not self.path.is_dir():
+            hint = " (set QMDLAB_CISI_DIR to the directory holding CISI.ALL/.QRY/.REL)" if self.name == "cisi" else ""
+            raise SuiteUnavailable(f"suite {self.name!r}: {self.path} not found{hint}")
+
+    def data(self) -> SuiteData:
+        """The loaded queries/qrels/documents (read once)."""
+        if self._data is None:
+            self.check()
+            self._data = load(self.path, self.format)
+        return self._data
+
+    def workdir(self) -> Path:
+        """``$QMDLAB_HOME/eval/<suite>``: the suite's index, written corpus, caches and results."""
+        return home() / "eval" / self.collection
+
+    def corpus_dir(self) -> Path:
+        """The directory indexed: the suite's own markdown, or the written-out corpus."""
+        data = self.data()
+        return data.corpus_dir if data.corpus_dir is not None else self.workdir() / "corpus"
+
+    @property
+    def inline_docs(self) -> bool:
+        return self.data().docs is not None
+
+    def docno(self, docid: str) -> str:
+        """Collection id → qmdlab docno."""
+        return f"{self.collection}/{file_stem(docid)}.md" if self.inline_docs else f"{self.collection}/{docid}"
+
+    def docid(self, docno: str) -> str:
+        """qmdlab docno → collection id (inverse of :meth:`docno`)."""
+        rel = docno.split("/", 1)[1] if "/" in docno else docno
+        if self.inline_docs:
+            return unquote(rel[:-3] if rel.endswith(".md") else rel)
+        return rel
+
+    def qrels_docnos(self) -> pl.DataFrame:
+        """The qrels with qmdlab docnos: ``qid, docno, grade``."""
+        q = self.data().qrels
+        return q.with_columns(pl.col("docid").map_elements(self.docno, return_dtype=pl.Utf8).alias("docno")) \
+            .select("qid", "docno", "grade")
+
+    def write_corpus(self) -> Path:
+        """Write inline documents as ``<docid>.md`` files (idempotent: unchanged files are not rewritten)."""
+        data = self.data()
+        if data.docs is None:
+            return self.corpus_dir()
+        out = self.corpus_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        wanted = set()
+        for docid, title, text in data.docs.iter_rows():
+            name = f"{file_stem(docid)}.md"
+            wanted.add(name)
+            body = (f"# {title.strip()}\n\n" if title and title.strip() else "") + (text or "").strip() + "\n"
+            path = out / name
+            if not path.exists() or path.read_text(encoding="utf-8") != body:
+                path.write_text(body, encoding="utf-8")
+        for stale in out.glob("*.md"):
+            if stale.name not in wanted:
+                stale.unlink()
+        return out
+
+    def fingerprint(self) -> str:
+        """A short hash of the suite's queries and documents (part of cache keys)."""
+        data = self.data()
+        h = hashlib.sha256()
+        h.update(data.queries.write_csv().encode())
+        if data.docs is not None:
+            h.update(data.docs.write_csv().encode())
+        else:
+            for p in sorted(self.corpus_dir().rglob("*.md")):
+                h.update(str(p.relative_to(self.corpus_dir())).encode())
+                h.update(p.read_bytes())
+        return h.hexdigest()[:12]
+
+
+def _default() -> Suite:
+    return Suite("default", REPO / "data", "qmdlab")
+
+
+def _cisi() -> Suite:
+    return Suite("cisi", cisi_dir(), "smart")
+
+
+REGISTRY: dict[str, Callable[[], Suite]] = {"default": _default, "cisi": _cisi}
+
+
+def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None) -> Suite:
+    """A registered suite by name, or a suite directory (format detected when ``fmt`` is None).
+
+    >>> get_suite("default").format
+    'qmdlab'
+    """
+    text = str(name_or_path)
+    if text in REGISTRY and fmt is None and not Path(text).is_dir():
+        suite = REGISTRY[text]()
+    else:
+        path = Path(text).expanduser()
+        if not path.is_dir():
+            raise QmdlabError(f"unknown suite {text!r}: not a registered suite ({', '.join(REGISTRY)}) "
+                              "and not a directory; pass a suite name or a directory with --format")
+        if fmt is not None and fmt not in FORMATS:
+            raise QmdlabError(f"unknown suite format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        suite = Suite(path.resolve().name, path.resolve(), fmt or detect_format(path))
+    cfg = suite.path / "suite.yaml"
+    if cfg.is_file():
+        suite.config = cfg
+    return suite

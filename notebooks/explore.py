@@ -1,0 +1,245 @@
+"""Explain one query, stage by stage.
+
+Run it:  marimo edit notebooks/explore.py   |   marimo run notebooks/explore.py
+         python notebooks/explore.py --suite default --preset fake --query "undo a git rebase"
+
+Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|tiny|fake``,
+``--query TEXT`` (otherwise the first labelled query), ``--intent TEXT``.
+
+Every table below is a table of the :class:`qmdlab.pipeline.trace.Trace` that
+``Lab.query`` returns; the notebook only arranges and plots them.
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="full", app_title="qmdlab · explore")
+
+with app.setup:
+    import marimo as mo
+    import polars as pl
+    from matplotlib.figure import Figure
+
+    from eval.runner import prepare_index
+    from eval.suites import REGISTRY, get_suite
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.fuse import contributions
+    from qmdlab.pipeline.lab import Lab
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # Explore one query
+
+    Type a query (or pick a labelled one): expansions, every retrieval list, the fusion
+    contributions, rerank scores, the blend, the final list with snippets, timings and notes.
+    """)
+    return
+
+
+@app.cell
+def _():
+    args = mo.cli_args()
+    suite_arg = str(args.get("suite") or "default")
+    preset = args.get("preset") or None
+    query_arg = str(args.get("query") or "")
+    intent_arg = str(args.get("intent") or "")
+    return intent_arg, preset, query_arg, suite_arg
+
+
+@app.cell
+def _(suite_arg):
+    suite_picker = mo.ui.dropdown(sorted({*REGISTRY, suite_arg}), value=suite_arg, label="suite")
+    return (suite_picker,)
+
+
+@app.cell
+def _():
+    @mo.cache
+    def open_lab(suite_name: str, preset):
+        """The suite's index (built and embedded on first use) with the preset's models."""
+        suite = get_suite(suite_name)
+        suite.check()
+        config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
+        models = load_models(preset)
+        with mo.status.progress_bar(total=2, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
+                                    remove_on_exit=True) as bar:
+            idx = prepare_index(suite, models.embedder if config.vector else None, progress=False,
+                                log=lambda _msg: None)
+            bar.update(subtitle="ready")
+            labelled = suite.data().judged_queries().sort("qid")
+            bar.update()
+        return Lab(idx, models, config), labelled
+
+    return (open_lab,)
+
+
+@app.cell
+def _(open_lab, preset, suite_picker):
+    lab, labelled = open_lab(suite_picker.value, preset)
+    return lab, labelled
+
+
+@app.cell
+def _(labelled, query_arg):
+    _options = {f"{qid}: {text}": text for qid, text in labelled.select("qid", "query").iter_rows()}
+    _initial = next((k for k, v in _options.items() if v == query_arg), None)
+    labelled_picker = mo.ui.dropdown(_options, value=_initial, label="labelled query", searchable=True,
+                                     allow_select_none=True)
+    return (labelled_picker,)
+
+
+@app.cell
+def _(labelled, labelled_picker, query_arg):
+    # Picking a labelled query refills the box; typing a query needs "Explain".
+    default_query = labelled_picker.value or query_arg or labelled["query"][0]
+    return (default_query,)
+
+
+@app.cell
+def _(default_query):
+    query_form = mo.ui.text(value=default_query, label="query", full_width=True).form(
+        submit_button_label="Explain")
+    return (query_form,)
+
+
+@app.cell
+def _(intent_arg):
+    intent_box = mo.ui.text(value=intent_arg, label="intent (optional)", full_width=True)
+    return (intent_box,)
+
+
+@app.cell
+def _(intent_box, labelled_picker, query_form, suite_picker):
+    mo.vstack([mo.hstack([suite_picker, labelled_picker], justify="start"), query_form, intent_box])
+    return
+
+
+@app.cell
+def _(default_query, query_form):
+    query_text = (query_form.value or default_query).strip()
+    return (query_text,)
+
+
+@app.cell
+def _(intent_box, lab, query_text):
+    mo.stop(not query_text, mo.md("_Type a query and press **Explain**._"))
+    with mo.status.spinner(title="Running the pipeline", subtitle=query_text):
+        trace = lab.query(query_text, intent=intent_box.value.strip() or None, qid="q")
+    return (trace,)
+
+
+@app.cell
+def _(trace):
+    mo.md(f"""
+    ## Expansions
+
+    {trace.expansions.filter(pl.col("kept")).height} kept, {trace.expansions.filter(~pl.col("kept")).height} dropped
+    (the stage notes say whether the strong-signal probe skipped expansion).
+    """)
+    return
+
+
+@app.cell
+def _(trace):
+    mo.ui.table(trace.expansions.drop("qid"), selection=None, page_size=12)
+    return
+
+
+@app.cell
+def _(trace):
+    _lists = trace.lists.with_columns(
+        (pl.col("source") + "/" + pl.col("query_type") + " #" + pl.col("list_id").cast(pl.Utf8)).alias("list"))
+    _meta = _lists.group_by("list", maintain_order=True).agg(pl.first("subquery"), pl.first("weight"), pl.len().alias("hits"))
+    side_by_side = (_lists.select("list", "rank", pl.format("{} ({})", "docno", pl.col("score").round(3)).alias("hit"))
+                    .pivot(on="list", index="rank", values="hit").sort("rank"))
+    mo.vstack([
+        mo.md(f"## Retrieval lists\n\n{_meta.height} lists; one column per list, one row per rank "
+              "(document and normalised score)."),
+        mo.ui.table(_meta, selection=None, page_size=12),
+        mo.ui.table(side_by_side, selection=None, page_size=20),
+    ])
+    return
+
+
+@app.cell
+def _(lab, trace):
+    _cfg = PipelineConfig.from_dict(trace.config) if trace.config else lab.config
+    contrib = contributions(trace.lists, _cfg).with_columns(
+        (pl.col("source") + "/" + pl.col("query_type")).alias("list_type"))
+    return (contrib,)
+
+
+@app.cell
+def _(contrib, trace):
+    _top = trace.fused.sort("fused_rank").head(15)
+    _docs = _top["docno"].to_list()
+    _by_type = (contrib.filter(pl.col("docno").is_in(_docs))
+                .group_by("docno", "list_type").agg(pl.col("contribution").sum())
+                .pivot(on="list_type", index="docno", values="contribution").fill_null(0.0))
+    _by_type = _top.select("docno", "bonus").join(_by_type, on="docno", how="left").fill_null(0.0)
+    _fig = Figure(figsize=(10, 0.35 * max(len(_docs), 4) + 1.2), layout="constrained")
+    _ax = _fig.subplots()
+    _left = [0.0] * len(_docs)
+    for _col in [c for c in _by_type.columns if c not in ("docno", "bonus")] + ["bonus"]:
+        _vals = _by_type[_col].to_list()
+        _ax.barh(_docs, _vals, left=_left, label=_col, hatch="//" if _col == "bonus" else None)
+        _left = [a + b for a, b in zip(_left, _vals)]
+    _ax.invert_yaxis()
+    _ax.set(xlabel=f"fused score ({trace.config.get('fusion', 'qmd_rrf')})", title="fusion contributions per document")
+    _ax.legend(fontsize=8, loc="lower right")
+    mo.vstack([mo.md("## Fusion"), _fig,
+               mo.ui.table(trace.fused.drop("qid").sort("fused_rank"), selection=None, page_size=15)])
+    return
+
+
+@app.cell
+def _(trace):
+    mo.vstack([mo.md(f"## Rerank\n\n{trace.rerank.height} candidates scored "
+                     f"({trace.rerank.filter(pl.col('cached')).height} from the cache)."),
+               mo.ui.table(trace.rerank.drop("qid").sort("rerank_score", descending=True, nulls_last=True),
+                           selection=None, page_size=15)])
+    return
+
+
+@app.cell
+def _(trace):
+    _final = trace.final.sort("final_rank")
+    _fig = Figure(figsize=(10, 3.4), layout="constrained")
+    _ax = _fig.subplots()
+    _x = list(range(1, _final.height + 1))
+    _ax.plot(_x, _final["position_score"].to_list(), marker="o", label="position score")
+    _ax.plot(_x, _final["rerank_score"].to_list(), marker="s", label="rerank score")
+    _ax.plot(_x, _final["final_score"].to_list(), marker="^", label="final (blended)")
+    _ax.set(xlabel="final rank", ylabel="score", title=f"blend: {trace.config.get('blend', 'position')}")
+    _ax.legend(fontsize=8)
+    mo.vstack([mo.md("## Blend"), _fig, mo.ui.table(_final.drop("qid"), selection=None, page_size=15)])
+    return
+
+
+@app.cell
+def _(trace):
+    mo.vstack([mo.md("## Results"),
+               mo.ui.table(trace.results.drop("qid").sort("final_rank"), selection=None, page_size=10,
+                           wrapped_columns=["snippet"])])
+    return
+
+
+@app.cell
+def _(trace):
+    _t = trace.timings
+    _fig = Figure(figsize=(6, 0.35 * max(_t.height, 3) + 1), layout="constrained")
+    _ax = _fig.subplots()
+    _ax.barh(_t["stage"].to_list(), _t["ms"].to_list())
+    _ax.invert_yaxis()
+    _ax.set(xlabel="ms", title=f"timings ({_t['ms'].sum():.1f} ms in all)")
+    mo.vstack([mo.md("## Timings and notes"),
+               mo.hstack([_fig, mo.ui.table(trace.notes.drop("qid"), selection=None, page_size=12)],
+                         widths=[1, 1])])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

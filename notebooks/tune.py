@@ -1,0 +1,541 @@
+"""Tune the fusion and blend knobs live against labelled queries.
+
+Run it:  marimo edit notebooks/tune.py   |   marimo run notebooks/tune.py
+         python notebooks/tune.py --suite default --preset fake   (headless)
+
+Arguments (after ``--`` for marimo): ``--suite NAME|DIR`` (default ``default``, the embedded
+corpus), ``--preset offline|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offline``),
+``--save PATH`` (where "Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``).
+
+The expensive stages run once per suite (traces cached on disk by ``eval.runner``); every
+control change re-fuses and re-blends the recorded traces with ``eval.study.Study`` — no
+model call, no index access.
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="qmdlab · tune")
+
+with app.setup:
+    import marimo as mo
+    import polars as pl
+    from matplotlib.figure import Figure
+
+    from eval import optimise
+    from eval.runner import cache_key, prepare_index, query_traces
+    from eval.study import Study
+    from eval.suites import REGISTRY, get_suite
+    from qmdlab.models import load_models
+    from qmdlab.paths import home
+    from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
+    from qmdlab.pipeline.lab import Lab
+    from qmdlab.pipeline.trace import Trace
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    # Tune fusion and blend
+
+    Pick a suite, then move any control: the labelled queries are re-fused and re-blended
+    from their recorded traces and re-scored at once. Deltas are against the suite's
+    default configuration.
+    """)
+    return
+
+
+@app.cell
+def _():
+    args = mo.cli_args()
+    suite_arg = str(args.get("suite") or "default")
+    preset = args.get("preset") or None
+    save_path_arg = str(args.get("save") or home() / "configs" / "tuned.yaml")
+    return preset, save_path_arg, suite_arg
+
+
+@app.cell
+def _(suite_arg):
+    suite_picker = mo.ui.dropdown(sorted({*REGISTRY, suite_arg}), value=suite_arg, label="suite")
+    return (suite_picker,)
+
+
+@app.cell
+def _():
+    @mo.cache
+    def record_study(suite_name: str, preset):
+        """Index the suite and record the full pipeline on every judged query.
+
+        Traces live in the runner's on-disk cache (keyed by suite content, config and
+        model fingerprints), so a second session loads them instead of calling models.
+        """
+        suite = get_suite(suite_name)
+        suite.check()
+        config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
+        models = load_models(preset)
+        queries = suite.data().judged_queries().sort("qid")
+        traces = []
+        with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
+                                    subtitle="indexing and embedding", remove_on_exit=True) as bar:
+            idx = prepare_index(suite, models.embedder if config.vector else None, progress=False,
+                                log=lambda _msg: None)
+            lab = Lab(idx, models, config)
+            cache_dir = suite.workdir() / "traces" / cache_key(suite, config, models)
+            bar.update(subtitle="running queries")
+            for row in queries.iter_slices(1):
+                trace, _cached = query_traces(suite, lab, row, cache_dir, progress=False)
+                traces.append(trace)
+                bar.update(subtitle=f"query {row['qid'][0]}")
+        qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
+        return Study(Trace.concat(traces), qrels, config=config), queries
+
+    return (record_study,)
+
+
+@app.cell
+def _(preset, record_study, suite_picker):
+    study, queries = record_study(suite_picker.value, preset)
+    defaults = study.config
+    baseline = study.evaluate(defaults)
+    return baseline, defaults, queries, study
+
+
+@app.cell
+def _():
+    # Values the controls start from; the optimiser replaces them with its tuned config.
+    get_start, set_start = mo.state(None)
+    return get_start, set_start
+
+
+@app.cell
+def _(defaults, get_start):
+    start = get_start() or defaults
+    return (start,)
+
+
+@app.cell
+def _(start):
+    fusion = mo.ui.dropdown(list(FUSION_METHODS), value=start.fusion, label="fusion method")
+    return (fusion,)
+
+
+@app.cell
+def _(start):
+    rrf_k = mo.ui.slider(0, 200, step=1, value=start.rrf_k, debounce=True, show_value=True, label="RRF k")
+    return (rrf_k,)
+
+
+@app.cell
+def _(start):
+    weight_original_fts = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_original_fts, debounce=True,
+                                       show_value=True, label="weight: original BM25")
+    return (weight_original_fts,)
+
+
+@app.cell
+def _(start):
+    weight_original_vec = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_original_vec, debounce=True,
+                                       show_value=True, label="weight: original vector")
+    return (weight_original_vec,)
+
+
+@app.cell
+def _(start):
+    weight_lex = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_lex, debounce=True, show_value=True,
+                              label="weight: lex lines")
+    return (weight_lex,)
+
+
+@app.cell
+def _(start):
+    weight_vec = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_vec, debounce=True, show_value=True,
+                              label="weight: vec lines")
+    return (weight_vec,)
+
+
+@app.cell
+def _(start):
+    weight_hyde = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_hyde, debounce=True, show_value=True,
+                               label="weight: hyde lines")
+    return (weight_hyde,)
+
+
+@app.cell
+def _(start):
+    bonus_rank1 = mo.ui.slider(0.0, 0.2, step=0.005, value=start.bonus_rank1, debounce=True, show_value=True,
+                               label="bonus: rank 1")
+    return (bonus_rank1,)
+
+
+@app.cell
+def _(start):
+    bonus_rank23 = mo.ui.slider(0.0, 0.2, step=0.005, value=start.bonus_rank23, debounce=True, show_value=True,
+                                label="bonus: rank 2–3")
+    return (bonus_rank23,)
+
+
+@app.cell
+def _(defaults, start):
+    # Only the recorded candidates have rerank scores, so the limit cannot grow past them.
+    candidate_limit = mo.ui.slider(1, defaults.candidate_limit, step=1,
+                                   value=min(start.candidate_limit, defaults.candidate_limit), debounce=True,
+                                   show_value=True, label="candidates reranked")
+    return (candidate_limit,)
+
+
+@app.cell
+def _(start):
+    norm_weight_fts = mo.ui.slider(0.0, 2.0, step=0.05, value=start.norm_weight_fts, debounce=True,
+                                   show_value=True, label="norm_sum: BM25 channel")
+    return (norm_weight_fts,)
+
+
+@app.cell
+def _(start):
+    norm_weight_vec = mo.ui.slider(0.0, 2.0, step=0.05, value=start.norm_weight_vec, debounce=True,
+                                   show_value=True, label="norm_sum: vector channel")
+    return (norm_weight_vec,)
+
+
+@app.cell
+def _(start):
+    gate_margin = mo.ui.slider(0.0, 1.0, step=0.01, value=start.gate_margin, debounce=True, show_value=True,
+                               label="gated_rrf: cosine margin")
+    return (gate_margin,)
+
+
+@app.cell
+def _(start):
+    gate_max_take = mo.ui.slider(1, 40, step=1, value=start.gate_max_take, debounce=True, show_value=True,
+                                 label="gated_rrf: max vector hits")
+    return (gate_max_take,)
+
+
+@app.cell
+def _(start):
+    blend = mo.ui.dropdown(list(BLEND_METHODS), value=start.blend, label="blend method")
+    return (blend,)
+
+
+@app.cell
+def _(start):
+    blend_band_1 = mo.ui.slider(1, 20, step=1, value=start.blend_bands[0], debounce=True, show_value=True,
+                                label="band 1 ends at fused rank")
+    return (blend_band_1,)
+
+
+@app.cell
+def _(start):
+    blend_band_2 = mo.ui.slider(1, 40, step=1, value=start.blend_bands[1], debounce=True, show_value=True,
+                                label="band 2 ends at fused rank")
+    return (blend_band_2,)
+
+
+@app.cell
+def _(start):
+    blend_weight_1 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[0], debounce=True,
+                                  show_value=True, label="position weight, band 1")
+    return (blend_weight_1,)
+
+
+@app.cell
+def _(start):
+    blend_weight_2 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[1], debounce=True,
+                                  show_value=True, label="position weight, band 2")
+    return (blend_weight_2,)
+
+
+@app.cell
+def _(start):
+    blend_weight_3 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[2], debounce=True,
+                                  show_value=True, label="position weight, band 3")
+    return (blend_weight_3,)
+
+
+@app.cell
+def _(start):
+    min_score = mo.ui.slider(0.0, 1.0, step=0.01, value=start.min_score, debounce=True, show_value=True,
+                             label="min score")
+    return (min_score,)
+
+
+@app.cell
+def _(start):
+    use_expand = mo.ui.switch(value=start.expand, label="expansion lists")
+    return (use_expand,)
+
+
+@app.cell
+def _(start):
+    use_hyde = mo.ui.switch(value=start.hyde, label="hyde lists")
+    return (use_hyde,)
+
+
+@app.cell
+def _(start):
+    use_vector = mo.ui.switch(value=start.vector, label="vector lists")
+    return (use_vector,)
+
+
+@app.cell
+def _(start):
+    use_rerank = mo.ui.switch(value=start.rerank, label="rerank")
+    return (use_rerank,)
+
+
+@app.cell
+def _(
+    blend,
+    blend_band_1,
+    blend_band_2,
+    blend_weight_1,
+    blend_weight_2,
+    blend_weight_3,
+    bonus_rank1,
+    bonus_rank23,
+    candidate_limit,
+    fusion,
+    gate_margin,
+    gate_max_take,
+    min_score,
+    norm_weight_fts,
+    norm_weight_vec,
+    rrf_k,
+    suite_picker,
+    use_expand,
+    use_hyde,
+    use_rerank,
+    use_vector,
+    weight_hyde,
+    weight_lex,
+    weight_original_fts,
+    weight_original_vec,
+    weight_vec,
+):
+    mo.sidebar([
+        mo.md("### Suite"), suite_picker,
+        mo.md("### Fusion"), fusion, rrf_k, weight_original_fts, weight_original_vec, weight_lex, weight_vec,
+        weight_hyde, bonus_rank1, bonus_rank23, candidate_limit,
+        mo.accordion({"other fusion methods": mo.vstack([norm_weight_fts, norm_weight_vec, gate_margin,
+                                                         gate_max_take])}),
+        mo.md("### Blend"), blend, blend_band_1, blend_band_2, blend_weight_1, blend_weight_2, blend_weight_3,
+        min_score,
+        mo.md("### Stages"), use_expand, use_hyde, use_vector, use_rerank,
+    ], width="22rem")
+    return
+
+
+@app.cell
+def _(
+    blend,
+    blend_band_1,
+    blend_band_2,
+    blend_weight_1,
+    blend_weight_2,
+    blend_weight_3,
+    bonus_rank1,
+    bonus_rank23,
+    candidate_limit,
+    defaults,
+    fusion,
+    gate_margin,
+    gate_max_take,
+    min_score,
+    norm_weight_fts,
+    norm_weight_vec,
+    rrf_k,
+    use_expand,
+    use_hyde,
+    use_rerank,
+    use_vector,
+    weight_hyde,
+    weight_lex,
+    weight_original_fts,
+    weight_original_vec,
+    weight_vec,
+):
+    # The optimiser's parameter vocabulary (blend_band_*/blend_weight_* are tuple items);
+    # apply_params keeps band 2 >= band 1.
+    config = optimise.apply_params(defaults, {
+        "fusion": fusion.value, "rrf_k": rrf_k.value,
+        "weight_original_fts": weight_original_fts.value, "weight_original_vec": weight_original_vec.value,
+        "weight_lex": weight_lex.value, "weight_vec": weight_vec.value, "weight_hyde": weight_hyde.value,
+        "bonus_rank1": bonus_rank1.value, "bonus_rank23": bonus_rank23.value,
+        "candidate_limit": candidate_limit.value,
+        "norm_weight_fts": norm_weight_fts.value, "norm_weight_vec": norm_weight_vec.value,
+        "gate_margin": gate_margin.value, "gate_max_take": gate_max_take.value,
+        "blend": blend.value, "blend_band_1": blend_band_1.value, "blend_band_2": blend_band_2.value,
+        "blend_weight_1": blend_weight_1.value, "blend_weight_2": blend_weight_2.value,
+        "blend_weight_3": blend_weight_3.value, "min_score": min_score.value,
+        "expand": use_expand.value, "hyde": use_hyde.value, "vector": use_vector.value, "rerank": use_rerank.value,
+    })
+    return (config,)
+
+
+@app.cell
+def _(config, study):
+    evaluation = study.evaluate(config)
+    return (evaluation,)
+
+
+@app.cell
+def _(baseline, evaluation, study):
+    def _stat(metric, label):
+        now, then = evaluation.metrics[metric], baseline.metrics[metric]
+        delta = now - then
+        return mo.stat(f"{now:.4f}", label=label, caption=f"{delta:+.4f} vs defaults", bordered=True,
+                       direction=None if abs(delta) < 1e-12 else ("increase" if delta > 0 else "decrease"))
+
+    _cards = mo.hstack([_stat("ndcg@10", "nDCG@10"), _stat("mrr@10", "MRR@10"), _stat("recall@10", "recall@10")],
+                       justify="start")
+    _notes = []
+    if evaluation.unscored:
+        _notes.append(mo.callout(mo.md(
+            f"{evaluation.unscored} results were never reranked (this config promotes documents outside the "
+            "recorded candidates); their blend uses the position score alone."), kind="warn"))
+    mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes])
+    return
+
+
+@app.cell
+def _(config, defaults):
+    mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")})
+    return
+
+
+@app.cell
+def _(baseline, evaluation, queries):
+    per_query_delta = (
+        baseline.per_query.select("qid", pl.col("ndcg@10").alias("ndcg_default"))
+        .join(evaluation.per_query.select("qid", pl.col("ndcg@10").alias("ndcg_now")), on="qid")
+        .with_columns((pl.col("ndcg_now") - pl.col("ndcg_default")).alias("delta"))
+        .join(queries.select("qid", "query"), on="qid", how="left")
+        .select("qid", "query", "ndcg_default", "ndcg_now", "delta")
+        .sort("delta")
+    )
+    return (per_query_delta,)
+
+
+@app.cell
+def _(per_query_delta):
+    _changed = per_query_delta.filter(pl.col("delta").abs() > 1e-12)
+    _better = _changed.filter(pl.col("delta") > 0).height
+    mo.vstack([
+        mo.md(f"**Per query:** {_better} better, {_changed.height - _better} worse, "
+              f"{per_query_delta.height - _changed.height} unchanged (nDCG@10)."),
+        mo.ui.table(_changed if _changed.height else per_query_delta, selection=None, page_size=10,
+                    format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")}),
+    ])
+    return
+
+
+@app.cell
+def _(per_query_delta):
+    _fig = Figure(figsize=(10, 3.6), layout="constrained")
+    _ax1, _ax2 = _fig.subplots(1, 2)
+    _ax1.scatter(per_query_delta["ndcg_default"], per_query_delta["ndcg_now"], s=14, alpha=0.7)
+    _ax1.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
+    _ax1.set(xlabel="nDCG@10, defaults", ylabel="nDCG@10, current", title="per query (above the line = better)",
+             xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+    _ax2.hist(per_query_delta["delta"].to_numpy(), bins=21, range=(-1, 1), color="tab:green")
+    _ax2.axvline(0, color="grey", lw=1)
+    _ax2.set(xlabel="nDCG@10 gain", ylabel="queries", title="distribution of gains")
+    _fig
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Optimise (cross-validated)
+
+    Tunes the fusion (and, with rerank on, blend) knobs from the suite defaults on k−1 folds
+    and scores the held-out fold, so the reported gain is one the tuned config did not see.
+    The config tuned on all queries is then loaded into the controls.
+    """)
+    return
+
+
+@app.cell
+def _():
+    optimise_method = mo.ui.dropdown(["coordinate", "random", "grid", "tpe"], value="coordinate",
+                                     label="search method")
+    return (optimise_method,)
+
+
+@app.cell
+def _():
+    optimise_folds = mo.ui.slider(2, 10, step=1, value=5, debounce=True, show_value=True, label="folds")
+    return (optimise_folds,)
+
+
+@app.cell
+def _():
+    optimise_trials = mo.ui.number(10, 2000, step=10, value=120, label="trials per fold")
+    return (optimise_trials,)
+
+
+@app.cell
+def _():
+    optimise_button = mo.ui.run_button(label="Optimise and load into the controls", kind="success")
+    return (optimise_button,)
+
+
+@app.cell
+def _(optimise_button, optimise_folds, optimise_method, optimise_trials):
+    mo.hstack([optimise_method, optimise_folds, optimise_trials, optimise_button], justify="start")
+    return
+
+
+@app.cell
+def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trials, set_start, study):
+    mo.stop(not optimise_button.value, mo.md("_Press the button to run the optimiser._"))
+    with mo.status.progress_bar(total=optimise_folds.value + 1, title="Cross-validated tuning",
+                                subtitle=f"{optimise_folds.value} folds", remove_on_exit=True) as _bar:
+        cv_report = optimise.cross_validate(
+            study, base=defaults, method=optimise_method.value, trials=int(optimise_trials.value),
+            folds=optimise_folds.value, progress=lambda msg: _bar.update(subtitle=msg))
+        _bar.update(subtitle="done")
+    set_start(cv_report.config)
+    mo.vstack([
+        mo.md(f"**{cv_report.summary()}** — tuned on all queries and loaded into the controls "
+              f"({cv_report.seconds:.1f} s)."),
+        mo.ui.table(cv_report.folds, selection=None),
+    ])
+    return (cv_report,)
+
+
+@app.cell
+def _(save_path_arg):
+    save_path = mo.ui.text(value=save_path_arg, label="save to", full_width=True)
+    return (save_path,)
+
+
+@app.cell
+def _():
+    save_button = mo.ui.run_button(label="Save config")
+    return (save_button,)
+
+
+@app.cell
+def _(save_button, save_path):
+    mo.hstack([save_path, save_button], justify="start", widths=[4, 1])
+    return
+
+
+@app.cell
+def _(config, evaluation, save_button, save_path, suite_picker):
+    mo.stop(not save_button.value)
+    from pathlib import Path
+
+    saved_to = Path(save_path.value).expanduser()
+    saved_to.parent.mkdir(parents=True, exist_ok=True)
+    optimise.write_config(config, saved_to, header=(
+        f"qmdlab tuned config (notebooks/tune.py), suite {suite_picker.value}: "
+        f"nDCG@10 {evaluation.metrics['ndcg@10']:.4f}"))
+    mo.callout(mo.md(f"Saved to `{saved_to}` — use it with `qmdlab query --config {saved_to}`."), kind="success")
+    return (saved_to,)
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,129 @@
+"""CLI verbs of the evaluation area: ``qmdlab eval`` and ``qmdlab tune``.
+
+Both are thin front ends over :mod:`eval` (suites, runner, ablation, optimise).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qmdlab.errors import ConfigError, QmdlabError
+
+
+def _suite(name: str, fmt: str | None):
+    from eval.suites import get_suite
+
+    suite = get_suite(name, fmt)
+    suite.check()
+    return suite
+
+
+def _config(suite, config_path: str | None, no_expand: bool, no_rerank: bool):
+    from qmdlab.pipeline.config import PipelineConfig
+
+    path = config_path or (str(suite.config) if suite.config else None)
+    cfg = PipelineConfig.from_file(path) if path else PipelineConfig()
+    overrides = {}
+    if no_expand:
+        overrides["expand"] = False
+    if no_rerank:
+        overrides["rerank"] = False
+    return cfg.replace(**overrides), path
+
+
+def _models(preset: str | None, no_expand: bool, no_rerank: bool):
+    from qmdlab.models import load_models
+
+    return load_models(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
+
+
+_FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl"]
+
+
+def register(group: click.Group) -> None:
+    @group.command("eval")
+    @click.argument("suite")
+    @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None,
+                  help="Format of a suite directory (detected when omitted).")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                  help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.")
+    @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
+    @click.option("--no-rerank", is_flag=True, help="Skip the LLM reranker.")
+    @click.option("--ablate", is_flag=True, help="Also print the ablation matrix (cut from the same traces).")
+    @click.option("--baseline", default="best-leg", show_default=True,
+                  help="Ablation row the p-values compare against (best-leg = the better of bm25/vector).")
+    @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+                  help="Write <run>.trec files, metrics.json, traces, … into this directory.")
+    @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")
+    @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
+    @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
+    @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
+    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, out, preset, limit, per_query,
+                 progress) -> None:
+        """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
+        through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions)."""
+        from eval.ablation import format_table
+        from eval.runner import run_name, run_suite
+
+        s = _suite(suite, fmt)
+        cfg, path = _config(s, config_path, no_expand, no_rerank)
+        models = _models(preset, no_expand, no_rerank)
+        res = run_suite(s, models, cfg, out=out, name=run_name(cfg, path), ablate=ablate, baseline=baseline,
+                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True))
+        if per_query:
+            click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
+        n = res.timings["queries"]
+        click.echo(f"suite {s.name}: {n} judged queries ({res.timings['queries_cached']} traces from cache), "
+                   f"{res.timings['query_s']:.1f} s")
+        for metric, value in res.metrics[res.name].items():
+            click.echo(f"{res.name:<24} {metric:<12} {value:.4f}")
+        if res.ablation is not None:
+            click.echo("")
+            click.echo(format_table(res.ablation))
+        click.echo(f"saved: {res.out_dir}")
+
+    @group.command("tune")
+    @click.argument("suite")
+    @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Format of a suite directory.")
+    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+                  help="Starting pipeline config (the traces are recorded with it).")
+    @click.option("--trials", type=int, default=200, show_default=True, help="Objective evaluations per search.")
+    @click.option("--folds", type=int, default=5, show_default=True, help="Cross-validation folds over queries.")
+    @click.option("--method", type=click.Choice(["coordinate", "random", "grid", "tpe"]), default="coordinate",
+                  show_default=True, help="Search method (tpe needs Optuna: pip install 'qmdlab[tune]').")
+    @click.option("--metric", default="ndcg@10", show_default=True, help="Objective metric.")
+    @click.option("--seed", type=int, default=0, show_default=True)
+    @click.option("--no-expand", is_flag=True, help="Record and tune without query expansion.")
+    @click.option("--no-rerank", is_flag=True, help="Record and tune without the reranker.")
+    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
+    @click.option("--out", "out", type=click.Path(dir_okay=False), default="config.yaml", show_default=True,
+                  help="Where to write the tuned config (read by `qmdlab query --config` and `qmdlab eval --config`).")
+    @click.option("--progress/--no-progress", default=True)
+    def tune_cmd(suite, fmt, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
+                 progress) -> None:
+        """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
+        k-fold cross-validation; print the held-out gain and write the best config."""
+        from eval.optimise import cross_validate, write_config
+        from eval.runner import run_suite
+        from eval.study import Study
+
+        if folds < 2:
+            raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+        s = _suite(suite, fmt)
+        cfg, _ = _config(s, config_path, no_expand, no_rerank)
+        res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
+                        log=lambda m: click.echo(m, err=True))
+        study = Study(res.trace, res.qrels, metrics=[metric], config=cfg)
+        report = cross_validate(study, base=cfg, method=method, trials=trials, folds=folds, seed=seed, metric=metric,
+                                progress=lambda m: click.echo(m, err=True))
+        click.echo(report.folds)
+        click.echo(report.summary(metric))
+        header = (f"qmdlab tune {s.name}: {report.summary(metric)}\n"
+                  f"method {method}, {trials} trials, {folds} folds, seed {seed}")
+        write_config(report.config, Path(out), header=header)
+        click.echo(f"changed options:\n{report.config.diff(cfg)}")
+        click.echo(f"wrote {out}  (use: qmdlab eval {suite} --config {out})")
+        if report.gain <= 0:
+            click.echo("note: tuning did not improve held-out queries; the default config is the safer choice",
+                       err=True)

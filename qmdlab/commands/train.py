@@ -1,0 +1,141 @@
+"""``qmdlab train …``: prepare data, SFT, GRPO, export to GGUF, evaluate, synthesise.
+
+Each verb takes ``--config FILE.yaml`` (keys = fields of the step's config dataclass in
+``training/``), a few common flags, and ``--set KEY=VALUE`` (repeatable, YAML-typed) for any
+other field. Each writes a run directory (``config.yaml``, ``metrics.jsonl``, ``README.md``)
+and resumes: a finished step returns its stored result; a training step restarts from its
+newest checkpoint. Training needs the ``train`` extra (``pip install 'qmdlab[train]'``).
+"""
+from __future__ import annotations
+
+import json
+
+import click
+import yaml
+
+from qmdlab.errors import ConfigError
+
+
+def _sets(values: tuple[str, ...]) -> dict:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. --set learning_rate=1e-4)")
+        key, value = item.split("=", 1)
+        out[key.strip().replace("-", "_")] = yaml.safe_load(value)
+    return out
+
+
+def _config(cls, config, sets, **flags):
+    from training.common import load_config
+
+    return load_config(cls, config, **{**flags, **_sets(sets)})
+
+
+def _echo(result: dict) -> None:
+    click.echo(json.dumps(result, indent=1, ensure_ascii=False, default=str))
+
+
+_config_opt = click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None,
+                           help="YAML file with the step's config fields.")
+_set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config field.")
+
+
+def register(group: click.Group) -> None:
+    @group.group("train")
+    def train() -> None:
+        """Fine-tune a query expander: prepare → sft → grpo → export → evaluate (and synth)."""
+
+    @train.command("prepare")
+    @click.option("--data", "data", default="data/training/seed.jsonl", show_default=True,
+                  type=click.Path(dir_okay=False), help="Examples (JSONL schema).")
+    @click.option("--out", "out", default="runs/data", show_default=True, help="Output directory.")
+    @click.option("--eval-fraction", default=0.1, show_default=True, type=float)
+    @click.option("--seed", default=0, show_default=True, type=int)
+    def prepare_cmd(data, out, eval_fraction, seed) -> None:
+        """Validate, dedupe and split the examples; write train/eval files."""
+        from training import common
+        from training.data import prepare
+
+        res = prepare(data, out, eval_fraction=eval_fraction, seed=seed)
+        common.append_metrics(out, {"stage": "prepare", **res})
+        _echo(res)
+
+    @train.command("sft")
+    @_config_opt
+    @click.option("--base", default=None, help="HF model id or local directory.")
+    @click.option("--train-file", default=None)
+    @click.option("--eval-file", default=None)
+    @click.option("--output-dir", default=None)
+    @click.option("--max-steps", type=int, default=None)
+    @_set_opt
+    def sft_cmd(config, base, train_file, eval_file, output_dir, max_steps, sets) -> None:
+        """Supervised fine-tuning with LoRA (TRL SFTTrainer)."""
+        from training.sft import SFTRunConfig, run_sft
+
+        _echo(run_sft(_config(SFTRunConfig, config, sets, base=base, train_file=train_file, eval_file=eval_file,
+                              output_dir=output_dir, max_steps=max_steps)))
+
+    @train.command("grpo")
+    @_config_opt
+    @click.option("--base", default=None, help="Merged SFT model directory.")
+    @click.option("--prompts-file", default=None)
+    @click.option("--suite", default=None, help="Labelled suite dir for the retrieval reward (e.g. data).")
+    @click.option("--index", "index_dir", default=None, help="Index for the retrieval reward.")
+    @click.option("--output-dir", default=None)
+    @click.option("--max-steps", type=int, default=None)
+    @_set_opt
+    def grpo_cmd(config, base, prompts_file, suite, index_dir, output_dir, max_steps, sets) -> None:
+        """GRPO with the rule + retrieval reward (TRL GRPOTrainer)."""
+        from training.grpo import GRPORunConfig, run_grpo
+
+        _echo(run_grpo(_config(GRPORunConfig, config, sets, base=base, prompts_file=prompts_file, suite=suite,
+                               index=index_dir, output_dir=output_dir, max_steps=max_steps)))
+
+    @train.command("export")
+    @_config_opt
+    @click.option("--model", default=None, help="Merged model dir (or a LoRA adapter dir).")
+    @click.option("--output-dir", default=None)
+    @click.option("--quant", "quants", multiple=True, help="Quantisation (repeatable; default Q4_K_M and Q8_0).")
+    @_set_opt
+    def export_cmd(config, model, output_dir, quants, sets) -> None:
+        """Merge, convert to GGUF, quantise; the GGUF is then usable as the engine's expander."""
+        from training.export import ExportConfig, run_export
+
+        _echo(run_export(_config(ExportConfig, config, sets, model=model, output_dir=output_dir,
+                                 quants=list(quants) or None)))
+
+    @train.command("evaluate")
+    @_config_opt
+    @click.option("--expander", default=None, help="Trained GGUF.")
+    @click.option("--base-expander", default=None, help="Comparison expander (GGUF path or model ref).")
+    @click.option("--suite", default=None, help="Labelled suite directory (default: data).")
+    @click.option("--index", "index_dir", default=None, help="Index directory for the suite.")
+    @click.option("--examples-file", default=None, help="Held-out examples for the rule score.")
+    @click.option("--max-queries", type=int, default=None)
+    @click.option("--output-dir", default=None)
+    @_set_opt
+    def evaluate_cmd(config, expander, base_expander, suite, index_dir, examples_file, max_queries, output_dir,
+                     sets) -> None:
+        """nDCG@10 with each expander vs no expansion, and the rule score."""
+        from training.evaluate import EvaluateConfig, run_evaluate
+
+        _echo(run_evaluate(_config(EvaluateConfig, config, sets, expander=expander, base_expander=base_expander,
+                                   suite=suite, index=index_dir, examples_file=examples_file,
+                                   max_queries=max_queries, output_dir=output_dir)))
+
+    @train.command("synth")
+    @_config_opt
+    @click.option("--collection", default=None, help="Collection of the index to sample passages from.")
+    @click.option("--teacher", default=None, help="Teacher model: GGUF ref (pkg:/hf:/path) or HF directory.")
+    @click.option("-n", "--n-passages", type=int, default=None)
+    @click.option("--output", default=None, help="Output JSONL (appended to; re-runs continue).")
+    @_set_opt
+    @click.pass_context
+    def synth_cmd(ctx, config, collection, teacher, n_passages, output, sets) -> None:
+        """Synthesise (query → expansion) examples for your own collection with a teacher model."""
+        from training.synth import SynthConfig, run_synth
+
+        index = (ctx.obj or {}).get("index")
+        _echo(run_synth(_config(SynthConfig, config, sets, collection=collection, teacher=teacher,
+                                n_passages=n_passages, output=output, index=index)))

@@ -1,0 +1,471 @@
+"""The engine behind every front end of the MCP server (tools, REST, resources).
+
+:class:`Engine` owns one open :class:`~qmdlab.store.Index`, one warm
+:class:`~qmdlab.models.ModelSet` and one :class:`~qmdlab.pipeline.lab.Lab`, built once and
+reused for every request (models stay loaded between requests; releasing idle model
+contexts is the model layer's job). All index and model access goes through one lock:
+the SQLite connection and llama.cpp contexts are not safe for concurrent use, so
+concurrent requests are served one after another, never failed.
+
+Each public method returns ``(text, data)``: a short human-readable summary for the
+agent and a JSON-able dict with the full details (the MCP ``structuredContent``, and the
+REST response body). Retrieval itself is qmdlab's: this module only adapts arguments,
+checks that a requested file belongs to an indexed collection, and formats results.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from qmdlab.errors import QmdlabError
+from qmdlab.mcp_server.navigation import DocumentOutline
+
+SCHEME = "qmd"
+DEFAULT_MULTI_GET_MAX_BYTES = 10_240
+DEFAULT_MULTI_GET_MAX_DOCS = 50
+_TERM = re.compile(r"\w+", re.UNICODE)
+_REF_RANGE = re.compile(r"^(?P<ref>.*?)(?::(?P<start>\d+)(?::(?P<count>\d+))?)?$")
+
+
+def resource_uri(docno: str) -> str:
+    """``qmd://collection/path`` for a docno ``collection/path``.
+
+    >>> resource_uri("default/howto/git.md")
+    'qmd://default/howto/git.md'
+    """
+    return f"{SCHEME}://{docno}"
+
+
+def _is_traversal(ref: str) -> bool:
+    """True for refs that try to leave a collection (``..`` components, NUL bytes).
+
+    >>> _is_traversal("../../etc/passwd"), _is_traversal("a/../b.md"), _is_traversal("a/b..md")
+    (True, True, False)
+    """
+    if "\x00" in ref:
+        return True
+    parts = re.split(r"[\\/]+", ref)
+    return any(part == ".." for part in parts)
+
+
+def split_ref(ref: str) -> tuple[str, str | None, int | None, int | None]:
+    """Split ``path[#address][:from[:count]]`` into its parts.
+
+    A leading ``#`` is a docid (``#abc123``), not a section address.
+
+    >>> split_ref("notes/a.md:10:5")
+    ('notes/a.md', None, 10, 5)
+    >>> split_ref("#abc123:3")
+    ('#abc123', None, 3, None)
+    >>> split_ref("notes/a.md#install/linux")
+    ('notes/a.md', 'install/linux', None, None)
+    """
+    m = _REF_RANGE.match(ref.strip())
+    assert m is not None
+    base, start, count = m.group("ref"), m.group("start"), m.group("count")
+    address = None
+    hash_at = base.find("#", 1)
+    if hash_at > 0:
+        base, address = base[:hash_at], base[hash_at + 1 :]
+    return base, address, int(start) if start else None, int(count) if count else None
+
+
+def _number(lines: Sequence[str], first: int) -> str:
+    width = len(str(first + len(lines) - 1))
+    return "\n".join(f"{first + i:>{width}}: {line}" for i, line in enumerate(lines))
+
+
+def _records(df: Any) -> list[dict[str, Any]]:
+    return [] if df is None else list(df.to_dicts())
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf (not JSON) become ``None``; containers are cleaned recursively.
+
+    >>> _json_safe({"a": [1.0, float("nan")], "b": float("inf")})
+    {'a': [1.0, None], 'b': None}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _terms(text: str) -> set[str]:
+    return {t.lower() for t in _TERM.findall(text or "") if len(t) > 1}
+
+
+class Engine:
+    """One index + warm models + a pipeline, shared by all requests of a server.
+
+    Parameters
+    ----------
+    index : Index, str, Path or None
+        An open index, or a name/path for :meth:`Index.open` (``None``: ``$QMDLAB_INDEX``
+        or ``default``).
+    preset : str or None
+        Model preset for :func:`qmdlab.models.load_models` (``None``: ``$QMDLAB_PRESET``,
+        else the library default). ``fake`` gives the deterministic test models.
+    config : PipelineConfig or None
+        Pipeline constants; per-request options (limit, minScore, candidateLimit,
+        rerank) are passed to :meth:`Lab.query` as overrides of it.
+    models : ModelSet or None
+        Models to use instead of ``load_models(preset)``.
+    """
+
+    def __init__(self, index: Any = None, *, preset: str | None = None, config: Any = None, models: Any = None):
+        from qmdlab.store import Index
+
+        self.index = index if isinstance(index, Index) else Index.open(index)
+        self.preset = preset or os.environ.get("QMDLAB_PRESET") or None
+        self._config = config
+        self._models = models
+        self._lab = None
+        self.lock = threading.RLock()
+
+    # -- lazily built, then kept warm ---------------------------------------------
+    @property
+    def config(self):
+        if self._config is None:
+            from qmdlab.pipeline.config import PipelineConfig
+
+            self._config = PipelineConfig()
+        return self._config
+
+    @property
+    def models(self):
+        if self._models is None:
+            from qmdlab.models import load_models
+
+            self._models = load_models(self.preset) if self.preset else load_models()
+        return self._models
+
+    def lab(self):
+        if self._lab is None:
+            from qmdlab.pipeline.lab import Lab
+
+            self._lab = Lab(self.index, self.models, self.config)
+        return self._lab
+
+    def warm(self) -> None:
+        """Build the pipeline (and whatever the model layer loads eagerly) now."""
+        with self.lock:
+            self.lab()
+
+    # -- collections and documents ------------------------------------------------
+    def _collections(self) -> list[Any]:
+        return list(self.index.collections())
+
+    def _check_collections(self, names: Sequence[str] | None) -> list[str] | None:
+        if not names:
+            return None
+        known = {c.name for c in self._collections()}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise QmdlabError(
+                f"unknown collection(s): {', '.join(unknown)}; indexed collections: {', '.join(sorted(known)) or 'none'}"
+            )
+        return list(names)
+
+    def _inside_collections(self, path: Path) -> bool:
+        try:
+            target = Path(path).resolve()
+        except OSError:
+            return False
+        for coll in self._collections():
+            root = Path(coll.root).expanduser().resolve()
+            if target == root or root in target.parents:
+                return True
+        return False
+
+    def document(self, ref: str):
+        """Resolve a ref (docno, collection-relative path, ``#docid``) to an indexed document.
+
+        Refuses ``..`` components and anything that does not resolve to a document of an
+        indexed collection; the text served is the index's copy, never a fresh read of an
+        arbitrary file.
+        """
+        ref = (ref or "").strip()
+        if not ref:
+            raise QmdlabError("empty document reference; give a path like 'collection/dir/file.md' or a '#docid'")
+        if _is_traversal(ref):
+            raise QmdlabError(f"refusing {ref!r}: '..' path components are not allowed; only files of indexed collections are served")
+        try:
+            doc = self.index.get(ref)
+        except QmdlabError as err:
+            raise QmdlabError(f"no indexed document matches {ref!r} ({err}); only files of indexed collections are served") from None
+        except (KeyError, LookupError, FileNotFoundError, ValueError):
+            raise QmdlabError(f"no indexed document matches {ref!r}; only files of indexed collections are served") from None
+        abs_path = getattr(doc, "abs_path", None)
+        if abs_path is not None and not self._inside_collections(Path(abs_path)):
+            raise QmdlabError(f"refusing {ref!r}: it is outside every indexed collection")
+        return doc
+
+    def _doc_info(self, doc: Any) -> dict[str, Any]:
+        collection, _, path = doc.docno.partition("/")
+        info = {
+            "docno": doc.docno,
+            "docid": getattr(doc, "docid", None),
+            "collection": collection,
+            "path": path,
+            "uri": resource_uri(doc.docno),
+            "title": getattr(doc, "title", None) or "",
+        }
+        try:
+            contexts = self.index.contexts_for(doc.docno)
+        except Exception:  # contexts are optional decoration
+            contexts = []
+        if contexts:
+            info["context"] = list(contexts)
+        return info
+
+    # -- tools ----------------------------------------------------------------------
+    def get(self, file: str, from_line: int | None = None, max_lines: int | None = None,
+            line_numbers: bool = False) -> tuple[str, dict[str, Any]]:
+        base, address, ref_start, ref_count = split_ref(file)
+        with self.lock:
+            doc = self.document(base)
+            body = doc.body or ""
+            if address is not None:
+                outline = DocumentOutline.parse(body, getattr(doc, "title", "") or "")
+                sec = outline.section(address)
+                first, last = sec.line_start, sec.line_end
+            else:
+                first, last = 1, None
+            info = self._doc_info(doc)
+        lines = body.split("\n")
+        if lines and lines[-1] == "" and len(lines) > 1:
+            lines = lines[:-1]
+        last = len(lines) if last is None else last
+        start = from_line if from_line is not None else ref_start
+        count = max_lines if max_lines is not None else ref_count
+        if start is not None:
+            if start < 1:
+                raise QmdlabError(f"fromLine must be 1 or more, got {start}")
+            first = max(first, start) if address is not None else start
+        if count is not None:
+            if count < 1:
+                raise QmdlabError(f"maxLines must be 1 or more, got {count}")
+            last = min(last, first + count - 1)
+        if first > len(lines) and len(lines) > 0:
+            raise QmdlabError(f"{doc.docno} has {len(lines)} lines; fromLine {first} is past the end")
+        selected = lines[first - 1 : last]
+        text = _number(selected, first) if line_numbers else "\n".join(selected)
+        data = dict(info, text=text, line_start=first, line_end=first + len(selected) - 1,
+                    total_lines=len(lines), truncated=first > 1 or last < len(lines))
+        if address is not None:
+            data["address"] = sec.address
+            data["heading_path"] = list(sec.heading_path)
+        header = f"{doc.docno} (#{info['docid']}) lines {data['line_start']}-{data['line_end']} of {len(lines)}"
+        return f"{header}\n\n{text}", data
+
+    def multi_get(self, pattern: str, max_lines: int | None = None, max_bytes: int = DEFAULT_MULTI_GET_MAX_BYTES,
+                  line_numbers: bool = False, max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS) -> tuple[str, dict[str, Any]]:
+        pattern = (pattern or "").strip()
+        if not pattern:
+            raise QmdlabError("empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids")
+        with self.lock:
+            if any(ch in pattern for ch in "*?[") and "," not in pattern:
+                if _is_traversal(pattern):
+                    raise QmdlabError(f"refusing {pattern!r}: '..' path components are not allowed")
+                docs = self.index.documents()
+                names = [d for d in docs["docno"].to_list()
+                         if fnmatch.fnmatchcase(d, pattern) or fnmatch.fnmatchcase(d.partition("/")[2], pattern)]
+                if not names:
+                    raise QmdlabError(f"no indexed document matches the glob {pattern!r}")
+                refs = sorted(names)
+            else:
+                refs = [r.strip() for r in pattern.split(",") if r.strip()]
+            if len(refs) > max_docs:
+                raise QmdlabError(f"{len(refs)} documents match {pattern!r}; at most {max_docs} per call — narrow the pattern")
+            documents, skipped, errors = [], [], []
+            for ref in refs:
+                try:
+                    doc = self.document(ref)
+                except QmdlabError as err:
+                    errors.append({"ref": ref, "error": str(err)})
+                    continue
+                body = doc.body or ""
+                size = len(body.encode("utf-8"))
+                info = self._doc_info(doc)
+                if size > max_bytes:
+                    skipped.append(dict(info, size=size, reason=f"larger than maxBytes={max_bytes}; use get"))
+                    continue
+                lines = body.split("\n")
+                if lines and lines[-1] == "" and len(lines) > 1:
+                    lines = lines[:-1]
+                shown = lines[:max_lines] if max_lines else lines
+                text = _number(shown, 1) if line_numbers else "\n".join(shown)
+                documents.append(dict(info, size=size, text=text, total_lines=len(lines), truncated=len(shown) < len(lines)))
+        parts = [f"--- {d['docno']} (#{d['docid']})\n{d['text']}" for d in documents]
+        parts += [f"--- {s['docno']} skipped: {s['reason']}" for s in skipped]
+        parts += [f"--- {e['ref']}: {e['error']}" for e in errors]
+        summary = f"{len(documents)} document(s), {len(skipped)} skipped, {len(errors)} error(s)"
+        return summary + "\n" + "\n".join(parts), {"documents": documents, "skipped": skipped, "errors": errors}
+
+    def outline(self, file: str) -> tuple[str, dict[str, Any]]:
+        with self.lock:
+            doc = self.document(file)
+            outline = self._outline(doc)
+            info = self._doc_info(doc)
+        data = dict(info, sections=[s.as_dict() for s in outline.sections])
+        return f"{doc.docno}: {len(outline.sections) - 1} section(s)\n{outline.tree_text()}", data
+
+    def _outline(self, doc: Any) -> DocumentOutline:
+        outline = DocumentOutline.parse(doc.body or "", getattr(doc, "title", "") or "")
+        try:
+            chunks = self.index.chunks([doc.docno])
+            outline.attach_chunks(zip(chunks["chunk_id"].to_list(), chunks["line_start"].to_list()))
+        except QmdlabError:
+            pass
+        return outline
+
+    def read_section(self, file: str, address: str) -> tuple[str, dict[str, Any]]:
+        with self.lock:
+            doc = self.document(file)
+            outline = self._outline(doc)
+            sec = outline.section(address)
+            info = self._doc_info(doc)
+        text = outline.section_text(sec.address)
+        data = dict(info, **sec.as_dict(), text=text)
+        crumb = " > ".join(sec.heading_path) or "(document)"
+        return f"{doc.docno} § {crumb} [{sec.address}] lines {sec.line_start}-{sec.line_end}\n\n{text}", data
+
+    def parent(self, file: str, address: str) -> tuple[str, dict[str, Any]]:
+        with self.lock:
+            doc = self.document(file)
+            outline = self._outline(doc)
+            par = outline.parent(address)
+            info = self._doc_info(doc)
+        if par is None:
+            raise QmdlabError(f"{address!r} is the document root of {doc.docno}; it has no parent")
+        text = outline.section_text(par.address)
+        data = dict(info, **par.as_dict(), text=text)
+        crumb = " > ".join(par.heading_path) or "(document root)"
+        return f"{doc.docno} § {crumb} [{par.address}] lines {par.line_start}-{par.line_end}\n\n{text}", data
+
+    def status(self) -> tuple[str, dict[str, Any]]:
+        from qmdlab.mcp_server.instructions import index_summary
+
+        with self.lock:
+            summary = index_summary(self)
+        lines = [f"index: {summary['index_dir']}", f"documents: {summary['documents']}, chunks: {summary['chunks']}"]
+        for c in summary["collections"]:
+            lines.append(f"  {c['name']}: {c['documents']} docs at {c['root']}")
+        if summary.get("chunks_without_vectors") is not None:
+            lines.append(f"chunks without vectors: {summary['chunks_without_vectors']}")
+        lines.append("models: " + ", ".join(f"{k}={v}" for k, v in summary["models"].items()))
+        return "\n".join(lines), summary
+
+    # -- query ------------------------------------------------------------------------
+    def query(self, query: str | None = None, searches: Sequence[dict[str, str]] | None = None,
+              collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,
+              minScore: float = 0.0, candidateLimit: int = 40, rerank: bool = True,
+              explain: bool = False) -> tuple[str, dict[str, Any]]:
+        searches = [dict(s) for s in (searches or [])]
+        text = (query or "").strip()
+        if not text and not searches:
+            raise QmdlabError("give a 'query' or 1-10 typed 'searches' ({type: lex|vec|hyde, query: ...})")
+        if len(searches) > 10:
+            raise QmdlabError(f"at most 10 searches per query, got {len(searches)}")
+        for s in searches:
+            if s.get("type") not in ("lex", "vec", "hyde") or not str(s.get("query", "")).strip():
+                raise QmdlabError(f"bad search {s!r}: each needs type lex|vec|hyde and a non-empty query")
+        with self.lock:
+            colls = self._check_collections(collections)
+            overrides = {"limit": int(limit), "min_score": float(minScore),
+                         "candidate_limit": int(candidateLimit), "rerank": bool(rerank)}
+            trace = self._run(text, searches, colls, intent, overrides)
+            results = self._results(trace, text or " ".join(s["query"] for s in searches), intent, explain)
+        data: dict[str, Any] = {
+            "query": text or None,
+            "searches": searches,
+            "intent": intent,
+            "collections": colls,
+            "results": results,
+            "notes": _records(getattr(trace, "notes", None)),
+        }
+        if explain:
+            data["expansions"] = _records(getattr(trace, "expansions", None))
+            data["timings"] = _records(getattr(trace, "timings", None))
+        data = _json_safe(data)
+        head = text or "; ".join(f"{s['type']}: {s['query']}" for s in searches)
+        out = [f"{len(results)} result(s) for {head!r}"]
+        for r in results:
+            crumb = " > ".join(r["heading_path"])
+            out.append(f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                       + (f"  [{crumb}]" if crumb else "") + (f"\n   {r['title']}" if r.get("title") else ""))
+            if r.get("snippet"):
+                out.append("   " + r["snippet"].replace("\n", "\n   "))
+        return "\n".join(out), data
+
+    def _run(self, text: str, searches: list[dict[str, str]], collections: list[str] | None,
+             intent: str | None, overrides: dict[str, Any]):
+        """Run the pipeline through qmdlab's API (the only place that calls the Lab)."""
+        return self.lab().query(text, intent=intent or None, qid="q", collections=collections,
+                                searches=[(s["type"], s["query"]) for s in searches] or None, **overrides)
+
+    def _results(self, trace: Any, query_text: str, intent: str | None, explain: bool) -> list[dict[str, Any]]:
+        """Format the trace's finished rows: snippet and line come from the pipeline's ``results``
+        table; the heading breadcrumb and section address are those of the snippet's line."""
+        final = trace.final.sort("final_rank")
+        if final.height == 0:
+            return []
+        finished = {r["docno"]: r for r in trace.results.iter_rows(named=True)}
+        docnos = final["docno"].to_list()
+        chunk_of: dict[str, int] = {}  # the chunk each result was judged on, else its best list hit
+        for table in (trace.rerank, trace.lists.sort("rank")):
+            for row in table.iter_rows(named=True):
+                if row["chunk_id"] is not None:
+                    chunk_of.setdefault(row["docno"], int(row["chunk_id"]))
+        fused_by = {r["docno"]: r for r in trace.fused.iter_rows(named=True)} if explain else {}
+        results = []
+        for row in final.iter_rows(named=True):
+            docno = row["docno"]
+            done = finished.get(docno, {})
+            try:
+                doc = self.index.get(docno)
+                info = self._doc_info(doc)
+                body = doc.body or ""
+            except QmdlabError:  # deleted since the search ran
+                collection, _, path = docno.partition("/")
+                info = {"docno": docno, "docid": done.get("docid"), "collection": collection, "path": path,
+                        "uri": resource_uri(docno), "title": done.get("title") or ""}
+                body = ""
+            line, snippet = done.get("line"), done.get("snippet")
+            if line is None and body:
+                from qmdlab.pipeline.finish import snippet as make_snippet
+
+                line, snippet = make_snippet(body, sorted(_terms(query_text) | _terms(intent or "")))
+            sec = None
+            if body and line:
+                # the snippet opens one context line above its best line (none at the top)
+                hit = int(line) + (1 if int(line) > 1 and "\n" in (snippet or "") else 0)
+                sec = DocumentOutline.parse(body, info["title"]).section_at_line(hit)
+            result = dict(info, rank=int(row["final_rank"]), score=float(row["final_score"]),
+                          chunk_id=chunk_of.get(docno), line=line, snippet=snippet or "",
+                          heading_path=list(sec.heading_path) if sec else [], address=sec.address if sec else "")
+            if explain:
+                stages = {k: v for k, v in row.items() if k not in ("qid", "docno")}
+                for k, v in fused_by.get(docno, {}).items():
+                    if k not in ("qid", "docno"):
+                        stages.setdefault(k, v)
+                stages["lists"] = [
+                    {k: v for k, v in r.items() if k not in ("qid", "docno")}
+                    for r in trace.lists.filter(trace.lists["docno"] == docno).sort("list_id").iter_rows(named=True)
+                ]
+                rr = trace.rerank.filter(trace.rerank["docno"] == docno)
+                if rr.height:
+                    stages["rerank_chunk_id"] = rr["chunk_id"][0]
+                    stages["rerank_cached"] = rr["cached"][0]
+                result["stages"] = stages
+            results.append(result)
+        return results

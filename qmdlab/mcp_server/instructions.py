@@ -1,0 +1,86 @@
+"""Server instructions written from the index itself.
+
+An agent connecting to the server learns what it can search before its first call:
+how many documents, which collections (and their contexts), whether some chunks still
+lack embeddings (vector search then misses them), and how to use the tools.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def index_summary(engine: Any) -> dict[str, Any]:
+    """Counts and settings of an :class:`~qmdlab.mcp_server.engine.Engine`'s index (JSON-able)."""
+    idx = engine.index
+    st = idx.status()
+    try:
+        contexts = [{"target": t, "text": x} for t, x in _pairs(idx.contexts())]
+    except Exception:  # contexts are decoration; a store without them still serves
+        contexts = []
+    collections = [dict(c, uri=f"qmd://{c['name']}/") for c in st["collections"]]
+    models: dict[str, Any] = {}
+    missing = None
+    ms = engine.models
+    for role in ("embedder", "expander", "reranker"):
+        m = getattr(ms, role, None)
+        models[role] = getattr(m, "model_id", None) if m is not None else None
+    embedder = getattr(ms, "embedder", None)
+    if embedder is not None:
+        try:
+            missing = int(idx.chunks_needing_vectors(embedder.fingerprint).height)
+        except Exception:  # a store error here must not take status down
+            missing = None
+    return {
+        "index_dir": st["index"],
+        "documents": int(st["documents"]),
+        "chunks": int(st["chunks"]),
+        "vectors": st.get("vectors", {}),
+        "chunks_without_vectors": missing,
+        "collections": collections,
+        "contexts": contexts,
+        "models": models,
+        "preset": engine.preset,
+    }
+
+
+def _pairs(contexts: Any) -> list[tuple[str, str]]:
+    if hasattr(contexts, "iter_rows"):  # a DataFrame
+        return [(str(r[0]), str(r[1])) for r in contexts.iter_rows()]
+    if isinstance(contexts, dict):
+        return [(str(k), str(v)) for k, v in contexts.items()]
+    out = []
+    for item in contexts or []:
+        if isinstance(item, dict):
+            out.append((str(item.get("target")), str(item.get("text"))))
+        elif hasattr(item, "target"):
+            out.append((str(item.target), str(item.text)))
+        else:
+            out.append((str(item[0]), str(item[1])))
+    return out
+
+
+def build_instructions(engine: Any) -> str:
+    """The server's ``instructions`` string for one engine's index."""
+    s = index_summary(engine)
+    lines = [
+        f"qmdlab: hybrid search (BM25 + vectors, fused, reranked) over {s['documents']} markdown document(s) "
+        f"in {len(s['collections'])} collection(s).",
+    ]
+    for c in s["collections"]:
+        lines.append(f"- collection '{c['name']}': {c['documents']} document(s) (resources {c['uri']}<path>)")
+    for ctx in s["contexts"][:20]:
+        lines.append(f"- context for {ctx['target']}: {ctx['text']}")
+    if s["documents"] == 0:
+        lines.append("The index is empty: add a collection and run `qmdlab update` before searching.")
+    if s["chunks_without_vectors"]:
+        lines.append(f"Note: {s['chunks_without_vectors']} chunk(s) have no embedding yet, so vector search misses "
+                     "them (run `qmdlab embed`); keyword search still finds them.")
+    lines += [
+        "Tools: `query` searches (a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
+        "question, hyde: a short passage that would answer it; `explain: true` returns each result's stage scores). "
+        "Results carry a docno, a heading breadcrumb and a section `address`.",
+        "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "
+        "comma-separated list), and move through a document with `outline`, `read_section` and `parent`. "
+        "`status` reports the index.",
+    ]
+    return "\n".join(lines)

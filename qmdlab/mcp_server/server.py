@@ -1,0 +1,328 @@
+"""The MCP server: read-only tools and document resources over one :class:`Engine`.
+
+Built on the official SDK's :class:`mcp.server.mcpserver.MCPServer`. Every tool returns a
+short human-readable text block plus ``structuredContent`` with the full details, and
+rejects parameters it does not know (the SDK alone would silently drop them). Documents
+are resources ``qmd://<collection>/<path>``.
+
+>>> from qmdlab.mcp_server.server import TOOL_NAMES
+>>> TOOL_NAMES
+('query', 'get', 'multi_get', 'status', 'outline', 'read_section', 'parent')
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Annotated, Any, Callable, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.resources import FunctionResource
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+import qmdlab
+from qmdlab.errors import QmdlabError
+from qmdlab.mcp_server.engine import DEFAULT_MULTI_GET_MAX_BYTES, Engine, resource_uri
+from qmdlab.mcp_server.instructions import build_instructions
+
+log = logging.getLogger(__name__)
+
+TOOL_NAMES = ("query", "get", "multi_get", "status", "outline", "read_section", "parent")
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+
+class SubSearch(BaseModel):
+    """One typed sub-query: ``lex`` (keywords → BM25), ``vec`` (question → vectors), ``hyde`` (passage → vectors)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["lex", "vec", "hyde"]
+    query: Annotated[str, Field(min_length=1, description="The sub-query text.")]
+
+
+class QueryRequest(BaseModel):
+    """Arguments of the ``query`` tool and of ``POST /query`` (unknown keys rejected)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str | None = None
+    searches: Annotated[list[SubSearch] | None, Field(min_length=1, max_length=10)] = None
+    collections: list[str] | None = None
+    intent: str | None = None
+    limit: Annotated[int, Field(ge=1, le=100)] = 10
+    minScore: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
+    rerank: bool = True
+    explain: bool = False
+
+    @model_validator(mode="after")
+    def _need_something(self) -> "QueryRequest":
+        if not (self.query or "").strip() and not self.searches:
+            raise ValueError("give a non-empty 'query' or 1-10 typed 'searches'")
+        return self
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        data = self.model_dump()
+        data["searches"] = [s.model_dump() for s in self.searches or []]
+        return data
+
+
+def _result(text: str, data: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def _user_errors(fn: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[..., CallToolResult]:
+    """Turn :class:`QmdlabError` into a tool error whose message reaches the agent."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return _result(*fn(*args, **kwargs))
+        except QmdlabError as err:
+            raise ToolError(str(err)) from err
+
+    return wrapper
+
+
+def _strict(tool: Tool) -> Tool:
+    """Make a tool reject unknown arguments with a message naming them and the accepted ones."""
+    base = tool.fn_metadata.arg_model
+    accepted = sorted(f.alias or name for name, f in base.model_fields.items())
+    tool_name = tool.name
+
+    def reject_unknown(cls: Any, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(accepted))
+            if unknown:
+                raise PydanticCustomError(
+                    "unknown_parameter", "unknown parameter(s) {unknown} for tool '{tool}'; accepted: {accepted}",
+                    {"unknown": ", ".join(map(repr, unknown)), "tool": tool_name, "accepted": ", ".join(accepted)})
+        return data
+
+    Strict = type(base.__name__, (base,), {
+        "__module__": __name__,
+        "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
+        "_reject_unknown": model_validator(mode="before")(classmethod(reject_unknown)),
+    })
+    tool.fn_metadata.arg_model = Strict
+    tool.parameters = Strict.model_json_schema(by_alias=True)
+    return tool
+
+
+def build_server(engine: Engine) -> MCPServer:
+    """An :class:`MCPServer` exposing ``engine`` (tools, resources, instructions)."""
+
+    def query(
+        query: Annotated[str | None, Field(description="A plain search query (expanded, fused and reranked).")] = None,
+        searches: Annotated[list[SubSearch] | None, Field(min_length=1, max_length=10, description=(
+            "Typed sub-queries used instead of model expansion: lex = keywords (BM25), vec = a question "
+            "(vectors), hyde = a passage resembling the answer (vectors)."))] = None,
+        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+        intent: Annotated[str | None, Field(description="What the searcher is trying to do; steers expansion and chunk choice.")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results scoring below this.")] = 0.0,
+        candidateLimit: Annotated[int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")] = 40,
+        rerank: Annotated[bool, Field(description="Rerank candidates with the LLM reranker.")] = True,
+        explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
+    ) -> CallToolResult:
+        """Search the indexed markdown (hybrid BM25 + vector retrieval, RRF fusion, LLM rerank).
+
+        Each result has its docno, #docid, score, snippet with line number, heading breadcrumb and the
+        section address for read_section/parent.
+        """
+        return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
+                                          collections=collections, intent=intent, limit=limit, minScore=minScore,
+                                          candidateLimit=candidateLimit, rerank=rerank, explain=explain)
+
+    def get(
+        file: Annotated[str, Field(description="Path ('collection/dir/file.md' or collection-relative), '#docid'; "
+                                               "optional ':from:count' suffix or '#address' section.")],
+        fromLine: Annotated[int | None, Field(ge=1, description="First line (1-based).")] = None,
+        maxLines: Annotated[int | None, Field(ge=1, description="Lines to return at most.")] = None,
+        lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+    ) -> CallToolResult:
+        """Read one indexed document (or a line range, or one section)."""
+        return _user_errors(engine.get)(file, fromLine, maxLines, lineNumbers)
+
+    def multi_get(
+        pattern: Annotated[str, Field(description="A glob over docnos/paths ('notes/**/*.md') or a comma-separated list of paths/#docids.")],
+        maxLines: Annotated[int | None, Field(ge=1, description="Lines per document at most.")] = None,
+        maxBytes: Annotated[int, Field(ge=1, description="Skip documents larger than this (bytes).")] = DEFAULT_MULTI_GET_MAX_BYTES,
+        lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+    ) -> CallToolResult:
+        """Read several indexed documents at once (size-capped)."""
+        return _user_errors(engine.multi_get)(pattern, maxLines, maxBytes, lineNumbers)
+
+    def status() -> CallToolResult:
+        """Index status: documents and chunks per collection, embedding gaps, models."""
+        return _user_errors(engine.status)()
+
+    def outline(
+        file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
+    ) -> CallToolResult:
+        """A document's heading tree: each section's address, lines and chunk ids."""
+        return _user_errors(engine.outline)(file)
+
+    def read_section(
+        file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
+        address: Annotated[str, Field(description="Section address from outline or a search result ('' = whole document).")],
+    ) -> CallToolResult:
+        """The full text of one section (with its subsections)."""
+        return _user_errors(engine.read_section)(file, address)
+
+    def parent(
+        file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
+        address: Annotated[str, Field(description="A section address; its enclosing section is returned.")],
+    ) -> CallToolResult:
+        """The section enclosing a section (one level up the heading tree), with its full text."""
+        return _user_errors(engine.parent)(file, address)
+
+    fns = {"query": query, "get": get, "multi_get": multi_get, "status": status, "outline": outline,
+           "read_section": read_section, "parent": parent}
+    tools = [_strict(Tool.from_function(fns[name], annotations=READ_ONLY)) for name in TOOL_NAMES]
+    server: MCPServer = MCPServer(
+        "qmdlab",
+        title="qmdlab knowledge base",
+        instructions=build_instructions(engine),
+        version=qmdlab.__version__,
+        tools=tools,
+        log_level="WARNING",
+    )
+    _add_resources(server, engine)
+    return server
+
+
+def _add_resources(server: MCPServer, engine: Engine) -> None:
+    def read_doc(docno: str) -> str:
+        try:
+            return engine.document(docno).body or ""
+        except QmdlabError as err:
+            from mcp.server.mcpserver.exceptions import ResourceError
+
+            raise ResourceError(str(err)) from err
+
+    with engine.lock:
+        docs = engine.index.documents()
+    for row in docs.select("docno", "title").iter_rows(named=True):
+        docno = row["docno"]
+        server.add_resource(FunctionResource.from_function(
+            functools.partial(read_doc, docno), uri=resource_uri(docno), name=docno,
+            title=row["title"] or None, description=f"indexed markdown document {docno}", mime_type="text/markdown"))
+
+    @server.resource("qmd://{collection}/{+path}", name="document", mime_type="text/markdown",
+                     description="An indexed markdown document: qmd://<collection>/<path>")
+    def document(collection: str, path: str) -> str:
+        return read_doc(f"{collection}/{path}")
+
+
+class _DrainingStdio:
+    """stdin/stdout for the SDK's stdio transport that finish in-flight requests on EOF.
+
+    The SDK ends its serving loop as soon as stdin closes, dropping requests still being
+    worked on. Here the stdin iterator records the id of every request it hands over and
+    the stdout writer forgets an id once its response is written; at end of input the
+    iterator waits until no request is pending (or ``drain_timeout`` seconds pass) before
+    reporting EOF, so every request written before stdin closed gets its answer.
+    """
+
+    def __init__(self, stdin: Any, stdout: Any, drain_timeout: float = 600.0):
+        import anyio
+
+        self._in, self._out = stdin, stdout
+        self.pending: set[Any] = set()
+        self._changed = anyio.Event()
+        self.drain_timeout = drain_timeout
+
+    @staticmethod
+    def _messages(line: str) -> list[dict[str, Any]]:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return []
+        items = data if isinstance(data, list) else [data]
+        return [m for m in items if isinstance(m, dict)]
+
+    def _settle(self, request_id: Any) -> None:
+        import anyio
+
+        if request_id in self.pending:
+            self.pending.discard(request_id)
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def _lines(self):
+        import anyio
+
+        async for line in self._in:
+            for msg in self._messages(line):
+                if "method" in msg and "id" in msg:
+                    self.pending.add(msg["id"])
+                elif msg.get("method") == "notifications/cancelled":
+                    self._settle((msg.get("params") or {}).get("requestId"))
+            yield line
+        with anyio.move_on_after(self.drain_timeout):
+            while self.pending:
+                await self._changed.wait()
+        if self.pending:
+            log.warning("stdin closed; gave up waiting for %d request(s)", len(self.pending))
+
+    def __aiter__(self):
+        return self._lines()
+
+    async def write(self, text: str) -> None:
+        await self._out.write(text)
+        for msg in self._messages(text):
+            if "id" in msg and "method" not in msg:
+                self._settle(msg["id"])
+
+    async def flush(self) -> None:
+        await self._out.flush()
+
+
+def serve_stdio(engine: Engine) -> None:
+    """Serve MCP over stdin/stdout; on stdin EOF finish the requests in flight, then return.
+
+    While serving, file descriptor 1 points at stderr (the protocol uses a private
+    duplicate), so nothing a library prints can corrupt the protocol stream; fd 0 points
+    at the null device.
+    """
+    import anyio
+    import os
+    import sys
+
+    from mcp.server.stdio import stdio_server
+
+    engine.warm()  # models load once, before the first request, and stay warm
+    server = build_server(engine)
+    sys.stdout.flush()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    stdin = open(wire_in, "r", encoding="utf-8", errors="replace", newline="\n")
+    stdout = open(wire_out, "w", encoding="utf-8", newline="\n")
+
+    async def main() -> None:
+        io = _DrainingStdio(anyio.wrap_file(stdin), anyio.wrap_file(stdout))
+        # The low-level server is what MCPServer.run_stdio_async drives; it is driven here
+        # so that the draining stdin/stdout can be passed to the SDK's stdio transport.
+        lowlevel = server._lowlevel_server
+        async with stdio_server(stdin=io, stdout=io) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    try:
+        anyio.run(main)
+    finally:
+        for f in (stdin, stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)

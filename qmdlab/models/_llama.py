@@ -1,0 +1,148 @@
+"""Shared llama.cpp plumbing: the lazy import, and a lazily-loaded, thread-safe, idle-released model.
+
+Each role's backend (``llama_embed``, ``llama_expand``, ``llama_rerank``) owns one
+:class:`LazyLlama`. Nothing touches the model file until the first call; every call holds the
+handle's lock (llama.cpp contexts are not thread-safe); after ``idle_timeout`` seconds without a
+call the weights are released and the next call loads them again.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from qmdlab.errors import ModelError
+
+INSTALL_HINT = "pip install 'qmdlab[llama]'  (llama-cpp-python==0.3.36)"
+DEFAULT_IDLE_TIMEOUT = 300.0
+
+
+def import_llama_cpp():
+    """Import ``llama_cpp`` or raise :class:`ModelError` with the install command."""
+    try:
+        import llama_cpp
+    except ImportError as err:
+        raise ModelError(f"llama-cpp-python is not installed; run `{INSTALL_HINT}`") from err
+    return llama_cpp
+
+
+def default_threads() -> int:
+    """``$QMDLAB_THREADS``, else the CPU count capped at 4 (llama.cpp gains little beyond that here).
+
+    >>> import os; os.environ["QMDLAB_THREADS"] = "3"; default_threads()
+    3
+    >>> del os.environ["QMDLAB_THREADS"]
+    """
+    env = os.environ.get("QMDLAB_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ModelError(f"QMDLAB_THREADS={env!r} is not an integer; set it to e.g. 2") from None
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class LazyLlama:
+    """A ``llama_cpp.Llama`` created on first use and released after ``idle_timeout`` idle seconds.
+
+    Parameters
+    ----------
+    resolve : callable
+        Returns the GGUF path (may download / assemble it); called at load time only.
+    n_threads : int, optional
+        Passed to llama.cpp as both ``n_threads`` and ``n_threads_batch``; default
+        :func:`default_threads`.
+    idle_timeout : float or None
+        Seconds of inactivity before the weights are freed; ``None`` keeps them.
+    **params
+        Further ``llama_cpp.Llama`` keyword arguments (``n_ctx``, ``embedding``, …).
+    """
+
+    def __init__(self, resolve: Callable[[], Path], *, n_threads: Optional[int] = None,
+                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, **params: Any):
+        self.resolve = resolve
+        self.n_threads = n_threads or default_threads()
+        self.idle_timeout = idle_timeout
+        self.params = params
+        self._lock = threading.RLock()
+        self._llm = None
+        self._timer: Optional[threading.Timer] = None
+        self._last_used = 0.0
+        self.path: Optional[Path] = None
+        self.loads = 0
+        self.load_seconds: Optional[float] = None
+        self._on_load: list[Callable[[Any], None]] = []
+
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    def on_load(self, fn: Callable[[Any], None]) -> None:
+        """Register ``fn(llm)``, run under the lock right after each (re)load."""
+        self._on_load.append(fn)
+
+    def _load(self) -> None:
+        llama_cpp = import_llama_cpp()
+        path = Path(self.resolve())
+        t0 = time.perf_counter()
+        try:
+            llm = llama_cpp.Llama(model_path=str(path), n_threads=self.n_threads,
+                                  n_threads_batch=self.n_threads, verbose=False, **self.params)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise ModelError(f"llama.cpp could not load {path}: {err}; delete the file and fetch it "
+                             f"again with `qmdlab pull`") from err
+        self.load_seconds = time.perf_counter() - t0
+        self.path, self._llm = path, llm
+        self.loads += 1
+        for fn in self._on_load:
+            fn(llm)
+
+    @contextmanager
+    def use(self) -> Iterator[Any]:
+        """Hold the lock and yield the loaded model."""
+        with self._lock:
+            if self._llm is None:
+                self._load()
+            try:
+                yield self._llm
+            finally:
+                self._last_used = time.monotonic()
+                self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        if self.idle_timeout is None or (self._timer is not None and self._timer.is_alive()):
+            return
+        self._timer = threading.Timer(self.idle_timeout, self._idle_check)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _idle_check(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._llm is None:
+                return
+            idle = time.monotonic() - self._last_used
+            if idle >= self.idle_timeout:
+                self._free()
+            else:  # used since the timer was armed: wait for the remainder
+                self._timer = threading.Timer(self.idle_timeout - idle, self._idle_check)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _free(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            close = getattr(llm, "close", None)
+            if callable(close):
+                close()
+
+    def release(self) -> None:
+        """Free the weights now (the next call reloads them)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._free()

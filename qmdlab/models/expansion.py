@@ -1,0 +1,113 @@
+"""Query-expansion output: the GBNF grammar (DESIGN §3) and a pure parser.
+
+The expander writes lines ``type: content`` with ``type`` in ``lex|vec|hyde``. The grammar
+forces that shape during llama.cpp sampling; the parser turns the text into typed lines and
+records every line it cannot use, with the reason, so a trace can show what was dropped.
+Query-relevance filtering (lines equal to the query, lines sharing no query term) is a pipeline
+stage decision; :func:`relevance_filter` implements DESIGN §3's rule for whoever applies it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from qmdlab.models.base import ExpandResult
+
+LINE_TYPES = ("lex", "vec", "hyde")
+
+#: DESIGN §3, verbatim in GBNF.
+GRAMMAR = r'''root ::= line+
+line ::= type ": " content "\n"
+type ::= "lex" | "vec" | "hyde"
+content ::= [^\n]+
+'''
+
+_LINE = re.compile(r"^\s*(?P<type>[A-Za-z]+)\s*:\s?(?P<content>.*)$")
+_TERM = re.compile(r"\w+", re.UNICODE)
+
+
+def parse_expansion(raw: str) -> ExpandResult:
+    """Parse generated text into typed lines, keeping a reason for every dropped line.
+
+    Blank lines are ignored. The type is matched case-insensitively; the content is stripped.
+    Reasons: ``"not a 'type: content' line"``, ``"unknown type 'x'"``, ``"empty content"``,
+    ``"duplicate"`` (same type and content, case-insensitive, as an earlier line).
+
+    >>> r = parse_expansion("lex: git rebase\\nvec: how to rebase a branch\\nLEX: git rebase\\nfoo: bar\\nhello\\nhyde:   \\n")
+    >>> r.lines
+    [('lex', 'git rebase'), ('vec', 'how to rebase a branch')]
+    >>> r.dropped
+    [('LEX: git rebase', 'duplicate'), ('foo: bar', "unknown type 'foo'"), ('hello', "not a 'type: content' line"), ('hyde:   ', 'empty content')]
+    >>> parse_expansion("").lines
+    []
+    """
+    lines: list[tuple[str, str]] = []
+    dropped: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            dropped.append((line, "not a 'type: content' line"))
+            continue
+        kind, content = m.group("type").lower(), m.group("content").strip()
+        if kind not in LINE_TYPES:
+            dropped.append((line, f"unknown type {m.group('type')!r}"))
+        elif not content:
+            dropped.append((line, "empty content"))
+        elif (kind, content.lower()) in seen:
+            dropped.append((line, "duplicate"))
+        else:
+            seen.add((kind, content.lower()))
+            lines.append((kind, content))
+    return ExpandResult(raw, lines, dropped)
+
+
+def format_lines(lines: Iterable[tuple[str, str]]) -> str:
+    """Inverse of :func:`parse_expansion` for clean lines (grammar-conformant text).
+
+    >>> format_lines([("lex", "a b"), ("hyde", "c")])
+    'lex: a b\\nhyde: c\\n'
+    """
+    return "".join(f"{t}: {c}\n" for t, c in lines)
+
+
+def matches_grammar(raw: str) -> bool:
+    """Whether ``raw`` is derivable from :data:`GRAMMAR` (one or more ``type: content\\n`` lines).
+
+    >>> matches_grammar("lex: a\\nvec: b c\\n"), matches_grammar("lex: a"), matches_grammar("lex:a\\n")
+    (True, False, False)
+    >>> matches_grammar(""), matches_grammar("lex: \\n"), matches_grammar("lex:  \\n"), matches_grammar("hyde: x\\n\\n")
+    (False, False, True, False)
+    """
+    return re.fullmatch(r"(?:(?:lex|vec|hyde): [^\n]+\n)+", raw) is not None
+
+
+def _terms(text: str) -> set[str]:
+    return {t.lower() for t in _TERM.findall(text)}
+
+
+def relevance_filter(query: str, lines: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """DESIGN §3's rule: drop lines equal to the query and lines sharing no query term.
+
+    Returns ``(kept, dropped)`` where ``dropped`` holds ``("type: content", reason)``.
+    Terms are lowercase ``\\w+`` tokens; equality ignores case and surrounding space.
+
+    >>> kept, dropped = relevance_filter("Git Rebase", [("lex", "git rebase"), ("vec", "rebase a branch"), ("hyde", "cooking pasta")])
+    >>> kept
+    [('vec', 'rebase a branch')]
+    >>> dropped
+    [('lex: git rebase', 'equals the query'), ('hyde: cooking pasta', 'shares no query term')]
+    """
+    q = query.strip().lower()
+    qterms = _terms(query)
+    kept, dropped = [], []
+    for kind, content in lines:
+        if content.strip().lower() == q:
+            dropped.append((f"{kind}: {content}", "equals the query"))
+        elif not (_terms(content) & qterms):
+            dropped.append((f"{kind}: {content}", "shares no query term"))
+        else:
+            kept.append((kind, content))
+    return kept, dropped

@@ -1,0 +1,101 @@
+"""Query expander on llama.cpp: chat prompt per family, GBNF-constrained sampling, parsed lines."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from qmdlab.errors import ModelError
+from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, import_llama_cpp
+from qmdlab.models.base import ExpandResult, make_fingerprint
+from qmdlab.models.expansion import GRAMMAR, parse_expansion
+from qmdlab.models.templates import chat_family, expand_prompt
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling of the expander; defaults are qmd's. ``temperature=0`` is greedy (deterministic).
+
+    >>> SamplingConfig().temperature, SamplingConfig().top_k, SamplingConfig().top_p, SamplingConfig().max_tokens
+    (0.7, 20, 0.8, 600)
+    >>> DETERMINISTIC.temperature
+    0.0
+    """
+
+    temperature: float = 0.7
+    top_k: int = 20
+    top_p: float = 0.8
+    max_tokens: int = 600
+    seed: Optional[int] = None  # None: llama.cpp's default seed
+
+
+DETERMINISTIC = SamplingConfig(temperature=0.0)
+
+
+def split_truncated(raw: str, finish_reason: Optional[str]) -> tuple[str, Optional[str]]:
+    """Separate a last line cut off by ``max_tokens`` (it has no closing newline).
+
+    >>> split_truncated("lex: a\\nvec: half a", "length")
+    ('lex: a\\n', 'vec: half a')
+    >>> split_truncated("lex: a\\n", "length"), split_truncated("lex: a", "stop")
+    (('lex: a\\n', None), ('lex: a', None))
+    """
+    if finish_reason == "length" and raw and not raw.endswith("\n"):
+        head, _, tail = raw.rpartition("\n")
+        return (head + "\n" if head else ""), tail
+    return raw, None
+
+
+class LlamaExpander:
+    """Grammar-constrained query expansion with any instruct GGUF.
+
+    Parameters
+    ----------
+    resolve, model_id : see :class:`~qmdlab.models.llama_embed.LlamaEmbedder`
+    family : {"qwen3", "chatml", "gemma"}, optional
+        Prompt family; default from ``model_id`` (:func:`~qmdlab.models.templates.chat_family`).
+    sampling : SamplingConfig
+        qmd's sampling by default; :data:`DETERMINISTIC` for greedy decoding.
+    grammar : str
+        GBNF; default :data:`~qmdlab.models.expansion.GRAMMAR`.
+    """
+
+    def __init__(self, resolve: Callable[[], Path], model_id: str, *, family: Optional[str] = None,
+                 sampling: SamplingConfig = SamplingConfig(), grammar: str = GRAMMAR, n_ctx: int = 2048,
+                 n_threads: Optional[int] = None, idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT):
+        self.model_id = model_id
+        self.family = family or chat_family(model_id)
+        self.sampling = sampling
+        self.grammar_text = grammar
+        self._grammar = None
+        self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, n_ctx=n_ctx)
+        self.fingerprint = make_fingerprint(model_id, role="expand", family=self.family,
+                                            sampling=asdict(sampling), grammar=grammar)
+
+    def prompt(self, query: str, intent: Optional[str] = None) -> str:
+        return expand_prompt(self.family, query, intent)
+
+    def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult:
+        llama_cpp = import_llama_cpp()
+        s = self.sampling
+        with self.llama.use() as llm:
+            if self._grammar is None:
+                self._grammar = llama_cpp.LlamaGrammar.from_string(self.grammar_text, verbose=False)
+            tokens = llm.tokenize(self.prompt(query, intent).encode("utf-8"), add_bos=True, special=True)
+            kwargs = dict(max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                          min_p=0.0, repeat_penalty=1.0, grammar=self._grammar)
+            if s.seed is not None:
+                kwargs["seed"] = s.seed
+            try:  # llama-cpp-python reuses the KV cache of a shared prompt prefix by itself
+                out = llm.create_completion(tokens, **kwargs)
+            except (RuntimeError, ValueError) as err:
+                raise ModelError(f"query expansion with {self.model_id} failed: {err}") from err
+        choice = out["choices"][0]
+        raw, cut = split_truncated(choice["text"], choice.get("finish_reason"))
+        res = parse_expansion(raw)
+        if cut is not None:
+            res.dropped.append((cut, f"cut off at max_tokens={s.max_tokens}"))
+        return ExpandResult(choice["text"], res.lines, res.dropped)
+
+    def release(self) -> None:
+        self.llama.release()

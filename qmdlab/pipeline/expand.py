@@ -1,0 +1,141 @@
+"""Expansion: typed sub-queries from the expander (or the user), filtered.
+
+DESIGN §3 step 2: a line equal to the query is dropped, and so is a line that
+shares no query term. Terms are language-aware (:func:`query_terms`): words for
+alphabetic scripts, character bigrams for CJK runs (a single CJK character is its
+own term), so a Chinese or Japanese query is filtered like any other instead of
+being passed through untouched. Lines of a type whose stage is switched off
+(``hyde``, or ``vec``/``hyde`` without vectors) are recorded as dropped too.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, NamedTuple, Sequence
+
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.search.cjk import CJK_RUN, bigrams
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from how i in is it of on or the to what when where which who "
+    "why with you your my me we".split()
+)
+TYPES = ("lex", "vec", "hyde")
+
+
+class Expansion(NamedTuple):
+    """One expansion line and the filter's decision (a row of the ``expansions`` table)."""
+
+    type: str
+    text: str
+    kept: bool
+    reason_dropped: str | None
+    origin: str  # "expander" | "user"
+
+
+def query_terms(text: str, *, stopwords: bool = True) -> list[str]:
+    """Language-aware terms, lowercase, in order, unique.
+
+    Alphabetic words are ``\\w+`` tokens (English stopwords removed when
+    ``stopwords`` and something else remains); a CJK run contributes its character
+    bigrams (a lone character contributes itself).
+
+    >>> query_terms("How do I rebase in Git?")
+    ['rebase', 'git']
+    >>> query_terms("東京大学 campus")
+    ['東京', '京大', '大学', 'campus']
+    >>> query_terms("the")
+    ['the']
+    """
+    terms: list[str] = []
+    pos = 0
+    for m in CJK_RUN.finditer(text):
+        terms += [w.lower() for w in _WORD.findall(text[pos:m.start()])]
+        terms += bigrams(m.group(0))
+        pos = m.end()
+    terms += [w.lower() for w in _WORD.findall(text[pos:])]
+    if stopwords:
+        content = [t for t in terms if t not in _STOPWORDS]
+        terms = content or terms
+    return list(dict.fromkeys(terms))
+
+
+def shares_term(query: str, line: str) -> bool:
+    """Whether ``line`` contains at least one term of ``query`` (see :func:`query_terms`).
+
+    >>> shares_term("東京の天気", "東京 weather"), shares_term("東京の天気", "大阪")
+    (True, False)
+    """
+    q = set(query_terms(query))
+    return bool(q & set(query_terms(line, stopwords=False)))
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def filter_expansions(query: str, lines: Iterable[tuple[str, str]], config: PipelineConfig,
+                      *, origin: str = "expander", check_terms: bool = True) -> list[Expansion]:
+    """Decide, per line, whether it is kept, and why not.
+
+    User-typed searches (``origin="user"``) skip the term checks but not the stage
+    switches.
+
+    >>> c = PipelineConfig(hyde=False)
+    >>> [(e.text, e.reason_dropped) for e in filter_expansions("git rebase",
+    ...     [("lex", "Git  Rebase"), ("vec", "rebase onto main"), ("lex", "pasta"), ("hyde", "rebase is")], c)]
+    [('Git  Rebase', 'equals the query'), ('rebase onto main', None), ('pasta', 'shares no query term'), ('rebase is', 'hyde disabled')]
+    """
+    out: list[Expansion] = []
+    for kind, text in lines:
+        reason = None
+        if kind not in TYPES:
+            reason = f"unknown type {kind!r}"
+        elif kind in ("vec", "hyde") and not config.vector:
+            reason = "vector search disabled"
+        elif kind == "hyde" and not config.hyde:
+            reason = "hyde disabled"
+        elif check_terms and _same(text, query):
+            reason = "equals the query"
+        elif check_terms and not shares_term(query, text):
+            reason = "shares no query term"
+        out.append(Expansion(kind, text, reason is None, reason, origin))
+    return out
+
+
+def parse_query_document(doc: str) -> tuple[str, str | None, list[tuple[str, str]]]:
+    """Split a qmd query document into ``(text, intent, searches)``.
+
+    Lines ``intent: …``, ``lex: …``, ``vec: …``, ``hyde: …`` are typed; any other
+    non-empty lines form the plain query text.
+
+    >>> parse_query_document("intent: fix history\\nlex: git rebase\\nvec: rewrite commits")
+    ('', 'fix history', [('lex', 'git rebase'), ('vec', 'rewrite commits')])
+    >>> parse_query_document("how to rebase")
+    ('how to rebase', None, [])
+    """
+    plain: list[str] = []
+    intent: str | None = None
+    searches: list[tuple[str, str]] = []
+    for raw in doc.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        head, sep, rest = line.partition(":")
+        key = head.strip().lower()
+        if sep and key == "intent":
+            intent = rest.strip() or None
+        elif sep and key in TYPES and rest.strip():
+            searches.append((key, rest.strip()))
+        else:
+            plain.append(line)
+    return " ".join(plain), intent, searches
+
+
+def kept_lines(expansions: Sequence[Expansion]) -> list[tuple[str, str]]:
+    """``(type, text)`` of the kept lines, in order."""
+    return [(e.type, e.text) for e in expansions if e.kept]
+
+
+__all__ = ["Expansion", "query_terms", "shares_term", "filter_expansions", "parse_query_document", "kept_lines",
+           "TYPES"]

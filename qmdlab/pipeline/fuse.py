@@ -1,0 +1,215 @@
+"""Fusion: the ``lists`` table → the ``fused`` table, for many queries at once.
+
+Every method is a pure, vectorised polars function ``method(lists, config)`` with
+the same output columns (``qid, docno, rrf_base, best_rank, bonus, fused_score,
+fused_rank, n_lists``). ``rrf_base`` is the method's score before the top-rank
+bonus (for the score-based methods it is their weighted sum); only ``qmd_rrf``
+has a non-zero ``bonus``. Ties in ``fused_score`` are broken by the better
+``best_rank``, then by ``docno``, so rankings are deterministic.
+
+Each formula lives in exactly one function:
+
+=============== ===========================================================
+``rrf_term``     ``weight / (k + rank)`` (1-based rank)
+``rank_bonus``   +``bonus_rank1`` at best rank 1, +``bonus_rank23`` at 2–3
+``max_norm``     ``score / max(score of the list)`` (``norm_sum``)
+``min_max``      ``(score − min) / max(max − min, 1e-9)`` (ranx's min-max)
+``gate``         vector hits with ``score >= top1 − margin``, at most ``max_take``
+=============== ===========================================================
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import polars as pl
+
+from qmdlab.errors import ConfigError
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.trace import SCHEMAS, empty, sort_within_qid
+
+LIST_KEY = ["qid", "list_id"]
+DOC_KEY = ["qid", "docno"]
+
+
+# -- formulas (one function each) ------------------------------------------------------
+def rrf_term(k: float, weight: pl.Expr | float = pl.col("weight"), rank: pl.Expr = pl.col("rank")) -> pl.Expr:
+    """Reciprocal-rank contribution ``weight / (k + rank)`` of one list entry.
+
+    >>> df = pl.DataFrame({"weight": [2.0, 1.0], "rank": [1, 3]})
+    >>> df.select(rrf_term(60).alias("c"))["c"].to_list() == [2.0 / 61, 1.0 / 63]
+    True
+    """
+    return weight / (k + rank.cast(pl.Float64))
+
+
+def rank_bonus(best_rank: pl.Expr, bonus_rank1: float, bonus_rank23: float) -> pl.Expr:
+    """qmd's top-rank bonus: ``bonus_rank1`` if best rank is 1, ``bonus_rank23`` if 2–3, else 0.
+
+    >>> df = pl.DataFrame({"r": [1, 2, 3, 4]})
+    >>> df.select(rank_bonus(pl.col("r"), 0.05, 0.02).alias("b"))["b"].to_list()
+    [0.05, 0.02, 0.02, 0.0]
+    """
+    return (pl.when(best_rank == 1).then(pl.lit(float(bonus_rank1)))
+            .when(best_rank <= 3).then(pl.lit(float(bonus_rank23)))
+            .otherwise(pl.lit(0.0)))
+
+
+def max_norm(score: pl.Expr = pl.col("score")) -> pl.Expr:
+    """``score / max(score)`` within each list (0 when the list's best is 0).
+
+    >>> df = pl.DataFrame({"qid": ["q"] * 2, "list_id": [0, 0], "score": [0.8, 0.2]})
+    >>> df.select(max_norm().alias("n"))["n"].to_list()
+    [1.0, 0.25]
+    """
+    top = score.max().over(LIST_KEY)
+    return pl.when(top > 0).then(score / top).otherwise(pl.lit(0.0))
+
+
+def min_max(score: pl.Expr = pl.col("score")) -> pl.Expr:
+    """ranx's min-max normalisation within each list: ``(s − min) / max(max − min, 1e-9)``.
+
+    >>> df = pl.DataFrame({"qid": ["q"] * 3, "list_id": [0] * 3, "score": [0.9, 0.5, 0.1]})
+    >>> [round(x, 12) for x in df.select(min_max().alias("n"))["n"].to_list()]
+    [1.0, 0.5, 0.0]
+    """
+    lo = score.min().over(LIST_KEY)
+    hi = score.max().over(LIST_KEY)
+    return (score - lo) / pl.max_horizontal(hi - lo, pl.lit(1e-9))
+
+
+def channel_weight(config: PipelineConfig) -> pl.Expr:
+    """``norm_sum`` channel weight of each row from its ``source`` (vec | fts)."""
+    return (pl.when(pl.col("source") == "vec").then(pl.lit(float(config.norm_weight_vec)))
+            .otherwise(pl.lit(float(config.norm_weight_fts))))
+
+
+def gate(lists: pl.DataFrame, margin: float, max_take: int) -> pl.DataFrame:
+    """AI Helper's semantic admission gate: keep a vector hit only if its cosine is
+    ``>= top1 − margin`` of its list, at most ``max_take`` per list; BM25 lists pass.
+
+    >>> df = pl.DataFrame({"qid": ["q"] * 3, "list_id": [0] * 3, "source": ["vec"] * 3,
+    ...                    "rank": [1, 2, 3], "score": [0.9, 0.85, 0.5]})
+    >>> gate(df, 0.1, 10)["rank"].to_list()
+    [1, 2]
+    """
+    top = pl.col("score").max().over(LIST_KEY)
+    admitted = (pl.col("score") >= top - margin) & (pl.col("score").rank("ordinal", descending=True)
+                                                     .over(LIST_KEY) <= max_take)
+    return lists.filter((pl.col("source") != "vec") | admitted)
+
+
+# -- shared assembly ----------------------------------------------------------------
+def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr], pl.Expr] | None = None,
+               multiply_by_n: bool = False) -> pl.DataFrame:
+    """Group per (qid, docno): ``rrf_base = Σ base``; add bonus; rank within qid."""
+    if lists.height == 0:
+        return empty("fused")
+    ordered = sort_within_qid(lists, ["list_id", "rank"])
+    g = ordered.with_columns(_c=base).group_by(DOC_KEY, maintain_order=True).agg(
+        # a left fold in list order (cum_sum), so the float result equals Σ written left to right
+        rrf_base=pl.col("_c").cum_sum().last(),
+        best_rank=pl.col("rank").min().cast(pl.Int64),
+        n_lists=pl.col("list_id").n_unique().cast(pl.Int64),
+    )
+    if multiply_by_n:
+        g = g.with_columns(rrf_base=pl.col("rrf_base") * pl.col("n_lists").cast(pl.Float64))
+    b = bonus(pl.col("best_rank")) if bonus is not None else pl.lit(0.0)
+    g = g.with_columns(bonus=b).with_columns(fused_score=pl.col("rrf_base") + pl.col("bonus"))
+    return rank_fused(g)
+
+
+def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
+    """Sort by fused_score desc, best_rank, docno within each qid (queries in first-seen
+    order) and number ``fused_rank`` from 1."""
+    out = sort_within_qid(fused, ["fused_score", "best_rank", "docno"], [True, False, False])
+    out = out.with_columns(fused_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
+    return out.select([pl.col(c).cast(t) for c, t in SCHEMAS["fused"].items()])
+
+
+# -- the methods ----------------------------------------------------------------------
+def qmd_rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """qmd's weighted RRF: ``Σ weight/(k+rank)`` plus the top-rank bonus."""
+    return _aggregate(lists, rrf_term(config.rrf_k),
+                      bonus=lambda r: rank_bonus(r, config.bonus_rank1, config.bonus_rank23))
+
+
+def rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Plain rank-only RRF ``Σ 1/(k+rank)`` (KBFold); list weights are ignored."""
+    return _aggregate(lists, rrf_term(config.rrf_k, weight=pl.lit(1.0)))
+
+
+def norm_sum(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """super-pi: each list's scores divided by the list's best, times the channel weight, summed."""
+    return _aggregate(lists, channel_weight(config) * max_norm())
+
+
+def gated_rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """AI Helper memory recall: :func:`gate` the vector lists, then plain RRF."""
+    return rrf(gate(lists, config.gate_margin, config.gate_max_take), config)
+
+
+def wsum_minmax(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """ranx ``wsum`` with min-max norm: ``Σ weight · min_max(score)``."""
+    return _aggregate(lists, pl.col("weight") * min_max())
+
+
+def combmnz(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """ranx ``mnz`` with min-max norm: ``n_lists · Σ min_max(score)`` (unweighted)."""
+    return _aggregate(lists, min_max(), multiply_by_n=True)
+
+
+METHODS: dict[str, Callable[[pl.DataFrame, PipelineConfig], pl.DataFrame]] = {
+    "qmd_rrf": qmd_rrf, "rrf": rrf, "norm_sum": norm_sum, "gated_rrf": gated_rrf,
+    "wsum_minmax": wsum_minmax, "combmnz": combmnz,
+}
+
+
+def fuse(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Fuse with ``config.fusion``; the entry point of the stage.
+
+    >>> lists = pl.DataFrame({"qid": ["q"] * 3, "list_id": [0, 0, 1], "source": ["fts", "fts", "vec"],
+    ...     "docno": ["a", "b", "b"], "rank": [1, 2, 1], "score": [0.9, 0.8, 0.7], "weight": [2.0, 2.0, 1.0]})
+    >>> fuse(lists, PipelineConfig())["docno"].to_list()
+    ['b', 'a']
+    """
+    try:
+        method = METHODS[config.fusion]
+    except KeyError:
+        raise ConfigError(f"unknown fusion method {config.fusion!r}; choose one of: {', '.join(METHODS)}") from None
+    return method(lists, config)
+
+
+def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Per list entry, what it added to its document's ``rrf_base`` under ``config``
+    (``contribution`` column; 0 for entries the gate of ``gated_rrf`` rejects).
+    Used by ``--explain``.
+    """
+    if lists.height == 0:
+        return lists.with_columns(contribution=pl.lit(0.0))
+    method = config.fusion
+    if method == "qmd_rrf":
+        c = rrf_term(config.rrf_k)
+    elif method == "rrf":
+        c = rrf_term(config.rrf_k, weight=pl.lit(1.0))
+    elif method == "norm_sum":
+        c = channel_weight(config) * max_norm()
+    elif method == "gated_rrf":
+        kept = gate(lists, config.gate_margin, config.gate_max_take).select("qid", "list_id", "rank") \
+            .with_columns(_kept=pl.lit(True))
+        out = lists.join(kept, on=["qid", "list_id", "rank"], how="left")
+        return out.with_columns(contribution=pl.when(pl.col("_kept")).then(
+            rrf_term(config.rrf_k, weight=pl.lit(1.0))).otherwise(pl.lit(0.0))).drop("_kept")
+    elif method == "wsum_minmax":
+        c = pl.col("weight") * min_max()
+    else:  # combmnz: share of the sum before the n_lists multiplier
+        c = min_max()
+    return lists.with_columns(contribution=c)
+
+
+__all__ = ["fuse", "METHODS", "qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz",
+           "rrf_term", "rank_bonus", "channel_weight", "max_norm", "min_max", "gate", "rank_fused", "contributions", "candidates"]
+
+
+def candidates(fused: pl.DataFrame, limit: int) -> pl.DataFrame:
+    """The top ``limit`` fused documents of every query (``fused_rank <= limit``)."""
+    return fused.filter(pl.col("fused_rank") <= limit)

@@ -1,0 +1,354 @@
+"""The query workbench: run the whole traced pipeline (DESIGN §3) over an index.
+
+.. code-block:: python
+
+    import qmdlab
+    trace = qmdlab.query("how do I undo a rebase?")
+    trace.final, trace.notes
+
+:class:`Lab` binds an index, a model set and a :class:`PipelineConfig`;
+:meth:`Lab.query` returns a :class:`~qmdlab.pipeline.trace.Trace` of one query,
+:meth:`Lab.run_queries` the concatenated trace of many. Every stage degrades
+instead of failing: a missing embedder, expander or reranker, absent vectors or
+a reranker exception skip that stage and add a row to ``trace.notes``.
+"""
+from __future__ import annotations
+
+import re
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import polars as pl
+
+from qmdlab.errors import QmdlabError
+from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.expand import Expansion, filter_expansions, kept_lines, parse_query_document
+from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.probe import strong_signal
+from qmdlab.pipeline.rerank import rerank
+from qmdlab.pipeline.retrieve import retrieve, route
+from qmdlab.pipeline.retune import retune
+from qmdlab.pipeline.select import select_chunks
+from qmdlab.pipeline.trace import SCHEMAS, Trace, empty
+
+_TYPED_LINE = re.compile(r"^\s*(lex|vec|hyde|intent)\s*:", re.IGNORECASE | re.MULTILINE)
+
+
+def _cached(model: Any, wrapper_name: str, cache: Any) -> Any:
+    """Wrap ``model`` in the models area's caching wrapper unless it already is one."""
+    if model is None or cache is None or hasattr(model, "cache"):
+        return model
+    from qmdlab.models import cached as _c
+
+    return getattr(_c, wrapper_name)(model, cache)
+
+
+class Lab:
+    """An index, its models and a pipeline config; runs traced queries.
+
+    Parameters
+    ----------
+    index : qmdlab.store.Index
+    models : qmdlab.models.ModelSet or None
+        ``(embedder, expander, reranker)``; any may be ``None``. The expander and
+        reranker are wrapped in the LLM cache of ``index`` unless already cached.
+    config : PipelineConfig, optional
+    """
+
+    def __init__(self, index: Any, models: Any = None, config: PipelineConfig | None = None):
+        self.index = index
+        embedder, expander, reranker = models if models is not None else (None, None, None)
+        cache = getattr(index, "cache", None)
+        self.embedder = embedder
+        self.expander = _cached(expander, "CachedExpander", cache)
+        self.reranker = _cached(reranker, "CachedReranker", cache)
+        self.config = config or PipelineConfig()
+
+    # ------------------------------------------------------------------ one query
+    def query(self, text: str, *, intent: str | None = None, qid: str = "q",
+              searches: Sequence[tuple[str, str]] | None = None, collections: Sequence[str] | None = None,
+              filters: Any = None, **overrides: Any) -> Trace:
+        """Run the pipeline for one query.
+
+        Parameters
+        ----------
+        text : str
+            The query, or a qmd query document (``intent:``/``lex:``/``vec:``/``hyde:``
+            lines; other lines form the plain query).
+        intent : str, optional
+            Disambiguating context: disables the strong-signal skip, is passed to the
+            expander and adds ``intent_term_bonus`` in chunk selection.
+        qid : str
+            Query id of every trace row.
+        searches : sequence of (type, text), optional
+            Typed sub-queries given by the user; they replace the expander.
+        collections, filters
+            Restrict retrieval (``qmdlab.search.SearchFilters`` for filters).
+        **overrides
+            :class:`PipelineConfig` fields for this query only.
+        """
+        cfg = self.config.replace(**overrides)
+        if searches is None and _TYPED_LINE.search(text):
+            text, doc_intent, searches = parse_query_document(text)
+            intent = intent or doc_intent
+        text = text.strip()
+        if not text and not searches:
+            if cfg.tags:
+                return self._tag_listing(qid, cfg, collections)
+            raise QmdlabError("empty query: give query text, typed lex:/vec:/hyde: lines, or tags to list")
+        run = _Run(qid)
+        # 1. probe
+        fts_hits: dict[str, list] = {}
+        skip = False
+        with run.stage("probe"):
+            if text:
+                from qmdlab.search import bm25_search
+
+                hits = bm25_search(self.index, text, limit=max(cfg.probe_limit, cfg.list_limit),
+                                   mode=cfg.bm25_mode, collections=collections, filters=filters)
+                fts_hits[text] = hits
+                decision = strong_signal([h.score for h in hits[: cfg.probe_limit]], min_score=cfg.strong_signal_min,
+                                         min_gap=cfg.strong_signal_gap, intent=intent)
+                skip = decision.skip
+                run.note("probe", decision.message)
+        # 2. expansion
+        with run.stage("expand"):
+            expansions = self._expand(text, intent, searches, cfg, skip, run)
+        # 3. retrieval
+        with run.stage("retrieve"):
+            routes = route(text, kept_lines(expansions), cfg)
+            got = retrieve(self.index, self.embedder if cfg.vector else None, routes, cfg, qid=qid,
+                           collections=collections, filters=filters, fts_hits=fts_hits)
+            for stage, msg in got.notes:
+                run.note(stage, msg)
+            if not cfg.vector:
+                run.note("retrieve", "vector search disabled")
+        # 4. fusion + candidates
+        with run.stage("fuse"):
+            fused = fuse(got.lists, cfg)
+            cands = candidates(fused, cfg.candidate_limit)
+        # 5.-6. chunk selection + rerank
+        rerank_table = empty("rerank")
+        if not cfg.rerank:
+            run.note("rerank", "rerank disabled: fusion order kept")
+        elif cands.height:
+            with run.stage("select"):
+                docnos = cands["docno"].to_list()
+                selected = select_chunks(self.index.chunks(docnos), docnos, text or _search_text(searches),
+                                         intent, cfg)
+            with run.stage("rerank"):
+                rq = text or intent or _search_text(searches)
+                res = rerank(self.reranker, rq, selected, qid=qid)
+                rerank_table = res.table
+                for stage, msg in res.notes:
+                    run.note(stage, msg)
+        # 7.-8. blend + finish
+        with run.stage("blend"):
+            doc_tags = self._doc_tags(cfg)
+            final = finish(blend(cands, rerank_table if cfg.rerank else None, cfg), cfg, doc_tags=doc_tags)
+        with run.stage("snippets"):
+            results = self._results(final, text, intent, searches, rerank_table)
+        queries = pl.DataFrame({"qid": [qid], "text": [text], "intent": [intent]}, schema=SCHEMAS["queries"])
+        exp_rows = pl.DataFrame({"qid": [qid] * len(expansions), "type": [e.type for e in expansions],
+                                 "text": [e.text for e in expansions], "kept": [e.kept for e in expansions],
+                                 "reason_dropped": [e.reason_dropped for e in expansions],
+                                 "origin": [e.origin for e in expansions]}, schema=SCHEMAS["expansions"])
+        return Trace(queries=queries, expansions=exp_rows, lists=got.lists, fused=fused, rerank=rerank_table,
+                     final=final, results=results, timings=run.timings(), notes=run.notes_frame(),
+                     config=cfg.to_dict())
+
+    # ------------------------------------------------------------------ many queries
+    def run_queries(self, queries: pl.DataFrame, progress: bool = True, **overrides: Any) -> Trace:
+        """Run every row of ``queries`` (``qid, text`` and optionally ``intent``); one concatenated trace."""
+        for col in ("qid", "text"):
+            if col not in queries.columns:
+                raise QmdlabError(f"run_queries: the queries table needs a {col!r} column "
+                                  f"(has {queries.columns})")
+        rows = queries.to_dicts()
+        it: Any = rows
+        if progress:
+            try:
+                from tqdm import tqdm
+
+                it = tqdm(rows, desc="queries", unit="q")
+            except ImportError:  # tqdm is a dependency; stay quiet if it is missing
+                pass
+        traces = [self.query(r["text"], intent=r.get("intent") or None, qid=str(r["qid"]), **overrides)
+                  for r in it]
+        return Trace.concat(traces)
+
+    def retune(self, trace: Trace, config: PipelineConfig | None = None, *, compute_missing: bool = False,
+               **overrides: Any) -> Trace:
+        """:func:`qmdlab.retune` with this lab's config (plus ``overrides``); with
+        ``compute_missing`` newly promoted candidates are reranked (from the cache when
+        possible) instead of left without a score."""
+        cfg = (config or self.config).replace(**overrides)
+        fn = self.rerank_fn(trace, cfg) if compute_missing else None
+        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg))
+
+    def rerank_fn(self, trace: Trace, config: PipelineConfig | None = None):
+        """A ``rerank_fn`` for :func:`qmdlab.retune` that selects chunks and reranks
+        missing (qid, docno) pairs with this lab's (cached) reranker."""
+        cfg = config or self.config
+        texts = {q: (t, i) for q, t, i in trace.queries.iter_rows()}
+
+        def fn(missing: pl.DataFrame) -> pl.DataFrame:
+            out = []
+            for (qid,), part in missing.group_by("qid", maintain_order=True):
+                text, intent = texts.get(qid, ("", None))
+                docnos = part["docno"].to_list()
+                sel = select_chunks(self.index.chunks(docnos), docnos, text, intent, cfg)
+                out.append(rerank(self.reranker, text or intent or "", sel, qid=qid).table)
+            return pl.concat(out) if out else empty("rerank")
+
+        return fn
+
+    # ------------------------------------------------------------------ helpers
+    def _expand(self, text: str, intent: str | None, searches: Sequence[tuple[str, str]] | None,
+                cfg: PipelineConfig, skip: bool, run: "_Run") -> list[Expansion]:
+        if searches:
+            run.note("expand", f"{len(searches)} typed searches given: expander not used")
+            return filter_expansions(text, searches, cfg, origin="user", check_terms=False)
+        if not cfg.expand:
+            run.note("expand", "expansion disabled")
+            return []
+        if skip:
+            return []
+        if self.expander is None:
+            run.note("expand", "no expander: original query only")
+            return []
+        try:
+            res = self.expander.expand(text, intent=intent)
+        except Exception as err:  # fail-open: the original query still runs
+            run.note("expand", f"expander failed ({type(err).__name__}: {err}): original query only")
+            return []
+        out = [Expansion("?", line, False, f"unparseable: {why}", "expander") for line, why in res.dropped]
+        out += filter_expansions(text, res.lines, cfg)
+        kept = sum(e.kept for e in out)
+        cached = getattr(self.expander, "last_cached", None)
+        run.note("expand", f"{kept} of {len(out)} lines kept" + (" (from cache)" if cached else ""))
+        return out
+
+    def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
+        if not (cfg.tags and cfg.tag_lift):
+            return None
+        return self.index.documents().select("docno", "tags")
+
+    def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None) -> Trace:
+        """No query text, only tags: the documents carrying any requested tag, by docno."""
+        want = [t.lower() for t in cfg.tags]
+        docs = self.index.documents(collections).filter(
+            pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want)).list.any()).head(cfg.limit)
+        n = docs.height
+        final = pl.DataFrame({"qid": [qid] * n, "docno": docs["docno"], "fused_rank": list(range(1, n + 1)),
+                              "position_score": [None] * n, "blend_weight": [None] * n, "rerank_score": [None] * n,
+                              "final_score": [1.0] * n, "final_rank": list(range(1, n + 1))},
+                             schema=SCHEMAS["final"])
+        run = _Run(qid)
+        run.note("finish", f"no query: {n} documents tagged {', '.join(cfg.tags)} (tags filter)")
+        return Trace(queries=pl.DataFrame({"qid": [qid], "text": [""], "intent": [None]}, schema=SCHEMAS["queries"]),
+                     final=final, results=self._results(final, "", None, None), notes=run.notes_frame(),
+                     config=cfg.to_dict())
+
+    def _results(self, final: pl.DataFrame, text: str, intent: str | None,
+                 searches: Sequence[tuple[str, str]] | None, rerank_table: pl.DataFrame | None = None) -> pl.DataFrame:
+        """Title, docid, context and a line-numbered snippet per final row (``qmdlab.output``),
+        taken from the chunk that was reranked when there is one."""
+        if final.height == 0:
+            return empty("results")
+        from qmdlab.output import build_rows
+        from qmdlab.search import Hit
+
+        chunk_of = {} if rerank_table is None else dict(rerank_table.select("docno", "chunk_id").iter_rows())
+        hits = [Hit(d, chunk_of.get(d), r, s, s)
+                for d, r, s in final.select("docno", "final_rank", "final_score").iter_rows()]
+        words = " ".join(x for x in (text, intent or "", _search_text(searches)) if x)
+        rows = build_rows(self.index, hits, words)
+        qid = final["qid"][0]
+        return pl.DataFrame({"qid": [qid] * len(rows), "docno": [r.docno for r in rows],
+                             "docid": [r.docid for r in rows], "title": [r.title for r in rows],
+                             "final_rank": [h.rank for h in hits], "final_score": [r.score for r in rows],
+                             "line": [r.line for r in rows], "context": [r.context for r in rows],
+                             "snippet": [r.snippet for r in rows]}, schema=SCHEMAS["results"])
+
+
+def _search_text(searches: Sequence[tuple[str, str]] | None) -> str:
+    return " ".join(t for _, t in searches or ())
+
+
+class _Run:
+    """Collects notes and stage timings of one query."""
+
+    def __init__(self, qid: str):
+        self.qid = qid
+        self._notes: list[tuple[str, str]] = []
+        self._times: list[tuple[str, float]] = []
+
+    def note(self, stage: str, message: str) -> None:
+        self._notes.append((stage, message))
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._times.append((name, (time.perf_counter() - t0) * 1000.0))
+
+    def timings(self) -> pl.DataFrame:
+        return pl.DataFrame({"qid": [self.qid] * len(self._times), "stage": [s for s, _ in self._times],
+                             "ms": [m for _, m in self._times]}, schema=SCHEMAS["timings"])
+
+    def notes_frame(self) -> pl.DataFrame:
+        return pl.DataFrame({"qid": [self.qid] * len(self._notes), "stage": [s for s, _ in self._notes],
+                             "message": [m for _, m in self._notes]}, schema=SCHEMAS["notes"])
+
+
+_DEFAULTS: dict[tuple, tuple[Any, Any]] = {}
+
+
+def query(text: str, *, index: Any = None, config: PipelineConfig | None = None, expand: bool = True,
+          rerank: bool = True, models: Any = None, preset: str | None = None, **overrides: Any) -> Trace:
+    """Run one query with the default index and models; the notebook/script entry point.
+
+    Parameters
+    ----------
+    text : str
+        Query text or query document.
+    index : qmdlab.store.Index, str or None
+        An open index, an index name/directory, or ``None`` for the default index.
+    config : PipelineConfig, optional
+    expand, rerank : bool
+        ``False`` switches the stage off (same as the config fields).
+    models : ModelSet, optional
+        Defaults to ``qmdlab.models.load_models(preset)`` (lazy; loaded once per process).
+    preset : str, optional
+        Model preset for ``load_models`` when ``models`` is not given.
+    **overrides
+        Other :class:`PipelineConfig` fields, or ``intent``, ``qid``, ``searches``,
+        ``collections``, ``filters`` of :meth:`Lab.query`.
+    """
+    q_kwargs = {k: overrides.pop(k) for k in ("intent", "qid", "searches", "collections", "filters")
+                if k in overrides}
+    base = config or PipelineConfig()
+    cfg = base.replace(expand=base.expand and expand, rerank=base.rerank and rerank, **overrides)
+    idx = index if index is not None and hasattr(index, "chunks") else None
+    key = (str(index) if idx is None else id(idx), id(models) if models is not None else preset)
+    if key not in _DEFAULTS:
+        if idx is None:
+            from qmdlab.store import Index
+
+            idx = Index.open(index)
+        if models is None:
+            from qmdlab.models import load_models
+
+            models = load_models(preset) if preset else load_models()
+        _DEFAULTS[key] = (idx, models)
+    idx, models = _DEFAULTS[key]
+    return Lab(idx, models, cfg).query(text, **q_kwargs)
+
+
+__all__ = ["Lab", "query"]

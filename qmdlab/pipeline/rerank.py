@@ -1,0 +1,69 @@
+"""Rerank: (query, selected chunk) → P(yes), cached, fail-open (DESIGN §3 step 6).
+
+The reranker is used through ``score_cached`` when it has one (the
+:class:`qmdlab.models.CachedReranker`), which reports per pair whether the score
+came from the cache. Any exception from the model, or an answer of the wrong
+length or outside [0, 1], leaves the ``rerank`` table empty and adds a note: the
+blend then keeps fusion order. The query never fails because of the reranker.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from qmdlab.models.cached import text_hash as chunk_hash  # sha256 of the chunk text, as the cache keys it
+from qmdlab.pipeline.trace import SCHEMAS, empty
+
+
+class Reranked(NamedTuple):
+    """The ``rerank`` rows of one query plus notes ``(stage, message)``."""
+
+    table: pl.DataFrame
+    notes: list[tuple[str, str]]
+
+
+def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str) -> Reranked:
+    """Score every selected chunk.
+
+    Parameters
+    ----------
+    reranker : Reranker or None
+    query : str
+    selected : polars.DataFrame
+        ``docno, chunk_id, text`` from :func:`qmdlab.pipeline.select.select_chunks`.
+    qid : str
+    """
+    if reranker is None:
+        return Reranked(empty("rerank"), [("rerank", "no reranker: fusion order kept")])
+    if selected.height == 0:
+        return Reranked(empty("rerank"), [])
+    texts = selected["text"].to_list()
+    try:
+        if hasattr(reranker, "score_cached"):
+            pairs = reranker.score_cached(query, texts)
+            scores = [float(s) for s, _ in pairs]
+            cached = [bool(c) for _, c in pairs]
+        else:
+            scores = [float(s) for s in reranker.score(query, texts)]
+            cached = [False] * len(scores)
+        if len(scores) != len(texts):
+            raise ValueError(f"reranker returned {len(scores)} scores for {len(texts)} texts")
+        bad = [s for s in scores if not (0.0 <= s <= 1.0) or math.isnan(s)]
+        if bad:
+            raise ValueError(f"reranker scores outside [0, 1]: {bad[:3]}")
+    except Exception as err:  # fail-open: degrade to fusion order and say so
+        return Reranked(empty("rerank"), [("rerank", f"reranker failed ({type(err).__name__}: {err}): "
+                                                     "fusion order kept")])
+    table = pl.DataFrame({
+        "qid": [qid] * len(texts), "docno": selected["docno"].to_list(),
+        "chunk_id": selected["chunk_id"].to_list(), "chunk_hash": [chunk_hash(t) for t in texts],
+        "rerank_score": scores, "cached": cached,
+    }, schema=SCHEMAS["rerank"])
+    n_cached = sum(cached)
+    notes = [("rerank", f"{len(texts)} chunks scored ({n_cached} from cache)")]
+    return Reranked(table, notes)
+
+
+__all__ = ["rerank", "Reranked", "chunk_hash"]

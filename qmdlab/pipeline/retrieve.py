@@ -1,0 +1,170 @@
+"""Routing and retrieval: sub-queries → the ``lists`` table (DESIGN §3 step 3).
+
+The original query goes to BM25 and to vector search; ``lex`` lines to BM25;
+``vec`` and ``hyde`` lines to vector search (``hyde`` optionally embedded with the
+document template). Each list keeps ``list_limit`` hits and records its source,
+query type, sub-query, 1-based rank, backend score, normalised score and the
+list's fusion weight.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import polars as pl
+
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.trace import SCHEMAS, empty
+
+
+class Route(NamedTuple):
+    """One retrieval list to run."""
+
+    source: str       # "fts" | "vec"
+    query_type: str   # "original" | "lex" | "vec" | "hyde"
+    subquery: str
+
+
+def route(text: str, lines: Sequence[tuple[str, str]], config: PipelineConfig) -> list[Route]:
+    """The lists to run for a query and its kept expansion lines (duplicates once).
+
+    >>> [tuple(r) for r in route("git undo", [("lex", "git revert"), ("hyde", "To undo…")], PipelineConfig())]
+    [('fts', 'original', 'git undo'), ('vec', 'original', 'git undo'), ('fts', 'lex', 'git revert'), ('vec', 'hyde', 'To undo…')]
+    >>> [r.source for r in route("q", [("vec", "v")], PipelineConfig(vector=False))]
+    ['fts']
+    """
+    routes: list[Route] = []
+    if text.strip():
+        routes.append(Route("fts", "original", text))
+        if config.vector:
+            routes.append(Route("vec", "original", text))
+    for kind, sub in lines:
+        if kind == "lex":
+            routes.append(Route("fts", "lex", sub))
+        elif kind in ("vec", "hyde") and config.vector and (kind == "vec" or config.hyde):
+            routes.append(Route("vec", kind, sub))
+    seen: set[tuple[str, str, str]] = set()
+    unique = []
+    for r in routes:
+        key = (r.source, r.query_type if r.query_type == "original" else "x", " ".join(r.subquery.lower().split()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return unique
+
+
+def hits_frame(qid: str, list_id: int, r: Route, hits: Sequence[Any], weight: float) -> pl.DataFrame:
+    """One list's hits (``qmdlab.search.Hit``-like) as ``lists`` rows."""
+    if not hits:
+        return empty("lists")
+    n = len(hits)
+    return pl.DataFrame({
+        "qid": [qid] * n, "list_id": [list_id] * n, "source": [r.source] * n, "query_type": [r.query_type] * n,
+        "subquery": [r.subquery] * n, "docno": [h.docno for h in hits],
+        "chunk_id": [None if h.chunk_id is None else int(h.chunk_id) for h in hits],
+        "rank": [int(h.rank) for h in hits], "backend_score": [float(h.backend_score) for h in hits],
+        "score": [float(h.score) for h in hits], "weight": [float(weight)] * n,
+    }, schema=SCHEMAS["lists"])
+
+
+def reweight(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Set ``weight`` from each row's (source, query_type) under ``config`` (for retuning).
+
+    >>> df = pl.DataFrame({"source": ["fts", "vec"], "query_type": ["original", "lex"], "weight": [0.0, 0.0]})
+    >>> reweight(df, PipelineConfig(weight_lex=0.5))["weight"].to_list()
+    [2.0, 0.5]
+    """
+    qt, src = pl.col("query_type"), pl.col("source")
+    w = (pl.when((qt == "original") & (src == "fts")).then(pl.lit(config.weight_original_fts))
+         .when(qt == "original").then(pl.lit(config.weight_original_vec))
+         .when(qt == "lex").then(pl.lit(config.weight_lex))
+         .when(qt == "vec").then(pl.lit(config.weight_vec))
+         .when(qt == "hyde").then(pl.lit(config.weight_hyde))
+         .otherwise(pl.lit(0.0)))
+    return lists.with_columns(weight=w.cast(pl.Float64))
+
+
+def ablate(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Drop what ``config`` switches off from recorded lists: vector lists (``vector``),
+    HyDE lists (``hyde``), expansion lists (``expand``), ranks beyond ``list_limit``.
+
+    >>> df = pl.DataFrame({"source": ["fts", "vec", "fts"], "query_type": ["original", "hyde", "lex"],
+    ...                    "rank": [1, 1, 21]})
+    >>> ablate(df, PipelineConfig(hyde=False)).height
+    1
+    """
+    keep = pl.col("rank") <= config.list_limit
+    if not config.vector:
+        keep &= pl.col("source") != "vec"
+    if not config.hyde:
+        keep &= pl.col("query_type") != "hyde"
+    if not config.expand:
+        keep &= pl.col("query_type") == "original"
+    return lists.filter(keep)
+
+
+class Retrieved(NamedTuple):
+    """The lists table of one query plus notes ``(stage, message)``."""
+
+    lists: pl.DataFrame
+    notes: list[tuple[str, str]]
+
+
+def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: PipelineConfig, *, qid: str,
+             collections: Sequence[str] | None = None, filters: Any = None,
+             fts_hits: dict[str, list] | None = None) -> Retrieved:
+    """Run every route against the index.
+
+    Parameters
+    ----------
+    index : qmdlab.store.Index
+    embedder : Embedder or None
+        ``None`` (or no stored vectors for it) skips the vector lists, with a note.
+    routes : sequence of Route
+    config : PipelineConfig
+    qid : str
+    collections, filters
+        Passed to the searches.
+    fts_hits : dict, optional
+        Already-run BM25 hits by sub-query (the probe), reused instead of searching again.
+    """
+    from qmdlab.search import bm25_search, vector_search
+
+    notes: list[tuple[str, str]] = []
+    frames: list[pl.DataFrame] = []
+    vec_ok = embedder is not None
+    if not vec_ok and any(r.source == "vec" for r in routes):
+        notes.append(("retrieve", "no embedder: vector lists skipped"))
+    if vec_ok and any(r.source == "vec" for r in routes):
+        try:
+            n = index.vector_matrix(embedder.fingerprint).matrix.shape[0]
+        except Exception as err:  # DimensionMismatchError and friends: degrade, say so
+            n = 0
+            notes.append(("retrieve", f"vectors unusable ({err}): vector lists skipped"))
+        else:
+            if n == 0:
+                notes.append(("retrieve", f"no vectors for embedder {embedder.model_id} in the index "
+                                          "(run `qmdlab embed`): vector lists skipped"))
+        vec_ok = n > 0
+    for list_id, r in enumerate(routes):
+        weight = config.list_weight(r.source, r.query_type)
+        if r.source == "fts":
+            if fts_hits is not None and r.subquery in fts_hits:
+                hits = fts_hits[r.subquery][: config.list_limit]
+            else:
+                hits = bm25_search(index, r.subquery, limit=config.list_limit, mode=config.bm25_mode,
+                                   collections=collections, filters=filters)
+        else:
+            if not vec_ok:
+                continue
+            if r.query_type == "hyde" and config.hyde_as_document:
+                vec = embedder.embed_documents([("", r.subquery)])[0]
+            else:
+                vec = embedder.embed_query(r.subquery)
+            hits = vector_search(index, vec, fingerprint=embedder.fingerprint, limit=config.list_limit,
+                                 collections=collections, filters=filters)
+        frames.append(hits_frame(qid, list_id, r, hits, weight))
+    lists = pl.concat(frames, how="vertical") if frames else empty("lists")
+    return Retrieved(lists, notes)
+
+
+__all__ = ["Route", "route", "hits_frame", "reweight", "ablate", "retrieve", "Retrieved"]

@@ -1,0 +1,202 @@
+"""The trace: every stage's intermediate scores as polars DataFrames (DESIGN §4).
+
+Run-like tables use PyTerrier-style ``qid, docno, <score>, <rank>`` columns so a
+ranx run is one line away (:meth:`Trace.to_ranx_run`). Every table has a fixed
+schema (:data:`SCHEMAS`), also when empty, so traces of many queries concatenate.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import polars as pl
+
+from qmdlab.errors import QmdlabError
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "queries": {"qid": pl.String, "text": pl.String, "intent": pl.String},
+    "expansions": {"qid": pl.String, "type": pl.String, "text": pl.String, "kept": pl.Boolean,
+                   "reason_dropped": pl.String, "origin": pl.String},
+    "lists": {"qid": pl.String, "list_id": pl.Int64, "source": pl.String, "query_type": pl.String,
+              "subquery": pl.String, "docno": pl.String, "chunk_id": pl.Int64, "rank": pl.Int64,
+              "backend_score": pl.Float64, "score": pl.Float64, "weight": pl.Float64},
+    "fused": {"qid": pl.String, "docno": pl.String, "rrf_base": pl.Float64, "best_rank": pl.Int64,
+              "bonus": pl.Float64, "fused_score": pl.Float64, "fused_rank": pl.Int64, "n_lists": pl.Int64},
+    "rerank": {"qid": pl.String, "docno": pl.String, "chunk_id": pl.Int64, "chunk_hash": pl.String,
+               "rerank_score": pl.Float64, "cached": pl.Boolean},
+    "final": {"qid": pl.String, "docno": pl.String, "fused_rank": pl.Int64, "position_score": pl.Float64,
+              "blend_weight": pl.Float64, "rerank_score": pl.Float64, "final_score": pl.Float64,
+              "final_rank": pl.Int64},
+    "results": {"qid": pl.String, "docno": pl.String, "docid": pl.String, "title": pl.String,
+                "final_rank": pl.Int64, "final_score": pl.Float64, "line": pl.Int64, "context": pl.String,
+                "snippet": pl.String},
+    "timings": {"qid": pl.String, "stage": pl.String, "ms": pl.Float64},
+    "notes": {"qid": pl.String, "stage": pl.String, "message": pl.String},
+}
+"""Column names and dtypes of every trace table (DESIGN §4 plus ``results``, the
+finished rows with title and snippet, ``queries``, the query text and intent of
+each qid, and a ``qid`` on timings/notes)."""
+
+TABLES = tuple(SCHEMAS)
+
+
+def empty(table: str) -> pl.DataFrame:
+    """An empty frame with the schema of ``table``.
+
+    >>> empty("fused").columns
+    ['qid', 'docno', 'rrf_base', 'best_rank', 'bonus', 'fused_score', 'fused_rank', 'n_lists']
+    """
+    return pl.DataFrame(schema=SCHEMAS[table])
+
+
+def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
+    """Select and cast ``df`` to the schema of ``table`` (extra columns dropped)."""
+    if df is None or df.height == 0 and not df.columns:
+        return empty(table)
+    schema = SCHEMAS[table]
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise ValueError(f"{table} table lacks columns {missing}")
+    return df.select([pl.col(c).cast(t) for c, t in schema.items()])
+
+
+def frame(table: str, rows: list[dict]) -> pl.DataFrame:
+    """Build a table from row dicts with the fixed schema."""
+    if not rows:
+        return empty(table)
+    return pl.DataFrame({c: [r.get(c) for r in rows] for c in SCHEMAS[table]}, schema=SCHEMAS[table])
+
+
+@dataclass
+class Trace:
+    """Every stage's output for one or many queries.
+
+    Attributes
+    ----------
+    queries, expansions, lists, fused, rerank, final, results, timings, notes : polars.DataFrame
+        The tables of :data:`SCHEMAS`. ``final`` is the ranked, filtered and
+        limited result list; ``results`` adds title, docid and a snippet.
+    config : dict
+        The :class:`~qmdlab.pipeline.config.PipelineConfig` (as a dict) that made it.
+
+    Examples
+    --------
+    >>> t = Trace()
+    >>> t.final.columns[:3], t.notes.height
+    (['qid', 'docno', 'fused_rank'], 0)
+    """
+
+    queries: pl.DataFrame = field(default_factory=lambda: empty("queries"))
+    expansions: pl.DataFrame = field(default_factory=lambda: empty("expansions"))
+    lists: pl.DataFrame = field(default_factory=lambda: empty("lists"))
+    fused: pl.DataFrame = field(default_factory=lambda: empty("fused"))
+    rerank: pl.DataFrame = field(default_factory=lambda: empty("rerank"))
+    final: pl.DataFrame = field(default_factory=lambda: empty("final"))
+    results: pl.DataFrame = field(default_factory=lambda: empty("results"))
+    timings: pl.DataFrame = field(default_factory=lambda: empty("timings"))
+    notes: pl.DataFrame = field(default_factory=lambda: empty("notes"))
+    config: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in TABLES:
+            setattr(self, name, conform(name, getattr(self, name)))
+
+    # -- views ------------------------------------------------------------------------
+    @property
+    def qids(self) -> list[str]:
+        """Query ids in first-seen order (from ``lists``, ``final`` and ``notes``)."""
+        seen: dict[str, None] = {}
+        for name in ("queries", "expansions", "lists", "final", "notes"):
+            for q in getattr(self, name)["qid"].to_list():
+                seen.setdefault(q, None)
+        return list(seen)
+
+    def for_qid(self, qid: str) -> "Trace":
+        """The trace of one query."""
+        return Trace(**{n: getattr(self, n).filter(pl.col("qid") == qid) for n in TABLES}, config=self.config)
+
+    def notes_for(self, stage: str | None = None) -> list[str]:
+        """Messages of the notes table, optionally of one stage."""
+        df = self.notes if stage is None else self.notes.filter(pl.col("stage") == stage)
+        return df["message"].to_list()
+
+    def to_ranx_run(self, table: str = "final", name: str = "qmdlab"):
+        """A ``ranx.Run`` from a run-like table (``final``, ``fused``, ``rerank``).
+
+        The score column is ``final_score``, ``fused_score`` or ``rerank_score``.
+        Queries with no rows are absent (ranx scores them 0 against qrels).
+        """
+        from ranx import Run
+
+        score = {"final": "final_score", "fused": "fused_score", "rerank": "rerank_score"}.get(table)
+        if score is None:
+            raise QmdlabError(f"to_ranx_run: table {table!r} is not run-like; use final, fused or rerank")
+        df = getattr(self, table).drop_nulls(score)
+        run: dict[str, dict[str, float]] = {}
+        for q, d, s in df.select("qid", "docno", score).iter_rows():
+            run.setdefault(q, {})[d] = float(s)
+        if not run:
+            raise QmdlabError(f"to_ranx_run: the {table} table is empty (no results to evaluate)")
+        return Run(run, name=name)
+
+    # -- many queries ---------------------------------------------------------------
+    @staticmethod
+    def concat(traces: Iterable["Trace"]) -> "Trace":
+        """One trace holding all rows of ``traces`` (config of the first)."""
+        traces = list(traces)
+        if not traces:
+            return Trace()
+        return Trace(**{n: pl.concat([getattr(t, n) for t in traces], how="vertical") for n in TABLES},
+                     config=traces[0].config)
+
+    # -- persistence ----------------------------------------------------------------
+    def to_parquet(self, directory: str | Path) -> Path:
+        """Write one ``<table>.parquet`` per table plus ``config.json`` into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in TABLES:
+            getattr(self, name).write_parquet(d / f"{name}.parquet")
+        (d / "config.json").write_text(json.dumps(self.config, indent=1), encoding="utf-8")
+        return d
+
+    @classmethod
+    def from_parquet(cls, directory: str | Path) -> "Trace":
+        """Read a trace written by :meth:`to_parquet`."""
+        d = Path(directory)
+        if not (d / "lists.parquet").exists():
+            raise QmdlabError(f"{d}: no saved trace here (expected lists.parquet; write one with Trace.to_parquet)")
+        tables = {n: pl.read_parquet(d / f"{n}.parquet") if (d / f"{n}.parquet").exists() else None
+                  for n in TABLES}
+        cfg = json.loads((d / "config.json").read_text(encoding="utf-8")) if (d / "config.json").exists() else {}
+        return cls(**tables, config=cfg)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return all(getattr(self, n).equals(getattr(other, n)) for n in TABLES)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{n}={getattr(self, n).height}" for n in TABLES)
+        return f"Trace({sizes})"
+
+
+def sort_within_qid(df: pl.DataFrame, by: list[str], descending: list[bool] | None = None) -> pl.DataFrame:
+    """Sort rows by ``by`` within each qid, keeping queries in first-seen order.
+
+    >>> df = pl.DataFrame({"qid": ["b", "a", "b"], "r": [2, 1, 1]})
+    >>> sort_within_qid(df, ["r"]).rows()
+    [('b', 1), ('b', 2), ('a', 1)]
+    """
+    descending = descending or [False] * len(by)
+    return (df.with_row_index("_row").with_columns(_qo=pl.col("_row").min().over("qid"))
+            .sort(["_qo", *by], descending=[False, *descending], maintain_order=True).drop("_row", "_qo"))
+
+
+def note(qid: str, stage: str, message: str) -> dict:
+    """A notes row."""
+    return {"qid": qid, "stage": stage, "message": message}
+
+
+__all__ = ["Trace", "SCHEMAS", "TABLES", "empty", "conform", "frame", "note", "sort_within_qid"]

@@ -1,0 +1,153 @@
+"""Exact vector search: cosine top-k over the index's in-memory float32 matrix.
+
+The matrix rows are L2-normalised (see :meth:`qmdlab.store.Index.vector_matrix`), so cosine
+similarity is one matrix-vector product. Each document is represented by its best chunk;
+the top ``limit`` documents are picked with ``argpartition`` (ties: docno order).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, NamedTuple
+
+import numpy as np
+
+from qmdlab.errors import DimensionMismatchError, StoreError
+from qmdlab.search.filters import SearchFilters
+from qmdlab.search.hit import Hit
+
+if TYPE_CHECKING:
+    from qmdlab.store import Index
+
+
+class DocBest(NamedTuple):
+    """Per-document best row: ``rows[i]`` is the matrix row of document ``i``'s best chunk."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+
+def best_per_document(scores: np.ndarray, starts: np.ndarray) -> DocBest:
+    """Best row of each contiguous group (groups begin at ``starts``); first row on ties.
+
+    >>> best_per_document(np.array([0.1, 0.9, 0.9, 0.2, -1.0]), np.array([0, 3]))
+    DocBest(rows=array([1, 3]), scores=array([0.9, 0.2]))
+    """
+    n = len(scores)
+    group = np.zeros(n, dtype=np.int64)
+    group[starts[1:]] = 1
+    group = np.cumsum(group)
+    order = np.lexsort((np.arange(n), -scores, group))  # by group, score desc, row asc
+    first = np.ones(n, dtype=bool)
+    first[1:] = group[order][1:] != group[order][:-1]
+    rows = order[first]
+    return DocBest(rows, scores[rows])
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest scores, best first, lower index first on ties.
+
+    >>> top_k(np.array([0.2, 0.9, 0.5, 0.9]), 3)
+    array([1, 3, 2])
+    """
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+    # argpartition may cut a tie arbitrarily: widen to every row tied with the k-th score
+    kth = scores[part].min()
+    cand = np.flatnonzero(scores >= kth)
+    order = cand[np.lexsort((cand, -scores[cand]))]
+    return order[:k]
+
+
+_STARTS: dict[int, tuple[object, np.ndarray]] = {}
+
+
+def _group_starts(docnos: list[str]) -> np.ndarray:
+    key = id(docnos)
+    hit = _STARTS.get(key)
+    if hit is not None and hit[0] is docnos:
+        return hit[1]
+    starts = np.array([i for i in range(len(docnos)) if i == 0 or docnos[i] != docnos[i - 1]], dtype=np.int64)
+    _STARTS.clear()
+    _STARTS[key] = (docnos, starts)
+    return starts
+
+
+def allowed_docnos(idx: "Index", collections: Iterable[str] | None, filters: SearchFilters | None) -> set[str] | None:
+    """Docnos passing the collection and metadata filters; ``None`` means no restriction."""
+    if collections is None and (filters is None or filters.empty):
+        return None
+    where, params = idx._coll_clause(collections)
+    fsql, fparams = (filters or SearchFilters()).sql("d")
+    with idx._lock:
+        rows = idx.conn.execute(
+            f"SELECT d.collection || '/' || d.path FROM documents d WHERE d.active = 1{where}{fsql}",
+            [*params, *fparams]).fetchall()
+    return {r[0] for r in rows}
+
+
+def vector_search(
+    idx: "Index",
+    query_vec: np.ndarray,
+    *,
+    fingerprint: str,
+    limit: int = 20,
+    collections: Iterable[str] | None = None,
+    filters: SearchFilters | None = None,
+) -> list[Hit]:
+    """Top documents by the cosine similarity of their best chunk to ``query_vec``.
+
+    Parameters
+    ----------
+    idx : qmdlab.store.Index
+    query_vec : numpy.ndarray
+        Query embedding, shape ``(dim,)`` (normalised here).
+    fingerprint : str
+        The embedder fingerprint the chunk vectors were stored under.
+    limit : int
+        Maximum number of documents.
+    collections, filters
+        As in :func:`qmdlab.search.bm25_search`.
+
+    Returns
+    -------
+    list of Hit
+        One hit per document, carrying its best chunk's id; ``score == backend_score`` = cosine
+        similarity (``1 - cosine distance``). Empty when the index has no chunks.
+
+    Raises
+    ------
+    StoreError
+        The index has chunks but none is embedded under ``fingerprint`` (run ``qmdlab embed``).
+    DimensionMismatchError
+        ``query_vec`` and the stored vectors differ in dimension (``qmdlab embed -f``).
+    """
+    vm = idx.vector_matrix(fingerprint)
+    if vm.matrix.shape[0] == 0:
+        if idx.chunks_needing_vectors(fingerprint).height == 0:
+            return []
+        others = sorted(set(idx.vector_fingerprints()) - {fingerprint})
+        extra = f" (it holds vectors of {', '.join(others)})" if others else ""
+        raise StoreError(f"index {idx.dir} has no vectors for embedder {fingerprint!r}{extra}; run `qmdlab embed`")
+    q = np.asarray(query_vec, dtype=np.float32).reshape(-1)
+    if q.shape[0] != vm.matrix.shape[1]:
+        raise DimensionMismatchError(
+            f"query vector has {q.shape[0]} dims but the index holds {vm.matrix.shape[1]}-d vectors for "
+            f"{fingerprint!r}; re-embed with `qmdlab embed -f`")
+    norm = float(np.linalg.norm(q))
+    if norm > 0:
+        q = q / norm
+    scores = vm.matrix @ q
+    allowed = allowed_docnos(idx, collections, filters)
+    if allowed is not None:
+        mask = np.fromiter((d in allowed for d in vm.docnos), dtype=bool, count=len(vm.docnos))
+        scores = np.where(mask, scores, -np.inf)
+    best = best_per_document(scores.astype(np.float64), _group_starts(vm.docnos))
+    keep = np.isfinite(best.scores)
+    rows, bscores = best.rows[keep], best.scores[keep]
+    hits = []
+    for rank, i in enumerate(top_k(bscores, limit), 1):
+        r = int(rows[i])
+        s = float(bscores[i])
+        hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s))
+    return hits

@@ -1,0 +1,79 @@
+"""The index's SQLite schema.
+
+- ``content(hash, body)``: content-addressed file text (sha256 of the raw bytes).
+- ``documents``: one row per (collection, path); ``active = 0`` once the file vanished.
+  ``metadata`` is the front matter as JSON; ``tags`` (JSON list) and ``date`` (ISO) are
+  denormalised from it for filtering (``date`` falls back to the file's mtime day).
+- ``documents_fts``: FTS5 (``porter unicode61``) over filepath (= docno), title and body of
+  *active* documents, kept in sync by triggers. Title and body pass through
+  ``qmdlab_fts_text`` (CJK characters spaced apart, see :mod:`qmdlab.search.cjk`); the function
+  is registered on every connection :class:`~qmdlab.store.Index` opens.
+- ``chunks``: keyed by content hash, so a moved or duplicated file is never re-chunked or
+  re-embedded; ``text = substr(body, char_start + 1, char_end - char_start)``.
+- ``vectors``: one float32 blob per (chunk, embedder fingerprint).
+- ``llm_cache``: see :mod:`qmdlab.store.cache`.
+"""
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+FTS_FUNCTION = "qmdlab_fts_text"
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS content (
+    hash TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    collection TEXT NOT NULL,
+    path TEXT NOT NULL,
+    title TEXT NOT NULL,
+    hash TEXT NOT NULL REFERENCES content(hash),
+    mtime REAL NOT NULL,
+    size INTEGER NOT NULL,
+    active INTEGER NOT NULL DEFAULT 1,
+    metadata TEXT NOT NULL DEFAULT '{{}}',
+    tags TEXT NOT NULL DEFAULT '[]',
+    date TEXT,
+    UNIQUE (collection, path)
+);
+CREATE INDEX IF NOT EXISTS documents_hash ON documents(hash);
+CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5(
+    filepath, title, body, tokenize = 'porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS documents_ai AFTER INSERT ON documents WHEN new.active = 1 BEGIN
+    INSERT INTO documents_fts(rowid, filepath, title, body)
+    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
+           {FTS_FUNCTION}(c.body)
+    FROM content c WHERE c.hash = new.hash;
+END;
+CREATE TRIGGER IF NOT EXISTS documents_ad AFTER DELETE ON documents BEGIN
+    DELETE FROM documents_fts WHERE rowid = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS documents_au AFTER UPDATE OF collection, path, title, hash, active ON documents BEGIN
+    DELETE FROM documents_fts WHERE rowid = old.id;
+    INSERT INTO documents_fts(rowid, filepath, title, body)
+    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
+           {FTS_FUNCTION}(c.body)
+    FROM content c WHERE c.hash = new.hash AND new.active = 1;
+END;
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    hash TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    char_start INTEGER NOT NULL,
+    char_end INTEGER NOT NULL,
+    line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL,
+    heading_path TEXT NOT NULL,
+    UNIQUE (hash, seq)
+);
+CREATE TABLE IF NOT EXISTS vectors (
+    chunk_id INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    blob BLOB NOT NULL,
+    PRIMARY KEY (chunk_id, fingerprint)
+);
+"""

@@ -1,0 +1,295 @@
+"""A small temporary index (a 'notes' collection + the default corpus) served by the MCP tests.
+
+Everything runs with the deterministic fake models (``QMDLAB_PRESET=fake``).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CORPUS = REPO / "data" / "corpus"
+
+GUIDE = textwrap.dedent("""\
+    ---
+    title: Setup Guide
+    tags: [alpha]
+    ---
+    # Setup Guide
+
+    Intro text about the zebrafish protocol.
+
+    ## Install
+
+    Run the installer.
+
+    ### Linux
+
+    apt install zebra-tools
+
+    ### macOS
+
+    brew install zebra-tools
+
+    ## Usage
+
+    Use zebra carefully.
+    """)
+
+NOTES = {
+    "guide.md": GUIDE,
+    "cooking/pasta.md": "# Pasta\n\nBoil water, add salt, cook the pasta al dente for a short time.\n\n## Sauce\n\n"
+                        "Tomato and basil.\n",
+    "cooking/bread.md": "# Bread\n\nKnead the dough and let it rise overnight, from memory.\n",
+    "big.md": "# Big\n\n" + "\n".join(f"line {i} filler text" for i in range(1, 2001)) + "\n",
+}
+
+
+def _embed_missing(idx, models) -> None:
+    emb = models.embedder
+    todo = idx.chunks_needing_vectors(emb.fingerprint)
+    if todo.height:
+        matrix = emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list())))
+        idx.store_vectors(todo["chunk_id"].to_list(), matrix, emb.fingerprint)
+
+
+@pytest.fixture(scope="session")
+def mcp_env(tmp_path_factory):
+    from qmdlab.models import load_models
+    from qmdlab.store import Index
+
+    root = tmp_path_factory.mktemp("mcp")
+    notes = root / "notes"
+    for rel, text in NOTES.items():
+        (notes / rel).parent.mkdir(parents=True, exist_ok=True)
+        (notes / rel).write_text(text, encoding="utf-8")
+    outside = root / "outside" / "secret.md"
+    outside.parent.mkdir()
+    outside.write_text("# Secret\n\nnever served\n", encoding="utf-8")
+    home = root / "home"
+    index_dir = root / "index"
+    old_home = os.environ.get("QMDLAB_HOME")
+    os.environ["QMDLAB_HOME"] = str(home)
+    try:
+        idx = Index.open(str(index_dir))
+        idx.add_collection("notes", notes)
+        idx.add_context("notes/cooking", "Kitchen recipes")
+        has_corpus = any(DEFAULT_CORPUS.glob("**/*.md"))
+        if has_corpus:
+            idx.add_collection("default", DEFAULT_CORPUS)
+        idx.update()
+        _embed_missing(idx, load_models("fake"))
+        ndocs = idx.documents().height
+        idx.close()
+    finally:
+        if old_home is None:
+            os.environ.pop("QMDLAB_HOME", None)
+        else:
+            os.environ["QMDLAB_HOME"] = old_home
+    env = {
+        "QMDLAB_HOME": str(home),
+        "QMDLAB_INDEX": str(index_dir),
+        "QMDLAB_PRESET": "fake",
+        "PYTHONPATH": str(REPO),
+    }
+    return SimpleNamespace(root=root, notes=notes, outside=outside, index_dir=index_dir, home=home, env=env,
+                           has_corpus=has_corpus, ndocs=ndocs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def http_server(mcp_env):
+    """The real ASGI app served by uvicorn on a free loopback port, in a background thread."""
+    import uvicorn
+
+    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.http import build_app
+
+    engine = Engine(str(mcp_env.index_dir), preset="fake")
+    engine.warm()
+    port = free_port()
+    app = build_app(engine, host="127.0.0.1", port=port, allowed_origins=("http://trusted.example",), allowed_hosts=())
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port, engine=engine)
+    server.should_exit = True
+    thread.join(timeout=10)
+    engine.index.close()
+
+
+def stdio_params(mcp_env, *extra: str):
+    from mcp.client.stdio import StdioServerParameters
+
+    return StdioServerParameters(command=sys.executable, args=["-m", "qmdlab.cli", "mcp", *extra],
+                                 env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")), cwd=str(REPO))
+
+
+TOOLS = {"query", "get", "multi_get", "status", "outline", "read_section", "parent"}
+
+
+def text_of(result) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+async def check_all_tools(client, env) -> None:
+    """List the tools and call each one on the test index; shared by the stdio and HTTP tests."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for t in tools.values():
+        assert t.annotations.read_only_hint is True
+        assert t.input_schema.get("additionalProperties") is False, t.name
+    assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank",
+            "explain"} == set(tools["query"].input_schema["properties"])
+    instructions = client.instructions
+    assert f"over {env.ndocs} markdown document(s)" in instructions
+    assert "collection 'notes': 4 document(s)" in instructions and "context for notes/cooking: Kitchen recipes" in instructions
+    assert "no embedding yet" not in instructions  # every chunk was embedded
+
+    # query: plain, explained (words of the fake embedder's vocabulary make the vector lists meaningful)
+    r = await client.call_tool("query", {"query": "macos brew install", "collections": ["notes"], "limit": 3,
+                                         "explain": True})
+    assert not r.is_error, text_of(r)
+    data = r.structured_content
+    results = data["results"]
+    assert 1 <= len(results) <= 3
+    top = results[0]
+    assert top["docno"] == "notes/guide.md" and top["rank"] == 1 and top["docid"]
+    assert top["uri"] == "qmd://notes/guide.md" and top["title"] == "Setup Guide"
+    assert "brew install zebra-tools" in top["snippet"] and top["line"] == 18
+    assert top["heading_path"] == ["Setup Guide", "Install", "macOS"] and top["address"] == "setup-guide/install/macos"
+    assert [x["rank"] for x in results] == list(range(1, len(results) + 1))
+    scores = [x["score"] for x in results]
+    assert scores == sorted(scores, reverse=True)
+    stages = top["stages"]
+    for col in ("fused_rank", "final_score", "blend_weight", "rerank_score", "fused_score", "n_lists", "rrf_base"):
+        assert col in stages, col
+    assert stages["final_score"] == top["score"] and stages["fused_rank"] == 1
+    kinds = {(lst["source"], lst["query_type"], lst["rank"]) for lst in stages["lists"]}
+    assert {("fts", "original", 1), ("vec", "original", 1)} <= kinds
+    assert "timings" in data and "expansions" in data and data["notes"]
+    assert "notes/guide.md" in text_of(r) and "Setup Guide > Install > macOS" in text_of(r)
+
+    # query over the default corpus (shipped with the repository)
+    if env.has_corpus:
+        r = await client.call_tool("query", {"query": "docker cleanup disk space", "collections": ["default"],
+                                             "limit": 4})
+        assert not r.is_error, text_of(r)
+        res = r.structured_content["results"]
+        assert 1 <= len(res) <= 4 and all(x["docno"].startswith("default/") for x in res)
+        assert all(x["uri"] == "qmd://" + x["docno"] and x["snippet"] for x in res)
+
+    # query: typed searches, collection filter, no rerank; no stage scores without explain
+    r = await client.call_tool("query", {"searches": [{"type": "lex", "query": "pasta salt"},
+                                                       {"type": "vec", "query": "pasta cooking time"}],
+                                         "collections": ["notes"], "rerank": False})
+    assert not r.is_error, text_of(r)
+    res = r.structured_content["results"]
+    assert res and res[0]["docno"] == "notes/cooking/pasta.md" and res[0]["context"] == ["Kitchen recipes"]
+    assert all(x["collection"] == "notes" for x in res) and "stages" not in res[0]
+
+    # unknown parameters and collections are refused with a clear message
+    r = await client.call_tool("query", {"query": "pasta", "topK": 3})
+    assert r.is_error and "unknown parameter(s) 'topK'" in text_of(r) and "candidateLimit" in text_of(r)
+    r = await client.call_tool("query", {"searches": [{"type": "sparse", "query": "x"}]})
+    assert r.is_error and "searches" in text_of(r)
+    r = await client.call_tool("query", {"query": "  "})
+    assert r.is_error and "give a 'query' or 1-10 typed 'searches'" in text_of(r)
+    r = await client.call_tool("query", {"query": "pasta", "limit": 0})
+    assert r.is_error and "limit" in text_of(r)
+    r = await client.call_tool("query", {"query": "pasta", "collections": ["nope"]})
+    assert r.is_error and "unknown collection(s): nope" in text_of(r)
+
+    # get: whole doc, :from:count, line numbers, #docid, #address
+    r = await client.call_tool("get", {"file": "notes/guide.md:13:3", "lineNumbers": True})
+    assert not r.is_error, text_of(r)
+    d = r.structured_content
+    assert (d["line_start"], d["line_end"], d["total_lines"]) == (13, 15, 23)
+    assert d["text"] == "13: ### Linux\n14: \n15: apt install zebra-tools"
+    docid = d["docid"]
+    r = await client.call_tool("get", {"file": f"#{docid}", "fromLine": 21})
+    assert r.structured_content["text"] == "## Usage\n\nUse zebra carefully."
+    r = await client.call_tool("get", {"file": "guide.md#setup-guide/install/macos"})
+    assert r.structured_content["text"] == "### macOS\n\nbrew install zebra-tools\n"
+    assert r.structured_content["heading_path"] == ["Setup Guide", "Install", "macOS"]
+
+    # get: traversal and files outside every collection are refused, cleanly
+    for bad in ("../../etc/passwd", "notes/../../etc/passwd", "/etc/passwd", str(env.outside)):
+        r = await client.call_tool("get", {"file": bad})
+        assert r.is_error, bad
+        msg = text_of(r)
+        assert "root:" not in msg and "never served" not in msg
+        assert ("'..' path components are not allowed" in msg or "no indexed document matches" in msg), msg
+
+    # multi_get: glob with a size cap, and a list with a bad entry
+    r = await client.call_tool("multi_get", {"pattern": "notes/**.md", "maxBytes": 2000})
+    assert not r.is_error, text_of(r)
+    d = r.structured_content
+    assert {x["docno"] for x in d["documents"]} == {"notes/guide.md", "notes/cooking/pasta.md", "notes/cooking/bread.md"}
+    assert [x["docno"] for x in d["skipped"]] == ["notes/big.md"] and "maxBytes=2000" in d["skipped"][0]["reason"]
+    r = await client.call_tool("multi_get", {"pattern": "notes/guide.md, ../../etc/passwd", "maxLines": 2})
+    d = r.structured_content
+    assert [x["docno"] for x in d["documents"]] == ["notes/guide.md"] and d["documents"][0]["text"] == "---\ntitle: Setup Guide"
+    assert d["errors"][0]["ref"] == "../../etc/passwd"
+    r = await client.call_tool("multi_get", {"pattern": "../*"})
+    assert r.is_error
+
+    # status
+    r = await client.call_tool("status", {})
+    d = r.structured_content
+    assert d["documents"] == env.ndocs and d["chunks_without_vectors"] == 0
+    assert {c["name"]: c["documents"] for c in d["collections"]}["notes"] == 4
+
+    # navigation: outline → read_section → parent
+    r = await client.call_tool("outline", {"file": "notes/guide.md"})
+    secs = r.structured_content["sections"]
+    assert [(s["address"], s["line_start"], s["line_end"]) for s in secs] == [
+        ("", 1, 23), ("setup-guide", 5, 23), ("setup-guide/install", 9, 20),
+        ("setup-guide/install/linux", 13, 16), ("setup-guide/install/macos", 17, 20), ("setup-guide/usage", 21, 23)]
+    assert sum(len(s["chunk_ids"]) for s in secs) >= 1
+    r = await client.call_tool("read_section", {"file": "notes/guide.md", "address": "setup-guide/install"})
+    assert r.structured_content["text"].startswith("## Install\n\nRun the installer.")
+    assert r.structured_content["children"] == ["setup-guide/install/linux", "setup-guide/install/macos"]
+    r = await client.call_tool("parent", {"file": "notes/guide.md", "address": "setup-guide/install/linux"})
+    assert r.structured_content["address"] == "setup-guide/install" and r.structured_content["level"] == 2
+    r = await client.call_tool("read_section", {"file": "notes/guide.md", "address": "nowhere"})
+    assert r.is_error and "no section 'nowhere'" in text_of(r)
+    r = await client.call_tool("parent", {"file": "notes/guide.md", "address": ""})
+    assert r.is_error and "no parent" in text_of(r)
+
+    # resources
+    listed = {str(x.uri) for x in (await client.list_resources()).resources}
+    assert "qmd://notes/guide.md" in listed and "qmd://notes/cooking/pasta.md" in listed
+    rr = await client.read_resource("qmd://notes/cooking/bread.md")
+    assert rr.contents[0].text.startswith("# Bread") and rr.contents[0].mime_type == "text/markdown"
+    from mcp.shared.exceptions import MCPError
+
+    for uri in ("qmd://notes/../../etc/passwd", "qmd://notes/..%2F..%2Fetc%2Fpasswd", "qmd://outside/secret.md"):
+        with pytest.raises(MCPError) as err:
+            await client.read_resource(uri)
+        assert "root:" not in str(err.value) and "never served" not in str(err.value)
+
+
+@pytest.fixture(scope="session")
+def mcp_helpers():
+    """The shared helpers (test modules cannot import conftest under --import-mode=importlib)."""
+    return SimpleNamespace(repo=REPO, check_all_tools=check_all_tools, stdio_params=stdio_params, text_of=text_of,
+                           free_port=free_port)

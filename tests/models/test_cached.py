@@ -1,0 +1,62 @@
+"""Cached wrappers: a repeated call makes no model call; keys follow the fingerprint."""
+import sqlite3
+
+import pytest
+
+from qmdlab.models import CachedExpander, CachedReranker, RuleExpander, TableReranker, with_cache, load_models
+from qmdlab.models.cached import text_hash
+from qmdlab.store.cache import LLMCache, cache_key
+
+
+@pytest.fixture
+def cache():
+    return LLMCache(sqlite3.connect(":memory:", check_same_thread=False))
+
+
+class Counting:
+    def __init__(self, inner):
+        self.inner, self.model_id, self.fingerprint, self.n = inner, inner.model_id, inner.fingerprint, 0
+
+    def expand(self, q, *, intent=None):
+        self.n += 1
+        return self.inner.expand(q, intent=intent)
+
+    def score(self, q, texts):
+        self.n += 1
+        return self.inner.score(q, texts)
+
+
+def test_expander_second_call_is_free(cache):
+    inner = Counting(RuleExpander({"q": "lex: a\nbad line\n"}))
+    x = CachedExpander(inner, cache)
+    first = x.expand("q")
+    second = x.expand("q")
+    assert first == second and second.lines == [("lex", "a")] and second.dropped == [("bad line", "not a 'type: content' line")]
+    assert (x.calls, inner.n, x.last_cached) == (1, 1, True)
+    x.expand("q", intent="other")  # intent is part of the key
+    assert x.calls == 2
+    assert cache.get(cache_key(inner.fingerprint, "expand", {"query": "q", "intent": None})) is not None
+
+
+def test_reranker_only_misses_reach_the_model(cache):
+    inner = Counting(TableReranker({("q", "a"): 0.9, ("q", "b"): 0.2}, default=0.5))
+    r = CachedReranker(inner, cache)
+    assert r.score_cached("q", ["a", "b"]) == [(0.9, False), (0.2, False)]
+    assert r.score_cached("q", ["b", "c", "a", "c"]) == [(0.2, True), (0.5, False), (0.9, True), (0.5, False)]
+    assert (r.calls, r.items, inner.n) == (2, 3, 2)
+    assert r.score("q", ["a", "b", "c"]) == [0.9, 0.2, 0.5]
+    assert (r.calls, inner.n) == (2, 2)
+    assert cache.get(cache_key(inner.fingerprint, "rerank", ["q", text_hash("a")])) == 0.9
+
+
+def test_different_fingerprint_misses(cache):
+    CachedReranker(TableReranker({}, default=0.1), cache).score("q", ["a"])
+    other = CachedReranker(TableReranker({}, default=0.7), cache)
+    assert other.score_cached("q", ["a"]) == [(0.7, False)]
+
+
+def test_with_cache_wraps_expander_and_reranker(cache):
+    m = with_cache(load_models("fake"), cache)
+    assert isinstance(m.expander, CachedExpander) and isinstance(m.reranker, CachedReranker)
+    assert m.reranker.fingerprint == load_models("fake").reranker.fingerprint
+    assert with_cache(load_models("fake", rerank="none"), cache).reranker is None

@@ -1,0 +1,91 @@
+"""Real llama.cpp models of the offline preset (MiniLM GGUF embedder, Qwen2.5-Coder-0.5B expander
+and reranker). Slow: each model loads once per module; all calls use 2 threads."""
+import importlib.util
+import sqlite3
+
+import numpy as np
+import pytest
+
+from qmdlab.models import CachedExpander, CachedReranker, load_models
+from qmdlab.models import packaged
+from qmdlab.models.expansion import LINE_TYPES, matches_grammar
+from qmdlab.models.llama_expand import SamplingConfig
+from qmdlab.models.registry import MINILM, QWEN_CODER
+from qmdlab.store.cache import LLMCache
+
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip("llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)", allow_module_level=True)
+for _ref in (MINILM, QWEN_CODER):
+    if not packaged.is_ready(_ref[4:]):
+        pytest.skip(f"{_ref} is not assembled; run `qmdlab pull --preset offline`", allow_module_level=True)
+
+GREEDY_SHORT = SamplingConfig(temperature=0.0, max_tokens=96)
+
+
+@pytest.fixture(scope="module")
+def models():
+    m = load_models("offline", n_threads=2, idle_timeout=None, sampling=GREEDY_SHORT)
+    yield m
+    m.close()
+
+
+def cos(a, b):
+    return float(np.dot(a, b))
+
+
+def test_embeddings_paraphrase_closer_than_unrelated(models):
+    e = models.embedder
+    a = e.embed_query("How do I undo my last git commit?")
+    docs = e.embed_documents([("Git", "To revert the most recent commit, run git reset HEAD~1."),
+                              ("Soup", "Simmer the tomatoes with garlic and basil for twenty minutes.")])
+    assert a.shape == (384,) and docs.shape == (2, 384) and e.dim == 384
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, rtol=1e-5)
+    assert cos(a, docs[0]) > cos(a, docs[1]) + 0.2
+
+
+def test_batched_embeddings_equal_unbatched(models):
+    e = models.embedder
+    pairs = [("A", "short text"), ("", "a considerably longer text " * 20), ("T", "git rebase"), ("", "x")]
+    batched = e.embed_documents(pairs)
+    single = np.stack([e.embed_documents([p])[0] for p in pairs])
+    np.testing.assert_allclose(batched, single, atol=2e-3)
+
+
+def test_gguf_conversion_matches_sentence_transformers(models):
+    st = pytest.importorskip("sentence_transformers", reason="the reference implementation of all-MiniLM-L6-v2")
+    model_dir = packaged.source_files(packaged.PACKAGED["all-minilm-l6-v2"])[0].parent
+    ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(
+        ["How do I undo my last git commit?", "Tomato soup with basil"], normalize_embeddings=True)
+    ours = np.stack([models.embedder.embed_query(t) for t in ["How do I undo my last git commit?",
+                                                               "Tomato soup with basil"]])
+    assert (np.sum(ref * ours, axis=1) > 0.99).all()  # f16 GGUF vs f32 torch: cosine, not bitwise
+
+
+def test_expander_output_parses_under_the_grammar(models):
+    res = models.expander.expand("how to rebase a git branch")
+    complete = res.raw if res.raw.endswith("\n") else res.raw[: res.raw.rfind("\n") + 1]
+    assert matches_grammar(complete), res.raw
+    assert res.lines and all(t in LINE_TYPES and c for t, c in res.lines)
+    assert all(reason.startswith(("cut off", "duplicate")) for _, reason in res.dropped)
+
+
+def test_reranker_relevant_above_unrelated(models):
+    p = models.reranker.score("how to undo a git commit", [
+        "Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
+        "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend."])
+    assert all(0.0 <= x <= 1.0 for x in p)
+    assert p[0] > p[1]
+
+
+def test_second_identical_call_hits_the_cache(models):
+    cache = LLMCache(sqlite3.connect(":memory:", check_same_thread=False))
+    x, r = CachedExpander(models.expander, cache), CachedReranker(models.reranker, cache)
+    first = x.expand("sqlite full text search")
+    texts = ["SQLite FTS5 provides full-text search with bm25 ranking."]
+    s1 = r.score_cached("sqlite full text search", texts)
+    assert (x.calls, r.calls) == (1, 1) and s1[0][1] is False
+    assert x.expand("sqlite full text search") == first
+    assert r.score_cached("sqlite full text search", texts) == [(s1[0][0], True)]
+    assert (x.calls, r.calls) == (1, 1)  # zero model calls the second time

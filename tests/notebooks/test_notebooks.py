@@ -1,0 +1,234 @@
+"""Every notebook runs headless on the default corpus with the fake models; a failing cell fails.
+
+The in-process runs (marimo's script runner) also check that what a notebook shows is what
+the eval/training APIs compute — the notebooks hold no logic of their own — and drive the
+buttons by replacing the button's cell with a clicked button (``defs``).
+"""
+from __future__ import annotations
+
+import types
+
+import marimo as mo
+import polars as pl
+import pytest
+from matplotlib.figure import Figure
+
+from .conftest import NB_ARGS, NOTEBOOKS, export_html, run_notebook
+
+CLICKED = types.SimpleNamespace(value=True)
+
+
+def _figures(outputs) -> list[Figure]:
+    return [o for o in outputs if isinstance(o, Figure)]
+
+
+@pytest.fixture
+def no_model_calls(monkeypatch):
+    """Arm: afterwards any call of a fake model raises (the models of the `fake` preset)."""
+    from qmdlab.models import fakes
+
+    def arm():
+        def boom(self, *a, **k):
+            raise AssertionError(f"{type(self).__name__} was called while re-tuning")
+
+        for cls, names in ((fakes.KeywordEmbedder, ("embed_query", "embed_documents")),
+                           (fakes.RuleExpander, ("expand",)), (fakes.TableReranker, ("score",))):
+            for name in names:
+                monkeypatch.setattr(cls, name, boom)
+
+    return arm
+
+
+# -- tune ------------------------------------------------------------------------------
+def test_tune_defaults_match_the_eval_runner(nb_env, monkeypatch):
+    from eval.runner import run_suite
+    from eval.suites import get_suite
+    from qmdlab.models import load_models
+
+    outputs, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    # The controls start exactly at the suite defaults (no slider rounding drift)...
+    assert defs["config"] == defs["defaults"], defs["config"].diff(defs["defaults"])
+    assert defs["evaluation"].metrics == defs["baseline"].metrics
+    # ...and the nDCG shown is the one `qmdlab eval` computes for the same suite and models.
+    ref = run_suite(get_suite("default"), load_models("fake"), progress=False, log=lambda _m: None,
+                    out=nb_env["QMDLAB_HOME"] + "/ref-run")
+    assert defs["evaluation"].metrics["ndcg@10"] == pytest.approx(ref.metrics[ref.name]["ndcg@10"], abs=1e-12)
+    assert len(defs["study"].qids) == defs["per_query_delta"].height > 50
+    assert defs["per_query_delta"]["delta"].abs().max() == 0
+    assert len(_figures(outputs)) == 1
+
+
+def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch, tmp_path, no_model_calls):
+    from eval.study import Study  # noqa: F401  (the API the notebook must have used)
+    from qmdlab.pipeline.config import PipelineConfig
+
+    run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)  # records the traces (cached)
+    no_model_calls()
+    slider = mo.ui.slider(0.0, 4.0, step=0.1, value=2.1, label="weight: original BM25")
+    target = tmp_path / "cfg" / "tuned.yaml"
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, "--save", str(target), monkeypatch=monkeypatch,
+                           defs={"weight_original_fts": slider, "save_button": CLICKED})
+    config, study = defs["config"], defs["study"]
+    assert config == defs["defaults"].replace(weight_original_fts=2.1)
+    expected = study.evaluate(config).metrics
+    assert defs["evaluation"].metrics == expected
+    assert expected["ndcg@10"] != defs["baseline"].metrics["ndcg@10"]
+    deltas = defs["per_query_delta"]
+    assert deltas.filter(pl.col("delta") != 0).height > 0
+    assert deltas["delta"].mean() == pytest.approx(expected["ndcg@10"] - defs["baseline"].metrics["ndcg@10"])
+    # "Save config" wrote a YAML that loads back to the same configuration.
+    assert defs["saved_to"] == target and target.exists()
+    assert PipelineConfig.from_yaml(target) == config
+    assert "weight_original_fts: 2.1" in target.read_text()
+
+
+@pytest.mark.slow
+def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_calls):
+    run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    no_model_calls()
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
+        "optimise_button": CLICKED, "optimise_folds": types.SimpleNamespace(value=2),
+        "optimise_trials": types.SimpleNamespace(value=20)})
+    report = defs["cv_report"]
+    assert report.folds.height == 2 and report.held_out.height == len(defs["study"].qids)
+    assert defs["get_start"]() == report.config  # what the controls are rebuilt from
+    assert defs["study"].score(report.config) >= defs["baseline"].metrics["ndcg@10"]
+
+
+def test_tune_stops_quietly_until_buttons_are_pressed(nb_env, monkeypatch):
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    assert "cv_report" not in defs and "saved_to" not in defs
+
+
+# -- explore ---------------------------------------------------------------------------
+def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
+    doc = "undo a git rebase\nlex: git rebase abort\nvec: how to undo a rebase in git"
+    outputs, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, monkeypatch=monkeypatch,
+                                 defs={"query_text": doc})
+    trace = defs["trace"]
+    assert trace.expansions.filter(pl.col("kept")).select("type", "text").rows() == [
+        ("lex", "git rebase abort"), ("vec", "how to undo a rebase in git")]
+    assert {"original", "lex", "vec"} <= set(trace.lists["query_type"].to_list())
+    assert trace.final.height > 0 and trace.results["snippet"].drop_nulls().len() == trace.results.height
+    # The stacked bars are the pipeline's own per-list contributions: they add up to rrf_base.
+    sums = defs["contrib"].group_by("docno").agg(pl.col("contribution").sum())
+    joined = trace.fused.join(sums, on="docno")
+    assert (joined["rrf_base"] - joined["contribution"]).abs().max() < 1e-12
+    assert len(_figures(outputs)) == 3  # contributions, blend, timings
+
+
+def test_explore_takes_the_query_from_the_command_line(nb_env, monkeypatch):
+    _, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, "--query", "postgres restore from backup",
+                           monkeypatch=monkeypatch)
+    assert defs["query_text"] == "postgres restore from backup"
+    assert defs["trace"].final.height > 0
+
+
+# -- evaluate --------------------------------------------------------------------------
+def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
+    from eval.ablation import ablate
+    from eval.thresholds import best_threshold, threshold_curve
+
+    outputs, defs = run_notebook(NOTEBOOKS / "evaluate.py", *NB_ARGS, monkeypatch=monkeypatch)
+    study, table = defs["study"], defs["ablation"]
+    assert table.equals(ablate(study, baseline="best-leg"))
+    assert {"bm25", "vector", "bm25+vector", "+rerank"} <= set(table["config"].to_list())
+    assert set(defs["distributions"]["stage"].to_list()) >= {"fts/original", "fused", "rerank", "final"}
+    curve = threshold_curve(study.trace.rerank, study.qrels, score_col="rerank_score")
+    assert defs["suggested"] == best_threshold(curve)
+    assert defs["threshold"].value == pytest.approx(defs["suggested"], abs=1e-6)
+    assert len(_figures(outputs)) == 3
+
+
+def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
+    _, defs = run_notebook(NOTEBOOKS / "evaluate.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
+        "baseline_picker": types.SimpleNamespace(value="bm25+vector"),
+        "score_picker": types.SimpleNamespace(value="final")})
+    table = defs["ablation"]
+    assert set(table["baseline"].to_list()) == {"bm25+vector"}
+    assert table.filter(pl.col("config") == "bm25+vector")["delta"][0] == 0
+    assert defs["threshold_col"] == "final_score"
+
+
+# -- train -----------------------------------------------------------------------------
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory in the format SFT/GRPO write (training.common.append_metrics)."""
+    from training import common
+
+    run = tmp_path / "runs" / "sft-grpo"
+    for step in range(1, 6):
+        common.append_metrics(run, {"stage": "sft", "step": step, "loss": 2.0 / step, "learning_rate": 2e-4})
+    for step in range(1, 4):
+        common.append_metrics(run, {"stage": "grpo", "step": step, "loss": 0.01 * step, "reward": 0.5 + 0.1 * step,
+                                    "kl": 0.001 * step})
+    common.append_metrics(run, {"stage": "grpo", "final": True, "train_runtime": 12.5})
+    return run
+
+
+@pytest.fixture
+def evaluation_dir(nb_env, tmp_path):
+    """An expander evaluation written by training.evaluate with a rule-based expander."""
+    from eval.suites import get_suite
+    from qmdlab.models.fakes import RuleExpander
+    from training.evaluate import EvaluateConfig, run_evaluate
+
+    suite = get_suite("default")
+    rows = suite.data().judged_queries().sort("qid").head(6)
+    rules = {q.lower(): [("lex", q), ("vec", f"how to {q}")] for q in rows["query"].to_list()}
+    out = tmp_path / "evaluation"
+    run_evaluate(EvaluateConfig(suite=str(suite.path), collection=suite.collection,
+                                index=str(tmp_path / "eval-index"), models_preset="fake", output_dir=str(out),
+                                max_queries=6), expanders={"rules": RuleExpander(rules)})
+    return out
+
+
+def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir, evaluation_dir):
+    from training.data import SEED_PATH, load_examples
+    from training.reward import score_expansion
+
+    outputs, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--run", str(run_dir), "--evaluation",
+                                 str(evaluation_dir), monkeypatch=monkeypatch)
+    examples = load_examples(SEED_PATH)
+    assert defs["rewards"].height == len(examples)
+    assert defs["rewards"]["total"][0] == score_expansion(examples[0].query, examples[0].completion).total
+    assert defs["example_lines"].height == sum(len(e.output) for e in examples)
+    # reward breakdown of the prefilled expansion
+    assert 0 <= defs["rule"].total <= 1 and defs["rule"].gate is None
+    assert isinstance(defs["retrieval"], float)
+    # curves
+    assert {"loss", "reward", "kl", "learning_rate"} <= set(defs["curve_metrics"])
+    assert defs["curves"].height == 8 and len(defs["final_records"]) == 1
+    # before/after
+    assert set(defs["eval_variants"]["variant"].to_list()) == {"none", "rules"}
+    assert defs["eval_per_query"].height == 12
+    assert len(_figures(outputs)) == 3
+
+
+def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch):
+    form = types.SimpleNamespace(value="<think>hmm</think>\nlex: x", element=types.SimpleNamespace(value=""))
+    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, monkeypatch=monkeypatch,
+                           defs={"expansion_box": form})
+    assert defs["rule"].total == 0 and defs["rule"].gate
+    assert defs["retrieval"] is None and defs["total"] == 0
+    assert "curves" not in defs  # no run directory: the section stops with a hint
+
+
+@pytest.mark.slow
+def test_train_evaluate_button_runs_the_expander_evaluation(nb_env, monkeypatch):
+    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
+        "evaluate_button": CLICKED, "expander_ref": types.SimpleNamespace(value="fake:rules")})
+    assert set(defs["evaluated"]) == {"none", "trained"}
+    assert (defs["evaluated_dir"] / "per_query.jsonl").exists()
+    assert defs["get_eval_dir"]() == defs["evaluated_dir"]
+
+
+# -- the command-line path: `marimo export html` --------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tune", "explore", "evaluate", "train"])
+def test_marimo_export_runs_every_cell(name, nb_env, tmp_path):
+    out = tmp_path / f"{name}.html"
+    proc = export_html(NOTEBOOKS / f"{name}.py", out, *NB_ARGS, env=nb_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    html = out.read_text(encoding="utf-8")
+    assert "marimo" in html and len(html) > 10_000

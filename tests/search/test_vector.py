@@ -1,0 +1,85 @@
+"""Exact cosine search over stored vectors: closed-form scores, best chunk per doc, filters, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qmdlab.errors import DimensionMismatchError, StoreError
+from qmdlab.search import SearchFilters, vector_search
+from qmdlab.search.vector import best_per_document, top_k
+
+
+def embed_all(idx, fp="fp", rows=None):
+    need = idx.chunks_needing_vectors(fp)
+    vecs = {"kb/git-rebase.md": [1, 0, 0], "kb/git-merge.md": [1, 1, 0], "kb/pasta.md": [0, 1, 0],
+            "kb/multi-agent.md": [0, 0, 1], "kb/tokyo.md": [0, -1, 0], "kb/other/notes.md": [-1, 0, 0]}
+    mat = np.array([vecs[d] for d in need["docno"]], dtype=np.float32)
+    idx.store_vectors(need["chunk_id"].to_list(), mat, fp)
+    return need
+
+
+def test_cosine_scores_closed_form(corpus_index):
+    need = embed_all(corpus_index)
+    hits = vector_search(corpus_index, np.array([2.0, 0.0, 0.0]), fingerprint="fp", limit=3)
+    assert [h.docno for h in hits] == ["kb/git-rebase.md", "kb/git-merge.md", "kb/multi-agent.md"]
+    assert hits[0].score == pytest.approx(1.0)
+    assert hits[1].score == pytest.approx(1 / np.sqrt(2))  # cos 45°
+    assert hits[2].score == pytest.approx(0.0)  # ties with pasta/tokyo at 0: docno order
+    assert hits[1].backend_score == hits[1].score
+    assert hits[0].chunk_id == need.filter(need["docno"] == "kb/git-rebase.md")["chunk_id"][0]
+    assert [h.rank for h in hits] == [1, 2, 3]
+
+
+def test_filters_and_collections(corpus_index):
+    embed_all(corpus_index)
+    hits = vector_search(corpus_index, np.array([0.0, 1.0, 0.0]), fingerprint="fp", limit=10,
+                         filters=SearchFilters(tags=("git",)))
+    assert [h.docno for h in hits] == ["kb/git-merge.md", "kb/git-rebase.md"]
+    assert len(vector_search(corpus_index, np.ones(3), fingerprint="fp", collections=["kb"])) == 6
+
+
+def test_best_chunk_per_document():
+    scores = np.array([0.2, 0.7, 0.5, 0.9, 0.9, 0.1])
+    best = best_per_document(scores, np.array([0, 3, 5]))
+    assert best.rows.tolist() == [1, 3, 5] and best.scores.tolist() == [0.7, 0.9, 0.1]
+
+
+def test_top_k_ties_and_bounds():
+    s = np.array([0.5, 0.9, 0.5, 0.1, 0.5])
+    assert top_k(s, 2).tolist() == [1, 0]
+    assert top_k(s, 4).tolist() == [1, 0, 2, 4]
+    assert top_k(s, 10).tolist() == [1, 0, 2, 4, 3]
+    assert top_k(s, 0).tolist() == []
+
+
+def test_errors_name_the_fix(corpus_index):
+    with pytest.raises(StoreError, match="run `qmdlab embed`"):
+        vector_search(corpus_index, np.ones(3), fingerprint="fp")
+    embed_all(corpus_index)
+    with pytest.raises(DimensionMismatchError, match="qmdlab embed -f"):
+        vector_search(corpus_index, np.ones(5), fingerprint="fp")
+    with pytest.raises(StoreError, match=r"holds vectors of fp\); run `qmdlab embed`"):
+        vector_search(corpus_index, np.ones(3), fingerprint="other")
+
+
+def test_multi_chunk_document_uses_its_best_chunk(tmp_path):
+    from qmdlab.store import Index
+
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "long.md").write_text("# A\n\n" + "alpha " * 700 + "\n\n# B\n\n" + "beta " * 700 + "\n")
+    (root / "short.md").write_text("# S\n\nshort\n")
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("c", root)
+    idx.update()
+    need = idx.chunks_needing_vectors("fp")
+    long_ids = need.filter(need["docno"] == "c/long.md")["chunk_id"].to_list()
+    assert len(long_ids) == 3  # 7,713 chars of 3,600-char chunks
+    mat = {long_ids[0]: [1, 0], long_ids[1]: [0.6, 0.8], long_ids[2]: [0.8, 0.6]}
+    ids = need["chunk_id"].to_list()
+    idx.store_vectors(ids, np.array([mat.get(i, [0.0, -1.0]) for i in ids], dtype=np.float32), "fp")
+    hits = vector_search(idx, np.array([0.0, 1.0]), fingerprint="fp")
+    assert hits[0].docno == "c/long.md" and hits[0].chunk_id == long_ids[1]
+    assert hits[0].score == pytest.approx(0.8)
+    assert [h.docno for h in hits] == ["c/long.md", "c/short.md"]
+    assert hits[1].score == pytest.approx(-1.0)

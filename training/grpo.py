@@ -1,0 +1,275 @@
+"""GRPO of the SFT'd expander (``trl.GRPOTrainer``) with the rule + retrieval reward.
+
+Recipe (DESIGN §6): start from the merged SFT weights with a fresh LoRA (r 4 / α 8 on q, v),
+4 generations per prompt, max completion 200 tokens, **β = 0.04 set explicitly** (TRL's
+default is 0, which would drop the KL term and the reference model), lr 5e-7.
+
+Rewards (weights are config):
+
+- ``rule``: :func:`training.reward.rule_reward`, the same function evaluation uses;
+- ``retrieval``: ΔnDCG@10 of the qmdlab pipeline with the completion's expansions vs. no
+  expansion, for prompts whose query has relevance labels (None elsewhere, which TRL skips);
+- ``rule_format`` … ``rule_entities``: the rule score's parts, weight 0 — logged per step
+  (``rewards/rule_format/mean`` …) but not optimised separately.
+
+Prompts are rendered with ``chat_template_kwargs={"enable_thinking": False}``, i.e. exactly
+as in SFT and at inference. Generation runs in transformers, or in vLLM when it is installed
+and ``use_vllm`` is set.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qmdlab.errors import ConfigError
+
+from training import common
+from training.data import dedupe, load_examples, to_grpo_record
+from training.render import CHAT_TEMPLATE_KWARGS
+from training.reward import RetrievalReward, rule_reward, score_expansion
+
+RULE_PARTS = ("format", "diversity", "hyde", "quality", "entities")
+
+
+@dataclass
+class GRPORunConfig:
+    """Configuration of one GRPO run (YAML keys = field names)."""
+
+    base: str = field(default="runs/sft/merged", metadata={"help": "Merged SFT model directory."})
+    prompts_file: str = field(default="data/training/seed.jsonl",
+                              metadata={"help": "Examples (JSONL schema); only the queries are used."})
+    suite: str | None = field(default=None, metadata={
+        "help": "Labelled suite dir (eval.loaders format, e.g. data/) whose queries carry the retrieval term."})
+    collection: str = field(default="default", metadata={"help": "Collection name of the suite's docids."})
+    labelled_file: str | None = field(
+        default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'})
+    index: str | None = field(default=None, metadata={"help": "qmdlab index for the retrieval term."})
+    models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
+    pipeline_rerank: bool = field(default=False, metadata={"help": "Rerank inside the reward's pipeline runs."})
+    output_dir: str = "runs/grpo"
+    lora_r: int = 4
+    lora_alpha: int = 8
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    beta: float = 0.04
+    num_generations: int = 4
+    max_completion_length: int = 200
+    learning_rate: float = 5e-7
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    rule_weight: float = 1.0
+    retrieval_weight: float = 1.0
+    precision: str = "auto"
+    logging_steps: int = 1
+    save_steps: int = 50
+    seed: int = 0
+    use_vllm: bool = False
+    merge: bool = True
+
+
+def load_labelled(path: str | Path) -> list[dict]:
+    """Read ``{"qid", "query", "qrels": {docno: grade}}`` lines."""
+    from qmdlab.errors import DataFormatError
+
+    rows = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, i, f"invalid JSON ({err.msg})") from None
+        if not (isinstance(obj, dict) and isinstance(obj.get("qid"), str) and isinstance(obj.get("query"), str)
+                and isinstance(obj.get("qrels"), dict)):
+            raise DataFormatError(path, i, 'expected {"qid": str, "query": str, "qrels": {docno: grade}}')
+        rows.append(obj)
+    return rows
+
+
+def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
+    """Labelled queries from ``suite`` and/or ``labelled_file`` (docnos as the pipeline names them)."""
+    rows = []
+    if cfg.suite:
+        from training.evaluate import suite_rows
+
+        rows += suite_rows(cfg.suite, cfg.collection)
+    if cfg.labelled_file:
+        rows += load_labelled(cfg.labelled_file)
+    return rows
+
+
+def build_dataset(cfg: GRPORunConfig):
+    """Prompt-only records: the example queries (no labels) plus the labelled queries."""
+    from datasets import Dataset
+
+    rows = [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
+    rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled_rows(cfg)]
+    if not rows:
+        raise ConfigError(f"no GRPO prompts in {cfg.prompts_file}")
+    return Dataset.from_list(rows)
+
+
+def _named(fn, name):
+    fn.__name__ = name
+    return fn
+
+
+def rule_part_reward(part: str):
+    """A zero-weight reward function logging one part of the rule score (points / 120)."""
+
+    def f(prompts=None, completions=(), query=None, **kwargs):
+        out = []
+        for q, c in zip(query, completions):
+            s = score_expansion(q, c)
+            out.append(s.parts.get(part, 0.0) / 120.0)
+        return out
+
+    return _named(f, f"rule_{part}")
+
+
+def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
+    """The retrieval term over the qmdlab pipeline, or None when not configured."""
+    rows = labelled_rows(cfg)
+    if not (rows and cfg.index and cfg.retrieval_weight):
+        return None
+    from qmdlab.models import ModelSet, load_models
+    from qmdlab.pipeline.lab import Lab
+
+    from training.evaluate import ensure_index
+    from training.reward import pipeline_scorer
+
+    models = load_models(cfg.models_preset, n_threads=2)
+    corpus = None
+    if cfg.suite:
+        from eval.loaders import load
+
+        corpus = load(cfg.suite).corpus_dir
+    idx = ensure_index(cfg.index, corpus, cfg.collection, models.embedder) if corpus else None
+    if idx is None:
+        from qmdlab.store import Index
+
+        idx = Index.open(cfg.index)
+    lab = Lab(idx, ModelSet(models.embedder, None, models.reranker if cfg.pipeline_rerank else None))
+    lab.config = lab.config.replace(rerank=cfg.pipeline_rerank)
+    qrels = {r["qid"]: r["qrels"] for r in rows}
+    return RetrievalReward(pipeline_scorer(lab), qrels)
+
+
+def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | None):
+    """(functions, weights) for ``GRPOTrainer``."""
+    funcs = [_named(lambda prompts=None, completions=(), query=None, **kw: rule_reward(prompts, completions, query),
+                    "rule")]
+    weights = [cfg.rule_weight]
+    if retrieval is not None:
+        funcs.append(_named(lambda prompts=None, completions=(), query=None, qid=None, **kw:
+                            retrieval.reward_func(prompts, completions, query, qid), "retrieval"))
+        weights.append(cfg.retrieval_weight)
+    for part in RULE_PARTS:
+        funcs.append(rule_part_reward(part))
+        weights.append(0.0)
+    return funcs, weights
+
+
+def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None, callbacks=()):
+    """The configured ``GRPOTrainer``; ``retrieval`` overrides the pipeline-built term (tests)."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.import_utils import is_vllm_available
+
+    out = Path(cfg.output_dir)
+    flags = common.precision_flags(cfg.precision)
+    tok = common.load_tokenizer(cfg.base)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if flags["bf16"] else torch.float32)
+    if retrieval is None:
+        retrieval = pipeline_retrieval(cfg)
+    funcs, weights = reward_functions(cfg, retrieval)
+    use_vllm = bool(cfg.use_vllm and is_vllm_available())
+    args = GRPOConfig(
+        output_dir=str(out / "checkpoints"),
+        beta=cfg.beta,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        reward_weights=weights,
+        chat_template_kwargs=dict(CHAT_TEMPLATE_KWARGS),
+        logging_steps=cfg.logging_steps,
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        seed=cfg.seed,
+        report_to=[],
+        use_vllm=use_vllm,
+        dataloader_num_workers=0,
+        **flags,
+        **common.device_flags(),
+    )
+    peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                             target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=build_dataset(cfg),
+                          processing_class=tok, peft_config=peft_config,
+                          callbacks=[common.metrics_callback(out, "grpo"), *callbacks])
+    return trainer, tok
+
+
+def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) -> dict:
+    """Train (resuming from the newest checkpoint), save the adapter and merged weights."""
+    out = Path(cfg.output_dir)
+    done = common.done_result(out)
+    if done:
+        return done
+    common.save_config(cfg, out)
+    trainer, tok = build_trainer(cfg, retrieval=retrieval)
+    result = trainer.train(resume_from_checkpoint=common.last_checkpoint(out / "checkpoints"))
+    trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
+    if not trainer.accelerator.is_main_process:
+        return {}
+    tok.save_pretrained(str(out / "adapter"))
+    merged_dir = None
+    if cfg.merge:
+        merged_dir = out / "merged"
+        trainer.model.merge_and_unload().save_pretrained(str(merged_dir))
+        tok.padding_side = "right"
+        tok.save_pretrained(str(merged_dir))
+    logs = [m for m in common.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
+    res = {"adapter": str(out / "adapter"), "merged": str(merged_dir) if merged_dir else None,
+           "steps": int(result.global_step), "train_loss": float(result.training_loss),
+           "first_reward": logs[0]["reward"] if logs else None, "last_reward": logs[-1]["reward"] if logs else None,
+           "retrieval_term": retrieval is not None}
+    common.append_metrics(out, {"stage": "grpo", "final": True, **res})
+    common.write_model_card(out, "qmdlab query expander — GRPO", f"""
+Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {', '.join(cfg.lora_targets)}.
+β={cfg.beta}, {cfg.num_generations} generations, max completion {cfg.max_completion_length}, lr {cfg.learning_rate}.
+Reward: rule score × {cfg.rule_weight}{f' + ΔnDCG@10 × {cfg.retrieval_weight}' if retrieval else ' (no retrieval term)'}.
+{res['steps']} steps; mean reward first/last logged step: {res['first_reward']} / {res['last_reward']}.
+Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
+""")
+    common.mark_done(out, res)
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m training.grpo [--config grpo.yaml] [--field value ...]``."""
+    from trl import TrlParser
+
+    (cfg,) = TrlParser((GRPORunConfig,)).parse_args_and_config(argv)
+    return run_grpo(cfg)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
