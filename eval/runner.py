@@ -117,9 +117,13 @@ def _fingerprint(model: Any) -> str:
 
 
 def cache_key(suite: Suite, config: PipelineConfig, models: Any) -> str:
-    """Hash of everything a query's trace depends on: suite content, config, model fingerprints."""
+    """Hash of everything a query's trace depends on: suite content, config, model fingerprints
+    and the trace schema (a new trace column invalidates old caches)."""
     embedder, expander, reranker = models if models is not None else (None, None, None)
-    payload = json.dumps({"suite": suite.fingerprint(), "config": config.to_dict(),
+    from qmdlab.pipeline.trace import SCHEMAS
+
+    schema = {t: {c: str(d) for c, d in cols.items()} for t, cols in SCHEMAS.items()}
+    payload = json.dumps({"suite": suite.fingerprint(), "config": config.to_dict(), "schema": schema,
                           "models": [_fingerprint(m) for m in (embedder, expander, reranker)]}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -150,8 +154,14 @@ def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, p
     with tqdm(rows, desc=f"{suite.name} queries", unit="q", disable=not progress) as bar:
         for r in bar:
             qdir = cache_dir / quote(str(r["qid"]), safe="")
+            loaded = None
             if (qdir / "lists.parquet").exists() and (qdir / "DONE").exists():
-                traces.append(Trace.from_parquet(qdir))
+                try:
+                    loaded = Trace.from_parquet(qdir)
+                except (ValueError, OSError, pl.exceptions.PolarsError):  # unreadable: run again
+                    loaded = None
+            if loaded is not None:
+                traces.append(loaded)
                 cached += 1
             else:
                 t = lab.query(r["query"], intent=r.get("intent") or None, qid=str(r["qid"]))
@@ -187,7 +197,7 @@ def write_trec_run(final: pl.DataFrame, path: Path, name: str, docid: Callable[[
 def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *,
               out: str | Path | None = None, name: str | None = None, ablate: bool = False,
               baseline: str = "best-leg", metrics: Sequence[str] = DEFAULT_METRICS, limit: int | None = None,
-              progress: bool = True, complete_rerank: bool = True,
+              progress: bool = True, complete_rerank: bool = True, check_ranx: bool = True,
               log: Callable[[str], None] = print) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
@@ -208,6 +218,9 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     complete_rerank : bool
         During the ablation, rerank candidates that a fusion/blend row newly promotes (model
         calls, cached) instead of leaving them unscored.
+    check_ranx : bool
+        Re-score the saved main run file with ``ranx.evaluate`` (from ``qrels.txt`` and the
+        ``.trec`` file, collection ids) and fail loudly if it disagrees with our metrics.
     """
     from qmdlab.pipeline.lab import Lab
 
@@ -257,6 +270,8 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     qrels_c = suite.data().qrels.join(queries.select("qid"), on="qid", how="semi")
     (out_dir / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, d, g in qrels_c.iter_rows()), encoding="utf-8")
     means = {run: mean_scores(t) for run, t in runs.items()}
+    ranx_means = ranx_check(out_dir / "qrels.txt", out_dir / f"{_file_safe(name)}.trec", means[name]) \
+        if check_ranx else None
     (out_dir / "metrics.json").write_text(json.dumps(means, indent=1), encoding="utf-8")
     pq = pl.concat([t.with_columns(pl.lit(r).alias("run")).select("run", *t.columns) for r, t in runs.items()])
     pq.write_parquet(out_dir / "per_query.parquet")
@@ -270,9 +285,34 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     qrels.write_parquet(out_dir / "qrels.parquet")
     info = {"suite": suite.name, "path": str(suite.path), "format": suite.format, "run": name,
             "models": [_fingerprint(m) for m in (models or (None, None, None))], "timings": timings,
-            "trace_cache": str(cache_dir)}
+            "trace_cache": str(cache_dir), "ranx_check": ranx_means}
     (out_dir / "run.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return RunResult(name, trace, qrels, pq, means, table, out_dir, timings)
+
+
+RANX_NAMES = {"p": "precision"}
+
+
+def ranx_check(qrels_path: Path, run_path: Path, ours: dict[str, float]) -> dict[str, float]:
+    """``ranx.evaluate`` of a saved run file against saved qrels; raises if any metric differs
+    from ``ours`` by more than 1e-9 (that would be a bug in :mod:`eval.metrics` or the writer)."""
+    from ranx import Qrels, Run, evaluate
+
+    from .metrics import parse_metric
+
+    names = {m: (RANX_NAMES.get(parse_metric(m).kind, parse_metric(m).kind)
+                 + (f"@{parse_metric(m).k}" if parse_metric(m).k else "")) for m in ours}
+    qrels = Qrels.from_file(str(qrels_path), kind="trec")
+    if run_path.stat().st_size == 0:
+        return {m: 0.0 for m in ours}
+    run = Run.from_file(str(run_path), kind="trec")
+    theirs = evaluate(qrels, run, list(names.values()), make_comparable=True)
+    theirs = theirs if isinstance(theirs, dict) else {next(iter(names.values())): theirs}
+    out = {m: float(theirs[r]) for m, r in names.items()}
+    bad = {m: (ours[m], out[m]) for m in ours if abs(ours[m] - out[m]) > 1e-9}
+    if bad:
+        raise RuntimeError(f"metrics disagree with ranx on {run_path.name}: {bad}")
+    return out
 
 
 def _file_safe(run: str) -> str:

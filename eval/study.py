@@ -27,8 +27,12 @@ from typing import Iterable, NamedTuple, Sequence
 
 import polars as pl
 
+from qmdlab.pipeline.blend import blend
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.retune import retune
+from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.retrieve import ablate, reweight
+from qmdlab.pipeline.retune import rerank_scores_of, retune
 from qmdlab.pipeline.trace import Trace
 
 from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
@@ -99,6 +103,7 @@ class Study:
         self.qids = sorted(judged)
         self.scorer = Scorer(qrels, self.metrics)
         self.rerank_fn = rerank_fn
+        self._scores: pl.DataFrame | None = None
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -108,6 +113,25 @@ class Study:
 
         trace, qrels, config = load_run_dir(directory)
         return cls(trace, qrels, config=config, **kwargs)
+
+    @classmethod
+    def for_suite(cls, suite: str = "default", models=None, config: PipelineConfig | None = None,
+                  **run_kwargs) -> "Study":
+        """Run (or load from the per-query trace cache) a suite and return its Study.
+
+        ``models`` defaults to ``qmdlab.models.load_models()``; extra keyword arguments go
+        to :func:`eval.runner.run_suite` (e.g. ``limit``, ``progress``).
+        """
+        from .runner import run_suite
+        from .suites import get_suite
+
+        if models is None:
+            from qmdlab.models import load_models
+
+            models = load_models()
+        cfg = config or PipelineConfig()
+        res = run_suite(get_suite(suite), models, cfg, **run_kwargs)
+        return cls(res.trace, res.qrels, config=cfg)
 
     def subset(self, qids: Iterable[str]) -> "Study":
         """The same study restricted to some queries (cross-validation folds use this)."""
@@ -127,7 +151,27 @@ class Study:
         out = retune(trace, cfg, rerank_fn=self.rerank_fn)
         if out.rerank.height > self.trace.rerank.height:  # keep the new scores for later configs
             self.trace = dataclasses.replace(self.trace, rerank=out.rerank)
+            self._scores = None
         return out
+
+    def final(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> pl.DataFrame:
+        """Only the re-blended ``final`` table — the slider path.
+
+        The same stage functions, in the same order, as :func:`qmdlab.retune` (reweight and
+        ablate the lists, fuse, take candidates, blend with the recorded rerank scores,
+        finish), without the trace bookkeeping retune also does (snippet join, notes,
+        timings), which halves the time per call. A test checks it equals
+        ``retune(...).final``. Configs with a tag lift, and studies with a ``rerank_fn``, go
+        through :func:`qmdlab.retune` itself.
+        """
+        cfg = config or self.config
+        if (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
+            return self.retuned(cfg, lists).final
+        recorded = self.trace.lists if lists is None else self.trace.lists.filter(lists)
+        cands = candidates(fuse(ablate(reweight(recorded, cfg), cfg), cfg), cfg.candidate_limit)
+        if cfg.rerank and self._scores is None:
+            self._scores = rerank_scores_of(self.trace)
+        return finish(blend(cands, self._scores if cfg.rerank else None, cfg), cfg)
 
     def evaluate(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Evaluation:
         """Re-score every judged query under ``config`` (default: the recorded config).
@@ -139,7 +183,7 @@ class Study:
             Keep only the recorded retrieval lists matching this expression.
         """
         cfg = config or self.config
-        final = self.retuned(cfg, lists).final
+        final = self.final(cfg, lists)
         table = self.scorer.score(final.rename({"final_rank": "rank"}))
         unscored = 0
         if cfg.rerank and cfg.blend != "none":

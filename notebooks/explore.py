@@ -20,9 +20,9 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval.runner import prepare_index
-    from eval.suites import REGISTRY, get_suite
-    from qmdlab.models import load_models
+    from eval import runner
+    from eval import suites
+    from qmdlab import models as qmodels
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.fuse import contributions
     from qmdlab.pipeline.lab import Lab
@@ -51,7 +51,7 @@ def _():
 
 @app.cell
 def _(suite_arg):
-    suite_picker = mo.ui.dropdown(sorted({*REGISTRY, suite_arg}), value=suite_arg, label="suite")
+    suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
     return (suite_picker,)
 
 
@@ -60,13 +60,13 @@ def _():
     @mo.cache
     def open_lab(suite_name: str, preset):
         """The suite's index (built and embedded on first use) with the preset's models."""
-        suite = get_suite(suite_name)
+        suite = suites.get_suite(suite_name)
         suite.check()
         config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
-        models = load_models(preset)
+        models = qmodels.load_models(preset)
         with mo.status.progress_bar(total=2, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
                                     remove_on_exit=True) as bar:
-            idx = prepare_index(suite, models.embedder if config.vector else None, progress=False,
+            idx = runner.prepare_index(suite, models.embedder if config.vector else None, progress=False,
                                 log=lambda _msg: None)
             bar.update(subtitle="ready")
             labelled = suite.data().judged_queries().sort("qid")

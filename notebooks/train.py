@@ -25,9 +25,9 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval.runner import prepare_index
-    from eval.suites import get_suite
-    from qmdlab.models import load_models
+    from eval import runner
+    from eval import suites
+    from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.lab import Lab
     from training import common
@@ -145,12 +145,12 @@ def _():
     @mo.cache
     def open_suite(suite_name: str, preset):
         """The suite's index with the preset's models, and its labelled queries/qrels."""
-        suite = get_suite(suite_name)
+        suite = suites.get_suite(suite_name)
         suite.check()
-        models = load_models(preset)
+        models = qmodels.load_models(preset)
         with mo.status.progress_bar(total=1, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
                                     remove_on_exit=True) as bar:
-            idx = prepare_index(suite, models.embedder, progress=False, log=lambda _msg: None)
+            idx = runner.prepare_index(suite, models.embedder, progress=False, log=lambda _msg: None)
             bar.update()
         qrels: dict[str, dict[str, int]] = {}
         for qid, docno, grade in suite.qrels_docnos().iter_rows():

@@ -23,10 +23,10 @@ with app.setup:
     from matplotlib.figure import Figure
 
     from eval import optimise
-    from eval.runner import cache_key, prepare_index, query_traces
+    from eval import runner
     from eval.study import Study
-    from eval.suites import REGISTRY, get_suite
-    from qmdlab.models import load_models
+    from eval import suites
+    from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
     from qmdlab.pipeline.lab import Lab
@@ -56,7 +56,7 @@ def _():
 
 @app.cell
 def _(suite_arg):
-    suite_picker = mo.ui.dropdown(sorted({*REGISTRY, suite_arg}), value=suite_arg, label="suite")
+    suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
     return (suite_picker,)
 
 
@@ -69,21 +69,21 @@ def _():
         Traces live in the runner's on-disk cache (keyed by suite content, config and
         model fingerprints), so a second session loads them instead of calling models.
         """
-        suite = get_suite(suite_name)
+        suite = suites.get_suite(suite_name)
         suite.check()
         config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
-        models = load_models(preset)
+        models = qmodels.load_models(preset)
         queries = suite.data().judged_queries().sort("qid")
         traces = []
         with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
                                     subtitle="indexing and embedding", remove_on_exit=True) as bar:
-            idx = prepare_index(suite, models.embedder if config.vector else None, progress=False,
+            idx = runner.prepare_index(suite, models.embedder if config.vector else None, progress=False,
                                 log=lambda _msg: None)
             lab = Lab(idx, models, config)
-            cache_dir = suite.workdir() / "traces" / cache_key(suite, config, models)
+            cache_dir = suite.workdir() / "traces" / runner.cache_key(suite, config, models)
             bar.update(subtitle="running queries")
             for row in queries.iter_slices(1):
-                trace, _cached = query_traces(suite, lab, row, cache_dir, progress=False)
+                trace, _cached = runner.query_traces(suite, lab, row, cache_dir, progress=False)
                 traces.append(trace)
                 bar.update(subtitle=f"query {row['qid'][0]}")
         qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")

@@ -44,6 +44,21 @@ def parse_ref(text: str) -> tuple[str, int | None, int | None]:
     return m.group("ref"), start, count
 
 
+def split_address(ref: str) -> tuple[str, str | None]:
+    """``ref#address`` → (ref, address); a leading ``#`` is a docid, not an address.
+
+    >>> split_address("notes/a.md#install/linux"), split_address("#abc123"), split_address("#abc123#use")
+    (('notes/a.md', 'install/linux'), ('#abc123', None), ('#abc123', 'use'))
+    >>> split_address("a.md#"), split_address("a.md")
+    (('a.md', ''), ('a.md', None))
+    """
+    text = ref.strip()
+    cut = text.find("#", 1)
+    if cut < 0:
+        return text, None
+    return text[:cut], text[cut + 1 :]
+
+
 def register(group: click.Group) -> None:
     """Add the index verbs to the ``qmdlab`` group."""
 
@@ -132,10 +147,14 @@ def register(group: click.Group) -> None:
         """Re-scan collections: new, changed, moved and vanished files."""
         rep = open_index(ctx).update(list(collections) or None, progress=progress)
         click.echo(rep.summary())
+        if rep.skipped:
+            click.echo("  skipped by reason: " + ", ".join(f"{r} {n}" for r, n in rep.skip_counts().items()))
         for docno, reason in rep.skipped_paths[:20]:
             click.echo(f"  skipped ({reason}): {docno}")
         if len(rep.skipped_paths) > 20:
             click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
+        for w in rep.warnings:
+            click.echo(f"warning: {w}", err=True)
 
     @group.command("search")
     @click.argument("query")
@@ -162,15 +181,42 @@ def register(group: click.Group) -> None:
     @group.command("get")
     @click.argument("ref")
     @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
+    @click.option("--outline", is_flag=True, help="Print the heading tree with each section's #address instead.")
     @click.pass_context
-    def get(ctx, ref: str, line_numbers: bool) -> None:
-        """Print a document: <docno|path|#docid>[:from[:count]] (1-based from)."""
+    def get(ctx, ref: str, line_numbers: bool, outline: bool) -> None:
+        """Print a document: <docno|path|#docid>[:from[:count]] (1-based from), or one section of
+        it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux)."""
         idx = open_index(ctx)
+        address = None
         try:
             doc, start, count = idx.get(ref), None, None
         except StoreError:
-            name, start, count = parse_ref(ref)
-            doc = idx.get(name)
+            name, address = split_address(ref)
+            if address is not None:
+                start = count = None
+                try:
+                    doc = idx.get(name)
+                except StoreError:
+                    doc = idx.get(parse_ref(name)[0])
+            else:
+                name, start, count = parse_ref(ref)
+                doc = idx.get(name)
+        if outline or address is not None:
+            from qmdlab.mcp_server.navigation import DocumentOutline
+
+            out = DocumentOutline.parse(doc.body, title=doc.title)
+            if outline:
+                click.echo(f"{doc.docno} (#{doc.docid}): {doc.title}")
+                click.echo(out.tree_text())
+                return
+            try:
+                sec = out.section(address)
+            except QmdlabError as err:
+                raise QmdlabError(f"{doc.docno}: {err}; list them with `qmdlab get {doc.docno} --outline`") from err
+            text = out.section_text(sec.address)
+            for no, line in enumerate(text.split("\n"), sec.line_start):
+                click.echo(f"{no:>5}: {line}" if line_numbers else line)
+            return
         lines = doc.body.split("\n")
         if doc.body.endswith("\n"):
             lines = lines[:-1]

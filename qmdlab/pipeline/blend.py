@@ -78,7 +78,8 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
     candidates : polars.DataFrame
         ``qid, docno, fused_rank, fused_score`` (usually the top ``candidate_limit`` of ``fused``).
     rerank : polars.DataFrame or None
-        ``qid, docno, rerank_score``; missing rows mean "no rerank score".
+        ``qid, docno, rerank_score``, at most one row per (qid, docno); missing rows
+        mean "no rerank score".
     config : PipelineConfig
 
     Returns
@@ -92,8 +93,7 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
         return empty("final")
     df = candidates.select("qid", "docno", "fused_rank", "fused_score")
     if rerank is not None and rerank.height:
-        scores = rerank.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64)) \
-            .unique(["qid", "docno"], keep="first", maintain_order=True)
+        scores = rerank.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64))
         df = df.join(scores, on=["qid", "docno"], how="left")
     else:
         df = df.with_columns(rerank_score=pl.lit(None, dtype=pl.Float64))

@@ -25,7 +25,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.trace import SCHEMAS, empty, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS, empty
 
 LIST_KEY = ["qid", "list_id"]
 DOC_KEY = ["qid", "docno"]
@@ -104,25 +104,32 @@ def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr],
     """Group per (qid, docno): ``rrf_base = Σ base``; add bonus; rank within qid."""
     if lists.height == 0:
         return empty("fused")
-    ordered = sort_within_qid(lists, ["list_id", "rank"])
-    g = ordered.with_columns(_c=base).group_by(DOC_KEY, maintain_order=True).agg(
-        # a left fold in list order (cum_sum), so the float result equals Σ written left to right
-        rrf_base=pl.col("_c").cum_sum().last(),
+    # Within a (qid, docno) group every entry comes from a different list, so sorting by
+    # list_id alone fixes the order in which each group's floats are summed: the result
+    # does not depend on the row order of `lists` (polars' float sum is not a plain
+    # left fold, so closed-form checks of 3+ terms need a last-bit tolerance).
+    ordered = lists.with_row_index("_row").sort("list_id")
+    g = ordered.with_columns(_c=base).group_by(DOC_KEY).agg(
+        rrf_base=pl.col("_c").sum(),
         best_rank=pl.col("rank").min().cast(pl.Int64),
         n_lists=pl.col("list_id").n_unique().cast(pl.Int64),
+        _first=pl.col("_row").min(),
     )
     if multiply_by_n:
         g = g.with_columns(rrf_base=pl.col("rrf_base") * pl.col("n_lists").cast(pl.Float64))
     b = bonus(pl.col("best_rank")) if bonus is not None else pl.lit(0.0)
     g = g.with_columns(bonus=b).with_columns(fused_score=pl.col("rrf_base") + pl.col("bonus"))
-    return rank_fused(g)
+    return rank_fused(g.with_columns(_qo=pl.col("_first").min().over("qid")))
 
 
 def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
-    """Sort by fused_score desc, best_rank, docno within each qid (queries in first-seen
-    order) and number ``fused_rank`` from 1."""
-    out = sort_within_qid(fused, ["fused_score", "best_rank", "docno"], [True, False, False])
-    out = out.with_columns(fused_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
+    """Sort by fused_score desc, best_rank, docno within each qid and number ``fused_rank``
+    from 1. Queries keep the order of ``_qo`` when present (first seen in ``lists``),
+    else of first appearance in ``fused``."""
+    if "_qo" not in fused.columns:
+        fused = fused.with_row_index("_row").with_columns(_qo=pl.col("_row").min().over("qid"))
+    out = fused.sort(["_qo", "fused_score", "best_rank", "docno"], descending=[False, True, False, False])
+    out = out.with_columns(fused_rank=(pl.int_range(pl.len()).over("_qo") + 1).cast(pl.Int64))
     return out.select([pl.col(c).cast(t) for c, t in SCHEMAS["fused"].items()])
 
 
@@ -201,8 +208,8 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
             rrf_term(config.rrf_k, weight=pl.lit(1.0))).otherwise(pl.lit(0.0))).drop("_kept")
     elif method == "wsum_minmax":
         c = pl.col("weight") * min_max()
-    else:  # combmnz: share of the sum before the n_lists multiplier
-        c = min_max()
+    else:  # combmnz: each entry's share of n_lists · Σ min_max
+        c = min_max() * pl.col("list_id").n_unique().over(DOC_KEY).cast(pl.Float64)
     return lists.with_columns(contribution=c)
 
 

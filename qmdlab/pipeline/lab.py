@@ -33,6 +33,7 @@ from qmdlab.pipeline.retrieve import retrieve, route
 from qmdlab.pipeline.retune import retune
 from qmdlab.pipeline.select import select_chunks
 from qmdlab.pipeline.trace import SCHEMAS, Trace, empty
+from qmdlab.store import limits
 
 _TYPED_LINE = re.compile(r"^\s*(lex|vec|hyde|intent)\s*:", re.IGNORECASE | re.MULTILINE)
 
@@ -119,6 +120,8 @@ class Lab:
             expansions = self._expand(text, intent, searches, cfg, skip, run)
         # 3. retrieval
         with run.stage("retrieve"):
+            for msg in limits.index_notes(self.index, self.embedder if cfg.vector else None):
+                run.note("capacity", msg)
             routes = route(text, kept_lines(expansions), cfg)
             got = retrieve(self.index, self.embedder if cfg.vector else None, routes, cfg, qid=qid,
                            collections=collections, filters=filters, fts_hits=fts_hits)
@@ -132,8 +135,13 @@ class Lab:
             cands = candidates(fused, cfg.candidate_limit)
         # 5.-6. chunk selection + rerank
         rerank_table = empty("rerank")
+        budget = limits.query_budget_note(run.elapsed_ms())
+        if budget is not None:
+            run.note("capacity", budget[1])
         if not cfg.rerank:
             run.note("rerank", "rerank disabled: fusion order kept")
+        elif budget is not None and budget[0] == "over" and cands.height:
+            run.note("rerank", "query time budget used up before rerank: rerank skipped, fusion order kept")
         elif cands.height:
             with run.stage("select"):
                 docnos = cands["docno"].to_list()
@@ -286,6 +294,10 @@ class _Run:
         self.qid = qid
         self._notes: list[tuple[str, str]] = []
         self._times: list[tuple[str, float]] = []
+        self._t0 = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self._t0) * 1000.0
 
     def note(self, stage: str, message: str) -> None:
         self._notes.append((stage, message))

@@ -35,11 +35,11 @@ _CHEAP_STAGES = ("fuse", "blend", "finish", "retune")
 
 def rerank_scores_of(trace: Trace, extra: pl.DataFrame | None = None) -> pl.DataFrame:
     """``qid, docno, rerank_score`` known to ``trace``; rows of ``extra`` win over the trace's."""
-    scores = trace.rerank.select("qid", "docno", "rerank_score")
-    if extra is not None and extra.height:
-        extra = extra.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64))
-        scores = pl.concat([extra, scores], how="vertical")
-    return scores.drop_nulls("rerank_score").unique(["qid", "docno"], keep="first", maintain_order=True)
+    scores = trace.rerank.select("qid", "docno", "rerank_score").drop_nulls("rerank_score")
+    if extra is None or extra.height == 0:
+        return scores  # the pipeline writes one row per (qid, docno)
+    extra = extra.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64)).drop_nulls("rerank_score")
+    return pl.concat([extra, scores], how="vertical").unique(["qid", "docno"], keep="first", maintain_order=True)
 
 
 def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | None = None, *,

@@ -141,6 +141,14 @@ class Trace:
             raise QmdlabError(f"to_ranx_run: the {table} table is empty (no results to evaluate)")
         return Run(run, name=name)
 
+    def result_rows(self) -> list:
+        """``results`` as :class:`qmdlab.output.ResultRow` values (for ``format_results``)."""
+        from qmdlab.output import ResultRow
+
+        return [ResultRow(r["docno"], r["docid"] or "", float(r["final_score"]), int(r["line"] or 1),
+                          r["title"] or r["docno"], r["context"], r["snippet"] or "")
+                for r in self.results.iter_rows(named=True)]
+
     # -- many queries ---------------------------------------------------------------
     @staticmethod
     def concat(traces: Iterable["Trace"]) -> "Trace":

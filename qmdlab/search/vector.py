@@ -113,7 +113,8 @@ def vector_search(
     -------
     list of Hit
         One hit per document, carrying its best chunk's id; ``score == backend_score`` = cosine
-        similarity (``1 - cosine distance``). Empty when the index has no chunks.
+        similarity (``1 - cosine distance``). Empty when the index has no chunks, and when
+        ``query_vec`` is all zeros or not finite (it has no direction to rank by).
 
     Raises
     ------
@@ -121,6 +122,8 @@ def vector_search(
         The index has chunks but none is embedded under ``fingerprint`` (run ``qmdlab embed``).
     DimensionMismatchError
         ``query_vec`` and the stored vectors differ in dimension (``qmdlab embed -f``).
+    qmdlab.store.limits.CapacityError
+        The vector matrix would exceed the ``vector_bytes`` capacity limit.
     """
     vm = idx.vector_matrix(fingerprint)
     if vm.matrix.shape[0] == 0:
@@ -135,8 +138,12 @@ def vector_search(
             f"query vector has {q.shape[0]} dims but the index holds {vm.matrix.shape[1]}-d vectors for "
             f"{fingerprint!r}; re-embed with `qmdlab embed -f`")
     norm = float(np.linalg.norm(q))
-    if norm > 0:
-        q = q / norm
+    if not np.isfinite(norm) or norm == 0.0:
+        # A zero query vector (no query word in a keyword embedder's vocabulary, an all-zero
+        # embedding) or a NaN/inf one has no direction: every cosine would be 0 or NaN, so any
+        # ranking would be arbitrary. No hits.
+        return []
+    q = q / norm
     scores = vm.matrix @ q
     allowed = allowed_docnos(idx, collections, filters)
     if allowed is not None:

@@ -3,6 +3,14 @@
 Writes are serialised by one lock and run in explicit transactions (``BEGIN IMMEDIATE``);
 ``update`` uses one transaction per collection, so a crash or an exception mid-way leaves
 that collection exactly as it was. The index never writes into a collection's directory.
+
+Concurrency: the database runs in WAL mode with a 30 s busy timeout, so readers (search,
+query, get) never wait for a writer and never see a half-written update; a second writer
+(another ``update`` or ``embed``) waits for the first and then runs on its result. Opening an
+existing index writes nothing. Crash safety (SIGKILL mid-``update`` or mid-``embed``) is
+proved by ``tests/reliability/test_crash.py``.
+
+Capacity limits (documents, chunks, vector matrix bytes) are in :mod:`qmdlab.store.limits`.
 """
 from __future__ import annotations
 
@@ -29,10 +37,14 @@ from qmdlab.store.cache import LLMCache
 from qmdlab.store.chunking import chunk_document
 from qmdlab.store.config import Collection, Context
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
-from qmdlab.store.scan import DEFAULT_MAX_BYTES, SKIP_REASONS, list_files, read_text
+from qmdlab.store import limits
+from qmdlab.store.scan import DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA, SCHEMA_VERSION
 
 DB_NAME = "index.sqlite"
+#: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
+UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity",)
+BUSY_TIMEOUT_S = 30
 CONFIG_NAME = "collections.yaml"
 
 
@@ -43,6 +55,10 @@ def docid_of(content_hash: str) -> str:
     'abcdef'
     """
     return content_hash[:6]
+
+
+# Chunks already computed by ``update`` (for the capacity check), by content hash.
+_PRECHUNKED: dict[str, list] = {}
 
 
 class UpdateReport(NamedTuple):
@@ -61,11 +77,23 @@ class UpdateReport(NamedTuple):
     skipped_large: int = 0
     skipped_empty: int = 0
     skipped_symlink: int = 0
-    skipped_paths: tuple[tuple[str, str], ...] = ()  # (docno, reason)
+    skipped_paths: tuple[tuple[str, str], ...] = ()  # (printable docno, reason)
+    skipped_unreadable: int = 0
+    skipped_name: int = 0
+    skipped_capacity: int = 0
+    warnings: tuple[str, ...] = ()  # capacity warnings (80 % of a limit or past it)
 
     @property
     def skipped(self) -> int:
-        return sum(getattr(self, f"skipped_{r}") for r in SKIP_REASONS)
+        return sum(getattr(self, f"skipped_{r}") for r in UPDATE_SKIP_REASONS)
+
+    def skip_counts(self) -> dict[str, int]:
+        """Non-zero skip counts by reason.
+
+        >>> UpdateReport(skipped_binary=2, skipped_name=1).skip_counts()
+        {'binary': 2, 'name': 1}
+        """
+        return {r: getattr(self, f"skipped_{r}") for r in UPDATE_SKIP_REASONS if getattr(self, f"skipped_{r}")}
 
     def summary(self) -> str:
         """One line for the CLI.
@@ -123,24 +151,44 @@ class Index:
         self.db_path = self.dir / DB_NAME
         self.config_path = self.dir / CONFIG_NAME
         try:
-            self.conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None, timeout=30)
+            self.conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
+                                        timeout=BUSY_TIMEOUT_S)
             self.conn.create_function(FTS_FUNCTION, 1, space_cjk, deterministic=True)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA busy_timeout=30000")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             self._lock = threading.RLock()
-            with self._lock:
-                self.conn.executescript(SCHEMA)
-                self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                                  (str(SCHEMA_VERSION),))
+            if self._schema_version() != str(SCHEMA_VERSION):  # a new (or foreign) file: create the schema
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                with self._lock:
+                    self.conn.executescript(SCHEMA)
+                    self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                                      (str(SCHEMA_VERSION),))
+            self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as err:
+            self._close_quietly()
             raise StoreError(f"{self.db_path}: not a usable qmdlab index ({err}); pass another --index") from err
         # The cache gets its own connection: a cache write from another thread must never join
         # (and commit) an ``update`` transaction open on ``self.conn``.
-        self._cache_conn = sqlite3.connect(self.db_path, check_same_thread=False, timeout=30)
-        self._cache_conn.execute("PRAGMA busy_timeout=30000")
+        self._cache_conn = sqlite3.connect(self.db_path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        self._cache_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         self.cache = LLMCache(self._cache_conn)
         self._vectors: dict[str, VectorMatrix] = {}
+
+    def _schema_version(self) -> str | None:
+        """The stored schema version, read without taking a write lock (``None``: no schema yet)."""
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as err:
+            if "no such table" in str(err):
+                return None
+            raise
+        if row is None:
+            return None
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return row[0] if str(mode).lower() == "wal" else None
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
 
     @classmethod
     def open(cls, name_or_path: str | os.PathLike | None = None) -> "Index":
@@ -162,7 +210,13 @@ class Index:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; rolled back on any exception."""
         with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as err:
+                if "locked" in str(err) or "busy" in str(err):
+                    raise StoreError(f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
+                                     "is writing to it); retry when that update or embed has finished") from err
+                raise
             try:
                 yield self.conn
             except BaseException:
@@ -295,20 +349,27 @@ class Index:
         names = list(collections) if collections is not None else [c.name for c in self.collections()]
         colls = [self.collection(n) for n in names]
         counts = _Counts()
+        caps = {k: limits.limit(k) for k in ("documents", "chunks")}
         for coll in colls:
             if not Path(coll.root).is_dir():
                 raise StoreError(f"collection {coll.name!r}: root {coll.root} is missing; restore it or "
                                  f"`qmdlab collection remove {coll.name}`")
-            self._update_collection(coll, counts, progress, max_bytes)
+            self._update_collection(coll, counts, progress, max_bytes, caps)
         v = counts.values
+        warnings = [c.message for c in self.capacity() if c.level != "ok" and c.kind in caps]
+        if v.get("skipped_capacity"):
+            warnings.append(f"{v['skipped_capacity']} file(s) not indexed: the capacity limit was reached "
+                            "(see `qmdlab update` skip reasons)")
         return UpdateReport(
             collections=len(colls), scanned=v.get("scanned", 0), new=v.get("new", 0), changed=v.get("changed", 0),
             moved=v.get("moved", 0), unchanged=v.get("unchanged", 0), vanished=v.get("vanished", 0),
-            chunks_added=v.get("chunks", 0), **{f"skipped_{r}": v.get(f"skipped_{r}", 0) for r in SKIP_REASONS},
-            skipped_paths=tuple(counts.skipped),
+            chunks_added=v.get("chunks", 0),
+            **{f"skipped_{r}": v.get(f"skipped_{r}", 0) for r in UPDATE_SKIP_REASONS},
+            skipped_paths=tuple(counts.skipped), warnings=tuple(warnings),
         )
 
-    def _update_collection(self, coll: Collection, counts: _Counts, progress: bool, max_bytes: int) -> None:
+    def _update_collection(self, coll: Collection, counts: _Counts, progress: bool, max_bytes: int,
+                           caps: dict[str, float] | None = None) -> None:
         entries = list(list_files(coll, max_bytes))
         bar = None
         if progress:
@@ -319,6 +380,9 @@ class Index:
         with self.transaction() as c:
             rows = c.execute("SELECT id, path, hash, mtime, size, active FROM documents WHERE collection = ?",
                              (coll.name,)).fetchall()
+            caps = caps or {"documents": float("inf"), "chunks": float("inf")}
+            n_docs = c.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0]
+            n_chunks = c.execute("SELECT count(*) FROM chunks").fetchone()[0]
             existing = {r[1]: r for r in rows}
             seen: set[str] = set()
             pending: list[tuple[str, Any, str, str, dict, float, int]] = []  # new paths, decided after scan
@@ -328,7 +392,9 @@ class Index:
                 local.add("scanned")
                 if e.skip:
                     local.add(f"skipped_{e.skip}")
-                    local.skipped.append((f"{coll.name}/{e.rel}", e.skip))
+                    local.skipped.append((f"{coll.name}/{display_path(e.rel)}", e.skip))
+                    if e.skip == "unreadable" and e.rel in existing:  # keep what we had: a transient failure
+                        seen.add(e.rel)
                     continue
                 old = existing.get(e.rel)
                 if old is not None and old[5] == 1 and old[3] == e.mtime and old[4] == e.size:
@@ -339,14 +405,30 @@ class Index:
                 if skip:
                     local.add(f"skipped_{skip}")
                     local.skipped.append((f"{coll.name}/{e.rel}", skip))
+                    if skip == "unreadable" and old is not None:  # keep what we had: a transient failure
+                        seen.add(e.rel)
                     continue
-                seen.add(e.rel)
                 h = hashlib.sha256(raw).hexdigest()
                 if old is not None and old[5] == 1 and old[2] == h:
+                    seen.add(e.rel)
                     c.execute("UPDATE documents SET mtime = ?, size = ? WHERE id = ?", (e.mtime, e.size, old[0]))
                     local.add("unchanged")
                     continue
-                local.add("chunks", self._store_content(c, h, text))
+                known = c.execute("SELECT 1 FROM content WHERE hash = ?", (h,)).fetchone() is not None
+                pieces = None if known else self._chunk(text)
+                is_new_doc = old is None or old[5] != 1
+                if (is_new_doc and n_docs + 1 > caps["documents"]) or (
+                        pieces is not None and n_chunks + len(pieces) > caps["chunks"]):
+                    local.add("skipped_capacity")
+                    local.skipped.append((f"{coll.name}/{e.rel}", "capacity"))
+                    if not is_new_doc:  # a changed file keeps its indexed version
+                        seen.add(e.rel)
+                    continue
+                seen.add(e.rel)
+                n_docs += int(is_new_doc)
+                if pieces is not None:
+                    n_chunks += len(pieces)
+                    local.add("chunks", self._store_content(c, h, text, pieces))
                 meta, title, tags, date = self._describe(text, e.rel, e.mtime)
                 if old is not None and old[5] == 1:
                     c.execute("UPDATE documents SET title=?, hash=?, mtime=?, size=?, metadata=?, tags=?, date=? "
@@ -390,17 +472,28 @@ class Index:
         date = fm.metadata.get("date") or _dt.datetime.fromtimestamp(mtime, _dt.timezone.utc).date().isoformat()
         return fm.metadata, title, tags, date
 
-    def _store_content(self, c: sqlite3.Connection, h: str, text: str) -> int:
+    def _store_content(self, c: sqlite3.Connection, h: str, text: str, chunks: list | None = None) -> int:
         """Insert content and its chunks unless present; returns the number of chunks added."""
         if c.execute("SELECT 1 FROM content WHERE hash = ?", (h,)).fetchone():
             return 0
         c.execute("INSERT INTO content(hash, body) VALUES (?, ?)", (h, text))
-        return self._insert_chunks(c, h, text)
+        if chunks is not None:
+            _PRECHUNKED[h] = chunks
+        try:
+            return self._insert_chunks(c, h, text)
+        finally:
+            _PRECHUNKED.pop(h, None)
+
+    @staticmethod
+    def _chunk(text: str) -> list:
+        off = parse_front_matter(text).body_offset
+        return chunk_document(text[off:], offset=off, full_text=text)
 
     @staticmethod
     def _insert_chunks(c: sqlite3.Connection, h: str, text: str) -> int:
-        off = parse_front_matter(text).body_offset
-        chunks = chunk_document(text[off:], offset=off, full_text=text)
+        chunks = _PRECHUNKED.get(h)
+        if chunks is None:
+            chunks = Index._chunk(text)
         c.executemany(
             "INSERT INTO chunks(hash, seq, char_start, char_end, line_start, line_end, heading_path) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -588,6 +681,12 @@ class Index:
         cached = self._vectors.get(fingerprint)
         if cached is not None:
             return cached
+        chk = self.vector_capacity(fingerprint)
+        if chk.level == "over":
+            raise limits.CapacityError(
+                f"the vector matrix of {fingerprint!r} would take {chk.value:.0f} bytes, over the capacity limit "
+                f"of {chk.limit:.0f} (${limits.ENV['vector_bytes']}); vector search is disabled until the limit "
+                "is raised or collections are removed")
         with self._lock:
             rows = self.conn.execute(
                 "SELECT k.id, d.collection || '/' || d.path, v.dim, v.blob FROM vectors v "
@@ -606,6 +705,25 @@ class Index:
             vm = VectorMatrix(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows], mat)
         self._vectors[fingerprint] = vm
         return vm
+
+    def vector_capacity(self, fingerprint: str) -> "limits.Check":
+        """Bytes the float32 matrix of ``fingerprint`` takes (or would take) against the limit."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT count(*), max(v.dim) FROM vectors v JOIN chunks k ON k.id = v.chunk_id "
+                "JOIN documents d ON d.hash = k.hash WHERE v.fingerprint = ? AND d.active = 1",
+                (fingerprint,)).fetchone()
+        return limits.check("vector_bytes", int(row[0]) * int(row[1] or 0) * 4)
+
+    def capacity(self, fingerprint: str | None = None) -> list["limits.Check"]:
+        """Documents, chunks (and, given an embedder fingerprint, vector bytes) against their limits."""
+        with self._lock:
+            docs = self.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0]
+            chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        out = [limits.check("documents", docs), limits.check("chunks", chunks)]
+        if fingerprint is not None:
+            out.append(self.vector_capacity(fingerprint))
+        return out
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -18,8 +18,10 @@ from .conftest import NB_ARGS, NOTEBOOKS, export_html, run_notebook
 CLICKED = types.SimpleNamespace(value=True)
 
 
-def _figures(outputs) -> list[Figure]:
-    return [o for o in outputs if isinstance(o, Figure)]
+def _n_plots(outputs) -> int:
+    """Matplotlib figures among the cell outputs, bare or rendered inside a layout (PNG)."""
+    return sum(1 if isinstance(o, Figure) else getattr(o, "text", "").count("data:image/png")
+               for o in outputs)
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def test_tune_defaults_match_the_eval_runner(nb_env, monkeypatch):
     assert defs["evaluation"].metrics["ndcg@10"] == pytest.approx(ref.metrics[ref.name]["ndcg@10"], abs=1e-12)
     assert len(defs["study"].qids) == defs["per_query_delta"].height > 50
     assert defs["per_query_delta"]["delta"].abs().max() == 0
-    assert len(_figures(outputs)) == 1
+    assert _n_plots(outputs) == 1
 
 
 def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch, tmp_path, no_model_calls):
@@ -114,7 +116,7 @@ def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
     sums = defs["contrib"].group_by("docno").agg(pl.col("contribution").sum())
     joined = trace.fused.join(sums, on="docno")
     assert (joined["rrf_base"] - joined["contribution"]).abs().max() < 1e-12
-    assert len(_figures(outputs)) == 3  # contributions, blend, timings
+    assert _n_plots(outputs) == 3  # contributions, blend, timings
 
 
 def test_explore_takes_the_query_from_the_command_line(nb_env, monkeypatch):
@@ -137,7 +139,7 @@ def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
     curve = threshold_curve(study.trace.rerank, study.qrels, score_col="rerank_score")
     assert defs["suggested"] == best_threshold(curve)
     assert defs["threshold"].value == pytest.approx(defs["suggested"], abs=1e-6)
-    assert len(_figures(outputs)) == 3
+    assert _n_plots(outputs) == 3
 
 
 def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
@@ -202,7 +204,7 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     # before/after
     assert set(defs["eval_variants"]["variant"].to_list()) == {"none", "rules"}
     assert defs["eval_per_query"].height == 12
-    assert len(_figures(outputs)) == 3
+    assert _n_plots(outputs) == 3
 
 
 def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch):

@@ -137,7 +137,7 @@ def test_candidates_cut_per_query():
 
 
 def test_contributions_sum_to_rrf_base():
-    for name in ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax"):
+    for name in FUSION_METHODS:
         cfg = PipelineConfig(fusion=name)
         c = contributions(lists_table(), cfg).group_by(["qid", "docno"]).agg(pl.col("contribution").sum())
         f = fuse(lists_table(), cfg).join(c, on=["qid", "docno"])

@@ -61,7 +61,8 @@ def test_exact_ranking_full_pipeline(small_index):
         (0, "original", "fts"), (1, "original", "vec"), (2, "lex", "fts"), (3, "vec", "vec"), (4, "hyde", "vec")]
     top = t.fused.row(0, named=True)
     assert top["docno"] == R and top["n_lists"] == 5
-    assert top["rrf_base"] == 2.0 / 61 + 2.0 / 61 + 1.0 / 61 + 1.0 / 61 + 1.0 / 61
+    # five terms: polars' float sum is not a left fold, so allow the last bit
+    assert top["rrf_base"] == pytest.approx(2.0 / 61 + 2.0 / 61 + 1.0 / 61 + 1.0 / 61 + 1.0 / 61, rel=1e-15)
     assert t.fused["docno"].to_list() == [R, M, D, P, S]
     assert t.rerank.select("docno", "rerank_score").rows() == [(R, 0.1), (M, 0.1), (D, 0.1), (P, 0.9), (S, 0.1)]
     assert t.final.select("docno", "final_score").rows() == [

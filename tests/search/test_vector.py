@@ -83,3 +83,39 @@ def test_multi_chunk_document_uses_its_best_chunk(tmp_path):
     assert hits[0].score == pytest.approx(0.8)
     assert [h.docno for h in hits] == ["c/long.md", "c/short.md"]
     assert hits[1].score == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("query", [np.zeros(3), np.array([np.nan, 1.0, 0.0]), np.array([np.inf, 0.0, 0.0])])
+def test_directionless_query_vector_returns_no_hits(corpus_index, query):
+    # All-zero (or non-finite) query vectors have no direction: before the fix every document
+    # came back at cosine 0 in docno order, an arbitrary ranking.
+    embed_all(corpus_index)
+    assert vector_search(corpus_index, query, fingerprint="fp", limit=10) == []
+    # a real direction still ranks (the guard is not a blanket "return []")
+    assert len(vector_search(corpus_index, np.array([0.0, 0.0, 1e-30]), fingerprint="fp", limit=10)) == 6
+
+
+def test_out_of_vocabulary_query_records_an_empty_vector_list(tmp_path):
+    from qmdlab.models.fakes import KeywordEmbedder
+    from qmdlab.pipeline import Lab, PipelineConfig
+    from qmdlab.store import Index
+
+    src = tmp_path / "notes"
+    src.mkdir()
+    (src / "git.md").write_text("# Git\n\ngit rebase onto main\n", encoding="utf-8")
+    (src / "pasta.md").write_text("# Pasta\n\nboil the pasta\n", encoding="utf-8")
+    with Index(tmp_path / "idx") as idx:
+        idx.add_collection("n", src)
+        idx.update()
+        emb = KeywordEmbedder(["git", "rebase", "pasta"])
+        todo = idx.chunks_needing_vectors(emb.fingerprint)
+        idx.store_vectors(todo["chunk_id"].to_list(),
+                          emb.embed_documents(list(zip(todo["title"], todo["text"]))), emb.fingerprint)
+        assert not emb.embed_query("boil").any()  # "boil" is outside the vocabulary: zero vector
+        trace = Lab(idx, (emb, None, None), PipelineConfig(rerank=False)).query("boil")
+        assert trace.lists.filter(trace.lists["source"] == "vec").height == 0
+        assert trace.lists.filter(trace.lists["source"] == "fts")["docno"].to_list() == ["n/pasta.md"]
+        assert trace.final["docno"].to_list() == ["n/pasta.md"]
+        # an in-vocabulary query does produce a vector list (the check above is not vacuous)
+        t2 = Lab(idx, (emb, None, None), PipelineConfig(rerank=False)).query("rebase")
+        assert t2.lists.filter(t2.lists["source"] == "vec")["docno"].to_list()[0] == "n/git.md"

@@ -1,0 +1,806 @@
+#!/usr/bin/env python
+"""qmdlab benchmarks: every stage against the bare engine underneath it, measured in one run.
+
+Usage::
+
+    python scripts/bench.py            # full sizes (several minutes; `make bench`)
+    python scripts/bench.py --quick    # smaller sizes, about a minute
+    python scripts/bench.py --only bm25,vector --out results/bench
+
+Each row times a qmdlab stage and its baseline in the same process, alternating the two
+(A B B A …) after a warm-up, and reports the medians and their ratio, the goal (issue 9) and
+``meets``/``misses``. Model rows are ``skipped`` with the reason when ``llama_cpp`` or the
+offline models are absent (``qmdlab pull --preset offline``). Rows without a goal in the issue
+are ``info``. The table is printed and written as JSON and markdown under ``--out``
+(default ``results/bench``; ``latest.json``/``latest.md`` are the newest run).
+
+Groups (``--only``/``--skip``): bm25, bm25s, vector, retune, update, build, embed, rerank,
+query, cli, memory. Absolute times are noisy on a shared machine; the ratios are the result.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (str(ROOT), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import bench_data  # noqa: E402
+
+GROUPS = ("bm25", "bm25s", "vector", "retune", "update", "build", "embed", "rerank", "query", "cli", "memory")
+THREADS = 2  # llama.cpp threads: the machine has 2 cores
+
+# sizes per mode; "smoke" is for the test that only proves the script runs
+SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(bm25=[200], queries=10, vector=[(2000, 64)], vec_queries=5, retune_queries=30,
+                  update=200, embed_texts=4, rerank_texts=2, query_docs=40, memory_docs=200, repeats=3),
+    "quick": dict(bm25=[1000, 5000], queries=40, vector=[(10000, 384), (10000, 768), (50000, 384)],
+                  vec_queries=20, retune_queries=300, update=2000, embed_texts=24, rerank_texts=4,
+                  query_docs=60, memory_docs=2000, repeats=5),
+    "full": dict(bm25=[1000, 10000, 50000], queries=100,
+                 vector=[(n, d) for n in (10000, 50000, 200000) for d in (384, 768)],
+                 vec_queries=30, retune_queries=300, update=10000, embed_texts=96, rerank_texts=12,
+                 query_docs=200, memory_docs=10000, repeats=9),
+}
+
+
+# ---------------------------------------------------------------------------- rows and timing
+@dataclass
+class Row:
+    group: str
+    name: str
+    size: str
+    value: float | None = None      # qmdlab's measurement (unit below)
+    base: float | None = None       # the bare engine's, same unit
+    unit: str = "s"                 # "s" (time per op), "/s" (throughput), "MiB", "calls"
+    ratio: float | None = None
+    ratio_kind: str = ""            # e.g. "qmdlab/raw", "raw/qmdlab", "speed-up"
+    goal: str = ""
+    status: str = "info"            # meets | misses | info | skipped
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+ROWS: list[Row] = []
+
+
+def add(row: Row) -> Row:
+    ROWS.append(row)
+    print(f"  {row.status:7s} {row.group}: {row.name} [{row.size}] {fmt(row.value, row.unit)}"
+          f" vs {fmt(row.base, row.unit)} {fmt_ratio(row)} ({row.goal}) {row.note}", flush=True)
+    return row
+
+
+def skip(group: str, name: str, reason: str) -> None:
+    add(Row(group, name, "-", status="skipped", goal="-", note=reason))
+
+
+def fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        if v >= 1:
+            return f"{v:.2f} s"
+        if v >= 1e-3:
+            return f"{v * 1e3:.2f} ms"
+        return f"{v * 1e6:.1f} µs"
+    if unit == "/s":
+        return f"{v:,.1f}/s" if v < 100 else f"{v:,.0f}/s"
+    if unit == "MiB":
+        return f"{v:,.0f} MiB"
+    if unit == "calls":
+        return f"{int(v)} calls"
+    return f"{v:.3g} {unit}"
+
+
+def fmt_ratio(row: Row) -> str:
+    return "-" if row.ratio is None else f"{row.ratio:.2f}×"
+
+
+def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int, warmup: int = 1) -> tuple[float, float]:
+    """Median seconds of ``a`` and ``b``, alternated (a b, b a, …) after ``warmup`` rounds."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta: list[float] = []
+    tb: list[float] = []
+    gc.collect()
+    for i in range(repeats):
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            f = a if which == 0 else b
+            t0 = time.perf_counter()
+            f()
+            (ta if which == 0 else tb).append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def timed(f: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        f()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def ratio_row(group, name, size, stage_s, base_s, max_ratio, note="", **extra) -> Row:
+    """A time row whose goal is ``qmdlab/raw ≤ max_ratio``."""
+    r = stage_s / base_s
+    return add(Row(group, name, size, stage_s, base_s, "s", r, "qmdlab/raw", f"≤ {max_ratio:g}×",
+                   "meets" if r <= max_ratio else "misses", note, extra))
+
+
+# ---------------------------------------------------------------------------- shared data
+class Work:
+    """Temporary directories and corpora shared by the rows of one run."""
+
+    def __init__(self, keep: bool = False):
+        self.dir = Path(tempfile.mkdtemp(prefix="qmdlab-bench-"))
+        self.keep = keep
+        self.corpus = bench_data.Corpus()
+        self._built: dict[int, tuple[Any, Path, int, float]] = {}
+        os.environ["QMDLAB_HOME"] = str(self.dir / "home")  # never touch the user's default index
+
+    def corpus_dir(self, n: int) -> tuple[Path, int]:
+        root = self.dir / f"corpus{n}"
+        marker = root / ".bytes"
+        if not marker.exists():
+            nbytes = self.corpus.write(root, n)
+            marker.write_text(str(nbytes))
+        return root, int(marker.read_text())
+
+    def index(self, n: int):
+        """``(Index, corpus root, corpus bytes, build seconds)`` of an ``n``-document corpus (built once)."""
+        if n not in self._built:
+            from qmdlab.store import Index
+
+            root, nbytes = self.corpus_dir(n)
+            idx = Index(self.dir / f"index{n}")
+            idx.add_collection("bench", root)
+            t0 = time.perf_counter()
+            idx.update()
+            self._built[n] = (idx, root, nbytes, time.perf_counter() - t0)
+        return self._built[n]
+
+    def close(self) -> None:
+        for idx, *_ in self._built.values():
+            idx.close()
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def model_status() -> tuple[bool, str, dict[str, Path]]:
+    """Whether the offline models can run: ``(ok, reason, {role: path})``."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False, "llama_cpp not installed (pip install 'qmdlab[llama]')", {}
+    from qmdlab.models.registry import MINILM, QWEN_CODER, ref_status
+
+    paths = {}
+    for role, ref in (("embed", MINILM), ("rerank", QWEN_CODER)):
+        st = ref_status(ref)
+        if not st["ready"] or st["path"] is None:
+            return False, f"{ref} not assembled (run `qmdlab pull --preset offline`)", {}
+        paths[role] = Path(st["path"])
+    return True, "", paths
+
+
+# ---------------------------------------------------------------------------- rows
+def bench_bm25(w: Work, sz: dict) -> None:
+    from qmdlab.search import bm25_search, build_fts_query
+    from qmdlab.search.lexical import BM25_WEIGHTS
+
+    queries = w.corpus.queries(sz["queries"])
+    weights = ", ".join(str(x) for x in BM25_WEIGHTS)
+    raw_sql = (f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
+               "WHERE documents_fts MATCH ? ORDER BY s LIMIT 20")
+    for n in sz["bm25"]:
+        idx, _, nbytes, _ = w.index(n)
+        built = [build_fts_query(q, "or") for q in queries]
+        conn = sqlite3.connect(idx.db_path)  # a bare connection: the engine without qmdlab
+
+        def stage():
+            for q in queries:
+                bm25_search(idx, q, limit=20, mode="or")
+
+        def raw():
+            for fq in built:
+                conn.execute(raw_sql, (fq,)).fetchall()
+
+        s, b = paired(stage, raw, sz["repeats"])
+        hits = sum(conn.execute("SELECT count(*) FROM documents_fts WHERE documents_fts MATCH ?", (fq,)).fetchone()[0]
+                   for fq in built) / len(built)
+        conn.close()
+        ratio_row("bm25", "bm25_search vs raw FTS5 bm25() SQL", f"{n:,} docs, {len(queries)} q",
+                  s / len(queries), b / len(queries), 1.25,
+                  note=f"OR mode, top 20; mean {hits:,.0f} matching docs/query", matches=hits)
+
+
+def bench_bm25s(w: Work, sz: dict) -> None:
+    try:
+        import bm25s
+    except ImportError:
+        skip("bm25s", "bm25s queries/s", "bm25s not installed (pip install bm25s)")
+        return
+    from qmdlab.search import bm25_search
+
+    n = max(sz["bm25"])
+    idx, root, _, _ = w.index(n)
+    queries = w.corpus.queries(sz["queries"])
+    texts = [t for _, t in w.corpus.documents(n)]
+    t0 = time.perf_counter()
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    t_index = time.perf_counter() - t0
+
+    def ours():
+        for q in queries:
+            bm25_search(idx, q, limit=20, mode="or")
+
+    def theirs():  # one query at a time, as a search box issues them (tokenising included)
+        for q in queries:
+            retriever.retrieve(bm25s.tokenize([q], stopwords="en", show_progress=False), k=20,
+                               show_progress=False, n_threads=1)
+
+    s, b = paired(ours, theirs, sz["repeats"])
+    qs, qb = len(queries) / s, len(queries) / b
+    add(Row("bm25s", "BM25 queries/s: qmdlab (FTS5) vs bm25s", f"{n:,} docs, {len(queries)} q", qs, qb, "/s",
+            qs / qb, "qmdlab/bm25s", "compare", "info",
+            f"bm25s {bm25s.__version__}, no stemmer, 1 query per call; bm25s indexing {t_index:.2f} s"))
+
+
+def bench_vector(w: Work, sz: dict) -> None:
+    from qmdlab.search import vector_search
+
+    bw = copy_bandwidth()
+    rng = np.random.default_rng(1)
+    for n, dim in sz["vector"]:
+        fp = f"bench:{dim}"
+        idx, vm, load_s, ndocs = bench_data.build_vector_index(w.dir / f"vec{n}x{dim}", n, dim, fp)
+        m = vm.matrix
+        qs = [rng.standard_normal(dim).astype(np.float32) for _ in range(sz["vec_queries"])]
+        qs = [q / np.linalg.norm(q) for q in qs]
+
+        def stage():
+            for q in qs:
+                vector_search(idx, q, fingerprint=fp, limit=20)
+
+        def raw():
+            for q in qs:
+                s = m @ q
+                p = np.argpartition(-s, 19)[:20]
+                p[np.argsort(-s[p])]
+
+        s, b = paired(stage, raw, sz["repeats"])
+        floor = m.nbytes / bw
+        ratio_row("vector", "vector_search vs numpy matvec+argpartition", f"{n:,}×{dim} ({ndocs:,} docs)",
+                  s / len(qs), b / len(qs), 1.25,
+                  note=f"bandwidth floor {fmt(floor, 's')} ({m.nbytes / 2**20:.0f} MiB at {bw / 1e9:.1f} GB/s); "
+                       f"raw = {b / len(qs) / floor:.1f}× floor; matrix load {load_s:.2f} s",
+                  floor_s=floor, copy_bandwidth=bw, matrix_bytes=m.nbytes, load_s=load_s)
+        idx.close()
+        del idx, vm, m
+        shutil.rmtree(w.dir / f"vec{n}x{dim}", ignore_errors=True)
+        gc.collect()
+
+
+def copy_bandwidth(nbytes: int = 256 * 2**20) -> float:
+    """Memory copy bandwidth in bytes/s, STREAM convention (bytes read + bytes written)."""
+    a = np.ones(nbytes // 8)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    t = timed(lambda: np.copyto(b, a), 5, warmup=1)
+    return 2 * a.nbytes / t
+
+
+def bench_retune(w: Work, sz: dict) -> None:
+    import polars as pl
+
+    from eval.metrics import Scorer
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.retune import retune
+
+    try:
+        import ranx
+    except ImportError:
+        skip("retune", "re-fusion + re-blend + nDCG@10", "ranx not installed")
+        return
+    nq = sz["retune_queries"]
+    trace, qrels = bench_data.synthetic_trace(nq)
+    scorer = Scorer(qrels, ["ndcg@10"])
+    state = {"i": 0}
+
+    def stage():  # a slider move: new weights → re-fuse, re-blend, score every query
+        state["i"] += 1
+        cfg = PipelineConfig(weight_lex=0.5 + (state["i"] % 7) * 0.1)
+        t = retune(trace, cfg)
+        run = t.final.select("qid", "docno", pl.col("final_rank").alias("rank"))
+        return float(scorer.score(run)["ndcg@10"].mean())
+
+    # ranx on the same four lists per query (one Run per list slot), Qrels built once (warm)
+    runs = []
+    for lid in range(4):
+        d: dict[str, dict[str, float]] = {}
+        for qid, doc, sc in trace.lists.filter(pl.col("list_id") == lid).select("qid", "docno", "score").iter_rows():
+            d.setdefault(qid, {})[doc] = sc
+        runs.append(ranx.Run(d, name=f"list{lid}"))
+    rq = ranx.Qrels({q: dict(zip(g["docno"].to_list(), g["grade"].to_list()))
+                     for (q,), g in qrels.group_by("qid")})
+
+    def baseline():
+        fused = ranx.fuse(runs, method="rrf", params={"k": 60})
+        return ranx.evaluate(rq, fused, "ndcg@10")
+
+    t0 = time.perf_counter()
+    baseline()  # numba compile / load
+    compile_s = time.perf_counter() - t0
+    s, b = paired(stage, baseline, sz["repeats"])
+    # the same quantity both ways: plain RRF, no rerank, top 10 → nDCG@10 must agree
+    cfg = PipelineConfig(fusion="rrf", rerank=False, candidate_limit=10_000, limit=10, weight_original_fts=1.0,
+                         weight_original_vec=1.0, weight_lex=1.0, weight_vec=1.0, weight_hyde=1.0)
+    t = retune(trace, cfg)
+    ours = float(scorer.score(t.final.select("qid", "docno", pl.col("final_rank").alias("rank")))["ndcg@10"].mean())
+    theirs = float(baseline())
+    speed = b / s
+    ok = s < 0.050 and speed >= 20
+    add(Row("retune", "re-fuse + re-blend + nDCG@10 vs ranx fuse+evaluate", f"{nq} queries × 4 lists", s, b, "s",
+            speed, "speed-up", "< 50 ms and ≥ 20×", "meets" if ok else "misses",
+            f"ranx warm (first call {compile_s:.1f} s); plain-RRF nDCG@10 qmdlab {ours:.4f} vs ranx {theirs:.4f}",
+            {"ndcg_qmdlab": ours, "ndcg_ranx": theirs, "ranx_first_call_s": compile_s}))
+
+
+def bench_update(w: Work, sz: dict) -> None:
+    n = sz["update"]
+    idx, root, nbytes, _ = w.index(n)
+    files = bench_data.list_md(root)
+
+    def stage():
+        rep = idx.update()
+        assert rep.unchanged == n, rep
+
+    def hash_all():  # qmd's way: list, read and sha256 every file
+        for p in bench_data.list_md(root):
+            with open(p, "rb") as f:
+                hashlib.sha256(f.read()).hexdigest()
+
+    s, b = paired(stage, hash_all, sz["repeats"])
+    speed = b / s
+    add(Row("update", "update (unchanged) vs hashing every file", f"{len(files):,} files, {nbytes / 2**20:.1f} MiB",
+            s, b, "s", speed, "speed-up", "≥ 10×", "meets" if speed >= 10 else "misses"))
+
+
+def bench_build(w: Work, sz: dict) -> None:
+    """Index build (update of a new collection) vs reading the files into a bare FTS5 table."""
+    from qmdlab.store import Index
+
+    n = sz["update"]
+    root, nbytes = w.corpus_dir(n)
+    k = [0]
+
+    def stage():
+        k[0] += 1
+        d = w.dir / f"build{k[0]}"
+        idx = Index(d)
+        idx.add_collection("bench", root)
+        idx.update()
+        idx.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+    def raw():
+        k[0] += 1
+        d = w.dir / f"rawfts{k[0]}.sqlite"
+        c = sqlite3.connect(d)
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("CREATE VIRTUAL TABLE f USING fts5(filepath, title, body, tokenize='porter unicode61')")
+        rows = []
+        for p in bench_data.list_md(root):
+            with open(p, "rb") as fh:
+                text = fh.read().decode("utf-8")
+            rows.append((p, text.split("\n", 1)[0], text))
+        with c:
+            c.executemany("INSERT INTO f VALUES (?, ?, ?)", rows)
+        c.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(d) + suffix).unlink(missing_ok=True)
+
+    s, b = paired(stage, raw, max(3, sz["repeats"] // 2), warmup=0)
+    add(Row("build", "index build vs bare FTS5 insert of the files", f"{n:,} files, {nbytes / 2**20:.1f} MiB",
+            s, b, "s", s / b, "qmdlab/raw", "report", "info",
+            f"{n / s:,.0f} docs/s (content, chunks, front matter, FTS triggers)"))
+
+
+def bench_embed(w: Work, sz: dict, models_ok: tuple) -> None:
+    ok, reason, paths = models_ok
+    if not ok:
+        skip("embed", "embedding throughput vs raw llama-cpp-python", reason)
+        return
+    import llama_cpp
+
+    from qmdlab.models.registry import MINILM, build_model
+
+    docs = [(t, x[:1500]) for t, x in w.corpus.documents(sz["embed_texts"])]
+    emb = build_model("embed", MINILM, n_threads=THREADS, idle_timeout=None, batch_size=32)
+    emb1 = build_model("embed", MINILM, n_threads=THREADS, idle_timeout=None, batch_size=1)
+    texts = [emb.template.document(t, x) for t, x in docs]
+    raw_llm = llama_cpp.Llama(model_path=str(paths["embed"]), embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
+                              n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    ntok = sum(len(raw_llm.tokenize(t.encode())) for t in texts)
+    reps = max(3, sz["repeats"] // 2)
+    s, b = paired(lambda: emb.embed_documents(docs), lambda: raw_llm.embed(texts, truncate=True), reps)
+    a = np.asarray(emb.embed_documents(docs))
+    r = np.asarray(raw_llm.embed(texts, truncate=True), dtype=np.float32)
+    r /= np.linalg.norm(r, axis=1, keepdims=True)
+    diff = float(np.abs(a - r).max())
+    n = len(docs)
+    add(Row("embed", "embed_documents vs raw Llama.embed (same texts, model)", f"{n} chunks, {ntok / n:.0f} tok/chunk",
+            n / s, n / b, "/s", (n / s) / (n / b), "qmdlab/raw", "≥ 0.8×", "meets" if b / s >= 0.8 else "misses",
+            f"all-MiniLM-L6-v2 f16, {THREADS} threads; max |Δvec| {diff:.1e}", {"max_abs_diff": diff}))
+    u, bb = paired(lambda: emb1.embed_documents(docs), lambda: emb.embed_documents(docs), reps, warmup=0)
+    add(Row("embed", "batched (32/call) vs unbatched (1/call)", f"{n} chunks", n / bb, n / u, "/s", u / bb,
+            "batched/unbatched", "report", "info", "throughput of LlamaEmbedder batch_size 32 vs 1"))
+    for e in (emb, emb1):
+        e.release()
+    raw_llm.close()
+
+
+def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
+    ok, reason, paths = models_ok
+    if not ok:
+        skip("rerank", "rerank s/pair vs raw llama.cpp eval", reason)
+        return
+    import llama_cpp
+
+    from qmdlab.models.cached import CachedReranker
+    from qmdlab.models.registry import QWEN_CODER, build_model
+    from qmdlab.models.scoring import p_yes
+    from qmdlab.models.templates import rerank_prompt_parts
+
+    rr = build_model("rerank", QWEN_CODER, n_threads=THREADS, idle_timeout=None)
+    query = w.corpus.queries(1, seed=3)[0]
+    texts = [x[:800] for _, x in w.corpus.documents(sz["rerank_texts"])]
+    rr.score(query, texts[:1])  # load + answer ids
+    raw_llm = llama_cpp.Llama(model_path=str(paths["rerank"]), n_ctx=rr.n_ctx, n_threads=THREADS,
+                              n_threads_batch=THREADS, verbose=False)
+    prefix, suffix = rerank_prompt_parts(rr.family, query, rr.instruct)
+    head = raw_llm.tokenize(prefix.encode(), add_bos=True, special=True)
+    tail = raw_llm.tokenize(suffix.encode(), add_bos=False, special=True)
+    prompts = [head + raw_llm.tokenize(t.encode(), add_bos=False, special=False) + tail for t in texts]
+    n_vocab = raw_llm.n_vocab()
+
+    def raw():  # the whole prompt of every pair, evaluated from scratch
+        out = []
+        for toks in prompts:
+            raw_llm.reset()
+            raw_llm.eval(toks)
+            z = np.ctypeslib.as_array(raw_llm._ctx.get_logits(), shape=(n_vocab,)).copy()
+            out.append(p_yes(z, rr.yes_ids, rr.no_ids))
+        return out
+
+    reps = max(2, sz["repeats"] // 3)
+    s, b = paired(lambda: rr.score(query, texts), raw, reps, warmup=1)
+    diff = float(np.abs(np.array(rr.score(query, texts)) - np.array(raw())).max())
+    n = len(texts)
+    ntok = sum(len(p) for p in prompts) / n
+    ratio_row("rerank", "LlamaReranker.score vs raw eval of the same prompt", f"{n} pairs, {ntok:.0f} tok/prompt",
+              s / n, b / n, 1.25, note=f"s/pair; Qwen2.5-Coder-0.5B Q4_K_M, {THREADS} threads; query prefix KV "
+              f"reused; max |ΔP(yes)| {diff:.1e}", max_abs_diff=diff)
+    raw_llm.close()
+    # a repeated query through the LLM cache: zero model calls
+    from qmdlab.store import Index
+
+    idx = Index(w.dir / "rerank-cache")
+    cr = CachedReranker(rr, idx.cache)
+    cr.score(query, texts)
+    before = cr.calls
+    t = timed(lambda: cr.score(query, texts), sz["repeats"], warmup=0)
+    calls = cr.calls - before
+    add(Row("rerank", "repeated query: reranker model calls", f"{n} pairs", float(calls), None, "calls", None, "",
+            "0 calls", "meets" if calls == 0 else "misses", f"cached lookup {fmt(t, 's')} for {n} pairs"))
+    idx.close()
+    rr.release()
+
+
+def _query_index(w: Work, n: int, embedder, name: str):
+    from qmdlab.store import Index
+
+    root, _ = w.corpus_dir(n)
+    idx = Index(w.dir / f"qindex-{name}")
+    if not idx.collections():
+        idx.add_collection("bench", root)
+        idx.update()
+    todo = idx.chunks_needing_vectors(embedder.fingerprint)
+    if todo.height:
+        vecs = embedder.embed_documents(list(zip(todo["title"].to_list(), [t[:1500] for t in todo["text"].to_list()])))
+        idx.store_vectors(todo["chunk_id"].to_list(), vecs, embedder.fingerprint)
+    return idx
+
+
+def bench_query(w: Work, sz: dict, models_ok: tuple) -> None:
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.lab import Lab
+
+    n = sz["query_docs"]
+    query = " ".join(w.corpus.queries(3, seed=5)[1].split()[:3])
+    presets = [("fake", None)]
+    ok, reason, _ = models_ok
+    presets.append(("offline", None if ok else reason))
+    for preset, why in presets:
+        if why:
+            skip("query", f"cached repeated query, {preset} models", why)
+            continue
+        models = load_models(preset, n_threads=THREADS, idle_timeout=None)
+        idx = _query_index(w, n, models.embedder, preset)
+        cfg = PipelineConfig(candidate_limit=10 if preset == "offline" else 40)
+        lab = Lab(idx, models, cfg)
+        t0 = time.perf_counter()
+        first = lab.query(query)
+        cold = time.perf_counter() - t0
+        calls0 = sum(getattr(m, "calls", 0) for m in (lab.expander, lab.reranker) if m is not None)
+        traces = []
+        t = timed(lambda: traces.append(lab.query(query)), sz["repeats"] * 2, warmup=1)
+        calls = sum(getattr(m, "calls", 0) for m in (lab.expander, lab.reranker) if m is not None) - calls0
+        tim = traces[-1].timings.group_by("stage", maintain_order=True).agg(pl_sum("ms"))
+        slow = ", ".join(f"{s} {ms:.1f}" for s, ms in sorted(tim.iter_rows(), key=lambda r: -r[1])[:3])
+        same = traces[-1].final["docno"].to_list() == first.final["docno"].to_list()
+        add(Row("query", f"cached repeated query in-process, {preset} models", f"{n} docs, '{query}'", t, None, "s",
+                None, "", "< 50 ms", "meets" if t < 0.050 and calls == 0 else "misses",
+                f"first run {cold:.2f} s; model calls on repeats {calls}; same ranking {same}; top stages ms: {slow}",
+                {"first_s": cold, "calls": calls}))
+        w.__dict__.setdefault("query_indexes", {})[preset] = (idx, query)
+        for m in models:
+            rel = getattr(m, "release", None)
+            if callable(rel):
+                rel()
+
+
+def pl_sum(col: str):
+    import polars as pl
+
+    return pl.col(col).sum()
+
+
+def bench_cli(w: Work, sz: dict, models_ok: tuple) -> None:
+    """``qmdlab query`` as a fresh process (cached results), vs the bare interpreter start."""
+    qi = w.__dict__.get("query_indexes") or {}
+    if not qi:
+        bench_query(w, {**sz, "repeats": 1}, (False, "not needed", {}))
+        qi = w.__dict__.get("query_indexes") or {}
+    exe = [sys.executable, "-m", "qmdlab.cli"]
+    env = {**os.environ, "QMDLAB_THREADS": str(THREADS), "PYTHONPATH": str(ROOT)}
+    reps = max(3, sz["repeats"] // 2)
+    bare = timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), reps, warmup=1)
+    imp = timed(lambda: subprocess.run([sys.executable, "-c", "import qmdlab.cli"], check=True, env=env), reps)
+    for preset in ("fake", "offline"):
+        if preset not in qi:
+            continue
+        idx, query = qi[preset]
+        cmd = exe + ["--index", str(idx.dir), "query", query, "--preset", preset]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            add(Row("cli", f"qmdlab query cold start, {preset} models", "-", status="misses", goal="runs",
+                    note=f"exit {r.returncode}: {r.stderr.strip()[-200:]}"))
+            continue
+        t = timed(lambda: subprocess.run(cmd, capture_output=True, check=True, env=env), reps, warmup=0)
+        add(Row("cli", f"qmdlab query cold start (cached), {preset} models", "fresh process", t, bare, "s", t / bare,
+                "cli/python -c pass", "report", "info",
+                f"python start {fmt(bare, 's')}; `import qmdlab.cli` {fmt(imp, 's')}"))
+
+
+# Peak RSS from /proc/self/status VmHWM (per address space: ru_maxrss survives exec on Linux and
+# would report the parent's peak).
+CHILD_PEAK = """
+import resource
+def peak_kb():
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
+CHILD_BUILD = CHILD_PEAK + """
+import json, sys, time
+sys.path[:0] = [{root!r}]
+start = peak_kb()
+from qmdlab.store import Index
+import qmdlab.search, qmdlab.pipeline.lab
+base = peak_kb()
+idx = Index({index!r}); idx.add_collection("bench", {corpus!r}); t0 = time.perf_counter(); idx.update()
+print(json.dumps({{"start_kb": start, "base_kb": base, "peak_kb": peak_kb(),
+                  "s": time.perf_counter() - t0}}))
+"""
+
+CHILD_QUERY = CHILD_PEAK + """
+import json, sys
+sys.path[:0] = [{root!r}]
+from qmdlab.store import Index
+from qmdlab.models import load_models
+from qmdlab.pipeline.lab import Lab
+base = peak_kb()
+idx = Index({index!r}); models = load_models("fake")
+todo = idx.chunks_needing_vectors(models.embedder.fingerprint)
+if todo.height:
+    idx.store_vectors(todo["chunk_id"].to_list(), models.embedder.embed_documents(
+        list(zip(todo["title"].to_list(), todo["text"].to_list()))), models.embedder.fingerprint)
+    print(json.dumps({{"embedded": todo.height}})); sys.exit(0)
+lab = Lab(idx, models)
+mid = peak_kb()
+for q in {queries!r}:
+    lab.query(q)
+print(json.dumps({{"base_kb": base, "open_kb": mid, "peak_kb": peak_kb()}}))
+"""
+
+
+def bench_memory(w: Work, sz: dict) -> None:
+    n = sz["memory_docs"]
+    corpus, nbytes = w.corpus_dir(n)
+    index = w.dir / f"mem-index{n}"
+    env = {**os.environ, "QMDLAB_HOME": str(w.dir / "home")}
+
+    def child(code: str) -> dict:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-500:])
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    b = child(CHILD_BUILD.format(root=str(ROOT), index=str(index), corpus=str(corpus)))
+    mib = lambda kb: kb / 1024  # noqa: E731
+    grow = mib(b["peak_kb"] - b["base_kb"])
+    limit = 256.0
+    add(Row("memory", "peak RSS of index build", f"{n:,} docs, {nbytes / 2**20:.1f} MiB", mib(b["peak_kb"]),
+            mib(b["base_kb"]), "MiB", None, "", f"≤ imports + {limit:.0f} MiB",
+            "meets" if grow <= limit else "misses",
+            f"+{grow:.0f} MiB over the imports ({b['s']:.1f} s build)"))
+    queries = w.corpus.queries(5, seed=9)
+    child(CHILD_QUERY.format(root=str(ROOT), index=str(index), queries=queries))  # embeds (fake) once
+    q = child(CHILD_QUERY.format(root=str(ROOT), index=str(index), queries=queries))
+    grow = mib(q["peak_kb"] - q["base_kb"])
+    limit = 128.0
+    add(Row("memory", "peak RSS of a query (fake models)", f"{n:,} docs, 5 queries", mib(q["peak_kb"]),
+            mib(q["base_kb"]), "MiB", None, "", f"≤ imports + {limit:.0f} MiB",
+            "meets" if grow <= limit else "misses", f"+{grow:.0f} MiB over the imports"))
+
+
+# ---------------------------------------------------------------------------- output
+HEADER = ("#", "group", "row", "size", "qmdlab", "baseline", "ratio", "goal", "result")
+
+
+def table_lines(rows: list[Row], markdown: bool = False) -> list[str]:
+    cells = [(str(i), r.group, r.name, r.size, fmt(r.value, r.unit), fmt(r.base, r.unit),
+              "-" if r.ratio is None else f"{r.ratio:.2f}× {r.ratio_kind}".strip(), r.goal, r.status)
+             for i, r in enumerate(rows, 1)]
+    if markdown:
+        out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    else:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(HEADER)]
+        line = lambda c: "  ".join(x.ljust(wd) for x, wd in zip(c, widths)).rstrip()  # noqa: E731
+        out = [line(HEADER), line(["-" * wd for wd in widths])] + [line(c) for c in cells]
+    notes = [(i, r.note) for i, r in enumerate(rows, 1) if r.note]
+    if notes:
+        out += ["", "Notes:" if not markdown else "**Notes**", ""] if markdown else ["", "Notes:"]
+        out += [f"{'- ' if markdown else '  '}[{i}] {n}" for i, n in notes]
+    return out
+
+
+def environment() -> dict:
+    import polars as pl
+
+    env = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+           "numpy": np.__version__, "polars": pl.__version__, "sqlite": sqlite3.sqlite_version,
+           "llama_threads": THREADS}
+    try:
+        import llama_cpp
+
+        env["llama_cpp"] = llama_cpp.__version__
+    except ImportError:
+        env["llama_cpp"] = None
+    try:
+        env["load_avg"] = os.getloadavg()
+    except OSError:
+        pass
+    return env
+
+
+def write_results(out: Path, mode: str, started: str, seconds: float, args: argparse.Namespace) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = started.replace(":", "").replace("-", "")
+    data = {"mode": mode, "started": started, "seconds": round(seconds, 1), "argv": sys.argv[1:],
+            "environment": environment(), "rows": [asdict(r) for r in ROWS]}
+    md = [f"# qmdlab benchmarks ({mode})", "",
+          f"{started} UTC, {seconds:.0f} s, {data['environment']['cpus']} CPUs, load {data['environment'].get('load_avg')}",
+          "", "Medians after warm-up; stage and baseline alternated in the same process.", ""]
+    md += table_lines(ROWS, markdown=True)
+    jp, mp = out / f"bench-{mode}-{stamp}.json", out / f"bench-{mode}-{stamp}.md"
+    jp.write_text(json.dumps(data, indent=2, default=str))
+    mp.write_text("\n".join(md) + "\n")
+    shutil.copyfile(jp, out / "latest.json")
+    shutil.copyfile(mp, out / "latest.md")
+    return jp, mp
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
+    ap.add_argument("--smoke", action="store_true", help="minimal sizes: only proves the script runs")
+    ap.add_argument("--only", default="", help=f"comma-separated groups: {','.join(GROUPS)}")
+    ap.add_argument("--skip", default="", help="comma-separated groups to leave out")
+    ap.add_argument("--repeats", type=int, default=None, help="timed repeats per row (default per mode)")
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench"), help="results directory")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary corpora and indexes")
+    args = ap.parse_args(argv)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    sz = dict(SIZES[mode])
+    if args.repeats:
+        sz["repeats"] = args.repeats
+    only = [g for g in args.only.split(",") if g] or list(GROUPS)
+    bad = [g for g in only + [g for g in args.skip.split(",") if g] if g not in GROUPS]
+    if bad:
+        ap.error(f"unknown group(s) {bad}; choose from {', '.join(GROUPS)}")
+    groups = [g for g in GROUPS if g in only and g not in args.skip.split(",")]
+    os.environ.setdefault("QMDLAB_THREADS", str(THREADS))
+    started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    t_start = time.perf_counter()
+    print(f"qmdlab bench ({mode}): {', '.join(groups)}", flush=True)
+    w = Work(keep=args.keep)
+    models_ok = model_status() if {"embed", "rerank", "query"} & set(groups) else (False, "", {})
+    runners: dict[str, Callable[[], None]] = {
+        "bm25": lambda: bench_bm25(w, sz), "bm25s": lambda: bench_bm25s(w, sz),
+        "vector": lambda: bench_vector(w, sz), "retune": lambda: bench_retune(w, sz),
+        "update": lambda: bench_update(w, sz), "build": lambda: bench_build(w, sz),
+        "embed": lambda: bench_embed(w, sz, models_ok), "rerank": lambda: bench_rerank(w, sz, models_ok),
+        "query": lambda: bench_query(w, sz, models_ok), "cli": lambda: bench_cli(w, sz, models_ok),
+        "memory": lambda: bench_memory(w, sz),
+    }
+    failed = 0
+    try:
+        for g in groups:
+            t0 = time.perf_counter()
+            try:
+                runners[g]()
+            except Exception as err:  # one broken row must not hide the others
+                failed += 1
+                import traceback
+
+                traceback.print_exc()
+                add(Row(g, f"{g} rows", "-", status="error", goal="-", note=f"{type(err).__name__}: {err}"[:300]))
+            print(f"[{g}] {time.perf_counter() - t0:.1f} s", flush=True)
+    finally:
+        w.close()
+    seconds = time.perf_counter() - t_start
+    print()
+    print("\n".join(table_lines(ROWS)))
+    jp, mp = write_results(Path(args.out), mode, started, seconds, args)
+    print(f"\n{seconds:.0f} s; wrote {jp} and {mp}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

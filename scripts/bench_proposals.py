@@ -1,0 +1,127 @@
+"""Prototypes of fixes for rows that miss their goal, measured by ``scripts/bench.py`` next to the
+real code so the owning area can adopt them with numbers in hand. Nothing in ``qmdlab`` imports
+this module; each prototype is checked against the real function's output before it is timed.
+
+- :func:`list_files_scandir` — ``qmdlab.store.scan.list_files`` without pathlib: one
+  ``os.scandir`` walk (directory entries carry the file type, so only one ``stat`` per file), the
+  masks and ignores as precompiled regexes, and ``realpath`` only for symlinks (a regular file
+  reached without crossing a symlink is inside the root by construction).
+- :func:`vector_search_reduceat` — ``qmdlab.search.vector.vector_search`` with the per-document
+  best chunk found by ``np.maximum.reduceat`` (one O(n) pass) instead of an O(n log n)
+  ``lexsort`` of every chunk score, and the best row located only inside the top documents.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+
+def _glob_regex(pattern: str) -> str:
+    """The regex :func:`qmdlab.store.scan.glob_match` builds (same translation, compiled once)."""
+    from qmdlab.store import scan
+
+    # reuse glob_match's translation by asking it to match a sentinel-free regex: rebuild it here
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[":
+            j = pattern.find("]", i + 1)
+            if j < 0:
+                out.append(re.escape("["))
+                i += 1
+            else:
+                body = pattern[i + 1 : j].replace("\\", "\\\\")
+                out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+                i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    assert scan is not None
+    return "".join(out)
+
+
+def list_files_scandir(coll, max_bytes: int = 5 * 1024 * 1024) -> Iterator:
+    """Same entries as ``qmdlab.store.scan.list_files`` (sorted by relative path)."""
+    from qmdlab.store.scan import FileEntry
+
+    root = str(coll.root)
+    real_root = os.path.realpath(root)
+    want = re.compile("|".join(f"(?:{_glob_regex(m)})" for m in coll.masks))
+    ign = [re.compile(_glob_regex(p)) for p in coll.ignore] + [re.compile(_glob_regex("**/" + p)) for p in coll.ignore]
+    found: list[tuple[str, os.DirEntry]] = []
+    stack = [("", root)]
+    while stack:
+        prefix, path = stack.pop()
+        try:
+            it = os.scandir(path)
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                rel = prefix + e.name
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if is_dir:
+                    stack.append((rel + "/", e.path))
+                    continue
+                if want.fullmatch(rel) and not any(r.fullmatch(rel) for r in ign):
+                    found.append((rel, e))
+    found.sort(key=lambda x: x[0])
+    for rel, e in found:
+        try:
+            if e.is_symlink():
+                real = os.path.realpath(e.path)
+                if not os.path.isfile(real):
+                    continue
+                st = os.stat(e.path)
+                inside = real.startswith(real_root + os.sep)
+            else:
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                inside = True
+        except OSError:
+            continue
+        skip = None if inside else "symlink"
+        if skip is None and st.st_size > max_bytes:
+            skip = "large"
+        yield FileEntry(rel, Path(e.path), st.st_mtime, st.st_size, skip)
+
+
+def vector_search_reduceat(idx, query_vec: np.ndarray, *, fingerprint: str, limit: int = 20) -> list:
+    """``vector_search`` (no collection/filter restriction) with an O(n) best-chunk-per-document."""
+    from qmdlab.search.hit import Hit
+    from qmdlab.search.vector import _group_starts, top_k
+
+    vm = idx.vector_matrix(fingerprint)
+    q = np.asarray(query_vec, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(q))
+    if norm > 0:
+        q = q / norm
+    scores = vm.matrix @ q
+    starts = _group_starts(vm.docnos)
+    best = np.maximum.reduceat(scores, starts).astype(np.float64)
+    ends = np.append(starts[1:], len(scores))
+    hits = []
+    for rank, g in enumerate(top_k(best, limit), 1):
+        s, e = int(starts[g]), int(ends[g])
+        r = s + int(np.argmax(scores[s:e]))  # first row on ties, as best_per_document
+        hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, float(best[g]), float(best[g])))
+    return hits

@@ -1,0 +1,81 @@
+"""tune.py served by ``marimo run`` and driven in headless Chromium: a slider moves, nDCG follows.
+
+Artefacts: ``tune.png`` (and ``tune.html`` on failure) in the test's tmp dir, with a copy of
+the screenshot at ``results/screenshots/tune.png``.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from .conftest import NB_ARGS, NOTEBOOKS, RESULTS
+
+# marimo renders UI elements inside custom elements with shadow roots; search through them.
+FIND = """
+const [tag, labelPart] = arguments;
+function all(root) {
+  let out = [...root.querySelectorAll(tag)];
+  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) out = out.concat(all(el.shadowRoot));
+  return out;
+}
+return all(document).filter(el => (el.getAttribute('data-label') || '').includes(labelPart));
+"""
+STAT_VALUE = """
+const el = arguments[0];
+return (el.shadowRoot || el).textContent;
+"""
+
+
+def _stat_text(driver, label: str) -> str | None:
+    found = driver.execute_script(FIND, "marimo-stat", label)
+    return driver.execute_script(STAT_VALUE, found[0]) if found else None
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome, tmp_path, nb_env):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from eval.runner import run_suite
+    from eval.study import Study
+    from eval.suites import get_suite
+    from qmdlab.models import load_models
+
+    # What the page must show after one step right on "weight: original BM25" (2.0 -> 2.1).
+    ref = run_suite(get_suite("default"), load_models("fake"), progress=False, log=lambda _m: None,
+                    out=str(tmp_path / "ref-run"))
+    study = Study(ref.trace, ref.qrels)
+    before = study.evaluate(study.config).metrics["ndcg@10"]
+    after = study.evaluate(study.config.replace(weight_original_fts=2.1)).metrics["ndcg@10"]
+    assert f"{before:.4f}" != f"{after:.4f}"
+
+    url = marimo_server(NOTEBOOKS / "tune.py", *NB_ARGS)
+    driver = chrome
+    shot = tmp_path / "tune.png"
+    try:
+        driver.get(url)
+        wait = WebDriverWait(driver, 90, poll_frequency=0.25)
+        wait.until(lambda d: f"{before:.4f}" in (_stat_text(d, "nDCG@10") or ""))
+        host = wait.until(lambda d: (d.execute_script(FIND, "marimo-slider", "original BM25") or [None])[0])
+        thumb = host.shadow_root.find_element("css selector", "[role=slider]")
+        assert thumb.get_attribute("aria-valuenow") == "2"
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", thumb)
+        ActionChains(driver).send_keys(Keys.ARROW_RIGHT).perform()
+        wait.until(lambda d: f"{after:.4f}" in (_stat_text(d, "nDCG@10") or ""))
+        assert thumb.get_attribute("aria-valuenow") == "2.1"
+        text = _stat_text(driver, "nDCG@10")
+        assert f"{after - before:+.4f} vs defaults" in text
+        driver.execute_script("window.scrollTo(0, 0);")
+        driver.save_screenshot(str(shot))
+    except Exception:
+        driver.save_screenshot(str(shot))
+        (tmp_path / "tune.html").write_text(driver.page_source, encoding="utf-8")
+        raise
+    finally:
+        if shot.exists():
+            (RESULTS / "screenshots").mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, RESULTS / "screenshots" / "tune.png")
+    assert shot.stat().st_size > 10_000
