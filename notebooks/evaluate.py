@@ -3,7 +3,8 @@
 Run it:  marimo edit notebooks/evaluate.py   |   marimo run notebooks/evaluate.py
          python notebooks/evaluate.py --suite default --preset fake   (headless)
 
-Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|tiny|fake``.
+Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|tiny|fake``,
+``--limit N`` (only the first N judged queries: smoke runs).
 
 Everything is cut from one recorded trace per query (``eval.runner``'s cache): the ablation
 rows are ``eval.ablation.ablate``, the distributions ``eval.distributions``, the threshold
@@ -48,7 +49,8 @@ def _():
     args = mo.cli_args()
     suite_arg = str(args.get("suite") or "default")
     preset = args.get("preset") or None
-    return preset, suite_arg
+    limit = int(args.get("limit") or 0) or None
+    return limit, preset, suite_arg
 
 
 @app.cell
@@ -61,13 +63,15 @@ def _(suite_arg):
 @app.cell
 def _():
     @mo.cache
-    def record_study(suite_name: str, preset):
+    def record_study(suite_name: str, preset, limit):
         """Index the suite and record the full pipeline on every judged query (runner's trace cache)."""
         suite = suites.get_suite(suite_name)
         suite.check()
         config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
         models = qmodels.load_models(preset)
         queries = suite.data().judged_queries().sort("qid")
+        if limit:
+            queries = queries.head(limit)
         traces = []
         with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
                                     subtitle="indexing and embedding", remove_on_exit=True) as bar:
@@ -87,8 +91,8 @@ def _():
 
 
 @app.cell
-def _(preset, record_study, suite_picker):
-    study = record_study(suite_picker.value, preset)
+def _(limit, preset, record_study, suite_picker):
+    study = record_study(suite_picker.value, preset, limit)
     return (study,)
 
 

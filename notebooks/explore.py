@@ -172,6 +172,16 @@ def _(lab, trace):
     return (contrib,)
 
 
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Fusion
+
+    What each retrieval list added to the top documents' fused score, plus the top-rank bonus.
+    """)
+    return
+
+
 @app.cell
 def _(contrib, trace):
     _top = trace.fused.sort("fused_rank").head(15)
@@ -190,8 +200,13 @@ def _(contrib, trace):
     _ax.invert_yaxis()
     _ax.set(xlabel=f"fused score ({trace.config.get('fusion', 'qmd_rrf')})", title="fusion contributions per document")
     _ax.legend(fontsize=8, loc="lower right")
-    mo.vstack([mo.md("## Fusion"), _fig,
-               mo.ui.table(trace.fused.drop("qid").sort("fused_rank"), selection=None, page_size=15)])
+    _fig
+    return
+
+
+@app.cell
+def _(trace):
+    mo.ui.table(trace.fused.drop("qid").sort("fused_rank"), selection=None, page_size=15)
     return
 
 
@@ -201,6 +216,16 @@ def _(trace):
                      f"({trace.rerank.filter(pl.col('cached')).height} from the cache)."),
                mo.ui.table(trace.rerank.drop("qid").sort("rerank_score", descending=True, nulls_last=True),
                            selection=None, page_size=15)])
+    return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Blend
+
+    Position score (from the fused rank), rerank score and the blended final score, by final rank.
+    """)
     return
 
 
@@ -215,7 +240,13 @@ def _(trace):
     _ax.plot(_x, _final["final_score"].to_list(), marker="^", label="final (blended)")
     _ax.set(xlabel="final rank", ylabel="score", title=f"blend: {trace.config.get('blend', 'position')}")
     _ax.legend(fontsize=8)
-    mo.vstack([mo.md("## Blend"), _fig, mo.ui.table(_final.drop("qid"), selection=None, page_size=15)])
+    _fig
+    return
+
+
+@app.cell
+def _(trace):
+    mo.ui.table(trace.final.sort("final_rank").drop("qid"), selection=None, page_size=15)
     return
 
 
@@ -227,6 +258,14 @@ def _(trace):
     return
 
 
+@app.cell(hide_code=True)
+def _():
+    mo.md(r"""
+    ## Timings and notes
+    """)
+    return
+
+
 @app.cell
 def _(trace):
     _t = trace.timings
@@ -235,9 +274,13 @@ def _(trace):
     _ax.barh(_t["stage"].to_list(), _t["ms"].to_list())
     _ax.invert_yaxis()
     _ax.set(xlabel="ms", title=f"timings ({_t['ms'].sum():.1f} ms in all)")
-    mo.vstack([mo.md("## Timings and notes"),
-               mo.hstack([_fig, mo.ui.table(trace.notes.drop("qid"), selection=None, page_size=12)],
-                         widths=[1, 1])])
+    _fig
+    return
+
+
+@app.cell
+def _(trace):
+    mo.ui.table(trace.notes.drop("qid"), selection=None, page_size=12, label="stage notes")
     return
 
 

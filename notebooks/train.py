@@ -100,7 +100,7 @@ def _(data_path, examples):
 
 
 @app.cell
-def _(example_lines, examples, rewards):
+def _(example_lines, rewards):
     _counts = example_lines.group_by("type").agg(pl.len().alias("lines"), pl.col("chars").mean().alias("mean_chars"),
                                                  pl.col("words").mean().alias("mean_words")).sort("type")
     _fig = Figure(figsize=(11, 3.2), layout="constrained")
@@ -113,11 +113,18 @@ def _(example_lines, examples, rewards):
     _a2.legend(fontsize=8)
     _a3.hist(rewards["total"].to_numpy(), bins=20, range=(0, 1), color="tab:green")
     _a3.set(title="rule reward of the targets", xlabel="score (0–1)")
+    _fig
+    return
+
+
+@app.cell
+def _(example_lines, examples, rewards):
     mo.vstack([
         mo.md(f"**{len(examples)} examples**, {example_lines.height} lines; "
               f"{rewards.filter(pl.col('gate').is_not_null()).height} targets fail the format gate."),
-        _fig,
-        mo.ui.table(_counts, selection=None, format_mapping={"mean_chars": "{:.1f}", "mean_words": "{:.1f}"}),
+        mo.ui.table(example_lines.group_by("type").agg(pl.len().alias("lines"), pl.col("chars").mean().alias("mean_chars"),
+                                                       pl.col("words").mean().alias("mean_words")).sort("type"),
+                    selection=None, format_mapping={"mean_chars": "{:.1f}", "mean_words": "{:.1f}"}),
     ])
     return
 
@@ -207,7 +214,7 @@ def _(expansion_box, labelled, qrels, reward_lab, reward_query):
 
 
 @app.cell
-def _(retrieval, rule, total):
+def _(rule):
     _parts = pl.DataFrame({"part": list(rule.parts), "points": [float(v) for v in rule.parts.values()]})
     _fig = Figure(figsize=(7, 2.8), layout="constrained")
     _ax = _fig.subplots()
@@ -215,16 +222,19 @@ def _(retrieval, rule, total):
              color=["tab:red" if v < 0 else "tab:green" for v in _parts["points"].to_list()])
     _ax.invert_yaxis()
     _ax.set(xlabel="points", title="rule score parts")
-    mo.vstack([
-        mo.hstack([
-            mo.stat(f"{rule.total:.3f}", label="rule score", caption=rule.gate or "passes the format gate",
-                    bordered=True),
-            mo.stat("—" if retrieval is None else f"{retrieval:+.4f}", label="retrieval term (ΔnDCG@10)",
-                    caption="undefined: gate failed" if retrieval is None else "vs the query alone", bordered=True),
-            mo.stat(f"{total:.3f}", label="combined reward", bordered=True),
-        ], justify="start"),
-        _fig,
-    ])
+    _fig
+    return
+
+
+@app.cell
+def _(retrieval, rule, total):
+    mo.hstack([
+        mo.stat(f"{rule.total:.3f}", label="rule score", caption=rule.gate or "passes the format gate",
+                bordered=True),
+        mo.stat("—" if retrieval is None else f"{retrieval:+.4f}", label="retrieval term (ΔnDCG@10)",
+                caption="undefined: gate failed" if retrieval is None else "vs the query alone", bordered=True),
+        mo.stat(f"{total:.3f}", label="combined reward", bordered=True),
+    ], justify="start")
     return
 
 
@@ -267,7 +277,7 @@ def _(curve_metrics):
 
 
 @app.cell
-def _(curve_picker, curves, final_records):
+def _(curve_picker, curves):
     mo.stop(not curve_picker.value, mo.md("_Pick at least one metric._"))
     _names = curve_picker.value
     _fig = Figure(figsize=(11, 2.8 * len(_names)), layout="constrained")
@@ -281,9 +291,14 @@ def _(curve_picker, curves, final_records):
                 _ax.plot(_part["step"].to_list(), _part[_m].to_list(), marker=".", label=_s or _m)
         _ax.set(title=_m, xlabel="step")
         _ax.legend(fontsize=8)
-    mo.vstack([_fig, mo.accordion({"final results": mo.md("```json\n" + json.dumps(final_records, indent=1,
-                                                                                  default=str) + "\n```")})
-               if final_records else mo.md("")])
+    _fig
+    return
+
+
+@app.cell
+def _(final_records):
+    mo.accordion({"final results": mo.md("```json\n" + json.dumps(final_records, indent=1, default=str) + "\n```")}
+                 ) if final_records else None
     return
 
 
@@ -351,7 +366,7 @@ def _(get_eval_dir):
 
 
 @app.cell
-def _(eval_dir, eval_per_query, eval_variants):
+def _(eval_per_query):
     _wide = eval_per_query.pivot(on="variant", index="qid", values="ndcg@10")
     _others = [c for c in _wide.columns if c not in ("qid", "none")]
     _fig = Figure(figsize=(5 * max(1, len(_others)), 4), layout="constrained")
@@ -361,13 +376,18 @@ def _(eval_dir, eval_per_query, eval_variants):
         _ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
         _ax.set(xlabel="nDCG@10, no expansion", ylabel=f"nDCG@10, {_v}", title=f"{_v} vs none (per query)",
                 xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+    _fig
+    return
+
+
+@app.cell
+def _(eval_dir, eval_variants):
     _cols = [c for c in ("variant", "ndcg@10", "delta_vs_none", "wins", "losses", "rule_score", "gate_failures",
                          "n_queries") if c in eval_variants.columns]
     mo.vstack([mo.md(f"From `{eval_dir}`:"),
                mo.ui.table(eval_variants.select(_cols), selection=None,
                            format_mapping={c: "{:.4f}" for c in ("ndcg@10", "delta_vs_none", "rule_score")
-                                           if c in _cols}),
-               _fig])
+                                           if c in _cols})])
     return
 
 

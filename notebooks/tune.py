@@ -5,7 +5,8 @@ Run it:  marimo edit notebooks/tune.py   |   marimo run notebooks/tune.py
 
 Arguments (after ``--`` for marimo): ``--suite NAME|DIR`` (default ``default``, the embedded
 corpus), ``--preset offline|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offline``),
-``--save PATH`` (where "Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``).
+``--limit N`` (only the first N judged queries: smoke runs), ``--save PATH`` (where
+"Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``).
 
 The expensive stages run once per suite (traces cached on disk by ``eval.runner``); every
 control change re-fuses and re-blends the recorded traces with ``eval.study.Study`` — no
@@ -50,8 +51,9 @@ def _():
     args = mo.cli_args()
     suite_arg = str(args.get("suite") or "default")
     preset = args.get("preset") or None
+    limit = int(args.get("limit") or 0) or None
     save_path_arg = str(args.get("save") or home() / "configs" / "tuned.yaml")
-    return preset, save_path_arg, suite_arg
+    return limit, preset, save_path_arg, suite_arg
 
 
 @app.cell
@@ -63,7 +65,7 @@ def _(suite_arg):
 @app.cell
 def _():
     @mo.cache
-    def record_study(suite_name: str, preset):
+    def record_study(suite_name: str, preset, limit):
         """Index the suite and record the full pipeline on every judged query.
 
         Traces live in the runner's on-disk cache (keyed by suite content, config and
@@ -74,6 +76,8 @@ def _():
         config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
         models = qmodels.load_models(preset)
         queries = suite.data().judged_queries().sort("qid")
+        if limit:
+            queries = queries.head(limit)
         traces = []
         with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
                                     subtitle="indexing and embedding", remove_on_exit=True) as bar:
@@ -93,8 +97,8 @@ def _():
 
 
 @app.cell
-def _(preset, record_study, suite_picker):
-    study, queries = record_study(suite_picker.value, preset)
+def _(limit, preset, record_study, suite_picker):
+    study, queries = record_study(suite_picker.value, preset, limit)
     defaults = study.config
     baseline = study.evaluate(defaults)
     return baseline, defaults, queries, study
@@ -477,7 +481,7 @@ def _():
 
 @app.cell
 def _():
-    optimise_button = mo.ui.run_button(label="Optimise and load into the controls", kind="success")
+    optimise_button = mo.ui.run_button(label="Optimise", kind="success")
     return (optimise_button,)
 
 

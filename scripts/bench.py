@@ -46,6 +46,7 @@ for p in (str(ROOT), str(HERE)):
         sys.path.insert(0, p)
 
 import bench_data  # noqa: E402
+import bench_proposals  # noqa: E402
 
 GROUPS = ("bm25", "bm25s", "vector", "retune", "update", "build", "embed", "rerank", "query", "cli", "memory")
 THREADS = 2  # llama.cpp threads: the machine has 2 cores
@@ -295,12 +296,23 @@ def bench_vector(w: Work, sz: dict) -> None:
                 p[np.argsort(-s[p])]
 
         s, b = paired(stage, raw, sz["repeats"])
+        same = all(bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20)
+                   == vector_search(idx, q, fingerprint=fp, limit=20) for q in qs)
+        p, b2 = paired(lambda: [bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20) for q in qs],
+                       raw, sz["repeats"]) if same else (None, None)
         floor = m.nbytes / bw
         ratio_row("vector", "vector_search vs numpy matvec+argpartition", f"{n:,}×{dim} ({ndocs:,} docs)",
                   s / len(qs), b / len(qs), 1.25,
                   note=f"bandwidth floor {fmt(floor, 's')} ({m.nbytes / 2**20:.0f} MiB at {bw / 1e9:.1f} GB/s); "
                        f"raw = {b / len(qs) / floor:.1f}× floor; matrix load {load_s:.2f} s",
                   floor_s=floor, copy_bandwidth=bw, matrix_bytes=m.nbytes, load_s=load_s)
+        if p is None:
+            add(Row("vector", "reduceat best-chunk (prototype)", f"{n:,}×{dim}", status="error", goal="same hits",
+                    note="prototype's hits differ from vector_search"))
+        else:
+            ratio_row("vector", "reduceat best-chunk (prototype) vs numpy", f"{n:,}×{dim} ({ndocs:,} docs)",
+                      p / len(qs), b2 / len(qs), 1.25,
+                      note="scripts/bench_proposals.py:vector_search_reduceat, same hits as vector_search")
         idx.close()
         del idx, vm, m
         shutil.rmtree(w.dir / f"vec{n}x{dim}", ignore_errors=True)
@@ -388,8 +400,41 @@ def bench_update(w: Work, sz: dict) -> None:
 
     s, b = paired(stage, hash_all, sz["repeats"])
     speed = b / s
-    add(Row("update", "update (unchanged) vs hashing every file", f"{len(files):,} files, {nbytes / 2**20:.1f} MiB",
+    size = f"{len(files):,} files, {nbytes / 2**20:.1f} MiB"
+    add(Row("update", "update (unchanged) vs hashing every file", size,
             s, b, "s", speed, "speed-up", "≥ 10×", "meets" if speed >= 10 else "misses"))
+    # what any stat-based update can reach: a bare scandir walk + one stat per file, vs hashing
+    def walk_stat():
+        stack = [str(root)]
+        while stack:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.name.endswith(".md"):
+                        e.stat()
+
+    f, b3 = paired(walk_stat, hash_all, sz["repeats"])
+    add(Row("update", "floor: bare scandir + stat per file vs hashing", size, f, b3, "s", b3 / f, "speed-up",
+            "report", "info", "the most a stat-based update can gain over hashing on these files"))
+    # the proposed scan (scripts/bench_proposals.py), if it yields exactly the same entries
+    import qmdlab.store.index as store_index
+    from qmdlab.store.scan import list_files
+
+    coll = idx.collection("bench")
+    if list(bench_proposals.list_files_scandir(coll)) != list(list_files(coll)):
+        add(Row("update", "update with scandir scan (prototype)", size, status="error", goal="same entries",
+                note="prototype's file entries differ from list_files"))
+        return
+    real = store_index.list_files
+    store_index.list_files = bench_proposals.list_files_scandir
+    try:
+        s2, b2 = paired(stage, hash_all, sz["repeats"])
+    finally:
+        store_index.list_files = real
+    add(Row("update", "update (unchanged) with scandir scan (prototype)", size, s2, b2, "s", b2 / s2, "speed-up",
+            "≥ 10×", "meets" if b2 / s2 >= 10 else "misses",
+            "scripts/bench_proposals.py:list_files_scandir patched in for qmdlab.store.scan.list_files"))
 
 
 def bench_build(w: Work, sz: dict) -> None:

@@ -21,10 +21,7 @@ import numpy as np
 
 
 def _glob_regex(pattern: str) -> str:
-    """The regex :func:`qmdlab.store.scan.glob_match` builds (same translation, compiled once)."""
-    from qmdlab.store import scan
-
-    # reuse glob_match's translation by asking it to match a sentinel-free regex: rebuild it here
+    """The regex :func:`qmdlab.store.scan.glob_match` builds (same translation), to compile once."""
     out, i = [], 0
     while i < len(pattern):
         if pattern.startswith("**/", i):
@@ -51,7 +48,6 @@ def _glob_regex(pattern: str) -> str:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    assert scan is not None
     return "".join(out)
 
 

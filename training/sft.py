@@ -94,7 +94,7 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
         eval_strategy="epoch" if evald is not None else "no",
         seed=cfg.seed,
         report_to=[],
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
         dataloader_num_workers=0,
         **flags,
         **common.device_flags(),

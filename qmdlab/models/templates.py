@@ -90,11 +90,15 @@ EXPAND_USER = "/no_think Expand this search query: {query}"
 # Generic instruct models were never trained on the lex/vec/hyde format, so they get it explained.
 EXPAND_SYSTEM = (
     "You expand search queries for a hybrid search engine over markdown notes. "
-    "Write 2 to 6 lines, each `type: content`, where type is one of:\n"
+    "Write 2 to 6 short lines, each `type: content`, where type is one of:\n"
     "lex: a few keywords for full-text search\n"
     "vec: a natural-language rephrasing of the query\n"
-    "hyde: one sentence that a relevant document could contain\n"
-    "Keep the key terms of the query. Write nothing else."
+    "hyde: one short sentence that a relevant document could contain\n"
+    "Keep the key terms of the query. Write nothing else.\n"
+    "Example for the query `python virtualenv`:\n"
+    "lex: python venv create\n"
+    "vec: how to create a python virtual environment\n"
+    "hyde: Run python -m venv .venv to create a virtual environment."
 )
 
 

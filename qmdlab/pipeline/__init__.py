@@ -1,0 +1,19 @@
+"""The traced hybrid query pipeline (DESIGN §3), one module per stage.
+
+=============  ===================================================================
+``config``     :class:`PipelineConfig`, every constant of the pipeline
+``probe``      BM25 probe and the strong-signal skip
+``expand``     expansion lines: language-aware filter, query documents
+``retrieve``   routing of sub-queries to BM25 / vector lists → ``lists``
+``fuse``       fusion methods (``qmd_rrf``, ``rrf``, ``norm_sum``, ``gated_rrf``,
+               ``wsum_minmax``, ``combmnz``) → ``fused``; candidates
+``select``     best chunk per candidate for the reranker
+``rerank``     cached, fail-open reranking → ``rerank``
+``blend``      blend methods (``position``, ``score``, ``rerank_only``, ``none``) → ``final``
+``finish``     dedupe, min-score, tag lift, limit
+``trace``      :class:`Trace`, the tables of DESIGN §4
+``lab``        :class:`Lab` and :func:`query`, the whole pipeline over an index
+``retune``     :func:`retune`, the cheap stages again with no model or index call
+``explain``    per-result contributions for ``qmdlab query --explain``/``--json``
+=============  ===================================================================
+"""

@@ -21,12 +21,14 @@ for _ref in (MINILM, QWEN_CODER):
     if not packaged.is_ready(_ref[4:]):
         pytest.skip(f"{_ref} is not assembled; run `qmdlab pull --preset offline`", allow_module_level=True)
 
-GREEDY_SHORT = SamplingConfig(temperature=0.0, max_tokens=96)
+# One thread: on a shared, oversubscribed CPU two OpenMP threads spin-wait and run several times slower.
+THREADS = 1
+GREEDY_SHORT = SamplingConfig(temperature=0.0, max_tokens=40)
 
 
 @pytest.fixture(scope="module")
 def models():
-    m = load_models("offline", n_threads=2, idle_timeout=None, sampling=GREEDY_SHORT)
+    m = load_models("offline", n_threads=THREADS, idle_timeout=None, sampling=GREEDY_SHORT)
     yield m
     m.close()
 

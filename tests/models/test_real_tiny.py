@@ -16,7 +16,7 @@ if not packaged.is_ready("smollm2-135m-instruct-q4_1"):
 
 
 def test_tiny_expander_and_reranker():
-    m = load_models("tiny", embed="none", n_threads=2, idle_timeout=None,
+    m = load_models("tiny", embed="none", n_threads=1, idle_timeout=None,
                     sampling=SamplingConfig(temperature=0.0, max_tokens=48))
     try:
         res = m.expander.expand("git rebase")

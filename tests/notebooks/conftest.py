@@ -33,8 +33,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 RESULTS = REPO / "results"
-NB_ARGS = ("--suite", "default", "--preset", "fake")
-"""The CLI arguments every test passes: the default corpus and the fake models."""
+LIMIT = 40
+NB_ARGS = ("--suite", "default", "--preset", "fake", "--limit", str(LIMIT))
+"""The CLI arguments every test passes: the default corpus, the fake models, and only its
+first LIMIT judged queries where a notebook records the whole suite (tune, evaluate)."""
 
 CHROMIUM_FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

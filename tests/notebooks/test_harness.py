@@ -70,9 +70,6 @@ def test_in_process_run_raises_on_a_failing_cell(broken, monkeypatch):
 
 @pytest.mark.slow
 def test_export_exits_nonzero_on_a_failing_cell(broken, tmp_path, nb_env):
-    good = export_html(broken, tmp_path / "good.html", "--n", "1", env=nb_env)
-    assert good.returncode == 0, good.stderr
-    assert (tmp_path / "good.html").stat().st_size > 1000
     bad = export_html(broken, tmp_path / "bad.html", "--n", "2", env=nb_env)
     assert bad.returncode != 0
     assert "failed to execute" in bad.stderr

@@ -13,15 +13,14 @@ import polars as pl
 import pytest
 from matplotlib.figure import Figure
 
-from .conftest import NB_ARGS, NOTEBOOKS, export_html, run_notebook
+from .conftest import LIMIT, NB_ARGS, NOTEBOOKS, export_html, run_notebook
 
 CLICKED = types.SimpleNamespace(value=True)
 
 
 def _n_plots(outputs) -> int:
-    """Matplotlib figures among the cell outputs, bare or rendered inside a layout (PNG)."""
-    return sum(1 if isinstance(o, Figure) else getattr(o, "text", "").count("data:image/png")
-               for o in outputs)
+    """Matplotlib figures among the cell outputs (each plot is its own cell's output)."""
+    return sum(isinstance(o, Figure) for o in outputs)
 
 
 @pytest.fixture
@@ -53,9 +52,9 @@ def test_tune_defaults_match_the_eval_runner(nb_env, monkeypatch):
     assert defs["evaluation"].metrics == defs["baseline"].metrics
     # ...and the nDCG shown is the one `qmdlab eval` computes for the same suite and models.
     ref = run_suite(get_suite("default"), load_models("fake"), progress=False, log=lambda _m: None,
-                    out=nb_env["QMDLAB_HOME"] + "/ref-run")
+                    out=nb_env["QMDLAB_HOME"] + "/ref-run", limit=LIMIT)
     assert defs["evaluation"].metrics["ndcg@10"] == pytest.approx(ref.metrics[ref.name]["ndcg@10"], abs=1e-12)
-    assert len(defs["study"].qids) == defs["per_query_delta"].height > 50
+    assert len(defs["study"].qids) == defs["per_query_delta"].height == LIMIT
     assert defs["per_query_delta"]["delta"].abs().max() == 0
     assert _n_plots(outputs) == 1
 
@@ -204,7 +203,7 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     # before/after
     assert set(defs["eval_variants"]["variant"].to_list()) == {"none", "rules"}
     assert defs["eval_per_query"].height == 12
-    assert _n_plots(outputs) == 3
+    assert _n_plots(outputs) == 4  # data, reward parts, curves, before/after
 
 
 def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch):
@@ -227,10 +226,10 @@ def test_train_evaluate_button_runs_the_expander_evaluation(nb_env, monkeypatch)
 
 # -- the command-line path: `marimo export html` --------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tune", "explore", "evaluate", "train"])
-def test_marimo_export_runs_every_cell(name, nb_env, tmp_path):
-    out = tmp_path / f"{name}.html"
-    proc = export_html(NOTEBOOKS / f"{name}.py", out, *NB_ARGS, env=nb_env)
+def test_marimo_export_runs_every_cell(nb_env, tmp_path, run_dir):
+    """The CLI path on the notebook with the most sections (the others run in-process above)."""
+    out = tmp_path / "train.html"
+    proc = export_html(NOTEBOOKS / "train.py", out, *NB_ARGS, "--run", str(run_dir), env=nb_env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     html = out.read_text(encoding="utf-8")
-    assert "marimo" in html and len(html) > 10_000
+    assert "Training curves" in html and html.count("image/png") >= 3

@@ -92,12 +92,13 @@ def test_directionless_query_vector_returns_no_hits(corpus_index, query):
     embed_all(corpus_index)
     assert vector_search(corpus_index, query, fingerprint="fp", limit=10) == []
     # a real direction still ranks (the guard is not a blanket "return []")
-    assert len(vector_search(corpus_index, np.array([0.0, 0.0, 1e-30]), fingerprint="fp", limit=10)) == 6
+    assert len(vector_search(corpus_index, np.array([0.0, 0.0, 1e-3]), fingerprint="fp", limit=10)) == 6
 
 
 def test_out_of_vocabulary_query_records_an_empty_vector_list(tmp_path):
     from qmdlab.models.fakes import KeywordEmbedder
-    from qmdlab.pipeline import Lab, PipelineConfig
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.lab import Lab
     from qmdlab.store import Index
 
     src = tmp_path / "notes"

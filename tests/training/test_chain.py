@@ -75,6 +75,9 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch):
 
     expander = load_expander(exp["quants"]["Q4_K_M"], sampling=SamplingConfig(temperature=0.0, max_tokens=24))
     assert expander.prompt("vpn setup") == qwen3_prompt("vpn setup")
+    from qmdlab.models.registry import build_model  # the path as QMDLAB_EXPAND_MODEL / --expand-model
+
+    assert build_model("expand", exp["quants"]["Q8_0"]).prompt("vpn setup") == qwen3_prompt("vpn setup")
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "vpn.md").write_text("# VPN\n\nImport the wireguard config and connect to the office vpn.\n")

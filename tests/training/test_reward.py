@@ -150,3 +150,21 @@ def test_retrieval_reward_delta_and_baseline_cache():
     out = r.reward_func(completions=[[{"role": "assistant", "content": "lex: good"}]] * 2,
                         query=["query", "query"], qid=["q1", ""])
     assert out[0] == pytest.approx(1.0 - base) and out[1] is None
+
+
+def test_grpo_reward_functions_names_weights_and_parts():
+    from training.grpo import GRPORunConfig, reward_functions
+
+    r = RetrievalReward(lambda q, s: ["d"] if s else [], {"q1": {"d": 1}})
+    funcs, weights = reward_functions(GRPORunConfig(rule_weight=1.0, retrieval_weight=0.5), r)
+    names = [f.__name__ for f in funcs]
+    assert names == ["rule", "retrieval", "rule_format", "rule_diversity", "rule_hyde", "rule_quality",
+                     "rule_entities"]
+    assert weights == [1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
+    q, c = HAND_SCORED[0][0], [{"role": "assistant", "content": HAND_SCORED[0][1]}]
+    values = {f.__name__: f(prompts=None, completions=[c], query=[q], qid=["q1"])[0] for f in funcs}
+    assert values["rule"] == pytest.approx(70 / 120)
+    assert values["retrieval"] == pytest.approx(1.0)
+    parts = HAND_SCORED[0][2]
+    assert [values[f"rule_{p}"] * 120 for p in parts] == pytest.approx(list(parts.values()))
+    assert reward_functions(GRPORunConfig(), None)[0][1].__name__ == "rule_format"  # no retrieval term

