@@ -38,6 +38,10 @@ from .metrics import DEFAULT_METRICS, mean_scores, per_query
 from .suites import Suite
 
 
+EVAL_DEPTH = 100
+"""Results kept per query in evaluation runs (``PipelineConfig.limit`` is raised to this)."""
+
+
 class RunResult(NamedTuple):
     """What :func:`run_suite` produced.
 
@@ -229,6 +233,10 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
 
     config = config or PipelineConfig()
     name = name or run_name(config)
+    # Record up to EVAL_DEPTH results so recall@100 is defined; ``limit`` only truncates the
+    # finished list, so every metric at 10 is unchanged (the pipeline still returns at most
+    # ``candidate_limit`` documents: recall@100 is the recall of the candidate pool).
+    config = config.replace(limit=max(config.limit, EVAL_DEPTH))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     embedder = models[0] if models is not None else None

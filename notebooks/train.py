@@ -6,7 +6,8 @@ Run it:  marimo edit notebooks/train.py   |   marimo run notebooks/train.py
 Arguments: ``--data FILE`` (examples JSONL; default ``data/training/seed.jsonl``), ``--run DIR``
 (a training run directory with ``metrics.jsonl``; directories under ``./runs`` are offered too),
 ``--evaluation DIR`` (output of ``python -m training.evaluate``), ``--expander REF`` (GGUF path or
-model reference for the "evaluate now" button), ``--suite NAME|DIR`` and ``--preset``.
+model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset`` and ``--limit N``
+(the button evaluates only the first N judged queries: smoke runs).
 
 The reward is ``training.reward`` — the very function GRPO optimises — and the curves are the
 ``metrics.jsonl`` lines that ``training.common`` writes during SFT/GRPO.
@@ -58,7 +59,8 @@ def _():
     expander_arg = str(args.get("expander") or "")
     suite_arg = str(args.get("suite") or "default")
     preset = args.get("preset") or None
-    return data_arg, evaluation_arg, expander_arg, preset, run_arg, suite_arg
+    limit = int(args.get("limit") or 0) or None
+    return data_arg, evaluation_arg, expander_arg, limit, preset, run_arg, suite_arg
 
 
 @app.cell(hide_code=True)
@@ -341,14 +343,14 @@ def _(evaluation_arg):
 
 
 @app.cell
-def _(evaluate_button, expander_ref, preset, set_eval_dir, suite):
+def _(evaluate_button, expander_ref, limit, preset, set_eval_dir, suite):
     mo.stop(not evaluate_button.value or not expander_ref.value.strip())
     evaluated_dir = home() / "train" / "notebook-evaluate"
     with mo.status.spinner(title="Evaluating", subtitle=f"{expander_ref.value} on suite {suite.name!r}"):
         evaluated = run_evaluate(EvaluateConfig(expander=expander_ref.value.strip(), suite=str(suite.path),
                                                 collection=suite.collection, index=str(suite.workdir() / "index"),
                                                 models_preset=preset or "offline", rerank=False,
-                                                output_dir=str(evaluated_dir)))
+                                                max_queries=limit, output_dir=str(evaluated_dir)))
     set_eval_dir(evaluated_dir)
     return evaluated, evaluated_dir
 

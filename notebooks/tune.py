@@ -19,6 +19,8 @@ __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="qmdlab · tune")
 
 with app.setup:
+    from pathlib import Path
+
     import marimo as mo
     import polars as pl
     from matplotlib.figure import Figure
@@ -530,8 +532,6 @@ def _(save_button, save_path):
 @app.cell
 def _(config, evaluation, save_button, save_path, suite_picker):
     mo.stop(not save_button.value)
-    from pathlib import Path
-
     saved_to = Path(save_path.value).expanduser()
     saved_to.parent.mkdir(parents=True, exist_ok=True)
     optimise.write_config(config, saved_to, header=(

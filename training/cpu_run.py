@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="runs/cpu-smollm2")
     ap.add_argument("--sft-steps", type=int, default=30)
     ap.add_argument("--sft-lr", type=float, default=5e-4)
+    ap.add_argument("--sft-batch", type=int, default=4, help="Per-device batch (no gradient accumulation).")
+    ap.add_argument("--max-completion", type=int, default=128, help="GRPO max completion tokens.")
     ap.add_argument("--grpo-steps", type=int, default=4)
     ap.add_argument("--grpo-lr", type=float, default=1e-5)
     ap.add_argument("--max-queries", type=int, default=None, help="Judged queries evaluated (default all).")
@@ -52,12 +54,12 @@ def main(argv: list[str] | None = None) -> dict:
     data = step("prepare", lambda: prepare(SEED_PATH, out / "data", eval_fraction=0.1, seed=0))
     sft = step("sft", lambda: run_sft(SFTRunConfig(
         base=base, train_file=str(out / "data/train.jsonl"), output_dir=str(out / "sft"), max_steps=args.sft_steps,
-        learning_rate=args.sft_lr, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_length=384,
-        logging_steps=5, save_steps=1000)))
+        learning_rate=args.sft_lr, per_device_train_batch_size=args.sft_batch, gradient_accumulation_steps=1,
+        max_length=256, logging_steps=1, save_steps=1000)))
     grpo = step("grpo", lambda: run_grpo(GRPORunConfig(
         base=sft["merged"], prompts_file=str(out / "data/train.jsonl"), suite="data", collection="default",
         index=str(out / "index"), output_dir=str(out / "grpo"), max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
-        max_completion_length=128, per_device_train_batch_size=4, num_generations=4, save_steps=1000)))
+        max_completion_length=args.max_completion, per_device_train_batch_size=4, num_generations=4, save_steps=1000)))
     trained = step("export", lambda: run_export(ExportConfig(model=grpo["merged"], output_dir=str(out / "export"),
                                                                quants=["Q4_K_M", "Q8_0"])))
     base_gguf = None

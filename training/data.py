@@ -16,6 +16,7 @@ inference (:mod:`training.render`).
 """
 from __future__ import annotations
 
+import io
 import json
 import random
 import re
@@ -124,19 +125,24 @@ def load_examples(path: str | Path) -> list[Example]:
     if not path.exists():
         raise DataFormatError(path, None, "file not found", "pass an existing JSONL file")
     examples = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataFormatError(path, lineno, f"invalid JSON ({err.msg})", "one JSON object per line") from None
-            problem = check_record(obj)
-            if problem:
-                raise DataFormatError(path, lineno, problem,
-                                      'schema: {"query": str, "output": [["lex"|"vec"|"hyde", str], ...]}')
-            examples.append(example_from_record(obj))
+    try:
+        raw = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise DataFormatError(path, line, f"not UTF-8 text ({err.reason} at byte {err.start})",
+                              "re-encode the file as UTF-8") from None
+    for lineno, line in enumerate(io.StringIO(raw, newline=None), start=1):  # universal newlines, as open()
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, lineno, f"invalid JSON ({err.msg})", "one JSON object per line") from None
+        problem = check_record(obj)
+        if problem:
+            raise DataFormatError(path, lineno, problem,
+                                  'schema: {"query": str, "output": [["lex"|"vec"|"hyde", str], ...]}')
+        examples.append(example_from_record(obj))
     return examples
 
 

@@ -145,7 +145,7 @@ def read_trec_qrels(path: Path) -> pl.DataFrame:
                                   "write TREC qrels lines: qid 0 docno grade")
         try:
             grade = int(float(parts[3]))
-        except ValueError:
+        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
             raise DataFormatError(path, n, f"grade {parts[3]!r} is not a number",
                                   "the 4th field is the integer relevance grade") from None
         rows.append((parts[0], parts[2], grade))

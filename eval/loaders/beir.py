@@ -27,7 +27,7 @@ def read_beir_qrels(path: Path) -> list[tuple[str, str, int]]:
                                   "write one tab-separated judgment per line")
         try:
             grade = int(float(parts[2]))
-        except ValueError:
+        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
             raise DataFormatError(path, n, f"score {parts[2]!r} is not a number", "use an integer score") from None
         rows.append((parts[0].strip(), parts[1].strip(), grade))
     if not rows:

@@ -37,7 +37,8 @@ def read_queries_jsonl(path: Path) -> tuple[list[dict], list[tuple[str, str, int
             raise DataFormatError(path, n, "'qrels' must be an object {docid: grade}",
                                   'write e.g. "qrels": {"d1": 1}')
         for docid, grade in judged.items():
-            if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or grade != grade \
+                    or grade in (float("inf"), float("-inf")):  # NaN / Infinity are valid JSON to Python
                 raise DataFormatError(path, n, f"grade of {docid!r} is not a number", "use integer grades")
             qrels.append((qid, str(docid), int(grade)))
     return queries, qrels

@@ -111,7 +111,7 @@ def read_rel(path: Path) -> list[tuple[str, str, int]]:
             qid, docid, grade_text = parts[0], parts[1], "1"
         try:
             grade = int(float(grade_text))
-        except ValueError:
+        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
             raise DataFormatError(path, n, f"grade {grade_text!r} is not a number",
                                   "use an integer grade") from None
         out.append((_norm_id(qid, path, n), _norm_id(docid, path, n), grade))

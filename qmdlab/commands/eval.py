@@ -114,15 +114,16 @@ def register(group: click.Group) -> None:
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
                         log=lambda m: click.echo(m, err=True))
-        study = Study(res.trace, res.qrels, metrics=[metric], config=cfg)
-        report = cross_validate(study, base=cfg, method=method, trials=trials, folds=folds, seed=seed, metric=metric,
+        study = Study(res.trace, res.qrels, metrics=[metric])  # the recorded config (eval depth 100)
+        report = cross_validate(study, base=study.config, method=method, trials=trials, folds=folds, seed=seed, metric=metric,
                                 progress=lambda m: click.echo(m, err=True))
         click.echo(report.folds)
         click.echo(report.summary(metric))
         header = (f"qmdlab tune {s.name}: {report.summary(metric)}\n"
                   f"method {method}, {trials} trials, {folds} folds, seed {seed}")
-        write_config(report.config, Path(out), header=header)
-        click.echo(f"changed options:\n{report.config.diff(cfg)}")
+        tuned = report.config.replace(limit=cfg.limit)  # evaluation ran deeper (recall@100); keep the user's limit
+        write_config(tuned, Path(out), header=header)
+        click.echo(f"changed options:\n{tuned.diff(cfg)}")
         click.echo(f"wrote {out}  (use: qmdlab eval {suite} --config {out})")
         if report.gain <= 0:
             click.echo("note: tuning did not improve held-out queries; the default config is the safer choice",

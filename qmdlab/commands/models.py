@@ -126,7 +126,9 @@ def register(group: click.Group) -> None:
             return
         t0 = time.perf_counter()
         ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
-        bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress)
+        # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
+        # to load leaves only its one-line error on stderr
+        bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress, delay=0.5)
         try:
             for i in range(0, n, batch_size):
                 mat = emb.embed_documents(list(zip(titles[i : i + batch_size], texts[i : i + batch_size])))

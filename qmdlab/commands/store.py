@@ -44,6 +44,20 @@ def parse_ref(text: str) -> tuple[str, int | None, int | None]:
     return m.group("ref"), start, count
 
 
+def print_report(rep) -> None:
+    """An :class:`~qmdlab.store.UpdateReport` for people: the summary, skip counts by reason,
+    the first 20 skipped paths; capacity warnings go to stderr."""
+    click.echo(rep.summary())
+    if rep.skipped:
+        click.echo("  skipped by reason: " + ", ".join(f"{r} {n}" for r, n in rep.skip_counts().items()))
+    for docno, reason in rep.skipped_paths[:20]:
+        click.echo(f"  skipped ({reason}): {docno}")
+    if len(rep.skipped_paths) > 20:
+        click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
+    for w in rep.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
 def split_address(ref: str) -> tuple[str, str | None]:
     """``ref#address`` → (ref, address); a leading ``#`` is a docid, not an address.
 
@@ -79,7 +93,7 @@ def register(group: click.Group) -> None:
         coll = idx.add_collection(name or path.expanduser().resolve().name, path, mask, ignore)
         click.echo(f"added collection {coll.name}: {coll.root} ({coll.mask})")
         if not no_update:
-            click.echo(idx.update([coll.name], progress=True).summary())
+            print_report(idx.update([coll.name], progress=True))
 
     @collection.command("list")
     @click.pass_context
@@ -145,16 +159,7 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def update(ctx, collections: tuple[str, ...], progress: bool) -> None:
         """Re-scan collections: new, changed, moved and vanished files."""
-        rep = open_index(ctx).update(list(collections) or None, progress=progress)
-        click.echo(rep.summary())
-        if rep.skipped:
-            click.echo("  skipped by reason: " + ", ".join(f"{r} {n}" for r, n in rep.skip_counts().items()))
-        for docno, reason in rep.skipped_paths[:20]:
-            click.echo(f"  skipped ({reason}): {docno}")
-        if len(rep.skipped_paths) > 20:
-            click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
-        for w in rep.warnings:
-            click.echo(f"warning: {w}", err=True)
+        print_report(open_index(ctx).update(list(collections) or None, progress=progress))
 
     @group.command("search")
     @click.argument("query")

@@ -26,7 +26,8 @@ class LlamaEmbedder:
     chunking : mapping, optional
         Chunking parameters of the vectors' chunks; part of :attr:`fingerprint`.
     n_ctx : int
-        Context (and batch) size in tokens; longer inputs are truncated to it.
+        Context (and batch) size in tokens; longer inputs are truncated to it, so it is part of
+        :attr:`fingerprint`.
     batch_size : int
         Texts per ``llama_decode`` call in :meth:`embed_documents`.
     dim : int, optional
@@ -48,7 +49,8 @@ class LlamaEmbedder:
                                n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx)
         self.fingerprint = make_fingerprint(model_id, query=template.query_format,
                                             document=template.document_format,
-                                            empty_title=template.empty_title, chunking=self.chunking)
+                                            empty_title=template.empty_title, chunking=self.chunking,
+                                            max_tokens=n_ctx)
 
     @property
     def dim(self) -> int:

@@ -46,7 +46,8 @@ KNOWN: dict[str, dict[str, Any]] = {
     QMD_EMBED: {"template": "gemma", "dim": 768, "n_ctx": 2048},
     QMD_RERANK: {"family": "qwen3-reranker", "n_ctx": 2048},
     QMD_EXPAND: {"family": "qwen3", "n_ctx": 2048},
-    MINILM: {"template": "plain", "dim": 384, "n_ctx": 512},
+    # 256 = the model's sentence-transformers max_seq_length (what it was trained with)
+    MINILM: {"template": "plain", "dim": 384, "n_ctx": 256},
     QWEN_CODER: {"family": "chatml", "n_ctx": 2048},
     SMOLLM2: {"family": "chatml", "n_ctx": 2048},
 }

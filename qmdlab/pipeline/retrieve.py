@@ -136,8 +136,13 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
         notes.append(("retrieve", "no embedder: vector lists skipped"))
     if vec_ok and any(r.source == "vec" for r in routes):
         try:
-            n = index.vector_matrix(embedder.fingerprint).matrix.shape[0]
-        except Exception as err:  # DimensionMismatchError and friends: degrade, say so
+            vm = index.vector_matrix(embedder.fingerprint)
+            n = vm.matrix.shape[0]
+            dim = getattr(embedder, "dim", None)
+            if n and isinstance(dim, int) and vm.matrix.shape[1] != dim:  # stale vectors of another dimension
+                raise ValueError(f"the index holds {vm.matrix.shape[1]}-d vectors under {embedder.fingerprint!r} "
+                                 f"but the embedder gives {dim}-d ones; re-embed with `qmdlab embed -f`")
+        except Exception as err:  # DimensionMismatchError, CapacityError and friends: degrade, say so
             n = 0
             notes.append(("retrieve", f"vectors unusable ({err}): vector lists skipped"))
         else:

@@ -62,13 +62,6 @@ def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
     return df.select([pl.col(c).cast(t) for c, t in schema.items()])
 
 
-def frame(table: str, rows: list[dict]) -> pl.DataFrame:
-    """Build a table from row dicts with the fixed schema."""
-    if not rows:
-        return empty(table)
-    return pl.DataFrame({c: [r.get(c) for r in rows] for c in SCHEMAS[table]}, schema=SCHEMAS[table])
-
-
 @dataclass
 class Trace:
     """Every stage's output for one or many queries.
@@ -202,9 +195,4 @@ def sort_within_qid(df: pl.DataFrame, by: list[str], descending: list[bool] | No
             .sort(["_qo", *by], descending=[False, *descending], maintain_order=True).drop("_row", "_qo"))
 
 
-def note(qid: str, stage: str, message: str) -> dict:
-    """A notes row."""
-    return {"qid": qid, "stage": stage, "message": message}
-
-
-__all__ = ["Trace", "SCHEMAS", "TABLES", "empty", "conform", "frame", "note", "sort_within_qid"]
+__all__ = ["Trace", "SCHEMAS", "TABLES", "empty", "conform", "sort_within_qid"]

@@ -172,6 +172,8 @@ class Index:
         self._cache_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         self.cache = LLMCache(self._cache_conn)
         self._vectors: dict[str, VectorMatrix] = {}
+        self._capacity: dict[str | None, tuple[tuple, list]] = {}  # fingerprint -> (limits, checks)
+        self._data_version = None
 
     def _schema_version(self) -> str | None:
         """The stored schema version, read without taking a write lock (``None``: no schema yet)."""
@@ -226,6 +228,7 @@ class Index:
                 self.conn.execute("COMMIT")
             finally:
                 self._vectors.clear()
+                self._capacity.clear()
 
     # ------------------------------------------------------------------ config
     def _config(self) -> cfg.Config:
@@ -404,7 +407,7 @@ class Index:
                 raw, text, skip = read_text(e.abs_path)
                 if skip:
                     local.add(f"skipped_{skip}")
-                    local.skipped.append((f"{coll.name}/{e.rel}", skip))
+                    local.skipped.append((f"{coll.name}/{display_path(e.rel)}", skip))
                     if skip == "unreadable" and old is not None:  # keep what we had: a transient failure
                         seen.add(e.rel)
                     continue
@@ -420,7 +423,7 @@ class Index:
                 if (is_new_doc and n_docs + 1 > caps["documents"]) or (
                         pieces is not None and n_chunks + len(pieces) > caps["chunks"]):
                     local.add("skipped_capacity")
-                    local.skipped.append((f"{coll.name}/{e.rel}", "capacity"))
+                    local.skipped.append((f"{coll.name}/{display_path(e.rel)}", "capacity"))
                     if not is_new_doc:  # a changed file keeps its indexed version
                         seen.add(e.rel)
                     continue
@@ -678,6 +681,7 @@ class Index:
     def vector_matrix(self, fingerprint: str) -> VectorMatrix:
         """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
         kept in memory until the next write. Empty (shape ``(0, 0)``) when there are none."""
+        self._drop_stale_caches()
         cached = self._vectors.get(fingerprint)
         if cached is not None:
             return cached
@@ -706,6 +710,16 @@ class Index:
         self._vectors[fingerprint] = vm
         return vm
 
+    def _drop_stale_caches(self) -> None:
+        """Forget the in-memory vector matrices and capacity counts when another connection (another
+        process's ``update`` or ``embed``) has committed since they were loaded."""
+        with self._lock:
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:
+                self._vectors.clear()
+                self._capacity.clear()
+                self._data_version = version
+
     def vector_capacity(self, fingerprint: str) -> "limits.Check":
         """Bytes the float32 matrix of ``fingerprint`` takes (or would take) against the limit."""
         with self._lock:
@@ -716,13 +730,21 @@ class Index:
         return limits.check("vector_bytes", int(row[0]) * int(row[1] or 0) * 4)
 
     def capacity(self, fingerprint: str | None = None) -> list["limits.Check"]:
-        """Documents, chunks (and, given an embedder fingerprint, vector bytes) against their limits."""
+        """Documents, chunks (and, given an embedder fingerprint, vector bytes) against their limits.
+
+        Counted once and kept until this object's next write (every query asks)."""
+        self._drop_stale_caches()
+        key = tuple(limits.limit(k) for k in ("documents", "chunks", "vector_bytes"))
+        hit = self._capacity.get(fingerprint)
+        if hit is not None and hit[0] == key:
+            return hit[1]
         with self._lock:
             docs = self.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0]
             chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         out = [limits.check("documents", docs), limits.check("chunks", chunks)]
         if fingerprint is not None:
             out.append(self.vector_capacity(fingerprint))
+        self._capacity[fingerprint] = (key, out)
         return out
 
     # ------------------------------------------------------------------ status

@@ -25,7 +25,8 @@ def test_toy_suite_baseline_is_the_tie(toy_suite):
 
 @pytest.mark.parametrize("method,trials", [("grid", 50), ("coordinate", 50), ("random", 40), ("tpe", 30)])
 def test_search_finds_known_best_weights(toy_suite, method, trials):
-    pytest.importorskip("optuna", reason="method tpe needs the optional Optuna dependency") if method == "tpe" else None
+    if method == "tpe":
+        pytest.importorskip("optuna", reason="method tpe needs the optional Optuna dependency (qmdlab[tune])")
     study = Study(*toy_suite, config=BASE)
     res = search(lambda p: study.score(apply_params(BASE, p)), SPACE, params_of(BASE, SPACE),
                  method=method, trials=trials, points=5, seed=3)

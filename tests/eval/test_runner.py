@@ -11,7 +11,7 @@ from ranx import Qrels, Run, evaluate
 
 from eval.runner import run_suite
 from eval.study import Study
-from eval.suites import Suite, get_suite
+from eval.suites import Suite, SuiteUnavailable, get_suite
 from qmdlab.models import load_models
 from qmdlab.models.fakes import RuleExpander
 from qmdlab.models.base import ModelSet
@@ -35,6 +35,7 @@ def _smart_suite(tmp_path):
     return get_suite(d, "smart")
 
 
+@pytest.mark.slow  # indexes a corpus and runs the pipeline: seconds on 2 cores
 def test_smart_suite_end_to_end_uses_collection_ids(tmp_path, qmdlab_home):
     suite = _smart_suite(tmp_path)
     before = sorted(p.name for p in suite.path.iterdir())
@@ -55,6 +56,7 @@ def test_smart_suite_end_to_end_uses_collection_ids(tmp_path, qmdlab_home):
     assert res.metrics["qmdlab"]["recall@10"] == 1.0  # four documents: everything is retrieved
 
 
+@pytest.mark.slow  # indexes a corpus and runs the pipeline: seconds on 2 cores
 def test_default_corpus_eval_ablation_resume_and_study(default_corpus, qmdlab_home, tmp_path):
     if not default_corpus.is_dir():
         pytest.skip(f"default corpus not present at {default_corpus}")
@@ -82,6 +84,7 @@ def test_default_corpus_eval_ablation_resume_and_study(default_corpus, qmdlab_ho
     assert study.evaluate().metrics == pytest.approx(res.metrics["qmdlab"], abs=1e-12)
 
 
+@pytest.mark.slow  # indexes a corpus and runs the pipeline: seconds on 2 cores
 def test_cli_eval_and_tune(default_corpus, qmdlab_home, tmp_path, monkeypatch):
     if not default_corpus.is_dir():
         pytest.skip(f"default corpus not present at {default_corpus}")
@@ -105,7 +108,7 @@ def test_cli_eval_and_tune(default_corpus, qmdlab_home, tmp_path, monkeypatch):
 def test_unavailable_cisi_suite_says_why(monkeypatch, tmp_path):
     monkeypatch.setenv("QMDLAB_CISI_DIR", str(tmp_path / "absent"))
     suite = get_suite("cisi")
-    with pytest.raises(Exception, match="QMDLAB_CISI_DIR"):
+    with pytest.raises(SuiteUnavailable, match="QMDLAB_CISI_DIR"):
         suite.check()
 
 

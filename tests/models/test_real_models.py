@@ -58,10 +58,10 @@ def test_batched_embeddings_equal_unbatched(models):
 def test_gguf_conversion_matches_sentence_transformers(models):
     st = pytest.importorskip("sentence_transformers", reason="the reference implementation of all-MiniLM-L6-v2")
     model_dir = packaged.source_files(packaged.PACKAGED["all-minilm-l6-v2"])[0].parent
-    ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(
-        ["How do I undo my last git commit?", "Tomato soup with basil"], normalize_embeddings=True)
-    ours = np.stack([models.embedder.embed_query(t) for t in ["How do I undo my last git commit?",
-                                                               "Tomato soup with basil"]])
+    texts = ["How do I undo my last git commit?", "Tomato soup with basil",
+             " ".join(f"word{i} rebase branch" for i in range(200))]  # > 256 tokens: both sides truncate
+    ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(texts, normalize_embeddings=True)
+    ours = np.stack([models.embedder.embed_query(t) for t in texts])
     assert (np.sum(ref * ours, axis=1) > 0.99).all()  # f16 GGUF vs f32 torch: cosine, not bitwise
 
 

@@ -69,6 +69,13 @@ def test_embedding_fingerprint_tracks_template_and_chunking():
     assert a.fingerprint == load_models("offline", rerank="none").embedder.fingerprint
 
 
+def test_embedding_fingerprint_tracks_truncation_length():
+    a = LlamaEmbedder(lambda: None, "m.gguf", n_ctx=256, chunking={})
+    b = LlamaEmbedder(lambda: None, "m.gguf", n_ctx=512, chunking={})
+    assert a.fingerprint != b.fingerprint
+    assert load_models("offline", expand="none", rerank="none").embedder.llama.params["n_ctx"] == 256
+
+
 def test_expander_fingerprint_tracks_sampling():
     a = load_models("offline", embed="none", rerank="none").expander
     b = load_models("offline", embed="none", rerank="none", sampling=DETERMINISTIC).expander

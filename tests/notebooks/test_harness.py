@@ -75,6 +75,7 @@ def test_export_exits_nonzero_on_a_failing_cell(broken, tmp_path, nb_env):
     assert "failed to execute" in bad.stderr
 
 
+@pytest.mark.slow
 def test_notebooks_pass_marimo_check():
     """marimo's linter: parseable, no multiply-defined names, no cycles, no warnings."""
     import subprocess

@@ -18,7 +18,7 @@ def offline_models():
     return load_models("offline", n_threads=2)
 
 
-def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_models):
+def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_models, monkeypatch):
     from qmdlab.pipeline.lab import Lab
     from qmdlab.store import Index
 
@@ -36,14 +36,16 @@ def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_mo
                               emb.embed_documents(list(zip(part["title"].to_list(), part["text"].to_list()))),
                               emb.fingerprint)
         lab = Lab(idx, offline_models)
+        # on a busy CPU the expander alone may pass the 30 s query budget, which skips rerank
+        monkeypatch.setenv("QMDLAB_QUERY_BUDGET_MS", "3600000")
         # a small candidate set keeps the CPU rerank short; intent forces the expander to run
-        t = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=6)
+        t = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=3)
         assert {"original"} < set(t.lists["query_type"])              # the expander's lines were retrieved
         assert set(t.lists["source"]) == {"fts", "vec"}
-        assert t.rerank.height == 6 and t.rerank["rerank_score"].is_between(0.0, 1.0).all()
+        assert t.rerank.height == 3 and t.rerank["rerank_score"].is_between(0.0, 1.0).all()
         assert "default/reference/api-error-codes.md" in t.final["docno"].head(3).to_list()
         assert t.results["snippet"].str.len_chars().min() > 0
-        again = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=6)
+        again = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=3)
         assert again.rerank["cached"].all() and again.final.equals(t.final)
     finally:
         idx.close()

@@ -23,7 +23,7 @@ if PROFILE not in ("ci", "deep"):
     raise pytest.UsageError(f"QMDLAB_FUZZ_PROFILE={PROFILE!r}: use 'ci' or 'deep'")
 
 #: hypothesis examples per fuzz target
-FUZZ_EXAMPLES = {"ci": 60, "deep": 1000}[PROFILE]
+FUZZ_EXAMPLES = {"ci": 40, "deep": 1000}[PROFILE]
 settings.register_profile("qmdlab-ci", max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                                  HealthCheck.data_too_large])
@@ -33,7 +33,7 @@ settings.register_profile("qmdlab-deep", max_examples=FUZZ_EXAMPLES, deadline=No
 
 #: crash harness sizes: files in the generated corpus, SIGKILLs of `update` and of `embed`
 CRASH = {
-    "ci": {"files": 600, "collections": 3, "update_kills": 11, "embed_kills": 10},
+    "ci": {"files": 400, "collections": 3, "update_kills": 11, "embed_kills": 10},
     "deep": {"files": 4000, "collections": 4, "update_kills": 40, "embed_kills": 40},
 }[PROFILE]
 

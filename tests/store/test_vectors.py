@@ -56,3 +56,24 @@ def test_vectors_follow_moves_and_skip_vanished(index, notes):
 def test_empty_matrix_when_nothing_embedded(index):
     vm = index.vector_matrix("none")
     assert vm.matrix.shape == (0, 0) and vm.docnos == []
+
+
+def test_vector_matrix_sees_vectors_another_process_committed(tmp_path):
+    """The in-memory matrix is dropped when another connection commits (PRAGMA data_version)."""
+    import numpy as np
+
+    from qmdlab.store import Index
+
+    root = tmp_path / "n"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nalpha\n")
+    (root / "b.md").write_text("# B\n\nbeta\n")
+    with Index(tmp_path / "idx") as reader, Index(tmp_path / "idx") as writer:
+        writer.add_collection("n", root)
+        writer.update()
+        todo = writer.chunks_needing_vectors("fp")
+        writer.store_vectors(todo["chunk_id"].to_list()[:1], np.ones((1, 3), dtype=np.float32), "fp")
+        assert reader.vector_matrix("fp").matrix.shape == (1, 3)
+        writer.store_vectors(todo["chunk_id"].to_list()[1:], np.ones((1, 3), dtype=np.float32), "fp")
+        assert reader.vector_matrix("fp").matrix.shape == (2, 3)
+        assert reader.capacity()[0].value == 2
