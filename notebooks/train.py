@@ -107,10 +107,12 @@ def _(example_lines, rewards):
                                                  pl.col("words").mean().alias("mean_words")).sort("type")
     _fig = Figure(figsize=(11, 3.2), layout="constrained")
     _a1, _a2, _a3 = _fig.subplots(1, 3)
-    _a1.bar(_counts["type"].to_list(), _counts["lines"].to_list(), color=["tab:purple", "tab:blue", "tab:orange"])
+    _color = {"hyde": "tab:purple", "lex": "tab:blue", "vec": "tab:orange"}
+    _a1.bar(_counts["type"].to_list(), _counts["lines"].to_list(), color=[_color[t] for t in _counts["type"]])
     _a1.set(title="lines per type", ylabel="lines")
     for _t in _counts["type"].to_list():
-        _a2.hist(example_lines.filter(pl.col("type") == _t)["chars"].to_numpy(), bins=25, alpha=0.6, label=_t)
+        _a2.hist(example_lines.filter(pl.col("type") == _t)["chars"].to_numpy(), bins=25, alpha=0.6, label=_t,
+                 color=_color[_t])
     _a2.set(title="line length", xlabel="characters")
     _a2.legend(fontsize=8)
     _a3.hist(rewards["total"].to_numpy(), bins=20, range=(0, 1), color="tab:green")

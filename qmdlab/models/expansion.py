@@ -22,6 +22,37 @@ type ::= "lex" | "vec" | "hyde"
 content ::= [^\n]+
 '''
 
+
+
+def grammar_for(max_lines: int | None = None, max_chars: int | None = None) -> str:
+    """:data:`GRAMMAR`, optionally bounded to ``max_lines`` lines of at most ``max_chars`` characters.
+
+    Generic instruct models were not trained to stop after a few short lines; under DESIGN's
+    ``line+`` / ``[^\\n]+`` they can run one sentence to ``max_tokens``. The bounds use GBNF
+    repetition (``line{1,6}``, ``[^\\n]{1,160}``); after the last allowed line only
+    end-of-text remains.
+
+    >>> grammar_for() == GRAMMAR
+    True
+    >>> print(grammar_for(3, 80))
+    root ::= line{1,3}
+    line ::= type ": " content "\\n"
+    type ::= "lex" | "vec" | "hyde"
+    content ::= [^\\n]{1,80}
+    <BLANKLINE>
+    """
+    g = GRAMMAR
+    if max_lines is not None:
+        if max_lines < 1:
+            raise ValueError("max_lines must be at least 1")
+        g = g.replace("root ::= line+", f"root ::= line{{1,{max_lines}}}", 1)
+    if max_chars is not None:
+        if max_chars < 1:
+            raise ValueError("max_chars must be at least 1")
+        g = g.replace("content ::= [^\\n]+", f"content ::= [^\\n]{{1,{max_chars}}}", 1)
+    return g
+
+
 _LINE = re.compile(r"^\s*(?P<type>[A-Za-z]+)\s*:\s?(?P<content>.*)$")
 _TERM = re.compile(r"\w+", re.UNICODE)
 

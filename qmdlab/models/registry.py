@@ -48,8 +48,13 @@ KNOWN: dict[str, dict[str, Any]] = {
     QMD_EXPAND: {"family": "qwen3", "n_ctx": 2048},
     # 256 = the model's sentence-transformers max_seq_length (what it was trained with)
     MINILM: {"template": "plain", "dim": 384, "n_ctx": 256},
-    QWEN_CODER: {"family": "chatml", "n_ctx": 2048},
-    SMOLLM2: {"family": "chatml", "n_ctx": 2048},
+    # Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
+    # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
+    # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
+    QWEN_CODER: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
+                 "sampling": {"temperature": 0.0, "max_tokens": 200}},
+    SMOLLM2: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
+              "sampling": {"temperature": 0.0, "max_tokens": 200}},
 }
 
 
@@ -193,9 +198,13 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
         return LlamaEmbedder(resolve, ref, template=opts.get("template"), dim=opts.get("dim"),
                              n_ctx=opts.get("n_ctx", 512), chunking=chunking, batch_size=batch_size, **common)
     if role == "expand":
+        from qmdlab.models.expansion import grammar_for
         from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
 
-        return LlamaExpander(resolve, ref, family=opts.get("family"), sampling=sampling or SamplingConfig(),
+        if sampling is None:
+            sampling = SamplingConfig(**opts.get("sampling", {}))
+        return LlamaExpander(resolve, ref, family=opts.get("family"), sampling=sampling,
+                             grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
                              n_ctx=opts.get("n_ctx", 2048), **common)
     if role == "rerank":
         from qmdlab.models.llama_rerank import LlamaReranker

@@ -24,6 +24,7 @@ and dogs.
 Birds
 .W
 Flying things.
+.Net and .X are words here, not fields
 """
 SMART_QRY = ".I 1\n.W\nWhich pets?\n.I 2\n.T\nbirds title only\n.I 3\n.W\nunjudged query\n"
 
@@ -38,7 +39,7 @@ def test_smart_roundtrip_and_rel_variants(tmp_path):
     _write(tmp_path, "T.QRY", SMART_QRY)
     _write(tmp_path, "T.REL", "1 1 0 0.000000\r\n1 2 0 0.000000\r\n2 2 0 0.000000\r\n")  # CISI style, CRLF
     s = load_smart(tmp_path)
-    assert s.docs.rows() == [("1", "Cats and dogs", "All about cats and dogs."), ("2", "Birds", "Flying things.")]
+    assert s.docs.rows() == [("1", "Cats and dogs", "All about cats and dogs."), ("2", "Birds", "Flying things. .Net and .X are words here, not fields")]
     assert s.queries.select("qid", "query").rows() == [("1", "Which pets?"), ("2", "birds title only"),
                                                        ("3", "unjudged query")]
     assert sorted(s.qrels.rows()) == [("1", "1", 1), ("1", "2", 1), ("2", "2", 1)]

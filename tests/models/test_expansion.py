@@ -15,6 +15,17 @@ def test_grammar_is_design_section_3_verbatim():
     ]
 
 
+def test_bounded_grammar_exact():
+    from qmdlab.models.expansion import grammar_for
+
+    assert grammar_for(2) == GRAMMAR.replace("root ::= line+", "root ::= line{1,2}")
+    assert grammar_for(None, 5).splitlines()[3] == "content ::= [^\\n]{1,5}"
+    with pytest.raises(ValueError):
+        grammar_for(0)
+    with pytest.raises(ValueError):
+        grammar_for(2, 0)
+
+
 def test_parse_keeps_order_and_records_reasons():
     raw = "vec: b\n\nlex: a\n  hyde : c d \nvec: B\nnot a line\nintent: x\nlex:\n"
     r = parse_expansion(raw)

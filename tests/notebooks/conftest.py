@@ -77,23 +77,16 @@ def load_app(path: Path):
     return module.app
 
 
-def run_notebook(path: Path, *args: str, defs: dict | None = None, monkeypatch=None):
+def run_notebook(path: Path, *args: str, monkeypatch, defs: dict | None = None):
     """Run every cell of a notebook in this process; return ``(outputs, definitions)``.
 
-    ``args`` are the notebook's CLI arguments (read by ``mo.cli_args()``); ``defs``
-    replaces the cells that define those names (e.g. a clicked ``run_button``).
-    Any exception raised by a cell propagates and fails the calling test.
+    ``args`` are the notebook's CLI arguments (read by ``mo.cli_args()`` from ``sys.argv``,
+    patched for the call); ``defs`` replaces the cells that define those names (e.g. a
+    clicked ``run_button`` or a moved slider). Any exception raised by a cell propagates
+    and fails the calling test.
     """
-    argv = [str(path), *args]
-    if monkeypatch is not None:
-        monkeypatch.setattr(sys, "argv", argv)
-        return load_app(path).run(defs=defs)
-    saved = sys.argv
-    sys.argv = argv
-    try:
-        return load_app(path).run(defs=defs)
-    finally:
-        sys.argv = saved
+    monkeypatch.setattr(sys, "argv", [str(path), *args])
+    return load_app(path).run(defs=defs)
 
 
 # -- subprocess export -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""tune.py served by ``marimo run`` and driven in headless Chromium: a slider moves, nDCG follows.
+"""tune.py served by ``marimo run`` and driven in headless Chromium: a slider moves, nDCG follows;
+the optimiser button loads its tuned config into the controls.
 
 Artefacts: ``tune.png`` (and ``tune.html`` on failure) in the test's tmp dir, with a copy of
 the screenshot at ``results/screenshots/tune.png``.
@@ -33,6 +34,13 @@ def _stat_text(driver, label: str) -> str | None:
     return driver.execute_script(STAT_VALUE, found[0]) if found else None
 
 
+def _sliders(driver) -> list[str]:
+    """Values of the fusion/blend sliders (the optimiser's knobs)."""
+    return [host.shadow_root.find_element("css selector", "[role=slider]").get_attribute("aria-valuenow")
+            for host in driver.execute_script(FIND, "marimo-slider", "") if "fold" not in
+            (host.get_attribute("data-label") or "")]
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome, tmp_path, nb_env, monkeypatch):
@@ -62,12 +70,26 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
         host = wait.until(lambda d: (d.execute_script(FIND, "marimo-slider", "original BM25") or [None])[0])
         thumb = host.shadow_root.find_element("css selector", "[role=slider]")
         assert thumb.get_attribute("aria-valuenow") == "2"
+        controls = _sliders(driver)
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", thumb)
         ActionChains(driver).send_keys(Keys.ARROW_RIGHT).perform()
         wait.until(lambda d: f"{after:.4f}" in (_stat_text(d, "nDCG@10") or ""))
         assert thumb.get_attribute("aria-valuenow") == "2.1"
         text = _stat_text(driver, "nDCG@10")
         assert f"{after - before:+.4f} vs defaults" in text
+
+        # The optimiser (2 folds) loads its tuned config into the controls.
+        folds = driver.execute_script(FIND, "marimo-slider", "folds")[0].shadow_root.find_element(
+            "css selector", "[role=slider]")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", folds)
+        ActionChains(driver).send_keys(Keys.HOME).perform()
+        wait.until(lambda d: folds.get_attribute("aria-valuenow") == "2")
+        button = next(b for b in driver.execute_script(FIND, "button", "") if b.text.strip() == "Optimise")
+        driver.execute_script("arguments[0].click();", button)
+        WebDriverWait(driver, 150, poll_frequency=0.5).until(
+            lambda d: "over 2 folds" in d.execute_script("return document.body.innerText"))
+        tuned = _sliders(driver)
+        assert tuned != controls, "the tuned config was not loaded into the controls"
         driver.execute_script("window.scrollTo(0, 0);")
         driver.save_screenshot(str(shot))
     except Exception:

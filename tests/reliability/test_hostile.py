@@ -164,9 +164,14 @@ def test_hostile_corpus_through_the_cli(tmp_path, hostile):
     assert {k: int(v) for k, v in reasons.items()} == {
         r: sum(1 for v in exp.values() if v == r) for r in {v for v in exp.values() if v}}
     assert "skipped (name): h/caf\\xe9.md" in out
-    for q in ('"unterminated', "NEAR(", "kernel*", "^x:y", ""):
-        r = subprocess.run(cli_cmd(idx, "search", q), env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and "Traceback" not in r.stderr, (q, r.stderr)
+    from click.testing import CliRunner
+
+    from qmdlab.cli import cli
+
+    for q in ('"unterminated', "NEAR(", "kernel*", "^x:y", "über", ""):  # same CLI code, in-process
+        r = CliRunner(env={"QMDLAB_HOME": env["QMDLAB_HOME"]}).invoke(cli, ["--index", str(idx), "search", q])
+        assert r.exit_code == 0 and r.exception is None, (q, r.output)
+    assert "h/utf16.md" in CliRunner().invoke(cli, ["--index", str(idx), "search", "über"]).output
 
 
 def test_unreadable_file_is_skipped_not_fatal(tmp_path, monkeypatch):

@@ -74,3 +74,27 @@ def test_set_values_are_yaml_typed_and_coerced(tmp_path):
     cfg = load_config(SFTRunConfig, cfg_file, **sets)
     assert cfg.learning_rate == 1e-4 and cfg.max_steps == 7 and cfg.lora_targets == ["q_proj", "v_proj"]
     assert load_config(SFTRunConfig, cfg_file).learning_rate == 3e-5
+
+
+def test_shipped_configs_load_into_their_dataclasses():
+    import yaml
+
+    from training.common import load_config
+    from training.evaluate import EvaluateConfig
+    from training.export import ExportConfig
+    from training.grpo import GRPORunConfig
+    from training.sft import SFTRunConfig
+    from training.synth import SynthConfig
+
+    cfgs = Path(__file__).resolve().parents[2] / "training" / "configs"
+    sft = load_config(SFTRunConfig, cfgs / "sft.yaml")
+    assert (sft.lora_r, sft.lora_alpha, sft.learning_rate, sft.max_length) == (16, 32, 2e-4, 512)
+    assert sft.per_device_train_batch_size * sft.gradient_accumulation_steps == 16
+    grpo = load_config(GRPORunConfig, cfgs / "grpo.yaml")
+    assert (grpo.beta, grpo.num_generations, grpo.max_completion_length, grpo.learning_rate) == (0.04, 4, 200, 5e-7)
+    assert load_config(ExportConfig, cfgs / "export.yaml").quants == ["Q4_K_M", "Q8_0"]
+    load_config(EvaluateConfig, cfgs / "evaluate.yaml")
+    load_config(SynthConfig, cfgs / "synth.yaml")
+    kinds = {p.stem: yaml.safe_load(p.read_text())["distributed_type"] for p in (cfgs / "accelerate").glob("*.yaml")}
+    assert kinds == {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "cpu2": "MULTI_GPU"}
+    assert yaml.safe_load((cfgs / "accelerate" / "zero2.yaml").read_text())["deepspeed_config"]["zero_stage"] == 2

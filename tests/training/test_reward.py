@@ -81,8 +81,7 @@ def test_good_expansion_beats_echo_and_entity_drop():
 
 def test_entities_surface_forms():
     assert entities("node.js EADDRINUSE on port 3000") == ["node.js", "eaddrinuse", "3000"]
-    assert entities("what did Alice say about the Q3 roadmap") == ["what", "alice", "q3"] or \
-        entities("what did Alice say about the Q3 roadmap") == ["alice", "q3"]
+    assert entities("What did Alice say about the Q3 roadmap") == ["alice", "q3"]  # "What": a stopword
     assert entities("数据库备份") == []
 
 
