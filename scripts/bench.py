@@ -37,18 +37,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
+# On a machine whose cores are already busy, OpenBLAS's (and llama.cpp's OpenMP) worker threads
+# spin-wait for each other: a 2-thread matvec or decode then runs several times slower, and
+# erratically. One BLAS thread and passive OpenMP waiting keep the timings stable; the stage and
+# its raw baseline always run under the same setting. Export the variables to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
-
-# llama.cpp's OpenMP threads spin while they wait; on a machine whose cores are already busy a
-# 2-thread decode then runs ~4× slower than a 1-thread one. Passive waiting removes that collapse
-# (both the stage and its raw baseline run under the same setting). Override by exporting it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import bench_data  # noqa: E402
 import bench_proposals  # noqa: E402
@@ -408,6 +410,25 @@ def bench_retune(w: Work, sz: dict) -> None:
             speed, "speed-up", "< 50 ms and ≥ 20×", "meets" if ok else "misses",
             f"ranx warm (first call {compile_s:.1f} s); plain-RRF nDCG@10 qmdlab {ours:.4f} vs ranx {theirs:.4f}",
             {"ndcg_qmdlab": ours, "ndcg_ranx": theirs, "ranx_first_call_s": compile_s}))
+    # the pipeline area's own retune benchmark shape (scripts/bench_retune.py): 8 lists, fusion only
+    try:
+        import bench_retune
+        from ranx.fusion import rrf as ranx_rrf
+    except ImportError as err:
+        skip("retune", "retune 300×8×20 vs ranx rrf (bench_retune)", f"scripts/bench_retune.py unusable: {err}")
+        return
+    tr8 = bench_retune.synthetic_trace(nq, 8, 20)
+    new = PipelineConfig(weight_lex=1.5, rrf_k=40)
+    runs8 = []
+    for lid in range(8):
+        d = {}
+        for qid, doc, sc in tr8.lists.filter(pl.col("list_id") == lid).select("qid", "docno", "score").iter_rows():
+            d.setdefault(qid, {})[doc] = sc
+        runs8.append(ranx.Run(d))
+    s8, b8 = paired(lambda: retune(tr8, new), lambda: ranx_rrf(runs8, k=60), sz["repeats"])
+    add(Row("retune", "retune only vs ranx rrf fuse only (bench_retune shape)", f"{nq} queries × 8 lists × 20",
+            s8, b8, "s", b8 / s8, "speed-up", "< 50 ms", "meets" if s8 < 0.050 else "misses",
+            "scripts/bench_retune.synthetic_trace; retune = fuse + candidates + blend + finish"))
 
 
 def bench_update(w: Work, sz: dict) -> None:
@@ -798,7 +819,8 @@ def environment() -> dict:
 
     env = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
            "numpy": np.__version__, "polars": pl.__version__, "sqlite": sqlite3.sqlite_version,
-           "llama_threads": THREADS, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")}
+           "llama_threads": THREADS, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
     try:
         import llama_cpp
 

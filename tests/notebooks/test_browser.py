@@ -1,12 +1,14 @@
 """tune.py served by ``marimo run`` and driven in headless Chromium: a slider moves, nDCG follows;
 the optimiser button loads its tuned config into the controls.
 
-Artefacts: ``tune.png`` (and ``tune.html`` on failure) in the test's tmp dir, with a copy of
-the screenshot at ``results/screenshots/tune.png``.
+Artefacts in the test's tmp dir, copied to ``results/screenshots/``: ``tune.png`` (after the
+slider step), ``tune-optimised.png`` (after the optimiser), or ``tune-failure.png`` plus
+``tune.html`` (tmp dir only) when the test fails.
 """
 from __future__ import annotations
 
 import shutil
+import time
 
 import marimo as mo
 import pytest
@@ -34,11 +36,22 @@ def _stat_text(driver, label: str) -> str | None:
     return driver.execute_script(STAT_VALUE, found[0]) if found else None
 
 
-def _sliders(driver) -> list[str]:
+SLIDER_VALUES = """
+function all(root) {
+  let out = [...root.querySelectorAll('marimo-slider')];
+  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) out = out.concat(all(el.shadowRoot));
+  return out;
+}
+return all(document).filter(h => !(h.getAttribute('data-label') || '').includes('folds')).map(h => {
+  const thumb = h.shadowRoot && h.shadowRoot.querySelector('[role=slider]');
+  return thumb ? thumb.getAttribute('aria-valuenow') : null;   // null: inside a closed accordion
+});
+"""
+
+
+def _sliders(driver) -> list[str | None]:
     """Values of the fusion/blend sliders (the optimiser's knobs)."""
-    return [host.shadow_root.find_element("css selector", "[role=slider]").get_attribute("aria-valuenow")
-            for host in driver.execute_script(FIND, "marimo-slider", "") if "fold" not in
-            (host.get_attribute("data-label") or "")]
+    return driver.execute_script(SLIDER_VALUES)
 
 
 @pytest.mark.slow
@@ -77,6 +90,9 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
         assert thumb.get_attribute("aria-valuenow") == "2.1"
         text = _stat_text(driver, "nDCG@10")
         assert f"{after - before:+.4f} vs defaults" in text
+        driver.execute_script("window.scrollTo(0, 0);")
+        time.sleep(1.5)  # let the re-drawn plot replace the stale one
+        driver.save_screenshot(str(shot))
 
         # The optimiser (2 folds) loads its tuned config into the controls.
         folds = driver.execute_script(FIND, "marimo-slider", "folds")[0].shadow_root.find_element(
@@ -90,14 +106,17 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
             lambda d: "over 2 folds" in d.execute_script("return document.body.innerText"))
         tuned = _sliders(driver)
         assert tuned != controls, "the tuned config was not loaded into the controls"
-        driver.execute_script("window.scrollTo(0, 0);")
-        driver.save_screenshot(str(shot))
+        time.sleep(1.5)
+        driver.save_screenshot(str(tmp_path / "tune-optimised.png"))
     except Exception:
-        driver.save_screenshot(str(shot))
+        driver.save_screenshot(str(tmp_path / "tune-failure.png"))
         (tmp_path / "tune.html").write_text(driver.page_source, encoding="utf-8")
         raise
     finally:
-        if shot.exists():
-            (RESULTS / "screenshots").mkdir(parents=True, exist_ok=True)
-            shutil.copy(shot, RESULTS / "screenshots" / "tune.png")
+        (RESULTS / "screenshots").mkdir(parents=True, exist_ok=True)
+        for name in ("tune.png", "tune-optimised.png", "tune-failure.png"):
+            if (tmp_path / name).exists():
+                shutil.copy(tmp_path / name, RESULTS / "screenshots" / name)
+            else:  # no stale artefact from an earlier run
+                (RESULTS / "screenshots" / name).unlink(missing_ok=True)
     assert shot.stat().st_size > 10_000
