@@ -39,6 +39,9 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" tests qmdlab training eval
 
+notebooks: setup
+	$(VENV)/bin/marimo edit notebooks/tune.py
+
 bench: setup
 	$(PY) scripts/bench.py
 

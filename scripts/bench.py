@@ -8,8 +8,11 @@ Usage::
     python scripts/bench.py --only bm25,vector --out results/bench
 
 Each row times a qmdlab stage and its baseline in the same process, alternating the two
-(A B B A …) after a warm-up, and reports the medians and their ratio, the goal (issue 9) and
-``meets``/``misses``. Model rows are ``skipped`` with the reason when ``llama_cpp`` or the
+(A B B A …; per query for the BM25 and vector rows) after a warm-up, and reports the medians
+and their ratio, the goal (issue 9) and ``meets``/``misses``; ratio rows also note the ratio of
+the fastest repeats, the figure least disturbed by other processes on a shared machine.
+Rows named ``(prototype)`` time a proposed fix from ``scripts/bench_proposals.py`` (checked to
+give the same output as the real function first). Model rows are ``skipped`` with the reason when ``llama_cpp`` or the
 offline models are absent (``qmdlab pull --preset offline``). Rows without a goal in the issue
 are ``info``. The table is printed and written as JSON and markdown under ``--out``
 (default ``results/bench``; ``latest.json``/``latest.md`` are the newest run).
@@ -144,6 +147,33 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int, warmup: int
     return statistics.median(ta), statistics.median(tb)
 
 
+def paired_units(a: list[Callable[[], Any]], b: list[Callable[[], Any]], repeats: int,
+                 warmup: int = 1) -> tuple[float, float]:
+    """Like :func:`paired` for batches of small units (one query each): ``a[i]`` and ``b[i]``
+    run back to back (order flipped each time), so both sides of a unit see the same machine
+    load. Returns the median over repeats of each side's total; ``LAST_MINS`` gets the sum over
+    units of each unit's fastest repeat (the undisturbed cost on a busy machine)."""
+    n = len(a)
+    for _ in range(warmup):
+        for f, g in zip(a, b):
+            f()
+            g()
+    ta = np.zeros((repeats, n))
+    tb = np.zeros((repeats, n))
+    gc.collect()
+    pc = time.perf_counter
+    for r in range(repeats):
+        for i in range(n):
+            if (r + i) % 2 == 0:
+                t0 = pc(); a[i](); t1 = pc(); b[i](); t2 = pc()  # noqa: E702
+                ta[r, i], tb[r, i] = t1 - t0, t2 - t1
+            else:
+                t0 = pc(); b[i](); t1 = pc(); a[i](); t2 = pc()  # noqa: E702
+                tb[r, i], ta[r, i] = t1 - t0, t2 - t1
+    LAST_MINS[:] = [float(ta.min(axis=0).sum()), float(tb.min(axis=0).sum())]
+    return float(np.median(ta.sum(axis=1))), float(np.median(tb.sum(axis=1)))
+
+
 LAST_MINS: list[float] = [0.0, 0.0]  # the fastest repeat of the latest ``paired`` (robust to a busy machine)
 
 
@@ -240,15 +270,9 @@ def bench_bm25(w: Work, sz: dict) -> None:
         built = [build_fts_query(q, "or") for q in queries]
         conn = sqlite3.connect(idx.db_path)  # a bare connection: the engine without qmdlab
 
-        def stage():
-            for q in queries:
-                bm25_search(idx, q, limit=20, mode="or")
-
-        def raw():
-            for fq in built:
-                conn.execute(raw_sql, (fq,)).fetchall()
-
-        s, b = paired(stage, raw, sz["repeats"])
+        stage = [lambda q=q: bm25_search(idx, q, limit=20, mode="or") for q in queries]
+        raw = [lambda fq=fq: conn.execute(raw_sql, (fq,)).fetchall() for fq in built]
+        s, b = paired_units(stage, raw, sz["repeats"])
         hits = sum(conn.execute("SELECT count(*) FROM documents_fts WHERE documents_fts MATCH ?", (fq,)).fetchone()[0]
                    for fq in built) / len(built)
         ratio_row("bm25", "bm25_search vs raw FTS5 bm25() SQL", f"{n:,} docs, {len(queries)} q",
@@ -256,8 +280,8 @@ def bench_bm25(w: Work, sz: dict) -> None:
                   note=f"OR mode, top 20; mean {hits:,.0f} matching docs/query", matches=hits)
         same = all(bench_proposals.bm25_search_topk_first(idx, q) == bm25_search(idx, q, limit=20, mode="or")
                    for q in queries)
-        proto = paired(lambda: [bench_proposals.bm25_search_topk_first(idx, q) for q in queries], raw,
-                       sz["repeats"]) if same else None
+        proto = paired_units([lambda q=q: bench_proposals.bm25_search_topk_first(idx, q) for q in queries], raw,
+                             sz["repeats"]) if same else None
         conn.close()
         if proto is None:
             add(Row("bm25", "top-k-first join (prototype)", f"{n:,} docs", status="error", goal="same hits",
@@ -313,17 +337,14 @@ def bench_vector(w: Work, sz: dict) -> None:
         qs = [rng.standard_normal(dim).astype(np.float32) for _ in range(sz["vec_queries"])]
         qs = [q / np.linalg.norm(q) for q in qs]
 
-        def stage():
-            for q in qs:
-                vector_search(idx, q, fingerprint=fp, limit=20)
+        def raw_one(q):
+            s = m @ q
+            p = np.argpartition(-s, 19)[:20]
+            return p[np.argsort(-s[p])]
 
-        def raw():
-            for q in qs:
-                s = m @ q
-                p = np.argpartition(-s, 19)[:20]
-                p[np.argsort(-s[p])]
-
-        s, b = paired(stage, raw, sz["repeats"])
+        stage = [lambda q=q: vector_search(idx, q, fingerprint=fp, limit=20) for q in qs]
+        raw = [lambda q=q: raw_one(q) for q in qs]
+        s, b = paired_units(stage, raw, sz["repeats"])
         floor = m.nbytes / bw
         ratio_row("vector", "vector_search vs numpy matvec+argpartition", f"{n:,}×{dim} ({ndocs:,} docs)",
                   s / len(qs), b / len(qs), 1.25,
@@ -332,8 +353,8 @@ def bench_vector(w: Work, sz: dict) -> None:
                   floor_s=floor, copy_bandwidth=bw, matrix_bytes=m.nbytes, load_s=load_s)
         same = all(bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20)
                    == vector_search(idx, q, fingerprint=fp, limit=20) for q in qs)
-        p, b2 = paired(lambda: [bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20) for q in qs],
-                       raw, sz["repeats"]) if same else (None, None)
+        p, b2 = paired_units([lambda q=q: bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20)
+                              for q in qs], raw, sz["repeats"]) if same else (None, None)
         if p is None:
             add(Row("vector", "reduceat best-chunk (prototype)", f"{n:,}×{dim}", status="error", goal="same hits",
                     note="prototype's hits differ from vector_search"))
