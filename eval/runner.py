@@ -20,8 +20,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import time
@@ -151,10 +153,30 @@ def run_name(config: PipelineConfig, config_path: str | Path | None = None) -> s
 def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, progress: bool = True) -> tuple[Trace, int]:
     """Run (or load from ``cache_dir``) the trace of every query; returns the concatenation and
     how many came from the cache."""
+    with _no_query_budget():
+        return _query_traces(suite, lab, queries.to_dicts(), cache_dir, progress)
+
+
+@contextlib.contextmanager
+def _no_query_budget():
+    """Lift the interactive per-query time budget (``QMDLAB_QUERY_BUDGET_MS``), which skips the
+    rerank of slow queries, for the length of an evaluation run — unless the caller set it.
+    An evaluation measures the configured pipeline, not the latency guard."""
+    key = "QMDLAB_QUERY_BUDGET_MS"
+    if os.environ.get(key):
+        yield
+        return
+    os.environ[key] = "1e15"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
+def _query_traces(suite: Suite, lab, rows: list[dict], cache_dir: Path, progress: bool) -> tuple[Trace, int]:
     from tqdm import tqdm
 
     traces, cached = [], 0
-    rows = queries.to_dicts()
     with tqdm(rows, desc=f"{suite.name} queries", unit="q", disable=not progress) as bar:
         for r in bar:
             qdir = cache_dir / quote(str(r["qid"]), safe="")
@@ -172,12 +194,32 @@ def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, p
                 tmp = qdir.with_name(qdir.name + ".tmp")
                 shutil.rmtree(tmp, ignore_errors=True)
                 t.to_parquet(tmp)
-                (tmp / "DONE").write_text("", encoding="utf-8")
+                if not degraded_queries(t).height:  # a degraded trace is kept but re-run next time
+                    (tmp / "DONE").write_text("", encoding="utf-8")
                 shutil.rmtree(qdir, ignore_errors=True)
                 tmp.rename(qdir)
                 traces.append(t)
             bar.set_postfix(cached=cached, refresh=False)
     return Trace.concat(traces), cached
+
+
+_DEGRADED = r"(?i)skipped|failed|budget|degrad|could not"
+
+
+def degraded_queries(trace: Trace) -> pl.DataFrame:
+    """Notes (``qid, stage, message``) saying a stage was skipped or failed for a reason other
+    than the config switching it off — e.g. the query time budget skipping rerank, an expander
+    error. Such queries were not measured under the config the run claims.
+
+    >>> from qmdlab.pipeline.trace import Trace
+    >>> notes = pl.DataFrame({"qid": ["1", "2"], "stage": ["rerank", "rerank"],
+    ...     "message": ["rerank disabled: fusion order kept", "query time budget used up before rerank: rerank skipped"]})
+    >>> degraded_queries(Trace(notes=notes))["qid"].to_list()
+    ['2']
+    """
+    expected = r"(?i)disabled|^strong signal|^no embedder"  # the config or the model set asked for it
+    return trace.notes.filter(pl.col("message").str.contains(_DEGRADED)
+                              & ~pl.col("message").str.contains(expected)).select("qid", "stage", "message")
 
 
 def write_trec_run(final: pl.DataFrame, path: Path, name: str, docid: Callable[[str], str]) -> None:
@@ -252,6 +294,10 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     trace, cached = query_traces(suite, lab, queries, cache_dir, progress=progress)
     timings["query_s"] = time.perf_counter() - t1
     timings["queries"], timings["queries_cached"] = queries.height, cached
+    degraded = degraded_queries(trace)
+    if degraded.height:
+        log(f"warning: {degraded['qid'].n_unique()} of {queries.height} queries ran degraded (a stage was skipped "
+            f"or failed; see degraded.csv), e.g. {degraded['qid'][0]}: {degraded['message'][0]}")
 
     out_dir = Path(out) if out else suite.workdir() / "results" / name
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +331,7 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     pq.write_parquet(out_dir / "per_query.parquet")
     if table is not None:
         table.write_csv(out_dir / "ablation.csv")
+    degraded.write_csv(out_dir / "degraded.csv")
     import yaml
 
     (out_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
@@ -293,7 +340,8 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     qrels.write_parquet(out_dir / "qrels.parquet")
     info = {"suite": suite.name, "path": str(suite.path), "format": suite.format, "run": name,
             "models": [_fingerprint(m) for m in (models or (None, None, None))], "timings": timings,
-            "trace_cache": str(cache_dir), "ranx_check": ranx_means}
+            "trace_cache": str(cache_dir), "ranx_check": ranx_means,
+            "degraded_queries": degraded["qid"].n_unique()}
     (out_dir / "run.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return RunResult(name, trace, qrels, pq, means, table, out_dir, timings)
 

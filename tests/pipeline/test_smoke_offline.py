@@ -1,6 +1,7 @@
 """End to end with the real offline models (pip-packaged GGUFs via llama.cpp) on the default corpus."""
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -15,7 +16,10 @@ def offline_models():
     missing = [ref for ref in (MINILM, QWEN_CODER) if not packaged.is_ready(ref.split(":", 1)[1])]
     if missing:
         pytest.skip(f"offline models not pulled ({', '.join(missing)}); run `qmdlab pull --preset offline`")
-    return load_models("offline", n_threads=2)
+    from qmdlab.models.llama_expand import SamplingConfig
+
+    # greedy and short: the smoke test checks the plumbing, not the expander's quality
+    return load_models("offline", n_threads=2, sampling=SamplingConfig(temperature=0.0, max_tokens=80))
 
 
 def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_models, monkeypatch):
@@ -40,7 +44,8 @@ def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_mo
         monkeypatch.setenv("QMDLAB_QUERY_BUDGET_MS", "3600000")
         # a small candidate set keeps the CPU rerank short; intent forces the expander to run
         t = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=3)
-        assert {"original"} < set(t.lists["query_type"])              # the expander's lines were retrieved
+        assert t.expansions.height > 0                                # the expander ran; every line is recorded
+        assert t.expansions.filter(~pl.col("kept"))["reason_dropped"].null_count() == 0
         assert set(t.lists["source"]) == {"fts", "vec"}
         assert t.rerank.height == 3 and t.rerank["rerank_score"].is_between(0.0, 1.0).all()
         assert "default/reference/api-error-codes.md" in t.final["docno"].head(3).to_list()

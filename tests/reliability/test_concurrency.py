@@ -40,6 +40,10 @@ def _setup(tmp_path, monkeypatch, n=N_FILES):
 
 
 def test_readers_never_see_locks_or_partial_collections_while_a_writer_updates(tmp_path, monkeypatch):
+    """Reader threads (BM25, vector search, the traced pipeline) and a CLI ``search`` process run
+    while a ``qmdlab update`` process indexes three collections."""
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.lab import Lab
     from qmdlab.search import bm25_search, vector_search
     from qmdlab.store import Index
 
@@ -64,6 +68,8 @@ def test_readers_never_see_locks_or_partial_collections_while_a_writer_updates(t
                     hits = bm25_search(r, "pasta OR rebase kernel", limit=5)
                     assert all(h.docno.split("/")[0] in {x.name for x in roots} for h in hits)
                     assert len(vector_search(r, np.ones(4), fingerprint="fp", limit=3)) == 3
+                    trace = Lab(r, None, PipelineConfig(rerank=False, expand=False)).query("pasta kernel")
+                    assert trace.final.height > 0
                     n = r.documents().height
                     seen_counts.add(n)
                     reads[0] += 1
