@@ -137,3 +137,30 @@ def test_cisi_bm25_only_run(cisi_dir, qmdlab_home, tmp_path, monkeypatch):
     trec = (tmp_path / "cisi" / f"{res.name}.trec").read_text().splitlines()
     assert {line.split()[0] for line in trec} <= set(suite.data().qrels["qid"].to_list())
     assert all(line.split()[2].isdigit() for line in trec)
+
+
+def test_degraded_traces_are_reported_and_not_cached(tmp_path, monkeypatch):
+    from eval.runner import _no_query_budget, query_traces
+    from qmdlab.pipeline.trace import SCHEMAS, Trace
+
+    class Lab:
+        calls = 0
+
+        def query(self, text, intent=None, qid="q"):
+            Lab.calls += 1
+            budget = __import__("os").environ.get("QMDLAB_QUERY_BUDGET_MS")
+            msg = "reranker failed (boom): fusion order kept" if qid == "bad" else f"ran with limit {budget}"
+            notes = pl.DataFrame({"qid": [qid], "stage": ["rerank"], "message": [msg]}, schema=SCHEMAS["notes"])
+            return Trace(notes=notes)
+
+    suite = Suite("s", tmp_path, "jsonl")
+    queries = pl.DataFrame({"qid": ["ok", "bad"], "query": ["a", "b"], "intent": [None, None]})
+    monkeypatch.delenv("QMDLAB_QUERY_BUDGET_MS", raising=False)
+    trace, cached = query_traces(suite, Lab(), queries, tmp_path / "cache", progress=False)
+    assert cached == 0 and "ran with limit 1e15" in trace.notes["message"].to_list()  # budget lifted while running
+    assert "QMDLAB_QUERY_BUDGET_MS" not in __import__("os").environ
+    trace, cached = query_traces(suite, Lab(), queries, tmp_path / "cache", progress=False)
+    assert cached == 1 and Lab.calls == 3  # the degraded query ran again, the good one came from the cache
+    monkeypatch.setenv("QMDLAB_QUERY_BUDGET_MS", "500")
+    with _no_query_budget():
+        assert __import__("os").environ["QMDLAB_QUERY_BUDGET_MS"] == "500"  # a user's own budget is kept
