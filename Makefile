@@ -46,7 +46,7 @@ bench: setup
 	$(PY) scripts/bench.py
 
 fuzz: setup
-	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/test_fuzz.py
+	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability/test_fuzz.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -4,7 +4,8 @@
 Usage::
 
     python scripts/bench.py            # full sizes (several minutes; `make bench`)
-    python scripts/bench.py --quick    # smaller sizes, about a minute
+    python scripts/bench.py --quick    # smaller sizes: minutes, mostly ranx's numba JIT, model
+                                       # loads and corpus builds (longer on a busy machine)
     python scripts/bench.py --only bm25,vector --out results/bench
 
 Each row times a qmdlab stage and its baseline in the same process, alternating the two
@@ -706,6 +707,17 @@ def bench_query(w: Work, sz: dict, models_ok: tuple) -> None:
                 None, "", "< 50 ms", "meets" if t < 0.050 and calls == 0 else "misses",
                 f"first run {cold:.2f} s; model calls on repeats {calls} {by_role}; same ranking {same}; "
                 f"top stages ms: {slow}", {"first_s": cold, "calls": calls, "calls_by_role": by_role}))
+        if preset == "offline":  # proposal: memoise query embeddings (same index, so expansion/rerank cached)
+            from qmdlab.models.base import ModelSet
+
+            lab2 = Lab(idx, ModelSet(bench_proposals.MemoEmbedder(models.embedder), models.expander,
+                                     models.reranker), cfg)
+            tr2: list = []
+            t2 = timed(lambda: tr2.append(lab2.query(query)), sz["repeats"] * 2, warmup=1)
+            same2 = tr2[-1].final["docno"].to_list() == first.final["docno"].to_list()
+            add(Row("query", "cached repeated query, query embeddings memoised (prototype)", f"{n} docs", t2, None,
+                    "s", None, "", "< 50 ms", "meets" if t2 < 0.050 else "misses",
+                    f"scripts/bench_proposals.py:MemoEmbedder around the embedder; same ranking {same2}"))
         w.__dict__.setdefault("query_indexes", {})[preset] = (idx, query)
         for m in models:
             rel = getattr(m, "release", None)
@@ -885,7 +897,7 @@ def write_results(out: Path, mode: str, started: str, seconds: float, args: argp
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes)")
     ap.add_argument("--smoke", action="store_true", help="minimal sizes: only proves the script runs")
     ap.add_argument("--only", default="", help=f"comma-separated groups: {','.join(GROUPS)}")
     ap.add_argument("--skip", default="", help="comma-separated groups to leave out")

@@ -146,3 +146,28 @@ def bm25_search_topk_first(idx, text: str, *, limit: int = 20, mode: str = "or")
     if len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
         return bm25_search(idx, text, limit=limit, mode=mode)
     return [Hit(d, None, r, float(s), normalize_bm25(float(s))) for r, (d, s) in enumerate(rows[:limit], 1)]
+
+
+class MemoEmbedder:
+    """An embedder whose ``embed_query`` results are memoised in memory (LRU), so a repeated
+    query and its repeated expansion lines cost no model call; ``embed_documents`` passes
+    through. (A proposal for ``qmdlab.models.cached``: the LLM cache covers the expander and
+    the reranker but not query embeddings, which dominate a warm repeated query.)"""
+
+    def __init__(self, inner, maxsize: int = 1024):
+        from functools import lru_cache
+
+        self.inner = inner
+        self.model_id, self.fingerprint, self.dim = inner.model_id, inner.fingerprint, inner.dim
+        self._query = lru_cache(maxsize=maxsize)(inner.embed_query)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._query(text).copy()
+
+    def embed_documents(self, docs):
+        return self.inner.embed_documents(docs)
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

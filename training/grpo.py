@@ -234,6 +234,8 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
     if done:
         return done
     common.save_config(cfg, out)
+    if retrieval is None:
+        retrieval = pipeline_retrieval(cfg)
     trainer, tok = build_trainer(cfg, retrieval=retrieval)
     result = trainer.train(resume_from_checkpoint=common.last_checkpoint(out / "checkpoints"))
     trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
