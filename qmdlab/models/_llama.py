@@ -22,6 +22,10 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 
 def import_llama_cpp():
     """Import ``llama_cpp`` or raise :class:`ModelError` with the install command."""
+    # llama.cpp's OpenMP workers spin-wait by default; when other work shares the cores
+    # (a notebook, a test run, a second model) that made 2 threads 4x slower than 1 here.
+    # PASSIVE keeps the speed on an idle machine. Set before the library loads its OpenMP runtime.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as err:

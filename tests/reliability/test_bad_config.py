@@ -143,6 +143,7 @@ def test_bad_capacity_setting(env):
     fails(env, "update", contains=("$QMDLAB_MAX_DOCUMENTS='lots'", "not a number"), QMDLAB_MAX_DOCUMENTS="lots")
 
 
+@pytest.mark.slow
 def test_real_process_traceback_only_with_debug(env, tmp_path):
     e = cli_env(tmp_path / "home")
     args = ("search", "pasta", "-c", "nope")
