@@ -7,7 +7,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CISI_DIR = Path(os.environ.get("QMDLAB_CISI_DIR", REPO.parent / "shared" / "data" / "cisi"))
+
+
+def _find_cisi() -> Path:
+    """$QMDLAB_CISI_DIR, else ``shared/data/cisi`` beside the checkout or beside any parent folder."""
+    if os.environ.get("QMDLAB_CISI_DIR"):
+        return Path(os.environ["QMDLAB_CISI_DIR"])
+    for parent in REPO.parents:
+        candidate = parent / "shared" / "data" / "cisi"
+        if (candidate / "CISI.ALL").exists():
+            return candidate
+    return REPO.parent / "shared" / "data" / "cisi"
+
+
+CISI_DIR = _find_cisi()
 DEFAULT_CORPUS = REPO / "data" / "corpus"
 
 
