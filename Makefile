@@ -10,7 +10,7 @@ STAMP := $(VENV)/.qmdlab-setup-done
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-fast bench fuzz notebooks clean-venv models
+.PHONY: setup demo test test-fast bench bench-quick fuzz train-demo notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -45,8 +45,16 @@ notebooks: setup
 bench: setup
 	$(PY) scripts/bench.py
 
+bench-quick: setup
+	$(PY) scripts/bench.py --quick
+
+# Deep profile: >= 1,000 hypothesis examples per fuzz target and 80 SIGKILLs in the crash harness (~6 min).
 fuzz: setup
-	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability/test_fuzz.py
+	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability --hypothesis-show-statistics
+
+# A real (tiny) CPU training run: SmolLM2-135M SFT + GRPO on the seed data, exported and scored by nDCG.
+train-demo: setup
+	$(PY) -m training.cpu_run --out runs/cpu-demo
 
 clean-venv:
 	rm -rf $(VENV)

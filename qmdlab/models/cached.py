@@ -4,13 +4,21 @@ Keys are :func:`qmdlab.store.cache.cache_key` of ``(model fingerprint, role, inp
 the fingerprint already pins the model file, template and sampling config, so a repeated query
 makes no model call. ``.calls`` counts calls that reached the wrapped model, ``.items`` the
 queries/pairs it computed.
+
+:class:`MemoEmbedder` is the in-memory counterpart for query embeddings: a bounded LRU memo
+of ``embed_query`` results, so a repeated query (and its repeated expansion lines) is not
+embedded again within one process.
 """
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
-from qmdlab.models.base import ExpandResult, Expander, Reranker
+import numpy as np
+
+from qmdlab.models.base import Embedder, ExpandResult, Expander, Reranker
 from qmdlab.store.cache import LLMCache, cache_key
 
 
@@ -90,6 +98,59 @@ class CachedReranker:
         return [s for s, _ in self.score_cached(query, texts)]
 
     def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class MemoEmbedder:
+    """An :class:`~qmdlab.models.base.Embedder` whose ``embed_query`` results are memoised in
+    memory (least recently used first out, at most ``maxsize`` texts).
+
+    The memo is keyed by the wrapped model's fingerprint and the query text, and returns a fresh
+    copy of the stored vector each time (callers may modify it). Every other attribute
+    (``embed_documents``, ``model_id``, ``fingerprint``, ``dim``, ``release()``, ...) is read from
+    the wrapped model when asked for, so wrapping loads nothing. ``.query_calls`` counts
+    ``embed_query`` calls that reached the wrapped model, ``.query_hits`` those answered from
+    the memo.
+    """
+
+    def __init__(self, embedder: Embedder, maxsize: int = 1024):
+        self.inner = embedder
+        self.maxsize = max(0, int(maxsize))
+        self._memo: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.query_calls = 0
+        self.query_hits = 0
+
+    def embed_query(self, text: str) -> np.ndarray:
+        key = (self.inner.fingerprint, text)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                self.query_hits += 1
+                return hit.copy()
+            self.query_calls += 1
+        vec = self.inner.embed_query(text)
+        if self.maxsize:
+            stored = np.array(vec, copy=True)
+            with self._lock:
+                self._memo[key] = stored
+                self._memo.move_to_end(key)
+                while len(self._memo) > self.maxsize:
+                    self._memo.popitem(last=False)
+        return vec
+
+    def embed_documents(self, docs):
+        return self.inner.embed_documents(docs)
+
+    def clear(self) -> None:
+        """Forget every memoised query vector."""
+        with self._lock:
+            self._memo.clear()
+
+    def __getattr__(self, name):  # model_id, fingerprint, dim, release(), ... of the wrapped model
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)

@@ -48,11 +48,15 @@ class LlamaReranker:
         Default from ``model_id`` (:func:`~qmdlab.models.templates.rerank_family`).
     n_ctx : int
         Context size; a text is truncated so that prompt + text fit.
+    max_doc_tokens : int, optional
+        Judge only the first ``max_doc_tokens`` tokens of each text. On a CPU the cost of a pair is
+        its prompt evaluation, so this bounds the seconds per pair; part of the fingerprint, since
+        it changes the scores (cached scores of another setting are not reused).
     """
 
     def __init__(self, resolve: Callable[[], Path], model_id: str, *, family: Optional[str] = None,
                  instruct: Optional[str] = None, n_ctx: int = 2048, n_threads: Optional[int] = None,
-                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT):
+                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, max_doc_tokens: Optional[int] = None):
         self.model_id = model_id
         self.family = family or rerank_family(model_id)
         self.instruct = instruct
@@ -61,7 +65,9 @@ class LlamaReranker:
         self.llama.on_load(self._answer_ids)
         self.yes_ids: list[int] = []
         self.no_ids: list[int] = []
-        self.fingerprint = make_fingerprint(model_id, role="rerank", family=self.family, instruct=instruct)
+        self.max_doc_tokens = max_doc_tokens
+        extra = {"max_doc_tokens": max_doc_tokens} if max_doc_tokens else {}
+        self.fingerprint = make_fingerprint(model_id, role="rerank", family=self.family, instruct=instruct, **extra)
 
     def _answer_ids(self, llm) -> None:
         def tok(w: str) -> list[int]:
@@ -83,6 +89,8 @@ class LlamaReranker:
             head = llm.tokenize(prefix.encode("utf-8"), add_bos=True, special=True)
             tail = enc(suffix, True)
             room = self.n_ctx - len(head) - len(tail)
+            if self.max_doc_tokens:
+                room = min(room, self.max_doc_tokens)
             if room < 16:
                 raise ModelError(f"rerank prompt for this query needs {len(head) + len(tail)} tokens, "
                                  f"more than n_ctx={self.n_ctx} allows; shorten the query")

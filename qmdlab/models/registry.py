@@ -51,10 +51,12 @@ KNOWN: dict[str, dict[str, Any]] = {
     # Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
     # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
     # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
+    # As rerankers they judge the first 384 tokens of the selected chunk: a pair then costs ~2.5x
+    # less CPU than a full 900-token chunk (prompt evaluation dominates on a CPU).
     QWEN_CODER: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
-                 "sampling": {"temperature": 0.0, "max_tokens": 200}},
+                 "sampling": {"temperature": 0.0, "max_tokens": 200}, "rerank_max_doc_tokens": 384},
     SMOLLM2: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
-              "sampling": {"temperature": 0.0, "max_tokens": 200}},
+              "sampling": {"temperature": 0.0, "max_tokens": 200}, "rerank_max_doc_tokens": 384},
 }
 
 
@@ -209,7 +211,8 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
     if role == "rerank":
         from qmdlab.models.llama_rerank import LlamaReranker
 
-        return LlamaReranker(resolve, ref, family=opts.get("family"), n_ctx=opts.get("n_ctx", 2048), **common)
+        return LlamaReranker(resolve, ref, family=opts.get("family"), n_ctx=opts.get("n_ctx", 2048),
+                             max_doc_tokens=opts.get("rerank_max_doc_tokens"), **common)
     raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
 
 

@@ -47,6 +47,15 @@ def _cached(model: Any, wrapper_name: str, cache: Any) -> Any:
     return getattr(_c, wrapper_name)(model, cache)
 
 
+def _memo_embedder(embedder: Any) -> Any:
+    """Wrap ``embedder`` in the models area's query-embedding memo unless it already is one."""
+    from qmdlab.models.cached import MemoEmbedder
+
+    if embedder is None or isinstance(embedder, MemoEmbedder):
+        return embedder
+    return MemoEmbedder(embedder)
+
+
 class Lab:
     """An index, its models and a pipeline config; runs traced queries.
 
@@ -55,7 +64,9 @@ class Lab:
     index : qmdlab.store.Index
     models : qmdlab.models.ModelSet or None
         ``(embedder, expander, reranker)``; any may be ``None``. The expander and
-        reranker are wrapped in the LLM cache of ``index`` unless already cached.
+        reranker are wrapped in the LLM cache of ``index`` unless already cached; the
+        embedder in an in-memory memo of query embeddings
+        (:class:`~qmdlab.models.cached.MemoEmbedder`) unless already memoised.
     config : PipelineConfig, optional
     """
 
@@ -63,7 +74,7 @@ class Lab:
         self.index = index
         embedder, expander, reranker = models if models is not None else (None, None, None)
         cache = getattr(index, "cache", None)
-        self.embedder = embedder
+        self.embedder = _memo_embedder(embedder)
         self.expander = _cached(expander, "CachedExpander", cache)
         self.reranker = _cached(reranker, "CachedReranker", cache)
         self.config = config or PipelineConfig()

@@ -206,17 +206,49 @@ def bm25_search(
     query = build_fts_query(text, mode)
     if query is None or limit <= 0:
         return []
-    where, params = idx._coll_clause(collections)
-    fsql, fparams = (filters or SearchFilters()).sql("d")
     w = ", ".join(str(x) for x in BM25_WEIGHTS)
+    rows = None
+    if collections is None and (filters is None or filters.empty):
+        rows = _top_rows_first(idx, query, w, int(limit))
+    if rows is None:
+        where, params = idx._coll_clause(collections)
+        fsql, fparams = (filters or SearchFilters()).sql("d")
+        sql = (
+            f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
+            "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
+            f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?"
+        )
+        try:
+            with idx._lock:
+                rows = idx.conn.execute(sql, [query, *params, *fparams, int(limit)]).fetchall()
+        except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
+            raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+    return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
+
+
+def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[tuple[str, float]] | None:
+    """The unfiltered search's ``(docno, score)`` rows, ranking only FTS5's best ``limit + 1`` rows
+    and joining just those to ``documents`` (instead of every matching row); ``None`` when that
+    cannot be exact, and the caller runs the full query.
+
+    Exact because FTS5 holds active documents only (the schema's triggers), which is checked
+    here anyway: a fetched row without an active document gives ``None``. When the ``limit``-th
+    and the next score are equal, which of the tied rows make the cut is decided by docno, which
+    the inner query does not see: ``None`` too.
+    """
     sql = (
-        f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
-        "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-        f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?"
+        "SELECT d.collection || '/' || d.path AS docno, f.s, d.active FROM "
+        f"(SELECT rowid AS id, bm25(documents_fts, {weights}) AS s FROM documents_fts "
+        "WHERE documents_fts MATCH ? ORDER BY s LIMIT ?) f "
+        "LEFT JOIN documents d ON d.id = f.id ORDER BY f.s, docno"
     )
     try:
         with idx._lock:
-            rows = idx.conn.execute(sql, [query, *params, *fparams, int(limit)]).fetchall()
+            rows = idx.conn.execute(sql, [query, limit + 1]).fetchall()
     except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
         raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
-    return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
+    if any(active != 1 for _, _, active in rows):
+        return None
+    if len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
+        return None
+    return [(docno, s) for docno, s, _ in rows[:limit]]

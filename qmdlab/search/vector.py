@@ -149,12 +149,24 @@ def vector_search(
     if allowed is not None:
         mask = np.fromiter((d in allowed for d in vm.docnos), dtype=bool, count=len(vm.docnos))
         scores = np.where(mask, scores, -np.inf)
-    best = best_per_document(scores.astype(np.float64), _group_starts(vm.docnos))
-    keep = np.isfinite(best.scores)
-    rows, bscores = best.rows[keep], best.scores[keep]
+    # Best chunk per document in one O(n) pass (documents are contiguous row groups), then the
+    # best row is located only inside the top documents: same hits as ``best_per_document``.
+    starts = _group_starts(vm.docnos)
+    best = np.maximum.reduceat(scores, starts)
+    if np.isnan(best).any():
+        # ``best_per_document`` ranks a NaN chunk below every other chunk of its document (and
+        # drops a document whose chunks are all NaN): do the same by treating NaN as -inf.
+        scores = np.where(np.isnan(scores), -np.inf, scores)
+        best = np.maximum.reduceat(scores, starts)
+    best = best.astype(np.float64)
+    groups = np.flatnonzero(np.isfinite(best))
+    bscores = best[groups]
+    ends = np.append(starts[1:], len(scores))
     hits = []
     for rank, i in enumerate(top_k(bscores, limit), 1):
-        r = int(rows[i])
+        g = int(groups[i])
+        lo, hi = int(starts[g]), int(ends[g])
+        r = lo + int(np.argmax(scores[lo:hi]))  # first row on ties, as best_per_document
         s = float(bscores[i])
         hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s))
     return hits
