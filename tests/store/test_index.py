@@ -315,3 +315,24 @@ def test_chunk_lines_are_recoverable_from_the_file(tmp_path):
         assert row["text"].strip("\n") in shown
         assert row["heading_path"].startswith("Intro")  # the h1 of the body, not the front-matter title
     assert ch["heading_path"].to_list()[1].startswith("Intro > Part ")
+
+
+def test_config_cache_sees_writes_from_another_handle(tmp_path, qmdlab_home):
+    """The parsed collections.yaml is cached per file version; a second handle's write is seen."""
+    a_root = write_notes(tmp_path / "a")
+    b_root = write_notes(tmp_path / "b")
+    first = Index.open(tmp_path / "idx")
+    second = Index.open(tmp_path / "idx")
+    try:
+        first.add_collection("a", a_root)
+        assert [c.name for c in second.collections()] == ["a"]
+        second.add_collection("b", b_root)
+        second.add_context("b", "the b notes")
+        assert [c.name for c in first.collections()] == ["a", "b"]
+        assert [(c.target, c.text) for c in first.contexts()] == [("b", "the b notes")]
+        # callers may mutate what they get; the cache must not change with it
+        first.collections().clear()
+        assert [c.name for c in first.collections()] == ["a", "b"]
+    finally:
+        first.close()
+        second.close()
