@@ -81,6 +81,8 @@ def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] |
     Snippet(line=3, best_line=4, text='beta gamma\\nalpha beta\\nend')
     >>> snippet("a\\n\\nzzz", "nothing")
     Snippet(line=1, best_line=1, text='a\\n')
+    >>> snippet("---\\ntitle: x\\n---\\n# Backups\\ntext", "backups", lines=(4, 5))
+    Snippet(line=4, best_line=4, text='# Backups\\ntext')
     """
     all_lines = body.split("\n")
     lo, hi = (1, len(all_lines)) if lines is None else (max(1, lines[0]), min(len(all_lines), lines[1]))
@@ -93,8 +95,9 @@ def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] |
             best, best_score = no, s
     if best is None:
         best = next((no for no in range(lo, hi + 1) if all_lines[no - 1].strip()), lo)
-    first = max(1, best - context)
-    last = min(len(all_lines), best + context)
+    # context stays inside the range too, so a title line never drags in the front matter's `---`
+    first = max(lo, best - context)
+    last = min(hi, best + context)
     return Snippet(first, best, "\n".join(all_lines[first - 1 : last]))
 
 
