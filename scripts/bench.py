@@ -279,18 +279,7 @@ def bench_bm25(w: Work, sz: dict) -> None:
         ratio_row("bm25", "bm25_search vs raw FTS5 bm25() SQL", f"{n:,} docs, {len(queries)} q",
                   s / len(queries), b / len(queries), 1.25,
                   note=f"OR mode, top 20; mean {hits:,.0f} matching docs/query", matches=hits)
-        same = all(bench_proposals.bm25_search_topk_first(idx, q) == bm25_search(idx, q, limit=20, mode="or")
-                   for q in queries)
-        proto = paired_units([lambda q=q: bench_proposals.bm25_search_topk_first(idx, q) for q in queries], raw,
-                             sz["repeats"]) if same else None
         conn.close()
-        if proto is None:
-            add(Row("bm25", "top-k-first join (prototype)", f"{n:,} docs", status="error", goal="same hits",
-                    note="prototype's hits differ from bm25_search"))
-        else:
-            ratio_row("bm25", "top-k-first join (prototype) vs raw SQL", f"{n:,} docs, {len(queries)} q",
-                      proto[0] / len(queries), proto[1] / len(queries), 1.25,
-                      note="scripts/bench_proposals.py:bm25_search_topk_first, same hits as bm25_search")
 
 
 def bench_bm25s(w: Work, sz: dict) -> None:
@@ -352,17 +341,6 @@ def bench_vector(w: Work, sz: dict) -> None:
                   note=f"bandwidth floor {fmt(floor, 's')} ({m.nbytes / 2**20:.0f} MiB at {bw / 1e9:.1f} GB/s); "
                        f"raw = {b / len(qs) / floor:.1f}× floor; matrix load {load_s:.2f} s",
                   floor_s=floor, copy_bandwidth=bw, matrix_bytes=m.nbytes, load_s=load_s)
-        same = all(bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20)
-                   == vector_search(idx, q, fingerprint=fp, limit=20) for q in qs)
-        p, b2 = paired_units([lambda q=q: bench_proposals.vector_search_reduceat(idx, q, fingerprint=fp, limit=20)
-                              for q in qs], raw, sz["repeats"]) if same else (None, None)
-        if p is None:
-            add(Row("vector", "reduceat best-chunk (prototype)", f"{n:,}×{dim}", status="error", goal="same hits",
-                    note="prototype's hits differ from vector_search"))
-        else:
-            ratio_row("vector", "reduceat best-chunk (prototype) vs numpy", f"{n:,}×{dim} ({ndocs:,} docs)",
-                      p / len(qs), b2 / len(qs), 1.25,
-                      note="scripts/bench_proposals.py:vector_search_reduceat, same hits as vector_search")
         idx.close()
         del idx, vm, m
         shutil.rmtree(w.dir / f"vec{n}x{dim}", ignore_errors=True)
@@ -707,17 +685,6 @@ def bench_query(w: Work, sz: dict, models_ok: tuple) -> None:
                 None, "", "< 50 ms", "meets" if t < 0.050 and calls == 0 else "misses",
                 f"first run {cold:.2f} s; model calls on repeats {calls} {by_role}; same ranking {same}; "
                 f"top stages ms: {slow}", {"first_s": cold, "calls": calls, "calls_by_role": by_role}))
-        if preset == "offline":  # proposal: memoise query embeddings (same index, so expansion/rerank cached)
-            from qmdlab.models.base import ModelSet
-
-            lab2 = Lab(idx, ModelSet(bench_proposals.MemoEmbedder(models.embedder), models.expander,
-                                     models.reranker), cfg)
-            tr2: list = []
-            t2 = timed(lambda: tr2.append(lab2.query(query)), sz["repeats"] * 2, warmup=1)
-            same2 = tr2[-1].final["docno"].to_list() == first.final["docno"].to_list()
-            add(Row("query", "cached repeated query, query embeddings memoised (prototype)", f"{n} docs", t2, None,
-                    "s", None, "", "< 50 ms", "meets" if t2 < 0.050 else "misses",
-                    f"scripts/bench_proposals.py:MemoEmbedder around the embedder; same ranking {same2}"))
         w.__dict__.setdefault("query_indexes", {})[preset] = (idx, query)
         for m in models:
             rel = getattr(m, "release", None)
