@@ -37,7 +37,7 @@ from qmdlab.store.cache import LLMCache
 from qmdlab.store.chunking import chunk_document
 from qmdlab.store.config import Collection, Context
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
-from qmdlab.store import limits
+from qmdlab.store import limits, testhooks
 from qmdlab.store.scan import DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA, SCHEMA_VERSION
 
@@ -219,13 +219,22 @@ class Index:
                     raise StoreError(f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
                                      "is writing to it); retry when that update or embed has finished") from err
                 raise
+            hooks = testhooks.enabled()  # crash-harness event log (off unless $QMDLAB_TEST_EVENTS is set)
+            if hooks:
+                testhooks.event("begin")
             try:
                 yield self.conn
             except BaseException:
                 self.conn.execute("ROLLBACK")
+                if hooks:
+                    testhooks.event("rollback")
                 raise
             else:
+                if hooks:
+                    testhooks.event("commit-start")
                 self.conn.execute("COMMIT")
+                if hooks:
+                    testhooks.event("commit")
             finally:
                 self._vectors.clear()
                 self._capacity.clear()
@@ -458,6 +467,7 @@ class Index:
                     local.add("changed")
                 else:
                     pending.append((e.rel, old, h, title, {"meta": meta, "tags": tags, "date": date}, e.mtime, e.size))
+                testhooks.point("update.file")
             vanished = {p: r for p, r in existing.items() if r[5] == 1 and p not in seen}
             vanished_by_hash: dict[str, list[str]] = {}
             for p, r in vanished.items():
@@ -476,6 +486,7 @@ class Index:
                      json.dumps(d["tags"], ensure_ascii=False), d["date"]),
                 )
                 local.add(outcome)
+                testhooks.point("update.insert")
             for p, r in vanished.items():
                 c.execute("UPDATE documents SET active = 0 WHERE id = ?", (r[0],))
             local.values["vanished"] = len(vanished) - local.values.get("moved", 0)
@@ -695,6 +706,7 @@ class Index:
                     "that fingerprint; re-embed everything with `qmdlab embed -f`")
             c.executemany("INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob) VALUES (?, ?, ?, ?)",
                           [(i, fingerprint, dim, np.ascontiguousarray(m[k]).tobytes()) for k, i in enumerate(ids)])
+            testhooks.point("vectors.batch")
 
     def vector_matrix(self, fingerprint: str) -> VectorMatrix:
         """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
