@@ -78,6 +78,10 @@ class PipelineConfig:
         Requested front-matter tags for the tag rank-lift (AI Helper).
     tag_lift : int
         Places a result whose tags overlap ``tags`` moves up (0 = off).
+    stage_budget_s : float
+        Seconds each model call of a query (query embedding, expansion, rerank) may take;
+        past it the stage is skipped with a note, fail-open, and the call is abandoned on its
+        worker thread (:mod:`qmdlab.pipeline.budget`). 0 = unbounded.
 
     Examples
     --------
@@ -124,6 +128,7 @@ class PipelineConfig:
     bm25_mode: str = "or"
     tags: tuple[str, ...] = ()
     tag_lift: int = 0
+    stage_budget_s: float = 120.0
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -149,6 +154,9 @@ class PipelineConfig:
                 raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
         if self.rrf_k < 0:
             raise ConfigError(f"option 'rrf_k' must be >= 0, got {self.rrf_k!r}")
+        if not self.stage_budget_s >= 0:  # also rejects NaN
+            raise ConfigError(f"option 'stage_budget_s' must be >= 0 seconds (0 = unbounded), "
+                              f"got {self.stage_budget_s!r}")
 
     # -- construction ---------------------------------------------------------------
     @classmethod

@@ -160,7 +160,7 @@ class Lab:
                                          intent, cfg)
             with run.stage("rerank"):
                 rq = text or intent or _search_text(searches)
-                res = rerank(self.reranker, rq, selected, qid=qid)
+                res = rerank(self.reranker, rq, selected, qid=qid, budget_s=cfg.stage_budget_s)
                 rerank_table = res.table
                 for stage, msg in res.notes:
                     run.note(stage, msg)
@@ -220,7 +220,8 @@ class Lab:
                 text, intent = texts.get(qid, ("", None))
                 docnos = part["docno"].to_list()
                 sel = select_chunks(self.index.chunks(docnos), docnos, text, intent, cfg)
-                out.append(rerank(self.reranker, text or intent or "", sel, qid=qid).table)
+                out.append(rerank(self.reranker, text or intent or "", sel, qid=qid,
+                                  budget_s=cfg.stage_budget_s).table)
             return pl.concat(out) if out else empty("rerank")
 
         return fn
@@ -239,13 +240,24 @@ class Lab:
         if self.expander is None:
             run.note("expand", "no expander: original query only")
             return []
+        from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
+
         try:
-            res = self.expander.expand(text, intent=intent)
+            res = call_with_budget(self.expander.expand, text, intent=intent, budget_s=cfg.stage_budget_s,
+                                   model=self.expander)
+            lines, dropped = list(res.lines), list(res.dropped)  # a malformed answer fails here, not later
+        except StageTimeout:
+            run.note("expand", f"expander over its {cfg.stage_budget_s:g} s budget (stage_budget_s; the call was "
+                               "abandoned): expansion skipped, original query only")
+            return []
+        except StageBusy as err:
+            run.note("expand", f"expansion skipped ({err}): original query only")
+            return []
         except Exception as err:  # fail-open: the original query still runs
             run.note("expand", f"expander failed ({type(err).__name__}: {err}): original query only")
             return []
-        out = [Expansion("?", line, False, f"unparseable: {why}", "expander") for line, why in res.dropped]
-        out += filter_expansions(text, res.lines, cfg)
+        out = [Expansion("?", line, False, f"unparseable: {why}", "expander") for line, why in dropped]
+        out += filter_expansions(text, lines, cfg)
         kept = sum(e.kept for e in out)
         cached = getattr(self.expander, "last_cached", None)
         run.note("expand", f"{kept} of {len(out)} lines kept" + (" (from cache)" if cached else ""))

@@ -24,7 +24,8 @@ class Reranked(NamedTuple):
     notes: list[tuple[str, str]]
 
 
-def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str) -> Reranked:
+def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
+           budget_s: float | None = None) -> Reranked:
     """Score every selected chunk.
 
     Parameters
@@ -34,7 +35,12 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str) -> Re
     selected : polars.DataFrame
         ``docno, chunk_id, text`` from :func:`qmdlab.pipeline.select.select_chunks`.
     qid : str
+    budget_s : float, optional
+        Seconds the model call may take (``PipelineConfig.stage_budget_s``; 0/None = unbounded);
+        past it the call is abandoned and fusion order kept (:mod:`qmdlab.pipeline.budget`).
     """
+    from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
+
     if reranker is None:
         return Reranked(empty("rerank"), [("rerank", "no reranker: fusion order kept")])
     if selected.height == 0:
@@ -42,17 +48,23 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str) -> Re
     texts = selected["text"].to_list()
     try:
         if hasattr(reranker, "score_cached"):
-            pairs = reranker.score_cached(query, texts)
+            pairs = call_with_budget(reranker.score_cached, query, texts, budget_s=budget_s, model=reranker)
             scores = [float(s) for s, _ in pairs]
             cached = [bool(c) for _, c in pairs]
         else:
-            scores = [float(s) for s in reranker.score(query, texts)]
+            scores = [float(s) for s in call_with_budget(reranker.score, query, texts, budget_s=budget_s,
+                                                         model=reranker)]
             cached = [False] * len(scores)
         if len(scores) != len(texts):
             raise ValueError(f"reranker returned {len(scores)} scores for {len(texts)} texts")
         bad = [s for s in scores if not (0.0 <= s <= 1.0) or math.isnan(s)]
         if bad:
             raise ValueError(f"reranker scores outside [0, 1]: {bad[:3]}")
+    except StageTimeout:
+        return Reranked(empty("rerank"), [("rerank", f"reranker over its {budget_s:g} s budget (stage_budget_s; the "
+                                                     "call was abandoned): rerank skipped, fusion order kept")])
+    except StageBusy as err:
+        return Reranked(empty("rerank"), [("rerank", f"reranker skipped ({err}): fusion order kept")])
     except Exception as err:  # fail-open: degrade to fusion order and say so
         return Reranked(empty("rerank"), [("rerank", f"reranker failed ({type(err).__name__}: {err}): "
                                                      "fusion order kept")])

@@ -102,6 +102,42 @@ def ablate(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     return lists.filter(keep)
 
 
+def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, str | None]:
+    """The query vector of one vector route, within ``config.stage_budget_s``; fail-open.
+
+    Returns ``(vector, None)``, or ``(None, why)`` when the embedder raised, hung past the
+    budget (the call is abandoned, see :mod:`qmdlab.pipeline.budget`), is still busy with an
+    abandoned call, or answered with something that is not a finite ``(dim,)`` vector.
+
+    >>> class Boom:
+    ...     model_id, fingerprint, dim = "boom", "boom", 2
+    ...     def embed_query(self, text): raise RuntimeError("ggml abort")
+    >>> embed_route(Boom(), Route("vec", "original", "q"), PipelineConfig())[1]
+    'query embedding failed (RuntimeError: ggml abort)'
+    """
+    import numpy as np
+
+    from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
+
+    budget = config.stage_budget_s
+    try:
+        if r.query_type == "hyde" and config.hyde_as_document:
+            vec = call_with_budget(embedder.embed_documents, [("", r.subquery)], budget_s=budget, model=embedder)[0]
+        else:
+            vec = call_with_budget(embedder.embed_query, r.subquery, budget_s=budget, model=embedder)
+        vec = np.asarray(vec, dtype=np.float32)
+        dim = getattr(embedder, "dim", None)
+        if vec.ndim != 1 or (isinstance(dim, int) and vec.shape[0] != dim) or not np.isfinite(vec).all():
+            raise ValueError(f"embedder returned a vector of shape {vec.shape} (want ({dim},), finite)")
+    except StageTimeout:
+        return None, f"query embedding over its {budget:g} s budget (stage_budget_s; the call was abandoned)"
+    except StageBusy as err:
+        return None, f"query embedding skipped ({err})"
+    except Exception as err:  # any model failure after a successful load: keyword results only
+        return None, f"query embedding failed ({type(err).__name__}: {err})"
+    return vec, None
+
+
 class Retrieved(NamedTuple):
     """The lists table of one query plus notes ``(stage, message)``."""
 
@@ -161,10 +197,13 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
         else:
             if not vec_ok:
                 continue
-            if r.query_type == "hyde" and config.hyde_as_document:
-                vec = embedder.embed_documents([("", r.subquery)])[0]
-            else:
-                vec = embedder.embed_query(r.subquery)
+            vec, failure = embed_route(embedder, r, config)
+            if failure is not None:  # degrade to keyword lists, say so, and stop calling the embedder
+                ran = any(f.height and f["source"][0] == "vec" for f in frames)
+                notes.append(("retrieve", failure + (": the remaining vector lists skipped" if ran else
+                                                     ": vector lists skipped, keyword results only")))
+                vec_ok = False
+                continue
             hits = vector_search(index, vec, fingerprint=embedder.fingerprint, limit=config.list_limit,
                                  collections=collections, filters=filters)
         frames.append(hits_frame(qid, list_id, r, hits, weight))
@@ -172,4 +211,4 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
     return Retrieved(lists, notes)
 
 
-__all__ = ["Route", "route", "hits_frame", "reweight", "ablate", "retrieve", "Retrieved"]
+__all__ = ["Route", "route", "hits_frame", "reweight", "ablate", "retrieve", "Retrieved", "embed_route"]
