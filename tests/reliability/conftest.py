@@ -11,9 +11,11 @@ import hashlib
 import os
 import random
 import sqlite3
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -31,10 +33,14 @@ settings.register_profile("qmdlab-deep", max_examples=FUZZ_EXAMPLES, deadline=No
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                                  HealthCheck.data_too_large])
 
-#: crash harness sizes: files in the generated corpus, SIGKILLs of `update` and of `embed`
+#: crash harness sizes: files in the generated corpus, SIGKILLs of `update` that must land
+#: inside a write transaction (counted from the store's event log, see
+#: ``qmdlab.store.testhooks``), and SIGKILLs of `embed` (any point: its transactions last
+#: microseconds, so its mid-write crashes come from the deterministic kill points of
+#: ``test_kill_points.py``)
 CRASH = {
-    "ci": {"files": 400, "collections": 3, "update_kills": 11, "embed_kills": 10},
-    "deep": {"files": 4000, "collections": 4, "update_kills": 40, "embed_kills": 40},
+    "ci": {"files": 400, "collections": 3, "midwrite_kills": 20, "embed_kills": 5},
+    "deep": {"files": 4000, "collections": 4, "midwrite_kills": 80, "embed_kills": 30},
 }[PROFILE]
 
 WORDS = ("alpha beta gamma delta rebase merge branch commit pasta sqlite search docker network kernel "
@@ -167,6 +173,81 @@ def visible_state(db: Path) -> dict[str, list[tuple]]:
         return {"documents": docs, "content": content, "chunks": chunks, "vectors": vectors}
     finally:
         conn.close()
+
+
+# -- crash evidence: the store's event log and the WAL file ----------------------------------
+def read_events(path: Path) -> list[tuple[str, str]]:
+    """``(kind, label)`` lines of a ``$QMDLAB_TEST_EVENTS`` log (see :mod:`qmdlab.store.testhooks`)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="ascii").splitlines():
+        parts = line.split()
+        if len(parts) == 3:  # a torn last line cannot happen (one os.write per line), but be strict
+            out.append((parts[0], parts[1]))
+    return out
+
+
+def kill_landed(events: list[tuple[str, str]]) -> str:
+    """Where a SIGKILL landed, from the event log of the killed process.
+
+    ``start-up`` (no transaction had begun: interpreter start, imports, scanning),
+    ``mid-write`` (the last event is ``begin`` or ``write``: a transaction was open and its
+    ``COMMIT`` not yet issued), ``at-commit`` (``COMMIT`` issued, outcome unknown: not counted
+    as mid-write) or ``between`` (after a commit or rollback: between transactions or after
+    the last one).
+
+    >>> kill_landed([]), kill_landed([("begin", "txn"), ("write", "update.file")])
+    ('start-up', 'mid-write')
+    >>> kill_landed([("begin", "txn"), ("commit-start", "txn")]), kill_landed([("commit", "txn")])
+    ('at-commit', 'between')
+    """
+    if not events:
+        return "start-up"
+    last = events[-1][0]
+    if last in ("begin", "write"):
+        return "mid-write"
+    return "at-commit" if last == "commit-start" else "between"
+
+
+class WalState(NamedTuple):
+    """Frames of the current WAL generation: committed and after the last commit (uncommitted)."""
+
+    committed: int
+    uncommitted: int
+
+
+def wal_frames(db: Path) -> WalState:
+    """Count the frames in ``<db>-wal`` that belong to the current WAL generation.
+
+    Read right after a SIGKILL, before any connection opens the database (recovery would
+    discard them). A frame belongs to the generation when its salts equal the header's
+    (frames left over from before a WAL reset carry older salts); a frame with a non-zero
+    "database size" field is a commit record. Frames after the last commit record were
+    written by a transaction that never committed. (Checksums are not verified: a torn last
+    frame still counts as uncommitted, which it is.)
+    """
+    wal = Path(str(db) + "-wal")
+    if not wal.exists():
+        return WalState(0, 0)
+    data = wal.read_bytes()
+    if len(data) < 32:
+        return WalState(0, 0)
+    magic, _version, page_size, _seq, salt1, salt2 = struct.unpack(">IIIIII", data[:24])
+    if magic not in (0x377F0682, 0x377F0683):
+        return WalState(0, 0)
+    frame = 24 + page_size
+    last_commit, n = 0, 0
+    off = 32
+    while off + 24 <= len(data):
+        _page, db_size, s1, s2 = struct.unpack(">IIII", data[off:off + 16])
+        if (s1, s2) != (salt1, salt2):
+            break
+        n += 1
+        if db_size:
+            last_commit = n
+        off += frame
+    return WalState(last_commit, n - last_commit)
 
 
 @pytest.fixture

@@ -1,22 +1,29 @@
-"""Crash safety: SIGKILL ``qmdlab update`` and ``qmdlab embed`` at random points.
+"""Crash safety: SIGKILL ``qmdlab update`` and ``qmdlab embed`` and count only kills that land mid-write.
 
-One harness run (sizes from the profile in ``conftest.CRASH``; the CI profile makes ≥ 20 real
-kills, ``QMDLAB_FUZZ_PROFILE=deep`` makes 80 on 4,000 files):
+One harness run (sizes from the profile in ``conftest.CRASH``):
 
 1. A generated corpus of small markdown files in several collections (each collection is one
-   ``update`` transaction, so kills land before, between and inside commits).
+   ``update`` transaction).
 2. Kill ``update`` again and again. Before each attempt the harness edits the corpus the way a
-   user would (rewrites, new files, deletions, renames) so every run has work. The kill comes
-   either at a random time or right after a random amount of committed progress (watched
-   through a read-only connection), then a random extra delay.
-3. Kill ``embed --preset fake`` (small batches: one transaction each) the same way.
-4. After *every* kill: the DB opens as an :class:`~qmdlab.store.Index`, ``PRAGMA
-   integrity_check`` is ok, FTS rows equal the active documents (content included), no orphan
-   rows, and every user file is byte-identical to what the harness last wrote (sha256).
-5. Reruns of ``update`` and ``embed`` complete, and the index then equals a clean build of
+   user would (rewrites, new files, deletions, renames) so every run has work. The child runs
+   with ``$QMDLAB_TEST_EVENTS`` (:mod:`qmdlab.store.testhooks`): the store appends ``begin``,
+   ``write``, ``commit-start`` and ``commit`` lines, unbuffered, so after the kill the log says
+   where it landed (:func:`conftest.kill_landed`). The kill comes either at a random time or
+   right after a random number of ``write`` events, plus a small random delay.
+3. Only kills whose last event is ``begin``/``write`` (a transaction open, ``COMMIT`` not yet
+   issued) count as *mid-write*; the CI profile needs >= 20 of them, ``make fuzz`` >= 80. The
+   WAL file is also read right after each kill (:func:`conftest.wal_frames`): frames written by
+   the transaction that never committed are counted and reported.
+4. After *every* kill: the collections whose transactions committed (count of ``commit``
+   events) match the files on disk, and every later collection is exactly as before the run
+   (the open transaction was rolled back); the DB opens as an :class:`~qmdlab.store.Index`,
+   ``PRAGMA integrity_check`` is ok, FTS rows equal the active documents (content included), no
+   orphan rows, and every user file is byte-identical to what the harness last wrote (sha256).
+5. Kill ``embed --preset fake`` (one transaction per batch of 4): the stored vectors grow by
+   exactly the committed batches. Its transactions last microseconds, so random kills rarely land
+   inside one; ``test_kill_points.py`` kills it there deterministically.
+6. Reruns of ``update`` and ``embed`` complete, and the index then equals a clean build of
    the same files in a fresh index (documents, content, chunks, vectors).
-
-A "kill" is only counted when the process was still running when SIGKILL arrived.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -34,42 +42,65 @@ from click.testing import CliRunner
 
 from qmdlab.cli import cli
 
-from .conftest import CRASH, PROFILE, check_consistency, checksums, cli_cmd, cli_env, make_corpus, visible_state
+from .conftest import (CRASH, PROFILE, check_consistency, checksums, cli_cmd, cli_env, kill_landed, make_corpus,
+                       read_events, visible_state, wal_frames)
 
 pytestmark = pytest.mark.slow
 
 
-def _progress(db: Path, sql: str) -> float:
+def _query(db: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    """Rows of a read-only query ([] when the database or schema is not there yet)."""
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         try:
-            return conn.execute(sql).fetchone()[0]
+            return conn.execute(sql, args).fetchall()
         finally:
             conn.close()
     except sqlite3.Error:
-        return -1  # not created yet / schema not there yet
+        return []
 
 
-def _kill_run(args: list[str], env: dict, rng: random.Random, *, db: Path, progress_sql: str,
-              typical_s: float) -> tuple[bool, float, str]:
-    """Start a CLI run and SIGKILL it; returns (killed while running, delay, how the point was picked)."""
-    start_progress = _progress(db, progress_sql)
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def _n_writes(events_path: Path) -> int:
+    """``write`` events logged so far by the running child."""
+    try:
+        return events_path.read_bytes().count(b"write ")
+    except FileNotFoundError:
+        return 0
+
+
+class Kill:
+    """What one attempt did: whether SIGKILL hit a live process, where it landed, WAL evidence."""
+
+    def __init__(self, alive: bool, took: float, how: str, landed: str, events: list, wal_uncommitted: int):
+        self.alive, self.took, self.how, self.landed = alive, took, how, landed
+        self.events, self.wal_uncommitted = events, wal_uncommitted
+
+    @property
+    def commits(self) -> int:
+        return sum(1 for kind, _ in self.events if kind == "commit")
+
+
+def _kill_run(args: list[str], env: dict, rng: random.Random, *, db: Path, events_path: Path, typical_s: float,
+              typical_writes: int) -> Kill:
+    """Start a CLI run with the event log on, SIGKILL it, and classify where the kill landed."""
+    events_path.unlink(missing_ok=True)
+    proc = subprocess.Popen(args, env={**env, "QMDLAB_TEST_EVENTS": str(events_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0 = time.monotonic()
-    if rng.random() < 0.5:
+    if rng.random() < 0.3:
         how = "time"
         deadline = t0 + rng.uniform(0.05, 1.05 * typical_s)
         while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.01)
+            time.sleep(0.005)
     else:
-        how = "progress"
-        extra = rng.uniform(0.0, min(0.25, typical_s / 4))
-        limit = t0 + 3 * typical_s + 5
+        how = "events"
+        target = rng.randint(1, max(1, typical_writes))
+        limit = t0 + 3 * typical_s + 10
         while proc.poll() is None and time.monotonic() < limit:
-            if _progress(db, progress_sql) != start_progress:
-                time.sleep(extra)
+            if _n_writes(events_path) >= target:
+                time.sleep(rng.uniform(0.0, 0.02))
                 break
-            time.sleep(0.01)
+            time.sleep(0.002)
     alive = proc.poll() is None
     if alive:
         os.kill(proc.pid, signal.SIGKILL)
@@ -79,7 +110,10 @@ def _kill_run(args: list[str], env: dict, rng: random.Random, *, db: Path, progr
     if not alive:
         assert proc.returncode == 0, f"run failed on its own (not killed): {err[-2000:]}"
     assert "Traceback" not in err and "database is locked" not in err, err[-2000:]
-    return alive, time.monotonic() - t0, how
+    events = read_events(events_path)
+    landed = kill_landed(events) if alive else "finished"
+    wal = wal_frames(db) if alive else None  # before anything opens the database
+    return Kill(alive, time.monotonic() - t0, how, landed, events, wal.uncommitted if wal else 0)
 
 
 def _edit_corpus(roots: list[Path], rng: random.Random, n_new: list[int]) -> None:
@@ -104,6 +138,19 @@ def _inproc(index: Path, *args: str) -> str:
     return res.output
 
 
+def _documents_of(db: Path, coll: str) -> list[tuple]:
+    return _query(db, "SELECT path, hash, mtime, size, active FROM documents WHERE collection = ? ORDER BY path",
+                  (coll,))
+
+
+def _active_paths(db: Path, coll: str) -> set[str]:
+    return {r[0] for r in _query(db, "SELECT path FROM documents WHERE collection = ? AND active = 1", (coll,))}
+
+
+def _disk_paths(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.md")}
+
+
 def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypatch):
     rng = random.Random(20260410 if PROFILE == "ci" else None)
     home = tmp_path / "home"
@@ -113,6 +160,7 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
     roots = make_corpus(corpus, CRASH["files"], CRASH["collections"], seed=7)
     idx = tmp_path / "idx"
     db = idx / "index.sqlite"
+    events_path = tmp_path / "events.log"
     for r in roots:
         _inproc(idx, "collection", "add", str(r), "--name", r.name, "--no-update")
 
@@ -127,26 +175,40 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
     _inproc(idx, "embed", "--preset", "fake", "--batch-size", "4", "--no-progress")
     embed_s = startup_s + time.monotonic() - t0
 
-    kills = {"update": 0, "embed": 0}
-    attempts = {"update": 0, "embed": 0}
+    landed: dict[str, Counter] = {"update": Counter(), "embed": Counter()}
+    how_mid: Counter = Counter()
+    wal_mid = 0  # mid-write kills that left uncommitted frames in the WAL
     n_new = [0]
-    docs_sql = "SELECT total(mtime) + count(*) FROM documents"  # changes with every committed collection
-    # update: each attempt has work because the corpus was just edited
-    while kills["update"] < CRASH["update_kills"]:
-        attempts["update"] += 1
-        assert attempts["update"] <= 4 * CRASH["update_kills"], f"too few kills landed: {kills}"
+    attempts = 0
+    writes = 10
+    while landed["update"]["mid-write"] < CRASH["midwrite_kills"]:
+        attempts += 1
+        assert attempts <= 3 * CRASH["midwrite_kills"] + 10, f"too few kills landed mid-write: {dict(landed['update'])}"
         _edit_corpus(roots, rng, n_new)
         if rng.random() < 0.3:  # sometimes a big change: a whole batch of new files
-            extra = make_corpus(tmp_path / "extra", 60, 1, seed=attempts["update"])[0]
-            dest = rng.choice(roots) / f"batch{attempts['update']}"
+            extra = make_corpus(tmp_path / "extra", 60, 1, seed=attempts)[0]
+            dest = rng.choice(roots) / f"batch{attempts}"
             extra.rename(dest)
         before = checksums(corpus)
-        killed, took, _ = _kill_run(cli_cmd(idx, "update", "--no-progress"), env, rng, db=db,
-                                    progress_sql=docs_sql, typical_s=update_s)
-        kills["update"] += killed
-        if not killed:  # it finished first: aim earlier next time (runs after edits are shorter)
-            update_s = took
+        snapshot = {r.name: _documents_of(db, r.name) for r in roots}
+        k = _kill_run(cli_cmd(idx, "update", "--no-progress"), env, rng, db=db, events_path=events_path,
+                      typical_s=update_s, typical_writes=writes)
+        landed["update"][k.landed] += 1
+        if k.landed == "mid-write":
+            how_mid[k.how] += 1
+            wal_mid += k.wal_uncommitted > 0
+        if not k.alive:  # it finished first: aim earlier next time (runs after edits are shorter)
+            update_s = k.took
+            writes = max(1, sum(1 for kind, _ in k.events if kind == "write"))
         assert checksums(corpus) == before, "qmdlab changed a user file"
+        # atomicity per collection: committed transactions are complete, the rest untouched
+        done = len(roots) if not k.alive else k.commits
+        for j, r in enumerate(roots):
+            if j < done:
+                assert _active_paths(db, r.name) == _disk_paths(r), f"committed collection {r.name} is incomplete"
+            else:
+                assert _documents_of(db, r.name) == snapshot[r.name], \
+                    f"collection {r.name} changed although its transaction never committed ({k.landed})"
         check_consistency(db)
         from qmdlab.store import Index
 
@@ -155,26 +217,35 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
 
     # embed: the fake preset's fingerprint is fixed, so new and edited files create the chunks
     # that still need vectors.
-    vec_sql = "SELECT count(*) FROM vectors"
     _inproc(idx, "update", "--no-progress")
-    while kills["embed"] < CRASH["embed_kills"]:
-        attempts["embed"] += 1
-        assert attempts["embed"] <= 4 * CRASH["embed_kills"], f"too few kills landed: {kills}"
-        if _progress(db, "SELECT count(*) FROM chunks k WHERE NOT EXISTS "
-                         "(SELECT 1 FROM vectors v WHERE v.chunk_id = k.id)") < 40:
+    embed_kills = 0
+    e_attempts = 0
+    todo_sql = "SELECT count(*) FROM chunks k WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = k.id)"
+    while embed_kills < CRASH["embed_kills"]:
+        e_attempts += 1
+        assert e_attempts <= 4 * CRASH["embed_kills"], f"too few embed kills: {embed_kills}"
+        if _query(db, todo_sql)[0][0] < 40:
             # little left to embed: give the next run real work (new, changed files)
-            extra = make_corpus(tmp_path / "extra", 120, 1, seed=1000 + attempts["embed"])[0]
-            extra.rename(rng.choice(roots) / f"ebatch{attempts['embed']}")
+            extra = make_corpus(tmp_path / "extra", 120, 1, seed=1000 + e_attempts)[0]
+            extra.rename(rng.choice(roots) / f"ebatch{e_attempts}")
             _edit_corpus(roots, rng, n_new)
             _inproc(idx, "update", "--no-progress")
         before = checksums(corpus)
-        killed, took, _ = _kill_run(cli_cmd(idx, "embed", "--preset", "fake", "--batch-size", "4",
-                                            "--no-progress"), env, rng, db=db, progress_sql=vec_sql,
-                                    typical_s=embed_s)
-        kills["embed"] += killed
-        if not killed:  # it finished first: aim earlier next time
-            embed_s = took
+        n_before = _query(db, "SELECT count(*) FROM vectors")[0][0]
+        todo = _query(db, todo_sql)[0][0]
+        k = _kill_run(cli_cmd(idx, "embed", "--preset", "fake", "--batch-size", "4", "--no-progress"), env, rng,
+                      db=db, events_path=events_path, typical_s=embed_s, typical_writes=max(1, todo // 4))
+        embed_kills += k.alive
+        landed["embed"][k.landed] += 1
+        if not k.alive:  # it finished first: aim earlier next time
+            embed_s = k.took
         assert checksums(corpus) == before, "qmdlab changed a user file"
+        grown = _query(db, "SELECT count(*) FROM vectors")[0][0] - n_before
+        if k.alive:  # exactly the committed batches of 4 are stored (the last one may be shorter)
+            if k.commits == 0:
+                assert grown == 0, f"{grown} vectors stored without a committed batch"
+            else:
+                assert 4 * (k.commits - 1) < grown <= 4 * k.commits, (grown, k.commits)
         check_consistency(db)
 
     # reruns complete ...
@@ -194,7 +265,8 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
         assert got[table] == want[table], f"{table} differs from a clean build"
     assert len(want["documents"]) >= CRASH["files"] and len(want["vectors"]) == len(want["chunks"])
     assert checksums(corpus) == before
-    assert kills["update"] + kills["embed"] >= 20
-    print(f"\ncrash harness ({PROFILE}): {kills['update']} update kills in {attempts['update']} attempts, "
-          f"{kills['embed']} embed kills in {attempts['embed']} attempts; final index "
-          f"{counts['documents']} document rows, {counts['chunks']} chunks, {counts['vectors']} vectors")
+    assert landed["update"]["mid-write"] >= CRASH["midwrite_kills"]
+    print(f"\ncrash harness ({PROFILE}): update: {attempts} attempts, kills landed {dict(landed['update'])} "
+          f"(mid-write by {dict(how_mid)}; {wal_mid} of them left uncommitted WAL frames); "
+          f"embed: {e_attempts} attempts, {dict(landed['embed'])}; final index {counts['documents']} document rows, "
+          f"{counts['chunks']} chunks, {counts['vectors']} vectors")
