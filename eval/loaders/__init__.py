@@ -52,12 +52,13 @@ def detect_format(directory: str | Path) -> str:
     raise DataFormatError(d, None, "cannot tell the suite format", "pass --format smart|trec|beir|jsonl|qmdlab")
 
 
-def load(directory: str | Path, fmt: str | None = None) -> SuiteData:
-    """Load ``directory`` in format ``fmt`` (detected when ``None``)."""
+def load(directory: str | Path, fmt: str | None = None, **options) -> SuiteData:
+    """Load ``directory`` in format ``fmt`` (detected when ``None``); ``options`` go to the
+    format's loader (e.g. ``qrels_ids="position"`` for :func:`load_smart`)."""
     fmt = fmt or detect_format(directory)
     if fmt not in LOADERS:
         raise DataFormatError(directory, None, f"unknown suite format {fmt!r}", f"use one of {', '.join(FORMATS)}")
-    return LOADERS[fmt](Path(directory))
+    return LOADERS[fmt](Path(directory), **options)
 
 
 __all__ = ["SuiteData", "FORMATS", "LOADERS", "detect_format", "load", "load_beir", "load_default",

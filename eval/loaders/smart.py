@@ -9,11 +9,24 @@ Ids are the ``.I`` numbers with leading zeros removed, the same ids the ``.REL``
 
 - ``qid docid 0 0.000000`` (CISI, CACM): every listed pair is relevant, grade 1;
 - ``qid 0 docid grade`` (Medline, TREC-style: the second column is 0 on every line);
-- ``qid docid`` or ``qid docid grade``.
+- ``qid docid`` or ``qid docid grade`` (grades may be negative, e.g. ``-1`` = judged not
+  relevant: kept as judged, and like ranx every grade below 1 counts as not relevant).
+
+Query numbering: some collections (Cranfield's ``cranqrel`` is the well-known case) number
+the queries ``1..N`` in file order in the ``.REL`` file while the ``.QRY`` ``.I`` ids skip
+numbers. Read by id, such judgments land on the wrong queries without a sound.
+:func:`map_rel_queries` detects it (``.REL`` query ids that are not ``.I`` ids, or a ``.REL``
+numbering that is exactly ``1..N`` while the ``.I`` ids are not) and stops with an error
+naming the choice: ``qrels_ids="position"`` (the k-th ``.QRY`` record is query k, mapped with
+a warning) or ``qrels_ids="ids"`` (the ``.REL`` numbers are ``.I`` ids). Outside Python the
+same choice is ``$QMDLAB_SMART_QRELS_IDS=position|ids``. CISI is not affected: its ``.I`` ids
+are exactly 1..112 in order, so positions and ids agree.
 """
 from __future__ import annotations
 
+import os
 import re
+import warnings
 from pathlib import Path
 
 from qmdlab.errors import DataFormatError
@@ -118,8 +131,92 @@ def read_rel(path: Path) -> list[tuple[str, str, int]]:
     return out
 
 
-def load_smart(directory: str | Path) -> SuiteData:
+QRELS_IDS = ("auto", "ids", "position")
+QRELS_IDS_ENV = "QMDLAB_SMART_QRELS_IDS"
+
+
+def map_rel_queries(rels: list[tuple[str, str, int]], qry_ids: list[str], rel_path: Path,
+                    qrels_ids: str = "auto") -> list[tuple[str, str, int]]:
+    """Check (and, with ``qrels_ids="position"``, remap) the query ids of ``.REL`` rows.
+
+    Parameters
+    ----------
+    rels : list of (qid, docid, grade)
+        As read from the ``.REL`` file.
+    qry_ids : list of str
+        The ``.QRY`` ``.I`` ids in file order.
+    qrels_ids : {"auto", "ids", "position"}
+        ``ids``: ``.REL`` query numbers are ``.I`` ids. ``position``: number k is the k-th
+        ``.QRY`` record (a warning says so). ``auto``: ids when positions and ids agree for every
+        judged query; otherwise stop with an error (the numbering is ambiguous).
+
+    Examples
+    --------
+    >>> rels = [("1", "9", 1), ("2", "9", 1), ("3", "8", -1)]
+    >>> map_rel_queries(rels, ["1", "2", "3"], Path("T.REL")) == rels  # ids = positions: nothing to choose
+    True
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True):
+    ...     map_rel_queries(rels, ["1", "2", "4"], Path("T.REL"), "position")
+    [('1', '9', 1), ('2', '9', 1), ('4', '8', -1)]
+    >>> map_rel_queries(rels, ["1", "2", "4"], Path("T.REL"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.DataFormatError: T.REL: query ids of the judgments do not match the .QRY '.I' ids: 1 judged query id(s) are not '.I' ids (3)...the .QRY file has 3 records with '.I' ids 1..4 with 1 gap(s)...
+    """
+    if qrels_ids not in QRELS_IDS:
+        raise DataFormatError(rel_path, None, f"unknown qrels_ids {qrels_ids!r}",
+                              f"use one of {', '.join(QRELS_IDS)} (or ${QRELS_IDS_ENV})")
+    rel_qids = sorted({q for q, _, _ in rels}, key=int)
+    known = set(qry_ids)
+    by_position = {str(k + 1): qid for k, qid in enumerate(qry_ids)}
+    unknown = [q for q in rel_qids if q not in known]
+    if all(by_position.get(q) == q for q in rel_qids):
+        return rels  # ids and positions agree on every judged query
+    dense = set(rel_qids) == set(by_position) and list(by_position) != qry_ids
+    how = (f"the .QRY file has {len(qry_ids)} records with '.I' ids {_span(qry_ids)}; the judgments use "
+           f"query numbers {_span(rel_qids)}")
+    if qrels_ids == "auto":
+        if unknown or dense:
+            why = (f"{len(unknown)} judged query id(s) are not '.I' ids ({', '.join(unknown[:5])}"
+                   f"{', …' if len(unknown) > 5 else ''})" if unknown else
+                   "the judgments number the queries exactly 1..N while the '.I' ids are not 1..N in file order")
+            raise DataFormatError(
+                rel_path, None, f"query ids of the judgments do not match the .QRY '.I' ids: {why}; {how}",
+                f"choose how to read them: qrels_ids='position' (query k = the k-th .QRY record) or "
+                f"qrels_ids='ids' (numbers are '.I' ids) — load_smart(..., qrels_ids=...) or "
+                f"${QRELS_IDS_ENV}=position|ids")
+        return rels
+    if qrels_ids == "ids":
+        if unknown:
+            raise DataFormatError(rel_path, None, f"{len(unknown)} judged query id(s) are not .QRY '.I' ids "
+                                  f"({', '.join(unknown[:5])}); {how}",
+                                  f"use qrels_ids='position' (${QRELS_IDS_ENV}=position) if the numbers are positions")
+        return rels
+    beyond = [q for q in rel_qids if q not in by_position]
+    if beyond:
+        raise DataFormatError(rel_path, None, f"judged query number(s) {', '.join(beyond[:5])} exceed the "
+                              f"{len(qry_ids)} .QRY records, so they cannot be positions; {how}",
+                              f"use qrels_ids='ids' (${QRELS_IDS_ENV}=ids)")
+    moved = sum(by_position[q] != q for q in rel_qids)
+    warnings.warn(f"{rel_path}: judgments mapped to queries by position (query k = the k-th .QRY record); "
+                  f"{moved} of {len(rel_qids)} judged queries get another id than their number", stacklevel=3)
+    return [(by_position[q], d, g) for q, d, g in rels]
+
+
+def _span(ids: list[str]) -> str:
+    nums = sorted(int(i) for i in ids)
+    if not nums:
+        return "(none)"
+    gaps = len(set(range(nums[0], nums[-1] + 1)) - set(nums))
+    return f"{nums[0]}..{nums[-1]}" + (f" with {gaps} gap(s)" if gaps else " without gaps")
+
+
+def load_smart(directory: str | Path, *, qrels_ids: str | None = None) -> SuiteData:
     """Load a SMART collection directory (one ``.ALL``, one ``.QRY``, one ``.REL`` file).
+
+    ``qrels_ids`` (default ``$QMDLAB_SMART_QRELS_IDS``, else ``auto``) says how the ``.REL``
+    query numbers map to ``.QRY`` records; see :func:`map_rel_queries`.
 
     Examples
     --------
@@ -133,14 +230,16 @@ def load_smart(directory: str | Path) -> SuiteData:
     ([('1', 'Cats', 'All about cats.')], ['cats?'], [('1', '1', 1)])
     """
     directory = Path(directory)
+    qrels_ids = qrels_ids or os.environ.get(QRELS_IDS_ENV) or "auto"
     all_path = find_one(directory, ALL_PATTERNS, "documents (.ALL)", "smart")
     qry_path = find_one(directory, QRY_PATTERNS, "queries (.QRY)", "smart")
     rel_path = find_one(directory, REL_PATTERNS, "judgments (.REL)", "smart")
     docs = docs_frame([(rid, f.get("T", ""), f.get("W", "")) for rid, f in read_records(all_path)])
     queries = []
-    for rid, f in read_records(qry_path):
+    records = read_records(qry_path)
+    for rid, f in records:
         text = f.get("W") or f.get("T") or ""
         if text:
             queries.append({"qid": rid, "query": text})
-    qrels = qrels_frame(read_rel(rel_path))
+    qrels = qrels_frame(map_rel_queries(read_rel(rel_path), [rid for rid, _ in records], rel_path, qrels_ids))
     return SuiteData(queries=queries_frame(queries), qrels=qrels, docs=docs)

@@ -214,3 +214,63 @@ def test_unknown_format_and_undetectable_dir(tmp_path):
     _write(tmp_path, "notes.txt", "x")
     with pytest.raises(DataFormatError, match="cannot tell the suite format"):
         detect_format(tmp_path)
+
+
+# -- SMART: .REL numbering queries by position (Cranfield layout), negative grades ----------------
+POSITIONAL = __import__("pathlib").Path(__file__).parent / "fixtures" / "smart-positional"
+
+
+def test_smart_positional_qrels_stop_with_an_error_naming_the_choice(monkeypatch):
+    monkeypatch.delenv("QMDLAB_SMART_QRELS_IDS", raising=False)
+    with pytest.raises(DataFormatError) as err:
+        load_smart(POSITIONAL)
+    msg = str(err.value)
+    assert err.value.path.endswith("T.REL")
+    assert "1 judged query id(s) are not '.I' ids (3)" in msg
+    assert "qrels_ids='position'" in msg and "qrels_ids='ids'" in msg and "$QMDLAB_SMART_QRELS_IDS" in msg
+    with pytest.raises(DataFormatError, match=r"not \.QRY '\.I' ids \(3\)"):  # by id: query 3 does not exist
+        load_smart(POSITIONAL, qrels_ids="ids")
+
+
+def test_smart_positional_qrels_map_by_position_with_a_warning(monkeypatch):
+    monkeypatch.delenv("QMDLAB_SMART_QRELS_IDS", raising=False)
+    with pytest.warns(UserWarning, match="mapped to queries by position.*3 of 5 judged queries"):
+        s = load_smart(POSITIONAL, qrels_ids="position")
+    # the k-th .QRY record (ids 1, 2, 4, 5, 9) is query k of T.REL; negative grades are kept
+    assert sorted(s.qrels.rows()) == [("1", "1", 2), ("1", "3", -1), ("2", "2", 1), ("4", "1", -1), ("4", "3", 3),
+                                      ("5", "4", 2), ("9", "2", -1), ("9", "5", 1)]
+    assert s.judged_queries()["qid"].to_list() == ["1", "2", "4", "5", "9"]
+    q = dict(s.queries.select("qid", "query").iter_rows())
+    assert q["4"] == "heat transfer at hypersonic speed" and q["9"] == "buckling of cylindrical shells"
+    monkeypatch.setenv("QMDLAB_SMART_QRELS_IDS", "position")  # the same choice from outside Python
+    with pytest.warns(UserWarning):
+        assert load(POSITIONAL, "smart").qrels.sort("qid", "docid").equals(s.qrels.sort("qid", "docid"))
+    monkeypatch.setenv("QMDLAB_SMART_QRELS_IDS", "bogus")
+    with pytest.raises(DataFormatError, match="unknown qrels_ids 'bogus'"):
+        load_smart(POSITIONAL)
+
+
+def test_smart_dense_numbering_over_skipping_ids_is_detected(tmp_path, monkeypatch):
+    monkeypatch.delenv("QMDLAB_SMART_QRELS_IDS", raising=False)
+    _write(tmp_path, "T.ALL", ".I 1\n.W\nx\n.I 2\n.W\ny\n")
+    _write(tmp_path, "T.QRY", ".I 1\n.W\na\n.I 3\n.W\nb\n")  # ids 1, 3
+    _write(tmp_path, "T.REL", "1 1\n3 2\n")  # by id: both are .I ids, positions would put 3 out of range
+    assert sorted(load_smart(tmp_path).qrels.rows()) == [("1", "1", 1), ("3", "2", 1)]
+    with pytest.raises(DataFormatError, match="exceed the 2 .QRY records"):
+        load_smart(tmp_path, qrels_ids="position")
+    _write(tmp_path, "T.QRY", ".I 2\n.W\na\n.I 1\n.W\nb\n")  # ids 2, 1: the numbering 1..2 could be either
+    _write(tmp_path, "T.REL", "1 1\n2 2\n")
+    with pytest.raises(DataFormatError, match="exactly 1..N while the '.I' ids are not 1..N in file order"):
+        load_smart(tmp_path)
+
+
+def test_cisi_qrels_ids_are_query_ids(cisi_dir, monkeypatch):
+    """CISI is not affected: its .I ids are 1..112 in order, so ids and positions agree."""
+    from eval.loaders.smart import read_records, read_rel
+
+    monkeypatch.delenv("QMDLAB_SMART_QRELS_IDS", raising=False)
+    ids = [rid for rid, _ in read_records(next(cisi_dir.glob("*.QRY")))]
+    assert ids == [str(i) for i in range(1, 113)]
+    rel = read_rel(next(cisi_dir.glob("*.REL")))
+    assert {q for q, _, _ in rel} <= set(ids)
+    assert sorted(load_smart(cisi_dir, qrels_ids="ids").qrels.rows()) == sorted(load_smart(cisi_dir).qrels.rows())
