@@ -44,7 +44,7 @@ _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", hel
 def register(group: click.Group) -> None:
     @group.group("train")
     def train() -> None:
-        """Fine-tune a query expander: prepare → sft → grpo → export → evaluate (and synth)."""
+        """Fine-tune a query expander (prepare → sft → grpo → export → evaluate, synth) or a reranker."""
 
     @train.command("prepare")
     @click.option("--data", "data", default="data/training/seed.jsonl", show_default=True,
@@ -123,6 +123,26 @@ def register(group: click.Group) -> None:
         _echo(run_evaluate(_config(EvaluateConfig, config, sets, expander=expander, base_expander=base_expander,
                                    suite=suite, index=index_dir, examples_file=examples_file,
                                    max_queries=max_queries, output_dir=output_dir)))
+
+    @train.command("reranker")
+    @_config_opt
+    @click.option("--suite", default=None, help="Labelled suite: name (default, cisi) or directory.")
+    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @click.option("--out", default=None, help="Run directory (default runs/reranker).")
+    @click.option("--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name.")
+    @click.option("--folds", type=int, default=None, help="K-fold held-out evaluation (0: none; default 5).")
+    @click.option("--seed", type=int, default=None)
+    @click.option("--loss", default=None, help="lambda (default) | listnet | ranknet | bce.")
+    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_set_opt
+    def reranker_cmd(config, suite, fmt, out, base, folds, seed, loss, n_threads, sets) -> None:
+        """Train a cross-encoder reranker on a suite's labelled queries; report it on held-out folds."""
+        from training.reranker import RerankerRunConfig, run_reranker
+
+        res = run_reranker(_config(RerankerRunConfig, config, sets, suite=suite, format=fmt, out=out, base=base,
+                                   folds=folds, seed=seed, loss=loss, n_threads=n_threads),
+                           log=lambda m: click.echo(m, err=True))
+        _echo({k: res.get(k) for k in ("suite", "queries", "model", "auc", "heldout", "seconds")})
 
     @train.command("synth")
     @_config_opt

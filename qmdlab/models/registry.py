@@ -6,6 +6,7 @@ A **reference** is one of
 - ``pkg:name`` — assembled from PyPI wheels (:mod:`qmdlab.models.packaged`);
 - a path to a local ``.gguf`` file;
 - ``fake:keyword`` / ``fake:rules`` / ``fake:overlap`` — the deterministic fakes;
+- ``cross-encoder:DIR`` — a trained cross-encoder (rerank role only; :mod:`qmdlab.models.cross_encoder`);
 - ``none`` — the role is disabled (its pipeline stage is skipped and noted).
 
 Which reference a role gets, highest priority first: an explicit argument (the CLI's
@@ -120,6 +121,10 @@ def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> 
         return hf.ensure(ref, refresh=refresh, progress=progress)
     if ref.startswith("fake:"):
         raise ModelError(f"{ref} is a fake model and has no file")
+    if ref.startswith("cross-encoder:"):
+        from qmdlab.models.cross_encoder import model_dir
+
+        return model_dir(ref)
     path = Path(ref).expanduser()
     if not path.is_file():
         raise ModelError(f"model file {path} does not exist; fix the path, or set the role's model with "
@@ -142,6 +147,11 @@ def ref_status(ref: str) -> dict[str, Any]:
         except ModelError:
             path = None
         ready = packaged.is_ready(model.name)
+    elif ref.startswith("cross-encoder:"):
+        path = Path(ref[len("cross-encoder:"):]).expanduser()
+        ready = (path / "config.json").is_file()
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) if path.is_dir() else 0
+        return {"path": path, "ready": ready, "size": size}
     elif ref.startswith("hf:"):
         path = hf.local_path(ref)
         ready = path.is_file()
@@ -186,6 +196,12 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
     ref = str(ref)
     if ref.startswith("fake:"):
         return _fake(role, ref, chunking)
+    if ref.startswith("cross-encoder:"):
+        if role != "rerank":
+            raise ConfigError(f"{ref!r} is a cross-encoder: it can only be the rerank model, not {role}")
+        from qmdlab.models.cross_encoder import CrossEncoderReranker
+
+        return CrossEncoderReranker(ref, n_threads=n_threads)
     opts = dict(KNOWN.get(ref, {}))
 
     def resolve() -> Path:
