@@ -420,7 +420,7 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
         vec = emb.embed_query(QUERY)
         out.update(load_s=emb.llama.load_seconds, first_s=time.perf_counter() - t0, dim=int(vec.shape[0]))
         if not smoke:
-            docs = [(f"Report {i}", f"{i}. {BENCH_TEXT}") for i in range(16)]
+            docs = [(f"Report {i}", f"{i}. {BENCH_TEXT}") for i in range(8)]
             t0 = time.perf_counter()
             emb.embed_documents(docs)
             dt = time.perf_counter() - t0
@@ -428,7 +428,7 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
     elif role == "expand":
         from qmdlab.models.llama_expand import SamplingConfig
 
-        n = 4 if smoke else 40
+        n = 4 if smoke else 24
         exp = build_model("expand", ref, idle_timeout=None, n_threads=n_threads,
                           sampling=SamplingConfig(temperature=0.0, max_tokens=n))
         t0 = time.perf_counter()
@@ -453,7 +453,7 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
         p = rr.score(QUERY, [BENCH_TEXT])[0]
         out.update(load_s=rr.llama.load_seconds, first_s=time.perf_counter() - t0, p_yes=float(p))
         if not smoke:
-            docs = [f"{i}. {BENCH_TEXT}" for i in range(3)]
+            docs = [f"{i}. {BENCH_TEXT}" for i in range(2)]
             t0 = time.perf_counter()
             rr.score(QUERY, docs)
             dt = time.perf_counter() - t0
