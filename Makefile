@@ -33,7 +33,7 @@ QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast bench bench-quick fuzz train-demo notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast bench bench-quick fuzz train-demo train-reranker notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -114,6 +114,11 @@ fuzz: setup
 # A real (tiny) CPU training run: SmolLM2-135M SFT + GRPO on the seed data, exported and scored by nDCG.
 train-demo: setup
 	$(PY) -m training.cpu_run --out runs/cpu-demo
+
+# The default corpus's cross-encoder reranker (issue 14): in-collection pretraining, then 5-fold
+# fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.
+train-reranker: setup
+	$(VENV)/bin/qmdlab train reranker --suite default --out runs/reranker --folds 5
 
 clean-venv:
 	rm -rf $(VENV)

@@ -5,7 +5,8 @@ Run it:  marimo edit notebooks/train.py   |   marimo run notebooks/train.py
 
 Arguments: ``--data FILE`` (examples JSONL; default ``data/training/seed.jsonl``), ``--run DIR``
 (a training run directory with ``metrics.jsonl``; directories under ``./runs`` are offered too),
-``--evaluation DIR`` (output of ``python -m training.evaluate``), ``--expander REF`` (GGUF path or
+``--evaluation DIR`` (output of ``python -m training.evaluate``), ``--reranker DIR`` (a
+``qmdlab train reranker`` run, default ``runs/reranker``), ``--expander REF`` (GGUF path or
 model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset`` and ``--limit N``
 (the button evaluates only the first N judged queries: smoke runs).
 
@@ -393,6 +394,39 @@ def _(eval_dir, eval_variants):
                            format_mapping={c: "{:.4f}" for c in ("ndcg@10", "delta_vs_none", "rule_score")
                                            if c in _cols})])
     return
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    ## 5. Cross-encoder reranker (held-out)
+
+    What `qmdlab train reranker` (`make train-reranker`) measured: each fold's model reranked
+    queries it never saw. Rows are the fused order and each blend with the trained reranker
+    (`rerank-tuned`: blend tuned on the training folds only; `weak-*`: the label-free
+    in-collection model); p-values are paired tests against `fused`. Its training curve is in
+    section 3 (pick the run directory, stages `weak`, `fold-k`, `final`).
+    """)
+    return
+
+
+@app.cell
+def _():
+    from training.reranker import format_table, load_report
+
+    reranker_arg = str(mo.cli_args().get("reranker") or "runs/reranker")
+    reranker_report = load_report(reranker_arg)
+    mo.stop(reranker_report is None or reranker_report.heldout is None,
+            mo.md(f"_No finished reranker run in `{reranker_arg}`: run `make train-reranker` "
+                  "(or `qmdlab train reranker --suite default --out runs/reranker`), or pass `--reranker DIR`._"))
+    mo.vstack([
+        mo.md(f"From `{reranker_arg}`; serving model `{reranker_report.model}`"),
+        mo.ui.table(reranker_report.heldout, selection=None,
+                    format_mapping={c: "{:.4f}" for c in ("mean", "delta", "p_ttest", "p_fisher")}),
+        mo.md("AUC on held-out candidates: " + ", ".join(f"{k} **{v:.3f}**" for k, v in reranker_report.auc.items()
+                                                           if v is not None)),
+    ])
+    return format_table, load_report, reranker_arg, reranker_report
 
 
 if __name__ == "__main__":

@@ -605,6 +605,7 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
               s / n, b / n, 1.25, note=f"s/pair; Qwen2.5-Coder-0.5B Q4_K_M, {THREADS} threads; query prefix KV "
               f"reused; max |ΔP(yes)| {diff:.1e}", max_abs_diff=diff)
     raw_llm.close()
+    bench_cross_encoder(w, sz, llm_s_per_pair=s / n)
     # a repeated query through the LLM cache: zero model calls
     from qmdlab.store import Index
 
@@ -617,6 +618,47 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     add(Row("rerank", "repeated query: reranker model calls", f"{n} pairs", float(calls), None, "calls", None, "",
             "0 calls", "meets" if calls == 0 else "misses", f"cached lookup {fmt(t, 's')} for {n} pairs"))
     idx.close()
+    rr.release()
+
+
+def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) -> None:
+    """Pairs/s of the cross-encoder reranker (issue 14) at 256 tokens per pair, 2 threads, against
+    the LLM reranker's pairs/s measured in the same run. The trained model of `make
+    train-reranker` (runs/reranker/model) when it exists, else the same architecture (MiniLM-L6
+    + a fresh head, from the packaged weights): the speed depends on the architecture only."""
+    try:
+        from training.reranker import new_model, resolve_base
+    except ImportError as err:
+        skip("rerank", "cross-encoder pairs/s at 256 tokens", f"train extra missing ({err})")
+        return
+    from qmdlab.models.cross_encoder import CrossEncoderReranker
+
+    trained = ROOT / "runs" / "reranker" / "model"
+    if (trained / "config.json").is_file():
+        path, which = trained, "trained (runs/reranker/model)"
+    else:
+        try:
+            base = resolve_base("pkg:all-minilm-l6-v2")
+        except Exception as err:
+            skip("rerank", "cross-encoder pairs/s at 256 tokens", str(err))
+            return
+        path, which = w.dir / "cross-encoder", "untrained, same architecture"
+        if not path.exists():
+            new_model(base, 256, 0).save_pretrained(str(path))
+    rr = CrossEncoderReranker(path, max_length=256, batch_size=32, n_threads=THREADS)
+    n = 8 if sz["repeats"] <= 3 else 64
+    docs = [x for _, x in w.corpus.documents(n)]
+    texts = [(d + " ") * (1 + 2000 // max(1, len(d))) for d in docs]  # every pair truncated at 256 tokens
+    query = w.corpus.queries(1, seed=3)[0]
+    ntok = float(np.mean([len(rr._load()[0](query, t, truncation="longest_first", max_length=256)["input_ids"])
+                          for t in texts]))
+    t = timed(lambda: rr.score(query, texts), max(1, min(3, sz["repeats"])), warmup=1)
+    rate = n / t
+    llm_rate = 1.0 / llm_s_per_pair if llm_s_per_pair else None
+    add(Row("rerank", "cross-encoder reranker pairs/s at 256 tokens vs LLM reranker", f"{n} pairs, {ntok:.0f} tok/pair",
+            rate, llm_rate, "/s", rate / llm_rate if llm_rate else None, "speed-up", "≥ 200/s",
+            "meets" if rate >= 200 else "misses",
+            f"{which}; torch CPU fp32, {THREADS} threads, batch 32; LLM = Qwen2.5-Coder-0.5B P(yes), same run"))
     rr.release()
 
 

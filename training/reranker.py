@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import sys
 import time
@@ -67,6 +68,8 @@ class RerankerRunConfig:
     folds: int = field(default=5, metadata={"help": "K of the K-fold held-out evaluation (0: none)."})
     seed: int = 0
     max_length: int = field(default=128, metadata={"help": "Tokens per (query, chunk) pair."})
+    candidates: int = field(default=20, metadata={"help": "Fused candidates reranked per query (candidate_limit)."})
+    freeze_layers: int = field(default=0, metadata={"help": "Freeze the embeddings and this many lower encoder layers."})
     # label-free in-collection pretraining
     weak: bool = field(default=True, metadata={"help": "Pretrain on heading/title → text pairs first."})
     weak_max_pairs: int = 1500
@@ -166,6 +169,7 @@ def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Record
     models = load_models(cfg.preset, expand=None if pcfg.expand else "none", rerank="none", n_threads=cfg.n_threads)
     res = run_suite(suite, models, pcfg, out=Path(cfg.out) / "recorded", name="fused", progress=cfg.progress,
                     check_ranx=False, log=log)
+    pcfg = pcfg.replace(candidate_limit=cfg.candidates)  # the rerank depth; recorded traces are unchanged
     study = Study(res.trace, res.qrels, config=pcfg)
     index = Index.open(suite.workdir() / "index")
     queries = judged.select(pl.col("qid").cast(pl.Utf8), "query", *(["intent"] if "intent" in judged.columns else []))
@@ -201,6 +205,20 @@ def new_model(path: Path, max_length: int, seed: int):
 
     set_seed(seed)
     return CrossEncoder(str(path), num_labels=1, max_length=max_length, device="cpu", local_files_only=True)
+
+
+def freeze(model, n_layers: int) -> int:
+    """Freeze the embeddings and the lowest ``n_layers`` encoder layers (cheaper backward
+    passes on a CPU; the head and upper layers still learn). Returns the frozen parameter count."""
+    if n_layers <= 0:
+        return 0
+    frozen = 0
+    for name, p in model.named_parameters():
+        m = re.search(r"\.layer\.(\d+)\.", name)
+        if ".embeddings." in name or (m and int(m.group(1)) < n_layers):
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen
 
 
 def make_loss(name: str, model):
@@ -444,6 +462,7 @@ def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tup
     from sentence_transformers.cross_encoder.losses import MultipleNegativesRankingLoss
 
     model = new_model(base_dir, cfg.max_length, cfg.seed)
+    freeze(model, cfg.freeze_layers)
     loss = MultipleNegativesRankingLoss(model, num_negatives=cfg.weak_in_batch_negatives)
     res = fit(model, pairs, loss, run, stage="weak", learning_rate=cfg.weak_learning_rate,
               head_lr=cfg.weak_head_learning_rate, epochs=cfg.weak_epochs, max_steps=-1,
@@ -483,6 +502,7 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
     (run).mkdir(parents=True, exist_ok=True)
     (run / "train_qids.json").write_text(json.dumps(sorted({r["qid"] for r in rows})), encoding="utf-8")
     model = new_model(init_dir, cfg.max_length, cfg.seed)
+    freeze(model, cfg.freeze_layers)
     res = fit(model, train_rows, make_loss(cfg.loss, model), run, stage=stage, learning_rate=cfg.learning_rate,
               head_lr=cfg.head_learning_rate, epochs=cfg.epochs, max_steps=cfg.max_steps,
               batch_size=cfg.batch_size, seed=cfg.seed, progress=cfg.progress,
@@ -514,7 +534,8 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
 def _blend_dict(c) -> dict | None:
     if c is None:
         return None
-    return {"blend": c.blend, "blend_bands": list(c.blend_bands), "blend_weights": list(c.blend_weights)}
+    return {"blend": c.blend, "blend_bands": list(c.blend_bands), "blend_weights": list(c.blend_weights),
+            "candidate_limit": c.candidate_limit}
 
 
 def _config_with(base, blend: dict | None):
@@ -700,6 +721,29 @@ AUC: {auc_line or '-'}
 
 Use it: `QMDLAB_RERANK_MODEL={result.get('model') or 'cross-encoder:<out>/model'}` (blend settings in blend.yaml).
 """)
+
+
+class Report(NamedTuple):
+    """A finished run as the notebooks and the demo read it (see :func:`load_report`)."""
+
+    out: Path
+    heldout: pl.DataFrame | None     # run, mean, delta, p_ttest, p_fisher, wins, ties, losses
+    per_query: pl.DataFrame | None   # qid, <metrics>, run
+    auc: dict
+    folds: list
+    model: str | None
+    result: dict
+
+
+def load_report(out: str | Path) -> Report | None:
+    """The stored result of a finished ``qmdlab train reranker`` run directory, or None."""
+    d = Path(out)
+    res = common.done_result(d)
+    if res is None:
+        return None
+    held = pl.read_csv(d / "heldout.csv") if (d / "heldout.csv").is_file() else None
+    pq = pl.read_parquet(d / "heldout_per_query.parquet") if (d / "heldout_per_query.parquet").is_file() else None
+    return Report(d, held, pq, res.get("auc") or {}, res.get("folds") or [], res.get("model"), res)
 
 
 def main(argv: list[str] | None = None) -> dict:
