@@ -27,15 +27,13 @@ from typing import Iterable, NamedTuple, Sequence
 
 import polars as pl
 
-from qmdlab.pipeline.blend import blend
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.finish import finish
-from qmdlab.pipeline.fuse import candidates, fuse
-from qmdlab.pipeline.retrieve import ablate, reweight
-from qmdlab.pipeline.retune import rerank_scores_of, retune
+from qmdlab.pipeline.retune import blend_finish, fuse_candidates, rerank_scores_of, retune
 from qmdlab.pipeline.trace import Trace
 
 from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
+from .record import EVAL_DEPTH, Recording, load_run_dir, record
+from .suites import Suite, get_suite
 
 
 class Evaluation(NamedTuple):
@@ -92,7 +90,7 @@ class Study:
     """
 
     def __init__(self, trace: Trace, qrels: pl.DataFrame, *, metrics: Sequence[str] = DEFAULT_METRICS,
-                 config: PipelineConfig | None = None, rerank_fn=None):
+                 config: PipelineConfig | None = None, rerank_fn=None, docs: pl.DataFrame | None = None):
         qrels = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8),
                              pl.col("grade").cast(pl.Int64))
         self.qrels = qrels
@@ -103,41 +101,57 @@ class Study:
         self.qids = sorted(judged)
         self.scorer = Scorer(qrels, self.metrics)
         self.rerank_fn = rerank_fn
+        self.docs = docs  # per-document features for fusion=learned (qmdlab.pipeline.learned.doc_features)
         self._scores: pl.DataFrame | None = None
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
+    def from_recording(cls, recording: Recording, *, complete_rerank: bool = False, **kwargs) -> "Study":
+        """The study of a :func:`eval.record.record` (or :func:`eval.record.load_recorded`) result.
+
+        With ``complete_rerank`` (and a recording that has its lab and a reranker), candidates
+        a config newly promotes are reranked (model calls, cached) instead of left unscored.
+        """
+        rfn = None
+        lab = recording.lab
+        if complete_rerank and lab is not None and getattr(lab, "reranker", None) is not None:
+            rfn = lab.rerank_fn(recording.trace, recording.config)
+        return cls(recording.trace, recording.qrels, config=recording.config, rerank_fn=rfn, **kwargs)
+
+    @classmethod
     def from_run_dir(cls, directory: str | Path, **kwargs) -> "Study":
         """Load a run directory written by :func:`eval.runner.run_suite` (``traces/`` + ``qrels.parquet``)."""
-        from .runner import load_run_dir
-
         trace, qrels, config = load_run_dir(directory)
         return cls(trace, qrels, config=config, **kwargs)
 
     @classmethod
-    def for_suite(cls, suite: str = "default", models=None, config: PipelineConfig | None = None,
-                  **run_kwargs) -> "Study":
-        """Run (or load from the per-query trace cache) a suite and return its Study.
+    def for_suite(cls, suite: "str | Suite" = "default", models=None, config: PipelineConfig | None = None,
+                  *, depth: int = EVAL_DEPTH, limit: int | None = None, progress: bool = True,
+                  on_progress=None, log=print, **unused) -> "Study":
+        """Record (or load from the per-query trace cache) a suite and return its Study.
 
-        ``models`` defaults to ``qmdlab.models.load_models()``; extra keyword arguments go
-        to :func:`eval.runner.run_suite` (e.g. ``limit``, ``progress``).
+        ``models`` defaults to ``qmdlab.models.load_models()``, ``config`` to the suite's own.
+        This is :func:`eval.record.record` (same cache as ``qmdlab eval``) without writing a
+        results directory; ``limit`` keeps the first N judged queries.
         """
-        from .runner import run_suite
-        from .suites import get_suite
+        if unused:
+            from qmdlab.errors import QmdlabError
 
+            raise QmdlabError(f"Study.for_suite: unknown option(s) {sorted(unused)}; "
+                              "valid: depth, limit, progress, on_progress, log")
         if models is None:
             from qmdlab.models import load_models
 
             models = load_models()
-        cfg = config or PipelineConfig()
-        res = run_suite(get_suite(suite), models, cfg, **run_kwargs)
-        return cls(res.trace, res.qrels, config=cfg)
+        s = suite if isinstance(suite, Suite) else get_suite(suite)
+        return cls.from_recording(record(s, models, config, depth=depth, limit=limit, progress=progress,
+                                         on_progress=on_progress, log=log))
 
     def subset(self, qids: Iterable[str]) -> "Study":
         """The same study restricted to some queries (cross-validation folds use this)."""
         keep = set(qids)
         return Study(self.trace, self.qrels.filter(pl.col("qid").is_in(list(keep))),
-                     metrics=self.metrics, config=self.config, rerank_fn=self.rerank_fn)
+                     metrics=self.metrics, config=self.config, rerank_fn=self.rerank_fn, docs=self.docs)
 
     # -- evaluation -----------------------------------------------------------------------
     def retuned(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Trace:
@@ -147,8 +161,8 @@ class Study:
         if lists is not None:
             trace = dataclasses.replace(trace, lists=trace.lists.filter(lists))
         if self.rerank_fn is None or not cfg.rerank:
-            return retune(trace, cfg)
-        out = retune(trace, cfg, rerank_fn=self.rerank_fn)
+            return retune(trace, cfg, docs=self.docs)
+        out = retune(trace, cfg, rerank_fn=self.rerank_fn, docs=self.docs)
         if out.rerank.height > self.trace.rerank.height:  # keep the new scores for later configs
             self.trace = dataclasses.replace(self.trace, rerank=out.rerank)
             self._scores = None
@@ -157,21 +171,20 @@ class Study:
     def final(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> pl.DataFrame:
         """Only the re-blended ``final`` table — the slider path.
 
-        The same stage functions, in the same order, as :func:`qmdlab.retune` (reweight and
-        ablate the lists, fuse, take candidates, blend with the recorded rerank scores,
-        finish), without the trace bookkeeping retune also does (snippet join, notes,
-        timings), which halves the time per call. A test checks it equals
-        ``retune(...).final``. Configs with a tag lift, and studies with a ``rerank_fn``, go
-        through :func:`qmdlab.retune` itself.
+        :func:`qmdlab.retune`'s own stage functions (:func:`~qmdlab.pipeline.retune.fuse_candidates`,
+        :func:`~qmdlab.pipeline.retune.blend_finish`) with the recorded rerank scores kept between
+        calls, without the trace bookkeeping retune also does (snippet join, notes, timings), which
+        halves the time per call. A test checks it equals ``retune(...).final``. Configs with a tag
+        lift, and studies with a ``rerank_fn``, go through :func:`qmdlab.retune` itself.
         """
         cfg = config or self.config
         if (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
             return self.retuned(cfg, lists).final
         recorded = self.trace.lists if lists is None else self.trace.lists.filter(lists)
-        cands = candidates(fuse(ablate(reweight(recorded, cfg), cfg), cfg), cfg.candidate_limit)
+        _, _, cands = fuse_candidates(recorded, cfg, self.docs)
         if cfg.rerank and self._scores is None:
             self._scores = rerank_scores_of(self.trace)
-        return finish(blend(cands, self._scores if cfg.rerank else None, cfg), cfg)
+        return blend_finish(cands, self._scores if cfg.rerank else None, cfg)
 
     def evaluate(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Evaluation:
         """Re-score every judged query under ``config`` (default: the recorded config).

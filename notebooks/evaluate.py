@@ -4,9 +4,11 @@ Run it:  marimo edit notebooks/evaluate.py   |   marimo run notebooks/evaluate.p
          python notebooks/evaluate.py --suite default --preset fake   (headless)
 
 Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|tiny|fake``,
-``--limit N`` (only the first N judged queries: smoke runs).
+``--limit N`` (only the first N judged queries: smoke runs), ``--record`` (record what is
+missing without asking: headless runs).
 
-Everything is cut from one recorded trace per query (``eval.runner``'s cache): the ablation
+Everything is cut from one recorded trace per query (``eval.record``'s cache, shared with
+``qmdlab eval`` and ``make demo``; recording is a button with its cost shown): the ablation
 rows are ``eval.ablation.ablate``, the distributions ``eval.distributions``, the threshold
 curve ``eval.thresholds``.
 """
@@ -23,14 +25,11 @@ with app.setup:
 
     from eval.ablation import ablate
     from eval.distributions import score_distributions, summary
-    from eval import runner
+    from eval import record
     from eval.study import Study
     from eval import suites
     from eval.thresholds import best_threshold, threshold_curve
     from qmdlab import models as qmodels
-    from qmdlab.pipeline.config import PipelineConfig
-    from qmdlab.pipeline.lab import Lab
-    from qmdlab.pipeline.trace import Trace
 
 
 @app.cell(hide_code=True)
@@ -50,49 +49,70 @@ def _():
     suite_arg = str(args.get("suite") or "default")
     preset = args.get("preset") or None
     limit = int(args.get("limit") or 0) or None
-    return limit, preset, suite_arg
+    auto_record = "record" in args  # a bare flag: its value is ""
+    return auto_record, limit, preset, suite_arg
 
 
 @app.cell
 def _(suite_arg):
     suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
-    suite_picker
     return (suite_picker,)
+
+
+@app.cell
+def _(limit, preset, suite_picker):
+    # Recording the suite's full pipeline is an explicit choice; its cost is shown first.
+    suite = suites.get_suite(suite_picker.value)
+    suite.check()
+    tier = record.tiers(suite)[-1]
+    tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
+    cost = record.estimate(suite, tier_models, tier.config, limit=limit)
+    record_button = mo.ui.run_button(label=f"Record {tier.name} ({cost.to_run} queries)", kind="warn",
+                                     disabled=not cost.to_run)
+    return cost, record_button, suite, tier, tier_models
+
+
+@app.cell
+def _(auto_record, cost, limit, record_button, suite, tier, tier_models):
+    new_key = None
+    if record_button.value or auto_record:
+        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
+                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
+            def _step(p):
+                if p.phase == "query" and p.qid is not None:
+                    _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
+
+            new_key = record.record(suite, tier_models, tier.config, limit=limit, on_progress=_step,
+                                    log=lambda _msg: None).cache_dir.name
+    return (new_key,)
+
+
+@app.cell
+def _(cost, new_key, record_button, suite, suite_picker):
+    available = record.recorded(suite)  # listed again after a recording
+    _chosen = next((r.label for r in available if r.key == new_key), None)
+    recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
+                                      value=_chosen or (available[0].label if available else None), label="recording")
+    mo.vstack([mo.hstack([suite_picker, recording_picker], justify="start"),
+               mo.hstack([record_button, mo.md(f"_{cost.summary()}_")], justify="start")])
+    return available, recording_picker
 
 
 @app.cell
 def _():
     @mo.cache
-    def record_study(suite_name: str, preset, limit):
-        """Index the suite and record the full pipeline on every judged query (runner's trace cache)."""
-        suite = suites.get_suite(suite_name)
-        suite.check()
-        config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
-        models = qmodels.load_models(preset)
-        queries = suite.data().judged_queries().sort("qid")
-        if limit:
-            queries = queries.head(limit)
-        traces = []
-        with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
-                                    subtitle="indexing and embedding", remove_on_exit=True) as bar:
-            idx = runner.prepare_index(suite, models.embedder if config.vector else None, progress=False,
-                                log=lambda _msg: None)
-            lab = Lab(idx, models, config)
-            cache_dir = suite.workdir() / "traces" / runner.cache_key(suite, config, models)
-            bar.update(subtitle="running queries")
-            for row in queries.iter_slices(1):
-                trace, _cached = runner.query_traces(suite, lab, row, cache_dir, progress=False)
-                traces.append(trace)
-                bar.update(subtitle=f"query {row['qid'][0]}")
-        qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
-        return Study(Trace.concat(traces), qrels, config=config)
+    def open_study(suite_name: str, key: str, n_recorded: int, limit):
+        """The recorded traces (no model, no index) as a Study; cached per recording size."""
+        return Study.from_recording(record.load_recorded(suites.get_suite(suite_name), key, limit=limit))
 
-    return (record_study,)
+    return (open_study,)
 
 
 @app.cell
-def _(limit, preset, record_study, suite_picker):
-    study = record_study(suite_picker.value, preset, limit)
+def _(available, limit, open_study, recording_picker, suite):
+    mo.stop(recording_picker.value is None, mo.md("_Record the suite (above) to evaluate it._"))
+    _rec = next(r for r in available if r.key == recording_picker.value)
+    study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
     return (study,)
 
 

@@ -20,12 +20,11 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval import runner
+    from eval import record
     from eval import suites
     from qmdlab import models as qmodels
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.fuse import contributions
-    from qmdlab.pipeline.lab import Lab
 
 
 @app.cell(hide_code=True)
@@ -62,16 +61,9 @@ def _():
         """The suite's index (built and embedded on first use) with the preset's models."""
         suite = suites.get_suite(suite_name)
         suite.check()
-        config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
-        models = qmodels.load_models(preset)
-        with mo.status.progress_bar(total=2, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
-                                    remove_on_exit=True) as bar:
-            idx = runner.prepare_index(suite, models.embedder if config.vector else None, progress=False,
-                                log=lambda _msg: None)
-            bar.update(subtitle="ready")
-            labelled = suite.data().judged_queries().sort("qid")
-            bar.update()
-        return Lab(idx, models, config), labelled
+        with mo.status.spinner(title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding"):
+            lab = record.open_lab(suite, qmodels.load_models(preset), log=lambda _msg: None)
+        return lab, record.judged_queries(suite)
 
     return (open_lab,)
 

@@ -8,9 +8,12 @@ corpus), ``--preset offline|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offl
 ``--limit N`` (only the first N judged queries: smoke runs), ``--save PATH`` (where
 "Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``).
 
-The expensive stages run once per suite (traces cached on disk by ``eval.runner``); every
-control change re-fuses and re-blends the recorded traces with ``eval.study.Study`` — no
-model call, no index access.
+The notebook opens what is already recorded (``eval.record``'s trace cache, shared with
+``qmdlab eval`` and ``make demo``): after ``make demo`` the retrieval tier on every query and
+the LLM tier on the queries it ran, loaded in seconds with no model. Recording more is a
+button with its cost (measured from earlier recordings) and a progress bar; ``--record``
+records what is missing without asking (headless runs). Every control change re-fuses and
+re-blends the recorded traces with ``eval.study.Study`` — no model call, no index access.
 """
 
 import marimo
@@ -26,14 +29,12 @@ with app.setup:
     from matplotlib.figure import Figure
 
     from eval import optimise
-    from eval import runner
+    from eval import record
     from eval.study import Study
     from eval import suites
     from qmdlab import models as qmodels
     from qmdlab.paths import home
-    from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
-    from qmdlab.pipeline.lab import Lab
-    from qmdlab.pipeline.trace import Trace
+    from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
 
 
 @app.cell(hide_code=True)
@@ -55,7 +56,8 @@ def _():
     preset = args.get("preset") or None
     limit = int(args.get("limit") or 0) or None
     save_path_arg = str(args.get("save") or home() / "configs" / "tuned.yaml")
-    return limit, preset, save_path_arg, suite_arg
+    auto_record = "record" in args  # a bare flag: its value is ""
+    return auto_record, limit, preset, save_path_arg, suite_arg
 
 
 @app.cell
@@ -65,42 +67,93 @@ def _(suite_arg):
 
 
 @app.cell
-def _():
-    @mo.cache
-    def record_study(suite_name: str, preset, limit):
-        """Index the suite and record the full pipeline on every judged query.
-
-        Traces live in the runner's on-disk cache (keyed by suite content, config and
-        model fingerprints), so a second session loads them instead of calling models.
-        """
-        suite = suites.get_suite(suite_name)
-        suite.check()
-        config = PipelineConfig.from_file(suite.config) if suite.config else PipelineConfig()
-        models = qmodels.load_models(preset)
-        queries = suite.data().judged_queries().sort("qid")
-        if limit:
-            queries = queries.head(limit)
-        traces = []
-        with mo.status.progress_bar(total=queries.height + 1, title=f"Recording suite {suite.name!r}",
-                                    subtitle="indexing and embedding", remove_on_exit=True) as bar:
-            idx = runner.prepare_index(suite, models.embedder if config.vector else None, progress=False,
-                                log=lambda _msg: None)
-            lab = Lab(idx, models, config)
-            cache_dir = suite.workdir() / "traces" / runner.cache_key(suite, config, models)
-            bar.update(subtitle="running queries")
-            for row in queries.iter_slices(1):
-                trace, _cached = runner.query_traces(suite, lab, row, cache_dir, progress=False)
-                traces.append(trace)
-                bar.update(subtitle=f"query {row['qid'][0]}")
-        qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
-        return Study(Trace.concat(traces), qrels, config=config), queries
-
-    return (record_study,)
+def _(suite_picker):
+    suite = suites.get_suite(suite_picker.value)
+    suite.check()
+    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(record.tiers(suite))},
+                                 value=record.tiers(suite)[-1].name, label="record")
+    return suite, tier_picker
 
 
 @app.cell
-def _(limit, preset, record_study, suite_picker):
-    study, queries = record_study(suite_picker.value, preset, limit)
+def _(limit, suite):
+    record_queries = mo.ui.number(1, record.judged_queries(suite).height, step=1,
+                                  value=limit or record.judged_queries(suite).height, label="queries")
+    return (record_queries,)
+
+
+@app.cell
+def _(preset, record_queries, suite, tier_picker):
+    # Recording is an explicit choice: what it costs is shown before anything runs.
+    tier = record.tiers(suite)[tier_picker.value]
+    tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
+    cost = record.estimate(suite, tier_models, tier.config, limit=int(record_queries.value))
+    record_button = mo.ui.run_button(label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load",
+                                     kind="warn" if cost.to_run else "neutral")
+    return cost, record_button, tier, tier_models
+
+
+@app.cell
+def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models):
+    # Runs only on the button (or --record in a headless run); traces go to the shared cache.
+    new_key = None
+    if record_button.value or auto_record:
+        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
+                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
+            def _step(p):
+                if p.phase == "index":
+                    _bar.update(increment=0, subtitle="indexing and embedding the suite")
+                elif p.phase == "query" and p.qid is not None:
+                    _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
+
+            new_key = record.record(suite, tier_models, tier.config, limit=int(record_queries.value),
+                                    on_progress=_step, log=lambda _msg: None).cache_dir.name
+    return (new_key,)
+
+
+@app.cell
+def _(new_key, suite):
+    available = record.recorded(suite)  # listed again after a recording
+    _labels = {r.label: r.key for r in available}
+    _chosen = next((r.label for r in available if r.key == new_key), None)
+    recording_picker = mo.ui.dropdown(_labels, value=_chosen or (available[0].label if available else None),
+                                      label="recording")
+    return available, recording_picker
+
+
+@app.cell
+def _(available, cost, record_button, record_queries, recording_picker, tier_picker):
+    mo.vstack([
+        mo.hstack([recording_picker], justify="start"),
+        mo.accordion({"record more (model calls)": mo.vstack([
+            mo.hstack([tier_picker, record_queries, record_button], justify="start"),
+            mo.md(f"_{cost.summary()}_"),
+        ])}, lazy=False) if available else mo.vstack([
+            mo.callout(mo.md("Nothing is recorded for this suite yet. `make demo` records the retrieval tier "
+                             "on every query in about a minute; or pick what to record here."), kind="info"),
+            mo.hstack([tier_picker, record_queries, record_button], justify="start"),
+            mo.md(f"_{cost.summary()}_"),
+        ]),
+    ])
+    return
+
+
+@app.cell
+def _():
+    @mo.cache
+    def open_study(suite_name: str, key: str, n_recorded: int, limit):
+        """The recorded traces (no model, no index) as a Study; cached per recording size."""
+        return Study.from_recording(record.load_recorded(suites.get_suite(suite_name), key, limit=limit))
+
+    return (open_study,)
+
+
+@app.cell
+def _(available, limit, open_study, recording_picker, suite):
+    mo.stop(recording_picker.value is None, mo.md("_Record a suite (above) to tune it._"))
+    _rec = next(r for r in available if r.key == recording_picker.value)
+    study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
+    queries = record.judged_queries(suite).filter(pl.col("qid").is_in(study.qids))
     defaults = study.config
     baseline = study.evaluate(defaults)
     return baseline, defaults, queries, study

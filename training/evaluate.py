@@ -7,8 +7,9 @@ Variants compared on one labelled suite (default: the embedded corpus in ``data/
   reranker setting, with that expander.
 
 The rule score is :func:`training.reward.score_expansion`, the very function GRPO
-optimises. nDCG@10 uses the suite's graded qrels (:func:`training.reward.ndcg_at_k`,
-checked against ranx in the tests). Results: ``metrics.jsonl`` (one line per variant),
+optimises. Each variant is recorded through :func:`eval.record.record` (the suite's own
+index and the trace cache shared with ``qmdlab eval``), and nDCG@10 is :mod:`eval.metrics`'
+(checked against ranx in the tests) on the suite's graded qrels. Results: ``metrics.jsonl`` (one line per variant),
 ``per_query.jsonl`` and ``README.md`` in ``output_dir``.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from qmdlab.errors import ConfigError
 
 from training import common
-from training.reward import ndcg_at_k, score_expansion
+from training.reward import score_expansion
 
 
 @dataclass
@@ -33,7 +34,8 @@ class EvaluateConfig:
     base_expander: str | None = field(default=None, metadata={"help": "Comparison expander: GGUF path or model ref."})
     suite: str = field(default="data", metadata={"help": "Labelled suite directory (eval.loaders format)."})
     collection: str = field(default="default", metadata={"help": "Collection name the suite's docids live under."})
-    index: str = field(default="runs/eval-index", metadata={"help": "Index dir (built from the suite if empty)."})
+    index: str = field(default="runs/eval-index", metadata={
+        "help": "Unused: variants are recorded in the suite's own index (eval.record); kept so old configs load."})
     examples_file: str | None = field(default=None, metadata={"help": "Held-out examples for the rule score."})
     models_preset: str = field(default="offline", metadata={"help": "Embedder (and reranker) preset."})
     rerank: bool = field(default=False, metadata={"help": "Rerank (slow on CPU; off compares expansion alone)."})
@@ -63,32 +65,36 @@ def ensure_index(index_dir: str | Path, corpus_dir: str | Path, collection: str,
     chunks lacking vectors for ``embedder`` (resumable)."""
     from qmdlab.store import Index
 
+    from eval.record import embed_missing
+
     idx = Index.open(str(Path(index_dir).resolve()))
     if collection not in [c.name for c in idx.collections()]:
         idx.add_collection(collection, corpus_dir)
     idx.update([collection])
     if embedder is not None:
-        todo = idx.chunks_needing_vectors(embedder.fingerprint, [collection])
-        ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
-        for i in range(0, len(ids), batch_size):
-            mat = embedder.embed_documents(list(zip(titles[i:i + batch_size], texts[i:i + batch_size])))
-            idx.store_vectors(ids[i:i + batch_size], mat, embedder.fingerprint)
+        embed_missing(idx, embedder, [collection], progress=False, batch_size=batch_size)
     return idx
 
 
-def ranking(trace) -> list[str]:
-    return trace.final.sort("final_rank")["docno"].to_list()
+def ndcg_table(trace, qrels: dict[str, dict[str, int]]) -> list[dict]:
+    """Per-query nDCG@10 (:mod:`eval.metrics`) and the number of kept expansion lines of a trace."""
+    import polars as pl
+
+    from eval.metrics import per_query
+
+    judged = pl.DataFrame([{"qid": q, "docno": d, "grade": g} for q, docs in qrels.items() for d, g in docs.items()],
+                          schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64})
+    scores = per_query(trace.final.rename({"final_rank": "rank"}), judged, ["ndcg@10"])
+    kept = trace.expansions.filter(pl.col("kept")).group_by("qid").len()
+    table = scores.join(kept, on="qid", how="left").fill_null(0).sort("qid")
+    return [{"qid": q, "ndcg@10": v, "n_expansions": int(n)} for q, v, n in table.iter_rows()]
 
 
-def ndcg_table(lab, rows: list[dict], *, expand: bool) -> list[dict]:
-    """Per-query nDCG@10 (and the kept expansion lines) for one lab."""
-    out = []
-    for r in rows:
-        trace = lab.query(r["query"], intent=r.get("intent"), qid=r["qid"], expand=expand)
-        exp = trace.expansions
-        kept = exp.filter(exp["kept"])["text"].to_list() if exp.height else []
-        out.append({"qid": r["qid"], "ndcg@10": ndcg_at_k(ranking(trace), r["qrels"], 10), "n_expansions": len(kept)})
-    return out
+def lab_traces(lab, rows: list[dict], *, expand: bool):
+    """The traces of ``rows`` through an injected lab (tests); :func:`eval.record.record` otherwise."""
+    from qmdlab.pipeline.trace import Trace
+
+    return Trace.concat([lab.query(r["query"], intent=r.get("intent"), qid=r["qid"], expand=expand) for r in rows])
 
 
 def rule_scores(expander, queries: list[str]) -> list[dict]:
@@ -126,27 +132,33 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         variants.setdefault("base", build_expander(cfg.base_expander, cfg))
     if not variants:
         raise ConfigError("nothing to evaluate: pass --expander (and optionally --base-expander)")
-    rows = suite_rows(cfg.suite, cfg.collection)
+    rows = sorted(suite_rows(cfg.suite, cfg.collection), key=lambda r: r["qid"])
     if cfg.max_queries:
         rows = rows[: cfg.max_queries]
+    qrels = {r["qid"]: r["qrels"] for r in rows}
     if lab_factory is None:
         from qmdlab.models import ModelSet, load_models
-        from qmdlab.pipeline.lab import Lab
 
-        from eval.loaders import load
+        from eval.record import judged_queries, record, suite_config
 
+        suite = _suite(cfg.suite)
         base = load_models(cfg.models_preset, n_threads=cfg.n_threads)
-        corpus = load(cfg.suite).corpus_dir
-        idx = ensure_index(cfg.index, corpus, cfg.collection, base.embedder)
         reranker = base.reranker if cfg.rerank else None
+        config = suite_config(suite).replace(rerank=cfg.rerank)
+        qrels = {}  # the suite's own docnos (its collection name)
+        judged = suite.qrels_docnos().join(judged_queries(suite, cfg.max_queries).select("qid"), on="qid", how="semi")
+        for qid, docno, grade in judged.iter_rows():
+            qrels.setdefault(qid, {})[docno] = int(grade)
 
-        def lab_factory(expander):
-            lab = Lab(idx, ModelSet(base.embedder, expander, reranker))
-            lab.config = lab.config.replace(rerank=cfg.rerank)
-            return lab
+        def traces_of(expander):
+            return record(suite, ModelSet(base.embedder, expander, reranker), config.replace(expand=expander is not None),
+                          limit=cfg.max_queries, log=lambda _m: None).trace
+    else:
+        def traces_of(expander):
+            return lab_traces(lab_factory(expander), rows, expand=expander is not None)
 
     results, per_query = {}, []
-    none_rows = ndcg_table(lab_factory(None), rows, expand=False)
+    none_rows = ndcg_table(traces_of(None), qrels)
     results["none"] = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in none_rows) if rows else None,
                        "n_queries": len(rows)}
     per_query += [{"variant": "none", **r} for r in none_rows]
@@ -156,7 +168,7 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
 
         rule_queries = [e.query for e in load_examples(cfg.examples_file)][: cfg.max_rule_queries]
     for name, expander in variants.items():
-        table = ndcg_table(lab_factory(expander), rows, expand=True)
+        table = ndcg_table(traces_of(expander), qrels)
         per_query += [{"variant": name, **r} for r in table]
         res = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in table) if rows else None, "n_queries": len(rows)}
         if rows:
@@ -184,6 +196,17 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
                             f"rerank {'on' if cfg.rerank else 'off'}, preset `{cfg.models_preset}`.\n\n"
                             + "\n".join(lines))
     return results
+
+
+def _suite(path: str):
+    """The suite of ``path``; the repository's ``data/`` is the registered ``default`` suite (so the
+    trace cache is shared with ``qmdlab eval default`` and ``make demo``)."""
+    from eval.suites import get_suite
+
+    default = get_suite("default")
+    if Path(path).resolve() == default.path.resolve():
+        return default
+    return get_suite(path)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -35,12 +35,13 @@ The pipeline is reached through an injectable *scorer* so this module stays pure
 """
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from qmdlab.terms import STOPWORDS, has_cjk, terms  # noqa: F401 — terms/STOPWORDS re-exported (one definition)
 
 TYPES = ("lex", "vec", "hyde")
 MAX_POINTS = 120.0
@@ -49,11 +50,6 @@ LEAK_PATTERNS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|assistant|>",
 ROLE_LINE = re.compile(r"^\s*(assistant|user|system)\s*$", re.I)
 THINK = re.compile(r"</?think>", re.I)
 PREFIX = re.compile(r"^(lex|vec|hyde):\s*(.*)$")
-STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from how i in is it my of on or the this to "
-    "was what when where which who why with you your me we our".split()
-)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _ENTITY_CHARS = re.compile(r"[\d.\-_/#+]")
 
 
@@ -121,23 +117,6 @@ def parse_completion(text: str) -> Parsed:
     return Parsed(lines, None)
 
 
-def terms(text: str) -> list[str]:
-    """Content terms: case-folded words minus stopwords; CJK runs become character bigrams.
-
-    >>> terms("How do I rebase the Git branch?")
-    ['rebase', 'git', 'branch']
-    >>> terms("数据库备份")
-    ['数据', '据库', '库备', '备份']
-    """
-    out = []
-    for word in re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()):
-        if _CJK.search(word):
-            out.extend([word] if len(word) == 1 else [word[i:i + 2] for i in range(len(word) - 1)])
-        elif word not in STOPWORDS:
-            out.append(word)
-    return out
-
-
 def entities(query: str) -> list[str]:
     """Named entities of a query, by surface form: capitalised words (also the first),
     acronyms, and words containing digits or ``. - _ / # +``.
@@ -155,7 +134,7 @@ def entities(query: str) -> list[str]:
         if not tok or tok.casefold() in STOPWORDS:
             continue
         body = tok.rstrip(".")
-        if (tok[0].isupper() or _ENTITY_CHARS.search(body)) and not _CJK.search(tok):
+        if (tok[0].isupper() or _ENTITY_CHARS.search(body)) and not has_cjk(tok):
             key = body.casefold()
             if key and key not in found:
                 found.append(key)
@@ -217,7 +196,7 @@ def score_expansion(query: str, completion) -> Score:
         mean = lambda xs: sum(len(x.split()) for x in xs) / len(xs)  # noqa: E731
         qual += 5.0 * (mean(lex) < mean(vec))
     if vec:
-        qual += 5.0 * all(len(x.split()) >= 3 for x in vec) if not _CJK.search(" ".join(vec)) else 5.0
+        qual += 5.0 * all(len(x.split()) >= 3 for x in vec) if not has_cjk(" ".join(vec)) else 5.0
     if qterms:
         share = sum(1 for _, x in lines if qterms & set(terms(x))) / len(lines)
         qual += 10.0 * share
@@ -260,17 +239,9 @@ Qrels = Mapping[str, Mapping[str, int]]
 Scorer = Callable[[str, "Sequence[tuple[str, str]] | None"], Sequence[str]]
 
 
-def dcg(gains: Sequence[float]) -> float:
-    """Discounted cumulative gain with the linear gain ``rel / log2(rank + 1)`` (ranx/trec_eval).
-
-    >>> round(dcg([3, 2, 0, 1]), 4)
-    4.6925
-    """
-    return sum(g / math.log2(i + 2) for i, g in enumerate(gains))
-
-
 def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:
-    """nDCG@k of one ranked list against graded labels (0 when nothing is relevant).
+    """nDCG@k of one ranked list against graded labels: :mod:`eval.metrics`' ``ndcg@k`` (the one
+    definition, checked against ranx), with a document counted once, at its best rank.
 
     >>> ndcg_at_k(["a", "b", "c"], {"a": 1})
     1.0
@@ -278,16 +249,22 @@ def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> 
     0.6309
     >>> ndcg_at_k(["x", "x", "a"], {"a": 1}) == ndcg_at_k(["x", "a"], {"a": 1})
     True
+    >>> ndcg_at_k(["a"], {"a": 0})  # nothing relevant
+    0.0
     """
-    seen, ranked = set(), []
-    for d in ranking:  # a document counts once, at its best rank
-        if d not in seen:
-            seen.add(d)
-            ranked.append(d)
-    gains = [float(qrels.get(d, 0)) for d in ranked[:k]]
-    ideal = sorted((float(v) for v in qrels.values() if v > 0), reverse=True)[:k]
-    idcg = dcg(ideal)
-    return dcg(gains) / idcg if idcg > 0 else 0.0
+    import polars as pl
+
+    from eval.metrics import per_query
+
+    ranked = list(dict.fromkeys(ranking))
+    metric = f"ndcg@{k}"
+    run = pl.DataFrame({"qid": ["q"] * len(ranked), "docno": ranked, "rank": list(range(1, len(ranked) + 1))},
+                       schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64})
+    judged = pl.DataFrame({"qid": ["q"] * len(qrels), "docno": [str(d) for d in qrels],
+                           "grade": [int(g) for g in qrels.values()]},
+                          schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64})
+    scores = per_query(run, judged, [metric])[metric]
+    return float(scores[0]) if len(scores) else 0.0
 
 
 @dataclass

@@ -4,7 +4,7 @@ The expander writes lines ``type: content`` with ``type`` in ``lex|vec|hyde``. T
 forces that shape during llama.cpp sampling; the parser turns the text into typed lines and
 records every line it cannot use, with the reason, so a trace can show what was dropped.
 Query-relevance filtering (lines equal to the query, lines sharing no query term) is a pipeline
-stage decision; :func:`relevance_filter` implements DESIGN §3's rule for whoever applies it.
+stage decision: :func:`qmdlab.pipeline.expand.filter_expansions`.
 """
 from __future__ import annotations
 
@@ -54,7 +54,6 @@ def grammar_for(max_lines: int | None = None, max_chars: int | None = None) -> s
 
 
 _LINE = re.compile(r"^\s*(?P<type>[A-Za-z]+)\s*:\s?(?P<content>.*)$")
-_TERM = re.compile(r"\w+", re.UNICODE)
 
 
 def parse_expansion(raw: str) -> ExpandResult:
@@ -113,32 +112,3 @@ def matches_grammar(raw: str) -> bool:
     (False, False, True, False)
     """
     return re.fullmatch(r"(?:(?:lex|vec|hyde): [^\n]+\n)+", raw) is not None
-
-
-def _terms(text: str) -> set[str]:
-    return {t.lower() for t in _TERM.findall(text)}
-
-
-def relevance_filter(query: str, lines: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """DESIGN §3's rule: drop lines equal to the query and lines sharing no query term.
-
-    Returns ``(kept, dropped)`` where ``dropped`` holds ``("type: content", reason)``.
-    Terms are lowercase ``\\w+`` tokens; equality ignores case and surrounding space.
-
-    >>> kept, dropped = relevance_filter("Git Rebase", [("lex", "git rebase"), ("vec", "rebase a branch"), ("hyde", "cooking pasta")])
-    >>> kept
-    [('vec', 'rebase a branch')]
-    >>> dropped
-    [('lex: git rebase', 'equals the query'), ('hyde: cooking pasta', 'shares no query term')]
-    """
-    q = query.strip().lower()
-    qterms = _terms(query)
-    kept, dropped = [], []
-    for kind, content in lines:
-        if content.strip().lower() == q:
-            dropped.append((f"{kind}: {content}", "equals the query"))
-        elif not (_terms(content) & qterms):
-            dropped.append((f"{kind}: {content}", "shares no query term"))
-        else:
-            kept.append((kind, content))
-    return kept, dropped

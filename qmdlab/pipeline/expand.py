@@ -9,17 +9,11 @@ being passed through untouched. Lines of a type whose stage is switched off
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable, NamedTuple, Sequence
 
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.search.cjk import CJK_RUN, bigrams
+from qmdlab.terms import terms
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOPWORDS = frozenset(
-    "a an and are as at be by can do does for from how i in is it of on or the to what when where which who "
-    "why with you your my me we".split()
-)
 TYPES = ("lex", "vec", "hyde")
 
 
@@ -34,30 +28,12 @@ class Expansion(NamedTuple):
 
 
 def query_terms(text: str, *, stopwords: bool = True) -> list[str]:
-    """Language-aware terms, lowercase, in order, unique.
-
-    Alphabetic words are ``\\w+`` tokens (English stopwords removed when
-    ``stopwords`` and something else remains); a CJK run contributes its character
-    bigrams (a lone character contributes itself).
+    """Language-aware terms, lowercase, in order, unique: :func:`qmdlab.terms.terms`.
 
     >>> query_terms("How do I rebase in Git?")
     ['rebase', 'git']
-    >>> query_terms("東京大学 campus")
-    ['東京', '京大', '大学', 'campus']
-    >>> query_terms("the")
-    ['the']
     """
-    terms: list[str] = []
-    pos = 0
-    for m in CJK_RUN.finditer(text):
-        terms += [w.lower() for w in _WORD.findall(text[pos:m.start()])]
-        terms += bigrams(m.group(0))
-        pos = m.end()
-    terms += [w.lower() for w in _WORD.findall(text[pos:])]
-    if stopwords:
-        content = [t for t in terms if t not in _STOPWORDS]
-        terms = content or terms
-    return list(dict.fromkeys(terms))
+    return terms(text, stopwords=stopwords)
 
 
 def shares_term(query: str, line: str) -> bool:

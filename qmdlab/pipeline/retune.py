@@ -42,8 +42,26 @@ def rerank_scores_of(trace: Trace, extra: pl.DataFrame | None = None) -> pl.Data
     return pl.concat([extra, scores], how="vertical").unique(["qid", "docno"], keep="first", maintain_order=True)
 
 
+def fuse_candidates(lists: pl.DataFrame, config: PipelineConfig,
+                    docs: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The first cheap stages on recorded lists: reweight and ablate them, fuse, take the
+    top ``candidate_limit``. Returns ``(lists, fused, candidates)``. ``docs``: per-document
+    features, for ``fusion=learned`` only (:func:`qmdlab.pipeline.learned.doc_features`)."""
+    lists = ablate(reweight(lists, config), config)
+    fused = fuse(lists, config, docs)
+    return lists, fused, candidates(fused, config.candidate_limit)
+
+
+def blend_finish(cands: pl.DataFrame, scores: pl.DataFrame | None, config: PipelineConfig, *,
+                 doc_tags: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The last cheap stages: blend the candidates with rerank ``scores`` (``None``: rerank off)
+    and finish (min score, tag lift, limit) into the ``final`` table."""
+    return finish(blend(cands, scores, config), config, doc_tags=doc_tags)
+
+
 def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | None = None, *,
-           rerank_fn: RerankFn | None = None, doc_tags: pl.DataFrame | None = None) -> Trace:
+           rerank_fn: RerankFn | None = None, doc_tags: pl.DataFrame | None = None,
+           docs: pl.DataFrame | None = None) -> Trace:
     """Re-fuse, re-select candidates, re-blend and re-finish ``trace`` under ``config``.
 
     Parameters
@@ -63,6 +81,8 @@ def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | N
         note says how many.
     doc_tags : polars.DataFrame, optional
         ``docno, tags`` for the tag lift (``Index.documents()`` has them).
+    docs : polars.DataFrame, optional
+        ``fusion=learned`` only: :func:`qmdlab.pipeline.learned.doc_features` of the index.
 
     Returns
     -------
@@ -72,9 +92,7 @@ def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | N
         cheap stages replaced by the retune's.
     """
     t0 = time.perf_counter()
-    lists = ablate(reweight(trace.lists, config), config)
-    fused = fuse(lists, config)
-    cands = candidates(fused, config.candidate_limit)
+    lists, fused, cands = fuse_candidates(trace.lists, config, docs)
     rerank_table = trace.rerank
     notes: list[pl.DataFrame] = [trace.notes.filter(~pl.col("stage").is_in(_CHEAP_STAGES))]
     scores = None
@@ -96,7 +114,7 @@ def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | N
                 "qid", stage=pl.lit("retune"),
                 message=pl.format("{} candidates newly promoted without a cached rerank score "
                                   "(rerank_score null: position score kept)", pl.col("len"))))
-    final = finish(blend(cands, scores, config), config, doc_tags=doc_tags)
+    final = blend_finish(cands, scores, config, doc_tags=doc_tags)
     results = final.select("qid", "docno", "final_rank", "final_score").join(
         trace.results.select("qid", "docno", "docid", "title", "line", "context", "snippet"),
         on=["qid", "docno"], how="left").select(list(SCHEMAS["results"]))
@@ -115,4 +133,4 @@ def _as_rerank_rows(got: pl.DataFrame) -> pl.DataFrame:
     return got.select([pl.col(c).cast(t) for c, t in SCHEMAS["rerank"].items()]).drop_nulls("rerank_score")
 
 
-__all__ = ["retune", "rerank_scores_of", "RerankFn"]
+__all__ = ["retune", "rerank_scores_of", "fuse_candidates", "blend_finish", "RerankFn"]

@@ -31,7 +31,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError, DimensionMismatchError, StoreError
 from qmdlab.paths import resolve_index_dir
-from qmdlab.search.cjk import space_cjk
+from qmdlab.terms import space_cjk
 from qmdlab.store import config as cfg
 from qmdlab.store.cache import LLMCache
 from qmdlab.store.chunking import chunk_document

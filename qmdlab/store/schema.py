@@ -6,7 +6,7 @@
   denormalised from it for filtering (``date`` falls back to the file's mtime day).
 - ``documents_fts``: FTS5 (``porter unicode61``) over filepath (= docno), title and body of
   *active* documents, kept in sync by triggers. Title and body pass through
-  ``qmdlab_fts_text`` (CJK characters spaced apart, see :mod:`qmdlab.search.cjk`); the function
+  ``qmdlab_fts_text`` (CJK characters spaced apart, see :mod:`qmdlab.terms`); the function
   is registered on every connection :class:`~qmdlab.store.Index` opens.
 - ``chunks``: keyed by content hash, so a moved or duplicated file is never re-chunked or
   re-embedded; ``text = substr(body, char_start + 1, char_end - char_start)``.

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qmdlab.models.expansion import GRAMMAR, format_lines, matches_grammar, parse_expansion, relevance_filter
+from qmdlab.models.expansion import GRAMMAR, format_lines, matches_grammar, parse_expansion
 
 
 def test_grammar_is_design_section_3_verbatim():
@@ -60,13 +60,6 @@ def test_roundtrip_grammar_text(lines):
             expect.append((t, c))
     assert parsed.lines == expect
     assert len(parsed.lines) + len(parsed.dropped) == len(lines)
-
-
-def test_relevance_filter_exact():
-    kept, dropped = relevance_filter("Undo commit", [("lex", "undo commit"), ("lex", "git revert"),
-                                                     ("vec", "how to undo a git commit")])
-    assert kept == [("vec", "how to undo a git commit")]
-    assert dropped == [("lex: undo commit", "equals the query"), ("lex: git revert", "shares no query term")]
 
 
 @pytest.mark.parametrize("raw,ok", [("lex: a\n", True), ("lex: a\nvec: b\n", True), ("LEX: a\n", False),

@@ -37,6 +37,9 @@ LIMIT = 40
 NB_ARGS = ("--suite", "default", "--preset", "fake", "--limit", str(LIMIT))
 """The CLI arguments every test passes: the default corpus, the fake models, and only its
 first LIMIT judged queries where a notebook records the whole suite (tune, evaluate)."""
+RECORD_ARGS = (*NB_ARGS, "--record")
+"""``NB_ARGS`` plus ``--record``: tune/evaluate record what is missing without the button
+(a headless run cannot click); without it they only open what is recorded already."""
 
 CHROMIUM_FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

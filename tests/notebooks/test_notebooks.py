@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from matplotlib.figure import Figure
 
-from .conftest import LIMIT, NB_ARGS, NOTEBOOKS, export_html, run_notebook
+from .conftest import LIMIT, NB_ARGS, NOTEBOOKS, RECORD_ARGS, export_html, run_notebook
 
 CLICKED = types.SimpleNamespace(value=True)
 
@@ -44,7 +44,7 @@ def no_model_calls(monkeypatch):
 def test_tune_defaults_reproduce_the_recorded_pipeline(nb_env, monkeypatch):
     from eval.metrics import mean_scores, per_query
 
-    outputs, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    outputs, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     # The controls start exactly at the suite defaults (no slider rounding drift)...
     assert defs["config"] == defs["defaults"], defs["config"].diff(defs["defaults"])
     assert defs["evaluation"].metrics == defs["baseline"].metrics
@@ -64,11 +64,11 @@ def test_tune_defaults_reproduce_the_recorded_pipeline(nb_env, monkeypatch):
 def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch, tmp_path, no_model_calls):
     from qmdlab.pipeline.config import PipelineConfig
 
-    run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)  # records the traces (cached)
+    run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)  # records the traces (cached)
     no_model_calls()
     slider = mo.ui.slider(0.0, 4.0, step=0.1, value=2.1, label="weight: original BM25")
     target = tmp_path / "cfg" / "tuned.yaml"
-    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, "--save", str(target), monkeypatch=monkeypatch,
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, "--save", str(target), monkeypatch=monkeypatch,
                            defs={"weight_original_fts": slider, "save_button": CLICKED})
     config, study = defs["config"], defs["study"]
     assert config == defs["defaults"].replace(weight_original_fts=2.1)
@@ -86,9 +86,9 @@ def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch,
 
 @pytest.mark.slow
 def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_calls):
-    run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     no_model_calls()
-    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={
         "optimise_button": CLICKED, "optimise_folds": types.SimpleNamespace(value=2),
         "optimise_trials": types.SimpleNamespace(value=20)})
     report = defs["cv_report"]
@@ -126,7 +126,7 @@ def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
     from eval.ablation import ablate
     from eval.thresholds import best_threshold, threshold_curve
 
-    outputs, defs = run_notebook(NOTEBOOKS / "evaluate.py", *NB_ARGS, monkeypatch=monkeypatch)
+    outputs, defs = run_notebook(NOTEBOOKS / "evaluate.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     study, table = defs["study"], defs["ablation"]
     assert table.equals(ablate(study, baseline="best-leg"))
     assert {"bm25", "vector", "bm25+vector", "+rerank"} <= set(table["config"].to_list())
@@ -139,7 +139,7 @@ def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
 
 @pytest.mark.slow
 def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
-    _, defs = run_notebook(NOTEBOOKS / "evaluate.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
+    _, defs = run_notebook(NOTEBOOKS / "evaluate.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={
         "baseline_picker": types.SimpleNamespace(value="bm25+vector"),
         "score_picker": types.SimpleNamespace(value="final")})
     table = defs["ablation"]

@@ -1,0 +1,595 @@
+"""Record a suite: the one door from "a suite + models + a config" to traces and qrels.
+
+Every evaluation front end goes through :func:`record` — ``qmdlab eval`` / ``qmdlab tune``
+(via :func:`eval.runner.run_suite`), :meth:`eval.study.Study.for_suite`, the tune, evaluate and
+explore notebooks and :mod:`training.evaluate`:
+
+1. :func:`prepare_index` writes inline documents as markdown under
+   ``$QMDLAB_HOME/eval/<suite>/corpus``, builds/updates the suite's own index
+   ``$QMDLAB_HOME/eval/<suite>/index`` and embeds chunks that lack vectors for the embedder;
+2. every judged query runs through :class:`qmdlab.Lab` with the config's ``limit`` raised to
+   :data:`EVAL_DEPTH` (one depth everywhere, so recall@100 is defined and every front end
+   shares one cache). Each query's trace is cached as parquet under
+   ``$QMDLAB_HOME/eval/<suite>/traces/<key>/<qid>/`` (:func:`cache_key` hashes the suite's
+   content, the config, the model fingerprints and the trace schema): an interrupted run
+   resumes where it stopped and a repeated one costs nothing. ``recording.json`` beside the
+   per-query directories says what the key stands for, so :func:`recorded` can list and
+   :func:`load_recorded` can open a recording **without loading any model**.
+
+:func:`estimate` says what recording a config would cost (queries to run, seconds measured
+from earlier recordings with the same models) before anything is started.
+
+Imports point down: this module knows suites, the pipeline and the store, not
+:class:`eval.study.Study` (which is built from a :class:`Recording`) nor the runner.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+from urllib.parse import quote
+
+import polars as pl
+
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.trace import SCHEMAS, Trace
+
+from .suites import Suite
+
+EVAL_DEPTH = 100
+"""Results kept per query in every recording (``PipelineConfig.limit`` is raised to this).
+``limit`` only truncates the finished list, so every metric at 10 is unchanged; the pipeline
+still returns at most ``candidate_limit`` documents (recall@100 is the candidate pool's)."""
+
+MANIFEST = "recording.json"
+
+
+class Progress(NamedTuple):
+    """What :func:`record` reports to ``on_progress``.
+
+    Attributes
+    ----------
+    phase : str
+        ``"index"`` (indexing/embedding; no counts), ``"query"`` (a query was run; cached
+        traces are not reported, so ``done/total`` counts real work only) or ``"done"``.
+    done, total : int
+        Queries run so far / queries to run (those not in the trace cache).
+    qid : str or None
+        The query just run.
+    """
+
+    phase: str
+    done: int
+    total: int
+    qid: str | None = None
+
+
+class Recording(NamedTuple):
+    """Traces and qrels of a suite's judged queries under one config.
+
+    Attributes
+    ----------
+    suite : Suite
+    trace : Trace
+        Concatenated trace of every recorded query (sorted by qid).
+    qrels : pl.DataFrame
+        ``qid, docno, grade`` (qmdlab docnos) of the recorded queries.
+    queries : pl.DataFrame
+        ``qid, query, …`` of the recorded queries.
+    config : PipelineConfig
+        The config recorded (``limit`` at least :data:`EVAL_DEPTH`).
+    cache_dir : Path
+        ``$QMDLAB_HOME/eval/<suite>/traces/<key>``.
+    timings : dict
+        ``index_s``, ``query_s``, ``queries``, ``queries_cached``.
+    lab : qmdlab.Lab or None
+        The lab that ran the queries (``None`` when loaded by :func:`load_recorded`).
+    """
+
+    suite: Suite
+    trace: Trace
+    qrels: pl.DataFrame
+    queries: pl.DataFrame
+    config: PipelineConfig
+    cache_dir: Path
+    timings: dict
+    lab: Any = None
+
+
+class Recorded(NamedTuple):
+    """One recording in a suite's trace cache (see :func:`recorded`).
+
+    Attributes
+    ----------
+    key : str
+        The cache key (directory name).
+    config : PipelineConfig
+    models : list of str
+        Fingerprints of embedder, expander, reranker (``"none"`` for a missing role).
+    qids : list of str
+        Queries whose trace is complete.
+    label : str
+        A short description, e.g. ``"bm25+vector · 103 queries"``.
+    name : str
+        The run name given when recorded (``demo-retrieval``, ``qmdlab``, …), may be ``""``.
+    mtime : float
+    """
+
+    key: str
+    config: PipelineConfig
+    models: list
+    qids: list
+    label: str
+    name: str
+    mtime: float
+
+
+class Estimate(NamedTuple):
+    """What recording a config would cost (:func:`estimate`).
+
+    Attributes
+    ----------
+    queries : int
+        Judged queries asked for.
+    cached : int
+        Of those, already in the trace cache.
+    seconds : float or None
+        Expected time for the others; ``None`` when nothing is known about the models' speed.
+    basis : str
+        How ``seconds`` was obtained (measured per-stage medians, or why it is unknown).
+    """
+
+    queries: int
+    cached: int
+    seconds: float | None
+    basis: str
+
+    @property
+    def to_run(self) -> int:
+        return self.queries - self.cached
+
+    def summary(self) -> str:
+        """One line for a UI.
+
+        >>> Estimate(10, 4, 90.0, "measured").summary()
+        '6 of 10 queries to run (4 cached), about 2 min (measured)'
+        >>> Estimate(3, 3, 0.0, "measured").summary()
+        'all 3 queries are recorded: loads from the cache in seconds'
+        """
+        if not self.to_run:
+            return f"all {self.queries} queries are recorded: loads from the cache in seconds"
+        cost = "unknown time" if self.seconds is None else f"about {_duration(self.seconds)}"
+        return f"{self.to_run} of {self.queries} queries to run ({self.cached} cached), {cost} ({self.basis})"
+
+
+def _duration(s: float) -> str:
+    """
+    >>> _duration(12), _duration(90), _duration(7200)
+    ('12 s', '2 min', '2.0 h')
+    """
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+# -- suite → config, index, lab --------------------------------------------------------------
+def suite_config(suite: Suite) -> PipelineConfig:
+    """The suite's own pipeline config (its ``config`` file) or the defaults."""
+    return PipelineConfig.from_file(suite.config) if getattr(suite, "config", None) else PipelineConfig()
+
+
+def prepare_index(suite: Suite, embedder: Any = None, *, progress: bool = True, batch_size: int = 32,
+                  log: Callable[[str], None] = print):
+    """Write/refresh the suite corpus, update the suite's index and embed missing chunks."""
+    from qmdlab.store import Index
+
+    suite.write_corpus()
+    idx = Index.open(suite.workdir() / "index")
+    root = suite.corpus_dir().resolve()
+    existing = {c.name: c for c in idx.collections()}
+    if suite.collection in existing and Path(existing[suite.collection].root).resolve() != root:
+        idx.remove_collection(suite.collection)
+        existing.pop(suite.collection)
+    if suite.collection not in existing:
+        idx.add_collection(suite.collection, root)
+    report = idx.update([suite.collection], progress=progress)
+    log(f"index {idx.dir}: {report.summary() if hasattr(report, 'summary') else report}")
+    if embedder is not None:
+        n = embed_missing(idx, embedder, [suite.collection], progress=progress, batch_size=batch_size)
+        if n:
+            log(f"embedded {n} chunks with {embedder.model_id}")
+    return idx
+
+
+def embed_missing(idx, embedder, collections: Sequence[str] | None = None, *, progress: bool = True,
+                  batch_size: int = 32) -> int:
+    """Embed the chunks of ``collections`` that have no vector for ``embedder`` (resumable: one
+    transaction per batch). Returns the number of chunks embedded."""
+    from tqdm import tqdm
+
+    todo = idx.chunks_needing_vectors(embedder.fingerprint, list(collections) if collections else None)
+    n = todo.height
+    if not n:
+        return 0
+    ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
+    with tqdm(total=n, unit="chunk", desc="embed", disable=not progress) as bar:
+        for i in range(0, n, batch_size):
+            mat = embedder.embed_documents(list(zip(titles[i:i + batch_size], texts[i:i + batch_size])))
+            idx.store_vectors(ids[i:i + batch_size], mat, embedder.fingerprint)
+            bar.update(len(mat))
+    return n
+
+
+def open_lab(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, progress: bool = False,
+             log: Callable[[str], None] = print):
+    """The suite's index (built and embedded on first use) in a :class:`qmdlab.Lab` with ``models``."""
+    from qmdlab.pipeline.lab import Lab
+
+    config = config or suite_config(suite)
+    embedder = models[0] if models is not None else None
+    idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log)
+    return Lab(idx, models, config)
+
+
+class Tier(NamedTuple):
+    """A recording a front end offers (:func:`tiers`): a config and the model roles it needs.
+
+    Attributes
+    ----------
+    name : str
+    config : PipelineConfig
+    roles : dict
+        ``load_models`` per-role overrides (``{"expand": "none", "rerank": "none"}`` for retrieval).
+    """
+
+    name: str
+    config: PipelineConfig
+    roles: dict
+
+
+def tiers(suite: Suite) -> list[Tier]:
+    """What can be recorded for ``suite``, cheapest first: the retrieval tier (BM25 + vectors, no
+    LLM; what ``make demo`` records on every query), the demo's LLM tier (expansion + rerank of
+    the top 5) and the suite's full pipeline. The same config and model roles give the same
+    cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
+
+    >>> [t.name for t in tiers(__import__("eval.suites").suites.get_suite("default"))][0]
+    'retrieval: BM25 + vectors, no LLM'
+    """
+    base = suite_config(suite)
+    return [Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False),
+                 {"expand": "none", "rerank": "none"}),
+            Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
+            Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {})]
+
+
+def depth_config(config: PipelineConfig, depth: int = EVAL_DEPTH) -> PipelineConfig:
+    """``config`` with ``limit`` raised to ``depth`` (what every recording runs)."""
+    return config.replace(limit=max(config.limit, depth))
+
+
+def judged_queries(suite: Suite, limit: int | None = None) -> pl.DataFrame:
+    """The suite's judged queries sorted by qid, the first ``limit`` only when given."""
+    queries = suite.data().judged_queries().sort("qid")
+    return queries.head(limit) if limit else queries
+
+
+# -- the cache key ---------------------------------------------------------------------------
+def model_fingerprints(models: Any) -> list[str]:
+    """Fingerprints of ``(embedder, expander, reranker)``; ``"none"`` for a missing role."""
+    return [_fingerprint(m) for m in (models if models is not None else (None, None, None))]
+
+
+def _fingerprint(model: Any) -> str:
+    return "none" if model is None else str(getattr(model, "fingerprint", None) or getattr(model, "model_id", type(model).__name__))
+
+
+def cache_key(suite: Suite, config: PipelineConfig, models: Any) -> str:
+    """Hash of everything a query's trace depends on: suite content, config, model fingerprints
+    and the trace schema (a new trace column invalidates old caches)."""
+    return _key(suite, config, model_fingerprints(models))
+
+
+def _key(suite: Suite | str, config: PipelineConfig, fingerprints: Sequence[str]) -> str:
+    """The cache key; ``suite`` may be given as its content fingerprint (computed once by callers)."""
+    schema = {t: {c: str(d) for c, d in cols.items()} for t, cols in SCHEMAS.items()}
+    suite_fp = suite if isinstance(suite, str) else suite.fingerprint()
+    payload = json.dumps({"suite": suite_fp, "config": config.to_dict(), "schema": schema,
+                          "models": list(fingerprints)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def cache_root(suite: Suite) -> Path:
+    """Where a suite's recordings live: ``$QMDLAB_HOME/eval/<suite>/traces``."""
+    return suite.workdir() / "traces"
+
+
+# -- recording -------------------------------------------------------------------------------
+def record(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
+           limit: int | None = None, name: str = "", on_progress: Callable[[Progress], None] | None = None,
+           progress: bool = False, log: Callable[[str], None] = print) -> Recording:
+    """Index the suite and run (or load from the trace cache) every judged query.
+
+    Parameters
+    ----------
+    suite : Suite
+    models : qmdlab.models.ModelSet, optional
+        ``(embedder, expander, reranker)``; missing roles skip their stage.
+    config : PipelineConfig, optional
+        Default: the suite's own config (:func:`suite_config`). Its ``limit`` is raised to ``depth``.
+    depth : int
+        Results kept per query (:data:`EVAL_DEPTH`; one depth for every front end).
+    limit : int, optional
+        Only the first ``limit`` judged queries (smoke runs, the demo's LLM tier).
+    name : str
+        A run name stored in the recording's manifest (shown by :func:`recorded`).
+    on_progress : callable, optional
+        Called with a :class:`Progress` after indexing and after each query actually run.
+    progress : bool
+        tqdm bars on stderr.
+    """
+    config = depth_config(config or suite_config(suite), depth)
+    timings: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    if on_progress:
+        on_progress(Progress("index", 0, 0))
+    lab = open_lab(suite, models, config, progress=progress, log=log)
+    timings["index_s"] = time.perf_counter() - t0
+    queries = judged_queries(suite, limit)
+    cache_dir = cache_root(suite) / cache_key(suite, config, models)
+    _write_manifest(cache_dir, suite, config, models, name)
+    t1 = time.perf_counter()
+    trace, cached = query_traces(suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress)
+    timings["query_s"] = time.perf_counter() - t1
+    timings["queries"], timings["queries_cached"] = queries.height, cached
+    if on_progress:
+        on_progress(Progress("done", queries.height - cached, queries.height - cached))
+    qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
+    return Recording(suite, trace, qrels, queries, config, cache_dir, timings, lab)
+
+
+def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, progress: bool = True,
+                 on_progress: Callable[[Progress], None] | None = None) -> tuple[Trace, int]:
+    """Run (or load from ``cache_dir``) the trace of every query; returns the concatenation and
+    how many came from the cache."""
+    with _no_query_budget():
+        return _query_traces(suite, lab, queries.to_dicts(), cache_dir, progress, on_progress)
+
+
+@contextlib.contextmanager
+def _no_query_budget():
+    """Lift the interactive per-query time budget (``QMDLAB_QUERY_BUDGET_MS``), which skips the
+    rerank of slow queries, for the length of an evaluation run — unless the caller set it.
+    An evaluation measures the configured pipeline, not the latency guard."""
+    key = "QMDLAB_QUERY_BUDGET_MS"
+    if os.environ.get(key):
+        yield
+        return
+    os.environ[key] = "1e15"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
+def _load_cached(qdir: Path) -> Trace | None:
+    if (qdir / "lists.parquet").exists() and (qdir / "DONE").exists():
+        try:
+            return Trace.from_parquet(qdir)
+        except (ValueError, OSError, pl.exceptions.PolarsError):  # unreadable: run again
+            return None
+    return None
+
+
+def _qdir(cache_dir: Path, qid: Any) -> Path:
+    return cache_dir / quote(str(qid), safe="")
+
+
+def _query_traces(suite: Suite, lab, rows: list[dict], cache_dir: Path, progress: bool,
+                  on_progress: Callable[[Progress], None] | None = None) -> tuple[Trace, int]:
+    from tqdm import tqdm
+
+    loaded = {str(r["qid"]): _load_cached(_qdir(cache_dir, r["qid"])) for r in rows}
+    todo = [r for r in rows if loaded[str(r["qid"])] is None]
+    traces, done = [], 0
+    if on_progress:
+        on_progress(Progress("query", 0, len(todo)))
+    with tqdm(rows, desc=f"{suite.name} queries", unit="q", disable=not progress) as bar:
+        for r in bar:
+            qid = str(r["qid"])
+            t = loaded[qid]
+            if t is None:
+                t = lab.query(r["query"], intent=r.get("intent") or None, qid=qid)
+                qdir = _qdir(cache_dir, qid)
+                tmp = qdir.with_name(qdir.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                t.to_parquet(tmp)
+                if not degraded_queries(t).height:  # a degraded trace is kept but re-run next time
+                    (tmp / "DONE").write_text("", encoding="utf-8")
+                shutil.rmtree(qdir, ignore_errors=True)
+                tmp.rename(qdir)
+                done += 1
+                if on_progress:
+                    on_progress(Progress("query", done, len(todo), qid))
+            traces.append(t)
+            bar.set_postfix(cached=len(rows) - len(todo), refresh=False)
+    return Trace.concat(traces), len(rows) - len(todo)
+
+
+_DEGRADED = r"(?i)skipped|failed|budget|degrad|could not"
+
+
+def degraded_queries(trace: Trace) -> pl.DataFrame:
+    """Notes (``qid, stage, message``) saying a stage was skipped or failed for a reason other
+    than the config switching it off — e.g. the query time budget skipping rerank, an expander
+    error. Such queries were not measured under the config the run claims.
+
+    >>> notes = pl.DataFrame({"qid": ["1", "2"], "stage": ["rerank", "rerank"],
+    ...     "message": ["rerank disabled: fusion order kept", "query time budget used up before rerank: rerank skipped"]})
+    >>> degraded_queries(Trace(notes=notes))["qid"].to_list()
+    ['2']
+    """
+    expected = r"(?i)disabled|^strong signal|^no embedder"  # the config or the model set asked for it
+    return trace.notes.filter(pl.col("message").str.contains(_DEGRADED)
+                              & ~pl.col("message").str.contains(expected)).select("qid", "stage", "message")
+
+
+# -- what is recorded ------------------------------------------------------------------------
+def _write_manifest(cache_dir: Path, suite: Suite, config: PipelineConfig, models: Any, name: str) -> None:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / MANIFEST
+    old = {}
+    with contextlib.suppress(OSError, ValueError):
+        old = json.loads(path.read_text(encoding="utf-8"))
+    info = {"suite": suite.name, "config": config.to_dict(), "models": model_fingerprints(models),
+            "name": name or old.get("name", "")}
+    if info != old:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=1), encoding="utf-8")
+        tmp.replace(path)
+
+
+def describe(config: PipelineConfig, models: Sequence[str] | None = None) -> str:
+    """The stages a recording holds, e.g. ``bm25+vector+expand+rerank top 5``.
+
+    >>> describe(PipelineConfig(expand=False, rerank=False))
+    'bm25+vector'
+    >>> describe(PipelineConfig(candidate_limit=5), ["e", "x", "none"])
+    'bm25+vector+expand'
+    """
+    has = (lambda i: models is None or models[i] != "none")  # noqa: E731
+    parts = ["bm25"]
+    if config.vector and has(0):
+        parts.append("vector")
+    if config.expand and has(1):
+        parts.append("expand")
+    if config.rerank and has(2):
+        parts.append(f"rerank top {config.candidate_limit}")
+    return "+".join(parts)
+
+
+def recorded(suite: Suite) -> list[Recorded]:
+    """The recordings of ``suite`` in its trace cache that are still valid (same suite content,
+    trace schema and config options), most queries first, then the richest."""
+    root = cache_root(suite)
+    out = []
+    suite_fp = suite.fingerprint() if root.is_dir() else ""
+    for manifest in sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []:
+        try:
+            info = json.loads(manifest.read_text(encoding="utf-8"))
+            config = PipelineConfig.from_dict(info["config"])
+            models = list(info["models"])
+        except Exception:  # noqa: BLE001 — an unreadable or outdated manifest is not listed
+            continue
+        key = manifest.parent.name
+        if _key(suite_fp, config, models) != key:  # suite content, schema or config options changed
+            continue
+        qids = sorted(_unquote(p.parent.name) for p in manifest.parent.glob("*/DONE"))
+        if not qids:
+            continue
+        label = f"{describe(config, models)} · {len(qids)} queries" + (f" · {info['name']}" if info.get("name") else "")
+        out.append(Recorded(key, config, models, qids, label, info.get("name", ""), manifest.stat().st_mtime))
+    return sorted(out, key=lambda r: (-len(r.qids), -len(describe(r.config, r.models)), -r.mtime))
+
+
+def _unquote(name: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(name)
+
+
+def load_recorded(suite: Suite, key: str, *, limit: int | None = None,
+                  on_progress: Callable[[Progress], None] | None = None) -> Recording:
+    """Open a recording of :func:`recorded` from the trace cache — no model, no index.
+
+    Only queries whose trace is complete are loaded; ``limit`` keeps the first ``limit``
+    judged queries of the suite (those of them that are recorded).
+    """
+    from qmdlab.errors import QmdlabError
+
+    rec = next((r for r in recorded(suite) if r.key == key), None)
+    if rec is None:
+        raise QmdlabError(f"no recording {key!r} of suite {suite.name!r} under {cache_root(suite)}; "
+                          "record it first (qmdlab eval, make demo, or the notebook's Record button)")
+    queries = judged_queries(suite, limit)
+    queries = queries.filter(pl.col("qid").cast(pl.Utf8).is_in(rec.qids))
+    cache_dir = cache_root(suite) / key
+    t0 = time.perf_counter()
+    traces = [t for t in (_load_cached(_qdir(cache_dir, q)) for q in queries["qid"].to_list()) if t is not None]
+    trace = Trace.concat(traces)
+    timings = {"index_s": 0.0, "query_s": time.perf_counter() - t0, "queries": len(traces),
+               "queries_cached": len(traces)}
+    if on_progress:
+        on_progress(Progress("done", 0, 0))
+    qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
+    return Recording(suite, trace, qrels, queries, rec.config, cache_dir, timings, None)
+
+
+def estimate(suite: Suite, models: Any, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
+             limit: int | None = None) -> Estimate:
+    """What :func:`record` would cost: queries not yet in the cache and their expected time.
+
+    The time is measured, not guessed: per-stage medians (``timings`` of earlier recordings of
+    this suite made with the same model fingerprints) — expansion per query, rerank per
+    document, the rest per query. When the config needs a stage that was never timed with these
+    models, ``seconds`` is ``None`` and ``basis`` says which.
+    """
+    config = depth_config(config or suite_config(suite), depth)
+    prints = model_fingerprints(models)
+    cache_dir = cache_root(suite) / _key(suite, config, prints)
+    qids = [str(q) for q in judged_queries(suite, limit)["qid"].to_list()]
+    done = {q for q in qids if (_qdir(cache_dir, q) / "DONE").exists()}
+    todo = len(qids) - len(done)
+    if not todo:
+        return Estimate(len(qids), len(done), 0.0, "measured")
+    per_query, per_doc, seen = [], [], set()
+    for rec in recorded(suite):
+        if rec.models != prints:
+            continue
+        for q in rec.qids[:20]:  # a sample is enough for a median
+            try:
+                t = pl.read_parquet(_qdir(cache_root(suite) / rec.key, q) / "timings.parquet")
+                n_rr = pl.read_parquet(_qdir(cache_root(suite) / rec.key, q) / "rerank.parquet").height
+            except (OSError, pl.exceptions.PolarsError):
+                continue
+            ms = dict(zip(t["stage"].to_list(), t["ms"].to_list()))
+            seen |= set(ms)
+            per_query.append(sum(v for k, v in ms.items() if k not in ("expand", "rerank", "select")) / 1e3)
+            if "expand" in ms and rec.config.expand:
+                per_doc.append(("expand", ms["expand"] / 1e3))
+            if n_rr and "rerank" in ms:
+                per_doc.append(("rerank", (ms["rerank"] + ms.get("select", 0.0)) / 1e3 / n_rr))
+    need = [s for s, on, i in (("expand", config.expand, 1), ("rerank", config.rerank, 2)) if on and prints[i] != "none"]
+    expand_s = [v for s, v in per_doc if s == "expand"]
+    rerank_s = [v for s, v in per_doc if s == "rerank"]
+    missing = [s for s, vals in (("expand", expand_s), ("rerank", rerank_s)) if s in need and not vals]
+    if not per_query or missing:
+        what = ", ".join(missing) or "any stage"
+        return Estimate(len(qids), len(done), None, f"{what} never timed with these models here")
+    each = statistics.median(per_query)
+    if "expand" in need:
+        each += statistics.median(expand_s)
+    if "rerank" in need:
+        each += statistics.median(rerank_s) * config.candidate_limit
+    return Estimate(len(qids), len(done), each * todo, "measured medians of earlier recordings")
+
+
+# -- saved run directories -------------------------------------------------------------------
+def load_run_dir(directory: str | Path) -> tuple[Trace, pl.DataFrame, PipelineConfig]:
+    """``(trace, qrels, config)`` of a results directory written by :func:`eval.runner.run_suite`."""
+    from qmdlab.errors import QmdlabError
+
+    d = Path(directory)
+    if not (d / "qrels.parquet").exists():
+        raise QmdlabError(f"{d}: not a qmdlab eval results directory (no qrels.parquet); run `qmdlab eval` first")
+    trace = Trace.from_parquet(d / "traces")
+    config = PipelineConfig.from_yaml(d / "config.yaml") if (d / "config.yaml").exists() else PipelineConfig()
+    return trace, pl.read_parquet(d / "qrels.parquet"), config
