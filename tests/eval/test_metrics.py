@@ -30,7 +30,7 @@ def random_case(seed: int):
             run_rows.append((qid, docs[chosen[j]], rank))
         n_j = int(rng.integers(1, min(n_docs, 15) + 1))
         for j in rng.choice(n_docs, size=n_j, replace=False):
-            qrel_rows.append((qid, docs[j], int(rng.integers(0, 4))))
+            qrel_rows.append((qid, docs[j], int(rng.integers(-1, 4))))  # -1: judged not relevant
     run = pl.DataFrame(run_rows, schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64}, orient="row")
     qrels = pl.DataFrame(qrel_rows, schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64}, orient="row")
     return run, qrels
@@ -38,6 +38,7 @@ def random_case(seed: int):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_per_query_equals_ranx_on_random_runs(seed):
+    """Grades -1..3: like ranx, every grade below 1 is judged but not relevant."""
     run, qrels = random_case(seed)
     ours = per_query(run, qrels, METRICS)
     rq, rr = ranx_qrels(qrels), ranx_run(run, "r")
