@@ -41,6 +41,34 @@ def _models(preset: str | None, no_expand: bool, no_rerank: bool):
 _FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl"]
 
 
+def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None,
+                limit: int) -> None:
+    """``qmdlab tune --learn``: cross-validated learned fusion (all logic in :mod:`eval.learn`)."""
+    from eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
+                            timing)
+
+    if Path(out).suffix in (".yaml", ".yml", ".toml"):
+        raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
+    study.docs = suite_docs(suite)
+    cfg = LearnConfig(folds=folds, seed=seed)
+    report = cross_validate_learned(study, cfg=cfg, metric=metric, progress=lambda m: click.echo(m, err=True))
+    click.echo(report.folds)
+    click.echo(report.summary(metric))
+    header = (f"qmdlab tune {suite.name} --learn: {report.summary(metric)}\n"
+              f"LightGBM lambdarank, {folds} folds, seed {seed}; model trained on all judged queries")
+    # evaluation ran deeper (recall@100); the written config keeps the user's limit
+    paths = save(report, out, study.config.replace(limit=limit), cfg=cfg, header=header, docid=suite.docid)
+    click.echo(f"re-fusion of all {len(study.qids)} queries: {timing(study, report.booster, study.config):.1f} ms "
+               "(features + predict + blend)")
+    click.echo(f"wrote {paths['model']}, {paths['config']} (use: qmdlab eval {suite.name} --config {paths['config']})")
+    click.echo(f"held-out run: {paths['heldout']}  default run: {paths['default']}  (collection ids)")
+    if explain_qid is not None:
+        click.echo(format_explain(explain_query(study, report.booster, explain_qid), explain_qid))
+    if report.gain <= 0:
+        click.echo("note: learned fusion did not improve held-out queries; the default config is the safer choice",
+                   err=True)
+
+
 def register(group: click.Group) -> None:
     @group.command("eval")
     @click.argument("suite")
@@ -97,24 +125,39 @@ def register(group: click.Group) -> None:
     @click.option("--no-expand", is_flag=True, help="Record and tune without query expansion.")
     @click.option("--no-rerank", is_flag=True, help="Record and tune without the reranker.")
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @click.option("--out", "out", type=click.Path(dir_okay=False), default="config.yaml", show_default=True,
-                  help="Where to write the tuned config (read by `qmdlab query --config` and `qmdlab eval --config`).")
+    @click.option("--out", "out", type=click.Path(), default=None,
+                  help="Where to write the tuned config (default config.yaml; read by `qmdlab query --config` "
+                       "and `qmdlab eval --config`). With --learn: a directory (default learned/) for the model, "
+                       "config.yaml, learned-heldout.trec and default.trec.")
+    @click.option("--learn", is_flag=True,
+                  help="Train fusion=learned (LightGBM lambdarank over trace features) with k-fold CV over queries "
+                       "instead of searching knobs (needs: pip install 'qmdlab[learn]').")
+    @click.option("--explain", "explain_qid", default=None, metavar="QID",
+                  help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.")
     @click.option("--progress/--no-progress", default=True)
     def tune_cmd(suite, fmt, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
-                 progress) -> None:
+                 learn, explain_qid, progress) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
-        k-fold cross-validation; print the held-out gain and write the best config."""
+        k-fold cross-validation; print the held-out gain and write the best config.
+        With --learn, train a learned fusion model instead (same folds, held-out report)."""
         from eval.optimise import cross_validate, write_config
         from eval.runner import run_suite
         from eval.study import Study
 
         if folds < 2:
             raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+        if explain_qid is not None and not learn:
+            raise ConfigError("--explain QID needs --learn (it explains the learned model's scores)")
+        out = out or ("learned" if learn else "config.yaml")
         s = _suite(suite, fmt)
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
                         log=lambda m: click.echo(m, err=True))
         study = Study(res.trace, res.qrels, metrics=[metric])  # the recorded config (eval depth 100)
+        if learn:
+            _tune_learn(s, study, folds=folds, seed=seed, metric=metric, out=out, explain_qid=explain_qid,
+                        limit=cfg.limit)
+            return
         report = cross_validate(study, base=study.config, method=method, trials=trials, folds=folds, seed=seed, metric=metric,
                                 progress=lambda m: click.echo(m, err=True))
         click.echo(report.folds)

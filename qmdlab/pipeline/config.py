@@ -14,8 +14,11 @@ from typing import Any, Mapping
 from qmdlab.errors import ConfigError
 
 FUSION_METHODS = ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz")
+"""The formula fusion methods (each needs only the lists; ablations iterate over these)."""
+FUSION_CHOICES = FUSION_METHODS + ("learned",)
+"""Every valid ``fusion`` value: the formulas plus ``learned`` (needs a model file)."""
 BLEND_METHODS = ("position", "score", "rerank_only", "none")
-BM25_MODES = ("and", "or")
+BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde")
 
 
@@ -44,7 +47,11 @@ class PipelineConfig:
         Top-rank bonus of ``qmd_rrf`` for a best rank of 1, or of 2–3.
     fusion : str
         One of ``qmd_rrf`` (default), ``rrf``, ``norm_sum``, ``gated_rrf``,
-        ``wsum_minmax``, ``combmnz``.
+        ``wsum_minmax``, ``combmnz``, ``learned`` (a LightGBM lambdarank model over
+        the trace's features, :mod:`qmdlab.pipeline.learned`; needs ``learned_model``).
+    learned_model : str
+        Path of the model file ``qmdlab tune --learn`` writes (``fusion: learned``). A
+        relative path in a YAML/TOML config is relative to that file's folder.
     candidate_limit : int
         Fused documents passed to chunk selection, rerank and blend.
     list_limit : int
@@ -71,9 +78,23 @@ class PipelineConfig:
         ``gated_rrf``: vector hits are admitted while ``cos >= top1 - gate_margin``,
         at most ``gate_max_take`` per list.
     bm25_mode : str
-        ``or`` (minimum-should-match, the default here because qmd's all-AND
-        prefix query returns nothing for most natural-language questions) or
-        ``and`` (qmd parity).
+        ``or`` (any term; the default here because qmd's all-AND prefix query
+        returns nothing for most natural-language questions), ``and`` (qmd parity)
+        or ``msm`` (minimum-should-match: ``or`` ranking, documents matching fewer
+        than ``bm25_min_match`` of the terms dropped).
+    bm25_min_match : float
+        ``msm`` only: a count of terms (>= 1) or a share of them (below 1, rounded
+        down, at least one) — :func:`qmdlab.search.lexical.required_matches`.
+    bm25_weight_filepath, bm25_weight_title, bm25_weight_body : float
+        FTS5 ``bm25()`` column weights (>= 0, not all 0). The filepath column holds
+        ``collection/path``; the body repeats the title's ``# heading``.
+    bm25_prefix : bool
+        Bare query terms as prefix terms ``"term"*`` (``and`` mode always uses them).
+    bm25_stopwords : bool
+        Drop English stopwords from ``or``/``msm`` queries (unless nothing is left).
+    bm25_query_tf : bool
+        ``or``/``msm``: a word repeated in the query counts once per occurrence
+        (BM25's query term frequency); off, each distinct term counts once.
     tags : tuple of str
         Requested front-matter tags for the tag rank-lift (AI Helper).
     tag_lift : int
@@ -126,6 +147,14 @@ class PipelineConfig:
     gate_margin: float = 0.1
     gate_max_take: int = 10
     bm25_mode: str = "or"
+    bm25_min_match: float = 0.5
+    bm25_weight_filepath: float = 1.5
+    bm25_weight_title: float = 4.0
+    bm25_weight_body: float = 1.0
+    bm25_prefix: bool = True
+    bm25_stopwords: bool = True
+    bm25_query_tf: bool = True
+    learned_model: str = ""
     tags: tuple[str, ...] = ()
     tag_lift: int = 0
     stage_budget_s: float = 120.0
@@ -137,14 +166,27 @@ class PipelineConfig:
             if isinstance(value, str):
                 value = (value,)
             object.__setattr__(self, name, tuple(value))
-        if self.fusion not in FUSION_METHODS:
+        if self.fusion not in FUSION_CHOICES:
             raise ConfigError(f"unknown fusion method {self.fusion!r} (option 'fusion'); "
-                              f"choose one of: {', '.join(FUSION_METHODS)}")
+                              f"choose one of: {', '.join(FUSION_CHOICES)}")
         if self.blend not in BLEND_METHODS:
             raise ConfigError(f"unknown blend method {self.blend!r} (option 'blend'); "
                               f"choose one of: {', '.join(BLEND_METHODS)}")
         if self.bm25_mode not in BM25_MODES:
-            raise ConfigError(f"unknown bm25_mode {self.bm25_mode!r}; choose 'and' or 'or'")
+            raise ConfigError(f"unknown bm25_mode {self.bm25_mode!r}; choose one of: {', '.join(BM25_MODES)}")
+        if not self.bm25_min_match >= 0:
+            raise ConfigError(f"option 'bm25_min_match' must be >= 0 (a count of terms, or a share below 1), "
+                              f"got {self.bm25_min_match!r}")
+        weights = (self.bm25_weight_filepath, self.bm25_weight_title, self.bm25_weight_body)
+        for name, w in zip(("bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body"), weights):
+            if not (w >= 0 and w != float("inf")):
+                raise ConfigError(f"option {name!r} must be a finite number >= 0, got {w!r}")
+        if not any(weights):
+            raise ConfigError("bm25_weight_filepath, bm25_weight_title and bm25_weight_body are all 0: "
+                              "BM25 would score nothing; give at least one column a weight above 0")
+        if self.fusion == "learned" and not self.learned_model:
+            raise ConfigError("fusion 'learned' needs option 'learned_model' (the model file written by "
+                              "`qmdlab tune SUITE --learn --out DIR`)")
         if len(self.blend_bands) != 2 or not 0 < self.blend_bands[0] <= self.blend_bands[1]:
             raise ConfigError(f"blend_bands must be two increasing ranks like [3, 10], got {list(self.blend_bands)}")
         if len(self.blend_weights) != 3:
@@ -207,7 +249,7 @@ class PipelineConfig:
             raise ConfigError(f"{path}: config file not found (check the --config path)") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"{path}: malformed YAML ({str(err).splitlines()[0]}); fix the file") from None
-        return cls.from_dict(data or {}, source=str(path))
+        return cls.from_dict(_resolve_model(data or {}, path), source=str(path))
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "PipelineConfig":
@@ -224,7 +266,7 @@ class PipelineConfig:
             raise ConfigError(f"{path}: config file not found (check the --config path)") from None
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: malformed TOML ({err}); fix the file") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(_resolve_model(data, path), source=str(path))
 
     @classmethod
     def from_file(cls, path: str | Path) -> "PipelineConfig":
@@ -259,6 +301,18 @@ class PipelineConfig:
                  for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
         return "\n".join(lines) if lines else "(defaults)"
 
+    def lexical(self) -> dict[str, Any]:
+        """The BM25 knobs as keyword arguments of :func:`qmdlab.search.bm25_search`.
+
+        >>> PipelineConfig(bm25_weight_title=2).lexical()["weights"]
+        (1.5, 2.0, 1.0)
+        """
+        return {"mode": self.bm25_mode, "weights": (float(self.bm25_weight_filepath), float(self.bm25_weight_title),
+                                                     float(self.bm25_weight_body)),
+                "prefix": self.bm25_prefix or self.bm25_mode == "and", "stopwords": self.bm25_stopwords,
+                "query_tf": self.bm25_query_tf,
+                "min_match": float(self.bm25_min_match)}
+
     def list_weight(self, source: str, query_type: str) -> float:
         """RRF weight of a retrieval list from its source (fts|vec) and query type.
 
@@ -275,6 +329,18 @@ class PipelineConfig:
     def channel_weight(self, source: str) -> float:
         """``norm_sum`` channel weight of a list source (fts|vec)."""
         return float(self.norm_weight_vec if source == "vec" else self.norm_weight_fts)
+
+
+def _resolve_model(data: Any, path: Path) -> Any:
+    """Make a relative ``learned_model`` path relative to the config file's folder."""
+    if not isinstance(data, Mapping):
+        return data
+    inner = data.get("pipeline") if set(data) == {"pipeline"} and isinstance(data.get("pipeline"), Mapping) else data
+    model = inner.get("learned_model")
+    if isinstance(model, str) and model and not Path(model).is_absolute():
+        inner = dict(inner)
+        inner["learned_model"] = str((path.parent / model).resolve())
+    return inner
 
 
 def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
@@ -301,4 +367,4 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
-__all__ = ["PipelineConfig", "FUSION_METHODS", "BLEND_METHODS", "BM25_MODES", "LIST_KEYS"]
+__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BM25_MODES", "LIST_KEYS"]

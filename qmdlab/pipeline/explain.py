@@ -55,7 +55,7 @@ def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
             if r["list_id"] is None:
                 continue
             out.append(f"    list {r['list_id']} {r['source']}/{r['query_type']:<8} rank {r['rank']:>2}"
-                       f"  weight {r['weight']:.2f}  +{r['contribution']:.5f}  {r['subquery']!r}")
+                       f"  weight {r['weight']:.2f}  +{_f(r['contribution'], 5)}  {r['subquery']!r}")
     notes = trace.notes.select("stage", "message").rows()
     if notes:
         out.append("notes:")

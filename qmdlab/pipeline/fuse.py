@@ -171,14 +171,21 @@ METHODS: dict[str, Callable[[pl.DataFrame, PipelineConfig], pl.DataFrame]] = {
 }
 
 
-def fuse(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+def fuse(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Fuse with ``config.fusion``; the entry point of the stage.
+
+    ``docs`` (:func:`qmdlab.pipeline.learned.doc_features`) is needed by ``fusion=learned``
+    only: a LightGBM lambdarank model over trace features (:mod:`qmdlab.pipeline.learned`).
 
     >>> lists = pl.DataFrame({"qid": ["q"] * 3, "list_id": [0, 0, 1], "source": ["fts", "fts", "vec"],
     ...     "docno": ["a", "b", "b"], "rank": [1, 2, 1], "score": [0.9, 0.8, 0.7], "weight": [2.0, 2.0, 1.0]})
     >>> fuse(lists, PipelineConfig())["docno"].to_list()
     ['b', 'a']
     """
+    if config.fusion == "learned":
+        from qmdlab.pipeline.learned import learned
+
+        return learned(lists, config, docs)
     try:
         method = METHODS[config.fusion]
     except KeyError:
@@ -194,6 +201,8 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     if lists.height == 0:
         return lists.with_columns(contribution=pl.lit(0.0))
     method = config.fusion
+    if method == "learned":  # a tree model has no per-list share; see learned.contributions (per feature)
+        return lists.with_columns(contribution=pl.lit(None, dtype=pl.Float64))
     if method == "qmd_rrf":
         c = rrf_term(config.rrf_k)
     elif method == "rrf":

@@ -120,7 +120,7 @@ class Lab:
                 from qmdlab.search import bm25_search
 
                 hits = bm25_search(self.index, text, limit=max(cfg.probe_limit, cfg.list_limit),
-                                   mode=cfg.bm25_mode, collections=collections, filters=filters)
+                                   collections=collections, filters=filters, **cfg.lexical())
                 fts_hits[text] = hits
                 decision = strong_signal([h.score for h in hits[: cfg.probe_limit]], min_score=cfg.strong_signal_min,
                                          min_gap=cfg.strong_signal_gap, intent=intent)
@@ -142,7 +142,7 @@ class Lab:
                 run.note("retrieve", "vector search disabled")
         # 4. fusion + candidates
         with run.stage("fuse"):
-            fused = fuse(got.lists, cfg)
+            fused = fuse(got.lists, cfg, docs=self._learned_docs(cfg, got.lists))
             cands = candidates(fused, cfg.candidate_limit)
         # 5.-6. chunk selection + rerank
         rerank_table = empty("rerank")
@@ -206,7 +206,16 @@ class Lab:
         possible) instead of left without a score."""
         cfg = (config or self.config).replace(**overrides)
         fn = self.rerank_fn(trace, cfg) if compute_missing else None
-        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg))
+        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg),
+                      docs=self._learned_docs(cfg, trace.lists))
+
+    def _learned_docs(self, cfg: PipelineConfig, lists: pl.DataFrame) -> pl.DataFrame | None:
+        """Per-document features for ``fusion=learned`` (None for every other method)."""
+        if cfg.fusion != "learned":
+            return None
+        from qmdlab.pipeline.learned import doc_features
+
+        return doc_features(self.index, lists["docno"].unique().to_list())
 
     def rerank_fn(self, trace: Trace, config: PipelineConfig | None = None):
         """A ``rerank_fn`` for :func:`qmdlab.retune` that selects chunks and reranks

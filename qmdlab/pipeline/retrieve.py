@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Sequence
 
 import polars as pl
 
+from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import SCHEMAS, empty
 
@@ -73,13 +74,17 @@ def reweight(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     >>> reweight(df, PipelineConfig(weight_lex=0.5))["weight"].to_list()
     [2.0, 0.5]
     """
-    qt, src = pl.col("query_type"), pl.col("source")
-    w = (pl.when((qt == "original") & (src == "fts")).then(pl.lit(config.weight_original_fts))
-         .when(qt == "original").then(pl.lit(config.weight_original_vec))
-         .when(qt == "lex").then(pl.lit(config.weight_lex))
-         .when(qt == "vec").then(pl.lit(config.weight_vec))
-         .when(qt == "hyde").then(pl.lit(config.weight_hyde))
-         .otherwise(pl.lit(0.0)))
+    # One place says what a list weighs: PipelineConfig.list_weight (also used by retrieve());
+    # here it is asked once per distinct (source, query_type) of the recorded lists.
+    w: Any = None
+    for source, query_type in lists.select("source", "query_type").unique().sort(["source", "query_type"]).rows():
+        try:
+            weight = config.list_weight(source, query_type)
+        except ConfigError:  # a list type with no weight option contributes nothing
+            weight = 0.0
+        cond = (pl.col("source") == source) & (pl.col("query_type") == query_type)
+        w = (pl.when(cond) if w is None else w.when(cond)).then(pl.lit(weight))
+    w = pl.lit(0.0) if w is None else w.otherwise(pl.lit(0.0))
     return lists.with_columns(weight=w.cast(pl.Float64))
 
 
@@ -192,8 +197,8 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
             if fts_hits is not None and r.subquery in fts_hits:
                 hits = fts_hits[r.subquery][: config.list_limit]
             else:
-                hits = bm25_search(index, r.subquery, limit=config.list_limit, mode=config.bm25_mode,
-                                   collections=collections, filters=filters)
+                hits = bm25_search(index, r.subquery, limit=config.list_limit, collections=collections,
+                                   filters=filters, **config.lexical())
         else:
             if not vec_ok:
                 continue

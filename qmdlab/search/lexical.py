@@ -9,12 +9,25 @@ are negated (``… NOT "term"*``); a term made of several word pieces (``multi-a
 punctuation together; splitting matches how ``unicode61`` tokenises the text); a CJK run
 becomes the phrase of its characters. Negations without any positive part give ``None``.
 
-``or`` — any-term ranking: bare terms (stopwords dropped unless nothing else is left) are
-prefix terms ``"term"*`` OR-ed together, word pieces become separate terms, phrases stay
-phrases, a CJK run becomes its character-bigram phrases (see :mod:`qmdlab.search.cjk`), and
-negations apply to the whole disjunction. On CISI (76 judged queries, nDCG@10) prefix terms
-scored 0.348 against 0.340 for plain ``"term"`` strings (0.322 with plain terms and no
-stopword removal); ``and`` scored 0.010 (long natural-language queries rarely match every term).
+``or`` — any-term ranking: bare terms are OR-ed together, word pieces become separate
+terms, phrases stay phrases, a CJK run becomes its character-bigram phrases (see
+:mod:`qmdlab.search.cjk`), and negations apply to the whole disjunction. Three switches
+(defaults in brackets, the same as :class:`~qmdlab.pipeline.config.PipelineConfig`'s):
+``prefix`` writes bare terms as prefix terms ``"term"*`` [on]; ``stopwords`` drops stopwords
+unless nothing else is left [on]; ``query_tf`` repeats a term once per occurrence in the
+query [on], so ``bm25()`` — a sum over the expression's phrases — weights it by its query
+frequency (BM25's ``qtf``). On CISI (76 judged queries, nDCG@10) writing each term once was
+what cost qmdlab's BM25 most against a plain FTS5 query: 0.348 with each term once, 0.403
+with ``query_tf`` (``scripts/cisi_bm25_factors.py``). ``and`` scored 0.010 there (long
+natural-language queries rarely match every term).
+
+``msm`` — minimum-should-match: the ``or`` expression, keeping only documents that match at
+least :func:`required_matches` of the distinct positive terms (``min_match`` ≥ 1 is a count,
+0 < ``min_match`` < 1 a share of the terms, rounded down, at least one — Elasticsearch's
+``minimum_should_match``). Ranking is unchanged: it is the ``or`` ranking, filtered.
+
+Column weights (``filepath, title, body``) go straight to FTS5's ``bm25()``.
+``scripts/cisi_bm25_factors.py`` measures each choice (issue 16, README "Lexical leg").
 
 Safety: the query text is cut into word pieces (letters, digits and inner apostrophes) and
 every piece is emitted inside double quotes, so no user character can act as FTS5 syntax
@@ -24,7 +37,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+
+import numpy as np
 
 from qmdlab.errors import QmdlabError
 from qmdlab.search.cjk import CJK_RUN, bigrams
@@ -34,9 +49,9 @@ from qmdlab.search.hit import Hit, normalize_bm25
 if TYPE_CHECKING:
     from qmdlab.store import Index
 
-#: FTS5 column weights: filepath, title, body.
+#: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``).
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
-MODES = ("and", "or")
+MODES = ("and", "or", "msm")
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -110,22 +125,25 @@ def _phrase(pieces: list[str]) -> str:
     return '"' + " ".join(toks) + '"'
 
 
-def build_fts_query(text: str, mode: str = "and") -> str | None:
-    """Turn user text into a safe FTS5 MATCH expression; ``None`` when nothing is searchable.
+class FtsQuery(NamedTuple):
+    """A built query: the full MATCH ``expression`` and its distinct ``positive`` terms (each a
+    valid MATCH expression on its own; ``msm`` counts how many of them a document matches)."""
 
-    >>> build_fts_query("git rebase -force")
-    '"git"* AND "rebase"* NOT "force"*'
-    >>> build_fts_query('"exact phrase" multi-agent 東京')
-    '"exact phrase" AND "multi agent" AND "東 京"'
-    >>> build_fts_query("how to use the git rebase", mode="or")
-    '"use"* OR "git"* OR "rebase"*'
-    >>> build_fts_query('東京大学 -"old notes"', mode="or")
-    '("東 京" OR "京 大" OR "大 学") NOT "old notes"'
-    >>> build_fts_query("the") is None, build_fts_query("the", mode="or"), build_fts_query('-x "*:^"')
-    (False, '"the"*', None)
+    expression: str | None
+    positive: tuple[str, ...]
+
+
+def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
+                    stopwords: bool = True, query_tf: bool = True) -> FtsQuery:
+    """:func:`build_fts_query` with the positive terms kept apart (see :class:`FtsQuery`).
+
+    >>> parse_fts_query("git rebase -merge", "msm", prefix=False)
+    FtsQuery(expression='("git" OR "rebase") NOT "merge"', positive=('"git"', '"rebase"'))
     """
     if mode not in MODES:
         raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    prefix = prefix or mode == "and"  # qmd's and-mode builder always uses prefix terms
+    star = "*" if prefix else ""
     positive: list[str] = []
     negative: list[str] = []
     stop_only: list[str] = []
@@ -138,7 +156,7 @@ def build_fts_query(text: str, mode: str = "and") -> str | None:
             exprs = [_phrase(pieces)]
         elif mode == "and":
             if len(pieces) == 1 and not CJK_RUN.fullmatch(pieces[0]):
-                exprs = [f'"{pieces[0]}"*']
+                exprs = [f'"{pieces[0]}"{star}']
             else:
                 exprs = [_phrase(pieces)]
         else:
@@ -146,28 +164,81 @@ def build_fts_query(text: str, mode: str = "and") -> str | None:
             for p in pieces:
                 if CJK_RUN.fullmatch(p):
                     exprs.extend(_phrase([g]) for g in bigrams(p))
-                elif p in STOPWORDS and not neg:
-                    stop_only.append(f'"{p}"*')
+                elif stopwords and p in STOPWORDS and not neg:
+                    stop_only.append(f'"{p}"{star}')
                 else:
-                    exprs.append(f'"{p}"*')
+                    exprs.append(f'"{p}"{star}')
         for e in exprs:
-            if e not in target:
+            if e not in target or (query_tf and not neg and mode != "and"):
                 target.append(e)
-    if mode == "or" and not positive:
+    if mode != "and" and not positive:
         positive = list(dict.fromkeys(stop_only))
     if not positive:
-        return None
+        return FtsQuery(None, ())
     if mode == "and":
         result = " AND ".join(positive)
         for n in negative:
             result += f" NOT {n}"
-        return result
+        return FtsQuery(result, tuple(positive))
+    distinct = tuple(dict.fromkeys(positive))
     result = " OR ".join(positive)
     if negative:
         if len(positive) > 1:
             result = f"({result})"
         result += "".join(f" NOT {n}" for n in negative)
-    return result
+    return FtsQuery(result, distinct)
+
+
+def build_fts_query(text: str, mode: str = "and", *, prefix: bool = True, stopwords: bool = True,
+                    query_tf: bool = True) -> str | None:
+    """Turn user text into a safe FTS5 MATCH expression; ``None`` when nothing is searchable.
+
+    The defaults are :class:`~qmdlab.pipeline.config.PipelineConfig`'s: prefix terms, stopwords
+    dropped (``or``/``msm``, unless nothing else is left), repeated words repeated (``query_tf``,
+    ``or``/``msm``). ``and`` mode always uses prefix terms and each term once (qmd).
+
+    >>> build_fts_query("git rebase -force")
+    '"git"* AND "rebase"* NOT "force"*'
+    >>> build_fts_query('"exact phrase" multi-agent 東京')
+    '"exact phrase" AND "multi agent" AND "東 京"'
+    >>> build_fts_query("how to use the git rebase", mode="or")
+    '"use"* OR "git"* OR "rebase"*'
+    >>> build_fts_query("how to use the git rebase", mode="or", prefix=False, stopwords=False)
+    '"how" OR "to" OR "use" OR "the" OR "git" OR "rebase"'
+    >>> build_fts_query("rebase git rebase", mode="or"), build_fts_query("rebase git rebase", mode="or", query_tf=False)
+    ('"rebase"* OR "git"* OR "rebase"*', '"rebase"* OR "git"*')
+    >>> build_fts_query('東京大学 -"old notes"', mode="or")
+    '("東 京" OR "京 大" OR "大 学") NOT "old notes"'
+    >>> build_fts_query("the") is None, build_fts_query("the", mode="or"), build_fts_query('-x "*:^"')
+    (False, '"the"*', None)
+    """
+    return parse_fts_query(text, mode, prefix=prefix, stopwords=stopwords, query_tf=query_tf).expression
+
+
+def required_matches(n_terms: int, min_match: float) -> int:
+    """How many of ``n_terms`` distinct positive terms a document must match in ``msm`` mode.
+
+    ``min_match`` ≥ 1 is a count (capped at ``n_terms``); 0 < ``min_match`` < 1 a share of
+    the terms rounded down (Elasticsearch's percentage rule), at least 1; 0 means 1.
+
+    >>> [required_matches(5, m) for m in (0.5, 0.75, 0.2, 0.0, 2, 9)]
+    [2, 3, 1, 1, 2, 5]
+    """
+    if min_match < 0:
+        raise QmdlabError(f"min_match {min_match!r}: must be >= 0 (a count >= 1 or a share below 1)")
+    if n_terms <= 0:
+        return 0
+    need = int(min_match) if min_match >= 1 else int(np.floor(min_match * n_terms + 1e-9))
+    return max(1, min(n_terms, need))
+
+
+def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
+    """Validate FTS5 column weights ``(filepath, title, body)``: three numbers ≥ 0, not all 0."""
+    w = tuple(float(x) for x in weights)
+    if len(w) != 3 or any(not np.isfinite(x) or x < 0 for x in w) or not any(w):
+        raise QmdlabError(f"BM25 column weights {list(weights)!r}: need three finite numbers >= 0 "
+                          "(filepath, title, body), at least one above 0")
+    return w  # type: ignore[return-value]
 
 
 def bm25_search(
@@ -178,6 +249,11 @@ def bm25_search(
     mode: str = "or",
     collections: Iterable[str] | None = None,
     filters: SearchFilters | None = None,
+    weights: Sequence[float] = BM25_WEIGHTS,
+    prefix: bool = True,
+    stopwords: bool = True,
+    query_tf: bool = True,
+    min_match: float = 0.5,
 ) -> list[Hit]:
     """BM25 over active documents, best first (ties by docno).
 
@@ -189,38 +265,56 @@ def bm25_search(
         User query text; turned into FTS5 syntax by :func:`build_fts_query`.
     limit : int
         Maximum number of hits.
-    mode : {"or", "and"}
+    mode : {"or", "and", "msm"}
         Query mode (see the module docstring).
     collections : iterable of str, optional
         Restrict to these collections (unknown names raise :class:`~qmdlab.errors.ConfigError`).
     filters : SearchFilters, optional
         Tag and date filters.
+    weights : (float, float, float)
+        FTS5 column weights for ``filepath, title, body`` (:func:`check_weights`).
+    prefix : bool
+        Bare terms as prefix terms ``"t"*`` (``and`` mode: always).
+    stopwords : bool
+        Drop stopwords in ``or``/``msm`` mode (unless nothing else is left).
+    query_tf : bool
+        ``or``/``msm``: a word repeated in the query is repeated in the expression, so FTS5's
+        ``bm25()`` (a sum over the query's phrases) weights it by its query frequency.
+    min_match : float
+        ``msm`` mode only: see :func:`required_matches`.
 
     Returns
     -------
     list of Hit
-        ``backend_score`` is FTS5's ``bm25(documents_fts, 1.5, 4.0, 1.0)`` (negative; lower is
+        ``backend_score`` is FTS5's ``bm25(documents_fts, *weights)`` (negative; lower is
         better); ``score`` is ``|bm25| / (1 + |bm25|)``; ``chunk_id`` is ``None``. Empty when
         nothing matches or nothing in ``text`` is searchable.
     """
-    query = build_fts_query(text, mode)
+    built = parse_fts_query(text, mode, prefix=prefix, stopwords=stopwords, query_tf=query_tf)
+    query = built.expression
     if query is None or limit <= 0:
         return []
-    w = ", ".join(str(x) for x in BM25_WEIGHTS)
+    w = ", ".join(repr(x) for x in check_weights(weights))
+    need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None
-    if collections is None and (filters is None or filters.empty):
+    if collections is None and (filters is None or filters.empty) and need <= 1:
         rows = _top_rows_first(idx, query, w, int(limit))
     if rows is None:
         where, params = idx._coll_clause(collections)
         fsql, fparams = (filters or SearchFilters()).sql("d")
+        msm_sql, msm_params = "", []
+        if need > 1:
+            counted = " + ".join("(documents_fts.rowid IN (SELECT rowid FROM documents_fts WHERE documents_fts "
+                                 "MATCH ?))" for _ in built.positive)
+            msm_sql, msm_params = f" AND ({counted}) >= ?", [*built.positive, need]
         sql = (
             f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
             "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-            f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?"
+            f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql}{msm_sql} ORDER BY s, docno LIMIT ?"
         )
         try:
             with idx._lock:
-                rows = idx.conn.execute(sql, [query, *params, *fparams, int(limit)]).fetchall()
+                rows = idx.conn.execute(sql, [query, *params, *fparams, *msm_params, int(limit)]).fetchall()
         except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
             raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
     return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]

@@ -1,0 +1,295 @@
+"""Learning to rank the fused candidates: LightGBM lambdarank over trace features, cross-validated.
+
+``qmdlab tune SUITE --learn`` calls :func:`cross_validate_learned` on a :class:`eval.study.Study`:
+
+1. the features of every (query, document) in the recorded lists
+   (:func:`qmdlab.pipeline.learned.features`) are built once, labelled with the qrels grade
+   (0 when unjudged);
+2. the judged queries are split into k folds (:func:`eval.optimise.kfold`); for each fold a
+   booster is trained on the *other* folds' rows only — the qids it saw are recorded in
+   :attr:`LearnReport.trained_on` and checked disjoint from the fold's test qids — and the
+   fold's queries are fused by it and run through the rest of the pipeline (candidates, blend,
+   finish) exactly like any other fusion method;
+3. the held-out per-query metric of the learned fusion is compared with the base config's
+   on the same queries (paired t-test and Fisher randomisation, :mod:`eval.significance`);
+4. the model written for use is trained on every query (:attr:`LearnReport.booster`); the
+   held-out numbers are what it is expected to do on new queries.
+
+Nothing is tuned on the reported folds: the LightGBM parameters are fixed
+(:class:`LearnConfig`) and the number of trees is not early-stopped on test data.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import polars as pl
+
+from qmdlab.errors import ConfigError
+from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.fuse import candidates
+from qmdlab.pipeline.learned import FEATURES, contributions, features, fuse_scored, matrix, score_features
+from qmdlab.pipeline.retrieve import ablate, reweight
+from qmdlab.pipeline.retune import rerank_scores_of
+
+from .metrics import HEADLINE, Scorer
+from .optimise import kfold
+from .significance import paired_pvalues
+
+MODEL_FILE = "learned.lgb.txt"
+
+
+@dataclass(frozen=True)
+class LearnConfig:
+    """LightGBM lambdarank settings and the cross-validation split (fixed before looking at any fold).
+
+    Attributes
+    ----------
+    folds, seed : int
+        k of the k-fold split over queries, and its shuffle seed.
+    n_estimators, num_leaves, learning_rate, min_data_in_leaf, feature_fraction : ...
+        LightGBM parameters (small trees, many rows per leaf: 76–103 queries do not support more).
+    truncation_level : int
+        ``lambdarank_truncation_level``: pairs are formed within this many top positions.
+    """
+
+    folds: int = 5
+    seed: int = 0
+    n_estimators: int = 200
+    num_leaves: int = 7
+    learning_rate: float = 0.05
+    min_data_in_leaf: int = 50
+    feature_fraction: float = 0.8
+    truncation_level: int = 20
+
+    def params(self, max_grade: int) -> dict:
+        return {"objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "num_leaves": self.num_leaves,
+                "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
+                "feature_fraction": self.feature_fraction, "feature_fraction_seed": self.seed,
+                "lambdarank_truncation_level": self.truncation_level,
+                "label_gain": [float(g) for g in range(max(max_grade, 1) + 1)],  # Järvelin gains, as ndcg@k here
+                "seed": self.seed, "deterministic": True, "num_threads": 1, "verbose": -1}
+
+
+def training_frame(study, base: PipelineConfig) -> pl.DataFrame:
+    """Features (:data:`FEATURES`) of every (qid, docno) of the study's lists under ``base``'s list
+    weights/ablation, with ``label`` (qrels grade, 0 if unjudged), sorted by qid."""
+    lists = ablate(reweight(study.trace.lists, base), base)
+    feats = features(lists, study.docs)
+    labels = study.qrels.select("qid", "docno", pl.col("grade").cast(pl.Int64).alias("label"))
+    out = feats.join(labels, on=["qid", "docno"], how="left").with_columns(pl.col("label").fill_null(0).clip(0))
+    return out.sort("qid", maintain_order=True)
+
+
+def fit(frame: pl.DataFrame, cfg: LearnConfig):
+    """Train a lambdarank booster on ``frame`` (rows grouped by qid)."""
+    try:
+        import lightgbm as lgb
+    except ImportError:
+        raise ConfigError("--learn needs LightGBM: pip install 'qmdlab[learn]'") from None
+    frame = frame.sort("qid", maintain_order=True)
+    groups = frame.group_by("qid", maintain_order=True).len()["len"].to_numpy()
+    y = frame["label"].to_numpy()
+    data = lgb.Dataset(matrix(frame), label=y, group=groups, feature_name=list(FEATURES), free_raw_data=False)
+    return lgb.train(cfg.params(int(y.max()) if len(y) else 1), data, num_boost_round=cfg.n_estimators)
+
+
+def finals(lists: pl.DataFrame, frame: pl.DataFrame, booster, config: PipelineConfig,
+           scores: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The ``final`` table of the queries in ``frame`` fused by ``booster``, then candidates, blend
+    (with the recorded rerank ``scores`` when ``config.rerank``) and finish, as for any fusion."""
+    qids = frame["qid"].unique().to_list()
+    sub = lists.filter(pl.col("qid").is_in(qids))
+    fused = fuse_scored(sub, score_features(frame.drop("label", strict=False), booster))
+    return finish(blend(candidates(fused, config.candidate_limit), scores if config.rerank else None, config), config)
+
+
+class LearnReport(NamedTuple):
+    """What :func:`cross_validate_learned` found.
+
+    Attributes
+    ----------
+    booster : lightgbm.Booster
+        Trained on every judged query (what ``--learn`` saves).
+    folds : pl.DataFrame
+        ``fold, n_train, n_test, test_base, test_learned``.
+    held_out : pl.DataFrame
+        ``qid, fold, base, learned``: each query scored by the model trained *without* it.
+    heldout_final : pl.DataFrame
+        The held-out ``final`` rankings of every query (``qid, docno, final_rank, final_score``).
+    base_final : pl.DataFrame
+        The base config's ``final`` rankings of the same queries.
+    trained_on : list of tuple of str
+        The qids each fold's booster was trained on (disjoint from that fold's test qids).
+    tested_on : list of tuple of str
+    gain, p_ttest, p_fisher : float
+        Mean held-out gain over the base and its paired p-values.
+    in_sample_gain : float
+        Gain of the all-queries booster on the queries it was trained on (compare with ``gain``).
+    seconds : float
+    """
+
+    booster: object
+    folds: pl.DataFrame
+    held_out: pl.DataFrame
+    heldout_final: pl.DataFrame
+    base_final: pl.DataFrame
+    trained_on: list
+    tested_on: list
+    gain: float
+    p_ttest: float
+    p_fisher: float
+    in_sample_gain: float
+    seconds: float
+
+    def summary(self, metric: str = HEADLINE) -> str:
+        base, learned = self.held_out["base"].mean(), self.held_out["learned"].mean()
+        return (f"{metric}: base {base:.4f} -> learned (held-out folds) {learned:.4f} (gain {self.gain:+.4f}, "
+                f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
+                f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)")
+
+
+def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: LearnConfig = LearnConfig(),
+                           metric: str = HEADLINE, progress: Callable[[str], None] | None = None,
+                           _train_filter: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None
+                           ) -> LearnReport:
+    """k-fold cross-validated learned fusion of ``study`` (needs ``study.docs``).
+
+    ``_train_filter(train_qids, test_qids) -> qids`` exists for the leak test only: it lets a
+    test *inject* a leak and check that the held-out numbers would show it.
+    """
+    t0 = time.perf_counter()
+    base = base or study.config
+    if study.docs is None:
+        raise ConfigError("learned fusion needs the document table: Study(..., docs=doc_features(index))")
+    frame = training_frame(study, base)
+    lists = ablate(reweight(study.trace.lists, base), base)
+    scorer = Scorer(study.qrels, [metric])
+    base_final = study.evaluate(base).final
+    scores = rerank_scores_of(study.trace) if base.rerank else None
+    base_pq = scorer.score(base_final.rename({"final_rank": "rank"})).select("qid", pl.col(metric).alias("base"))
+    rows, held, finals_, trained_on, tested_on = [], [], [], [], []
+    for i, fold in enumerate(kfold(study.qids, cfg.folds, cfg.seed)):
+        train_qids = list(fold.train) if _train_filter is None else list(_train_filter(fold.train, fold.test))
+        train = frame.filter(pl.col("qid").is_in(train_qids))
+        test = frame.filter(pl.col("qid").is_in(list(fold.test)))
+        seen = tuple(sorted(train["qid"].unique().to_list()))
+        trained_on.append(seen)
+        tested_on.append(tuple(fold.test))
+        booster = fit(train, cfg)
+        fin = finals(lists, test, booster, base, scores)
+        finals_.append(fin)
+        pq = scorer.score(fin.rename({"final_rank": "rank"})).filter(pl.col("qid").is_in(list(fold.test)))
+        pq = pq.select("qid", pl.col(metric).alias("learned")).join(base_pq, on="qid", how="left")
+        held.append(pq.with_columns(fold=pl.lit(i)))
+        rows.append((i, len(seen), len(fold.test), float(pq["base"].mean()), float(pq["learned"].mean())))
+        if progress:
+            progress(f"fold {i + 1}/{cfg.folds}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
+                     f"({len(seen)} training queries)")
+    held_out = pl.concat(held).select("qid", "fold", "base", "learned").sort("qid")
+    p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["learned"].to_numpy())
+    booster = fit(frame, cfg)
+    in_sample = scorer.score(finals(lists, frame, booster, base, scores).rename({"final_rank": "rank"}))[metric].mean()
+    table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "test_base", "test_learned"], orient="row")
+    return LearnReport(booster, table, held_out, pl.concat(finals_), base_final, trained_on, tested_on,
+                       float((held_out["learned"] - held_out["base"]).mean()), p_t, p_f,
+                       float(in_sample - base_pq["base"].mean()), time.perf_counter() - t0)
+
+
+def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg: LearnConfig = LearnConfig(),
+         header: str = "", docid: Callable[[str], str] = lambda d: d) -> dict[str, Path]:
+    """Write into ``out_dir``: the model (:data:`MODEL_FILE`), ``config.yaml`` (``fusion: learned``,
+    ``learned_model`` relative to it), ``learned-heldout.trec`` (the held-out folds' rankings) and
+    ``default.trec`` (the base config on the same queries), both with the collection's ids
+    (``docid`` maps qmdlab docnos back), plus ``learn.json`` (settings, folds, held-out summary)."""
+    import json
+
+    from .optimise import write_config
+    from .runner import write_trec_run
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = out / MODEL_FILE
+    report.booster.save_model(str(model))
+    cfg_path = out / "config.yaml"
+    learned_cfg = base.replace(fusion="learned", learned_model=MODEL_FILE)
+    write_config(learned_cfg, cfg_path, header=header)
+    write_trec_run(report.heldout_final, out / "learned-heldout.trec", "learned-heldout", docid)
+    write_trec_run(report.base_final, out / "default.trec", "default", docid)
+    summary = {"learn": asdict(cfg), "features": list(FEATURES), "folds": report.folds.to_dicts(),
+               "held_out_mean": {"base": float(report.held_out["base"].mean()),
+                                 "learned": float(report.held_out["learned"].mean())},
+               "gain": report.gain, "p_ttest": report.p_ttest, "p_fisher": report.p_fisher,
+               "in_sample_gain": report.in_sample_gain,
+               "trained_on": [list(t) for t in report.trained_on], "tested_on": [list(t) for t in report.tested_on]}
+    (out / "learn.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return {"model": model, "config": cfg_path, "heldout": out / "learned-heldout.trec",
+            "default": out / "default.trec"}
+
+
+def suite_docs(suite) -> pl.DataFrame:
+    """:func:`qmdlab.pipeline.learned.doc_features` of a suite's own index (recorded first)."""
+    from qmdlab.pipeline.learned import doc_features
+    from qmdlab.store import Index
+
+    path = suite.workdir() / "index"
+    if not path.exists():
+        raise ConfigError(f"suite {suite.name!r} has no index at {path}; run `qmdlab eval {suite.name}` first")
+    idx = Index.open(path)
+    try:
+        return doc_features(idx)
+    finally:
+        idx.close()
+
+
+def explain_query(study, booster, qid: str, *, base: PipelineConfig | None = None, top: int = 5) -> pl.DataFrame:
+    """Per-feature contributions (LightGBM ``pred_contrib``) of ``booster``'s top ``top`` documents
+    for one query: ``rank, docno, feature, value, contribution`` (contributions sum to the score)."""
+    base = base or study.config
+    lists = ablate(reweight(study.trace.lists.filter(pl.col("qid") == str(qid)), base), base)
+    if lists.height == 0:
+        raise ConfigError(f"--explain {qid!r}: no recorded lists for that query id; pick one of the suite's "
+                          f"judged qids (e.g. {', '.join(study.qids[:5])})")
+    contrib = contributions(lists, base, study.docs, booster=booster)
+    scores = contrib.group_by("docno").agg(pl.col("contribution").sum().alias("score")) \
+        .sort(["score", "docno"], descending=[True, False]).head(top).with_row_index("rank", offset=1)
+    return scores.join(contrib, on="docno").sort(["rank", pl.col("contribution").abs()], descending=[False, True]) \
+        .select("rank", "docno", "score", "feature", "value", "contribution")
+
+
+def format_explain(table: pl.DataFrame, qid: str, *, per_doc: int = 8) -> str:
+    """Text for ``qmdlab tune --learn --explain QID``: each document's largest contributions."""
+    lines = [f"query {qid}: learned score = Σ feature contributions (LightGBM pred_contrib)"]
+    for (rank, docno, score), part in table.group_by(["rank", "docno", "score"], maintain_order=True):
+        lines.append(f"#{rank} {docno}  score {score:+.4f}")
+        for r in part.head(per_doc).iter_rows(named=True):
+            value = "" if r["feature"] == "(bias)" or r["value"] != r["value"] else f" = {r['value']:.4g}"
+            if r["feature"] != "(bias)" and r["value"] != r["value"]:
+                value = " = missing"
+            lines.append(f"    {r['contribution']:+.4f}  {r['feature']}{value}")
+        rest = part.slice(per_doc)
+        if rest.height:
+            lines.append(f"    {rest['contribution'].sum():+.4f}  ({rest.height} more features)")
+    return "\n".join(lines)
+
+
+def timing(study, booster, base: PipelineConfig, repeats: int = 5) -> float:
+    """Median ms of one learned re-fusion (features + predict + candidates + blend + finish) of the
+    whole study — the ``retune`` benchmark row."""
+    lists = ablate(reweight(study.trace.lists, base), base)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        frame = features(lists, study.docs)
+        finals(lists, frame, booster, base, rerank_scores_of(study.trace) if base.rerank else None)
+        times.append((time.perf_counter() - t0) * 1000)
+    return float(np.median(times))
+
+
+__all__ = ["LearnConfig", "LearnReport", "training_frame", "fit", "finals", "cross_validate_learned", "save", "suite_docs",
+           "explain_query", "format_explain", "timing", "MODEL_FILE"]
