@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if res.returncode:
             return res.returncode
+    _reranker_rows()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     print("\nTune the fusion weights and the blend live:\n    .venv/bin/marimo edit notebooks/tune.py")
     return 0
@@ -117,6 +118,23 @@ def _tier(args) -> int:
               + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
     print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
     return 0
+
+
+def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
+    """The trained cross-encoder reranker's held-out rows (issue 14) when `make train-reranker` has
+    run; otherwise the command that adds them. Reads stored results only (no model call)."""
+    from training.reranker import format_table, load_report
+
+    report = load_report(run_dir)
+    if report is None or report.heldout is None:
+        print("\ntrained cross-encoder reranker: none yet. `make train-reranker` trains one on the labelled "
+              "queries (5-fold) and adds its held-out rerank rows here.")
+        return
+    print(f"\n== trained cross-encoder reranker ({run_dir}): held-out folds, each query reranked by a "
+          "model that never saw it ==")
+    print(format_table(report.heldout))
+    print("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in report.auc.items() if v is not None))
+    print(f"use it: QMDLAB_RERANK_MODEL={report.model}", flush=True)
 
 
 def _sub(out: str | None, name: str) -> str | None:
