@@ -30,8 +30,11 @@ def fisher_randomization(baseline: np.ndarray, treatment: np.ndarray, *, n_permu
     |mean difference| is at least the observed one.
 
     Swapping a query's two scores flips the sign of its difference, so a pattern is a sign
-    vector. With ``2**n ≤ n_permutations`` all patterns are enumerated (exact p-value);
-    otherwise ``n_permutations`` random patterns are drawn with ``numpy.random.default_rng(seed)``.
+    vector. With ``2**n ≤ n_permutations`` all patterns are enumerated (exact p-value: the
+    observed pattern is among them, so it is never 0); otherwise ``N = n_permutations`` random
+    patterns are drawn with ``numpy.random.default_rng(seed)`` and, with ``b`` of them at least
+    as extreme as the observed one, ``p = (b + 1) / (N + 1)`` — the observed pattern counts as
+    one draw, so a sampled p-value is never 0 (Phipson & Smyth 2010).
 
     Examples
     --------
@@ -39,19 +42,29 @@ def fisher_randomization(baseline: np.ndarray, treatment: np.ndarray, *, n_permu
 
     >>> fisher_randomization(np.zeros(3), np.ones(3))
     0.25
+
+    Sampled: 30 equal differences; only the all-same-sign patterns (2 in 2**30) reach the
+    observed |mean|, so no draw does (b = 0) and ``p = 1/(N+1)``:
+
+    >>> fisher_randomization(np.zeros(30), np.ones(30), n_permutations=999)
+    0.001
     """
     d = np.asarray(treatment, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
     n = d.size
     if n == 0:
         return 1.0
     observed = abs(d.mean())
-    if n <= 20 and 2 ** n <= n_permutations:
+    exact = n <= 20 and 2 ** n <= n_permutations
+    if exact:
         patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
     else:
         patterns = np.random.default_rng(seed).integers(0, 2, size=(n_permutations, n)) * 2 - 1
     means = np.abs((patterns * d).mean(axis=1))
     # a relative tolerance so float noise in the means cannot flip an exact tie
-    return float(np.mean(means >= observed - 1e-12 * max(1.0, observed)))
+    extreme = int(np.count_nonzero(means >= observed - 1e-12 * max(1.0, observed)))
+    if exact:
+        return extreme / len(patterns)
+    return (extreme + 1) / (len(patterns) + 1)
 
 
 def paired_pvalues(baseline: np.ndarray, treatment: np.ndarray, *, n_permutations: int = 1000,

@@ -85,3 +85,16 @@ def test_fisher_exact_enumeration_closed_form():
     # sampled mode is deterministic for a given seed
     x, y = np.random.default_rng(0).random((2, 40))
     assert fisher_randomization(x, y, seed=7) == fisher_randomization(x, y, seed=7)
+
+
+def test_sampled_fisher_pvalue_is_b_plus_one_over_n_plus_one():
+    # 40 equal differences: only 2 of 2**40 sign patterns reach the observed |mean|, so no
+    # random draw does (b = 0): p = 1/(N+1), never 0
+    assert fisher_randomization(np.zeros(40), np.ones(40), n_permutations=1000) == 1 / 1001
+    # closed form for any b: count the draws of the same generator by hand
+    x, y = np.random.default_rng(1).random((2, 25))
+    d = y - x
+    draws = np.random.default_rng(5).integers(0, 2, size=(500, 25)) * 2 - 1
+    b = int(np.count_nonzero(np.abs((draws * d).mean(axis=1)) >= abs(d.mean()) - 1e-12))
+    assert 0 < b < 500
+    assert fisher_randomization(x, y, n_permutations=500, seed=5) == (b + 1) / 501
