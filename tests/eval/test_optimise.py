@@ -90,3 +90,57 @@ def test_write_config_is_readable_by_pipeline_config(tmp_path):
     text = (tmp_path / "c.yaml").read_text()
     assert text.startswith("# tuned on toy") and "rrf_k: 12" in text
     assert PipelineConfig.from_yaml(tmp_path / "c.yaml") == cfg
+
+
+def _split_suite(trace_factory, prefer_vec: set[str]):
+    """30 queries as in ``toy_suite``; the queries in ``prefer_vec`` have ``r`` first in the
+    vector list (they prefer weight_original_vec > weight_original_fts), the rest in BM25."""
+    entries, qrels = [], []
+    for i in range(30):
+        qid = f"q{i:02d}"
+        r, d = f"c/{qid}/r.md", f"c/{qid}/d.md"
+        fts_first, vec_first = (d, r) if qid in prefer_vec else (r, d)
+        entries += [(qid, "fts", "original", fts_first, 1, 0.8), (qid, "vec", "original", vec_first, 1, 0.7)]
+        qrels.append((qid, r, 1))
+    return trace_factory(entries), pl.DataFrame(qrels, schema=["qid", "docno", "grade"], orient="row")
+
+
+def _held_out_has_another_optimum(trace_factory):
+    """Fold 0's held-out queries all prefer vec; its training queries (13 fts, 11 vec) prefer fts;
+    all 30 together (13 fts, 17 vec) prefer vec. Tuning that saw fold 0 would pick vec."""
+    qids = [f"q{i:02d}" for i in range(30)]
+    folds = kfold(qids, 5, seed=0)
+    rest = [q for q in qids if q not in folds[0].test]
+    return folds, set(folds[0].test) | set(rest[:11])
+
+
+def test_cross_validation_held_out_fold_is_scored_by_a_config_tuned_without_it(trace_factory):
+    folds, prefer_vec = _held_out_has_another_optimum(trace_factory)
+    study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)
+    # the premise: the training queries alone and all queries have different optima
+    train_only = study.subset(folds[0].train)
+    assert train_only.score(BASE.replace(weight_original_fts=3.0)) > train_only.score(BASE.replace(weight_original_vec=3.0))
+    assert study.score(BASE.replace(weight_original_vec=3.0)) > study.score(BASE.replace(weight_original_fts=3.0))
+    report = cross_validate(study, base=BASE, space=SPACE, method="coordinate", trials=30, folds=5, points=5, seed=0)
+    row = report.folds.row(0, named=True)
+    tie = 1 / math.log2(3)
+    assert row["n_test"] == 6 and row["train_tuned"] == pytest.approx((13 + 11 * tie) / 24, abs=1e-12)
+    # tuned on fold 0's training queries (fts > vec): the held-out queries keep r second
+    assert row["test_tuned"] == pytest.approx(tie, abs=1e-12) and row["test_base"] == pytest.approx(tie, abs=1e-12)
+    held = report.held_out.filter(pl.col("fold") == 0)
+    assert sorted(held["qid"].to_list()) == sorted(folds[0].test) and (held["tuned"] - tie).abs().max() < 1e-12
+    # the final config is tuned on all queries and prefers vec: in-sample, not held-out
+    assert report.config.weight_original_vec > report.config.weight_original_fts
+
+
+def test_a_tuner_that_sees_the_held_out_fold_fails_that_check(trace_factory, monkeypatch):
+    """The check above can fail: leak fold 0's test queries into its training set and the
+    held-out score becomes the leaked optimum's 1.0."""
+    import eval.optimise as opt
+
+    folds, prefer_vec = _held_out_has_another_optimum(trace_factory)
+    study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)
+    leaky = [opt.Fold(tuple(sorted(set(f.train) | set(f.test))), f.test) for f in folds]
+    monkeypatch.setattr(opt, "kfold", lambda qids, k=5, seed=0: leaky)
+    report = opt.cross_validate(study, base=BASE, space=SPACE, method="coordinate", trials=30, folds=5, points=5)
+    assert report.folds.row(0, named=True)["test_tuned"] == pytest.approx(1.0, abs=1e-12)
