@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from qmdlab.errors import QmdlabError
+from qmdlab.pipeline.results import snippet as make_snippet
 from qmdlab.mcp_server.navigation import DocumentOutline
 
 SCHEME = "qmd"
 DEFAULT_MULTI_GET_MAX_BYTES = 10_240
 DEFAULT_MULTI_GET_MAX_DOCS = 50
-_TERM = re.compile(r"\w+", re.UNICODE)
 _REF_RANGE = re.compile(r"^(?P<ref>.*?)(?::(?P<start>\d+)(?::(?P<count>\d+))?)?$")
 
 
@@ -97,10 +97,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
-
-
-def _terms(text: str) -> set[str]:
-    return {t.lower() for t in _TERM.findall(text or "") if len(t) > 1}
 
 
 class Engine:
@@ -420,7 +416,6 @@ class Engine:
         if final.height == 0:
             return []
         finished = {r["docno"]: r for r in trace.results.iter_rows(named=True)}
-        docnos = final["docno"].to_list()
         chunk_of: dict[str, int] = {}  # the chunk each result was judged on, else its best list hit
         for table in (trace.rerank, trace.lists.sort("rank")):
             for row in table.iter_rows(named=True):
@@ -441,10 +436,9 @@ class Engine:
                         "uri": resource_uri(docno), "title": done.get("title") or ""}
                 body = ""
             line, snippet = done.get("line"), done.get("snippet")
-            if line is None and body:
-                from qmdlab.pipeline.finish import snippet as make_snippet
-
-                line, snippet = make_snippet(body, sorted(_terms(query_text) | _terms(intent or "")))
+            if line is None and body:  # not in the pipeline's results table: the same snippet rule
+                snip = make_snippet(body, " ".join(x for x in (query_text, intent) if x))
+                line, snippet = snip.line, snip.text
             sec = None
             if body and line:
                 # the snippet opens one context line above its best line (none at the top)

@@ -326,10 +326,6 @@ class PipelineConfig:
                               f"known: {', '.join(LIST_KEYS)}")
         return float(getattr(self, f"weight_{key}"))
 
-    def channel_weight(self, source: str) -> float:
-        """``norm_sum`` channel weight of a list source (fts|vec)."""
-        return float(self.norm_weight_vec if source == "vec" else self.norm_weight_fts)
-
 
 def _resolve_model(data: Any, path: Path) -> Any:
     """Make a relative ``learned_model`` path relative to the config file's folder."""

@@ -1,7 +1,7 @@
 """Finish: dedupe, min-score, tag rank-lift, limit (DESIGN §3 step 8).
 
 :func:`finish` works on the ``final`` table of many queries at once (it is part of
-:func:`qmdlab.retune`). Snippets with line numbers come from :mod:`qmdlab.output`
+:func:`qmdlab.retune`). Snippets with line numbers come from :mod:`qmdlab.pipeline.results`
 (the same helper ``search`` uses) when :class:`~qmdlab.pipeline.lab.Lab` builds the
 ``results`` table.
 """

@@ -295,11 +295,11 @@ class Lab:
 
     def _results(self, final: pl.DataFrame, text: str, intent: str | None,
                  searches: Sequence[tuple[str, str]] | None, rerank_table: pl.DataFrame | None = None) -> pl.DataFrame:
-        """Title, docid, context and a line-numbered snippet per final row (``qmdlab.output``),
+        """Title, docid, context and a line-numbered snippet per final row (:mod:`qmdlab.pipeline.results`),
         taken from the chunk that was reranked when there is one."""
         if final.height == 0:
             return empty("results")
-        from qmdlab.output import build_rows
+        from qmdlab.pipeline.results import build_rows
         from qmdlab.search import Hit
 
         chunk_of = {} if rerank_table is None else dict(rerank_table.select("docno", "chunk_id").iter_rows())

@@ -135,8 +135,8 @@ class Trace:
         return Run(run, name=name)
 
     def result_rows(self) -> list:
-        """``results`` as :class:`qmdlab.output.ResultRow` values (for ``format_results``)."""
-        from qmdlab.output import ResultRow
+        """``results`` as :class:`qmdlab.pipeline.results.ResultRow` values (for ``format_results``)."""
+        from qmdlab.pipeline.results import ResultRow
 
         return [ResultRow(r["docno"], r["docid"] or "", float(r["final_score"]), int(r["line"] or 1),
                           r["title"] or r["docno"], r["context"], r["snippet"] or "")

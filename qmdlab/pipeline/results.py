@@ -1,0 +1,101 @@
+"""Result rows and snippets: what the engine hands every front end (CLI formats, MCP, traces).
+
+:func:`build_rows` turns :class:`~qmdlab.search.Hit`\\ s of an index into :class:`ResultRow`
+values — title, docid, context and a snippet (:func:`snippet`: the line with most query terms,
+:func:`qmdlab.terms.terms`). The pipeline's ``results`` table is made from them
+(:meth:`qmdlab.Lab.query`), the CLI renders them (:func:`qmdlab.output.format_results`) and the
+MCP server serves them; this module knows no front end.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Sequence
+
+from qmdlab.terms import terms
+
+if TYPE_CHECKING:
+    from qmdlab.search import Hit
+    from qmdlab.store import Index
+
+
+class ResultRow(NamedTuple):
+    docno: str
+    docid: str
+    score: float
+    line: int
+    title: str
+    context: str | None
+    snippet: str
+    chunk_id: int | None = None
+
+
+class Snippet(NamedTuple):
+    line: int  # 1-based number of the first line of ``text``
+    best_line: int  # 1-based number of the best-matching line
+    text: str
+
+
+def query_terms(query: str) -> list[str]:
+    """The terms of a query for snippet matching (:func:`qmdlab.terms.terms`).
+
+    >>> query_terms("How to rebase in Git? 東京大学")
+    ['rebase', 'git', '東京', '京大', '大学']
+    """
+    return terms(query)
+
+
+def _stem(term: str) -> str:
+    return term[: max(4, len(term) - 3)] if len(term) > 5 else term
+
+
+def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] | None = None) -> Snippet:
+    """The best line (most distinct query terms, crude stemming; first on ties) ± ``context``
+    lines. ``lines=(first, last)`` (1-based, inclusive) restricts the choice, e.g. to a chunk.
+    Without any match the first non-blank line of the range is used.
+
+    >>> snippet("title\\nalpha\\nbeta gamma\\nalpha beta\\nend", "beta alpha", context=1)
+    Snippet(line=3, best_line=4, text='beta gamma\\nalpha beta\\nend')
+    >>> snippet("a\\n\\nzzz", "nothing")
+    Snippet(line=1, best_line=1, text='a\\n')
+    >>> snippet("---\\ntitle: x\\n---\\n# Backups\\ntext", "backups", lines=(4, 5))
+    Snippet(line=4, best_line=4, text='# Backups\\ntext')
+    """
+    all_lines = body.split("\n")
+    lo, hi = (1, len(all_lines)) if lines is None else (max(1, lines[0]), min(len(all_lines), lines[1]))
+    stems = [_stem(t) for t in query_terms(query)]
+    best, best_score = None, 0
+    for no in range(lo, hi + 1):
+        low = all_lines[no - 1].lower()
+        s = sum(1 for t in stems if t in low)
+        if s > best_score:
+            best, best_score = no, s
+    if best is None:
+        best = next((no for no in range(lo, hi + 1) if all_lines[no - 1].strip()), lo)
+    # context stays inside the range too, so a title line never drags in the front matter's `---`
+    first = max(lo, best - context)
+    last = min(hi, best + context)
+    return Snippet(first, best, "\n".join(all_lines[first - 1 : last]))
+
+
+def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int = 1) -> list[ResultRow]:
+    """Rows for hits: title, all matching contexts (joined by `` | ``), and a snippet (inside
+    the hit's chunk when it has one, else anywhere below the front matter)."""
+    rows = []
+    span_of: dict[int, tuple[int, int]] = {}
+    chunk_ids = [h.chunk_id for h in hits if h.chunk_id is not None]
+    if chunk_ids:
+        ch = idx.chunks([h.docno for h in hits if h.chunk_id is not None])
+        for cid, ls, le in zip(ch["chunk_id"].to_list(), ch["line_start"].to_list(), ch["line_end"].to_list()):
+            span_of[cid] = (ls, le)
+    from qmdlab.store.frontmatter import parse_front_matter
+
+    for h in hits:
+        doc = idx.get(h.docno)
+        span = span_of.get(h.chunk_id) if h.chunk_id is not None else None
+        if span is None:  # whole document: search below the front matter
+            off = parse_front_matter(doc.body).body_offset
+            span = (doc.body.count("\n", 0, off) + 1, doc.body.count("\n") + 1)
+        snip = snippet(doc.body, query, context=context, lines=span)
+        ctx = idx.contexts_for(h.docno)
+        rows.append(ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None,
+                              snip.text, h.chunk_id))
+    return rows
