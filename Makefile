@@ -118,7 +118,7 @@ train-demo: setup
 # The default corpus's cross-encoder reranker (issue 14): in-collection pretraining, then 5-fold
 # fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.
 train-reranker: setup
-	$(VENV)/bin/qmdlab train reranker --suite default --out runs/reranker --folds 5
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/qmdlab train reranker --config training/configs/reranker-default.yaml
 
 clean-venv:
 	rm -rf $(VENV)
