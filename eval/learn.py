@@ -15,8 +15,9 @@
 4. the model written for use is trained on every query (:attr:`LearnReport.booster`); the
    held-out numbers are what it is expected to do on new queries.
 
-Nothing is tuned on the reported folds: the LightGBM parameters are fixed
-(:class:`LearnConfig`) and the number of trees is not early-stopped on test data.
+Nothing is tuned on the reported folds: the LightGBM settings are chosen from a fixed grid
+(:data:`GRID`) by an inner cross-validation over each fold's training queries (nested CV), and
+the number of trees is never early-stopped on test data.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from qmdlab.pipeline.blend import blend
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.finish import finish
 from qmdlab.pipeline.fuse import candidates
-from qmdlab.pipeline.learned import FEATURES, contributions, features, fuse_scored, matrix, score_features
+from qmdlab.pipeline.learned import FEATURES, contributions, features, fuse_scored, matrix, prior, score_features
 from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.retune import rerank_scores_of
 
@@ -42,6 +43,10 @@ from .optimise import kfold
 from .significance import paired_pvalues
 
 MODEL_FILE = "learned.lgb.txt"
+
+GRID = tuple({"n_estimators": n, "num_leaves": leaves, "prior_scale": p}
+             for p in (60.0, 600.0) for n in (50, 200) for leaves in (3, 7))
+"""The settings the inner cross-validation chooses from (fixed in advance: 8 settings)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,15 @@ class LearnConfig:
         LightGBM parameters (small trees, many rows per leaf: 76–103 queries do not support more).
     truncation_level : int
         ``lambdarank_truncation_level``: pairs are formed within this many top positions.
+    prior_scale : float
+        The trees boost from ``prior_scale · rrf`` (``PipelineConfig.learned_prior``): larger
+        keeps the model closer to plain RRF.
+    select : bool
+        Choose ``n_estimators``/``num_leaves``/``min_data_in_leaf`` from :data:`GRID` by an
+        inner k-fold over the *training* queries of each fold (nested cross-validation: the
+        held-out fold plays no part in the choice); off, the values above are used as given.
+    inner_folds : int
+        k of that inner split.
     """
 
     folds: int = 5
@@ -66,6 +80,9 @@ class LearnConfig:
     min_data_in_leaf: int = 50
     feature_fraction: float = 0.8
     truncation_level: int = 20
+    prior_scale: float = 60.0
+    select: bool = True
+    inner_folds: int = 4
 
     def params(self, max_grade: int) -> dict:
         return {"objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "num_leaves": self.num_leaves,
@@ -95,18 +112,46 @@ def fit(frame: pl.DataFrame, cfg: LearnConfig):
     frame = frame.sort("qid", maintain_order=True)
     groups = frame.group_by("qid", maintain_order=True).len()["len"].to_numpy()
     y = frame["label"].to_numpy()
-    data = lgb.Dataset(matrix(frame), label=y, group=groups, feature_name=list(FEATURES), free_raw_data=False)
+    data = lgb.Dataset(matrix(frame), label=y, group=groups, feature_name=list(FEATURES),
+                       init_score=prior(frame, cfg.prior_scale),
+                       free_raw_data=False)
     return lgb.train(cfg.params(int(y.max()) if len(y) else 1), data, num_boost_round=cfg.n_estimators)
 
 
 def finals(lists: pl.DataFrame, frame: pl.DataFrame, booster, config: PipelineConfig,
-           scores: pl.DataFrame | None = None) -> pl.DataFrame:
+           scores: pl.DataFrame | None = None, prior_scale: float = 60.0) -> pl.DataFrame:
     """The ``final`` table of the queries in ``frame`` fused by ``booster``, then candidates, blend
     (with the recorded rerank ``scores`` when ``config.rerank``) and finish, as for any fusion."""
     qids = frame["qid"].unique().to_list()
     sub = lists.filter(pl.col("qid").is_in(qids))
-    fused = fuse_scored(sub, score_features(frame.drop("label", strict=False), booster))
+    fused = fuse_scored(sub, score_features(frame.drop("label", strict=False), booster, prior_scale))
     return finish(blend(candidates(fused, config.candidate_limit), scores if config.rerank else None, config), config)
+
+
+def select(frame: pl.DataFrame, lists: pl.DataFrame, base: PipelineConfig, cfg: LearnConfig, scorer: Scorer,
+           metric: str, scores: pl.DataFrame | None = None) -> tuple[LearnConfig, pl.DataFrame]:
+    """The :data:`GRID` setting with the best mean inner-fold ``metric`` on ``frame``'s queries
+    (an inner k-fold over them; ties keep the earlier, smaller setting). Returns it and the
+    table ``setting, mean``. Only ``frame``'s queries are used."""
+    import dataclasses
+
+    qids = sorted(frame["qid"].unique().to_list())
+    inner = kfold(qids, min(cfg.inner_folds, len(qids)), cfg.seed + 1)
+    rows, best, best_value = [], cfg, -np.inf
+    for i, over in enumerate(GRID):
+        trial = dataclasses.replace(cfg, **over)
+        values = []
+        for fold in inner:
+            booster = fit(frame.filter(pl.col("qid").is_in(list(fold.train))), trial)
+            test = frame.filter(pl.col("qid").is_in(list(fold.test)))
+            pq = scorer.score(finals(lists, test, booster, base, scores, trial.prior_scale)
+                              .rename({"final_rank": "rank"}))
+            values.extend(pq.filter(pl.col("qid").is_in(list(fold.test)))[metric].to_list())
+        mean = float(np.mean(values))
+        rows.append((i, str(over), mean))
+        if mean > best_value:
+            best, best_value = trial, mean
+    return best, pl.DataFrame(rows, schema=["setting", "params", "mean"], orient="row")
 
 
 class LearnReport(NamedTuple):
@@ -125,7 +170,10 @@ class LearnReport(NamedTuple):
     base_final : pl.DataFrame
         The base config's ``final`` rankings of the same queries.
     trained_on : list of tuple of str
-        The qids each fold's booster was trained on (disjoint from that fold's test qids).
+        The qids each fold's booster was trained *and selected* on (disjoint from that fold's
+        test qids).
+    chosen : list of dict
+        The :data:`GRID` setting each fold's inner cross-validation chose (last: the final model's).
     tested_on : list of tuple of str
     gain, p_ttest, p_fisher : float
         Mean held-out gain over the base and its paired p-values.
@@ -146,6 +194,12 @@ class LearnReport(NamedTuple):
     p_fisher: float
     in_sample_gain: float
     seconds: float
+    chosen: list = []
+
+    @property
+    def prior_scale(self) -> float:
+        """The prior scale of the all-queries model (what ``learned_prior`` is saved as)."""
+        return float(self.chosen[-1]["prior_scale"]) if self.chosen else LearnConfig().prior_scale
 
     def summary(self, metric: str = HEADLINE) -> str:
         base, learned = self.held_out["base"].mean(), self.held_out["learned"].mean()
@@ -173,7 +227,7 @@ def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: Le
     base_final = study.evaluate(base).final
     scores = rerank_scores_of(study.trace) if base.rerank else None
     base_pq = scorer.score(base_final.rename({"final_rank": "rank"})).select("qid", pl.col(metric).alias("base"))
-    rows, held, finals_, trained_on, tested_on = [], [], [], [], []
+    rows, held, finals_, trained_on, tested_on, chosen = [], [], [], [], [], []
     for i, fold in enumerate(kfold(study.qids, cfg.folds, cfg.seed)):
         train_qids = list(fold.train) if _train_filter is None else list(_train_filter(fold.train, fold.test))
         train = frame.filter(pl.col("qid").is_in(train_qids))
@@ -181,8 +235,12 @@ def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: Le
         seen = tuple(sorted(train["qid"].unique().to_list()))
         trained_on.append(seen)
         tested_on.append(tuple(fold.test))
-        booster = fit(train, cfg)
-        fin = finals(lists, test, booster, base, scores)
+        fold_cfg = cfg
+        if cfg.select:
+            fold_cfg, _ = select(train, lists, base, cfg, scorer, metric, scores)
+        chosen.append({k: getattr(fold_cfg, k) for k in GRID[0]})
+        booster = fit(train, fold_cfg)
+        fin = finals(lists, test, booster, base, scores, fold_cfg.prior_scale)
         finals_.append(fin)
         pq = scorer.score(fin.rename({"final_rank": "rank"})).filter(pl.col("qid").is_in(list(fold.test)))
         pq = pq.select("qid", pl.col(metric).alias("learned")).join(base_pq, on="qid", how="left")
@@ -190,15 +248,17 @@ def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: Le
         rows.append((i, len(seen), len(fold.test), float(pq["base"].mean()), float(pq["learned"].mean())))
         if progress:
             progress(f"fold {i + 1}/{cfg.folds}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
-                     f"({len(seen)} training queries)")
+                     f"({len(seen)} training queries; {chosen[-1]})")
     held_out = pl.concat(held).select("qid", "fold", "base", "learned").sort("qid")
     p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["learned"].to_numpy())
-    booster = fit(frame, cfg)
-    in_sample = scorer.score(finals(lists, frame, booster, base, scores).rename({"final_rank": "rank"}))[metric].mean()
+    final_cfg = select(frame, lists, base, cfg, scorer, metric, scores)[0] if cfg.select else cfg
+    chosen.append({k: getattr(final_cfg, k) for k in GRID[0]})
+    booster = fit(frame, final_cfg)
+    in_sample = scorer.score(finals(lists, frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"}))[metric].mean()
     table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "test_base", "test_learned"], orient="row")
     return LearnReport(booster, table, held_out, pl.concat(finals_), base_final, trained_on, tested_on,
                        float((held_out["learned"] - held_out["base"]).mean()), p_t, p_f,
-                       float(in_sample - base_pq["base"].mean()), time.perf_counter() - t0)
+                       float(in_sample - base_pq["base"].mean()), time.perf_counter() - t0, chosen)
 
 
 def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg: LearnConfig = LearnConfig(),
@@ -217,7 +277,7 @@ def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg:
     model = out / MODEL_FILE
     report.booster.save_model(str(model))
     cfg_path = out / "config.yaml"
-    learned_cfg = base.replace(fusion="learned", learned_model=MODEL_FILE)
+    learned_cfg = base.replace(fusion="learned", learned_model=MODEL_FILE, learned_prior=report.prior_scale)
     write_config(learned_cfg, cfg_path, header=header)
     write_trec_run(report.heldout_final, out / "learned-heldout.trec", "learned-heldout", docid)
     write_trec_run(report.base_final, out / "default.trec", "default", docid)
@@ -225,7 +285,7 @@ def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg:
                "held_out_mean": {"base": float(report.held_out["base"].mean()),
                                  "learned": float(report.held_out["learned"].mean())},
                "gain": report.gain, "p_ttest": report.p_ttest, "p_fisher": report.p_fisher,
-               "in_sample_gain": report.in_sample_gain,
+               "in_sample_gain": report.in_sample_gain, "chosen": report.chosen,
                "trained_on": [list(t) for t in report.trained_on], "tested_on": [list(t) for t in report.tested_on]}
     (out / "learn.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return {"model": model, "config": cfg_path, "heldout": out / "learned-heldout.trec",
@@ -247,7 +307,8 @@ def suite_docs(suite) -> pl.DataFrame:
         idx.close()
 
 
-def explain_query(study, booster, qid: str, *, base: PipelineConfig | None = None, top: int = 5) -> pl.DataFrame:
+def explain_query(study, booster, qid: str, *, base: PipelineConfig | None = None, top: int = 5,
+                  prior_scale: float = 60.0) -> pl.DataFrame:
     """Per-feature contributions (LightGBM ``pred_contrib``) of ``booster``'s top ``top`` documents
     for one query: ``rank, docno, feature, value, contribution`` (contributions sum to the score)."""
     base = base or study.config
@@ -255,7 +316,7 @@ def explain_query(study, booster, qid: str, *, base: PipelineConfig | None = Non
     if lists.height == 0:
         raise ConfigError(f"--explain {qid!r}: no recorded lists for that query id; pick one of the suite's "
                           f"judged qids (e.g. {', '.join(study.qids[:5])})")
-    contrib = contributions(lists, base, study.docs, booster=booster)
+    contrib = contributions(lists, base.replace(learned_prior=prior_scale), study.docs, booster=booster)
     scores = contrib.group_by("docno").agg(pl.col("contribution").sum().alias("score")) \
         .sort(["score", "docno"], descending=[True, False]).head(top).with_row_index("rank", offset=1)
     return scores.join(contrib, on="docno").sort(["rank", pl.col("contribution").abs()], descending=[False, True]) \
@@ -268,8 +329,9 @@ def format_explain(table: pl.DataFrame, qid: str, *, per_doc: int = 8) -> str:
     for (rank, docno, score), part in table.group_by(["rank", "docno", "score"], maintain_order=True):
         lines.append(f"#{rank} {docno}  score {score:+.4f}")
         for r in part.head(per_doc).iter_rows(named=True):
+            special = r["feature"] in ("(bias)", "(rrf prior)")
             value = "" if r["feature"] == "(bias)" or r["value"] != r["value"] else f" = {r['value']:.4g}"
-            if r["feature"] != "(bias)" and r["value"] != r["value"]:
+            if not special and r["value"] != r["value"]:
                 value = " = missing"
             lines.append(f"    {r['contribution']:+.4f}  {r['feature']}{value}")
         rest = part.slice(per_doc)
@@ -278,7 +340,7 @@ def format_explain(table: pl.DataFrame, qid: str, *, per_doc: int = 8) -> str:
     return "\n".join(lines)
 
 
-def timing(study, booster, base: PipelineConfig, repeats: int = 5) -> float:
+def timing(study, booster, base: PipelineConfig, repeats: int = 5, prior_scale: float = 60.0) -> float:
     """Median ms of one learned re-fusion (features + predict + candidates + blend + finish) of the
     whole study — the ``retune`` benchmark row."""
     lists = ablate(reweight(study.trace.lists, base), base)
@@ -286,10 +348,10 @@ def timing(study, booster, base: PipelineConfig, repeats: int = 5) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         frame = features(lists, study.docs)
-        finals(lists, frame, booster, base, rerank_scores_of(study.trace) if base.rerank else None)
+        finals(lists, frame, booster, base, rerank_scores_of(study.trace) if base.rerank else None, prior_scale)
         times.append((time.perf_counter() - t0) * 1000)
     return float(np.median(times))
 
 
-__all__ = ["LearnConfig", "LearnReport", "training_frame", "fit", "finals", "cross_validate_learned", "save", "suite_docs",
+__all__ = ["LearnConfig", "LearnReport", "GRID", "select", "training_frame", "fit", "finals", "cross_validate_learned", "save", "suite_docs",
            "explain_query", "format_explain", "timing", "MODEL_FILE"]

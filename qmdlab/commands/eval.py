@@ -58,12 +58,13 @@ def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, e
               f"LightGBM lambdarank, {folds} folds, seed {seed}; model trained on all judged queries")
     # evaluation ran deeper (recall@100); the written config keeps the user's limit
     paths = save(report, out, study.config.replace(limit=limit), cfg=cfg, header=header, docid=suite.docid)
-    click.echo(f"re-fusion of all {len(study.qids)} queries: {timing(study, report.booster, study.config):.1f} ms "
+    click.echo(f"re-fusion of all {len(study.qids)} queries: {timing(study, report.booster, study.config, prior_scale=report.prior_scale):.1f} ms "
                "(features + predict + blend)")
     click.echo(f"wrote {paths['model']}, {paths['config']} (use: qmdlab eval {suite.name} --config {paths['config']})")
     click.echo(f"held-out run: {paths['heldout']}  default run: {paths['default']}  (collection ids)")
     if explain_qid is not None:
-        click.echo(format_explain(explain_query(study, report.booster, explain_qid), explain_qid))
+        click.echo(format_explain(explain_query(study, report.booster, explain_qid, prior_scale=report.prior_scale),
+                                  explain_qid))
     if report.gain <= 0:
         click.echo("note: learned fusion did not improve held-out queries; the default config is the safer choice",
                    err=True)

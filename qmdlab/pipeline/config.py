@@ -52,6 +52,9 @@ class PipelineConfig:
     learned_model : str
         Path of the model file ``qmdlab tune --learn`` writes (``fusion: learned``). A
         relative path in a YAML/TOML config is relative to that file's folder.
+    learned_prior : float
+        ``fusion=learned``: the model's score is ``learned_prior · Σ 1/(60 + rank)``
+        plus its trees' output (written by ``qmdlab tune --learn`` with the model).
     candidate_limit : int
         Fused documents passed to chunk selection, rerank and blend.
     list_limit : int
@@ -155,6 +158,7 @@ class PipelineConfig:
     bm25_stopwords: bool = True
     bm25_query_tf: bool = True
     learned_model: str = ""
+    learned_prior: float = 60.0
     tags: tuple[str, ...] = ()
     tag_lift: int = 0
     stage_budget_s: float = 120.0
@@ -184,6 +188,8 @@ class PipelineConfig:
         if not any(weights):
             raise ConfigError("bm25_weight_filepath, bm25_weight_title and bm25_weight_body are all 0: "
                               "BM25 would score nothing; give at least one column a weight above 0")
+        if not self.learned_prior >= 0:
+            raise ConfigError(f"option 'learned_prior' must be >= 0, got {self.learned_prior!r}")
         if self.fusion == "learned" and not self.learned_model:
             raise ConfigError("fusion 'learned' needs option 'learned_model' (the model file written by "
                               "`qmdlab tune SUITE --learn --out DIR`)")

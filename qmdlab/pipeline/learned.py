@@ -23,6 +23,10 @@ Terms: lower-cased word pieces, stopwords dropped, cut to their first 6 characte
 stemmer, so *retrieval*/*retrieve* meet). The query is the original query of the trace
 (its ``original`` lists' sub-query; else the first list's).
 
+The score is ``prior_scale · rrf`` plus the trees' output (``PipelineConfig.learned_prior``,
+saved beside the model by ``qmdlab tune --learn``): the model learns corrections to plain RRF,
+so a model with nothing to learn ranks like RRF.
+
 The model file is LightGBM's text format, written by ``qmdlab tune --learn`` (:mod:`eval.learn`)
 and named by ``PipelineConfig.learned_model``; it is loaded once per file version. Its feature
 names must be :data:`FEATURES` (a model of another feature set is refused with the fix).
@@ -46,6 +50,10 @@ FEATURES = RANK_FEATURES + SCORE_FEATURES + (
     "n_lists", "rrf", "bm25", "cosine", "bm25_rel", "cosine_rel", "title_overlap", "heading_overlap", "doc_len",
     "query_len")
 TERM_CHARS = 6
+PRIOR_SCALE = 60.0
+"""Default prior scale: ``learned_score = scale · rrf + trees(features)``. At 60 a document ranked
+first by two lists starts at ≈ 1.97, so the trees learn corrections to plain RRF instead of a
+ranking from scratch (LightGBM ``init_score`` when training)."""
 
 _STOP: list[str] | None = None
 
@@ -169,11 +177,17 @@ def load_model(path: str | os.PathLike):
     return _load(p, st.st_mtime_ns, st.st_size)
 
 
-def score_features(feats: pl.DataFrame, booster: Any) -> pl.DataFrame:
-    """``feats`` plus ``learned_score`` (the booster's prediction)."""
+def prior(feats: pl.DataFrame, scale: float = PRIOR_SCALE) -> np.ndarray:
+    """The score the trees start from: ``scale · rrf``."""
+    return float(scale) * feats["rrf"].fill_null(0.0).to_numpy().astype(np.float64)
+
+
+def score_features(feats: pl.DataFrame, booster: Any, scale: float = PRIOR_SCALE) -> pl.DataFrame:
+    """``feats`` plus ``learned_score`` (prior + the booster's prediction)."""
     if feats.height == 0:
         return feats.with_columns(learned_score=pl.lit(0.0))
-    return feats.with_columns(learned_score=pl.Series(booster.predict(matrix(feats)), dtype=pl.Float64))
+    return feats.with_columns(learned_score=pl.Series(prior(feats, scale) + booster.predict(matrix(feats)),
+                                                      dtype=pl.Float64))
 
 
 def fuse_scored(lists: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
@@ -194,28 +208,31 @@ def fuse_scored(lists: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
 def learned(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None, booster: Any = None) -> pl.DataFrame:
     """Fuse with the model of ``config.learned_model`` (or ``booster``)."""
     booster = booster if booster is not None else load_model(config.learned_model)
-    return fuse_scored(lists, score_features(features(lists, docs), booster))
+    return fuse_scored(lists, score_features(features(lists, docs), booster, config.learned_prior))
 
 
 def contributions(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None,
                   booster: Any = None) -> pl.DataFrame:
     """Per (qid, docno, feature): the feature's ``value`` and its ``contribution`` to the score
-    (LightGBM ``pred_contrib``, SHAP values; the row ``feature = "(bias)"`` is the expected score).
-    The contributions of a document sum to its ``learned_score``."""
+    (LightGBM ``pred_contrib``, SHAP values; the row ``feature = "(bias)"`` is the trees' expected
+    output, ``"(rrf prior)"`` the prior :func:`prior`). A document's contributions sum to its
+    ``learned_score``."""
     booster = booster if booster is not None else load_model(config.learned_model)
     feats = features(lists, docs)
     x = matrix(feats)
     contrib = booster.predict(x, pred_contrib=True) if len(x) else np.zeros((0, len(FEATURES) + 1))
     names = list(FEATURES) + ["(bias)"]
+    base = prior(feats, config.learned_prior) if len(x) else np.zeros(0)
     rows = []
     qids, docnos = feats["qid"].to_list(), feats["docno"].to_list()
     for i in range(len(x)):
         for j, name in enumerate(names):
             value = float(x[i, j]) if j < len(FEATURES) else math.nan
             rows.append((qids[i], docnos[i], name, value, float(contrib[i, j])))
+        rows.append((qids[i], docnos[i], "(rrf prior)", float(x[i, FEATURES.index("rrf")]), float(base[i])))
     return pl.DataFrame(rows, schema={"qid": pl.Utf8, "docno": pl.Utf8, "feature": pl.Utf8, "value": pl.Float64,
                                       "contribution": pl.Float64}, orient="row")
 
 
-__all__ = ["FEATURES", "features", "doc_features", "matrix", "load_model", "score_features", "fuse_scored", "learned",
+__all__ = ["FEATURES", "PRIOR_SCALE", "prior", "features", "doc_features", "matrix", "load_model", "score_features", "fuse_scored", "learned",
            "contributions", "terms_expr"]

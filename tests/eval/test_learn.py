@@ -79,18 +79,18 @@ def test_features_closed_form(title_study):
 def test_learned_finds_the_known_feature(title_study):
     """Relevance = title holds the query words; RRF over random lists is near chance, the learned
     fusion must be near perfect on held-out queries and credit title_overlap most."""
-    rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=4, min_data_in_leaf=5, n_estimators=50))
+    rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=4, min_data_in_leaf=5, n_estimators=50, select=False))
     base, learned = rep.held_out["base"].mean(), rep.held_out["learned"].mean()
     assert learned > 0.95 and base < 0.5, (base, learned)
     assert rep.p_ttest < 1e-6
     contrib = contributions(title_study.trace.lists.filter(pl.col("qid") == "q001"), BASE, title_study.docs,
                             booster=rep.booster)
-    top = contrib.filter(pl.col("feature") != "(bias)").group_by("feature") \
+    top = contrib.filter(~pl.col("feature").is_in(["(bias)", "(rrf prior)"])).group_by("feature") \
         .agg(pl.col("contribution").abs().mean()).sort("contribution", descending=True)["feature"][0]
     assert top == "title_overlap"
     # the contributions of a document sum to the model's score
     x = features(title_study.trace.lists.filter(pl.col("qid") == "q001"), title_study.docs)
-    pred = rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))
+    pred = 60.0 * x["rrf"].to_numpy() + rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))
     sums = contrib.group_by("docno", maintain_order=True).agg(pl.col("contribution").sum())
     assert sums["contribution"].to_numpy() == pytest.approx(pred, abs=1e-9)
     table = explain_query(title_study, rep.booster, "q001", top=3)
@@ -103,7 +103,7 @@ def test_cross_validation_never_trains_on_a_held_out_query():
     every fold's training qids must be disjoint from its test qids."""
     study = _suite(40, 20, seed=7, relevant_by_title=False)
     cfg = LearnConfig(folds=4, min_data_in_leaf=1, num_leaves=31, n_estimators=300, learning_rate=0.2,
-                      feature_fraction=1.0)
+                      feature_fraction=1.0, select=False)
     honest = cross_validate_learned(study, cfg=cfg)
     for train, test in zip(honest.trained_on, honest.tested_on):
         assert not set(train) & set(test)
@@ -115,14 +115,18 @@ def test_cross_validation_never_trains_on_a_held_out_query():
 
 
 def test_save_load_and_fuse_round_trip(title_study, tmp_path):
-    rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=3, min_data_in_leaf=5, n_estimators=20))
+    rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=3))  # nested selection on (the default)
+    assert len(rep.chosen) == 4 and all(set(c) == {"n_estimators", "num_leaves", "prior_scale"} for c in rep.chosen)
+    for train, test in zip(rep.trained_on, rep.tested_on):
+        assert not set(train) & set(test)
     paths = save(rep, tmp_path / "out", BASE, docid=lambda d: d.split("/", 1)[1][:-3])
     cfg = PipelineConfig.from_yaml(paths["config"])
     assert cfg.fusion == "learned" and cfg.learned_model == str(paths["model"].resolve())
     lists = title_study.trace.lists
     fused = fuse(lists, cfg, title_study.docs)
     x = features(lists, title_study.docs)
-    want = x.with_columns(s=pl.Series(rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))))
+    want = x.with_columns(s=pl.Series(60.0 * x["rrf"].to_numpy()  # the RRF prior + the trees
+                                      + rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))))
     got = fused.join(want.select("qid", "docno", "s"), on=["qid", "docno"])
     assert got.height == x.height
     assert got["fused_score"].to_numpy() == pytest.approx(got["s"].to_numpy())
@@ -163,5 +167,25 @@ def test_training_frame_labels(title_study):
     frame = training_frame(title_study, BASE)
     assert frame.height == 40 * 20
     assert frame["label"].sum() == title_study.qrels.height
-    booster = fit(frame.filter(pl.col("qid") < "q010"), LearnConfig(n_estimators=5, min_data_in_leaf=5))
+    booster = fit(frame.filter(pl.col("qid") < "q010"), LearnConfig(n_estimators=5, min_data_in_leaf=5, select=False))
     assert booster.num_trees() == 5
+
+
+def test_inner_selection_sees_only_its_queries(title_study):
+    """select() is given one fold's training rows only; it must not score any other query."""
+    from eval.learn import GRID, select
+    from eval.metrics import Scorer
+
+    frame = training_frame(title_study, BASE)
+    train = frame.filter(pl.col("qid") < "q020")
+    seen = []
+
+    class Spy(Scorer):
+        def score(self, run, **kw):
+            seen.extend(run["qid"].unique().to_list())
+            return super().score(run, **kw)
+
+    best, table = select(train, title_study.trace.lists, BASE, LearnConfig(inner_folds=3), Spy(title_study.qrels,
+                         ["ndcg@10"]), "ndcg@10")
+    assert table.height == len(GRID)
+    assert seen and set(seen) <= set(train["qid"].to_list())
