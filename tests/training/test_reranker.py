@@ -231,3 +231,24 @@ def test_query_lists_shape_and_no_empty_lists():
     rows = query_lists(t, ["1", "2"], list_size=3, max_positives=2, seed=0)
     assert [r["qid"] for r in rows] == ["1"]  # query 2 has no positive
     assert sorted(zip(rows[0]["docs"], rows[0]["labels"])) == [("A", 0.0), ("B", 1.0), ("D", 2.0)]
+
+
+def test_query_lists_distillation_labels_unjudged_candidates():
+    """With a teacher (cached LLM rerank scores), unjudged candidates get the teacher's score as
+    label instead of 0; judged documents keep their grade."""
+    from training.reranker_data import CANDIDATE_SCHEMA, query_lists
+
+    t = pl.DataFrame({"qid": ["1"] * 3, "query": ["q"] * 3, "docno": ["a", "b", "c"], "fused_rank": [1, 2, 3],
+                      "fused_score": [0.5, 0.4, 0.3], "candidate": [True] * 3, "chunk_id": [1, 2, 3],
+                      "text": ["A", "B", "C"], "grade": [1, 0, 0]}, schema=CANDIDATE_SCHEMA)
+    rows = query_lists(t, ["1"], list_size=3, teacher={("1", "b"): 0.7, ("1", "a"): 0.1})
+    assert sorted(zip(rows[0]["docs"], rows[0]["labels"])) == [("A", 1.0), ("B", 0.7), ("C", 0.0)]
+
+
+def test_teacher_without_rerank_scores_is_refused(tmp_path):
+    from qmdlab.errors import QmdlabError
+    from training.reranker import teacher_scores
+
+    assert teacher_scores(None) is None
+    with pytest.raises(QmdlabError, match="not a qmdlab eval results directory"):
+        teacher_scores(tmp_path)
