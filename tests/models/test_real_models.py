@@ -15,11 +15,16 @@ from qmdlab.store.cache import LLMCache
 
 pytestmark = pytest.mark.slow
 
-if importlib.util.find_spec("llama_cpp") is None:
-    pytest.skip("llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)", allow_module_level=True)
-for _ref in (MINILM, QWEN_CODER):
-    if not packaged.is_ready(_ref[4:]):
-        pytest.skip(f"{_ref} is not assembled; run `qmdlab pull --preset offline`", allow_module_level=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites(require):
+    """Skip with the reason locally; fail under CI / QMDLAB_REQUIRE_ALL=1 (tests/conftest.py)."""
+    require(importlib.util.find_spec("llama_cpp") is not None,
+            "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)")
+    for ref in (MINILM, QWEN_CODER):
+        require(packaged.is_ready(ref[4:]), f"{ref} is not assembled; run `qmdlab pull --preset offline`")
+
 
 # One thread: on a shared, oversubscribed CPU two OpenMP threads spin-wait and run several times slower.
 THREADS = 1
@@ -55,8 +60,9 @@ def test_batched_embeddings_equal_unbatched(models):
     np.testing.assert_allclose(batched, single, atol=2e-3)
 
 
-def test_gguf_conversion_matches_sentence_transformers(models):
-    st = pytest.importorskip("sentence_transformers", reason="the reference implementation of all-MiniLM-L6-v2")
+def test_gguf_conversion_matches_sentence_transformers(models, require):
+    st = require.module("sentence_transformers", "the reference implementation of all-MiniLM-L6-v2 "
+                        "(sentence-transformers, in the dev extra)")
     model_dir = packaged.source_files(packaged.PACKAGED["all-minilm-l6-v2"])[0].parent
     texts = ["How do I undo my last git commit?", "Tomato soup with basil",
              " ".join(f"word{i} rebase branch" for i in range(200))]  # > 256 tokens: both sides truncate
@@ -79,6 +85,42 @@ def test_reranker_relevant_above_unrelated(models):
         "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend."])
     assert all(0.0 <= x <= 1.0 for x in p)
     assert p[0] > p[1]
+
+
+def test_reranker_prefix_reuse_equals_a_fresh_evaluation(models):
+    """One score() call evaluates the query prefix once and reuses its KV cache for every text;
+    each score must equal a fresh evaluation of the whole prompt (within 1e-4)."""
+    from qmdlab.models.scoring import p_yes
+    from qmdlab.models.templates import rerank_prompt_parts
+
+    r = models.reranker
+    query = "how to undo a git commit"
+    texts = ["Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
+             "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend.",
+             "git reset --soft HEAD~1 moves the branch back one commit and keeps the changes staged; " * 3,
+             "x"]
+    reused = r.score(query, texts)
+    reversed_ = r.score(query, texts[::-1])[::-1]  # another previous document in the KV cache each time
+    single = [r.score(query, [t])[0] for t in texts]
+    prefix, suffix = rerank_prompt_parts(r.family, query, r.instruct)
+    fresh = []
+    with r.llama.use() as llm:  # the whole prompt in one evaluation, no prefix reuse at all
+        for t in texts:
+            toks = (llm.tokenize(prefix.encode(), add_bos=True, special=True)
+                    + llm.tokenize(t.encode(), add_bos=False, special=False)
+                    + llm.tokenize(suffix.encode(), add_bos=False, special=True))
+            llm.reset()
+            llm.eval(toks)
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+            fresh.append(p_yes(logits, r.yes_ids, r.no_ids))
+            llm.reset()
+    print(f"\nrerank prefix reuse vs fresh: max |diff| reused {np.max(np.abs(np.subtract(reused, fresh))):.2e}, "
+          f"reversed {np.max(np.abs(np.subtract(reversed_, fresh))):.2e}, single {np.max(np.abs(np.subtract(single, fresh))):.2e}; "
+          f"scores {np.round(fresh, 4).tolist()}")
+    np.testing.assert_allclose(reused, fresh, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(reversed_, fresh, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(single, fresh, rtol=0, atol=1e-4)
+    assert max(fresh) - min(fresh) > 0.05  # the texts really differ in score (not a constant answer)
 
 
 def test_second_identical_call_hits_the_cache(models):

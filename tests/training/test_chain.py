@@ -21,7 +21,7 @@ def _metrics(run: Path, stage: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch):
+def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from training.grpo import GRPORunConfig, run_grpo
     from training.sft import SFTRunConfig, run_sft
@@ -58,7 +58,7 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch):
     assert json.loads((Path(grpo["adapter"]) / "adapter_config.json").read_text())["r"] == 4
 
     # --- export: llama.cpp converter + in-process quantisation
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python (the llama extra) is needed from here on")
+    require.module("llama_cpp", "llama-cpp-python (the llama extra) is needed from here on")
     from training.export import ExportConfig, load_expander, run_export
 
     exp = run_export(ExportConfig(model=grpo["merged"], output_dir=str(tmp_path / "export")))
