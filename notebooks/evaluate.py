@@ -88,14 +88,24 @@ def _(auto_record, cost, limit, record_button, suite, tier, tier_models):
 
 
 @app.cell
-def _(cost, new_key, record_button, suite, suite_picker):
-    available = record.recorded(suite)  # listed again after a recording
+def _(new_key, suite):
+    available = record.recorded(suite)  # listed again after a recording (new_key)
+    return (available,)
+
+
+@app.cell
+def _(available, new_key):
     _chosen = next((r.label for r in available if r.key == new_key), None)
     recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
                                       value=_chosen or (available[0].label if available else None), label="recording")
+    return (recording_picker,)
+
+
+@app.cell
+def _(cost, record_button, recording_picker, suite_picker):
     mo.vstack([mo.hstack([suite_picker, recording_picker], justify="start"),
                mo.hstack([record_button, mo.md(f"_{cost.summary()}_")], justify="start")])
-    return available, recording_picker
+    return
 
 
 @app.cell

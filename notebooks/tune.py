@@ -113,12 +113,18 @@ def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models
 
 @app.cell
 def _(new_key, suite):
-    available = record.recorded(suite)  # listed again after a recording
-    _labels = {r.label: r.key for r in available}
+    available = record.recorded(suite)  # listed again after a recording (new_key)
+    return (available,)
+
+
+@app.cell
+def _(available, new_key):
+    # Default: the recording with the most queries (after `make demo`, its retrieval tier on every
+    # query); its LLM tier and anything else recorded are one pick away.
     _chosen = next((r.label for r in available if r.key == new_key), None)
-    recording_picker = mo.ui.dropdown(_labels, value=_chosen or (available[0].label if available else None),
-                                      label="recording")
-    return available, recording_picker
+    recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
+                                      value=_chosen or (available[0].label if available else None), label="recording")
+    return (recording_picker,)
 
 
 @app.cell

@@ -257,3 +257,43 @@ def test_marimo_export_html_runs_every_cell_of_train(nb_env, tmp_path, run_dir):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     html = out.read_text(encoding="utf-8")
     assert "Training curves" in html and html.count("image/png") >= 3
+
+
+# -- the newcomer path: make demo, then the tune notebook ---------------------------
+@pytest.mark.slow
+def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, monkeypatch, tmp_path, no_model_calls):
+    """Nothing recorded: tune records nothing (it says how); after the demo's two tiers it opens
+    the retrieval tier on every query by default and offers the LLM tier, without a model call."""
+    import importlib.util
+
+    from eval import record
+    from eval.suites import get_suite
+    from qmdlab.pipeline.config import PipelineConfig
+
+    monkeypatch.setenv("QMDLAB_HOME", str(tmp_path / "newcomer-home"))
+    _, empty = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    assert empty["available"] == [] and empty["new_key"] is None and "study" not in empty
+    assert empty["cost"].to_run == LIMIT  # what the Record button would run, shown before it runs
+
+    spec = importlib.util.spec_from_file_location("demo_script", NOTEBOOKS.parent / "scripts" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    common = ["--preset", "fake", "--limit", "12", "--llm-queries", "3"]
+    assert demo.main([*common, "--tier", "1"]) == 0 and demo.main([*common, "--tier", "2"]) == 0
+
+    no_model_calls()
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch)
+    names = [r.name for r in defs["available"]]
+    assert names == ["demo-retrieval", "demo-full"]
+    assert defs["recording_picker"].value == defs["available"][0].key  # the default: the retrieval tier
+    assert len(defs["study"].qids) == 12
+    assert defs["defaults"] == record.depth_config(PipelineConfig(expand=False, rerank=False))
+    llm = defs["available"][1]
+    _, picked = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch,
+                             defs={"recording_picker": types.SimpleNamespace(value=llm.key)})
+    assert len(picked["study"].qids) == 3 and picked["defaults"].candidate_limit == 5
+    assert picked["study"].trace.rerank.height > 0  # the LLM tier's rerank scores, from the cache
+    # the demo's LLM tier is one of the notebook's tiers: recording more of it extends the same cache
+    tier = next(t for t in record.tiers(get_suite("default")) if t.config.candidate_limit == 5)
+    assert record.cache_key(get_suite("default"), record.depth_config(tier.config),
+                            __import__("qmdlab.models", fromlist=["load_models"]).load_models("fake")) == llm.key
