@@ -93,7 +93,9 @@ class RerankerRunConfig:
     tune_fraction: float = field(default=0.25, metadata={"help": "Share of training queries kept for calibration + blend tuning."})
     distill: str | None = field(default=None, metadata={"help": "Eval results dir whose LLM rerank scores label unjudged candidates."})
     final: bool = field(default=True, metadata={"help": "Also train the serving model on all labelled queries."})
-    n_threads: int | None = None
+    n_threads: int | None = field(default=1, metadata={"help": "Torch CPU threads. 1 on a shared machine: with more "
+                                  "runnable threads than cores, torch's OpenMP workers spin-wait (a tiny-model "
+                                  "training step measured 20x slower with 2 threads at load 12 on 2 cores)."})
     logging_steps: int = 5
     save_steps: int = 100
     progress: bool = True
