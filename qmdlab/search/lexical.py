@@ -11,7 +11,7 @@ becomes the phrase of its characters. Negations without any positive part give `
 
 ``or`` — any-term ranking: bare terms are OR-ed together, word pieces become separate
 terms, phrases stay phrases, a CJK run becomes its character-bigram phrases (see
-:mod:`qmdlab.search.cjk`), and negations apply to the whole disjunction. Three switches
+:mod:`qmdlab.terms`), and negations apply to the whole disjunction. Three switches
 (defaults in brackets, the same as :class:`~qmdlab.pipeline.config.PipelineConfig`'s):
 ``prefix`` writes bare terms as prefix terms ``"term"*`` [on]; ``stopwords`` drops stopwords
 unless nothing else is left [on]; ``query_tf`` repeats a term once per occurrence in the
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 import numpy as np
 
 from qmdlab.errors import QmdlabError
-from qmdlab.search.cjk import CJK_RUN, bigrams
+from qmdlab.terms import CJK_RUN, bigrams
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
 
