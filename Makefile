@@ -107,7 +107,7 @@ bench: setup
 bench-quick: setup
 	$(PY) scripts/bench.py --quick
 
-# Deep profile: >= 1,000 hypothesis examples per fuzz target and 80 SIGKILLs in the crash harness (~6 min).
+# Deep profile: >= 1,000 hypothesis examples per fuzz target and 80 SIGKILLs landing mid-write in the crash harness.
 fuzz: setup
 	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability --hypothesis-show-statistics
 
