@@ -6,14 +6,13 @@ the global ``--index`` option (``ctx.obj["index"]``).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import click
 
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.output import FORMATS, build_rows, format_results
-from qmdlab.store.scan import glob_match
+from qmdlab.store.refs import glob_docnos, is_glob, split_address, split_range, split_refs
 
 
 def open_index(ctx: click.Context):
@@ -27,21 +26,16 @@ def open_index(ctx: click.Context):
     return obj["_store_index"]
 
 
-_REF = re.compile(r"^(?P<ref>.+?)(?::(?P<start>\d+))?(?::(?P<count>\d+))?$")
-
-
 def parse_ref(text: str) -> tuple[str, int | None, int | None]:
-    """``ref[:from[:count]]`` → (ref, from, count).
+    """``ref[:from[:count]]`` → (ref, from, count) (:func:`qmdlab.store.refs.split_range`).
 
     >>> parse_ref("#abc123:10:5"), parse_ref("notes/a.md"), parse_ref("a.md:3")
     (('#abc123', 10, 5), ('notes/a.md', None, None), ('a.md', 3, None))
     """
-    m = _REF.match(text.strip())
-    if not m:
+    ref, start, count = split_range(text)
+    if not ref:
         raise QmdlabError(f"{text!r}: expected <path|#docid>[:from[:count]]")
-    start = int(m.group("start")) if m.group("start") else None
-    count = int(m.group("count")) if m.group("count") else None
-    return m.group("ref"), start, count
+    return ref, start, count
 
 
 def print_report(rep) -> None:
@@ -56,21 +50,6 @@ def print_report(rep) -> None:
         click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
     for w in rep.warnings:
         click.echo(f"warning: {w}", err=True)
-
-
-def split_address(ref: str) -> tuple[str, str | None]:
-    """``ref#address`` → (ref, address); a leading ``#`` is a docid, not an address.
-
-    >>> split_address("notes/a.md#install/linux"), split_address("#abc123"), split_address("#abc123#use")
-    (('notes/a.md', 'install/linux'), ('#abc123', None), ('#abc123', 'use'))
-    >>> split_address("a.md#"), split_address("a.md")
-    (('a.md', ''), ('a.md', None))
-    """
-    text = ref.strip()
-    cut = text.find("#", 1)
-    if cut < 0:
-        return text, None
-    return text[:cut], text[cut + 1 :]
 
 
 def register(group: click.Group) -> None:
@@ -207,7 +186,7 @@ def register(group: click.Group) -> None:
                 name, start, count = parse_ref(ref)
                 doc = idx.get(name)
         if outline or address is not None:
-            from qmdlab.mcp_server.navigation import DocumentOutline
+            from qmdlab.store.outline import DocumentOutline
 
             out = DocumentOutline.parse(doc.body, title=doc.title)
             if outline:
@@ -242,14 +221,10 @@ def register(group: click.Group) -> None:
         """Print several documents: a glob over docnos/paths (``*`` within a folder, ``**`` across),
         or a comma-separated list of refs."""
         idx = open_index(ctx)
-        docs = idx.documents()
-        if "," in pattern or not any(ch in pattern for ch in "*?["):
-            refs = [p.strip() for p in pattern.split(",") if p.strip()]
-            chosen = [idx.get(r) for r in refs]
+        if is_glob(pattern):
+            chosen = [idx.get(d) for d in glob_docnos(idx.documents()["docno"].to_list(), pattern)]
         else:
-            names = [d for d, p in zip(docs["docno"].to_list(), docs["path"].to_list())
-                     if glob_match(d, pattern) or glob_match(p, pattern)]
-            chosen = [idx.get(d) for d in names]
+            chosen = [idx.get(r) for r in split_refs(pattern)]
         out = []
         for d in chosen:
             size = len(d.body.encode("utf-8"))

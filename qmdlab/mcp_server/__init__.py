@@ -9,6 +9,6 @@ The server holds no retrieval logic: every tool calls qmdlab's own API through o
 - :func:`qmdlab.mcp_server.server.serve_stdio` — ``qmdlab mcp``;
 - :func:`qmdlab.mcp_server.http.build_app` / :func:`~qmdlab.mcp_server.http.serve_http` —
   ``qmdlab mcp --http``: ``POST /mcp``, ``POST /query``, ``GET /health``;
-- :mod:`qmdlab.mcp_server.navigation` — outline / section / parent over a document's headings.
+- :mod:`qmdlab.store.outline` (shared with the CLI) — outline / section / parent over a document's headings.
 """
 from __future__ import annotations

@@ -14,7 +14,6 @@ checks that a requested file belongs to an indexed collection, and formats resul
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import os
 import re
@@ -24,12 +23,12 @@ from typing import Any, Sequence
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import snippet as make_snippet
-from qmdlab.mcp_server.navigation import DocumentOutline
+from qmdlab.store.outline import DocumentOutline
+from qmdlab.store.refs import glob_docnos, is_glob, parse_ref, split_refs
 
 SCHEME = "qmd"
 DEFAULT_MULTI_GET_MAX_BYTES = 10_240
 DEFAULT_MULTI_GET_MAX_DOCS = 50
-_REF_RANGE = re.compile(r"^(?P<ref>.*?)(?::(?P<start>\d+)(?::(?P<count>\d+))?)?$")
 
 
 def resource_uri(docno: str) -> str:
@@ -51,28 +50,6 @@ def _is_traversal(ref: str) -> bool:
         return True
     parts = re.split(r"[\\/]+", ref)
     return any(part == ".." for part in parts)
-
-
-def split_ref(ref: str) -> tuple[str, str | None, int | None, int | None]:
-    """Split ``path[#address][:from[:count]]`` into its parts.
-
-    A leading ``#`` is a docid (``#abc123``), not a section address.
-
-    >>> split_ref("notes/a.md:10:5")
-    ('notes/a.md', None, 10, 5)
-    >>> split_ref("#abc123:3")
-    ('#abc123', None, 3, None)
-    >>> split_ref("notes/a.md#install/linux")
-    ('notes/a.md', 'install/linux', None, None)
-    """
-    m = _REF_RANGE.match(ref.strip())
-    assert m is not None
-    base, start, count = m.group("ref"), m.group("start"), m.group("count")
-    address = None
-    hash_at = base.find("#", 1)
-    if hash_at > 0:
-        base, address = base[:hash_at], base[hash_at + 1 :]
-    return base, address, int(start) if start else None, int(count) if count else None
 
 
 def _number(lines: Sequence[str], first: int) -> str:
@@ -226,7 +203,7 @@ class Engine:
     # -- tools ----------------------------------------------------------------------
     def get(self, file: str, from_line: int | None = None, max_lines: int | None = None,
             line_numbers: bool = False) -> tuple[str, dict[str, Any]]:
-        base, address, ref_start, ref_count = split_ref(file)
+        base, address, ref_start, ref_count = parse_ref(file)
         with self.lock:
             doc = self.document(base)
             body = doc.body or ""
@@ -269,17 +246,14 @@ class Engine:
         if not pattern:
             raise QmdlabError("empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids")
         with self.lock:
-            if any(ch in pattern for ch in "*?[") and "," not in pattern:
+            if is_glob(pattern):
                 if _is_traversal(pattern):
                     raise QmdlabError(f"refusing {pattern!r}: '..' path components are not allowed")
-                docs = self.index.documents()
-                names = [d for d in docs["docno"].to_list()
-                         if fnmatch.fnmatchcase(d, pattern) or fnmatch.fnmatchcase(d.partition("/")[2], pattern)]
-                if not names:
+                refs = glob_docnos(self.index.documents()["docno"].to_list(), pattern)
+                if not refs:
                     raise QmdlabError(f"no indexed document matches the glob {pattern!r}")
-                refs = sorted(names)
             else:
-                refs = [r.strip() for r in pattern.split(",") if r.strip()]
+                refs = split_refs(pattern)
             if len(refs) > max_docs:
                 raise QmdlabError(f"{len(refs)} documents match {pattern!r}; at most {max_docs} per call — narrow the pattern")
             documents, skipped, errors = [], [], []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from qmdlab.errors import QmdlabError
-from qmdlab.mcp_server.navigation import DocumentOutline, breadcrumb, parse_headings, slugify
+from qmdlab.store.outline import DocumentOutline, breadcrumb, parse_headings, slugify
 
 
 def test_headings_skip_front_matter_and_fences_and_read_setext():
