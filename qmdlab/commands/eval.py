@@ -133,11 +133,14 @@ def register(group: click.Group) -> None:
     @click.option("--learn", is_flag=True,
                   help="Train fusion=learned (LightGBM lambdarank over trace features) with k-fold CV over queries "
                        "instead of searching knobs (needs: pip install 'qmdlab[learn]').")
+    @click.option("--lexical", is_flag=True,
+                  help="Also tune the BM25 column weights (bm25_weight_title/body/filepath); each new setting "
+                       "re-runs the recorded BM25 lists against the suite's index (slower).")
     @click.option("--explain", "explain_qid", default=None, metavar="QID",
                   help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.")
     @click.option("--progress/--no-progress", default=True)
     def tune_cmd(suite, fmt, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
-                 learn, explain_qid, progress) -> None:
+                 learn, lexical, explain_qid, progress) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
         k-fold cross-validation; print the held-out gain and write the best config.
         With --learn, train a learned fusion model instead (same folds, held-out report)."""
@@ -159,8 +162,16 @@ def register(group: click.Group) -> None:
             _tune_learn(s, study, folds=folds, seed=seed, metric=metric, out=out, explain_qid=explain_qid,
                         limit=cfg.limit)
             return
-        report = cross_validate(study, base=study.config, method=method, trials=trials, folds=folds, seed=seed, metric=metric,
-                                progress=lambda m: click.echo(m, err=True))
+        space = None
+        if lexical:
+            from eval.lexical import LEXICAL_SPACE, LexicalStudy
+            from eval.optimise import default_space
+            from qmdlab.store import Index
+
+            study = LexicalStudy(study, Index.open(s.workdir() / "index"))
+            space = default_space(study.config) + LEXICAL_SPACE
+        report = cross_validate(study, base=study.config, space=space, method=method, trials=trials, folds=folds,
+                                seed=seed, metric=metric, progress=lambda m: click.echo(m, err=True))
         click.echo(report.folds)
         click.echo(report.summary(metric))
         header = (f"qmdlab tune {s.name}: {report.summary(metric)}\n"
