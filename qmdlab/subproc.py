@@ -40,10 +40,9 @@ from qmdlab.errors import QmdlabError
 
 #: What a death by each signal usually means here.
 CAUSES = {
-    "SIGILL": ("native code ran a CPU instruction this machine does not allow. This usually means the "
-               "llama.cpp build (libggml-cpu) uses CPU instructions this machine does not allow: a build "
-               "tuned for another CPU (-march=native elsewhere), or AVX-512/AMX code on a machine that "
-               "advertises those features but does not grant them to the process."),
+    "SIGILL": ("this usually means the llama.cpp build (libggml-cpu) uses CPU instructions this machine "
+               "does not allow: a build tuned for another CPU (-march=native elsewhere), or AVX-512/AMX "
+               "code on a machine that advertises those features but does not grant them to the process."),
     "SIGSEGV": "native code (llama.cpp, torch or another C extension) crashed on a bad memory access.",
     "SIGBUS": "native code hit a bus error: often a model file truncated or changed while memory-mapped.",
     "SIGABRT": "native code aborted (a failed assertion in llama.cpp/ggml, or an uncaught C++ exception).",
@@ -54,9 +53,8 @@ CAUSES = {
     "SIGINT": "the process was interrupted (Ctrl-C).",
 }
 #: The fix printed after a death by signal when the caller gives none.
-DEFAULT_HINT = ("check the llama.cpp build and each model on this machine with `qmdlab doctor` "
-                "(in the repo: `.venv/bin/qmdlab doctor`); it prints the rebuild command if the build "
-                "does not fit this CPU.")
+DEFAULT_HINT = ("run `qmdlab doctor` (in the repo: `.venv/bin/qmdlab doctor`): it checks the llama.cpp\n"
+                "  build and each model on this machine and prints the rebuild command for this CPU.")
 _DESCRIPTIONS = {"SIGILL": "illegal instruction", "SIGSEGV": "segmentation fault", "SIGBUS": "bus error",
                  "SIGABRT": "aborted", "SIGFPE": "floating-point exception", "SIGKILL": "killed",
                  "SIGTERM": "terminated", "SIGINT": "interrupted"}
@@ -136,10 +134,9 @@ def death_message(what: str, returncode: int, *, hint: Optional[str] = None, out
     >>> m = death_message("the expand model pkg:q", -4, hint="make rebuild-llama")
     >>> print(m)  # doctest: +NORMALIZE_WHITESPACE
     error: the expand model pkg:q died from signal SIGILL (illegal instruction).
-    cause: native code ran a CPU instruction this machine does not allow. This usually means the
-      llama.cpp build (libggml-cpu) uses CPU instructions this machine does not allow: a build tuned
-      for another CPU (-march=native elsewhere), or AVX-512/AMX code on a machine that advertises
-      those features but does not grant them to the process.
+    cause: this usually means the llama.cpp build (libggml-cpu) uses CPU instructions this machine
+      does not allow: a build tuned for another CPU (-march=native elsewhere), or AVX-512/AMX code on
+      a machine that advertises those features but does not grant them to the process.
     fix: make rebuild-llama
     """
     import textwrap

@@ -24,7 +24,7 @@ def test_sigill_child_raises_one_clear_message():
         run_child([sys.executable, "-c", SIGILL_CODE], what="the expand model pkg:qwen", capture=True)
     err = info.value
     assert err.signal_name == "SIGILL" and err.returncode == -signal.SIGILL
-    msg = str(err)
+    msg = " ".join(str(err).split())  # the cause is wrapped at 100 columns
     assert msg.startswith("error: the expand model pkg:qwen died from signal SIGILL (illegal instruction).")
     assert "llama.cpp build (libggml-cpu) uses CPU instructions this machine does not allow" in msg
     assert "qmdlab doctor" in msg  # the default fix
@@ -44,7 +44,7 @@ def test_doctor_check_sigill(monkeypatch):
     check = doctor._run_check("expand", "pkg:qwen2.5-coder", "crash_targets:sigill", (),
                               "the expand model pkg:qwen2.5-coder (smoke check)", fix, 60)
     assert (check.ok, check.signal) == (False, "SIGILL")
-    msg = check.error
+    msg = " ".join(check.error.split())
     assert "the expand model pkg:qwen2.5-coder (smoke check) died from signal SIGILL" in msg
     assert "uses CPU instructions this machine does not allow" in msg
     assert "make rebuild-llama" in msg
