@@ -21,6 +21,8 @@ from qmdlab.pipeline.fuse import fuse  # noqa: E402
 from qmdlab.pipeline.learned import FEATURES, contributions, features, terms_expr  # noqa: E402
 from qmdlab.pipeline.trace import SCHEMAS, Trace  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real LightGBM training, cross-validated (tens of seconds)
+
 BASE = PipelineConfig(rerank=False, expand=False, limit=20)
 
 

@@ -11,6 +11,8 @@ from qmdlab.models.base import ModelSet
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.lab import Lab
 
+pytestmark = pytest.mark.slow  # real SQLite searches and pipeline runs (several seconds)
+
 QUERIES = {"1": "git rebase branch", "2": "pasta salt water", "3": "sqlite search bm25", "4": "docker network bridge",
            "5": "merge commit branch", "6": "cook pasta"}
 QRELS = [("1", "notes/git-rebase.md", 1), ("2", "notes/pasta.md", 1), ("3", "notes/sqlite.md", 1),
