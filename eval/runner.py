@@ -141,12 +141,20 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
 
     out_dir = Path(out) if out else suite.workdir() / "results" / name
     out_dir.mkdir(parents=True, exist_ok=True)
+    if config.fusion == "learned":
+        log("note: fusion=learned scores whatever it is given; on the queries its model was trained on these are "
+            "in-sample numbers (`qmdlab tune SUITE --learn` reports held-out ones)")
     runs = {name: per_query(trace.final.rename({"final_rank": "rank"}), qrels, metrics)}
     finals = {name: trace.final}
     table = None
     if ablate:
         t2 = time.perf_counter()
-        study = Study.from_recording(rec, metrics=metrics, complete_rerank=complete_rerank)
+        docs = None
+        if config.fusion == "learned":  # the learned fuser's per-document features (title, headings, length)
+            from .learn import suite_docs
+
+            docs = suite_docs(suite)
+        study = Study.from_recording(rec, metrics=metrics, complete_rerank=complete_rerank, docs=docs)
         table = ablate_fn(study, baseline=baseline)
         for v in variants(config, has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
                           has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
