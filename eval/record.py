@@ -537,10 +537,11 @@ def estimate(suite: Suite, models: Any, config: PipelineConfig | None = None, *,
              limit: int | None = None) -> Estimate:
     """What :func:`record` would cost: queries not yet in the cache and their expected time.
 
-    The time is measured, not guessed: per-stage medians (``timings`` of earlier recordings of
-    this suite made with the same model fingerprints) — expansion per query, rerank per
-    document, the rest per query. When the config needs a stage that was never timed with these
-    models, ``seconds`` is ``None`` and ``basis`` says which.
+    The time is measured, not guessed: per-stage medians of earlier recordings of this suite made
+    with the same model fingerprints (any config, also outdated ones: they time the same models)
+    — expansion per query, rerank per document, the rest per query. Stages answered from the LLM
+    cache are left out, they say nothing of the models' speed. When the config needs a stage that
+    was never timed with these models, ``seconds`` is ``None`` and ``basis`` says which.
     """
     config = depth_config(config or suite_config(suite), depth)
     prints = model_fingerprints(models)
@@ -550,36 +551,50 @@ def estimate(suite: Suite, models: Any, config: PipelineConfig | None = None, *,
     todo = len(qids) - len(done)
     if not todo:
         return Estimate(len(qids), len(done), 0.0, "measured")
-    per_query, per_doc, seen = [], [], set()
-    for rec in recorded(suite):
-        if rec.models != prints:
-            continue
-        for q in rec.qids[:20]:  # a sample is enough for a median
-            try:
-                t = pl.read_parquet(_qdir(cache_root(suite) / rec.key, q) / "timings.parquet")
-                n_rr = pl.read_parquet(_qdir(cache_root(suite) / rec.key, q) / "rerank.parquet").height
-            except (OSError, pl.exceptions.PolarsError):
-                continue
-            ms = dict(zip(t["stage"].to_list(), t["ms"].to_list()))
-            seen |= set(ms)
-            per_query.append(sum(v for k, v in ms.items() if k not in ("expand", "rerank", "select")) / 1e3)
-            if "expand" in ms and rec.config.expand:
-                per_doc.append(("expand", ms["expand"] / 1e3))
-            if n_rr and "rerank" in ms:
-                per_doc.append(("rerank", (ms["rerank"] + ms.get("select", 0.0)) / 1e3 / n_rr))
+    per_query, expand_s, rerank_s = _measured_seconds(suite, prints)
     need = [s for s, on, i in (("expand", config.expand, 1), ("rerank", config.rerank, 2)) if on and prints[i] != "none"]
-    expand_s = [v for s, v in per_doc if s == "expand"]
-    rerank_s = [v for s, v in per_doc if s == "rerank"]
     missing = [s for s, vals in (("expand", expand_s), ("rerank", rerank_s)) if s in need and not vals]
     if not per_query or missing:
         what = ", ".join(missing) or "any stage"
-        return Estimate(len(qids), len(done), None, f"{what} never timed with these models here")
+        return Estimate(len(qids), len(done), None,
+                        f"{what} never timed here with these models (cache hits do not count)")
     each = statistics.median(per_query)
     if "expand" in need:
         each += statistics.median(expand_s)
     if "rerank" in need:
         each += statistics.median(rerank_s) * config.candidate_limit
     return Estimate(len(qids), len(done), each * todo, "measured medians of earlier recordings")
+
+
+def _measured_seconds(suite: Suite, prints: list[str], sample: int = 20) -> tuple[list, list, list]:
+    """``(other stages per query, expansion per query, rerank per document)`` in seconds, from up
+    to ``sample`` queries of every recording of ``suite`` made with the model fingerprints ``prints``."""
+    per_query: list[float] = []
+    expand_s: list[float] = []
+    rerank_s: list[float] = []
+    root = cache_root(suite)
+    for manifest in sorted(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []:
+        try:
+            if json.loads(manifest.read_text(encoding="utf-8")).get("models") != prints:
+                continue
+        except (OSError, ValueError):
+            continue
+        for done in sorted(manifest.parent.glob("*/DONE"))[:sample]:
+            q = done.parent
+            try:
+                t = pl.read_parquet(q / "timings.parquet")
+                rr = pl.read_parquet(q / "rerank.parquet")
+                notes = pl.read_parquet(q / "notes.parquet")
+            except (OSError, pl.exceptions.PolarsError):
+                continue
+            ms = dict(zip(t["stage"].to_list(), t["ms"].to_list()))
+            per_query.append(sum(v for k, v in ms.items() if k not in ("expand", "rerank", "select")) / 1e3)
+            expand_notes = notes.filter(pl.col("stage") == "expand")["message"].to_list()
+            if "expand" in ms and expand_notes and not any("from cache" in m for m in expand_notes):
+                expand_s.append(ms["expand"] / 1e3)
+            if rr.height and "rerank" in ms and not rr["cached"].any():
+                rerank_s.append((ms["rerank"] + ms.get("select", 0.0)) / 1e3 / rr.height)
+    return per_query, expand_s, rerank_s
 
 
 # -- saved run directories -------------------------------------------------------------------
