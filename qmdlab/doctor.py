@@ -527,7 +527,7 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
     from qmdlab.models.registry import resolve_refs
 
     fix = fix or (lambda: rebuild_commands().text())
-    _, refs = resolve_refs(preset)
+    name, refs = resolve_refs(preset)
     real = {role: str(ref) for role, ref in refs.items()
             if isinstance(ref, (str, os.PathLike)) and not str(ref).startswith("fake:")}
     checks: list[Check] = []
@@ -544,7 +544,18 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
                           "importing llama.cpp (llama_cpp / libggml-cpu)", fix, timeout))
     if not lib.ok:
         return checks
+    from qmdlab.models.registry import ref_status
+
     for role, ref in real.items():
+        try:
+            ready = bool(ref_status(ref)["ready"])
+        except Exception:  # noqa: BLE001 - e.g. an unknown pkg: name; the child would fail the same way
+            ready = True
+        if not ready:  # never download or assemble from here: say what to run instead
+            done(Check(role, ref, False, 0.0, {"missing": True}, None,
+                       f"error: the {role} model {ref} is not present; run `qmdlab pull --preset {name}` "
+                       f"(or fix QMDLAB_{role.upper()}_MODEL)"))
+            continue
         what = f"the {role} model {ref} ({'smoke check' if smoke else 'speed check'})"
         done(_run_check(role, ref, "qmdlab.doctor:child_model", (role, ref, smoke, n_threads), what, fix, timeout))
     return checks
@@ -638,7 +649,8 @@ def format_check(c: Check) -> str:
     'rerank   ok    pkg:q  load 0.50 s, first call 1.00 s; 1.50 pairs/s (3 pairs, 230 document tokens each)'
     """
     if not c.ok:
-        return f"{c.name:<8} FAIL  {c.ref or ''}  {c.signal or 'error'} after {c.seconds:.1f} s"
+        why = "not present" if c.result.get("missing") else f"{c.signal or 'error'} after {c.seconds:.1f} s"
+        return f"{c.name:<8} FAIL  {c.ref or ''}  {why}"
     r = c.result
     if c.name == "library":
         return f"{c.name:<8} ok    llama-cpp-python {r.get('version')} imported in {r.get('seconds', 0):.2f} s"

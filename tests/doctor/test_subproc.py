@@ -136,3 +136,16 @@ def test_makefile_is_the_one_place_for_the_flags():
     if wheel.wheel is None:
         pytest.skip(f"the installed llama-cpp-python is not from the wheelhouse {doctor.wheelhouse()}")
     assert wheel.cmake_args == args
+
+
+def test_missing_model_is_reported_not_fetched(monkeypatch, tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup)")
+    missing = tmp_path / "absent.gguf"
+    monkeypatch.setenv("QMDLAB_EXPAND_MODEL", str(missing))
+    monkeypatch.setenv("QMDLAB_EMBED_MODEL", "none")
+    monkeypatch.setenv("QMDLAB_RERANK_MODEL", "none")
+    checks = doctor.run_checks("offline", smoke=True, timeout=120)
+    assert [(c.name, c.ok) for c in checks] == [("library", True), ("expand", False)]
+    assert checks[1].error == (f"error: the expand model {missing} is not present; run `qmdlab pull --preset "
+                               "offline` (or fix QMDLAB_EXPAND_MODEL)")
+    assert doctor.format_check(checks[1]).endswith("not present")
