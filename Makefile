@@ -17,7 +17,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 # pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, so the wheel is built with
 # --no-cache-dir into a wheelhouse whose name carries the version, the arch and a hash of the flags;
 # other flags get another folder, never a silently reused wheel. Force a rebuild with
-#   make rebuild-llama      (or: rm -rf "$(LLAMA_WHEELHOUSE)" && make setup)
+#   make rebuild-llama      (or: rm -rf "$(LLAMA_WHEELHOUSE)" $(STAMP) && make setup)
 LLAMA_CPP_VERSION := 0.3.36
 ARCH := $(shell uname -m)
 ifeq ($(ARCH),x86_64)
