@@ -47,8 +47,6 @@ def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, e
     from eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
                             timing)
 
-    if Path(out).suffix in (".yaml", ".yml", ".toml"):
-        raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
     study.docs = suite_docs(suite)
     cfg = LearnConfig(folds=folds, seed=seed)
     report = cross_validate_learned(study, cfg=cfg, metric=metric, progress=lambda m: click.echo(m, err=True))
@@ -153,6 +151,8 @@ def register(group: click.Group) -> None:
         if explain_qid is not None and not learn:
             raise ConfigError("--explain QID needs --learn (it explains the learned model's scores)")
         out = out or ("learned" if learn else "config.yaml")
+        if learn and Path(out).suffix in (".yaml", ".yml", ".toml"):
+            raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
         s = _suite(suite, fmt)
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,

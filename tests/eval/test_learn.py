@@ -191,3 +191,51 @@ def test_inner_selection_sees_only_its_queries(title_study):
                          ["ndcg@10"]), "ndcg@10")
     assert table.height == len(GRID)
     assert seen and set(seen) <= set(train["qid"].to_list())
+
+
+def _jsonl_suite(root):
+    """12 queries over 36 short documents (a JSONL suite directory)."""
+    import json
+
+    root.mkdir()
+    topics = ["rebase", "pasta", "docker", "sqlite", "python", "garden", "violin", "cycling", "tax", "coffee",
+              "sailing", "chess"]
+    with open(root / "docs.jsonl", "w") as f:
+        for i, t in enumerate(topics):
+            for j, extra in enumerate(["guide", "notes", "history"]):
+                f.write(json.dumps({"id": f"d{i}-{j}", "title": f"{t} {extra}",
+                                    "text": f"{t} {extra} about {t} and {topics[(i + j + 1) % 12]}"}) + "\n")
+    with open(root / "queries.jsonl", "w") as f:
+        for i, t in enumerate(topics):
+            f.write(json.dumps({"qid": f"q{i:02d}", "query": f"{t} guide", "qrels": {f"d{i}-0": 2, f"d{i}-1": 1}}) + "\n")
+    return root
+
+
+def test_cli_tune_learn(qmdlab_home, tmp_path):
+    """`qmdlab tune --learn --out DIR --explain QID` end to end on a small JSONL suite (fake models)."""
+    from click.testing import CliRunner
+
+    from qmdlab.cli import cli
+
+    suite = str(_jsonl_suite(tmp_path / "toy"))
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--explain", "q01"])
+    assert bad.exit_code != 0 and "--explain QID needs --learn" in bad.output
+    out_dir = tmp_path / "learned"
+    res = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--no-progress", "--no-expand", "--no-rerank",
+                              "--folds", "2", "--learn", "--out", str(out_dir), "--explain", "q01"])
+    assert res.exit_code == 0, res.output
+    assert "learned (held-out folds)" in res.output and "pred_contrib" in res.output
+    for name in ("learned.lgb.txt", "config.yaml", "learned-heldout.trec", "default.trec", "learn.json"):
+        assert (out_dir / name).exists(), name
+    cfg = PipelineConfig.from_yaml(out_dir / "config.yaml")
+    assert cfg.fusion == "learned" and cfg.learned_model == str((out_dir / "learned.lgb.txt").resolve())
+    run = [line.split() for line in (out_dir / "learned-heldout.trec").read_text().splitlines()]
+    assert {r[0] for r in run} == {f"q{i:02d}" for i in range(12)}
+    assert all(r[2].startswith("d") and not r[2].endswith(".md") for r in run)  # the collection's own ids
+    res = runner.invoke(cli, ["eval", suite, "--preset", "fake", "--no-progress", "--config", str(out_dir / "config.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "in-sample" in res.output
+    yaml_out = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--no-progress", "--no-expand", "--learn",
+                                   "--out", str(tmp_path / "x.yaml")])
+    assert yaml_out.exit_code != 0 and "--out is a directory" in yaml_out.output
