@@ -18,8 +18,61 @@ from qmdlab.errors import QmdlabError
 # optional extra not installed) must not break the other verbs.
 COMMAND_MODULES = ("store", "models", "query", "eval", "train", "mcp", "doctor")
 
+# Which area registers each top-level verb, so that ``qmdlab search`` imports only
+# ``qmdlab.commands.store`` (cold start: ``import qmdlab.cli`` loads no area at all). A verb
+# missing here still works (every area is loaded to find it); ``tests/test_cli_startup.py``
+# checks that this table matches what the areas register.
+COMMAND_VERBS = {
+    "collection": "store", "context": "store", "get": "store", "ls": "store", "multi-get": "store",
+    "search": "store", "status": "store", "update": "store", "cleanup": "store",
+    "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
+    "query": "query", "eval": "eval", "tune": "eval", "train": "train", "mcp": "mcp", "doctor": "doctor",
+}
+
+
+def _register_area(group: click.Group, name: str) -> None:
+    """Import ``qmdlab.commands.<name>`` and let it add its verbs to ``group`` (skipped when the
+    area is absent or its optional extra is not installed)."""
+    try:
+        mod = importlib.import_module(f"qmdlab.commands.{name}")
+    except ModuleNotFoundError as err:  # area not present or its extra missing
+        if err.name and err.name.startswith("qmdlab.commands"):
+            return
+        raise
+    mod.register(group)
+
 
 class _Group(click.Group):
+    """The root group: areas are imported when one of their verbs is looked up (lazy loading),
+    and :class:`QmdlabError` becomes one line on stderr and exit status 1."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._areas_loaded: set[str] = set()
+
+    def _load(self, area: str) -> None:
+        if area not in self._areas_loaded:
+            self._areas_loaded.add(area)
+            _register_area(self, area)
+
+    def load_all(self) -> None:
+        """Register every area's verbs (``--help``, an unknown verb)."""
+        for area in COMMAND_MODULES:
+            self._load(area)
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands:
+            area = COMMAND_VERBS.get(cmd_name)
+            if area is not None:
+                self._load(area)
+            if cmd_name not in self.commands:
+                self.load_all()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):
+        self.load_all()
+        return super().list_commands(ctx)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -41,16 +94,6 @@ def cli(ctx: click.Context, index_name: str | None, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["index"] = index_name
     ctx.obj["debug"] = debug or bool(os.environ.get("QMDLAB_DEBUG"))
-
-
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"qmdlab.commands.{_name}")
-    except ModuleNotFoundError as _err:  # area not present or its extra missing
-        if _err.name and _err.name.startswith("qmdlab.commands"):
-            continue
-        raise
-    _mod.register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

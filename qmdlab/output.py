@@ -12,7 +12,6 @@ import csv
 import io
 import json
 from typing import Iterable, Sequence
-from xml.sax.saxutils import escape, quoteattr
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import ResultRow, Snippet, build_rows, query_terms, snippet  # noqa: F401 — re-exported
@@ -49,6 +48,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli") -> str:
     if fmt == "files":
         return "\n".join(f"#{r.docid},{r.score:.4f},{r.docno},{r.context or ''}" for r in rows)
     if fmt == "xml":
+        from xml.sax.saxutils import escape, quoteattr  # imports urllib.request: only when asked
+
         out = ["<results>"]
         for r in rows:
             out.append(f"  <result docid={quoteattr('#' + r.docid)} score=\"{r.score:.4f}\" file={quoteattr(r.docno)} "

@@ -35,11 +35,10 @@ every piece is emitted inside double quotes, so no user character can act as FTS
 """
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
-
-import numpy as np
 
 from qmdlab.errors import QmdlabError
 from qmdlab.terms import CJK_RUN, bigrams
@@ -228,14 +227,14 @@ def required_matches(n_terms: int, min_match: float) -> int:
         raise QmdlabError(f"min_match {min_match!r}: must be >= 0 (a count >= 1 or a share below 1)")
     if n_terms <= 0:
         return 0
-    need = int(min_match) if min_match >= 1 else int(np.floor(min_match * n_terms + 1e-9))
+    need = int(min_match) if min_match >= 1 else math.floor(min_match * n_terms + 1e-9)
     return max(1, min(n_terms, need))
 
 
 def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
     """Validate FTS5 column weights ``(filepath, title, body)``: three numbers ≥ 0, not all 0."""
     w = tuple(float(x) for x in weights)
-    if len(w) != 3 or any(not np.isfinite(x) or x < 0 for x in w) or not any(w):
+    if len(w) != 3 or any(not math.isfinite(x) or x < 0 for x in w) or not any(w):
         raise QmdlabError(f"BM25 column weights {list(weights)!r}: need three finite numbers >= 0 "
                           "(filepath, title, body), at least one above 0")
     return w  # type: ignore[return-value]

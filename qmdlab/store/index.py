@@ -24,10 +24,11 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Sequence
 
-import numpy as np
-import polars as pl
+if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them (CLI cold start)
+    import numpy as np
+    import polars as pl
 
 from qmdlab.errors import ConfigError, DimensionMismatchError, StoreError
 from qmdlab.paths import resolve_index_dir
@@ -554,6 +555,8 @@ class Index:
 
     def documents(self, collections: Iterable[str] | None = None) -> pl.DataFrame:
         """Active documents: docno, docid, collection, path, title, hash, mtime, size, tags, date."""
+        import polars as pl
+
         where, params = self._coll_clause(collections)
         with self._lock:
             rows = self.conn.execute(
@@ -636,6 +639,8 @@ class Index:
 
     def chunks(self, docnos: Iterable[str] | None = None) -> pl.DataFrame:
         """chunk_id, docno, seq, char_start, char_end, line_start, line_end, heading_path, text."""
+        import polars as pl
+
         sql = ("SELECT k.id, d.collection || '/' || d.path AS docno, k.seq, k.char_start, k.char_end, k.line_start, "
                "k.line_end, k.heading_path, substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
                "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
@@ -657,6 +662,8 @@ class Index:
     def chunks_needing_vectors(self, fingerprint: str, collections: Iterable[str] | None = None) -> pl.DataFrame:
         """Chunks of active documents with no vector for ``fingerprint``: chunk_id, docno, title, text
         (one row per chunk; a chunk shared by identical files is listed once)."""
+        import polars as pl
+
         where, params = self._coll_clause(collections)
         with self._lock:
             rows = self.conn.execute(
@@ -692,6 +699,8 @@ class Index:
         DimensionMismatchError
             ``dim`` differs from vectors already stored under ``fingerprint``.
         """
+        import numpy as np
+
         m = np.asarray(matrix, dtype=np.float32)
         ids = [int(i) for i in chunk_ids]
         if m.ndim != 2 or m.shape[0] != len(ids):
@@ -711,6 +720,8 @@ class Index:
     def vector_matrix(self, fingerprint: str) -> VectorMatrix:
         """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
         kept in memory until the next write. Empty (shape ``(0, 0)``) when there are none."""
+        import numpy as np
+
         self._drop_stale_caches()
         cached = self._vectors.get(fingerprint)
         if cached is not None:

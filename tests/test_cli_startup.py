@@ -1,0 +1,75 @@
+"""CLI cold start: ``import qmdlab.cli`` and the ``search`` verb stay free of heavy libraries.
+
+Structural, not timed: each check runs a fresh interpreter and looks at ``sys.modules``
+(timings are in ``scripts/bench.py`` and the README's performance section).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import click
+from click.testing import CliRunner
+
+HEAVY = ("polars", "numpy", "torch", "llama_cpp", "marimo", "transformers", "lightgbm", "sentence_transformers",
+         "ranx", "mcp")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Top-level packages from :data:`HEAVY` in ``sys.modules`` after running ``code`` in a child."""
+    probe = (f"import sys\n{code}\nimport json\n"
+             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_cli_loads_no_heavy_library():
+    assert _loaded_after("import qmdlab.cli") == []
+
+
+def test_import_cli_loads_no_command_area():
+    code = "import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sys.modules"
+    assert _loaded_after(code) == []
+
+
+def test_search_verb_loads_no_heavy_library(tmp_path):
+    """``qmdlab search`` on an (empty) index: resolving the verb, opening the index and running BM25."""
+    code = ("from qmdlab.cli import main\n"
+            f"rc = main(['--index', {str(tmp_path / 'idx')!r}, 'search', 'anything'])\n"
+            "assert rc == 0, rc")
+    assert _loaded_after(code) == []
+
+
+def test_heavy_probe_can_fail():
+    """The probe sees a heavy import when there is one (so the tests above can fail)."""
+    assert _loaded_after("import numpy") == ["numpy"]
+
+
+def test_verb_table_matches_registered_verbs():
+    """``COMMAND_VERBS`` names, for every verb an area registers, that area (and nothing else)."""
+    from qmdlab.cli import COMMAND_MODULES, COMMAND_VERBS
+
+    registered = {}
+    for area in COMMAND_MODULES:
+        group = click.Group()
+        importlib.import_module(f"qmdlab.commands.{area}").register(group)
+        registered.update({verb: area for verb in group.commands})
+    assert COMMAND_VERBS == registered
+
+
+def test_help_lists_every_verb():
+    from qmdlab.cli import COMMAND_VERBS, cli
+
+    res = CliRunner().invoke(cli, ["--help"])
+    assert res.exit_code == 0, res.output
+    for verb in COMMAND_VERBS:
+        assert verb in res.output
+
+
+def test_unknown_verb_is_a_usage_error():
+    from qmdlab.cli import cli
+
+    res = CliRunner().invoke(cli, ["no-such-verb"])
+    assert res.exit_code == 2 and "No such command" in res.output
