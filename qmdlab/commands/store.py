@@ -1,4 +1,5 @@
-"""Index verbs: ``collection``, ``context``, ``update``, ``search``, ``get``, ``multi-get``, ``ls``, ``status``.
+"""Index verbs: ``collection``, ``context``, ``update``, ``search``, ``get``, ``multi-get``, ``ls``, ``status``,
+``cleanup``. Documents and context targets may be named as ``qmd://collection/path`` URIs too.
 
 Thin wrappers over :class:`qmdlab.store.Index` and :mod:`qmdlab.search`; the index comes from
 the global ``--index`` option (``ctx.obj["index"]``).
@@ -11,8 +12,9 @@ from pathlib import Path
 import click
 
 from qmdlab.errors import QmdlabError, StoreError
-from qmdlab.output import FORMATS, build_rows, format_results
-from qmdlab.store.refs import glob_docnos, is_glob, split_address, split_range, split_refs
+from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
+from qmdlab.output import build_rows
+from qmdlab.store.refs import split_address, split_range, strip_scheme
 
 
 def open_index(ctx: click.Context):
@@ -110,7 +112,7 @@ def register(group: click.Group) -> None:
     @click.argument("text")
     @click.pass_context
     def context_add(ctx, target: str, text: str) -> None:
-        """Attach TEXT to TARGET (collection, collection/prefix, or /)."""
+        """Attach TEXT to TARGET (collection, collection/prefix, qmd://collection/prefix, or /)."""
         open_index(ctx).add_context(target, text)
         click.echo(f"context set on {target}")
 
@@ -149,18 +151,20 @@ def register(group: click.Group) -> None:
     @click.option("--before", default=None, help="Documents dated before YYYY-MM-DD.")
     @click.option("--mode", type=click.Choice(["and", "or"]), default="or", show_default=True,
                   help="and = qmd's all-terms prefix query; or = any term, ranked.")
-    @click.option("--format", "fmt", type=click.Choice(FORMATS), default="cli", show_default=True)
+    @result_options()
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this normalised score.")
     @click.pass_context
-    def search(ctx, query, limit, collections, tags, since, before, mode, fmt, min_score) -> None:
+    def search(ctx, query, limit, collections, tags, since, before, mode, fmt, as_json, as_csv, as_md, as_xml,
+               as_files, all_results, full, line_numbers, min_score) -> None:
         """BM25 full-text search."""
         from qmdlab.search import SearchFilters, bm25_search
 
+        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         idx = open_index(ctx)
-        hits = bm25_search(idx, query, limit=limit, mode=mode, collections=list(collections) or None,
-                           filters=SearchFilters(tuple(tags), since, before))
+        hits = bm25_search(idx, query, limit=ALL_LIMIT if all_results else limit, mode=mode,
+                           collections=list(collections) or None, filters=SearchFilters(tuple(tags), since, before))
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(format_results(build_rows(idx, hits, query), fmt))
+        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))
 
     @group.command("get")
     @click.argument("ref")
@@ -171,6 +175,7 @@ def register(group: click.Group) -> None:
         """Print a document: <docno|path|#docid>[:from[:count]] (1-based from), or one section of
         it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux)."""
         idx = open_index(ctx)
+        ref = strip_scheme(ref)
         address = None
         try:
             doc, start, count = idx.get(ref), None, None
@@ -215,33 +220,26 @@ def register(group: click.Group) -> None:
     @group.command("multi-get")
     @click.argument("pattern")
     @click.option("--max-bytes", default=10240, show_default=True, help="Skip documents larger than this.")
-    @click.option("--format", "fmt", type=click.Choice(["cli", "json"]), default="cli", show_default=True)
+    @click.option("-l", "--max-lines", "max_lines", type=int, default=None,
+                  help="Show at most this many lines of each document.")
+    @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
+    @click.option("--format", "fmt", type=click.Choice(["cli", "json", "csv", "md", "xml", "files"]), default=None,
+                  help="Output format [default: cli].")
+    @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+    @click.option("--csv", "as_csv", is_flag=True, help="Same as --format csv.")
+    @click.option("--md", "as_md", is_flag=True, help="Same as --format md.")
+    @click.option("--xml", "as_xml", is_flag=True, help="Same as --format xml.")
+    @click.option("--files", "as_files", is_flag=True, help="Same as --format files.")
     @click.pass_context
-    def multi_get(ctx, pattern: str, max_bytes: int, fmt: str) -> None:
+    def multi_get(ctx, pattern: str, max_bytes: int, max_lines, line_numbers, fmt, as_json, as_csv, as_md, as_xml,
+                  as_files) -> None:
         """Print several documents: a glob over docnos/paths (``*`` within a folder, ``**`` across),
-        or a comma-separated list of refs."""
-        idx = open_index(ctx)
-        if is_glob(pattern):
-            chosen = [idx.get(d) for d in glob_docnos(idx.documents()["docno"].to_list(), pattern)]
-        else:
-            chosen = [idx.get(r) for r in split_refs(pattern)]
-        out = []
-        for d in chosen:
-            size = len(d.body.encode("utf-8"))
-            skipped = size > max_bytes
-            out.append({"file": d.docno, "docid": f"#{d.docid}", "title": d.title, "bytes": size,
-                        "skipped": skipped, "body": None if skipped else d.body})
-        if fmt == "json":
-            click.echo(json.dumps(out, ensure_ascii=False, indent=2))
-            return
-        if not out:
-            click.echo("No documents match.")
-        for o in out:
-            click.echo(f"=== {o['file']} ({o['docid']}) ===")
-            if o["skipped"]:
-                click.echo(f"[skipped: {o['bytes']} bytes > --max-bytes {max_bytes}]")
-            else:
-                click.echo(o["body"].rstrip("\n"))
+        or a comma-separated list of refs (paths, #docids, qmd:// URIs)."""
+        from qmdlab.store.multiget import collect, format_documents
+
+        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        items = collect(open_index(ctx), pattern, max_bytes=max_bytes, max_lines=max_lines)
+        click.echo(format_documents(items, fmt, line_numbers=line_numbers, max_bytes=max_bytes))
 
     @group.command("ls")
     @click.argument("collection", required=False)
@@ -253,6 +251,16 @@ def register(group: click.Group) -> None:
             click.echo("No documents.")
         for docno, docid, title in zip(docs["docno"], docs["docid"], docs["title"]):
             click.echo(f"{docno}\t#{docid}\t{title}")
+
+    @group.command("cleanup")
+    @click.option("--cache", is_flag=True, help="Also clear the LLM cache (expansions, rerank scores).")
+    @click.option("--no-vacuum", is_flag=True, help="Skip VACUUM (the file keeps its size).")
+    @click.pass_context
+    def cleanup_cmd(ctx, cache: bool, no_vacuum: bool) -> None:
+        """Drop inactive documents and orphaned content, chunks and vectors, then VACUUM; report what was freed."""
+        from qmdlab.store.cleanup import cleanup
+
+        click.echo(cleanup(open_index(ctx), cache=cache, vacuum=not no_vacuum).summary())
 
     @group.command("status")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

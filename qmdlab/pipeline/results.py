@@ -99,3 +99,29 @@ def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int 
         rows.append(ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None,
                               snip.text, h.chunk_id))
     return rows
+
+
+def full_rows(idx: "Index", rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """The same rows with the whole document as the snippet (starting at line 1): ``--full``."""
+    out = []
+    for r in rows:
+        body = idx.get(r.docno).body
+        out.append(r._replace(line=1, snippet=body[:-1] if body.endswith("\n") else body))
+    return out
+
+
+def number_lines(text: str, first: int) -> str:
+    """Prefix every line of ``text`` with its 1-based number (width of the largest): ``--line-numbers``.
+
+    >>> print(number_lines("a\\nb", 9))
+     9: a
+    10: b
+    """
+    lines = text.split("\n")
+    width = len(str(first + len(lines) - 1))
+    return "\n".join(f"{first + i:>{width}}: {line}" for i, line in enumerate(lines))
+
+
+def numbered_rows(rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """The same rows with line-numbered snippets (``--line-numbers`` for json/csv/md/xml)."""
+    return [r._replace(snippet=number_lines(r.snippet, r.line)) for r in rows]

@@ -322,8 +322,11 @@ class Index:
             cfg.save(self.config_path, conf)
 
     def add_context(self, target: str, text: str) -> None:
-        """Attach ``text`` to a collection, a docno prefix (``notes/work``) or ``/`` (all)."""
-        t = target.strip("/")
+        """Attach ``text`` to a collection, a docno prefix (``notes/work``, or the URI
+        ``qmd://notes/work``) or ``/`` (all)."""
+        from qmdlab.store.refs import strip_scheme
+
+        t = strip_scheme(target).strip("/")
         if t and t.split("/")[0] not in {c.name for c in self.collections()}:
             raise ConfigError(f"context target {target!r} names no collection; use a collection name, "
                               "'collection/path/prefix' or '/'")
@@ -333,7 +336,9 @@ class Index:
             cfg.save(self.config_path, conf)
 
     def remove_context(self, target: str) -> None:
-        t = target.strip("/")
+        from qmdlab.store.refs import strip_scheme
+
+        t = strip_scheme(target).strip("/")
         with self._lock:
             conf = self._config()
             kept = [x for x in conf.contexts if x.target.strip("/") != t]
@@ -588,12 +593,15 @@ class Index:
                         mtime=r[5], size=r[6], active=bool(r[8]))
 
     def get(self, ref: str) -> Document:
-        """A document by docno, path inside a collection, absolute path, or ``#docid``.
+        """A document by docno, ``qmd://collection/path`` URI, path inside a collection, absolute
+        path, or ``#docid``.
 
         Raises :class:`StoreError` with "did you mean" suggestions on a miss, and on an ambiguous
         ``#docid`` or relative path.
         """
-        ref = ref.strip()
+        from qmdlab.store.refs import strip_scheme
+
+        ref = strip_scheme(ref)
         rows: list[tuple] = []
         if ref.startswith("#"):
             prefix = ref[1:].lower()

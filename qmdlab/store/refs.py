@@ -6,6 +6,10 @@ collection or a ``#docid``; ``#address`` names a section (:mod:`qmdlab.store.out
 trailing ``:from[:count]`` a line range. A leading ``#`` is a docid, not an address. A
 *pattern* is either a glob over docnos and collection-relative paths (:func:`glob_match`:
 ``*``/``?`` inside one folder, ``**`` across) or a comma-separated list of references.
+
+Wherever a document, a glob or a context target is named, qmd's URI form
+``qmd://collection/path`` is accepted too and means the docno ``collection/path``
+(:func:`strip_scheme`; percent-escapes are decoded, as qmd's MCP clients send them).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Iterable, NamedTuple
 
 from qmdlab.store.scan import glob_match
 
+SCHEME = "qmd://"
 _RANGE = re.compile(r"^(?P<ref>.*?)(?::(?P<start>\d+)(?::(?P<count>\d+))?)?$")
 
 
@@ -25,6 +30,26 @@ class Ref(NamedTuple):
     address: str | None
     start: int | None
     count: int | None
+
+
+def strip_scheme(text: str) -> str:
+    """``qmd://collection/path`` → ``collection/path``; anything else unchanged (stripped).
+
+    Percent-escapes of the URI form are decoded (``%20`` → space); ``qmd://`` alone or
+    ``qmd:///`` names the root (``/``), used by ``context add qmd:/// TEXT``.
+
+    >>> strip_scheme("qmd://notes/a b.md"), strip_scheme("QMD://notes/x%20y.md:3"), strip_scheme(" notes/a.md ")
+    ('notes/a b.md', 'notes/x y.md:3', 'notes/a.md')
+    >>> strip_scheme("qmd://"), strip_scheme("#abc123")
+    ('/', '#abc123')
+    """
+    text = text.strip()
+    if text[: len(SCHEME)].lower() != SCHEME:
+        return text
+    from urllib.parse import unquote
+
+    rest = unquote(text[len(SCHEME):]).lstrip("/")
+    return rest or "/"
 
 
 def split_range(text: str) -> tuple[str, int | None, int | None]:
@@ -63,8 +88,10 @@ def parse_ref(text: str) -> Ref:
     Ref(name='#abc123', address=None, start=3, count=None)
     >>> parse_ref("notes/a.md#install/linux")
     Ref(name='notes/a.md', address='install/linux', start=None, count=None)
+    >>> parse_ref("qmd://notes/a.md#install:2:3")
+    Ref(name='notes/a.md', address='install', start=2, count=3)
     """
-    base, start, count = split_range(text)
+    base, start, count = split_range(strip_scheme(text))
     name, address = split_address(base)
     return Ref(name, address, start, count)
 
@@ -81,10 +108,10 @@ def is_glob(pattern: str) -> bool:
 def split_refs(pattern: str) -> list[str]:
     """The references of a comma-separated list.
 
-    >>> split_refs(" a.md, #abc123 ,, b.md")
-    ['a.md', '#abc123', 'b.md']
+    >>> split_refs(" a.md, #abc123 ,, qmd://kb/b.md")
+    ['a.md', '#abc123', 'kb/b.md']
     """
-    return [r.strip() for r in pattern.split(",") if r.strip()]
+    return [strip_scheme(r) for r in pattern.split(",") if r.strip()]
 
 
 def glob_docnos(docnos: Iterable[str], pattern: str) -> list[str]:
@@ -94,8 +121,11 @@ def glob_docnos(docnos: Iterable[str], pattern: str) -> list[str]:
     ['kb/a.md']
     >>> glob_docnos(["kb/a.md", "kb/x/b.md", "other/a.md"], "a.md")
     ['kb/a.md', 'other/a.md']
+    >>> glob_docnos(["kb/a.md", "kb/x/b.md", "other/a.md"], "qmd://kb/**/*.md")
+    ['kb/a.md', 'kb/x/b.md']
     """
+    pattern = strip_scheme(pattern)
     return sorted(d for d in docnos if glob_match(d, pattern) or glob_match(d.partition("/")[2], pattern))
 
 
-__all__ = ["Ref", "parse_ref", "split_range", "split_address", "is_glob", "split_refs", "glob_docnos"]
+__all__ = ["Ref", "SCHEME", "strip_scheme", "parse_ref", "split_range", "split_address", "is_glob", "split_refs", "glob_docnos"]

@@ -1,0 +1,75 @@
+"""The result options shared by ``search``, ``vsearch`` and ``query`` (qmd's flags).
+
+``--format FMT`` or one of its shorthands ``--json/--csv/--md/--xml/--files``; ``--all``
+(every match instead of ``-n``), ``--full`` (whole documents instead of snippets),
+``--line-numbers`` (numbered snippet lines in every format; the ``cli`` format always numbers
+them). Only flag plumbing lives here; the row transforms are
+:func:`qmdlab.pipeline.results.full_rows` and :func:`~qmdlab.pipeline.results.numbered_rows`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from qmdlab.errors import QmdlabError
+
+FORMATS = ("cli", "json", "csv", "md", "xml", "files")
+SHORTHANDS = ("json", "csv", "md", "xml", "files")
+ALL_LIMIT = 1_000_000
+"""``--all``: the result limit (every match; a BM25/vector list is cut to the index size anyway)."""
+
+
+def result_options(*, json_flag: bool = True) -> Callable:
+    """Decorator adding ``--format``, the shorthands, ``--all``, ``--full`` and ``--line-numbers``.
+
+    ``json_flag=False`` leaves ``--json`` out (for a command that defines its own).
+    """
+
+    def deco(fn: Callable) -> Callable:
+        fn = click.option("--line-numbers", "line_numbers", is_flag=True,
+                          help="Number the snippet lines (the cli format always does).")(fn)
+        fn = click.option("--full", is_flag=True, help="Show whole documents instead of snippets.")(fn)
+        fn = click.option("--all", "all_results", is_flag=True,
+                          help="Return every match instead of -n (combine with --min-score).")(fn)
+        for name in reversed(SHORTHANDS):
+            if name == "json" and not json_flag:
+                continue
+            fn = click.option(f"--{name}", f"as_{name}", is_flag=True, help=f"Same as --format {name}.")(fn)
+        return click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                            help="Result format [default: cli].")(fn)
+
+    return deco
+
+
+def pick_format(fmt: str | None, **flags: bool) -> str:
+    """The one format asked for by ``--format`` and/or a shorthand (``as_json=True`` …).
+
+    >>> pick_format(None), pick_format("csv"), pick_format(None, as_json=True), pick_format("md", as_md=True)
+    ('cli', 'csv', 'json', 'md')
+    >>> pick_format("csv", as_json=True)
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.QmdlabError: --format csv and --json ask for different formats; give one of them
+    """
+    chosen = [k[3:] for k, v in flags.items() if v and k.startswith("as_")]
+    if len(chosen) > 1:
+        raise QmdlabError(f"{' and '.join('--' + c for c in chosen)} ask for different formats; give one of them")
+    if chosen and fmt and fmt != chosen[0]:
+        raise QmdlabError(f"--format {fmt} and --{chosen[0]} ask for different formats; give one of them")
+    return chosen[0] if chosen else (fmt or "cli")
+
+
+def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False) -> str:
+    """Apply ``--full`` / ``--line-numbers`` to result rows and format them."""
+    from qmdlab.output import format_results
+    from qmdlab.pipeline.results import full_rows, numbered_rows
+
+    if full:
+        rows = full_rows(idx, rows)
+    if line_numbers and fmt not in ("cli", "files"):
+        rows = numbered_rows(rows)
+    return format_results(rows, fmt)
+
+
+__all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "result_options", "pick_format", "render"]
