@@ -56,11 +56,33 @@ def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
                 continue
             out.append(f"    list {r['list_id']} {r['source']}/{r['query_type']:<8} rank {r['rank']:>2}"
                        f"  weight {r['weight']:.2f}  +{_f(r['contribution'], 5)}  {r['subquery']!r}")
+    out += _lexical_lines(trace, config)
     notes = trace.notes.select("stage", "message").rows()
     if notes:
         out.append("notes:")
         out += [f"    [{s}] {m}" for s, m in notes]
     return "\n".join(out)
+
+
+def _lexical_lines(trace: Trace, config: PipelineConfig | None) -> list[str]:
+    """The BM25 knobs of the trace's config and the FTS5 expression each BM25 sub-query became."""
+    from qmdlab.search.lexical import build_fts_query
+
+    cfg = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
+    subs = trace.lists.filter(pl.col("source") == "fts")["subquery"].unique(maintain_order=True).to_list()
+    if not subs:
+        return []
+    lex = cfg.lexical()
+    w = lex["weights"]
+    on = lambda flag: "on" if flag else "off"  # noqa: E731
+    lines = [f"bm25: mode {lex['mode']}, weights filepath {w[0]:g} / title {w[1]:g} / body {w[2]:g}, "
+             f"prefix {on(lex['prefix'])}, stopwords dropped {on(lex['stopwords'])}, "
+             f"query tf {on(lex['query_tf'])}" + (f", min match {lex['min_match']:g}" if lex["mode"] == "msm" else "")]
+    for sub in subs:
+        expr = build_fts_query(sub, lex["mode"], prefix=lex["prefix"], stopwords=lex["stopwords"],
+                               query_tf=lex["query_tf"])
+        lines.append(f"    {sub!r} -> {expr}")
+    return lines
 
 
 def to_json(trace: Trace, config: PipelineConfig | None = None) -> dict:

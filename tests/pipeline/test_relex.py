@@ -53,3 +53,14 @@ def test_relex_keeps_vector_rows_and_uses_the_cache(small_index):
 def test_lexical_fields_are_config_fields():
     assert set(LEXICAL_FIELDS) <= set(PipelineConfig.field_names())
     assert {f for f in PipelineConfig.field_names() if f.startswith("bm25_")} == set(LEXICAL_FIELDS)
+
+
+def test_explain_shows_the_bm25_knobs_and_built_queries(small_index):
+    from qmdlab.pipeline.explain import format_explain
+
+    idx, emb = small_index
+    cfg = PipelineConfig(rerank=False, expand=False, bm25_prefix=False, bm25_weight_title=2.5)
+    text = format_explain(Lab(idx, ModelSet(emb, None, None), cfg).query("git rebase the rebase"))
+    assert ("bm25: mode or, weights filepath 1.5 / title 2.5 / body 1, prefix off, stopwords dropped on, "
+            "query tf on") in text
+    assert "'git rebase the rebase' -> \"git\" OR \"rebase\" OR \"rebase\"" in text
