@@ -70,6 +70,7 @@ class RerankerRunConfig:
     max_length: int = field(default=128, metadata={"help": "Tokens per (query, chunk) pair."})
     candidates: int = field(default=20, metadata={"help": "Fused candidates reranked per query (candidate_limit)."})
     freeze_layers: int = field(default=0, metadata={"help": "Freeze the embeddings and this many lower encoder layers."})
+    identity_pooler: bool = field(default=True, metadata={"help": "Start the pooler at tanh(CLS) when starting from a bi-encoder."})
     # label-free in-collection pretraining
     weak: bool = field(default=True, metadata={"help": "Pretrain on heading/title → text pairs first."})
     weak_max_pairs: int = 1500
@@ -196,8 +197,14 @@ def teacher_scores(run_dir: str | Path | None) -> dict[tuple[str, str], float] |
 
 
 # -- training -------------------------------------------------------------------------------------
-def new_model(path: Path, max_length: int, seed: int):
-    """A ``CrossEncoder`` (one output) from an encoder or cross-encoder directory, seeded."""
+def new_model(path: Path, max_length: int, seed: int, identity_pooler: bool = False):
+    """A ``CrossEncoder`` (one output) from an encoder or cross-encoder directory, seeded.
+
+    ``identity_pooler`` (for a start from a bi-encoder such as all-MiniLM-L6-v2): set BERT's
+    pooler to ``tanh(CLS)`` (identity weights, zero bias). The shipped pooler of that checkpoint
+    was never trained for a task: its weights (std 0.009) shrink the [CLS] state ~6x, so a new
+    head sees almost no input-dependent signal and, measured, a few hundred CPU steps leave the
+    loss at its chance value (MultipleNegativesRanking loss ln 3 = 1.0986 after 13 steps)."""
     try:
         from sentence_transformers.cross_encoder import CrossEncoder
     except ImportError as err:
@@ -206,7 +213,16 @@ def new_model(path: Path, max_length: int, seed: int):
     from transformers import set_seed
 
     set_seed(seed)
-    return CrossEncoder(str(path), num_labels=1, max_length=max_length, device="cpu", local_files_only=True)
+    model = CrossEncoder(str(path), num_labels=1, max_length=max_length, device="cpu", local_files_only=True)
+    if identity_pooler:
+        import torch
+
+        for name, module in model.named_modules():
+            if name.endswith("pooler") and hasattr(module, "dense"):
+                with torch.no_grad():
+                    module.dense.weight.copy_(torch.eye(module.dense.weight.shape[0], module.dense.weight.shape[1]))
+                    module.dense.bias.zero_()
+    return model
 
 
 def freeze(model, n_layers: int) -> int:
@@ -463,7 +479,7 @@ def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tup
     log(f"weak: {len(pairs)} in-collection pairs (heading/title → text, no labels)")
     from sentence_transformers.cross_encoder.losses import MultipleNegativesRankingLoss
 
-    model = new_model(base_dir, cfg.max_length, cfg.seed)
+    model = new_model(base_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler)
     freeze(model, cfg.freeze_layers)
     loss = MultipleNegativesRankingLoss(model, num_negatives=cfg.weak_in_batch_negatives)
     res = fit(model, pairs, loss, run, stage="weak", learning_rate=cfg.weak_learning_rate,
@@ -503,7 +519,7 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
     train_rows = [{k: v for k, v in r.items() if k != "qid"} for r in rows]
     (run).mkdir(parents=True, exist_ok=True)
     (run / "train_qids.json").write_text(json.dumps(sorted({r["qid"] for r in rows})), encoding="utf-8")
-    model = new_model(init_dir, cfg.max_length, cfg.seed)
+    model = new_model(init_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler and not cfg.weak)
     freeze(model, cfg.freeze_layers)
     res = fit(model, train_rows, make_loss(cfg.loss, model), run, stage=stage, learning_rate=cfg.learning_rate,
               head_lr=cfg.head_learning_rate, epochs=cfg.epochs, max_steps=cfg.max_steps,
