@@ -45,7 +45,8 @@ from qmdlab.cli import cli
 from .conftest import (CRASH, PROFILE, check_consistency, checksums, cli_cmd, cli_env, kill_landed, make_corpus,
                        read_events, visible_state, wal_frames)
 
-pytestmark = pytest.mark.slow
+# the deep profile (`make fuzz`: 4,000 files, 80 mid-write kills) runs longer than the suite's 900 s limit
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600 if PROFILE == "deep" else 900)]
 
 
 def _query(db: Path, sql: str, args: tuple = ()) -> list[tuple]:
@@ -201,14 +202,18 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
             update_s = k.took
             writes = max(1, sum(1 for kind, _ in k.events if kind == "write"))
         assert checksums(corpus) == before, "qmdlab changed a user file"
-        # atomicity per collection: committed transactions are complete, the rest untouched
+        # atomicity per collection: committed transactions are complete, the rest untouched; a kill
+        # at COMMIT (after `commit-start`, before `commit`) may have gone either way, never half
         done = len(roots) if not k.alive else k.commits
         for j, r in enumerate(roots):
+            complete = _active_paths(db, r.name) == _disk_paths(r)
+            untouched = _documents_of(db, r.name) == snapshot[r.name]
             if j < done:
-                assert _active_paths(db, r.name) == _disk_paths(r), f"committed collection {r.name} is incomplete"
+                assert complete, f"committed collection {r.name} is incomplete"
+            elif j == done and k.landed == "at-commit":
+                assert complete or untouched, f"collection {r.name} half-committed at COMMIT"
             else:
-                assert _documents_of(db, r.name) == snapshot[r.name], \
-                    f"collection {r.name} changed although its transaction never committed ({k.landed})"
+                assert untouched, f"collection {r.name} changed although its transaction never committed ({k.landed})"
         check_consistency(db)
         from qmdlab.store import Index
 
@@ -241,11 +246,11 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
             embed_s = k.took
         assert checksums(corpus) == before, "qmdlab changed a user file"
         grown = _query(db, "SELECT count(*) FROM vectors")[0][0] - n_before
-        if k.alive:  # exactly the committed batches of 4 are stored (the last one may be shorter)
-            if k.commits == 0:
-                assert grown == 0, f"{grown} vectors stored without a committed batch"
-            else:
-                assert 4 * (k.commits - 1) < grown <= 4 * k.commits, (grown, k.commits)
+        if k.alive:  # exactly the committed batches of 4 are stored (the last one may be shorter);
+            # a kill at COMMIT may or may not have committed that one more batch
+            commits = {k.commits} | ({k.commits + 1} if k.landed == "at-commit" else set())
+            ok = [c for c in commits if (grown == 0 if c == 0 else 4 * (c - 1) < grown <= 4 * c)]
+            assert ok, f"{grown} vectors stored after {k.commits} committed batches ({k.landed})"
         check_consistency(db)
 
     # reruns complete ...
