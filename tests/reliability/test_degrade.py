@@ -1,7 +1,9 @@
-"""Degrade, don't crash: each model stage fails open when its model raises mid-call or hangs.
+"""Degrade, don't crash: each model stage fails open when its model raises mid-call, hangs, or
+answers garbage.
 
 Every model here loaded fine and answered a first query; then it raises in the middle of a call,
-or blocks (a hung llama.cpp call). The query must still return keyword/fusion results, the
+blocks (a hung llama.cpp call), or returns the wrong kind of answer (a NaN vector, no expansion
+object, scores outside [0, 1]). The query must still return keyword/fusion results, the
 trace must say what happened (``trace.notes``), a hang must cost no more than the stage's
 time budget (``PipelineConfig.stage_budget_s``), and the result must equal the pipeline run
 without that model. While an abandoned call is still running the model is not called again
@@ -12,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -59,6 +62,13 @@ class Faulty:
                 if self.mode == "raises":
                     real(*args, **kwargs)  # the work starts, then the backend fails
                     raise RuntimeError("llama_decode returned -3")
+                if self.mode == "garbage":  # an answer of the wrong kind
+                    good = real(*args, **kwargs)
+                    if self._method == "embed_query":
+                        return np.full_like(good, np.nan)
+                    if self._method == "expand":
+                        return None
+                    return [1.5] * len(good)  # not probabilities
                 self.release.wait(60)  # a hung call: returns only when the test lets it
             return real(*args, **kwargs)
 
@@ -95,7 +105,7 @@ def notes(trace, stage: str) -> str:
     return " | ".join(trace.notes.filter(pl.col("stage") == stage)["message"].to_list())
 
 
-@pytest.mark.parametrize("mode", ["raises", "hangs"])
+@pytest.mark.parametrize("mode", ["raises", "hangs", "garbage"])
 @pytest.mark.parametrize("role", ["embedder", "expander", "reranker"])
 def test_model_stage_fails_open(index, role, mode):
     slot, method = ROLE[role]
@@ -119,7 +129,9 @@ def test_model_stage_fails_open(index, role, mode):
         without[slot] = None
         want = Lab(index, ModelSet(*without), cfg).query("git rebase squash commit", intent=intent, qid="bad")
         assert t.final.equals(want.final) and t.final.height > 0
-        why = "over its 0.4 s budget" if mode == "hangs" else "failed (RuntimeError: llama_decode returned -3)"
+        why = {"hangs": "over its 0.4 s budget", "raises": "failed (RuntimeError: llama_decode returned -3)",
+               "garbage": {"embedder": "failed (ValueError: embedder returned a vector", "expander": "failed (Attribute",
+                           "reranker": "failed (ValueError: reranker scores outside [0, 1]"}[role]}[mode]
         assert why in notes(t, stage), t.notes
         if role == "embedder":
             assert set(t.lists["source"]) == {"fts"} and "keyword results only" in notes(t, stage)
