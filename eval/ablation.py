@@ -16,6 +16,7 @@ row                         lists kept                                      conf
 ``+lex+vec``                original + lex + vec                            rerank off
 ``+lex+vec+hyde``           all                                             rerank off
 ``+rerank``                 all                                             recorded (qmd default)
+``strong-signal skip``      original, + expansions of non-strong queries    rerank as recorded
 ``fusion=<m>``              all                                             fusion m (each method)
 ``blend=<m>``               all                                             blend m (each method)
 ==========================  =============================================  =====================
@@ -27,6 +28,14 @@ in every row). Rerank scores exist for the recorded run's candidates; a fusion m
 promotes other documents into the candidate pool leaves them unscored — the ``unscored``
 column counts such final results (pass ``rerank_fn`` through :class:`eval.study.Study` users,
 or re-run with ``qmdlab eval --config``, when it is not 0).
+
+The strong-signal skip (DESIGN §3 step 1) gets its own row when the recording ran with the skip
+*off* (``strong_signal: false`` in the ``--config`` file: every query expanded, and the probe note
+of a query whose BM25 signal was strong says so): the ``strong-signal skip`` row drops the
+expansion lists of exactly those queries (:func:`strong_signal_qids`) — what the pipeline with the
+skip on retrieves — while the other rows are the skip-off pipeline. A recording with the skip on
+cannot show what the skipped queries would have gained, so the row is left out then; with
+expansion off the skip has nothing to skip and the row is left out too.
 """
 from __future__ import annotations
 
@@ -51,9 +60,30 @@ class Variant(NamedTuple):
     description: str
 
 
+def strong_signal_qids(notes: pl.DataFrame) -> list[str]:
+    """Queries whose recorded probe found a strong BM25 signal (skip taken, or skip off but it would
+    have been): the ``probe`` notes that start with ``strong signal``.
+
+    >>> n = pl.DataFrame({"qid": ["1", "2", "3"], "stage": ["probe"] * 3,
+    ...                   "message": ["strong signal (top 0.9, gap 0.2) but the skip is off (strong_signal: false): "
+    ...                               "expanding", "no strong signal (top 0.5, gap 0.1): expanding",
+    ...                               "strong signal (top 0.95 >= 0.85, gap 0.3 >= 0.15): expansion skipped"]})
+    >>> strong_signal_qids(n)
+    ['1', '3']
+    """
+    if notes.height == 0:
+        return []
+    hit = notes.filter((pl.col("stage") == "probe") & pl.col("message").str.starts_with("strong signal"))
+    return sorted(set(hit["qid"].to_list()))
+
+
 def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: bool = True,
-             has_rerank: bool = True) -> list[Variant]:
-    """The ablation rows that the recorded trace supports (see the module table)."""
+             has_rerank: bool = True, skip_qids: Sequence[str] | None = None) -> list[Variant]:
+    """The ablation rows that the recorded trace supports (see the module table).
+
+    ``skip_qids`` (:func:`strong_signal_qids` of the trace) adds the ``strong-signal skip`` row
+    when expansion lists were recorded.
+    """
     off = {"rerank": False}
     out = [Variant("bm25", (pl.col("source") == "fts") & ORIGINAL, off, "BM25 of the original query")]
     if has_vector:
@@ -66,6 +96,10 @@ def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: 
                     Variant("+lex+vec+hyde", None, off, "+ hyde lists: full retrieval, no rerank")]
     if has_rerank:
         out.append(Variant("+rerank", None, {"rerank": True}, f"full pipeline, {config.blend} blend"))
+    if has_expansion and skip_qids is not None:
+        keep = ORIGINAL | ~pl.col("qid").is_in(list(skip_qids))
+        out.append(Variant("strong-signal skip", keep, {"rerank": has_rerank and config.rerank, "strong_signal": True},
+                           f"full pipeline, expansion skipped for the {len(skip_qids)} strong-signal queries"))
     for m in FUSION_METHODS:
         out.append(Variant(f"fusion={m}", None, {"fusion": m, "rerank": has_rerank and config.rerank},
                            "full pipeline with this fusion"))
@@ -101,7 +135,8 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
     rows = list(rows) if rows is not None else variants(
         study.config, has_vector=bool(lists.filter(pl.col("source") == "vec").height),
         has_expansion=bool(lists.filter(~ORIGINAL).height),
-        has_rerank=bool(study.trace.rerank.drop_nulls("rerank_score").height))
+        has_rerank=bool(study.trace.rerank.drop_nulls("rerank_score").height),
+        skip_qids=None if study.config.strong_signal else strong_signal_qids(study.trace.notes))
     evals, desc = {}, {}
     for v in rows:
         evals[v.name] = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)

@@ -28,7 +28,7 @@ import polars as pl
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import Trace
 
-from .ablation import ablate as ablate_fn, variants
+from .ablation import ablate as ablate_fn, strong_signal_qids, variants
 from .metrics import DEFAULT_METRICS, mean_scores, parse_metric, per_query
 from .record import (EVAL_DEPTH, _fingerprint, _no_query_budget, cache_key, degraded_queries,  # noqa: F401 — re-exported
                      embed_missing, load_run_dir, prepare_index, query_traces, record)
@@ -158,7 +158,9 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
         table = ablate_fn(study, baseline=baseline)
         for v in variants(config, has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
                           has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
-                          has_rerank=bool(trace.rerank.height)):
+                          has_rerank=bool(trace.rerank.height),
+                          # recorded with the skip off: the "strong-signal skip" row measures it
+                          skip_qids=None if config.strong_signal else strong_signal_qids(trace.notes)):
             ev = study.evaluate(config.replace(**v.overrides), lists=v.lists)
             runs[v.name], finals[v.name] = ev.per_query, ev.final
         trace = study.trace  # with any rerank scores the ablation added

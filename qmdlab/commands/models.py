@@ -11,6 +11,7 @@ import time
 
 import click
 
+from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
 
 
@@ -146,20 +147,22 @@ def register(group: click.Group) -> None:
     @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")
-    @click.option("--format", "fmt", default="cli", show_default=True, help="cli, json, csv, md, xml or files.")
+    @result_options()
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model.")
     @click.pass_context
-    def vsearch(ctx, query, limit, collections, min_score, fmt, preset, embed_model) -> None:
+    def vsearch(ctx, query, limit, collections, min_score, fmt, as_json, as_csv, as_md, as_xml, as_files, all_results,
+                full, line_numbers, preset, embed_model) -> None:
         """Vector search: the query's embedding against the chunk vectors (run `qmdlab embed` first)."""
-        from qmdlab.output import build_rows, format_results
+        from qmdlab.output import build_rows
         from qmdlab.search.vector import vector_search
 
+        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         idx = _open_index(ctx)
         emb = _embedder(preset, embed_model)
         if not query.strip():
             raise QmdlabError("vsearch needs a non-empty QUERY")
-        hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint, limit=limit,
-                             collections=list(collections) or None)
+        hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint,
+                             limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None)
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(format_results(build_rows(idx, hits, query), fmt))
+        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))

@@ -10,6 +10,7 @@ import json
 
 import click
 
+from qmdlab.commands.result_options import result_options
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
 
 
@@ -32,24 +33,37 @@ def register(group: click.Group) -> None:
     @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET "
                                                  "or offline).")
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
-    @click.option("--json", "as_json", is_flag=True, help="JSON with results, explanations, expansions and notes.")
-    @click.option("--format", "fmt", default="cli", show_default=True,
-                  type=click.Choice(["cli", "csv", "md", "xml", "files"]), help="Result format (without --json).")
+    @click.option("--tag", "tags", multiple=True,
+                  help="Require a front-matter tag (repeatable; all required), as on `search`.")
+    @click.option("--prefer-tag", "prefer_tags", multiple=True,
+                  help="Lift results carrying this tag (repeatable) by --tag-lift places.")
+    @click.option("--tag-lift", type=int, default=None,
+                  help="Places a --prefer-tag result moves up [default: 3 with --prefer-tag, else the config's].")
+    @click.option("--no-strong-signal", is_flag=True, help="Always expand (turn the strong-signal skip off).")
+    @click.option("--json", "as_json", is_flag=True, help="JSON with results, explanations, expansions and notes "
+                                                       "(--format json: the results only).")
+    @result_options(json_flag=False)
     @click.pass_context
     def query(ctx, text, limit, collections, intent, no_expand, no_rerank, candidate_limit, fusion, blend,
-              min_score, config_file, preset, explain, as_json, fmt) -> None:
+              min_score, config_file, preset, explain, tags, prefer_tags, tag_lift, no_strong_signal, as_json, fmt,
+              as_csv, as_md, as_xml, as_files, all_results, full, line_numbers) -> None:
         """Hybrid search: expansion, BM25 + vectors, fusion, rerank, blend — with a trace."""
+        from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render
         from qmdlab.models import load_models
-        from qmdlab.output import format_results
         from qmdlab.pipeline.config import PipelineConfig
         from qmdlab.pipeline.explain import format_explain, to_json
         from qmdlab.pipeline.lab import Lab
+        from qmdlab.search import SearchFilters
         from qmdlab.store import Index
 
+        fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
-        flags = {"limit": limit, "candidate_limit": candidate_limit, "fusion": fusion, "blend": blend,
-                 "min_score": min_score, "expand": False if no_expand else None,
-                 "rerank": False if no_rerank else None}
+        if prefer_tags and tag_lift is None and not base.tag_lift:
+            tag_lift = 3
+        flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
+                 "blend": blend, "min_score": min_score, "expand": False if no_expand else None,
+                 "rerank": False if no_rerank else None, "tags": tuple(prefer_tags) or None, "tag_lift": tag_lift,
+                 "strong_signal": False if no_strong_signal else None}
         cfg = base.replace(**{k: v for k, v in flags.items() if v is not None})
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None)
         ctx.call_on_close(idx.close)
@@ -57,11 +71,13 @@ def register(group: click.Group) -> None:
         if not cfg.rerank:
             roles["rerank"] = "none"
         models = load_models(preset, **roles)
-        trace = Lab(idx, models, cfg).query(text, intent=intent, collections=list(collections) or None)
+        filters = SearchFilters(tuple(tags), None, None) if tags else None
+        trace = Lab(idx, models, cfg).query(text, intent=intent, collections=list(collections) or None,
+                                            filters=filters)
         if as_json:
             click.echo(json.dumps(to_json(trace, cfg), ensure_ascii=False, indent=2))
             return
-        click.echo(format_results(trace.result_rows(), fmt))
+        click.echo(render(idx, trace.result_rows(), fmt, full=full, line_numbers=line_numbers))
         if explain:
             click.echo("")
             click.echo(format_explain(trace, cfg))

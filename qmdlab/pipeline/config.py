@@ -34,6 +34,9 @@ class PipelineConfig:
         Expansion is skipped when the probe's top normalised score is
         ``>= strong_signal_min`` and leads the second by ``>= strong_signal_gap``
         (never when an intent is given).
+    strong_signal : bool
+        The strong-signal skip itself (qmd: on). Off, every query is expanded; the
+        ablation's ``strong-signal skip`` row measures what the skip costs or saves.
     expand, hyde, vector, rerank : bool
         Stage switches (the ablations): query expansion, HyDE lines, every vector
         list, the reranker.
@@ -122,6 +125,7 @@ class PipelineConfig:
     probe_limit: int = 20
     strong_signal_min: float = 0.85
     strong_signal_gap: float = 0.15
+    strong_signal: bool = True
     expand: bool = True
     hyde: bool = True
     vector: bool = True

@@ -124,8 +124,10 @@ class Lab:
                 fts_hits[text] = hits
                 decision = strong_signal([h.score for h in hits[: cfg.probe_limit]], min_score=cfg.strong_signal_min,
                                          min_gap=cfg.strong_signal_gap, intent=intent)
-                skip = decision.skip
-                run.note("probe", decision.message)
+                skip = decision.skip and cfg.strong_signal
+                run.note("probe", decision.message if skip or not decision.skip else
+                         f"strong signal (top {decision.top:.3f}, gap {decision.gap:.3f}) but the skip is off "
+                         "(strong_signal: false): expanding")
         # 2. expansion
         with run.stage("expand"):
             expansions = self._expand(text, intent, searches, cfg, skip, run)

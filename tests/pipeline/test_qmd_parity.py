@@ -1,0 +1,69 @@
+"""qmd parity in the pipeline and ``qmdlab query``: the strong-signal switch, --tag/--prefer-tag,
+result flags (--all, --full, --line-numbers, format shorthands)."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from qmdlab.cli import cli
+from qmdlab.models.base import ModelSet
+from qmdlab.models.fakes import RuleExpander
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.lab import Lab
+
+
+def _notes(trace, stage):
+    return " ".join(trace.notes.filter(trace.notes["stage"] == stage)["message"].to_list())
+
+
+def test_strong_signal_switch(small_index):
+    idx, emb = small_index
+    cfg = PipelineConfig(strong_signal_min=0.3, strong_signal_gap=0.1)
+    lab = Lab(idx, ModelSet(emb, RuleExpander({"pasta": [("lex", "pasta water")]}), None), cfg)
+    t = lab.query("pasta")
+    assert "expansion skipped" in _notes(t, "probe") and lab.expander.calls == 0
+    t = lab.query("pasta", strong_signal=False)
+    assert "but the skip is off (strong_signal: false): expanding" in _notes(t, "probe")
+    assert lab.expander.calls == 1 and t.expansions.select("text", "kept").rows() == [("pasta water", True)]
+    assert "lex" in set(t.lists["query_type"])
+    assert PipelineConfig.from_dict({"strong_signal": False}).strong_signal is False
+
+
+def _run(index_dir, *args):
+    res = CliRunner().invoke(cli, ["--index", index_dir, "query", *args, "--preset", "fake", "--no-rerank"])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
+    idx, _ = small_index
+    d = str(idx.dir)
+    rows = json.loads(_run(d, "sqlite search network", "--format", "json"))
+    assert {r["file"] for r in rows} >= {"notes/sqlite.md", "notes/docker.md"}
+    only = json.loads(_run(d, "sqlite search network", "--format", "json", "--tag", "ops"))
+    assert [r["file"] for r in only] == ["notes/docker.md"]  # --tag requires the tag, as on `search`
+    plain = [r["file"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10"))]
+    lifted = [r["file"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10",
+                                                 "--prefer-tag", "ops", "--tag-lift", "10"))]
+    assert "notes/docker.md" in plain and lifted[0] == "notes/docker.md" and sorted(lifted) == sorted(plain)
+    assert _run(d, "git rebase", "--csv") == _run(d, "git rebase", "--format", "csv")
+    assert len(json.loads(_run(d, "git", "-n", "1", "--format", "json"))) == 1
+    assert len(json.loads(_run(d, "git", "-n", "1", "--all", "--format", "json"))) >= 2
+    full = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--full"))[0]
+    assert full["line"] == 1 and full["snippet"] == idx.get(full["file"]).body.rstrip("\n")
+    num = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--line-numbers"))[0]
+    assert num["snippet"].startswith(f"{num['line']}: ")
+
+
+
+def test_query_no_strong_signal_flag(small_index, tmp_path):
+    idx, _ = small_index
+    cfg = tmp_path / "low.yaml"
+    cfg.write_text("strong_signal_min: 0.3\nstrong_signal_gap: 0.1\n")
+    probe = [n["message"] for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json"))["notes"]
+             if n["stage"] == "probe"]
+    assert probe[0].endswith("expansion skipped")
+    probe = [n["message"] for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json",
+                                                   "--no-strong-signal"))["notes"] if n["stage"] == "probe"]
+    assert probe[0].endswith("but the skip is off (strong_signal: false): expanding")
