@@ -335,6 +335,59 @@ class Engine:
         lines.append("models: " + ", ".join(f"{k}={v}" for k, v in summary["models"].items()))
         return "\n".join(lines), summary
 
+    # -- single-leg searches (qmd's ``search`` / ``vsearch`` tools) ----------------------
+    def search(self, query: str, limit: int = 10, minScore: float = 0.0, collection: str | None = None,
+               collections: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+        """BM25 only (no model): :func:`qmdlab.search.bm25_search` with the pipeline's BM25 knobs."""
+        from qmdlab.search import bm25_search
+
+        return self._single("search", query, limit, minScore, collection, collections,
+                            lambda text, colls, n: bm25_search(self.index, text, limit=n, collections=colls,
+                                                               **self.config.lexical()))
+
+    def vsearch(self, query: str, limit: int = 10, minScore: float = 0.0, collection: str | None = None,
+                collections: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+        """Vectors only: the query's embedding against the chunk vectors (one best chunk per document)."""
+        from qmdlab.search.vector import vector_search
+
+        def run(text: str, colls: list[str] | None, n: int):
+            emb = self.models.embedder
+            if emb is None:
+                raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
+            return vector_search(self.index, emb.embed_query(text), fingerprint=emb.fingerprint, limit=n,
+                                 collections=colls)
+
+        return self._single("vsearch", query, limit, minScore, collection, collections, run)
+
+    def _single(self, tool: str, query: str, limit: int, min_score: float, collection: str | None,
+                collections: Sequence[str] | None, run: Any) -> tuple[str, dict[str, Any]]:
+        from qmdlab.pipeline.results import build_rows
+
+        text = (query or "").strip()
+        if not text:
+            raise QmdlabError(f"{tool} needs a non-empty 'query'")
+        names = list(collections or []) + ([collection] if collection else [])
+        with self.lock:
+            colls = self._check_collections(names)
+            hits = [h for h in run(text, colls, int(limit)) if h.score >= float(min_score)]
+            rows = build_rows(self.index, hits, text)
+            results = []
+            for rank, r in enumerate(rows, 1):
+                try:
+                    info = self._doc_info(self.index.get(r.docno))
+                except QmdlabError:
+                    continue
+                results.append(dict(info, rank=rank, score=float(r.score), chunk_id=r.chunk_id, line=r.line,
+                                    snippet=r.snippet))
+        data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
+        out = [f"{len(results)} result(s) for {text!r} ({tool})"]
+        for r in results:
+            out.append(f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                       + (f"\n   {r['title']}" if r.get("title") else ""))
+            if r.get("snippet"):
+                out.append("   " + r["snippet"].replace("\n", "\n   "))
+        return "\n".join(out), data
+
     # -- query ------------------------------------------------------------------------
     def query(self, query: str | None = None, searches: Sequence[dict[str, str]] | None = None,
               collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,

@@ -76,7 +76,10 @@ def build_instructions(engine: Any) -> str:
         lines.append(f"Note: {s['chunks_without_vectors']} chunk(s) have no embedding yet, so vector search misses "
                      "them (run `qmdlab embed`); keyword search still finds them.")
     lines += [
-        "Tools: `query` searches (a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
+        "Search tools (qmd's names): `search` is fast BM25 keyword search (exact words, names, code), `vsearch` is "
+        "vector search (the idea in your own words), `query` is the best and slowest: hybrid with expansion and "
+        "rerank. "
+        "`query` takes a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
         "question, hyde: a short passage that would answer it; `explain: true` returns each result's stage scores). "
         "Results carry a docno, a heading breadcrumb and a section `address`.",
         "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "

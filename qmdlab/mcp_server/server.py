@@ -5,9 +5,15 @@ short human-readable text block plus ``structuredContent`` with the full details
 rejects parameters it does not know (the SDK alone would silently drop them). Documents
 are resources ``qmd://<collection>/<path>``.
 
->>> from qmdlab.mcp_server.server import TOOL_NAMES
+The search tools carry qmd's names: ``search`` (BM25 only), ``vsearch`` (vectors only) and
+``query`` (the full hybrid pipeline); qmd 1.x's prefixed names are registered as aliases
+(:data:`ALIASES`), each described as such.
+
+>>> from qmdlab.mcp_server.server import TOOL_NAMES, ALIASES
 >>> TOOL_NAMES
-('query', 'get', 'multi_get', 'status', 'outline', 'read_section', 'parent')
+('search', 'vsearch', 'query', 'get', 'multi_get', 'status', 'outline', 'read_section', 'parent')
+>>> sorted(ALIASES)
+['qmd_query', 'qmd_search', 'qmd_vsearch']
 """
 from __future__ import annotations
 
@@ -31,7 +37,9 @@ from qmdlab.mcp_server.instructions import build_instructions
 
 log = logging.getLogger(__name__)
 
-TOOL_NAMES = ("query", "get", "multi_get", "status", "outline", "read_section", "parent")
+TOOL_NAMES = ("search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent")
+ALIASES = {"qmd_search": "search", "qmd_vsearch": "vsearch", "qmd_query": "query"}
+"""qmd 1.x tool names → the tool they stand for (same parameters and results)."""
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
@@ -127,7 +135,9 @@ def build_server(engine: Engine) -> MCPServer:
         rerank: Annotated[bool, Field(description="Rerank candidates with the LLM reranker.")] = True,
         explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
     ) -> CallToolResult:
-        """Search the indexed markdown (hybrid BM25 + vector retrieval, RRF fusion, LLM rerank).
+        """Best-quality search: hybrid BM25 + vector retrieval with query expansion, RRF fusion and LLM
+        rerank (slowest). Use it for important or vague questions; use `search` for known keywords and
+        `vsearch` for a quick conceptual lookup. Typed `searches` (lex/vec/hyde) replace the expander.
 
         Each result has its docno, #docid, score, snippet with line number, heading breadcrumb and the
         section address for read_section/parent.
@@ -135,6 +145,30 @@ def build_server(engine: Engine) -> MCPServer:
         return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
                                           collections=collections, intent=intent, limit=limit, minScore=minScore,
                                           candidateLimit=candidateLimit, rerank=rerank, explain=explain)
+
+    def search(
+        query: Annotated[str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")],
+        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results whose normalised BM25 score is below this.")] = 0.0,
+        collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
+        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+    ) -> CallToolResult:
+        """Fast keyword search (BM25 full text, no model). Use it when you know words, names, code identifiers or
+        phrases that appear in the document; use `vsearch` when you only know the idea, `query` for the best
+        ranking."""
+        return _user_errors(engine.search)(query, limit, minScore, collection, collections)
+
+    def vsearch(
+        query: Annotated[str, Field(min_length=1, description="A natural-language description of what you are looking for.")],
+        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results whose cosine similarity is below this.")] = 0.0,
+        collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
+        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+    ) -> CallToolResult:
+        """Semantic search (vector embeddings only, no expansion or rerank). Use it for conceptual questions whose
+        wording may differ from the documents' ("how do I ..."); use `search` for exact terms, `query` for the
+        best ranking."""
+        return _user_errors(engine.vsearch)(query, limit, minScore, collection, collections)
 
     def get(
         file: Annotated[str, Field(description="Path ('collection/dir/file.md' or collection-relative), '#docid'; "
@@ -179,9 +213,14 @@ def build_server(engine: Engine) -> MCPServer:
         """The section enclosing a section (one level up the heading tree), with its full text."""
         return _user_errors(engine.parent)(file, address)
 
-    fns = {"query": query, "get": get, "multi_get": multi_get, "status": status, "outline": outline,
-           "read_section": read_section, "parent": parent}
+    fns = {"search": search, "vsearch": vsearch, "query": query, "get": get, "multi_get": multi_get,
+           "status": status, "outline": outline, "read_section": read_section, "parent": parent}
     tools = [_strict(Tool.from_function(fns[name], annotations=READ_ONLY)) for name in TOOL_NAMES]
+    for alias, target in ALIASES.items():
+        tools.append(_strict(Tool.from_function(
+            fns[target], name=alias, annotations=READ_ONLY,
+            description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
+                        + (fns[target].__doc__ or "").split("\n")[0].strip())))
     server: MCPServer = MCPServer(
         "qmdlab",
         title="qmdlab knowledge base",

@@ -143,7 +143,8 @@ def stdio_params(mcp_env, *extra: str):
                                  env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")), cwd=str(REPO))
 
 
-TOOLS = {"query", "get", "multi_get", "status", "outline", "read_section", "parent"}
+TOOLS = {"search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent",
+         "qmd_search", "qmd_vsearch", "qmd_query"}
 
 
 def text_of(result) -> str:
@@ -217,6 +218,36 @@ async def check_all_tools(client, env) -> None:
     assert r.is_error and "limit" in text_of(r)
     r = await client.call_tool("query", {"query": "pasta", "collections": ["nope"]})
     assert r.is_error and "unknown collection(s): nope" in text_of(r)
+
+    # search (BM25 only) and vsearch (vectors only) under qmd's names, and qmd 1.x's aliases
+    r = await client.call_tool("search", {"query": "zebra-tools brew", "collection": "notes", "limit": 2})
+    assert not r.is_error, text_of(r)
+    res = r.structured_content["results"]
+    assert res[0]["docno"] == "notes/guide.md" and res[0]["uri"] == "qmd://notes/guide.md" and len(res) <= 2
+    assert "brew install zebra-tools" in res[0]["snippet"] and r.structured_content["tool"] == "search"
+    alias = await client.call_tool("qmd_search", {"query": "zebra-tools brew", "collection": "notes", "limit": 2})
+    assert alias.structured_content["results"] == res
+    r = await client.call_tool("vsearch", {"query": "macos brew install", "collections": ["notes"], "minScore": 0.01})
+    assert not r.is_error, text_of(r)
+    res = r.structured_content["results"]
+    assert res[0]["docno"] == "notes/guide.md" and all(x["score"] >= 0.01 for x in res)
+    assert r.structured_content["tool"] == "vsearch" and res[0]["chunk_id"] is not None
+    r = await client.call_tool("search", {"query": "pasta", "collection": "nope"})
+    assert r.is_error and "unknown collection(s): nope" in text_of(r)
+    r = await client.call_tool("vsearch", {"query": "pasta", "k": 3})
+    assert r.is_error and "unknown parameter(s) 'k'" in text_of(r)
+    descriptions = {t.name: t.description for t in (await client.list_tools()).tools}
+    assert "Use it when you know words" in descriptions["search"] and "conceptual" in descriptions["vsearch"]
+    assert descriptions["qmd_vsearch"].startswith("Alias of `vsearch`")
+
+    # get and multi_get accept qmd:// URIs
+    r = await client.call_tool("get", {"file": "qmd://notes/guide.md:13:1"})
+    assert not r.is_error and r.structured_content["text"] == "### Linux"
+    r = await client.call_tool("multi_get", {"pattern": "qmd://notes/cooking/*.md"})
+    assert {x["docno"] for x in r.structured_content["documents"]} == {"notes/cooking/pasta.md",
+                                                                       "notes/cooking/bread.md"}
+    r = await client.call_tool("get", {"file": "qmd://notes/..%2F..%2Fetc%2Fpasswd"})
+    assert r.is_error and "'..' path components are not allowed" in text_of(r)
 
     # get: whole doc, :from:count, line numbers, #docid, #address
     r = await client.call_tool("get", {"file": "notes/guide.md:13:3", "lineNumbers": True})
