@@ -40,6 +40,9 @@ def _f(x: float | None, digits: int = 4) -> str:
 def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
     """Human-readable explanation: per result, its list contributions, fusion and blend, then notes."""
     table = explain(trace, config)
+    cfg = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
+    fused_how = ("learned model score (per-feature contributions: qmdlab.pipeline.learned.contributions, "
+                 "or `qmdlab tune SUITE --learn --explain QID`)" if cfg.fusion == "learned" else None)
     out: list[str] = []
     for (qid, rank, docno), part in table.group_by(["qid", "final_rank", "docno"], maintain_order=True):
         first = part.row(0, named=True)
@@ -50,7 +53,7 @@ def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
             how = f"{w:.2f} × position {_f(pos)} + {1 - w:.2f} × rerank {_f(rr)}"
         out.append(f"#{rank} {docno}  final {_f(first['final_score'])} = {how}")
         out.append(f"    fused rank {first['fused_rank']}: score {_f(first['fused_score'], 5)}"
-                   f" = Σ contributions + bonus {_f(first['bonus'], 2)}")
+                   + (f" = {fused_how}" if fused_how else f" = Σ contributions + bonus {_f(first['bonus'], 2)}"))
         for r in part.iter_rows(named=True):
             if r["list_id"] is None:
                 continue

@@ -140,6 +140,13 @@ def test_save_load_and_fuse_round_trip(title_study, tmp_path):
     assert (tmp_path / "out" / "default.trec").exists()
     # the same through the Study slider path
     assert title_study.evaluate(cfg).metrics["ndcg@10"] > 0.9
+    # and through retune + --explain's text (a tree model has no per-list share: it says where to look)
+    from qmdlab.pipeline.explain import format_explain
+    from qmdlab.pipeline.retune import retune
+
+    one = Trace(lists=lists.filter(pl.col("qid") == "q000"))
+    text = format_explain(retune(one, cfg, docs=title_study.docs), cfg)
+    assert "= learned model score (per-feature contributions" in text and "+-" in text
 
 
 def test_learned_config_errors(tmp_path):
