@@ -500,6 +500,17 @@ def recorded(suite: Suite) -> list[Recorded]:
     return sorted(out, key=lambda r: (-len(r.qids), -len(describe(r.config, r.models)), -r.mtime))
 
 
+def outdated(suite: Suite) -> int:
+    """How many recordings of ``suite`` in its trace cache :func:`recorded` no longer lists because
+    the suite's content, the trace schema or the pipeline's config options changed since (a new
+    ``PipelineConfig`` option changes every key). Re-recording them is cheap when the models'
+    answers are in the LLM cache (``make demo`` again: the LLM tier replays from the cache)."""
+    root = cache_root(suite)
+    manifests = list(root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
+    valid = {r.key for r in recorded(suite)}
+    return sum(1 for m in manifests if m.parent.name not in valid and any(m.parent.glob("*/DONE")))
+
+
 def _unquote(name: str) -> str:
     from urllib.parse import unquote
 

@@ -130,15 +130,21 @@ def _(available, new_key):
 
 
 @app.cell
-def _(available, cost, record_button, record_queries, recording_picker, tier_picker):
+def _(available, cost, record_button, record_queries, recording_picker, suite, tier_picker):
+    _old = 0 if available else record.outdated(suite)
     mo.vstack([
         mo.hstack([recording_picker], justify="start"),
         mo.accordion({"record more (model calls)": mo.vstack([
             mo.hstack([tier_picker, record_queries, record_button], justify="start"),
             mo.md(f"_{cost.summary()}_"),
         ])}, lazy=False) if available else mo.vstack([
-            mo.callout(mo.md("Nothing is recorded for this suite yet. `make demo` records the retrieval tier "
-                             "on every query in about a minute; or pick what to record here."), kind="info"),
+            mo.callout(mo.md(
+                (f"{_old} recording(s) of this suite are from an older qmdlab (its pipeline options "
+                 "changed), so they cannot be reused. " if _old else
+                 "Nothing is recorded for this suite yet. ")
+                + "`make demo` records the retrieval tier on every query in about a minute (its LLM tier "
+                  "replays from the LLM cache when the models already answered); or pick what to record here."),
+                kind="info"),
             mo.hstack([tier_picker, record_queries, record_button], justify="start"),
             mo.md(f"_{cost.summary()}_"),
         ]),
