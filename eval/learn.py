@@ -46,12 +46,14 @@ MODEL_FILE = "learned.lgb.txt"
 
 GRID = tuple({"n_estimators": n, "num_leaves": leaves, "prior_scale": p}
              for p in (60.0, 600.0) for n in (50, 200) for leaves in (3, 7))
-"""The settings the inner cross-validation chooses from (fixed in advance: 8 settings)."""
+"""The settings the inner cross-validation chooses from (8; fixed for a run — this grid itself was
+revised once after earlier CISI cross-validation runs, so CISI's held-out number for it is not a
+first look: see the issue-16 notes)."""
 
 
 @dataclass(frozen=True)
 class LearnConfig:
-    """LightGBM lambdarank settings and the cross-validation split (fixed before looking at any fold).
+    """LightGBM lambdarank settings and the cross-validation split (fixed before a run starts).
 
     Attributes
     ----------
