@@ -12,7 +12,8 @@ Each formula lives in exactly one function:
 =============== ===========================================================
 ``rrf_term``     ``weight / (k + rank)`` (1-based rank)
 ``rank_bonus``   +``bonus_rank1`` at best rank 1, +``bonus_rank23`` at 2–3
-``max_norm``     ``score / max(score of the list)`` (``norm_sum``)
+``max_norm``     ``score / max(score of the list)``
+``channel_norm`` ``norm_sum``'s per-row score: BM25 ``max_norm``; vector: the cosine itself, floored at 0
 ``min_max``      ``(score − min) / max(max − min, 1e-9)`` (ranx's min-max)
 ``gate``         vector hits with ``score >= top1 − margin``, at most ``max_take``
 =============== ===========================================================
@@ -75,6 +76,19 @@ def min_max(score: pl.Expr = pl.col("score")) -> pl.Expr:
     lo = score.min().over(LIST_KEY)
     hi = score.max().over(LIST_KEY)
     return (score - lo) / pl.max_horizontal(hi - lo, pl.lit(1e-9))
+
+
+def channel_norm(score: pl.Expr = pl.col("score")) -> pl.Expr:
+    """``norm_sum``'s normalised score: a BM25 row is divided by its list's best (:func:`max_norm`),
+    a vector row keeps its cosine (floored at 0). Dividing the cosine by the list's best would give
+    the nearest chunk 1.0 even when nothing is close; the raw cosine keeps "nothing here is close" low.
+
+    >>> df = pl.DataFrame({"qid": ["q"] * 4, "list_id": [0, 0, 1, 1], "source": ["fts", "fts", "vec", "vec"],
+    ...                    "score": [0.8, 0.2, 0.12, -0.05]})
+    >>> df.select(channel_norm().alias("n"))["n"].to_list()
+    [1.0, 0.25, 0.12, 0.0]
+    """
+    return pl.when(pl.col("source") == "vec").then(pl.max_horizontal(score, pl.lit(0.0))).otherwise(max_norm(score))
 
 
 def channel_weight(config: PipelineConfig) -> pl.Expr:
@@ -146,8 +160,9 @@ def rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
 
 
 def norm_sum(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """super-pi: each list's scores divided by the list's best, times the channel weight, summed."""
-    return _aggregate(lists, channel_weight(config) * max_norm())
+    """super-pi: per-channel scores (:func:`channel_norm`: BM25 over its list's best, vector cosine as
+    is) times the channel weight, summed."""
+    return _aggregate(lists, channel_weight(config) * channel_norm())
 
 
 def gated_rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
@@ -208,7 +223,7 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     elif method == "rrf":
         c = rrf_term(config.rrf_k, weight=pl.lit(1.0))
     elif method == "norm_sum":
-        c = channel_weight(config) * max_norm()
+        c = channel_weight(config) * channel_norm()
     elif method == "gated_rrf":
         kept = gate(lists, config.gate_margin, config.gate_max_take).select("qid", "list_id", "rank") \
             .with_columns(_kept=pl.lit(True))
@@ -223,7 +238,7 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
 
 
 __all__ = ["fuse", "METHODS", "qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz",
-           "rrf_term", "rank_bonus", "channel_weight", "max_norm", "min_max", "gate", "rank_fused", "contributions", "candidates"]
+           "rrf_term", "rank_bonus", "channel_weight", "channel_norm", "max_norm", "min_max", "gate", "rank_fused", "contributions", "candidates"]
 
 
 def candidates(fused: pl.DataFrame, limit: int) -> pl.DataFrame:

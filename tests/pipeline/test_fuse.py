@@ -78,13 +78,23 @@ def test_rrf_ignores_weights_and_breaks_ties_by_best_rank_then_docno():
 
 
 def test_norm_sum_closed_form():
+    # BM25 rows over their list's best; vector rows keep the cosine (never divided by the list's best)
     out = fuse(lists_table(), PipelineConfig(fusion="norm_sum"))
     got = as_dict(out)
-    assert got == {"d3": (0.9 * (0.6 / 0.9) + 1.0 * (0.5 / 0.5), 1),
-                   "d2": (1.0 * (0.4 / 0.8) + 0.9 * (0.9 / 0.9), 2),
-                   "d1": (1.0 * (0.8 / 0.8) + 0.9 * (0.3 / 0.9), 3)}
+    assert got == {"d3": (0.9 * 0.6 + 1.0 * (0.5 / 0.5), 1),
+                   "d2": (1.0 * (0.4 / 0.8) + 0.9 * 0.9, 2),
+                   "d1": (1.0 * (0.8 / 0.8) + 0.9 * 0.3, 3)}
     out2 = fuse(lists_table(), PipelineConfig(fusion="norm_sum", norm_weight_fts=0.5, norm_weight_vec=2.0))
-    assert as_dict(out2)["d1"][0] == 0.5 * (0.8 / 0.8) + 2.0 * (0.3 / 0.9)
+    assert as_dict(out2)["d1"][0] == 0.5 * (0.8 / 0.8) + 2.0 * 0.3
+
+
+def test_norm_sum_keeps_nothing_close_low():
+    # a vector list whose best cosine is 0.12: nothing is close, and the fused score says so
+    # (dividing by the list's best would have given the top document 0.9 · 1.0)
+    rows = [("a", 0, "vec", "original", "d1", 1, 0.12, 2.0), ("a", 0, "vec", "original", "d2", 2, 0.10, 2.0),
+            ("a", 0, "vec", "original", "d3", 3, -0.2, 2.0)]
+    got = as_dict(fuse(lists_table(rows), PipelineConfig(fusion="norm_sum")))
+    assert got == {"d1": (0.9 * 0.12, 1), "d2": (0.9 * 0.10, 2), "d3": (0.0, 3)}
 
 
 def test_gated_rrf_admits_vector_hits_near_the_top():

@@ -56,8 +56,8 @@ def ref_fuse(lists: pl.DataFrame, cfg: PipelineConfig) -> dict[tuple[str, str], 
         for e in entries:
             k, w, s = cfg.rrf_k, e["weight"], e["score"]
             term = {"qmd_rrf": w / (k + e["rank"]), "rrf": 1 / (k + e["rank"]), "gated_rrf": 1 / (k + e["rank"]),
-                    "norm_sum": (cfg.norm_weight_vec if e["source"] == "vec" else cfg.norm_weight_fts)
-                    * (s / top if top > 0 else 0.0),
+                    "norm_sum": (cfg.norm_weight_vec * max(s, 0.0) if e["source"] == "vec"
+                                 else cfg.norm_weight_fts * (s / top if top > 0 else 0.0)),
                     "wsum_minmax": w * (s - lo) / max(top - lo, 1e-9),
                     "combmnz": (s - lo) / max(top - lo, 1e-9)}[cfg.fusion]
             d = docs.setdefault((e["qid"], e["docno"]), {"terms": [], "ranks": [], "lists": set()})
