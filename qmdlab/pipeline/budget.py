@@ -11,7 +11,8 @@ Caveats — the call is *abandoned*, not cancelled:
   result is discarded (a caching wrapper may still store it, so the next query can use it);
 - while it runs, the model is *busy*: a further call to the same model (unwrapped through
   ``.inner``) is refused at once with :class:`StageBusy` rather than queued behind it or run
-  concurrently on a llama.cpp context, which is not thread-safe;
+  concurrently on a llama.cpp context, which is not thread-safe (calls that return within
+  their budget never mark a model busy: concurrent queries still share it as before);
 - a call that never returns keeps its thread and leaves the model unusable in this process
   (a daemon thread does not block interpreter exit); restart the process to recover.
 
@@ -101,11 +102,14 @@ def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None,
                         del _busy[key]
 
     worker = threading.Thread(target=work, name="qmdlab-model-call", daemon=True)
-    if key is not None:
-        with _busy_lock:
-            _busy[key] = worker
     worker.start()
     if not done.wait(budget_s):
+        # only an *abandoned* call makes the model busy: calls that return in time (also
+        # concurrent ones, which the model's own lock serialises) never block each other
+        if key is not None:
+            with _busy_lock:
+                if worker.is_alive():
+                    _busy[key] = worker
         raise StageTimeout(f"no answer within {budget_s:g} s (the call was abandoned and still runs)")
     if "error" in box:
         raise box["error"]

@@ -176,3 +176,27 @@ def test_budget_reraises_the_models_own_exception_and_rejects_bad_config():
 
     with pytest.raises(ConfigError, match="stage_budget_s"):
         PipelineConfig(stage_budget_s=-1.0)
+
+
+def test_concurrent_calls_within_budget_never_mark_the_model_busy():
+    """Only an abandoned call makes a model busy: two queries sharing a model at the same time
+    (the MCP server's threads) both get their answer."""
+    model, lock, errors, results = object(), threading.Lock(), [], []
+
+    def slow(x):
+        with lock:  # the model's own lock serialises the calls, as LazyLlama's does
+            time.sleep(0.2)
+        return x
+
+    def call(x):
+        try:
+            results.append(budget.call_with_budget(slow, x, budget_s=5.0, model=model))
+        except Exception as err:  # StageBusy here would be the bug
+            errors.append(err)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and sorted(results) == [0, 1, 2] and not budget.is_busy(model)
