@@ -21,7 +21,11 @@ scores ``score * (1 - (d / window)**2 * 0.7)``; the best one wins (earliest on t
 Deviation from qmd, on purpose: qmd skips break points inside a code fence but can still
 fall back to a hard cut at the target inside one. Here a cut never lands inside a fence:
 a fallback cut inside a fence moves to the fence's start (or, if that is not past the
-chunk's start, to its end).
+chunk's start, to its end). Markdown tables (a header row, a ``|---|`` delimiter row and the
+rows that follow, :func:`find_tables`) are kept whole the same way (super-pi's chunker): a row
+cut off from its header is unreadable, so no break point inside a table is used and a fallback
+cut inside one moves to its start or end. A table or fence longer than ``max_chars`` therefore
+makes one chunk longer than ``max_chars``.
 """
 from __future__ import annotations
 
@@ -106,6 +110,44 @@ def find_code_fences(text: str) -> list[tuple[int, int]]:
     if start is not None:
         regions.append((start, len(text)))
     return regions
+
+
+_TABLE_DELIMITER = re.compile(r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)+\|?[ \t]*$|"
+                              r"^[ \t]*\|[ \t]*:?-+:?[ \t]*\|[ \t]*$")
+
+
+def find_tables(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each markdown table: from the newline before its header row (0 at the
+    start of the text) to the newline that ends its last row (or the end of the text).
+
+    A table is a line holding ``|``, then a delimiter row (``|---|:--:|``), then every following
+    non-blank line holding ``|``. Tables inside code fences are the fence's business.
+
+    >>> t = "intro\\n| a | b |\\n|---|---|\\n| 1 | 2 |\\n\\nafter"
+    >>> find_tables(t), t[5:35]
+    ([(5, 35)], '\\n| a | b |\\n|---|---|\\n| 1 | 2 |')
+    >>> find_tables("a | b\\n--|--\\nc | d"), find_tables("no | table\\njust text")
+    ([(0, 17)], [])
+    """
+    lines = text.split("\n")
+    starts, pos = [], 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line) + 1
+    fences = find_code_fences(text)
+    out, i = [], 0
+    while i + 1 < len(lines):
+        if "|" in lines[i] and _TABLE_DELIMITER.match(lines[i + 1]) and not _inside(starts[i], fences):
+            j = i + 2
+            while j < len(lines) and lines[j].strip() and "|" in lines[j]:
+                j += 1
+            start = starts[i] - 1 if i > 0 else 0
+            end = starts[j - 1] + len(lines[j - 1])
+            out.append((start, min(end, len(text))))
+            i = j
+        else:
+            i += 1
+    return out
 
 
 def _inside(pos: int, fences: list[tuple[int, int]]) -> tuple[int, int] | None:
@@ -198,7 +240,7 @@ def chunk_spans(
     if n <= max_chars:
         return [(0, n)]
     points = scan_break_points(text)
-    fences = find_code_fences(text)
+    fences = sorted(find_code_fences(text) + find_tables(text))  # regions never cut: fences and tables
     spans: list[tuple[int, int]] = []
     pos = 0
     while pos < n:
