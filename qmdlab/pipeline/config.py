@@ -105,6 +105,10 @@ class PipelineConfig:
         Requested front-matter tags for the tag rank-lift (AI Helper).
     tag_lift : int
         Places a result whose tags overlap ``tags`` moves up (0 = off).
+    dedupe_content : bool
+        Identical content (same sha256 digest) under several paths is returned once, at its best
+        rank; the other paths are listed in the trace notes (super-pi's digest dedupe; qmd
+        returns every path).
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is skipped with a note, fail-open, and the call is abandoned on its
@@ -165,6 +169,7 @@ class PipelineConfig:
     learned_prior: float = 60.0
     tags: tuple[str, ...] = ()
     tag_lift: int = 0
+    dedupe_content: bool = True
     stage_budget_s: float = 120.0
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Finish: dedupe, min-score, tag rank-lift, limit (DESIGN §3 step 8).
+"""Finish: dedupe (by docno, then by content digest), min-score, tag rank-lift, limit (DESIGN §3 step 8).
 
 :func:`finish` works on the ``final`` table of many queries at once (it is part of
 :func:`qmdlab.retune`). Snippets with line numbers come from :mod:`qmdlab.pipeline.results`
@@ -40,15 +40,43 @@ def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[
     return out.drop("_lift", "_key")
 
 
+def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl.DataFrame:
+    """``qid, docno, kept``: every document whose content digest equals that of a better-ranked
+    document of the same query (``kept``); needs a ``hash`` column in ``doc_tags``.
+
+    >>> f = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "c"], "final_rank": [2, 1, 3]})
+    >>> h = pl.DataFrame({"docno": ["a", "b", "c"], "tags": [[], [], []], "hash": ["x", "y", "x"]})
+    >>> content_duplicates(f, h).rows()
+    [('q', 'c', 'a')]
+    """
+    schema = {"qid": pl.String, "docno": pl.String, "kept": pl.String}
+    if doc_tags is None or "hash" not in doc_tags.columns or final.height == 0:
+        return pl.DataFrame(schema=schema)
+    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"]) \
+        .join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
+    ranked = ranked.with_columns(kept=pl.col("docno").first().over(["qid", "hash"]))
+    return ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno"))) \
+        .select("qid", "docno", "kept").cast(schema)
+
+
 def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Dedupe by (qid, docno), drop ``final_score < min_score``, apply the tag lift, keep ``limit``.
+    """Dedupe by (qid, docno) and, with ``dedupe_content`` and a ``hash`` column in ``doc_tags``,
+    by content digest (:func:`content_duplicates`); drop ``final_score < min_score``, apply the
+    tag lift, keep ``limit``.
 
     >>> f = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "a"], "final_score": [0.9, 0.5, 0.4],
     ...                   "final_rank": [1, 2, 3]})
     >>> finish(f, PipelineConfig(min_score=0.45, limit=5))["docno"].to_list()
     ['a', 'b']
+    >>> h = pl.DataFrame({"docno": ["a", "b"], "tags": [[], []], "hash": ["x", "x"]})
+    >>> finish(f, PipelineConfig(limit=5), doc_tags=h)["docno"].to_list()
+    ['a']
     """
     out = sort_within_qid(final, ["final_rank"]).unique(["qid", "docno"], keep="first", maintain_order=True)
+    if config.dedupe_content:
+        dups = content_duplicates(out, doc_tags)
+        if dups.height:
+            out = out.join(dups.select("qid", "docno"), on=["qid", "docno"], how="anti", maintain_order="left")
     out = out.filter(pl.col("final_score") >= config.min_score)
     out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
     out = tag_lift(out, doc_tags, config.tags, config.tag_lift)
@@ -57,4 +85,4 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
     return out.select(cols)
 
 
-__all__ = ["finish", "tag_lift"]
+__all__ = ["finish", "tag_lift", "content_duplicates"]

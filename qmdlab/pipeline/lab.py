@@ -169,7 +169,15 @@ class Lab:
         # 7.-8. blend + finish
         with run.stage("blend"):
             doc_tags = self._doc_tags(cfg)
-            final = finish(blend(cands, rerank_table if cfg.rerank else None, cfg), cfg, doc_tags=doc_tags)
+            blended = blend(cands, rerank_table if cfg.rerank else None, cfg)
+            final = finish(blended, cfg, doc_tags=doc_tags)
+            if cfg.dedupe_content:
+                from qmdlab.pipeline.finish import content_duplicates
+
+                shown = set(final["docno"].to_list())
+                for _, dup, kept in content_duplicates(blended, doc_tags).iter_rows():
+                    if kept in shown:
+                        run.note("finish", f"{dup}: same content as {kept} (shown once)")
         with run.stage("snippets"):
             results = self._results(final, text, intent, searches, rerank_table)
         queries = pl.DataFrame({"qid": [qid], "text": [text], "intent": [intent]}, schema=SCHEMAS["queries"])
@@ -275,6 +283,9 @@ class Lab:
         return out
 
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
+        """``docno, tags`` (tag lift) and ``hash`` (content dedupe) of the active documents, or None."""
+        if cfg.dedupe_content:
+            return self.index.documents().select("docno", "tags", "hash")
         if not (cfg.tags and cfg.tag_lift):
             return None
         return self.index.documents().select("docno", "tags")

@@ -67,3 +67,32 @@ def test_query_no_strong_signal_flag(small_index, tmp_path):
     probe = [n["message"] for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json",
                                                    "--no-strong-signal"))["notes"] if n["stage"] == "probe"]
     assert probe[0].endswith("but the skip is off (strong_signal: false): expanding")
+
+
+def test_identical_content_returned_once_with_the_other_paths_noted(tmp_path):
+    from qmdlab.models.fakes import KeywordEmbedder
+    from qmdlab.store import Index
+
+    src = tmp_path / "notes"
+    (src / "copy").mkdir(parents=True)
+    same = "# Git rebase\n\nRebase replays each commit onto another branch.\n"
+    (src / "git.md").write_text(same, encoding="utf-8")
+    (src / "copy" / "git.md").write_text(same, encoding="utf-8")
+    (src / "merge.md").write_text("# Git merge\n\nMerge joins two branch tips.\n", encoding="utf-8")
+    with Index(tmp_path / "index") as idx:
+        idx.add_collection("notes", src)
+        idx.update()
+        emb = KeywordEmbedder(["git", "rebase", "merge", "branch", "commit"])
+        todo = idx.chunks_needing_vectors(emb.fingerprint)
+        idx.store_vectors(todo["chunk_id"].to_list(),
+                          emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
+                          emb.fingerprint)
+        lab = Lab(idx, ModelSet(emb, None, None), PipelineConfig(rerank=False))
+        t = lab.query("git rebase branch")
+        docnos = t.final["docno"].to_list()
+        assert docnos == ["notes/copy/git.md", "notes/merge.md"]  # docno tie-break: copy/ first
+        assert t.final["final_rank"].to_list() == [1, 2]
+        assert "notes/git.md: same content as notes/copy/git.md (shown once)" in _notes(t, "finish")
+        both = lab.query("git rebase branch", dedupe_content=False).final["docno"].to_list()
+        assert set(both) == {"notes/git.md", "notes/copy/git.md", "notes/merge.md"}
+        assert "same content" not in _notes(lab.query("git rebase branch", dedupe_content=False), "finish")
