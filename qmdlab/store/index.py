@@ -40,7 +40,7 @@ from qmdlab.store.config import Collection, Context
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
 from qmdlab.store import limits, testhooks
 from qmdlab.store.scan import DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text, stat_files
-from qmdlab.store.schema import FTS_FUNCTION, SCHEMA, SCHEMA_VERSION
+from qmdlab.store.schema import FTS_FUNCTION, SCHEMA, SCHEMA_VERSION, STAT_INDEX
 
 DB_NAME = "index.sqlite"
 #: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
@@ -412,6 +412,13 @@ class Index:
         stats = stat_files(coll, max_bytes)
         if stats is None:  # a link, an odd name, a large file: the full path decides
             return False
+        if not getattr(self, "_stat_index", False):  # an index made before documents_stat existed
+            with self._lock:
+                have = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'documents_stat'").fetchone()
+            if not have:
+                with self.transaction() as c:
+                    c.execute(STAT_INDEX)
+            self._stat_index = True
         with self._lock:  # in the order of the (collection, path) index: no sort; SQLite's BINARY = str order
             known = self.conn.execute("SELECT path, mtime, size FROM documents WHERE collection = ? AND active = 1 "
                                       "ORDER BY path", (coll.name,)).fetchall()

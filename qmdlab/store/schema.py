@@ -18,6 +18,11 @@ from __future__ import annotations
 SCHEMA_VERSION = 1
 FTS_FUNCTION = "qmdlab_fts_text"
 
+# Covers the stat-only check of ``update`` (path, mtime, size of a collection's active files, in
+# path order) without a table lookup per row; added to older indexes by their next ``update``.
+STAT_INDEX = ("CREATE INDEX IF NOT EXISTS documents_stat ON documents(collection, path, mtime, size) "
+              "WHERE active = 1")
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS content (
@@ -39,6 +44,7 @@ CREATE TABLE IF NOT EXISTS documents (
     UNIQUE (collection, path)
 );
 CREATE INDEX IF NOT EXISTS documents_hash ON documents(hash);
+{STAT_INDEX};
 CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5(
     filepath, title, body, tokenize = 'porter unicode61'
 );

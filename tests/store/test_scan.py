@@ -170,3 +170,19 @@ def test_same_size_same_mtime_rewrite_is_the_known_limit(tmp_path):
     os.utime(root / "a.md", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     rep = idx.update()
     assert rep.changed == 1 and "omega" in idx.get("n/a.md").body
+
+
+def test_stat_check_reads_a_covering_index_added_to_older_indexes(tmp_path):
+    from qmdlab.store import Index
+
+    root = write_notes(tmp_path / "n", {"a.md": "# a\n", "b.md": "# b\n"})
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("n", root)
+    idx.update()
+    idx.conn.execute("DROP INDEX documents_stat")  # an index created before it existed
+    idx.close()
+    idx = Index.open(str(tmp_path / "idx"))
+    assert idx.update().unchanged == 2
+    plan = idx.conn.execute("EXPLAIN QUERY PLAN SELECT path, mtime, size FROM documents WHERE collection = ? "
+                            "AND active = 1 ORDER BY path", ("n",)).fetchall()
+    assert "documents_stat" in str(plan) and "TEMP B-TREE" not in str(plan)
