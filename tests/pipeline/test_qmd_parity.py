@@ -96,3 +96,20 @@ def test_identical_content_returned_once_with_the_other_paths_noted(tmp_path):
         both = lab.query("git rebase branch", dedupe_content=False).final["docno"].to_list()
         assert set(both) == {"notes/git.md", "notes/copy/git.md", "notes/merge.md"}
         assert "same content" not in _notes(lab.query("git rebase branch", dedupe_content=False), "finish")
+
+
+def test_vsearch_result_flags(small_index_no_vectors):
+    idx, _ = small_index_no_vectors
+    d = str(idx.dir)
+
+    def vs(*args):
+        res = CliRunner().invoke(cli, ["--index", d, "vsearch", "git rebase branch", "--preset", "fake", *args])
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    assert CliRunner().invoke(cli, ["--index", d, "embed", "--preset", "fake", "--no-progress"]).exit_code == 0
+    assert vs("--files") == vs("--format", "files")
+    assert len(json.loads(vs("-n", "1", "--json"))) == 1
+    assert len(json.loads(vs("-n", "1", "--all", "--json"))) >= 2
+    top = json.loads(vs("-n", "1", "--json", "--full"))[0]
+    assert top["line"] == 1 and top["snippet"] == idx.get(top["file"]).body.rstrip("\n")
