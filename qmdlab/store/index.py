@@ -585,15 +585,28 @@ class Index:
         return f" AND {alias}.collection IN ({','.join('?' * len(names))})", names
 
     def documents(self, collections: Iterable[str] | None = None) -> pl.DataFrame:
-        """Active documents: docno, docid, collection, path, title, hash, mtime, size, tags, date."""
+        """Active documents: docno, docid, collection, path, title, hash, mtime, size, tags, date.
+
+        The frame is kept until the next write by any connection (``PRAGMA data_version`` and
+        this connection's ``total_changes``): a repeated query (tag lift, content dedupe) does not
+        rebuild it from every row. Treat it as read-only."""
         import polars as pl
 
+        if collections is not None:
+            collections = list(collections)
+        key = None if collections is None else tuple(collections)
+        with self._lock:
+            version = (self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes)
+        cache = self.__dict__.setdefault("_documents_cache", {})
+        hit = cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
         where, params = self._coll_clause(collections)
         with self._lock:
             rows = self.conn.execute(
                 "SELECT d.collection || '/' || d.path, d.collection, d.path, d.title, d.hash, d.mtime, d.size, "
                 f"d.tags, d.date FROM documents d WHERE d.active = 1{where} ORDER BY 1", params).fetchall()
-        return pl.DataFrame(
+        frame = pl.DataFrame(
             {
                 "docno": [r[0] for r in rows], "docid": [docid_of(r[4]) for r in rows],
                 "collection": [r[1] for r in rows], "path": [r[2] for r in rows], "title": [r[3] for r in rows],
@@ -604,6 +617,10 @@ class Index:
                     "hash": pl.Utf8, "mtime": pl.Float64, "size": pl.Int64, "tags": pl.List(pl.Utf8),
                     "date": pl.Utf8},
         )
+        if len(cache) > 8 or any(v[0] != version for v in cache.values()):
+            cache.clear()
+        cache[key] = (version, frame)
+        return frame
 
     def _document_row(self, where: str, params: Sequence[Any]) -> list[tuple]:
         with self._lock:
