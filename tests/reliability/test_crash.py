@@ -228,7 +228,8 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
     todo_sql = "SELECT count(*) FROM chunks k WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = k.id)"
     while embed_kills < CRASH["embed_kills"]:
         e_attempts += 1
-        assert e_attempts <= 4 * CRASH["embed_kills"], f"too few embed kills: {embed_kills}"
+        # runs after the first are short (tens of chunks), so many finish before the kill: room for that
+        assert e_attempts <= 6 * CRASH["embed_kills"], f"too few embed kills: {embed_kills}"
         if _query(db, todo_sql)[0][0] < 40:
             # little left to embed: give the next run real work (new, changed files)
             extra = make_corpus(tmp_path / "extra", 120, 1, seed=1000 + e_attempts)[0]
