@@ -7,6 +7,7 @@ buttons by replacing the button's cell with a clicked button (``defs``).
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import marimo as mo
 import polars as pl
@@ -229,9 +230,13 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     assert _n_plots(outputs) == 4  # data, reward parts, curves, before/after
 
 
-def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch):
+def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch, tmp_path):
     form = types.SimpleNamespace(value="<think>hmm</think>\nlex: x", element=types.SimpleNamespace(value=""))
-    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, monkeypatch=monkeypatch,
+    # The notebook offers every run under ./runs; a developer's checkout may have some, so run it from
+    # an empty directory (the seed data by absolute path) to test the "no run directory" branch.
+    seed = Path(NOTEBOOKS).resolve().parent / "data" / "training" / "seed.jsonl"
+    monkeypatch.chdir(tmp_path)
+    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--data", str(seed), monkeypatch=monkeypatch,
                            defs={"expansion_box": form})
     assert defs["rule"].total == 0 and defs["rule"].gate
     assert defs["retrieval"] is None and defs["total"] == 0
