@@ -143,10 +143,10 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
 
     monkeypatch.setattr(tr, "fit", spy)
     suite = write_suite(tmp_path / "suite")
-    cfg = small_cfg(suite, tmp_path / "run", tiny_bert, final=False, folds=4)
+    cfg = small_cfg(suite, tmp_path / "run", tiny_bert, final=False, folds=3)
     tr.run_reranker(cfg, log=lambda m: None)
     queries = {json.loads(ln)["qid"]: json.loads(ln)["query"] for ln in (suite / "queries.jsonl").read_text().splitlines()}
-    folds = tr.splits(sorted(queries), 4, cfg.tune_fraction, cfg.seed)
+    folds = tr.splits(sorted(queries), 3, cfg.tune_fraction, cfg.seed)
     by_run = dict(seen)
     assert "weak" in by_run and not (by_run["weak"] & set(queries.values()))  # label-free: no query at all
     for sp in folds:
