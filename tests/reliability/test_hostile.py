@@ -181,19 +181,21 @@ def test_unreadable_file_is_skipped_not_fatal(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.md").write_text("# A\n\nalpha\n")
     (root / "b.md").write_text("# B\n\nbeta\n")
-    real = Path.read_bytes
+    import builtins
 
-    def deny(self):
-        if self.name in ("b.md", "c.md"):
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    from qmdlab.store import scan
+
+    def deny(path, *args, **kwargs):  # the scanner reads files with the builtin open()
+        if Path(path).name in ("b.md", "c.md"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
 
     with Index(tmp_path / "idx") as idx:
         idx.add_collection("c", root)
         assert idx.update().new == 2
         (root / "b.md").write_text("# B\n\nbeta changed\n")
         (root / "c.md").write_text("# C\n\ngamma\n")
-        monkeypatch.setattr(Path, "read_bytes", deny)
+        monkeypatch.setattr(scan, "open", deny, raising=False)
         rep = idx.update()
         monkeypatch.undo()
         assert rep.skip_counts() == {"unreadable": 2} and rep.vanished == 0
