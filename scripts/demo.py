@@ -123,6 +123,8 @@ def _tier(args) -> int:
 def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
     """The trained cross-encoder reranker's held-out rows (issue 14) when `make train-reranker` has
     run; otherwise the command that adds them. Reads stored results only (no model call)."""
+    import polars as pl
+
     from training.reranker import format_table, load_report
 
     report = load_report(run_dir)
@@ -134,7 +136,18 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
           "model that never saw it ==")
     print(format_table(report.heldout))
     print("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in report.auc.items() if v is not None))
-    print(f"use it: QMDLAB_RERANK_MODEL={report.model}", flush=True)
+    # Only recommend the model when a blend beats the fused order on held-out queries (paired t and
+    # Fisher both < 0.05); otherwise say plainly that it does not help.
+    rows = report.heldout.filter(pl.col("run") != "fused")
+    helps = rows.filter((pl.col("delta") > 0) & (pl.col("p_ttest") < 0.05) & (pl.col("p_fisher") < 0.05))
+    if helps.height:
+        best = helps.sort("delta", descending=True).row(0, named=True)
+        print(f"{best['run']} beats the fused order on held-out queries (Δ {best['delta']:+.4f}, "
+              f"p(t) {best['p_ttest']:.3g}); use it: QMDLAB_RERANK_MODEL={report.model}", flush=True)
+    else:
+        best = rows.sort("delta", descending=True).row(0, named=True)
+        print(f"no blend beats the fused order on held-out queries (best {best['run']} Δ {best['delta']:+.4f}, "
+              f"p(t) {best['p_ttest']:.3g}): this reranker does not help; keep rerank off.", flush=True)
 
 
 def _sub(out: str | None, name: str) -> str | None:
