@@ -6,7 +6,8 @@ Run it:  marimo edit notebooks/tune.py   |   marimo run notebooks/tune.py
 Arguments (after ``--`` for marimo): ``--suite NAME|DIR`` (default ``default``, the embedded
 corpus), ``--preset offline|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offline``),
 ``--limit N`` (only the first N judged queries: smoke runs), ``--save PATH`` (where
-"Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``).
+"Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``), ``--reranker DIR`` (a finished
+``qmdlab train reranker`` run of the suite: start with its held-out scores as the rerank source).
 
 The notebook opens what is already recorded (``eval.record``'s trace cache, shared with
 ``qmdlab eval`` and ``make demo``): after ``make demo`` the retrieval tier on every query and
@@ -14,6 +15,13 @@ the LLM tier on the queries it ran, loaded in seconds with no model. Recording m
 button with its cost (measured from earlier recordings) and a progress bar; ``--record``
 records what is missing without asking (headless runs). Every control change re-fuses and
 re-blends the recorded traces with ``eval.study.Study`` — no model call, no index access.
+
+Rerank source: the recording's own rerank scores, or — when a finished ``qmdlab train reranker``
+run of the suite exists (``runs/*``, e.g. ``make train-reranker``'s ``runs/reranker``, or
+``--reranker DIR``) — that trained cross-encoder's held-out scores
+(``training.reranker_study``): every query scored by the fold model that never saw it, only
+those queries, deltas against the fused order. The blend controls then move nDCG@10 on
+held-out queries only.
 """
 
 import marimo
@@ -33,6 +41,7 @@ with app.setup:
     from eval.lexical import LexicalStudy
     from eval.study import Study
     from eval import suites
+    from training import reranker_study
     from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import BLEND_METHODS, BM25_MODES, FUSION_METHODS
@@ -59,7 +68,8 @@ def _():
     limit = int(args.get("limit") or 0) or None
     save_path_arg = str(args.get("save") or home() / "configs" / "tuned.yaml")
     auto_record = "record" in args  # a bare flag: its value is ""
-    return auto_record, limit, preset, save_path_arg, suite_arg
+    reranker_arg = str(args.get("reranker") or "") or None
+    return auto_record, limit, preset, reranker_arg, save_path_arg, suite_arg
 
 
 @app.cell
@@ -75,6 +85,17 @@ def _(suite_picker):
     tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(record.tiers(suite))},
                                  value=record.tiers(suite)[-1].name, label="record")
     return suite, tier_picker
+
+
+@app.cell
+def _(reranker_arg, suite):
+    # Trained cross-encoder runs of this suite (runs/* and --reranker DIR) offered as the rerank source.
+    _runs = reranker_study.finished_runs(suite.name, extra=[reranker_arg] if reranker_arg else [])
+    _opts = {"recorded traces": "", **{f"trained reranker, held-out: {p}": str(p) for p in _runs}}
+    _picked = next((label for label, p in _opts.items()
+                    if p and reranker_arg and Path(p).resolve() == Path(reranker_arg).resolve()), "recorded traces")
+    rerank_source = mo.ui.dropdown(_opts, value=_picked, label="rerank source")
+    return (rerank_source,)
 
 
 @app.cell
@@ -130,10 +151,10 @@ def _(available, new_key):
 
 
 @app.cell
-def _(available, cost, record_button, record_queries, recording_picker, suite, tier_picker):
+def _(available, cost, record_button, record_queries, recording_picker, rerank_source, suite, tier_picker):
     _old = 0 if available else record.outdated(suite)
     mo.vstack([
-        mo.hstack([recording_picker], justify="start"),
+        mo.hstack([recording_picker, rerank_source], justify="start"),
         mo.accordion({"record more (model calls)": mo.vstack([
             mo.hstack([tier_picker, record_queries, record_button], justify="start"),
             mo.md(f"_{cost.summary()}_"),
@@ -163,14 +184,33 @@ def _():
 
 
 @app.cell
-def _(available, limit, open_study, recording_picker, suite):
-    mo.stop(recording_picker.value is None, mo.md("_Record a suite (above) to tune it._"))
-    _rec = next(r for r in available if r.key == recording_picker.value)
-    study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
+def _():
+    @mo.cache
+    def open_heldout(run_dir: str, mtime: float):
+        """A trained reranker run's held-out scores over its recorded traces; cached per file version."""
+        return reranker_study.load_heldout_study(run_dir)
+
+    return (open_heldout,)
+
+
+@app.cell
+def _(available, limit, open_heldout, open_study, recording_picker, rerank_source, suite):
+    if rerank_source.value:
+        # Held-out queries only, each with the scores of the fold model that never saw it;
+        # the baseline is the fused order of the same traces.
+        _src = Path(rerank_source.value)
+        heldout = open_heldout(str(_src), (_src / reranker_study.SCORES).stat().st_mtime)
+        study, defaults = heldout.study, heldout.start
+        baseline, baseline_label = study.evaluate(heldout.fused), "fused order"
+    else:
+        mo.stop(recording_picker.value is None, mo.md("_Record a suite (above) to tune it._"))
+        _rec = next(r for r in available if r.key == recording_picker.value)
+        heldout = None
+        study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
+        defaults = study.config
+        baseline, baseline_label = study.evaluate(defaults), "defaults"
     queries = record.judged_queries(suite).filter(pl.col("qid").is_in(study.qids))
-    defaults = study.config
-    baseline = study.evaluate(defaults)
-    return baseline, defaults, queries, study
+    return baseline, baseline_label, defaults, heldout, queries, study
 
 
 @app.cell
@@ -402,6 +442,7 @@ def _(
     min_score,
     norm_weight_fts,
     norm_weight_vec,
+    rerank_source,
     rrf_k,
     suite_picker,
     use_expand,
@@ -420,7 +461,7 @@ def _(
         weight_hyde, bonus_rank1, bonus_rank23, candidate_limit,
         mo.accordion({"other fusion methods": mo.vstack([norm_weight_fts, norm_weight_vec, gate_margin,
                                                          gate_max_take])}),
-        mo.md("### Blend"), blend, blend_band_1, blend_band_2, blend_weight_1, blend_weight_2, blend_weight_3,
+        mo.md("### Blend"), rerank_source, blend, blend_band_1, blend_band_2, blend_weight_1, blend_weight_2, blend_weight_3,
         min_score,
         mo.md("### Stages"), use_expand, use_hyde, use_vector, use_rerank,
         mo.md("### BM25 (re-runs BM25 on the index)"), lexical,
@@ -484,11 +525,11 @@ def _(config, lexical_study):
 
 
 @app.cell
-def _(baseline, evaluation, study):
+def _(baseline, baseline_label, evaluation, heldout, study):
     def _stat(metric, label):
         now, then = evaluation.metrics[metric], baseline.metrics[metric]
         delta = now - then
-        return mo.stat(f"{now:.4f}", label=label, caption=f"{delta:+.4f} vs defaults", bordered=True,
+        return mo.stat(f"{now:.4f}", label=label, caption=f"{delta:+.4f} vs {baseline_label}", bordered=True,
                        direction=None if abs(delta) < 1e-12 else ("increase" if delta > 0 else "decrease"))
 
     _cards = mo.hstack([_stat("ndcg@10", "nDCG@10"), _stat("mrr@10", "MRR@10"), _stat("recall@10", "recall@10")],
@@ -498,6 +539,12 @@ def _(baseline, evaluation, study):
         _notes.append(mo.callout(mo.md(
             f"{evaluation.unscored} results were never reranked (this config promotes documents outside the "
             "recorded candidates); their blend uses the position score alone."), kind="warn"))
+    if heldout is not None:
+        _notes.insert(0, mo.callout(mo.md(
+            f"Rerank scores: the trained cross-encoder of `{heldout.out}` on **held-out queries only** — each of "
+            f"these {len(heldout.qids)} queries was scored by the fold model that never saw it. Deltas are against "
+            "the fused order of the same traces; the blend controls (method, bands, weights) act on these scores."),
+            kind="info"))
     mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes])
     return
 
