@@ -83,3 +83,32 @@ CREATE TABLE IF NOT EXISTS vectors (
     PRIMARY KEY (chunk_id, fingerprint)
 );
 """
+
+
+def stored_version(conn) -> str | None:
+    """The stored schema version, read without taking a write lock (``None``: no schema yet, or a
+    database not in WAL mode — a new or foreign file)."""
+    import sqlite3
+
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return None
+        raise
+    if row is None:
+        return None
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    return row[0] if str(mode).lower() == "wal" else None
+
+
+def create(conn) -> None:
+    """Switch ``conn``'s database to WAL and create every table, index and trigger (idempotent)."""
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def has_stat_index(conn) -> bool:
+    """Whether the database has :data:`STAT_INDEX` (indexes made before it existed do not)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'documents_stat'").fetchone() is not None

@@ -1,0 +1,147 @@
+"""Collections and contexts of an index: the ``collections.yaml`` beside the database.
+
+:class:`CatalogMixin` is one part of :class:`~qmdlab.store.Index` (it uses the index's
+``config_path``, ``_lock`` and ``transaction``); the YAML format itself is
+:mod:`qmdlab.store.config`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from qmdlab.errors import ConfigError
+from qmdlab.store import config as cfg
+from qmdlab.store.config import Collection, Context
+
+
+class CatalogMixin:
+    """Collections (name, root, mask, ignores) and contexts (text attached to a docno prefix)."""
+
+    def _config(self) -> cfg.Config:
+        """The collections config, parsed once per version of the file.
+
+        ``get``/``contexts_for`` run per result, so re-parsing the YAML each time dominated a
+        100-query evaluation (2,000 parses). The key includes the inode because ``cfg.save``
+        replaces the file atomically (a new inode even within one mtime tick), so writes by this
+        or another process are always seen. Callers get a fresh ``Config`` (its lists are
+        mutated before saving); the entries themselves are frozen.
+        """
+        try:
+            st = self.config_path.stat()
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = None
+        cached = getattr(self, "_config_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, cfg.load(self.config_path))
+            self._config_cache = cached
+        conf = cached[1]
+        return cfg.Config(list(conf.collections), list(conf.contexts))
+
+    def collections(self) -> list[Collection]:
+        return self._config().collections
+
+    def collection(self, name: str) -> Collection:
+        for c in self.collections():
+            if c.name == name:
+                return c
+        known = ", ".join(c.name for c in self.collections()) or "none"
+        raise ConfigError(f"unknown collection {name!r} (known: {known}); see `qmdlab collection list`")
+
+    def add_collection(self, name: str, root: str | os.PathLike, mask: str = cfg.DEFAULT_MASK,
+                       ignore: Sequence[str] = ()) -> Collection:
+        cfg.check_name(name)
+        root_path = Path(root).expanduser().resolve()
+        if not root_path.is_dir():
+            raise ConfigError(f"collection root {root} is not a directory; pass an existing folder")
+        with self._lock:
+            conf = self._config()
+            if any(c.name == name for c in conf.collections):
+                raise ConfigError(f"collection {name!r} exists; pick another --name or `qmdlab collection remove {name}`")
+            coll = Collection(name, root_path, mask or cfg.DEFAULT_MASK, tuple(ignore))
+            conf.collections.append(coll)
+            cfg.save(self.config_path, conf)
+        return coll
+
+    def remove_collection(self, name: str) -> None:
+        """Forget a collection: its rows, chunks and vectors go; its files are untouched."""
+        self.collection(name)
+        with self.transaction() as c:
+            c.execute("DELETE FROM documents WHERE collection = ?", (name,))
+            self._gc(c)
+        with self._lock:
+            conf = self._config()
+            conf.collections = [x for x in conf.collections if x.name != name]
+            conf.contexts = [x for x in conf.contexts if not cfg.context_matches(x.target, x.target, name)
+                             or x.target.strip("/") == ""]
+            cfg.save(self.config_path, conf)
+
+    def rename_collection(self, old: str, new: str) -> None:
+        self.collection(old)
+        cfg.check_name(new)
+        if any(c.name == new for c in self.collections()):
+            raise ConfigError(f"collection {new!r} exists; pick another new name")
+        with self.transaction() as c:
+            c.execute("UPDATE documents SET collection = ? WHERE collection = ?", (new, old))
+        with self._lock:
+            conf = self._config()
+            conf.collections = [Collection(new, x.root, x.mask, x.ignore) if x.name == old else x
+                                for x in conf.collections]
+            ctxs = []
+            for x in conf.contexts:
+                t = x.target.strip("/")
+                if t == old or t.startswith(old + "/"):
+                    ctxs.append(Context(new + t[len(old):], x.text))
+                else:
+                    ctxs.append(x)
+            conf.contexts = ctxs
+            cfg.save(self.config_path, conf)
+
+    def add_context(self, target: str, text: str) -> None:
+        """Attach ``text`` to a collection, a docno prefix (``notes/work``, or the URI
+        ``qmd://notes/work``) or ``/`` (all)."""
+        from qmdlab.store.refs import strip_scheme
+
+        t = strip_scheme(target).strip("/")
+        if t and t.split("/")[0] not in {c.name for c in self.collections()}:
+            raise ConfigError(f"context target {target!r} names no collection; use a collection name, "
+                              "'collection/path/prefix' or '/'")
+        with self._lock:
+            conf = self._config()
+            conf.contexts = [x for x in conf.contexts if x.target.strip("/") != t] + [Context(t or "/", text)]
+            cfg.save(self.config_path, conf)
+
+    def remove_context(self, target: str) -> None:
+        from qmdlab.store.refs import strip_scheme
+
+        t = strip_scheme(target).strip("/")
+        with self._lock:
+            conf = self._config()
+            kept = [x for x in conf.contexts if x.target.strip("/") != t]
+            if len(kept) == len(conf.contexts):
+                raise ConfigError(f"no context on {target!r}; see `qmdlab context list`")
+            conf.contexts = kept
+            cfg.save(self.config_path, conf)
+
+    def contexts(self) -> list[Context]:
+        return self._config().contexts
+
+    def contexts_for(self, docno: str) -> list[str]:
+        """Texts of every context that applies to ``docno`` (broadest first)."""
+        coll = docno.split("/", 1)[0]
+        hits = [c for c in self.contexts() if cfg.context_matches(c.target, docno, coll)]
+        hits.sort(key=lambda c: len(c.target.strip("/")))
+        return [c.text for c in hits]
+
+    def _coll_clause(self, collections: Iterable[str] | None, alias: str = "d") -> tuple[str, list[str]]:
+        """SQL restricting ``alias`` to ``collections`` (each checked to exist): ``(clause, params)``;
+        ``("", [])`` for all collections."""
+        if collections is None:
+            return "", []
+        names = list(collections)
+        for n in names:
+            self.collection(n)
+        if not names:
+            return " AND 0", []
+        return f" AND {alias}.collection IN ({','.join('?' * len(names))})", names

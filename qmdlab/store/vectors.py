@@ -1,0 +1,122 @@
+"""Embedding vectors: one float32 blob per (chunk, embedder fingerprint), loaded as one matrix.
+
+:class:`VectorsMixin` is one part of :class:`~qmdlab.store.Index` (it uses the index's
+``conn``, ``_lock``, ``transaction``, ``_coll_clause`` and the capacity check of
+:mod:`qmdlab.store.capacity`); the in-memory matrices live in ``Index._vectors`` until the next
+write.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+
+if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them (CLI cold start)
+    import numpy as np
+    import polars as pl
+
+from qmdlab.errors import DimensionMismatchError
+from qmdlab.store import limits, testhooks
+
+
+class VectorMatrix(NamedTuple):
+    """Row ``i`` is the L2-normalised vector of chunk ``chunk_ids[i]`` of ``docnos[i]``
+    (a chunk shared by identical files appears once per document)."""
+
+    chunk_ids: np.ndarray
+    docnos: list[str]
+    matrix: np.ndarray
+
+
+class VectorsMixin:
+    """Chunks to embed, storing vectors, the normalised matrix per fingerprint."""
+
+    def chunks_needing_vectors(self, fingerprint: str, collections: Iterable[str] | None = None) -> pl.DataFrame:
+        """Chunks of active documents with no vector for ``fingerprint``: chunk_id, docno, title, text
+        (one row per chunk; a chunk shared by identical files is listed once)."""
+        import polars as pl
+
+        where, params = self._coll_clause(collections)
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT k.id, min(d.collection || '/' || d.path), d.title, "
+                "substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
+                "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
+                f"WHERE d.active = 1{where} AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = k.id "
+                "AND v.fingerprint = ?) GROUP BY k.id ORDER BY k.id", [*params, fingerprint]).fetchall()
+        return pl.DataFrame({"chunk_id": [r[0] for r in rows], "docno": [r[1] for r in rows],
+                             "title": [r[2] for r in rows], "text": [r[3] for r in rows]},
+                            schema={"chunk_id": pl.Int64, "docno": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8})
+
+    def vector_fingerprints(self) -> dict[str, tuple[int, int]]:
+        """``{fingerprint: (dim, count)}`` of the stored vectors."""
+        with self._lock:
+            rows = self.conn.execute("SELECT fingerprint, min(dim), max(dim), count(*) FROM vectors GROUP BY 1")
+            return {r[0]: (r[1], r[3]) for r in rows}
+
+    def store_vectors(self, chunk_ids: Sequence[int], matrix: np.ndarray, fingerprint: str) -> None:
+        """Store one vector per chunk, in one transaction.
+
+        Parameters
+        ----------
+        chunk_ids : sequence of int
+            Chunk ids (from :meth:`chunks_needing_vectors` or :meth:`chunks`).
+        matrix : numpy.ndarray
+            Shape ``(len(chunk_ids), dim)``; stored as float32 (normalised when loaded).
+        fingerprint : str
+            The embedder's fingerprint.
+
+        Raises
+        ------
+        DimensionMismatchError
+            ``dim`` differs from vectors already stored under ``fingerprint``.
+        """
+        import numpy as np
+
+        m = np.asarray(matrix, dtype=np.float32)
+        ids = [int(i) for i in chunk_ids]
+        if m.ndim != 2 or m.shape[0] != len(ids):
+            raise ValueError(f"matrix shape {m.shape} does not match {len(ids)} chunk ids")
+        dim = int(m.shape[1])
+        with self.transaction() as c:
+            row = c.execute("SELECT dim FROM vectors WHERE fingerprint = ? AND dim != ? LIMIT 1",
+                            (fingerprint, dim)).fetchone()
+            if row is not None:
+                raise DimensionMismatchError(
+                    f"embedder {fingerprint!r} gives {dim}-d vectors but the index holds {row[0]}-d ones under "
+                    "that fingerprint; re-embed everything with `qmdlab embed -f`")
+            c.executemany("INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob) VALUES (?, ?, ?, ?)",
+                          [(i, fingerprint, dim, np.ascontiguousarray(m[k]).tobytes()) for k, i in enumerate(ids)])
+            testhooks.point("vectors.batch")
+
+    def vector_matrix(self, fingerprint: str) -> VectorMatrix:
+        """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
+        kept in memory until the next write. Empty (shape ``(0, 0)``) when there are none."""
+        import numpy as np
+
+        self._drop_stale_caches()
+        cached = self._vectors.get(fingerprint)
+        if cached is not None:
+            return cached
+        chk = self.vector_capacity(fingerprint)
+        if chk.level == "over":
+            raise limits.CapacityError(
+                f"the vector matrix of {fingerprint!r} would take {chk.value:.0f} bytes, over the capacity limit "
+                f"of {chk.limit:.0f} (${limits.ENV['vector_bytes']}); vector search is disabled until the limit "
+                "is raised or collections are removed")
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT k.id, d.collection || '/' || d.path, v.dim, v.blob FROM vectors v "
+                "JOIN chunks k ON k.id = v.chunk_id JOIN documents d ON d.hash = k.hash "
+                "WHERE v.fingerprint = ? AND d.active = 1 ORDER BY 2, k.seq", (fingerprint,)).fetchall()
+        if not rows:
+            vm = VectorMatrix(np.zeros(0, dtype=np.int64), [], np.zeros((0, 0), dtype=np.float32))
+        else:
+            dims = {r[2] for r in rows}
+            if len(dims) > 1:
+                raise DimensionMismatchError(f"vectors under {fingerprint!r} have mixed dimensions {sorted(dims)}; "
+                                             "re-embed with `qmdlab embed -f`")
+            mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), dims.pop()).copy()
+            norms = np.linalg.norm(mat, axis=1, keepdims=True)
+            mat /= np.where(norms == 0, 1.0, norms)
+            vm = VectorMatrix(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows], mat)
+        self._vectors[fingerprint] = vm
+        return vm
