@@ -16,7 +16,7 @@ from qmdlab.errors import QmdlabError
 
 # Areas whose commands are registered; a missing module (area not built yet, or an
 # optional extra not installed) must not break the other verbs.
-COMMAND_MODULES = ("store", "models", "query", "eval", "train", "mcp", "doctor")
+COMMAND_MODULES = ("store", "navigate", "models", "query", "eval", "train", "mcp", "doctor")
 
 # Which area registers each top-level verb, so that ``qmdlab search`` imports only
 # ``qmdlab.commands.store`` (cold start: ``import qmdlab.cli`` loads no area at all). A verb
@@ -25,6 +25,7 @@ COMMAND_MODULES = ("store", "models", "query", "eval", "train", "mcp", "doctor")
 COMMAND_VERBS = {
     "collection": "store", "context": "store", "get": "store", "ls": "store", "multi-get": "store",
     "search": "store", "status": "store", "update": "store", "cleanup": "store",
+    "refs": "navigate", "jump": "navigate", "chunks": "navigate",
     "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
     "query": "query", "eval": "eval", "tune": "eval", "train": "train", "mcp": "mcp", "doctor": "doctor",
 }

@@ -24,8 +24,12 @@ def _dicts(rows: Iterable[ResultRow]) -> list[dict]:
              "context": r.context, "snippet": r.snippet} for r in rows]
 
 
-def format_results(rows: Sequence[ResultRow], fmt: str = "cli") -> str:
+def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Sequence[str] | None = None) -> str:
     """Render rows; the text ends without a trailing newline (``click.echo`` adds one).
+
+    ``crumbs`` (one ``"A > B"`` heading breadcrumb per row, :func:`qmdlab.search.navigate.breadcrumbs`)
+    adds a ``§ A > B`` line (cli) or a ``§`` item (md); json, csv, xml and files keep qmd's fields
+    (the MCP tools' results carry ``heading_path``).
 
     >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x")]
     >>> print(format_results(r, "files"))
@@ -66,15 +70,18 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli") -> str:
     if fmt == "md":
         out = []
         for i, r in enumerate(rows, 1):
-            out.append(f"## {i}. {r.title}\n\n`{r.docno}:{r.line}` · #{r.docid} · score {r.score:.4f}\n")
+            crumb = f" · § {crumbs[i - 1]}" if crumbs is not None and crumbs[i - 1] else ""
+            out.append(f"## {i}. {r.title}\n\n`{r.docno}:{r.line}` · #{r.docid} · score {r.score:.4f}{crumb}\n")
             if r.context:
                 out.append(f"> {r.context}\n")
             out.append("```\n" + r.snippet + "\n```\n")
         return "\n".join(out).rstrip("\n")
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         out.append(f"{r.docno}:{r.line}  #{r.docid}  score {r.score:.4f}")
         out.append(f"  {r.title}")
+        if crumbs is not None and crumbs[i]:
+            out.append(f"  § {crumbs[i]}")
         if r.context:
             out.append(f"  context: {r.context}")
         for k, text in enumerate(r.snippet.split("\n")):

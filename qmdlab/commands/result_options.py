@@ -61,15 +61,22 @@ def pick_format(fmt: str | None, **flags: bool) -> str:
 
 
 def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False) -> str:
-    """Apply ``--full`` / ``--line-numbers`` to result rows and format them."""
+    """Apply ``--full`` / ``--line-numbers`` to result rows and format them; the ``cli`` and ``md``
+    formats carry each snippet's heading breadcrumb (:func:`qmdlab.search.navigate.breadcrumbs`;
+    not with ``--full``, which shows whole documents; the other formats keep qmd's fields)."""
     from qmdlab.output import format_results
     from qmdlab.pipeline.results import full_rows, numbered_rows
 
+    crumbs = None
+    if not full and fmt in ("cli", "md") and rows:
+        from qmdlab.search.navigate import breadcrumbs
+
+        crumbs = breadcrumbs(idx, rows)
     if full:
         rows = full_rows(idx, rows)
     if line_numbers and fmt not in ("cli", "files"):
         rows = numbered_rows(rows)
-    return format_results(rows, fmt)
+    return format_results(rows, fmt, crumbs=crumbs)
 
 
 __all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "result_options", "pick_format", "render"]

@@ -23,12 +23,15 @@ from typing import Any, Sequence
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import snippet as make_snippet
+from qmdlab.search.navigate import context_of, snippet_hit_line
 from qmdlab.store.outline import DocumentOutline
 from qmdlab.store.refs import glob_docnos, is_glob, parse_ref, split_refs
 
 SCHEME = "qmd"
 DEFAULT_MULTI_GET_MAX_BYTES = 10_240
 DEFAULT_MULTI_GET_MAX_DOCS = 50
+_NO_CONTEXT = {"address": "", "heading_path": [], "parent": None, "siblings": []}
+"""Hit context of a result whose document is gone (:meth:`qmdlab.search.navigate.HitContext.as_dict`)."""
 
 
 def resource_uri(docno: str) -> str:
@@ -322,6 +325,63 @@ class Engine:
         crumb = " > ".join(par.heading_path) or "(document root)"
         return f"{doc.docno} § {crumb} [{par.address}] lines {par.line_start}-{par.line_end}\n\n{text}", data
 
+    def jump_to_ref(self, file: str, ref: str | int, address: str | None = None,
+                    maxChars: int = 4000) -> tuple[str, dict[str, Any]]:
+        """Follow a cross-reference of a section (:func:`qmdlab.search.navigate.jump_to_ref`);
+        ``ref`` is its number, its target or its link text; with ``ref`` empty the section's
+        references are listed."""
+        from qmdlab.search.navigate import jump_to_ref, section_refs
+
+        base, addr, _, _ = parse_ref(file)
+        addr = address if address is not None else addr
+        with self.lock:
+            doc = self.document(base)
+            if ref is None or str(ref).strip() == "":
+                refs = section_refs(self.index, doc.docno, addr or None)
+                data = {"docno": doc.docno, "address": addr or "", "refs": [r._asdict() for r in refs]}
+                lines = [f"{r.n}. {r.target} -> " + ((r.docno + (f"#{r.address}" if r.address else ""))
+                                                     if r.docno else f"cannot follow ({r.problem})") for r in refs]
+                return f"{len(refs)} reference(s) in {doc.docno}#{addr or ''}\n" + "\n".join(lines), data
+            j = jump_to_ref(self.index, doc.docno, ref, address=addr or None, max_chars=int(maxChars))
+            info = self._doc_info(self.document(j.docno))
+        data = dict(info, address=j.address, heading_path=list(j.heading_path), line_start=j.line_start,
+                    line_end=j.line_end, text=j.text, truncated=j.truncated, ref=j.ref._asdict(),
+                    source={"docno": j.source, "address": j.source_address})
+        crumb = " > ".join(j.heading_path) or "(whole document)"
+        return (f"{j.source}#{j.source_address} ref {j.ref.n} ({j.ref.target}) -> {j.docno} § {crumb} "
+                f"[{j.address}] lines {j.line_start}-{j.line_end}\n\n{j.text}"), data
+
+    def read_chunks(self, file: str, chunkIds: Sequence[int] | None = None, full: bool = False,
+                    previewChars: int = 240, maxChars: int = 4000,
+                    parent: str | None = None) -> tuple[str, dict[str, Any]]:
+        """Chunk previews of a document (or the chosen chunks' text); with ``parent`` and one
+        chunk id, the section or document holding that chunk, its lines given as ``highlight``."""
+        from qmdlab.search.navigate import backfill, read_chunks
+
+        base = parse_ref(file).name
+        with self.lock:
+            doc = self.document(base)
+            info = self._doc_info(doc)
+            if parent is not None:
+                if not chunkIds or len(chunkIds) != 1:
+                    raise QmdlabError("parent needs exactly one chunk id in chunkIds (the chunk to read in its parent)")
+                b = backfill(self.index, doc.docno, int(chunkIds[0]), level=parent, max_chars=int(maxChars))
+                data = dict(info, chunk_id=b.chunk_id, level=b.level, address=b.address,
+                            heading_path=list(b.heading_path), line_start=b.line_start, line_end=b.line_end,
+                            highlight=list(b.highlight), text=b.text, truncated=b.truncated)
+                crumb = " > ".join(b.heading_path) or "(whole document)"
+                return (f"{doc.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
+                        f"§ {crumb} lines {b.line_start}-{b.line_end}\n\n{b.marked()}"), data
+            rows = read_chunks(self.index, doc.docno, list(chunkIds) if chunkIds else None,
+                               preview_chars=int(previewChars), full=bool(full), max_chars=int(maxChars))
+        data = dict(info, chunks=[c.as_dict() for c in rows])
+        out = [f"{doc.docno}: {len(rows)} chunk(s)"]
+        for c in rows:
+            crumb = " > ".join(c.heading_path)
+            out.append(f"chunk {c.chunk_id} lines {c.line_start}-{c.line_end}" + (f" § {crumb}" if crumb else "")
+                       + f"\n   {c.text}")
+        return "\n".join(out), data
+
     def status(self) -> tuple[str, dict[str, Any]]:
         from qmdlab.mcp_server.instructions import index_summary
 
@@ -374,16 +434,20 @@ class Engine:
             results = []
             for rank, r in enumerate(rows, 1):
                 try:
-                    info = self._doc_info(self.index.get(r.docno))
+                    doc = self.index.get(r.docno)
+                    info = self._doc_info(doc)
                 except QmdlabError:
                     continue
+                hit_ctx = context_of(DocumentOutline.parse(doc.body or "", info["title"]), r.docno,
+                                     snippet_hit_line(r.line, r.snippet))
                 results.append(dict(info, rank=rank, score=float(r.score), chunk_id=r.chunk_id, line=r.line,
-                                    snippet=r.snippet))
+                                    snippet=r.snippet, **hit_ctx.as_dict()))
         data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
         out = [f"{len(results)} result(s) for {text!r} ({tool})"]
         for r in results:
+            crumb = " > ".join(r["heading_path"])
             out.append(f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
-                       + (f"\n   {r['title']}" if r.get("title") else ""))
+                       + (f"  [{crumb}]" if crumb else "") + (f"\n   {r['title']}" if r.get("title") else ""))
             if r.get("snippet"):
                 out.append("   " + r["snippet"].replace("\n", "\n   "))
         return "\n".join(out), data
@@ -466,14 +530,14 @@ class Engine:
             if line is None and body:  # not in the pipeline's results table: the same snippet rule
                 snip = make_snippet(body, " ".join(x for x in (query_text, intent) if x))
                 line, snippet = snip.line, snip.text
-            sec = None
+            hit_ctx = None
             if body and line:
                 # the snippet opens one context line above its best line (none at the top)
-                hit = int(line) + (1 if int(line) > 1 and "\n" in (snippet or "") else 0)
-                sec = DocumentOutline.parse(body, info["title"]).section_at_line(hit)
+                hit_ctx = context_of(DocumentOutline.parse(body, info["title"]), docno,
+                                     snippet_hit_line(int(line), snippet or ""))
             result = dict(info, rank=int(row["final_rank"]), score=float(row["final_score"]),
                           chunk_id=chunk_of.get(docno), line=line, snippet=snippet or "",
-                          heading_path=list(sec.heading_path) if sec else [], address=sec.address if sec else "")
+                          **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT))
             if explain:
                 stages = {k: v for k, v in row.items() if k not in ("qid", "docno")}
                 for k, v in fused_by.get(docno, {}).items():

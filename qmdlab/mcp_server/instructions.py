@@ -81,9 +81,12 @@ def build_instructions(engine: Any) -> str:
         "rerank. "
         "`query` takes a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
         "question, hyde: a short passage that would answer it; `explain: true` returns each result's stage scores). "
-        "Results carry a docno, a heading breadcrumb and a section `address`.",
+        "Results carry a docno, a heading breadcrumb, a section `address`, the parent section's title and "
+        "summary, and sibling sections.",
         "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "
-        "comma-separated list), and move through a document with `outline`, `read_section` and `parent`. "
+        "comma-separated list), and move through a document with `outline`, `read_section` and `parent`; "
+        "`read_chunks` skims a document's chunks (or reads a chunk hit in its parent section), `jump_to_ref` "
+        "follows a cross-reference ('see howto/x.md') written in a section. "
         "`status` reports the index.",
     ]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ The search tools carry qmd's names: ``search`` (BM25 only), ``vsearch`` (vectors
 
 >>> from qmdlab.mcp_server.server import TOOL_NAMES, ALIASES
 >>> TOOL_NAMES
-('search', 'vsearch', 'query', 'get', 'multi_get', 'status', 'outline', 'read_section', 'parent')
+('search', 'vsearch', 'query', 'get', 'multi_get', 'status', 'outline', 'read_section', 'parent', 'jump_to_ref', 'read_chunks')
 >>> sorted(ALIASES)
 ['qmd_query', 'qmd_search', 'qmd_vsearch']
 """
@@ -37,7 +37,8 @@ from qmdlab.mcp_server.instructions import build_instructions
 
 log = logging.getLogger(__name__)
 
-TOOL_NAMES = ("search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent")
+TOOL_NAMES = ("search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent",
+              "jump_to_ref", "read_chunks")
 ALIASES = {"qmd_search": "search", "qmd_vsearch": "vsearch", "qmd_query": "query"}
 """qmd 1.x tool names → the tool they stand for (same parameters and results)."""
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -139,8 +140,9 @@ def build_server(engine: Engine) -> MCPServer:
         rerank (slowest). Use it for important or vague questions; use `search` for known keywords and
         `vsearch` for a quick conceptual lookup. Typed `searches` (lex/vec/hyde) replace the expander.
 
-        Each result has its docno, #docid, score, snippet with line number, heading breadcrumb and the
-        section address for read_section/parent.
+        Each result has its docno, #docid, score, snippet with line number, heading breadcrumb, the
+        section address for read_section/parent, the parent section (title and a short summary) and the
+        nearest sibling sections.
         """
         return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
                                           collections=collections, intent=intent, limit=limit, minScore=minScore,
@@ -213,8 +215,35 @@ def build_server(engine: Engine) -> MCPServer:
         """The section enclosing a section (one level up the heading tree), with its full text."""
         return _user_errors(engine.parent)(file, address)
 
+    def jump_to_ref(
+        file: Annotated[str, Field(description="Path, '#docid' or qmd:// URI of the document holding the reference; "
+                                               "optional '#address' for the section.")],
+        ref: Annotated[str, Field(description="Which reference: its number (as listed with ref ''), its target "
+                                              "('howto/x.md#setup') or its link text. '' lists the section's references.")] = "",
+        address: Annotated[str | None, Field(description="Section address (overrides '#address' in file).")] = None,
+        maxChars: Annotated[int, Field(ge=0, description="Cap on the returned text (0 = no cap).")] = 4000,
+    ) -> CallToolResult:
+        """Follow a cross-reference written in a section (markdown link, [[wiki link]], qmd:// URI or a '.md'
+        path) to the section or document it names, and return that text. Use it when a hit says "see X"."""
+        return _user_errors(engine.jump_to_ref)(file, ref, address, maxChars)
+
+    def read_chunks(
+        file: Annotated[str, Field(description="Path, '#docid' or qmd:// URI of an indexed document.")],
+        chunkIds: Annotated[list[int] | None, Field(description="Only these chunks (a result's chunk_id).")] = None,
+        full: Annotated[bool, Field(description="Each chunk's text (capped by maxChars) instead of a preview.")] = False,
+        previewChars: Annotated[int, Field(ge=1, le=4000, description="Characters of each preview.")] = 240,
+        maxChars: Annotated[int, Field(ge=0, description="Cap on full or parent text (0 = no cap).")] = 4000,
+        parent: Annotated[Literal["section", "document"] | None, Field(description=(
+            "With one chunk id: return the section (or whole document) holding that chunk, with the chunk's "
+            "lines as 'highlight' (read a chunk hit in its context)."))] = None,
+    ) -> CallToolResult:
+        """A document's chunks as short previews with their lines and heading breadcrumbs (cheap skim before
+        reading), the chosen chunks' text, or one chunk read in its parent section/document."""
+        return _user_errors(engine.read_chunks)(file, chunkIds, full, previewChars, maxChars, parent)
+
     fns = {"search": search, "vsearch": vsearch, "query": query, "get": get, "multi_get": multi_get,
-           "status": status, "outline": outline, "read_section": read_section, "parent": parent}
+           "status": status, "outline": outline, "read_section": read_section, "parent": parent,
+           "jump_to_ref": jump_to_ref, "read_chunks": read_chunks}
     tools = [_strict(Tool.from_function(fns[name], annotations=READ_ONLY)) for name in TOOL_NAMES]
     for alias, target in ALIASES.items():
         tools.append(_strict(Tool.from_function(

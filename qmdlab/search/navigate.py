@@ -60,10 +60,12 @@ class Capped(NamedTuple):
     total_chars: int
 
 
-def cap_text(text: str, max_chars: int, *, more: str = "") -> Capped:
+def cap_text(text: str, max_chars: int, *, more: str = "", read_on: tuple[str, int] | None = None) -> Capped:
     """Cut ``text`` to at most ``max_chars`` characters at a line end when one is near (the last
     quarter), then add a note saying how many characters were left out and ``more`` (how to
-    read on). ``max_chars <= 0`` means no cap.
+    read on). ``read_on=(docno, first_line)`` (the document and the number of ``text``'s first
+    line) writes ``more`` as the ``qmdlab get`` command that resumes at the first line not shown
+    in full. ``max_chars <= 0`` means no cap.
 
     >>> cap_text("abc", 10)
     Capped(text='abc', truncated=False, total_chars=3)
@@ -71,6 +73,10 @@ def cap_text(text: str, max_chars: int, *, more: str = "") -> Capped:
     Capped(text='line one\\n… [20 more characters; get x.md:2]', truncated=True, total_chars=28)
     >>> cap_text("abcdefghij", 4).text
     'abcd\\n… [6 more characters]'
+    >>> cap_text("one\\ntwo\\nthree", 8, read_on=("kb/a.md", 10)).text  # cut after line 11
+    'one\\ntwo\\n… [6 more characters; read on with `qmdlab get kb/a.md:12`]'
+    >>> cap_text("one\\ntwo three four", 10, read_on=("kb/a.md", 10)).text  # cut inside line 11
+    'one\\ntwo th\\n… [8 more characters; read on with `qmdlab get kb/a.md:11`]'
     """
     n = len(text)
     if max_chars <= 0 or n <= max_chars:
@@ -79,6 +85,9 @@ def cap_text(text: str, max_chars: int, *, more: str = "") -> Capped:
     if cut < max_chars * 3 // 4:
         cut = max_chars
     kept = text[:cut].rstrip("\n")
+    if read_on is not None:
+        resume = read_on[1] + text.count("\n", 0, cut) + (1 if text[cut:cut + 1] == "\n" else 0)
+        more = f"read on with `qmdlab get {read_on[0]}:{resume}`"
     note = f"… [{n - cut} more characters" + (f"; {more}" if more else "") + "]"
     return Capped(f"{kept}\n{note}", True, n)
 
@@ -378,7 +387,7 @@ def jump_to_ref(idx: "Index", ref: str, which: int | str, *, address: str | None
     outline = DocumentOutline.parse(target.body or "", target.title or "")
     tsec = outline.section(chosen.address) if chosen.address else outline.sections[0]
     text = outline.section_text(tsec.address)
-    capped = cap_text(text, max_chars, more=f"read on with `qmdlab get {target.docno}:{tsec.line_start}`")
+    capped = cap_text(text, max_chars, read_on=(target.docno, tsec.line_start))
     return Jump(doc.docno, sec.address, chosen, target.docno, target.docid, target.title, tsec.address,
                 tuple(tsec.heading_path), tsec.line_start, tsec.line_end, capped.text, capped.truncated)
 
@@ -563,7 +572,8 @@ def read_chunks(idx: "Index", ref: str, chunk_ids: Sequence[int] | None = None, 
             continue
         text = row["text"] or ""
         if full:
-            capped = cap_text(text, max_chars, more=f"read on with `qmdlab get {doc.docno}:{row['line_start']}`")
+            lead = len(text) - len(text.lstrip("\n"))  # line_start is the line of the first non-newline
+            capped = cap_text(text, max_chars, read_on=(doc.docno, int(row["line_start"]) - text.count("\n", 0, lead)))
             shown, cut = capped.text, capped.truncated
         else:
             shown, cut = _preview(text, preview_chars)
@@ -631,7 +641,7 @@ def backfill(idx: "Index", ref: str, chunk_id: int, *, level: str = "section",
         if upto > max_chars:  # the chunk would be cut off: start a few lines above it
             first = max(first, chunk.line_start - 2)
             text = "\n".join(lines[first - 1:last])
-    capped = cap_text(text, max_chars, more=f"read on with `qmdlab get {doc.docno}:{first}`")
+    capped = cap_text(text, max_chars, read_on=(doc.docno, first))
     shown_last = first + capped.text.count("\n") - (1 if capped.truncated else 0)
     return Backfilled(doc.docno, chunk.chunk_id, level, sec.address, tuple(sec.heading_path), first,
                       min(last, shown_last) if capped.truncated else last,

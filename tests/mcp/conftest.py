@@ -144,7 +144,7 @@ def stdio_params(mcp_env, *extra: str):
 
 
 TOOLS = {"search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent",
-         "qmd_search", "qmd_vsearch", "qmd_query"}
+         "jump_to_ref", "read_chunks", "qmd_search", "qmd_vsearch", "qmd_query"}
 
 
 def text_of(result) -> str:
@@ -177,6 +177,8 @@ async def check_all_tools(client, env) -> None:
     assert top["uri"] == "qmd://notes/guide.md" and top["title"] == "Setup Guide"
     assert "brew install zebra-tools" in top["snippet"] and top["line"] == 18
     assert top["heading_path"] == ["Setup Guide", "Install", "macOS"] and top["address"] == "setup-guide/install/macos"
+    assert top["parent"] == {"address": "setup-guide/install", "title": "Install", "summary": "Run the installer."}
+    assert top["siblings"] == [{"address": "setup-guide/install/linux", "title": "Linux"}]
     assert [x["rank"] for x in results] == list(range(1, len(results) + 1))
     scores = [x["score"] for x in results]
     assert scores == sorted(scores, reverse=True)
@@ -225,6 +227,7 @@ async def check_all_tools(client, env) -> None:
     res = r.structured_content["results"]
     assert res[0]["docno"] == "notes/guide.md" and res[0]["uri"] == "qmd://notes/guide.md" and len(res) <= 2
     assert "brew install zebra-tools" in res[0]["snippet"] and r.structured_content["tool"] == "search"
+    assert res[0]["heading_path"] == ["Setup Guide", "Install", "macOS"] and res[0]["parent"]["title"] == "Install"
     alias = await client.call_tool("qmd_search", {"query": "zebra-tools brew", "collection": "notes", "limit": 2})
     assert alias.structured_content["results"] == res
     r = await client.call_tool("vsearch", {"query": "macos brew install", "collections": ["notes"], "minScore": 0.01})
@@ -305,6 +308,33 @@ async def check_all_tools(client, env) -> None:
     assert r.is_error and "no section 'nowhere'" in text_of(r)
     r = await client.call_tool("parent", {"file": "notes/guide.md", "address": ""})
     assert r.is_error and "no parent" in text_of(r)
+
+    # read_chunks: previews, one chunk's text, the chunk read in its parent section (KBFold backfill)
+    r = await client.call_tool("read_chunks", {"file": "qmd://notes/guide.md", "previewChars": 30})
+    assert not r.is_error, text_of(r)
+    chunks = r.structured_content["chunks"]
+    assert chunks and all(len(c["text"]) <= 30 for c in chunks) and chunks[0]["line_start"] == 5
+    cid = chunks[0]["chunk_id"]
+    r = await client.call_tool("read_chunks", {"file": "notes/guide.md", "chunkIds": [cid], "parent": "document"})
+    d = r.structured_content
+    assert (d["address"], d["highlight"][0], d["line_start"]) == ("", 5, 1) and "brew install zebra-tools" in d["text"]
+    r = await client.call_tool("read_chunks", {"file": "notes/guide.md", "chunkIds": [10**9]})
+    assert r.is_error and "not chunks of notes/guide.md" in text_of(r)
+    r = await client.call_tool("read_chunks", {"file": "../../etc/passwd"})
+    assert r.is_error and "'..' path components are not allowed" in text_of(r)
+
+    # jump_to_ref: list a section's references, follow one (the default corpus refers to notes by path)
+    if env.has_corpus:
+        r = await client.call_tool("jump_to_ref", {"file": "default/runbooks/cert-renewal.md"})
+        assert not r.is_error, text_of(r)
+        assert [x["docno"] for x in r.structured_content["refs"]] == ["default/howto/nginx-reverse-proxy-tls.md"]
+        r = await client.call_tool("jump_to_ref", {"file": "default/runbooks/cert-renewal.md", "ref": "1",
+                                                   "maxChars": 200})
+        d = r.structured_content
+        assert d["docno"] == "default/howto/nginx-reverse-proxy-tls.md" and d["truncated"] and d["address"] == ""
+        assert "read on with `qmdlab get default/howto/nginx-reverse-proxy-tls.md:" in d["text"]
+    r = await client.call_tool("jump_to_ref", {"file": "notes/guide.md", "ref": "1"})
+    assert r.is_error and "has no cross-references" in text_of(r)
 
     # resources
     listed = {str(x.uri) for x in (await client.list_resources()).resources}

@@ -115,7 +115,12 @@ def test_read_chunks_previews_and_full_text_are_capped(kb):
     one = nv.read_chunks(kb, "kb/long.md", [chunks[1].chunk_id], full=True, max_chars=500)
     assert [c.chunk_id for c in one] == [chunks[1].chunk_id]
     assert one[0].truncated and len(one[0].text.split("\n… [")[0]) <= 500
-    assert f"read on with `qmdlab get kb/long.md:{chunks[1].line_start}`" in one[0].text
+    shown, note = one[0].text.rsplit("\n", 1)
+    # the chunk opens inside line_start; the note resumes at the first line not shown in full
+    resume = chunks[1].line_start + shown.count("\n") + 1
+    assert note.endswith(f"read on with `qmdlab get kb/long.md:{resume}`]")
+    lines = (kb.get("kb/long.md").body).split("\n")
+    assert shown.split("\n")[-1] == lines[resume - 2]  # the last line shown is whole
     with pytest.raises(QmdlabError, match=r"are not chunks of kb/long.md"):
         nv.read_chunks(kb, "kb/long.md", [10**9])
 
