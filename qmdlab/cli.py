@@ -1,7 +1,10 @@
 """The ``qmdlab`` command line: a thin front end over the Python API.
 
 Each area registers its verbs from ``qmdlab/commands/<area>.py`` (a ``register(group)``
-function), so the CLI holds no logic of its own. User errors (:class:`QmdlabError`)
+function), so the CLI holds no logic of its own. Verbs of the packages above the core
+(``qmdlab eval``/``tune`` from :mod:`eval`, ``qmdlab train`` from :mod:`training`) are
+discovered through the ``qmdlab.commands`` entry-point group (name = verb, value = a
+``register(group)``), so the core never imports them. User errors (:class:`QmdlabError`)
 print one line and exit 1; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
@@ -14,21 +17,33 @@ import click
 
 from qmdlab.errors import QmdlabError
 
-# Areas whose commands are registered; a missing module (area not built yet, or an
+# Areas of the core whose commands are registered; a missing module (area not built yet, or an
 # optional extra not installed) must not break the other verbs.
-COMMAND_MODULES = ("store", "navigate", "models", "query", "eval", "train", "mcp", "doctor")
+COMMAND_MODULES = ("store", "navigate", "models", "query", "mcp", "doctor")
 
-# Which area registers each top-level verb, so that ``qmdlab search`` imports only
+# Which core area registers each top-level verb, so that ``qmdlab search`` imports only
 # ``qmdlab.commands.store`` (cold start: ``import qmdlab.cli`` loads no area at all). A verb
-# missing here still works (every area is loaded to find it); ``tests/test_cli_startup.py``
-# checks that this table matches what the areas register.
+# missing here and from the entry points still works (every area is loaded to find it);
+# ``tests/test_cli_startup.py`` checks that this table matches what the areas register.
 COMMAND_VERBS = {
     "collection": "store", "context": "store", "get": "store", "ls": "store", "multi-get": "store",
     "search": "store", "status": "store", "update": "store", "cleanup": "store",
     "refs": "navigate", "jump": "navigate", "chunks": "navigate",
     "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
-    "query": "query", "eval": "eval", "tune": "eval", "train": "train", "mcp": "mcp", "doctor": "doctor",
+    "query": "query", "mcp": "mcp", "doctor": "doctor",
 }
+
+#: Entry-point group of verbs registered from outside the core (see ``pyproject.toml``).
+ENTRY_POINT_GROUP = "qmdlab.commands"
+
+
+def plugin_verbs() -> dict[str, object]:
+    """``{verb: entry point}`` of the :data:`ENTRY_POINT_GROUP` group (read from the installed
+    package metadata only when a verb outside :data:`COMMAND_VERBS` is looked up or ``--help``
+    lists every verb: ``importlib.metadata`` is not imported by ``import qmdlab.cli``)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def _register_area(group: click.Group, name: str) -> None:
@@ -50,24 +65,46 @@ class _Group(click.Group):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._areas_loaded: set[str] = set()
+        self._plugins: dict[str, object] | None = None
 
     def _load(self, area: str) -> None:
         if area not in self._areas_loaded:
             self._areas_loaded.add(area)
             _register_area(self, area)
 
+    def _plugin_verbs(self) -> dict[str, object]:
+        if self._plugins is None:
+            self._plugins = plugin_verbs()
+        return self._plugins
+
+    def _load_plugin(self, verb: str) -> None:
+        """Register the entry point of ``verb`` (once per ``register`` function: one area may
+        provide several verbs)."""
+        ep = self._plugin_verbs().get(verb)
+        if ep is not None and ep.value not in self._areas_loaded:
+            self._areas_loaded.add(ep.value)
+            ep.load()(self)
+
     def load_all(self) -> None:
-        """Register every area's verbs (``--help``, an unknown verb)."""
+        """Register every area's verbs, the entry points' included (``--help``, an unknown verb)."""
         for area in COMMAND_MODULES:
             self._load(area)
+        for verb in self._plugin_verbs():
+            self._load_plugin(verb)
 
     def get_command(self, ctx, cmd_name):
         if cmd_name not in self.commands:
             area = COMMAND_VERBS.get(cmd_name)
             if area is not None:
                 self._load(area)
+            else:
+                self._load_plugin(cmd_name)
             if cmd_name not in self.commands:
                 self.load_all()
+            if cmd_name not in self.commands and not self._plugin_verbs():
+                click.echo(f"note: no '{ENTRY_POINT_GROUP}' entry points are installed, so the verbs of the "
+                           "packages above the core are missing; the install predates them: re-run "
+                           "`pip install -e .` in the qmdlab checkout", err=True)
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx):

@@ -30,7 +30,8 @@ def test_import_cli_loads_no_heavy_library():
 
 
 def test_import_cli_loads_no_command_area():
-    code = "import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sys.modules"
+    code = ("import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')\n"
+            "            or m.split('.')[0] in ('eval', 'training') or m == 'importlib.metadata'], sys.modules")
     assert _loaded_after(code) == []
 
 
@@ -48,7 +49,7 @@ def test_heavy_probe_can_fail():
 
 
 def test_verb_table_matches_registered_verbs():
-    """``COMMAND_VERBS`` names, for every verb an area registers, that area (and nothing else)."""
+    """``COMMAND_VERBS`` names, for every verb a core area registers, that area (and nothing else)."""
     from qmdlab.cli import COMMAND_MODULES, COMMAND_VERBS
 
     registered = {}
@@ -59,12 +60,56 @@ def test_verb_table_matches_registered_verbs():
     assert COMMAND_VERBS == registered
 
 
+def test_entry_points_name_the_verbs_they_register():
+    """Each ``qmdlab.commands`` entry point registers (at least) the verb it is named after, the
+    verbs of eval/ and training/ come only from entry points, and no entry point shadows a core verb
+    (a stale install — ``pip install -e .`` not re-run after pyproject.toml changed — fails here)."""
+    from qmdlab.cli import COMMAND_VERBS, plugin_verbs
+
+    eps = plugin_verbs()
+    assert {"eval", "tune", "train"} <= set(eps), sorted(eps)
+    assert not set(eps) & set(COMMAND_VERBS)
+    provided = {}
+    for verb, ep in eps.items():
+        group = click.Group()
+        ep.load()(group)
+        assert verb in group.commands, (verb, ep.value, sorted(group.commands))
+        provided.update(dict.fromkeys(group.commands, ep.value))
+    assert set(provided) == set(eps), "an area registers a verb it has no entry point for"
+
+
+def test_core_imports_nothing_above_it():
+    """No module of ``qmdlab/`` imports ``eval`` or ``training`` (function-level imports included):
+    their CLI verbs reach the core only through entry points."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "qmdlab"
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bad += [f"{path.relative_to(root.parent)}:{node.lineno}: {n}" for n in names
+                    if n.split(".")[0] in ("eval", "training")]
+    assert not bad, bad
+
+
+def test_eval_verb_loads_only_its_area():
+    """Looking up ``qmdlab eval`` registers the eval area through its entry point and no core area."""
+    code = ("import click\nfrom qmdlab.cli import cli\n"
+            "assert cli.get_command(click.Context(cli), 'eval') is not None\n"
+            "assert 'eval.commands' in sys.modules and 'training.commands' not in sys.modules\n"
+            "assert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sorted(sys.modules)")
+    assert _loaded_after(code) == []
+
+
 def test_help_lists_every_verb():
-    from qmdlab.cli import COMMAND_VERBS, cli
+    from qmdlab.cli import COMMAND_VERBS, cli, plugin_verbs
 
     res = CliRunner().invoke(cli, ["--help"])
     assert res.exit_code == 0, res.output
-    for verb in COMMAND_VERBS:
+    for verb in [*COMMAND_VERBS, *plugin_verbs()]:
         assert verb in res.output
 
 

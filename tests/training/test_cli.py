@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from qmdlab.commands.train import register
+from training.commands import register
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -63,7 +63,7 @@ def test_config_errors_are_user_errors(cli, tmp_path, monkeypatch, args, needle)
 
 
 def test_set_values_are_yaml_typed_and_coerced(tmp_path):
-    from qmdlab.commands.train import _sets
+    from training.commands import _sets
     from training.common import load_config
     from training.sft import SFTRunConfig
 

@@ -1,6 +1,8 @@
 """CLI verbs of the evaluation area: ``qmdlab eval`` and ``qmdlab tune``.
 
-Both are thin front ends over :mod:`eval` (suites, runner, ablation, optimise).
+Both are thin front ends over :mod:`eval` (suites, runner, ablation, optimise). They live here,
+above the core, and reach ``qmdlab/cli.py`` through the ``qmdlab.commands`` entry points in
+``pyproject.toml`` (one per verb), so the core never imports :mod:`eval`.
 """
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ Each verb takes ``--config FILE.yaml`` (keys = fields of the step's config datac
 other field. Each writes a run directory (``config.yaml``, ``metrics.jsonl``, ``README.md``)
 and resumes: a finished step returns its stored result; a training step restarts from its
 newest checkpoint. Training needs the ``train`` extra (``pip install 'qmdlab[train]'``).
+
+Registered with ``qmdlab/cli.py`` through the ``qmdlab.commands`` entry point ``train`` in
+``pyproject.toml`` (the core never imports :mod:`training`).
 """
 from __future__ import annotations
 
