@@ -480,9 +480,11 @@ class Engine:
             "results": results,
             "notes": _records(getattr(trace, "notes", None)),
         }
-        if explain:
-            data["expansions"] = _records(getattr(trace, "expansions", None))
-            data["timings"] = _records(getattr(trace, "timings", None))
+        if explain:  # the same parts as `qmdlab query --json`
+            from qmdlab.pipeline.explain import trace_json
+
+            parts = trace_json(trace)
+            data["expansions"], data["timings"] = parts["expansions"], parts["timings"]
         data = _json_safe(data)
         head = text or "; ".join(f"{s['type']}: {s['query']}" for s in searches)
         out = [f"{len(results)} result(s) for {head!r}"]
@@ -512,7 +514,11 @@ class Engine:
             for row in table.iter_rows(named=True):
                 if row["chunk_id"] is not None:
                     chunk_of.setdefault(row["docno"], int(row["chunk_id"]))
-        fused_by = {r["docno"]: r for r in trace.fused.iter_rows(named=True)} if explain else {}
+        blocks = {}
+        if explain:  # the explain block of `qmdlab query --json`, one per result
+            from qmdlab.pipeline.explain import result_explain
+
+            blocks = {docno: b for (_, docno), b in result_explain(trace).items()}
         results = []
         for row in final.iter_rows(named=True):
             docno = row["docno"]
@@ -539,18 +545,6 @@ class Engine:
                           chunk_id=chunk_of.get(docno), line=line, snippet=snippet or "",
                           **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT))
             if explain:
-                stages = {k: v for k, v in row.items() if k not in ("qid", "docno")}
-                for k, v in fused_by.get(docno, {}).items():
-                    if k not in ("qid", "docno"):
-                        stages.setdefault(k, v)
-                stages["lists"] = [
-                    {k: v for k, v in r.items() if k not in ("qid", "docno")}
-                    for r in trace.lists.filter(trace.lists["docno"] == docno).sort("list_id").iter_rows(named=True)
-                ]
-                rr = trace.rerank.filter(trace.rerank["docno"] == docno)
-                if rr.height:
-                    stages["rerank_chunk_id"] = rr["chunk_id"][0]
-                    stages["rerank_cached"] = rr["cached"][0]
-                result["stages"] = stages
+                result["stages"] = blocks[docno]
             results.append(result)
         return results

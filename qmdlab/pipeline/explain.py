@@ -88,31 +88,66 @@ def _lexical_lines(trace: Trace, config: PipelineConfig | None) -> list[str]:
     return lines
 
 
-def to_json(trace: Trace, config: PipelineConfig | None = None) -> dict:
-    """Results (qmd's JSON fields plus ``rank`` and an ``explain`` breakdown), expansions,
-    notes and timings of a one-query trace, as plain JSON-ready values."""
+def result_explain(trace: Trace, config: PipelineConfig | None = None) -> dict[tuple[str, str], dict]:
+    """The ``explain`` block of every final result, by ``(qid, docno)``: the result's list entries
+    with their contributions, the fusion (``bonus``, ``fused_score``, ``fused_rank``, ``rrf_base``,
+    ``best_rank``, ``n_lists``), the rerank (``rerank_score``, ``rerank_chunk_id``,
+    ``rerank_cached``) and the blend (``position_score``, ``blend_weight``, ``final_score``).
+
+    One block for every front end: ``qmdlab query --json`` (:func:`to_json`, key ``explain``) and
+    the MCP ``query`` tool with ``explain: true`` (key ``stages``)."""
     table = explain(trace, config)
-    results = []
-    for r in trace.results.iter_rows(named=True):
-        part = table.filter((pl.col("qid") == r["qid"]) & (pl.col("docno") == r["docno"]))
-        first = part.row(0, named=True) if part.height else {}
-        lists = [{k: x[k] for k in ("list_id", "source", "query_type", "subquery", "rank", "weight", "contribution")}
-                 for x in part.iter_rows(named=True) if x["list_id"] is not None]
-        results.append({
-            "docid": f"#{r['docid']}", "score": r["final_score"], "file": r["docno"], "line": r["line"],
-            "title": r["title"], "context": r["context"], "snippet": r["snippet"], "rank": r["final_rank"],
-            "explain": {"lists": lists, "bonus": first.get("bonus"), "fused_score": first.get("fused_score"),
-                        "fused_rank": first.get("fused_rank"), "rerank_score": first.get("rerank_score"),
-                        "position_score": first.get("position_score"), "blend_weight": first.get("blend_weight"),
-                        "final_score": first.get("final_score")},
-        })
+    fused = {(r["qid"], r["docno"]): r for r in trace.fused.iter_rows(named=True)}
+    rerank: dict[tuple[str, str], dict] = {}
+    for r in trace.rerank.iter_rows(named=True):
+        rerank.setdefault((r["qid"], r["docno"]), r)
+    out = {}
+    for key, part in table.group_by(["qid", "docno"], maintain_order=True):
+        first = part.row(0, named=True)
+        f, rr = fused.get(key, {}), rerank.get(key, {})
+        out[key] = {
+            "lists": [{k: x[k] for k in ("list_id", "source", "query_type", "subquery", "rank", "weight",
+                                         "contribution")} for x in part.iter_rows(named=True) if x["list_id"] is not None],
+            "bonus": first["bonus"], "fused_score": first["fused_score"], "fused_rank": first["fused_rank"],
+            "rerank_score": first["rerank_score"], "position_score": first["position_score"],
+            "blend_weight": first["blend_weight"], "final_score": first["final_score"],
+            "rrf_base": f.get("rrf_base"), "best_rank": f.get("best_rank"), "n_lists": f.get("n_lists"),
+            "rerank_chunk_id": rr.get("chunk_id"), "rerank_cached": rr.get("cached"),
+        }
+    return out
+
+
+_NO_EXPLAIN = {"lists": [], **dict.fromkeys(("bonus", "fused_score", "fused_rank", "rerank_score", "position_score",
+                                              "blend_weight", "final_score", "rrf_base", "best_rank", "n_lists",
+                                              "rerank_chunk_id", "rerank_cached"))}
+
+
+def trace_json(trace: Trace) -> dict:
+    """A one-query trace's expansions, notes and timings as plain JSON-ready values (the parts of
+    :func:`to_json` besides the results; the MCP ``query`` tool returns the same)."""
     return {
-        "query": trace.queries.to_dicts()[0] if trace.queries.height else None,
-        "results": results,
         "expansions": trace.expansions.drop("qid").to_dicts(),
         "notes": trace.notes.select("stage", "message").to_dicts(),
         "timings": trace.timings.select("stage", "ms").to_dicts(),
     }
 
 
-__all__ = ["explain", "format_explain", "to_json", "COLUMNS"]
+def to_json(trace: Trace, config: PipelineConfig | None = None) -> dict:
+    """Results (qmd's JSON fields plus ``rank`` and an ``explain`` block, :func:`result_explain`),
+    expansions, notes and timings of a one-query trace, as plain JSON-ready values."""
+    blocks = result_explain(trace, config)
+    results = []
+    for r in trace.results.iter_rows(named=True):
+        results.append({
+            "docid": f"#{r['docid']}", "score": r["final_score"], "file": r["docno"], "line": r["line"],
+            "title": r["title"], "context": r["context"], "snippet": r["snippet"], "rank": r["final_rank"],
+            "explain": blocks.get((r["qid"], r["docno"]), _NO_EXPLAIN),
+        })
+    return {
+        "query": trace.queries.to_dicts()[0] if trace.queries.height else None,
+        "results": results,
+        **trace_json(trace),
+    }
+
+
+__all__ = ["explain", "format_explain", "result_explain", "trace_json", "to_json", "COLUMNS"]
