@@ -36,8 +36,8 @@ METHODS = ("coordinate", "random", "grid", "tpe")
 
 
 class Param(NamedTuple):
-    """One tunable knob: a :class:`PipelineConfig` field, or ``blend_weight_1..3`` /
-    ``blend_band_1..2`` for the items of the tuple fields ``blend_weights`` / ``blend_bands``."""
+    """One tunable knob: a :class:`PipelineConfig` field, or a blend tuple's item by its flat name
+    (``blend_weight_1..3`` / ``blend_band_1..2``: :data:`qmdlab.pipeline.config.BLEND_ITEMS`)."""
 
     name: str
     low: float
@@ -93,15 +93,7 @@ def params_of(config: PipelineConfig, space: Sequence[Param]) -> dict:
     >>> params_of(PipelineConfig(), [Param("rrf_k", 1, 100, "int"), Param("blend_weight_2", 0, 1)])
     {'rrf_k': 60, 'blend_weight_2': 0.6}
     """
-    out = {}
-    for p in space:
-        if p.name.startswith("blend_weight_"):
-            out[p.name] = config.blend_weights[int(p.name[-1]) - 1]
-        elif p.name.startswith("blend_band_"):
-            out[p.name] = config.blend_bands[int(p.name[-1]) - 1]
-        else:
-            out[p.name] = getattr(config, p.name)
-    return out
+    return {p.name: config.flat(p.name) for p in space}
 
 
 def apply_params(config: PipelineConfig, params: dict) -> PipelineConfig:
@@ -110,15 +102,7 @@ def apply_params(config: PipelineConfig, params: dict) -> PipelineConfig:
     >>> apply_params(PipelineConfig(), {"blend_band_1": 8, "blend_band_2": 5, "rrf_k": 10}).blend_bands
     (8, 8)
     """
-    plain = {k: v for k, v in params.items() if not k.startswith(("blend_weight_", "blend_band_"))}
-    weights, bands = list(config.blend_weights), list(config.blend_bands)
-    for k, v in params.items():
-        if k.startswith("blend_weight_"):
-            weights[int(k[-1]) - 1] = float(v)
-        elif k.startswith("blend_band_"):
-            bands[int(k[-1]) - 1] = int(v)
-    bands[1] = max(bands)
-    return config.replace(**plain, blend_weights=tuple(weights), blend_bands=tuple(bands))
+    return config.replace_flat(**params)
 
 
 class SearchResult(NamedTuple):

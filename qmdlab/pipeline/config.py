@@ -18,6 +18,12 @@ FUSION_METHODS = ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "com
 FUSION_CHOICES = FUSION_METHODS + ("learned",)
 """Every valid ``fusion`` value: the formulas plus ``learned`` (needs a model file)."""
 BLEND_METHODS = ("position", "score", "rerank_only", "none")
+BLEND_ITEMS = {"blend_weight": "blend_weights", "blend_band": "blend_bands"}
+"""Flat names of the blend tuples' items, the one vocabulary of the tuner (``eval/optimise.py``),
+the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are the items of
+``blend_weights`` (the position score's weight in each band), ``blend_band_1..2`` those of
+``blend_bands`` (the last fused rank of bands 1 and 2). :meth:`PipelineConfig.flat` reads one,
+:meth:`PipelineConfig.replace_flat` sets them."""
 BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde")
 
@@ -297,6 +303,38 @@ class PipelineConfig:
         merged.update(overrides)
         return type(self).from_dict(merged, source="override")
 
+    def flat(self, name: str) -> Any:
+        """An option, or a blend tuple's item by its flat name (:data:`BLEND_ITEMS`).
+
+        >>> c = PipelineConfig()
+        >>> c.flat("blend_weight_2"), c.flat("blend_band_1"), c.flat("rrf_k")
+        (0.6, 3, 60)
+        """
+        item = _blend_item(name)
+        if item is not None:
+            return getattr(self, item[0])[item[1]]
+        if name not in self.field_names():
+            raise ConfigError(f"unknown option {name!r}; see PipelineConfig's fields or BLEND_ITEMS")
+        return getattr(self, name)
+
+    def replace_flat(self, **params: Any) -> "PipelineConfig":
+        """:meth:`replace` that also takes flat blend names (:data:`BLEND_ITEMS`): the items are
+        assembled into their tuples (weights as float, bands as int; band 2 kept >= band 1).
+
+        >>> PipelineConfig().replace_flat(blend_band_1=8, blend_band_2=5, rrf_k=10).blend_bands
+        (8, 8)
+        >>> PipelineConfig().replace_flat(blend_weight_3=0.1).blend_weights
+        (0.75, 0.6, 0.1)
+        """
+        plain = {k: v for k, v in params.items() if _blend_item(k) is None}
+        items = {"blend_weights": list(self.blend_weights), "blend_bands": list(self.blend_bands)}
+        for k, v in params.items():
+            item = _blend_item(k)
+            if item is not None:
+                items[item[0]][item[1]] = int(v) if item[0] == "blend_bands" else float(v)
+        items["blend_bands"][1] = max(items["blend_bands"])
+        return self.replace(**plain, **{k: tuple(v) for k, v in items.items()})
+
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (tuples become lists) so it round-trips through YAML/JSON.
 
@@ -342,6 +380,23 @@ class PipelineConfig:
         return float(getattr(self, f"weight_{key}"))
 
 
+def _blend_item(name: str) -> tuple[str, int] | None:
+    """``(tuple field, 0-based index)`` of a flat blend name (:data:`BLEND_ITEMS`), ``None`` for any
+    other name; an index past the tuple raises :class:`ConfigError`.
+
+    >>> _blend_item("blend_band_2"), _blend_item("blend_weights")
+    (('blend_bands', 1), None)
+    """
+    prefix, _, number = name.rpartition("_")
+    field = BLEND_ITEMS.get(prefix)
+    if field is None or not number.isdigit():
+        return None
+    size = len(getattr(PipelineConfig, field))
+    if not 1 <= int(number) <= size:
+        raise ConfigError(f"unknown option {name!r}: {field} has items {prefix}_1..{prefix}_{size}")
+    return field, int(number) - 1
+
+
 def _resolve_model(data: Any, path: Path) -> Any:
     """Make a relative ``learned_model`` path relative to the config file's folder."""
     if not isinstance(data, Mapping):
@@ -378,4 +433,4 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
-__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BM25_MODES", "LIST_KEYS"]
+__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS"]
