@@ -276,9 +276,17 @@ def depth_config(config: PipelineConfig, depth: int = EVAL_DEPTH) -> PipelineCon
     return config.replace(limit=max(config.limit, depth))
 
 
-def judged_queries(suite: Suite, limit: int | None = None) -> pl.DataFrame:
-    """The suite's judged queries sorted by qid, the first ``limit`` only when given."""
+def judged_queries(suite: Suite, limit: int | None = None, qids: Sequence[str] | None = None) -> pl.DataFrame:
+    """The suite's judged queries sorted by qid: only ``qids`` when given (a held-out split; an id the
+    suite does not judge is an error), then the first ``limit`` only when given."""
     queries = suite.data().judged_queries().sort("qid")
+    if qids is not None:
+        wanted = [str(q) for q in qids]
+        missing = sorted(set(wanted) - set(queries["qid"].cast(pl.Utf8).to_list()))
+        if missing:
+            raise ValueError(f"suite {suite.name!r} has no judged queries {missing[:5]}"
+                             f"{' …' if len(missing) > 5 else ''} (check the split file's suite and qids)")
+        queries = queries.filter(pl.col("qid").cast(pl.Utf8).is_in(wanted))
     return queries.head(limit) if limit else queries
 
 
@@ -314,7 +322,8 @@ def cache_root(suite: Suite) -> Path:
 
 # -- recording -------------------------------------------------------------------------------
 def record(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
-           limit: int | None = None, name: str = "", on_progress: Callable[[Progress], None] | None = None,
+           limit: int | None = None, qids: Sequence[str] | None = None, name: str = "",
+           on_progress: Callable[[Progress], None] | None = None,
            progress: bool = False, log: Callable[[str], None] = print) -> Recording:
     """Index the suite and run (or load from the trace cache) every judged query.
 
@@ -329,6 +338,9 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
         Results kept per query (:data:`EVAL_DEPTH`; one depth for every front end).
     limit : int, optional
         Only the first ``limit`` judged queries (smoke runs, the demo's LLM tier).
+    qids : sequence of str, optional
+        Only these judged queries (a held-out split). Traces are cached per query, so a subset
+        shares the cache with full recordings of the same configuration.
     name : str
         A run name stored in the recording's manifest (shown by :func:`recorded`).
     on_progress : callable, optional
@@ -343,7 +355,7 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
         on_progress(Progress("index", 0, 0))
     lab = open_lab(suite, models, config, progress=progress, log=log)
     timings["index_s"] = time.perf_counter() - t0
-    queries = judged_queries(suite, limit)
+    queries = judged_queries(suite, limit, qids)
     cache_dir = cache_root(suite) / cache_key(suite, config, models)
     _write_manifest(cache_dir, suite, config, models, name)
     t1 = time.perf_counter()

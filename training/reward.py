@@ -340,6 +340,44 @@ def pipeline_scorer(lab, *, limit: int = 10) -> Scorer:
     return score
 
 
+class _FixedLines:
+    """An expander that answers with given lines (the completion under evaluation): the pipeline then
+    applies its own filter, strong-signal skip and fusion to them, exactly as to a served model's output."""
+
+    fingerprint = "fixed-lines"
+
+    def __init__(self):
+        self.lines: list[tuple[str, str]] = []
+
+    def expand(self, query: str, intent: str | None = None):
+        from qmdlab.models.base import ExpandResult
+        from qmdlab.models.expansion import format_lines
+
+        return ExpandResult(format_lines(self.lines), list(self.lines), [])
+
+
+def engine_scorer(lab, *, limit: int = 10) -> Scorer:
+    """A scorer that treats the completion's lines as the *expander's* output, so the reward is
+    what the engine would retrieve with this model: the "shares no query term" filter, the
+    strong-signal skip and the lab's config apply (:func:`pipeline_scorer` instead passes them as
+    user-typed searches, which skip the filter). The baseline runs with expansion off. The lab's
+    expander is replaced; use a lab of its own.
+    """
+    fixed = _FixedLines()
+    lab.expander = fixed
+
+    def score(query: str, searches):
+        if not searches:
+            trace = lab.query(query, expand=False)
+        else:
+            fixed.lines = [(str(t), str(x)) for t, x in searches]
+            trace = lab.query(query, expand=True)
+        final = trace.final.sort("final_rank")
+        return final["docno"].to_list()[: max(limit, 10)]
+
+    return score
+
+
 def combined_reward(query: str, completion, *, retrieval: float | None, rule_weight: float = 1.0,
                     retrieval_weight: float = 1.0) -> float:
     """Weighted sum used for reporting: rule score, plus the retrieval term where defined.

@@ -61,6 +61,7 @@ class SynthConfig:
     output: str = "runs/synth/synth.jsonl"
     seed: int = 0
     max_tokens: int = 256
+    max_passage_chars: int = field(default=1200, metadata={"help": "Characters of a passage the teacher reads."})
     n_threads: int = 2
 
 
@@ -113,13 +114,18 @@ def few_shot_block(examples: list[Example]) -> str:
 
 
 def synthesize(teacher: Teacher, passages: list[dict], *, queries_per_passage: int = 2, min_score: float = 0.6,
-               shots: list[Example] = (), existing: set[str] = frozenset()) -> tuple[list[Example], dict]:
-    """Run the teacher over ``passages``; return kept examples and counts of what was dropped."""
+               shots: list[Example] = (), existing: set[str] = frozenset(),
+               max_passage_chars: int = 1200) -> tuple[list[Example], dict]:
+    """Run the teacher over ``passages``; return kept examples and counts of what was dropped
+    (plus ``seconds`` and ``examples_per_hour``)."""
+    import time
+
+    t0 = time.perf_counter()
     kept, seen = [], set(existing)
     stats = {"passages": len(passages), "queries": 0, "duplicates": 0, "gate": 0, "low_score": 0, "kept": 0}
     examples = few_shot_block(list(shots))
     for p in passages:
-        passage = p["text"].strip()[:1200]
+        passage = p["text"].strip()[:max_passage_chars]
         for q in parse_queries(teacher(QUERY_PROMPT.format(passage=passage, k=queries_per_passage)),
                                queries_per_passage):
             stats["queries"] += 1
@@ -142,6 +148,8 @@ def synthesize(teacher: Teacher, passages: list[dict], *, queries_per_passage: i
             seen.add(key)
             kept.append(Example(q, tuple(parsed.lines), category="synth", extra={"source": p["docno"]}))
             stats["kept"] += 1
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    stats["examples_per_hour"] = round(3600 * stats["kept"] / max(stats["seconds"], 1e-9), 1)
     return kept, stats
 
 
@@ -199,7 +207,8 @@ def run_synth(cfg: SynthConfig, *, teacher: Teacher | None = None, index=None) -
     passages = sample_passages(index, cfg.collection, cfg.n_passages, cfg.seed)
     kept, stats = synthesize(teacher, passages, queries_per_passage=cfg.queries_per_passage,
                              min_score=cfg.min_score, shots=shots,
-                             existing={normalise_query(e.query) for e in existing})
+                             existing={normalise_query(e.query) for e in existing},
+                             max_passage_chars=cfg.max_passage_chars)
     rows = existing + kept
     out.parent.mkdir(parents=True, exist_ok=True)
     write_examples(rows, out)
