@@ -111,9 +111,11 @@ bench-quick: setup
 fuzz: setup
 	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability --hypothesis-show-statistics
 
-# A real (tiny) CPU training run: SmolLM2-135M SFT + GRPO on the seed data, exported and scored by nDCG.
+# The CPU expander recipe (issue 15): SmolLM2-135M, synth + SFT + GRPO with the retrieval reward on the train
+# split of the default corpus and CISI, exported to GGUF and scored on the held-out split (runs/cpu-small/README.md).
+# Resumable: a rerun skips finished stages. Measured wall time: training/README.md.
 train-demo: setup
-	$(PY) -m training.cpu_run --out runs/cpu-demo
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m training.cpu_run --config training/configs/cpu-small/recipe.yaml
 
 # The default corpus's cross-encoder reranker (issue 14): in-collection pretraining, then 5-fold
 # fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.

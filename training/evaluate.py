@@ -60,7 +60,12 @@ def suite_rows(suite_dir: str | Path, collection: str) -> list[dict]:
     """``[{"qid", "query", "intent", "qrels": {docno: grade}}]`` for the judged queries of a suite."""
     from eval.loaders import load
 
-    data = load(suite_dir)
+    if Path(suite_dir).is_dir():
+        data = load(suite_dir)
+    else:  # a registered suite name (default, cisi, …)
+        from eval.suites import get_suite
+
+        data = get_suite(str(suite_dir)).data()
     qrels: dict[str, dict[str, int]] = {}
     for qid, docid, grade in data.qrels.iter_rows():
         qrels.setdefault(qid, {})[f"{collection}/{docid}"] = int(grade)
