@@ -297,6 +297,6 @@ def write_config(config: PipelineConfig, path, *, header: str = "") -> None:
     from pathlib import Path
 
     defaults = PipelineConfig().to_dict()
-    changed = {k: v for k, v in config.to_dict().items() if v != defaults[k]}
+    changed = {k: v for k, v in config.to_dict().items() if k not in defaults or v != defaults[k]}
     text = "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(changed or {}, sort_keys=False)
     Path(path).write_text(text, encoding="utf-8")

@@ -25,7 +25,12 @@ the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are t
 ``blend_bands`` (the last fused rank of bands 1 and 2). :meth:`PipelineConfig.flat` reads one,
 :meth:`PipelineConfig.replace_flat` sets them."""
 BM25_MODES = ("and", "or", "msm")
-LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde")
+LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
+             "original_trigram")
+KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram"})
+"""Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
+while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
+of every config that does not use them stays what it was."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,12 @@ class PipelineConfig:
         Identical content (same sha256 digest) under several paths is returned once, at its best
         rank; the other paths are listed in the trace notes (super-pi's digest dedupe; qmd
         returns every path).
+    weight_original_phrase, weight_original_like, weight_original_trigram : float
+        RRF weight of the extra keyword channels of the original query
+        (:mod:`qmdlab.search.channels`): the whole query as a verbatim phrase (AI Helper's
+        verbatim bonus, super-pi's phrase channel), the substring ``LIKE`` leg (KBFold's third
+        keyword leg) and the CJK trigram channel (super-pi). 0 (the default) = the channel is
+        not run; ``norm_sum`` counts them with ``norm_weight_fts``.
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is skipped with a note, fail-open, and the call is abandoned on its
@@ -177,6 +188,9 @@ class PipelineConfig:
     tag_lift: int = 0
     dedupe_content: bool = True
     stage_budget_s: float = 120.0
+    weight_original_phrase: float = 0.0
+    weight_original_like: float = 0.0
+    weight_original_trigram: float = 0.0
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -217,6 +231,10 @@ class PipelineConfig:
                 raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
         if self.rrf_k < 0:
             raise ConfigError(f"option 'rrf_k' must be >= 0, got {self.rrf_k!r}")
+        for name in sorted(KEY_OPTIONAL):
+            if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
+                raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "
+                                  f"got {getattr(self, name)!r}")
         if not self.stage_budget_s >= 0:  # also rejects NaN
             raise ConfigError(f"option 'stage_budget_s' must be >= 0 seconds (0 = unbounded), "
                               f"got {self.stage_budget_s!r}")
@@ -338,12 +356,19 @@ class PipelineConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (tuples become lists) so it round-trips through YAML/JSON.
 
+        Options in :data:`KEY_OPTIONAL` are left out while they hold their default (the
+        trace-cache key of older configs must not change).
+
         >>> PipelineConfig.from_dict(PipelineConfig().to_dict()) == PipelineConfig()
         True
+        >>> "weight_original_like" in PipelineConfig().to_dict(), PipelineConfig(weight_original_like=1.0).to_dict()["weight_original_like"]
+        (False, 1.0)
         """
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name in KEY_OPTIONAL and value == f.default:
+                continue
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -433,4 +458,5 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
-__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS"]
+__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS",
+           "KEY_OPTIONAL"]

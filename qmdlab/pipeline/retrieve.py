@@ -1,6 +1,7 @@
 """Routing and retrieval: sub-queries → the ``lists`` table (DESIGN §3 step 3).
 
-The original query goes to BM25 and to vector search; ``lex`` lines to BM25;
+The original query goes to BM25 and to vector search (and to each extra keyword channel whose
+weight is above 0: ``phrase``, ``like``, ``trigram``, :mod:`qmdlab.search.channels`); ``lex`` lines to BM25;
 ``vec`` and ``hyde`` lines to vector search (``hyde`` optionally embedded with the
 document template). Each list keeps ``list_limit`` hits and records its source,
 query type, sub-query, 1-based rank, backend score, normalised score and the
@@ -15,6 +16,9 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import SCHEMAS, empty
+
+KEYWORD_CHANNELS = ("phrase", "like", "trigram")
+"""Sources of the extra keyword lists of the original query (:mod:`qmdlab.search.channels`)."""
 
 
 class Route(NamedTuple):
@@ -32,12 +36,17 @@ def route(text: str, lines: Sequence[tuple[str, str]], config: PipelineConfig) -
     [('fts', 'original', 'git undo'), ('vec', 'original', 'git undo'), ('fts', 'lex', 'git revert'), ('vec', 'hyde', 'To undo…')]
     >>> [r.source for r in route("q", [("vec", "v")], PipelineConfig(vector=False))]
     ['fts']
+    >>> [r.source for r in route("q", [], PipelineConfig(weight_original_like=1.0, weight_original_phrase=0.5))]
+    ['fts', 'vec', 'phrase', 'like']
     """
     routes: list[Route] = []
     if text.strip():
         routes.append(Route("fts", "original", text))
         if config.vector:
             routes.append(Route("vec", "original", text))
+        for channel in KEYWORD_CHANNELS:  # extra keyword channels, only when weighted (off by default)
+            if config.list_weight(channel, "original") > 0:
+                routes.append(Route(channel, "original", text))
     for kind, sub in lines:
         if kind == "lex":
             routes.append(Route("fts", "lex", sub))
@@ -193,7 +202,12 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
         vec_ok = n > 0
     for list_id, r in enumerate(routes):
         weight = config.list_weight(r.source, r.query_type)
-        if r.source == "fts":
+        if r.source in KEYWORD_CHANNELS:
+            from qmdlab.search.channels import channel_search
+
+            hits = channel_search(index, r.source, r.subquery, limit=config.list_limit, collections=collections,
+                                  filters=filters, weights=config.lexical()["weights"])
+        elif r.source == "fts":
             if fts_hits is not None and r.subquery in fts_hits:
                 hits = fts_hits[r.subquery][: config.list_limit]
             else:

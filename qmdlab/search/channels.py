@@ -1,0 +1,152 @@
+"""Extra keyword channels beside BM25, from the seed systems; each gives a ranked hit list of the
+original query that the pipeline fuses like any other list (off by default: weight 0).
+
+``phrase`` — the whole query verbatim (AI Helper's verbatim whole-query bonus, super-pi's phrase
+channel): an FTS5 phrase of every word piece of the query in order, stopwords kept, ranked by
+BM25 with the pipeline's column weights. Needs at least two pieces (one word is the BM25 list).
+
+``like`` — the substring leg (KBFold's third keyword leg, the ``LIKE`` one beside FTS and
+vectors): a document is listed when its text contains a query term as a plain substring
+(case-insensitive for ASCII), so terms FTS5's tokeniser splits differently still match
+(``pgbouncer`` in ``PgBouncer's``, ``k8s`` in ``k8s-deploy``, CJK words without spaces). Terms
+are :func:`qmdlab.terms.terms` (stopwords dropped; CJK runs as bigrams); Latin terms shorter
+than :data:`MIN_LIKE_CHARS` are left out (they match inside too many words). Ranked by the
+number of distinct terms contained, ties by docno; ``score`` is the share of the terms.
+
+``trigram`` — the CJK trigram channel beside the bigram one (super-pi): the query's CJK runs
+cut into overlapping three-character pieces, each matched as a substring of the text; ranked
+like ``like``. A run of two characters has no trigram (the FTS bigram list covers it), so a
+query without a CJK run of three or more characters gives no list.
+
+The substring channels scan every active document's text (SQLite ``instr``), which is fine for
+notes collections (CISI's 1,460 abstracts: well under a second per query) but grows linearly
+with the corpus — hence off by default.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from qmdlab.search.filters import SearchFilters
+from qmdlab.search.hit import Hit, normalize_bm25
+from qmdlab.search.lexical import BM25_WEIGHTS, _pieces, _split_query, check_weights
+from qmdlab.terms import CJK_RUN, terms
+
+if TYPE_CHECKING:
+    from qmdlab.store import Index
+
+CHANNELS = ("phrase", "like", "trigram")
+MIN_LIKE_CHARS = 3
+
+
+def phrase_expression(text: str) -> str | None:
+    """The FTS5 phrase of a query's word pieces in order (negated parts left out; CJK runs spelled
+    out character by character); ``None`` with fewer than two tokens.
+
+    >>> phrase_expression('How to "rebase" a branch -merge'), phrase_expression("git")
+    ('"how to rebase a branch"', None)
+    >>> phrase_expression("東京 tower")
+    '"東 京 tower"'
+    """
+    toks: list[str] = []
+    for neg, _quoted, raw in _split_query(text):
+        if neg:
+            continue
+        for p in _pieces(raw):
+            toks.extend(list(p) if CJK_RUN.fullmatch(p) else [p])
+    if len(toks) < 2:
+        return None
+    return '"' + " ".join(toks) + '"'
+
+
+def like_terms(text: str) -> list[str]:
+    """The distinct terms of the ``like`` channel, in query order.
+
+    >>> like_terms("How to use PgBouncer with k8s in 东京大学?")
+    ['use', 'pgbouncer', 'k8s', '东京', '京大', '大学']
+    """
+    out = [t for t in terms(text) if CJK_RUN.fullmatch(t) or len(t) >= MIN_LIKE_CHARS]
+    return list(dict.fromkeys(out))
+
+
+def cjk_trigrams(text: str) -> list[str]:
+    """The distinct CJK trigrams of a query, in order.
+
+    >>> cjk_trigrams("Redis 内存淘汰 k8s 回滚"), cjk_trigrams("no cjk")
+    (['内存淘', '存淘汰'], [])
+    """
+    out: list[str] = []
+    for run in CJK_RUN.findall(text):
+        out.extend(run[i:i + 3] for i in range(len(run) - 2))
+    return list(dict.fromkeys(out))
+
+
+def phrase_search(idx: "Index", text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
+                  filters: SearchFilters | None = None, weights: Sequence[float] = BM25_WEIGHTS) -> list[Hit]:
+    """Documents containing the whole query as a phrase, by BM25 (see the module docstring).
+
+    ``backend_score`` is FTS5's ``bm25()`` (negative), ``score`` ``|bm25| / (1 + |bm25|)``.
+    """
+    expr = phrase_expression(text)
+    if expr is None or limit <= 0:
+        return []
+    w = ", ".join(repr(x) for x in check_weights(weights))
+    where, params = idx._coll_clause(collections)
+    fsql, fparams = (filters or SearchFilters()).sql("d")
+    sql = (f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
+           "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
+           f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?")
+    try:
+        with idx._lock:
+            rows = idx.conn.execute(sql, [expr, *params, *fparams, int(limit)]).fetchall()
+    except sqlite3.OperationalError as err:  # a builder bug, never user syntax
+        raise RuntimeError(f"FTS5 rejected the phrase query {expr!r}: {err}") from err
+    return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
+
+
+def substring_search(idx: "Index", units: Sequence[str], *, limit: int = 20,
+                     collections: Iterable[str] | None = None, filters: SearchFilters | None = None) -> list[Hit]:
+    """Documents whose text contains any of ``units`` as a substring (ASCII case-insensitive),
+    ranked by how many distinct units they contain, ties by docno.
+
+    ``backend_score`` is that count, ``score`` the count divided by ``len(units)``.
+    """
+    units = [u.lower() for u in dict.fromkeys(units) if u]
+    if not units or limit <= 0:
+        return []
+    where, params = idx._coll_clause(collections)
+    fsql, fparams = (filters or SearchFilters()).sql("d")
+    count = " + ".join("(instr(lower(c.body), ?) > 0)" for _ in units)
+    sql = (f"SELECT docno, m FROM (SELECT d.collection || '/' || d.path AS docno, ({count}) AS m "
+           f"FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1{where}{fsql}) "
+           "WHERE m > 0 ORDER BY m DESC, docno LIMIT ?")
+    with idx._lock:
+        rows = idx.conn.execute(sql, [*units, *params, *fparams, int(limit)]).fetchall()
+    n = len(units)
+    return [Hit(docno, None, rank, float(m), float(m) / n) for rank, (docno, m) in enumerate(rows, 1)]
+
+
+def like_search(idx: "Index", text: str, **kwargs) -> list[Hit]:
+    """The ``like`` channel: :func:`substring_search` over :func:`like_terms`."""
+    return substring_search(idx, like_terms(text), **kwargs)
+
+
+def trigram_search(idx: "Index", text: str, **kwargs) -> list[Hit]:
+    """The CJK ``trigram`` channel: :func:`substring_search` over :func:`cjk_trigrams`."""
+    return substring_search(idx, cjk_trigrams(text), **kwargs)
+
+
+def channel_search(idx: "Index", channel: str, text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
+                   filters: SearchFilters | None = None, weights: Sequence[float] = BM25_WEIGHTS) -> list[Hit]:
+    """Run one channel by name (:data:`CHANNELS`)."""
+    if channel == "phrase":
+        return phrase_search(idx, text, limit=limit, collections=collections, filters=filters, weights=weights)
+    if channel == "like":
+        return like_search(idx, text, limit=limit, collections=collections, filters=filters)
+    if channel == "trigram":
+        return trigram_search(idx, text, limit=limit, collections=collections, filters=filters)
+    raise ValueError(f"unknown keyword channel {channel!r}; expected one of {', '.join(CHANNELS)}")
+
+
+__all__ = ["CHANNELS", "MIN_LIKE_CHARS", "phrase_expression", "like_terms", "cjk_trigrams", "phrase_search",
+           "substring_search", "like_search", "trigram_search", "channel_search"]
