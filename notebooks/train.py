@@ -6,7 +6,8 @@ Run it:  marimo edit notebooks/train.py   |   marimo run notebooks/train.py
 Arguments: ``--data FILE`` (examples JSONL; default ``data/training/seed.jsonl``), ``--run DIR``
 (a training run directory with ``metrics.jsonl``; directories under ``./runs`` are offered too),
 ``--evaluation DIR`` (output of ``python -m training.evaluate``), ``--reranker DIR`` (a
-``qmdlab train reranker`` run, default ``runs/reranker``), ``--expander REF`` (GGUF path or
+``qmdlab train reranker`` run, default ``runs/reranker``), ``--recipe DIR`` (a CPU-recipe run,
+``make train-demo``; default ``runs/cpu-small``), ``--expander REF`` (GGUF path or
 model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset`` and ``--limit N``
 (the button evaluates only the first N judged queries: smoke runs).
 
@@ -427,6 +428,43 @@ def _():
                                                            if v is not None)),
     ])
     return format_table, load_report, reranker_arg, reranker_report
+
+
+@app.cell(hide_code=True)
+def _():
+    mo.md("""
+    ## 6. CPU recipe (issue 15)
+
+    What `make train-demo` (`python -m training.cpu_run`) measured: a small expander trained here
+    (SFT, then GRPO with the ΔnDCG@10 retrieval reward on *training* queries), scored on held-out
+    queries only. p-values are paired against no expansion; s/query is one uncached expansion.
+    """)
+    return
+
+
+@app.cell
+def _():
+    recipe_dir = mo.ui.text(value=str(mo.cli_args().get("recipe") or "runs/cpu-small"), label="recipe run directory",
+                            full_width=True)
+    recipe_dir
+    return (recipe_dir,)
+
+
+@app.cell
+def _(recipe_dir):
+    from training.cpu_run import load_run
+    from training.evaluate import format_results
+
+    recipe_run = load_run(recipe_dir.value.strip() or "runs/cpu-small")
+    mo.stop(recipe_run is None,
+            mo.md(f"_No finished recipe run in `{recipe_dir.value}` (no `summary.json`): run `make train-demo` "
+                  "(or `python -m training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
+                  "or type another run directory._"))
+    mo.vstack([mo.md(f"From `{recipe_run.run_dir}`, base `{recipe_run.summary.get('base')}`.")]
+              + [mo.md(f"### {_s} ({recipe_run.heldout.get(_s) or '?'} held-out queries)\n\n" + format_results(_r))
+                 for _s, _r in recipe_run.results.items()]
+              + [mo.image(str(recipe_run.rewards_png)), mo.image(str(recipe_run.heldout_png))])
+    return format_results, load_run, recipe_run
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from training import common
 
@@ -212,6 +213,53 @@ def write_report(out: Path, summary: dict) -> dict:
               "![rewards](rewards.png)", "", "![held-out nDCG@10](heldout.png)", ""]
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
     return pngs
+
+
+class RecipeRun(NamedTuple):
+    """What a finished recipe run shows (the train notebook's "CPU recipe" section).
+
+    ``results`` is ``{suite: {variant: result}}`` (:func:`training.evaluate.run_evaluate`'s
+    results), ``heldout`` ``{suite: number of held-out queries}``, ``rewards_png`` and
+    ``heldout_png`` the two plots in the run directory.
+    """
+
+    run_dir: Path
+    summary: dict
+    results: dict
+    heldout: dict
+    rewards_png: Path
+    heldout_png: Path
+
+
+def load_run(run_dir: str | Path) -> RecipeRun | None:
+    """A finished recipe run (one with ``summary.json``), or None.
+
+    The held-out results are ``summary.json``'s ``evaluate``; a suite missing there is read from
+    ``evaluate/<suite>/metrics.jsonl`` (the last line per variant). A missing plot is drawn into the
+    run directory with :mod:`training.plots`, as the recipe's ``report`` stage draws it.
+    """
+    from training.plots import plot_heldout, plot_rewards
+
+    out = Path(run_dir)
+    if not (out / "summary.json").is_file():
+        return None
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    results = dict(summary.get("evaluate") or {})
+    on_disk = sorted(p.name for p in (out / "evaluate").glob("*") if p.is_dir())
+    suites = list(results) + [s for s in on_disk if s not in results]
+    for suite in suites:
+        if not results.get(suite):
+            rows = [m for m in common.read_metrics(out / "evaluate" / suite) if m.get("stage") == "evaluate"]
+            results[suite] = {m["variant"]: {k: v for k, v in m.items() if k not in ("stage", "variant", "time")}
+                              for m in rows}
+    results = {s: r for s, r in results.items() if r}
+    heldout = {s: (summary.get("splits") or {}).get(s, {}).get("heldout") for s in results}
+    rewards_png, heldout_png = out / "rewards.png", out / "heldout.png"
+    if not rewards_png.is_file():
+        plot_rewards(out / "grpo", rewards_png)
+    if not heldout_png.is_file() and results:
+        plot_heldout(results, heldout_png)
+    return RecipeRun(out, summary, results, heldout, rewards_png, heldout_png)
 
 
 def main(argv: list[str] | None = None) -> dict:
