@@ -56,4 +56,9 @@ def test_evaluate_variants_against_no_expansion(tmp_path, suite, qmdlab_home):
     assert res["harmful"]["ndcg@10"] == pytest.approx(0.5)
     assert res["helpful"]["rule_score"] > 0.5 and res["harmful"]["gate_failures"] == 1  # empty output is gated
     card = (tmp_path / "ev" / "README.md").read_text()
-    assert "| helpful | 1.0000 | 0.5000 | 1/0 |" in card
+    row = next(line for line in card.splitlines() if line.startswith("| helpful |"))
+    assert row.startswith("| helpful | 1.0000 | +0.5000 | ") and "| 1/0 |" in row, row
+    # paired against no expansion on the same two queries; timed on the expander object itself
+    # (per-query differences [1, 0]: t = 0.5 / (0.7071 / sqrt 2) = 1 on 1 df, two-sided p = 0.5)
+    assert res["helpful"]["p_t"] == pytest.approx(0.5) and 0.0 < res["helpful"]["p_fisher"] <= 1.0
+    assert res["helpful"]["s_per_query"] >= 0.0 and "p_t" not in res["none"]
