@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from qmdlab.commands.ray_options import ray_options, ray_options_from
 from qmdlab.errors import ConfigError, QmdlabError
 
 
@@ -88,18 +89,27 @@ def register(group: click.Group) -> None:
     @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
+    @ray_options
     def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, out, preset, limit, per_query,
-                 progress) -> None:
+                 progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
-        through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions)."""
+        through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
+        With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics)."""
         from eval.ablation import format_table
         from eval.runner import run_name, run_suite
 
+        ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         s = _suite(suite, fmt)
         cfg, path = _config(s, config_path, no_expand, no_rerank)
         models = _models(preset, no_expand, no_rerank)
+        remote = None
+        if ray_opts is not None:
+            from qmdlab.scale.ray_queries import ModelSpec, RayQueries
+
+            spec = ModelSpec.resolve(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
+            remote = RayQueries(spec, ray_opts, models=models, progress=progress)
         res = run_suite(s, models, cfg, out=out, name=run_name(cfg, path), ablate=ablate, baseline=baseline,
-                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True))
+                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True), remote=remote)
         if per_query:
             click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
         n = res.timings["queries"]

@@ -324,7 +324,7 @@ def cache_root(suite: Suite) -> Path:
 def record(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
            limit: int | None = None, qids: Sequence[str] | None = None, name: str = "",
            on_progress: Callable[[Progress], None] | None = None,
-           progress: bool = False, log: Callable[[str], None] = print) -> Recording:
+           progress: bool = False, log: Callable[[str], None] = print, remote: Callable | None = None) -> Recording:
     """Index the suite and run (or load from the trace cache) every judged query.
 
     Parameters
@@ -347,6 +347,10 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
         Called with a :class:`Progress` after indexing and after each query actually run.
     progress : bool
         tqdm bars on stderr.
+    remote : callable, optional
+        ``remote(rows, lab)`` yields ``(qid, trace)`` for the query rows not in the cache,
+        computed elsewhere (:class:`qmdlab.scale.ray_queries.RayQueries`: Ray actors); each is
+        stored in the trace cache as it arrives, exactly as a local trace.
     """
     config = depth_config(config or suite_config(suite), depth)
     timings: dict[str, Any] = {}
@@ -359,7 +363,8 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
     cache_dir = cache_root(suite) / cache_key(suite, config, models)
     _write_manifest(cache_dir, suite, config, models, name)
     t1 = time.perf_counter()
-    trace, cached = query_traces(suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress)
+    trace, cached = query_traces(suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress,
+                                 remote=remote)
     timings["query_s"] = time.perf_counter() - t1
     timings["queries"], timings["queries_cached"] = queries.height, cached
     if on_progress:
@@ -369,11 +374,12 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
 
 
 def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, progress: bool = True,
-                 on_progress: Callable[[Progress], None] | None = None) -> tuple[Trace, int]:
+                 on_progress: Callable[[Progress], None] | None = None,
+                 remote: Callable | None = None) -> tuple[Trace, int]:
     """Run (or load from ``cache_dir``) the trace of every query; returns the concatenation and
-    how many came from the cache."""
+    how many came from the cache (``remote``: see :func:`record`)."""
     with _no_query_budget():
-        return _query_traces(suite, lab, queries.to_dicts(), cache_dir, progress, on_progress)
+        return _query_traces(suite, lab, queries.to_dicts(), cache_dir, progress, on_progress, remote)
 
 
 @contextlib.contextmanager
@@ -405,8 +411,21 @@ def _qdir(cache_dir: Path, qid: Any) -> Path:
     return cache_dir / quote(str(qid), safe="")
 
 
+def _store_trace(cache_dir: Path, qid: str, t: Trace) -> None:
+    """Write one query's trace into the cache (atomically; ``DONE`` unless it ran degraded)."""
+    qdir = _qdir(cache_dir, qid)
+    tmp = qdir.with_name(qdir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t.to_parquet(tmp)
+    if not degraded_queries(t).height:  # a degraded trace is kept but re-run next time
+        (tmp / "DONE").write_text("", encoding="utf-8")
+    shutil.rmtree(qdir, ignore_errors=True)
+    tmp.rename(qdir)
+
+
 def _query_traces(suite: Suite, lab, rows: list[dict], cache_dir: Path, progress: bool,
-                  on_progress: Callable[[Progress], None] | None = None) -> tuple[Trace, int]:
+                  on_progress: Callable[[Progress], None] | None = None,
+                  remote: Callable | None = None) -> tuple[Trace, int]:
     from tqdm import tqdm
 
     loaded = {str(r["qid"]): _load_cached(_qdir(cache_dir, r["qid"])) for r in rows}
@@ -414,20 +433,20 @@ def _query_traces(suite: Suite, lab, rows: list[dict], cache_dir: Path, progress
     traces, done = [], 0
     if on_progress:
         on_progress(Progress("query", 0, len(todo)))
+    if remote is not None and todo:
+        for qid, t in remote(todo, lab):
+            _store_trace(cache_dir, str(qid), t)
+            loaded[str(qid)] = t
+            done += 1
+            if on_progress:
+                on_progress(Progress("query", done, len(todo), str(qid)))
     with tqdm(rows, desc=f"{suite.name} queries", unit="q", disable=not progress) as bar:
         for r in bar:
             qid = str(r["qid"])
             t = loaded[qid]
             if t is None:
                 t = lab.query(r["query"], intent=r.get("intent") or None, qid=qid)
-                qdir = _qdir(cache_dir, qid)
-                tmp = qdir.with_name(qdir.name + ".tmp")
-                shutil.rmtree(tmp, ignore_errors=True)
-                t.to_parquet(tmp)
-                if not degraded_queries(t).height:  # a degraded trace is kept but re-run next time
-                    (tmp / "DONE").write_text("", encoding="utf-8")
-                shutil.rmtree(qdir, ignore_errors=True)
-                tmp.rename(qdir)
+                _store_trace(cache_dir, qid, t)
                 done += 1
                 if on_progress:
                     on_progress(Progress("query", done, len(todo), qid))

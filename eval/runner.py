@@ -106,7 +106,7 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
               out: str | Path | None = None, name: str | None = None, ablate: bool = False,
               baseline: str = "best-leg", metrics: Sequence[str] = DEFAULT_METRICS, limit: int | None = None,
               progress: bool = True, complete_rerank: bool = True, check_ranx: bool = True,
-              log: Callable[[str], None] = print) -> RunResult:
+              log: Callable[[str], None] = print, remote: Callable | None = None) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
     Parameters
@@ -129,10 +129,12 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     check_ranx : bool
         Re-score the saved main run file with ``ranx.evaluate`` (from ``qrels.txt`` and the
         ``.trec`` file, collection ids) and fail loudly if it disagrees with our metrics.
+    remote : callable, optional
+        Computes the uncached traces elsewhere (``qmdlab eval --ray``; see :func:`eval.record.record`).
     """
     config = config or PipelineConfig()
     name = name or run_name(config)
-    rec = record(suite, models, config, limit=limit, name=name, progress=progress, log=log)
+    rec = record(suite, models, config, limit=limit, name=name, progress=progress, log=log, remote=remote)
     config, trace, qrels, queries, timings = rec.config, rec.trace, rec.qrels, rec.queries, dict(rec.timings)
     degraded = degraded_queries(trace)
     if degraded.height:

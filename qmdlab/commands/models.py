@@ -11,6 +11,7 @@ import time
 
 import click
 
+from qmdlab.commands.ray_options import ray_options, ray_options_from
 from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
 
@@ -105,12 +106,16 @@ def register(group: click.Group) -> None:
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model (hf:…, pkg:…, or a .gguf path).")
     @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+    @ray_options
     @click.pass_context
-    def embed(ctx, force, collections, batch_size, threads, preset, embed_model, progress) -> None:
-        """Embed chunks that have no vector for the current embedder (resumable)."""
+    def embed(ctx, force, collections, batch_size, threads, preset, embed_model, progress, ray_address, ray_actors,
+              ray_cpus, ray_gpus) -> None:
+        """Embed chunks that have no vector for the current embedder (resumable).
+        With --ray, Ray actors embed and this process stores the vectors (same fingerprint rules)."""
 
         from tqdm import tqdm
 
+        ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         idx = _open_index(ctx)
         emb = _embedder(preset, embed_model, threads, batch_size)
         fp = emb.fingerprint
@@ -126,6 +131,15 @@ def register(group: click.Group) -> None:
             click.echo(f"all chunks already embedded ({fp})")
             return
         t0 = time.perf_counter()
+        if ray_opts is not None:
+            from qmdlab.models.registry import resolve_refs
+            from qmdlab.scale.ray_embed import EmbedderSpec, embed_with_ray
+
+            spec = EmbedderSpec(str(resolve_refs(preset, {"embed": embed_model})[1]["embed"]), threads, batch_size)
+            rep = embed_with_ray(idx, todo, spec, fp, ray_opts, progress=progress)
+            click.echo(f"embedded {rep.chunks} chunks with {emb.model_id} ({fp}) on Ray, {rep.actors} actors, "
+                       f"{rep.batches} write batches, in {rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/chunk)")
+            return
         ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
         # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
         # to load leaves only its one-line error on stderr

@@ -1,0 +1,211 @@
+"""Bigger collections on one machine (issue 21, item 4): build, update, BM25 and exact-vector query
+time and memory at N synthetic one-chunk documents, with random vectors stored directly (no embedder).
+
+    nice -n 19 .venv/bin/python scripts/scale_bench.py --sizes 10000 100000 --out results/scale
+
+Per size it writes N markdown files (Zipf-distributed synthetic words, ~80 per document, so one
+chunk each) under ``--work``, then measures in this process:
+
+- ``build_s``: ``Index.update`` of the new collection (scan, parse, chunk, FTS5 insert);
+- ``update_changed_s``: ``update`` after rewriting 1% of the files; ``update_unchanged_s``: nothing changed;
+- ``bm25_ms``: median of ``--queries`` three-word ``bm25_search`` calls (after one warm-up);
+- ``store_vectors_s``: random 384-d float32 vectors written with ``store_vectors`` (10k per transaction);
+- ``vector_load_s``: the first ``vector_search`` (loads and normalises the matrix);
+- ``vector_ms``: median exact ``vector_search`` after that (the matrix is in memory);
+- ``rss_mb``: peak resident memory of the process after the size's phases; ``db_mb``: index file size.
+
+The machine this was run on is shared: every row records the 1-minute load average at its start
+and end; compare rows of one run, not absolute numbers across runs. Results: ``<out>/scale.json``
+and ``<out>/scale.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DIM = 384
+FINGERPRINT = "bench:random#000000000000"
+
+
+@dataclass
+class BenchConfig:
+    """What :func:`main` runs."""
+
+    sizes: list[int] = field(default_factory=lambda: [10_000, 100_000])
+    out: Path = Path("results/scale")
+    work: Path = Path("/tmp/qmdlab-scale-bench")
+    queries: int = 20
+    vocab: int = 20_000
+    words_per_doc: int = 80
+    seed: int = 0
+    keep: bool = False
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _vocabulary(n: int, rng: random.Random) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = set()
+    while len(words) < n:
+        words.add("".join(rng.choice(letters) for _ in range(rng.randint(4, 9))))
+    return sorted(words)
+
+
+def _doc(i: int, words: list[str], weights: list[float], n_words: int, rng: random.Random) -> str:
+    body = rng.choices(words, weights=weights, k=n_words)
+    lines = [" ".join(body[j:j + 16]) for j in range(0, n_words, 16)]
+    return f"# Note {i} {body[0]}\n\n" + "\n".join(lines) + "\n"
+
+
+def write_corpus(root: Path, n: int, cfg: BenchConfig, rng: random.Random) -> tuple[list[str], list[float]]:
+    """``n`` one-chunk markdown files in folders of 1,000; returns the vocabulary and its weights."""
+    words = _vocabulary(cfg.vocab, rng)
+    weights = [1.0 / (r + 1) for r in range(len(words))]  # Zipf, s = 1
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(n):
+        d = root / f"f{i // 1000:04d}"
+        if i % 1000 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        (d / f"n{i:07d}.md").write_text(_doc(i, words, weights, cfg.words_per_doc, rng), encoding="utf-8")
+    return words, weights
+
+
+def _median_ms(fn, args_list) -> float:
+    fn(*args_list[0])  # warm-up
+    times = []
+    for args in args_list:
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def bench_size(n: int, cfg: BenchConfig) -> dict:
+    from qmdlab.search import bm25_search
+    from qmdlab.search.vector import vector_search
+    from qmdlab.store import Index
+
+    rng = random.Random(cfg.seed + n)
+    row: dict = {"n": n, "load_start": _load()}
+    root, index_dir = cfg.work / f"corpus-{n}", cfg.work / f"index-{n}"
+    t0 = time.perf_counter()
+    words, weights = write_corpus(root, n, cfg, rng)
+    row["write_files_s"] = time.perf_counter() - t0
+    shutil.rmtree(index_dir, ignore_errors=True)
+    idx = Index.open(index_dir)
+    idx.add_collection("bench", root)
+    t0 = time.perf_counter()
+    idx.update(["bench"])
+    row["build_s"] = time.perf_counter() - t0
+    row["chunks"] = idx.status()["chunks"]
+    print(f"[{n}] build {row['build_s']:.1f} s, {row['chunks']} chunks", file=sys.stderr, flush=True)
+
+    changed = rng.sample(range(n), max(1, n // 100))
+    for i in changed:
+        (root / f"f{i // 1000:04d}" / f"n{i:07d}.md").write_text(_doc(i, words, weights, cfg.words_per_doc, rng))
+    t0 = time.perf_counter()
+    idx.update(["bench"])
+    row["update_changed_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    idx.update(["bench"])
+    row["update_unchanged_s"] = time.perf_counter() - t0
+    print(f"[{n}] update 1%: {row['update_changed_s']:.1f} s, unchanged: {row['update_unchanged_s']:.2f} s",
+          file=sys.stderr, flush=True)
+
+    mid = words[200:5000]  # neither stop-word-frequent nor unseen
+    queries = [(idx, " ".join(rng.sample(mid, 3))) for _ in range(cfg.queries)]
+    row["bm25_ms"] = _median_ms(lambda i, q: bm25_search(i, q, limit=10), queries)
+
+    todo = idx.chunks_needing_vectors(FINGERPRINT)
+    ids = todo["chunk_id"].to_list()
+    vrng = np.random.default_rng(cfg.seed)
+    t0 = time.perf_counter()
+    for s in range(0, len(ids), 10_000):
+        part = ids[s:s + 10_000]
+        idx.store_vectors(part, vrng.standard_normal((len(part), DIM), dtype=np.float32), FINGERPRINT)
+    row["store_vectors_s"] = time.perf_counter() - t0
+    qvecs = [(idx, vrng.standard_normal(DIM, dtype=np.float32)) for _ in range(cfg.queries)]
+    t0 = time.perf_counter()
+    vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10)
+    row["vector_load_s"] = time.perf_counter() - t0
+    row["vector_ms"] = _median_ms(lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+    print(f"[{n}] bm25 {row['bm25_ms']:.1f} ms, vector {row['vector_ms']:.1f} ms "
+          f"(matrix load {row['vector_load_s']:.1f} s)", file=sys.stderr, flush=True)
+    row["rss_mb"] = _rss_mb()
+    row["db_mb"] = sum(p.stat().st_size for p in index_dir.glob("index.sqlite*")) / 2**20
+    row["load_end"] = _load()
+    idx.close()
+    if not cfg.keep:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(index_dir, ignore_errors=True)
+    return row
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, label in (("build_s", "build (s)"), ("update_changed_s", "update, 1% changed (s)"),
+                       ("update_unchanged_s", "update, unchanged (s)"), ("store_vectors_s", "store vectors (s)"),
+                       ("vector_load_s", "vector matrix load (s)")):
+        a.plot(ns, [r[key] for r in rows], marker="o", label=label)
+    for key, label in (("bm25_ms", "BM25 query (ms)"), ("vector_ms", "exact vector query (ms)")):
+        b.plot(ns, [r[key] for r in rows], marker="o", label=label)
+    b.axhline(100, color="grey", linestyle=":", label="100 ms (interactive)")
+    for ax, title in ((a, "index work"), (b, "query latency (median)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("chunks")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    loads = ", ".join(f"{r['n']}: {r['load_start']:.1f}-{r['load_end']:.1f}" for r in rows)
+    fig.suptitle(f"qmdlab on one machine (2 cores, shared; 1-min load per size {loads})", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=BenchConfig().sizes)
+    p.add_argument("--out", type=Path, default=BenchConfig.out)
+    p.add_argument("--work", type=Path, default=BenchConfig.work)
+    p.add_argument("--queries", type=int, default=BenchConfig.queries)
+    p.add_argument("--keep", action="store_true", help="Keep the corpora and indexes under --work.")
+    a = p.parse_args(argv)
+    cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in cfg.sizes:
+        rows.append(bench_size(n, cfg))
+        (cfg.out / "scale.json").write_text(json.dumps({"config": {**asdict(cfg), "out": str(cfg.out),
+                                                                   "work": str(cfg.work)},
+                                                        "rows": rows}, indent=1))
+    plot(rows, cfg.out / "scale.png")
+    for r in rows:
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
