@@ -15,6 +15,11 @@ Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
 query — a second `make demo` only re-fuses and re-blends (seconds).
 
+The run ends with where its time went (:func:`time_summary`): per tier the child's start-up and
+imports, index + embedding, the queries (split by pipeline stage when none came from the trace
+cache), the ablation, and the rest; each tier child writes its figures to a JSON file the parent
+reads (``$QMDLAB_DEMO_TIMES``).
+
 Each tier runs in its own child process (:func:`qmdlab.subproc.run_child`): if native code kills
 it (SIGILL from a llama.cpp build that does not fit this CPU, the OOM killer…), this process
 prints what died, the cause and the `qmdlab doctor` hint, and exits 1 — never silently. Traces
@@ -23,7 +28,10 @@ of the queries finished before the crash stay cached and are reused by the next 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,31 +60,47 @@ def main(argv: list[str] | None = None) -> int:
     from qmdlab.subproc import ChildDied, run_child
 
     t0 = time.perf_counter()
-    tiers = {1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
-             2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)"}
-    for tier, what in tiers.items():
-        if tier == 2 and not args.llm_queries:
-            break
-        try:
-            res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", str(tier)],
-                            what=what, env={"PYTHONFAULTHANDLER": "1"})
-        except ChildDied as err:
-            print(f"\n{err}", file=sys.stderr)
-            print("note: the traces of every query finished before the crash are cached on disk; "
-                  "`make demo` reuses them after the fix.", file=sys.stderr)
-            return 1
-        if res.returncode:
-            return res.returncode
-    _reranker_rows()
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
-    print("\nTune the fusion weights and the blend live:\n    .venv/bin/marimo edit notebooks/tune.py")
-    return 0
+    with tempfile.TemporaryDirectory(prefix="qmdlab-demo-times-") as tmp:
+        times_dir = Path(tmp)
+        walls: dict[int, float] = {}
+        tiers = {1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
+                 2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)"}
+        for tier, what in tiers.items():
+            if tier == 2 and not args.llm_queries:
+                break
+            t_child = time.perf_counter()
+            try:
+                res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", str(tier)],
+                                what=what, env={"PYTHONFAULTHANDLER": "1",
+                                                "QMDLAB_DEMO_TIMES": str(times_dir / f"tier{tier}.json")})
+            except ChildDied as err:
+                print(f"\n{err}", file=sys.stderr)
+                print("note: the traces of every query finished before the crash are cached on disk; "
+                      "`make demo` reuses them after the fix.", file=sys.stderr)
+                return 1
+            walls[tier] = time.perf_counter() - t_child
+            if res.returncode:
+                return res.returncode
+        t_rows = time.perf_counter()
+        _reranker_rows()
+        rows_s = time.perf_counter() - t_rows
+        total = time.perf_counter() - t0
+        reports = {}
+        for tier in walls:
+            try:
+                reports[tier] = json.loads((times_dir / f"tier{tier}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                reports[tier] = None
+        print("\n" + time_summary(walls, reports, rows_s, total))
+        print("\nTune the fusion weights and the blend live:\n    .venv/bin/marimo edit notebooks/tune.py")
+        return 0
 
 
 def _tier(args) -> int:
     """One tier, in this process (the parent runs each tier as a child: see the module docs)."""
     import faulthandler
 
+    t_start = time.perf_counter()
     faulthandler.enable()
 
     from eval.ablation import format_table
@@ -88,15 +112,19 @@ def _tier(args) -> int:
     from qmdlab.pipeline.config import PipelineConfig
 
     suite = get_suite("default")
+    imports_s = time.perf_counter() - t_start
     log = lambda m: print(m, flush=True)  # noqa: E731
+    t_suite = 0.0
     try:
         if args.tier == 1:
             retrieval_models = load_models(args.preset, expand="none", rerank="none")
             print(f"models ({args.preset}): embed {retrieval_models.embedder.model_id}", flush=True)
             print("\n== tier 1: retrieval (BM25 + vectors, every fusion method), all queries ==", flush=True)
+            t_suite = time.perf_counter()
             last = run_suite(suite, retrieval_models, PipelineConfig(expand=False, rerank=False),
                              out=_sub(args.out, "retrieval"), name="demo-retrieval", ablate=True,
                              limit=args.limit, complete_rerank=False, log=log)
+            t_suite = time.perf_counter() - t_suite
             _report(last, format_table)
         else:
             models = load_models(args.preset)
@@ -104,8 +132,10 @@ def _tier(args) -> int:
                   f"rerank {models.reranker.model_id if models.reranker else '-'}, top {args.candidates} "
                   f"candidates), first {args.llm_queries} queries ==", flush=True)
             config = PipelineConfig(candidate_limit=args.candidates)
+            t_suite = time.perf_counter()
             last = run_suite(suite, models, config, out=_sub(args.out, "full"), name="demo-full", ablate=True,
                              limit=args.llm_queries, complete_rerank=args.complete_rerank, log=log)
+            t_suite = time.perf_counter() - t_suite
             _report(last, format_table)
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -117,7 +147,74 @@ def _tier(args) -> int:
         print("\nscore separation (AUC, relevant vs non-relevant) per stage: "
               + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
     print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
+    _write_times(args.tier, imports_s, t_suite, last, time.perf_counter() - t_start)
     return 0
+
+
+def _write_times(tier: int, imports_s: float, suite_s: float, res, tier_s: float) -> None:
+    """This tier's timings for the parent's summary (to ``$QMDLAB_DEMO_TIMES``; nothing when unset)."""
+    path = os.environ.get("QMDLAB_DEMO_TIMES")
+    if not path:
+        return
+    t = res.timings
+    stages: dict[str, float] = {}
+    for stage, ms in res.trace.timings.select("stage", "ms").iter_rows():
+        stages[stage] = stages.get(stage, 0.0) + ms / 1e3
+    Path(path).write_text(json.dumps({
+        "tier": tier, "imports_s": imports_s, "suite_s": suite_s, "tier_s": tier_s,
+        "index_s": t.get("index_s", 0.0), "query_s": t.get("query_s", 0.0), "ablation_s": t.get("ablation_s", 0.0),
+        "queries": t.get("queries", 0), "queries_cached": t.get("queries_cached", 0), "stages": stages}),
+        encoding="utf-8")
+
+
+def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_s: float, total: float) -> str:
+    """Where the demo's time went, per tier and stage (wall seconds).
+
+    ``walls``: each tier child's wall time as the parent saw it; ``reports``: what each child wrote
+    (:func:`_write_times`; ``None`` when it wrote nothing). The stage split of the queries is shown
+    only when no trace came from the cache (a cached trace's stage times are those of the run that
+    recorded it).
+
+    >>> rep = {"imports_s": 2.0, "suite_s": 30.0, "tier_s": 33.0, "index_s": 20.0, "query_s": 6.0,
+    ...        "ablation_s": 3.0, "queries": 4, "queries_cached": 0, "stages": {"retrieve": 4.0, "fuse": 1.5}}
+    >>> print(time_summary({1: 35.0}, {1: rep}, 0.5, 36.0))
+    where the time went (wall seconds):
+      tier 1                        35.0 s
+        start-up + imports           4.0 s  (process start 2.0, imports 2.0)
+        index + embedding           20.0 s
+        4 queries                    6.0 s  (retrieve 4.0, fuse 1.5, other 0.5)
+        ablation                     3.0 s
+        saving runs + report         2.0 s
+      trained-reranker rows          0.5 s
+      parent (other)                 0.5 s
+      total                         36.0 s
+    """
+    lines = ["where the time went (wall seconds):"]
+    row = lambda label, s, note="": lines.append(f"{label:<30}{s:>6.1f} s" + (f"  ({note})" if note else ""))  # noqa: E731
+    for tier, wall in walls.items():
+        row(f"  tier {tier}", wall)
+        r = reports.get(tier)
+        if not r:
+            lines.append("    (no timings written by the child)")
+            continue
+        start = wall - r["tier_s"]
+        row("    start-up + imports", start + r["imports_s"],
+            f"process start {start:.1f}, imports {r['imports_s']:.1f}")
+        row("    index + embedding", r["index_s"])
+        n, cached = r["queries"], r["queries_cached"]
+        if cached:
+            row(f"    {n} queries", r["query_s"], f"{cached} traces from cache")
+        else:
+            parts = sorted(r["stages"].items(), key=lambda kv: -kv[1])
+            other = r["query_s"] - sum(v for _, v in parts)
+            row(f"    {n} queries", r["query_s"],
+                ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + f", other {other:.1f}")
+        row("    ablation", r["ablation_s"])
+        row("    saving runs + report", r["tier_s"] - r["imports_s"] - r["index_s"] - r["query_s"] - r["ablation_s"])
+    row("  trained-reranker rows", rows_s)
+    row("  parent (other)", total - sum(walls.values()) - rows_s)
+    row("  total", total)
+    return "\n".join(lines)
 
 
 def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
