@@ -47,10 +47,12 @@ def test_a_kept_line_retrieves_and_completions_do_not_leak_into_each_other(lab):
     engine = RetrievalReward(engine_scorer(lab), QRELS)
     assert engine(q, "q1", "lex: tidy rebase commits") == pytest.approx(1.0)
     assert engine(q, "q1", "lex: rebase commits branch") == 0.0  # the next completion's lines, not the last's
-    assert engine(q, "q1", "lex: tidy rebase commits\nlex: spaghetti work") == pytest.approx(1.0)
+    assert engine(q, "q1", "lex: tidy rebase commits\nlex: work rebase branch") == pytest.approx(1.0)
     trace = lab.query(q, expand=True)
     assert trace.expansions["kept"].to_list() == [True, True]
-    assert set(trace.lists["query_type"].to_list()) == {"original", "lex"}
+    # the query alone finds nothing; each kept line is a list of its own
+    assert sorted(set(trace.lists["subquery"].to_list())) == ["tidy rebase commits", "work rebase branch"]
+    assert set(trace.lists["query_type"].to_list()) == {"lex"}
 
 
 def test_vector_lines_follow_the_labs_stage_switches(lab):

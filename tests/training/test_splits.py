@@ -67,7 +67,7 @@ def test_load_splits_names_the_file_when_missing_or_not_json(tmp_path):
 
 # -- GRPO prompts: only the train side ----------------------------------------------------------
 @pytest.fixture
-def suite_dir(tmp_path):
+def suite_dir(tmp_path, qmdlab_home):
     """A SMART-format suite of six judged queries (query 6 has only a non-relevant judgement)."""
     d = tmp_path / "toy"
     d.mkdir()
