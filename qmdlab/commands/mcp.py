@@ -14,8 +14,11 @@ def register(group: click.Group) -> None:
 @click.option("--port", default=8181, show_default=True, type=click.IntRange(0, 65535), help="Port for --http.")
 @click.option("--preset", envvar="QMDLAB_PRESET", default=None,
               help="Model preset (offline, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).")
 @click.pass_context
-def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset: str | None) -> None:
+def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset: str | None,
+                config_file: str | None) -> None:
     """Serve the index to agents: read-only tools query/get/multi_get/status/outline/read_section/parent.
 
     With --http, requests whose Origin is not loopback or whose Host is not the bound
@@ -33,7 +36,12 @@ def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset
             raise
 
         raise QmdlabError(f"the MCP server needs the 'mcp' extra ({err.name} is missing): pip install 'qmdlab[mcp]'") from None
-    engine = Engine((ctx.obj or {}).get("index"), preset=preset)
+    config = None
+    if config_file:
+        from qmdlab.pipeline.config import PipelineConfig
+
+        config = PipelineConfig.from_file(config_file)
+    engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config)
     if use_http:
         from qmdlab.mcp_server.http import serve_http
 

@@ -28,6 +28,9 @@ def register(group: click.Group) -> None:
     @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None, help="Fusion method (default qmd_rrf).")
     @click.option("--blend", type=click.Choice(BLEND_METHODS), default=None, help="Blend method (default position).")
     @click.option("--min-score", type=float, default=None, help="Drop results whose final score is below this.")
+    @click.option("--min-score-fallback", type=float, default=None,
+                  help="When nothing reaches --min-score, keep up to 3 results within this much below it "
+                       "(AI Helper's fallback probe; noted in the trace).")
     @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
                   help="Pipeline options from a YAML or TOML file (flags win).")
     @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET "
@@ -45,8 +48,8 @@ def register(group: click.Group) -> None:
     @result_options(json_flag=False)
     @click.pass_context
     def query(ctx, text, limit, collections, intent, no_expand, no_rerank, candidate_limit, fusion, blend,
-              min_score, config_file, preset, explain, tags, prefer_tags, tag_lift, no_strong_signal, as_json, fmt,
-              as_csv, as_md, as_xml, as_files, all_results, full, line_numbers) -> None:
+              min_score, min_score_fallback, config_file, preset, explain, tags, prefer_tags, tag_lift,
+              no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, line_numbers) -> None:
         """Hybrid search: expansion, BM25 + vectors, fusion, rerank, blend — with a trace."""
         from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render
         from qmdlab.models import load_models
@@ -61,7 +64,8 @@ def register(group: click.Group) -> None:
         if prefer_tags and tag_lift is None and not base.tag_lift:
             tag_lift = 3
         flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
-                 "blend": blend, "min_score": min_score, "expand": False if no_expand else None,
+                 "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
+                 "expand": False if no_expand else None,
                  "rerank": False if no_rerank else None, "tags": tuple(prefer_tags) or None, "tag_lift": tag_lift,
                  "strong_signal": False if no_strong_signal else None}
         cfg = base.replace(**{k: v for k, v in flags.items() if v is not None})

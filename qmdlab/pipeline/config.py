@@ -27,7 +27,8 @@ the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are t
 BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
-KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram"})
+KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
+                          "min_score_fallback", "fallback_max"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -126,6 +127,10 @@ class PipelineConfig:
         verbatim bonus, super-pi's phrase channel), the substring ``LIKE`` leg (KBFold's third
         keyword leg) and the CJK trigram channel (super-pi). 0 (the default) = the channel is
         not run; ``norm_sum`` counts them with ``norm_weight_fts``.
+    min_score_fallback, fallback_max : float, int
+        AI Helper's fallback probe: when no result of a query reaches ``min_score``, keep at most
+        ``fallback_max`` results scoring at least ``min_score - min_score_fallback`` (noted in the
+        trace) instead of returning nothing. 0 (the default) = off: nothing below ``min_score``.
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is skipped with a note, fail-open, and the call is abandoned on its
@@ -191,6 +196,8 @@ class PipelineConfig:
     weight_original_phrase: float = 0.0
     weight_original_like: float = 0.0
     weight_original_trigram: float = 0.0
+    min_score_fallback: float = 0.0
+    fallback_max: int = 3
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -231,6 +238,9 @@ class PipelineConfig:
                 raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
         if self.rrf_k < 0:
             raise ConfigError(f"option 'rrf_k' must be >= 0, got {self.rrf_k!r}")
+        if not self.min_score_fallback >= 0 or int(self.fallback_max) < 0:
+            raise ConfigError(f"options 'min_score_fallback' (>= 0) and 'fallback_max' (>= 0) got "
+                              f"{self.min_score_fallback!r} and {self.fallback_max!r}")
         for name in sorted(KEY_OPTIONAL):
             if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "

@@ -59,10 +59,38 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
         .select("qid", "docno", "kept").cast(schema)
 
 
+def min_score_filter(final: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
+    """Drop ``final_score < min_score``; with ``min_score_fallback`` > 0, a query left with nothing
+    keeps its best ``fallback_max`` rows scoring at least ``min_score - min_score_fallback``
+    (AI Helper's fallback probe). ``final`` is sorted by rank within each query.
+
+    >>> f = pl.DataFrame({"qid": ["q"] * 5 + ["r"], "docno": list("abcdea"),
+    ...                   "final_score": [0.5, 0.45, 0.41, 0.4, 0.2, 0.9], "final_rank": [1, 2, 3, 4, 5, 1]})
+    >>> min_score_filter(f, PipelineConfig(min_score=0.6)).rows()
+    [('r', 'a', 0.9, 1)]
+    >>> min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2))["docno"].to_list()
+    ['a', 'b', 'c', 'a']
+    >>> min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2, fallback_max=1))["docno"].to_list()
+    ['a', 'a']
+    """
+    passed = final.filter(pl.col("final_score") >= config.min_score)
+    if config.min_score_fallback <= 0 or config.fallback_max <= 0 or final.height == 0:
+        return passed
+    empty = final.select("qid").unique().join(passed.select("qid").unique(), on="qid", how="anti")
+    if empty.height == 0:
+        return passed
+    floor = config.min_score - config.min_score_fallback
+    probe = final.join(empty, on="qid", how="semi").filter(pl.col("final_score") >= floor)
+    probe = probe.filter(pl.int_range(pl.len()).over("qid") < int(config.fallback_max))
+    order = final.select("qid").unique(maintain_order=True).with_row_index("_q")
+    out = pl.concat([passed, probe], how="vertical").join(order, on="qid", how="left")
+    return out.sort(["_q", "final_rank"], maintain_order=True).drop("_q")
+
+
 def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> pl.DataFrame:
     """Dedupe by (qid, docno) and, with ``dedupe_content`` and a ``hash`` column in ``doc_tags``,
-    by content digest (:func:`content_duplicates`); drop ``final_score < min_score``, apply the
-    tag lift, keep ``limit``.
+    by content digest (:func:`content_duplicates`); drop ``final_score < min_score``
+    (:func:`min_score_filter`, with its fallback probe), apply the tag lift, keep ``limit``.
 
     >>> f = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "a"], "final_score": [0.9, 0.5, 0.4],
     ...                   "final_rank": [1, 2, 3]})
@@ -77,7 +105,7 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
         dups = content_duplicates(out, doc_tags)
         if dups.height:
             out = out.join(dups.select("qid", "docno"), on=["qid", "docno"], how="anti", maintain_order="left")
-    out = out.filter(pl.col("final_score") >= config.min_score)
+    out = min_score_filter(out, config)
     out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
     out = tag_lift(out, doc_tags, config.tags, config.tag_lift)
     out = out.filter(pl.col("final_rank") <= config.limit)
@@ -85,4 +113,4 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
     return out.select(cols)
 
 
-__all__ = ["finish", "tag_lift", "content_duplicates"]
+__all__ = ["finish", "min_score_filter", "tag_lift", "content_duplicates"]

@@ -171,6 +171,10 @@ class Lab:
             doc_tags = self._doc_tags(cfg)
             blended = blend(cands, rerank_table if cfg.rerank else None, cfg)
             final = finish(blended, cfg, doc_tags=doc_tags)
+            if cfg.min_score_fallback > 0 and final.height and final["final_score"].max() < cfg.min_score:
+                run.note("finish", f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
+                                   f"{cfg.min_score - cfg.min_score_fallback:g} kept {final.height} "
+                                   f"(at most {cfg.fallback_max})")
             if cfg.dedupe_content:
                 from qmdlab.pipeline.finish import content_duplicates
 
