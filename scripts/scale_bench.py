@@ -12,6 +12,8 @@ chunk each) under ``--work``, then measures in this process:
 - ``store_vectors_s``: random 384-d float32 vectors written with ``store_vectors`` (10k per transaction);
 - ``vector_load_s``: the first ``vector_search`` (loads and normalises the matrix);
 - ``vector_ms``: median exact ``vector_search`` after that (the matrix is in memory);
+- every time also as ``*_cpu_*``: CPU seconds of this process (all threads), what a loaded shared
+  machine distorts least;
 - ``rss_mb``: peak resident memory of the process after the size's phases; ``db_mb``: index file size.
 
 The machine this was run on is shared: every row records the 1-minute load average at its start
@@ -87,14 +89,27 @@ def write_corpus(root: Path, n: int, cfg: BenchConfig, rng: random.Random) -> tu
     return words, weights
 
 
-def _median_ms(fn, args_list) -> float:
+def _median_ms(fn, args_list) -> tuple[float, float]:
+    """Median wall and median CPU (this process, all threads) milliseconds per call."""
     fn(*args_list[0])  # warm-up
-    times = []
+    wall, cpu = [], []
     for args in args_list:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(*args)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+class _Timer:
+    """Wall and CPU seconds of a block (CPU time is what a busy shared machine distorts least)."""
+
+    def __enter__(self):
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.t0, time.process_time() - self.c0
 
 
 def bench_size(n: int, cfg: BenchConfig) -> dict:
@@ -111,41 +126,41 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
     shutil.rmtree(index_dir, ignore_errors=True)
     idx = Index.open(index_dir)
     idx.add_collection("bench", root)
-    t0 = time.perf_counter()
-    idx.update(["bench"])
-    row["build_s"] = time.perf_counter() - t0
+    with _Timer() as t:
+        idx.update(["bench"])
+    row["build_s"], row["build_cpu_s"] = t.wall, t.cpu
     row["chunks"] = idx.status()["chunks"]
     print(f"[{n}] build {row['build_s']:.1f} s, {row['chunks']} chunks", file=sys.stderr, flush=True)
 
     changed = rng.sample(range(n), max(1, n // 100))
     for i in changed:
         (root / f"f{i // 1000:04d}" / f"n{i:07d}.md").write_text(_doc(i, words, weights, cfg.words_per_doc, rng))
-    t0 = time.perf_counter()
-    idx.update(["bench"])
-    row["update_changed_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    idx.update(["bench"])
-    row["update_unchanged_s"] = time.perf_counter() - t0
+    with _Timer() as t:
+        idx.update(["bench"])
+    row["update_changed_s"], row["update_changed_cpu_s"] = t.wall, t.cpu
+    with _Timer() as t:
+        idx.update(["bench"])
+    row["update_unchanged_s"], row["update_unchanged_cpu_s"] = t.wall, t.cpu
     print(f"[{n}] update 1%: {row['update_changed_s']:.1f} s, unchanged: {row['update_unchanged_s']:.2f} s",
           file=sys.stderr, flush=True)
 
     mid = words[200:5000]  # neither stop-word-frequent nor unseen
     queries = [(idx, " ".join(rng.sample(mid, 3))) for _ in range(cfg.queries)]
-    row["bm25_ms"] = _median_ms(lambda i, q: bm25_search(i, q, limit=10), queries)
+    row["bm25_ms"], row["bm25_cpu_ms"] = _median_ms(lambda i, q: bm25_search(i, q, limit=10), queries)
 
     todo = idx.chunks_needing_vectors(FINGERPRINT)
     ids = todo["chunk_id"].to_list()
     vrng = np.random.default_rng(cfg.seed)
-    t0 = time.perf_counter()
-    for s in range(0, len(ids), 10_000):
-        part = ids[s:s + 10_000]
-        idx.store_vectors(part, vrng.standard_normal((len(part), DIM), dtype=np.float32), FINGERPRINT)
-    row["store_vectors_s"] = time.perf_counter() - t0
+    with _Timer() as t:
+        for s in range(0, len(ids), 10_000):
+            part = ids[s:s + 10_000]
+            idx.store_vectors(part, vrng.standard_normal((len(part), DIM), dtype=np.float32), FINGERPRINT)
+    row["store_vectors_s"], row["store_vectors_cpu_s"] = t.wall, t.cpu
     qvecs = [(idx, vrng.standard_normal(DIM, dtype=np.float32)) for _ in range(cfg.queries)]
-    t0 = time.perf_counter()
-    vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10)
-    row["vector_load_s"] = time.perf_counter() - t0
-    row["vector_ms"] = _median_ms(lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+    with _Timer() as t:
+        vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10)
+    row["vector_load_s"], row["vector_load_cpu_s"] = t.wall, t.cpu
+    row["vector_ms"], row["vector_cpu_ms"] = _median_ms(lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
     print(f"[{n}] bm25 {row['bm25_ms']:.1f} ms, vector {row['vector_ms']:.1f} ms "
           f"(matrix load {row['vector_load_s']:.1f} s)", file=sys.stderr, flush=True)
     row["rss_mb"] = _rss_mb()
@@ -192,15 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=BenchConfig.work)
     p.add_argument("--queries", type=int, default=BenchConfig.queries)
     p.add_argument("--keep", action="store_true", help="Keep the corpora and indexes under --work.")
+    p.add_argument("--append", action="store_true", help="Add to the rows already in <out>/scale.json.")
     a = p.parse_args(argv)
     cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep)
     cfg.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows = json.loads((cfg.out / "scale.json").read_text())["rows"] if a.append else []
     for n in cfg.sizes:
         rows.append(bench_size(n, cfg))
         (cfg.out / "scale.json").write_text(json.dumps({"config": {**asdict(cfg), "out": str(cfg.out),
                                                                    "work": str(cfg.work)},
                                                         "rows": rows}, indent=1))
+    rows.sort(key=lambda r: r["n"])
     plot(rows, cfg.out / "scale.png")
     for r in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))

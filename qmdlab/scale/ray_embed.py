@@ -132,16 +132,22 @@ def embed_with_ray(idx: "Index", todo: "pl.DataFrame", spec: EmbedderSpec, finge
                             compute=ray.data.ActorPoolStrategy(size=actors),
                             num_cpus=options.num_cpus, num_gpus=options.num_gpus or None)
         done = batches = 0
-        with tqdm(total=n, unit="chunk", desc=f"embed (ray, {actors} actors)", disable=not progress,
-                  delay=0.5) as bar:
-            for out in ds.iter_batches(batch_size=write_batch, batch_format="numpy"):
-                fps = set(out["fingerprint"].tolist())
-                if fps != {fingerprint}:
-                    raise ModelError(f"a Ray actor embeds with {sorted(fps - {fingerprint})} but this run stores "
-                                     f"under {fingerprint!r}: every node must have the same model file and "
-                                     "qmdlab version (run `qmdlab pull` there)")
-                store([int(i) for i in out["chunk_id"]], np.asarray(out["vector"], dtype=np.float32), fingerprint)
-                done += len(out["chunk_id"])
-                batches += 1
-                bar.update(len(out["chunk_id"]))
+        batches_out = iter(ds.iter_batches(batch_size=write_batch, batch_format="numpy"))
+        try:
+            with tqdm(total=n, unit="chunk", desc=f"embed (ray, {actors} actors)", disable=not progress,
+                      delay=0.5) as bar:
+                for out in batches_out:
+                    fps = set(out["fingerprint"].tolist())
+                    if fps != {fingerprint}:
+                        raise ModelError(f"a Ray actor embeds with {sorted(fps - {fingerprint})} but this run stores "
+                                         f"under {fingerprint!r}: every node must have the same model file and "
+                                         "qmdlab version (run `qmdlab pull` there)")
+                    store([int(i) for i in out["chunk_id"]], np.asarray(out["vector"], dtype=np.float32), fingerprint)
+                    done += len(out["chunk_id"])
+                    batches += 1
+                    bar.update(len(out["chunk_id"]))
+        finally:
+            close = getattr(batches_out, "close", None)
+            if close is not None:  # a crash mid-run: stop the pipeline now, releasing its actors
+                close()
     return RayEmbedReport(done, batches, actors, time.perf_counter() - t0)

@@ -52,7 +52,7 @@ def test_same_vectors_as_the_local_path(preset, ray_local, two_indexes, require)
         from qmdlab.models.registry import ref_status
 
         require(ref_status("pkg:all-minilm-l6-v2")["ready"], "MiniLM is not pulled (qmdlab pull --preset offline)")
-    res = _embed(local, "--preset", preset)
+    res = _embed(local, "--preset", preset, "--batch-size", "8")
     assert res.exit_code == 0, res.output
     res = _embed(remote, "--preset", preset, "--ray", "--ray-actors", "2", "--batch-size", "8")
     assert res.exit_code == 0, res.output
