@@ -25,6 +25,7 @@ with app.setup:
     from qmdlab import models as qmodels
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.fuse import contributions
+    from qmdlab.search.navigate import breadcrumbs
 
 
 @app.cell(hide_code=True)
@@ -243,11 +244,15 @@ def _(trace):
 
 
 @app.cell
-def _(trace):
+def _(lab, trace):
+    # the heading breadcrumb of each snippet's line (qmdlab.search.navigate, as on the CLI)
+    _rows = trace.result_rows()
+    _crumb = dict(zip([r.docno for r in _rows], breadcrumbs(lab.index, _rows)))
+    results_table = trace.results.drop("qid").sort("final_rank").with_columns(
+        breadcrumb=pl.col("docno").replace_strict(_crumb, default="", return_dtype=pl.Utf8))
     mo.vstack([mo.md("## Results"),
-               mo.ui.table(trace.results.drop("qid").sort("final_rank"), selection=None, page_size=10,
-                           wrapped_columns=["snippet"])])
-    return
+               mo.ui.table(results_table, selection=None, page_size=10, wrapped_columns=["snippet"])])
+    return (results_table,)
 
 
 @app.cell(hide_code=True)
