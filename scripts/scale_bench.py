@@ -173,6 +173,42 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
     return row
 
 
+class _MatrixOnly:
+    """Just enough of an :class:`~qmdlab.store.Index` for :func:`~qmdlab.search.vector.vector_search`
+    without collection filters: its in-memory matrix (what a loaded index holds after the first query)."""
+
+    def __init__(self, vm):
+        self._vm = vm
+
+    def vector_matrix(self, fingerprint: str):
+        return self._vm
+
+
+def bench_vectors_only(n: int, cfg: BenchConfig) -> dict:
+    """Exact ``vector_search`` over ``n`` random one-chunk documents held in memory (no SQLite):
+    the query side at sizes whose index build does not fit the session."""
+    from qmdlab.search.vector import vector_search
+    from qmdlab.store.index import VectorMatrix
+
+    row: dict = {"n": n, "load_start": _load(), "vectors_only": True}
+    rng = np.random.default_rng(cfg.seed)
+    with _Timer() as t:
+        mat = rng.standard_normal((n, DIM), dtype=np.float32)
+        mat /= np.linalg.norm(mat, axis=1, keepdims=True)
+        vm = VectorMatrix(np.arange(n, dtype=np.int64), [f"bench/f{i // 1000:04d}/n{i:07d}.md" for i in range(n)], mat)
+    row["matrix_build_s"], row["matrix_build_cpu_s"] = t.wall, t.cpu
+    idx = _MatrixOnly(vm)
+    qvecs = [(idx, rng.standard_normal(DIM, dtype=np.float32)) for _ in range(cfg.queries)]
+    row["vector_ms"], row["vector_cpu_ms"] = _median_ms(
+        lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+    row["matrix_mb"] = mat.nbytes / 2**20
+    row["rss_mb"] = _rss_mb()
+    row["load_end"] = _load()
+    print(f"[{n}] vectors only: exact vector {row['vector_ms']:.1f} ms wall, {row['vector_cpu_ms']:.1f} ms CPU",
+          file=sys.stderr, flush=True)
+    return row
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -202,12 +238,15 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=BenchConfig().sizes)
+    p.add_argument("--sizes", type=int, nargs="*", default=BenchConfig().sizes)
     p.add_argument("--out", type=Path, default=BenchConfig.out)
     p.add_argument("--work", type=Path, default=BenchConfig.work)
     p.add_argument("--queries", type=int, default=BenchConfig.queries)
+    p.add_argument("--no-plot", action="store_true", help="Skip the matplotlib figure.")
     p.add_argument("--keep", action="store_true", help="Keep the corpora and indexes under --work.")
     p.add_argument("--append", action="store_true", help="Add to the rows already in <out>/scale.json.")
+    p.add_argument("--vectors-only", type=int, nargs="*", default=[], metavar="N",
+                   help="Also time exact vector_search over N in-memory random vectors (no index build).")
     a = p.parse_args(argv)
     cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -217,8 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         (cfg.out / "scale.json").write_text(json.dumps({"config": {**asdict(cfg), "out": str(cfg.out),
                                                                    "work": str(cfg.work)},
                                                         "rows": rows}, indent=1))
+    vec_rows = []
+    for n in a.vectors_only:
+        vec_rows.append(bench_vectors_only(n, cfg))
+        (cfg.out / "scale-vectors.json").write_text(json.dumps({"rows": vec_rows}, indent=1))
     rows.sort(key=lambda r: r["n"])
-    plot(rows, cfg.out / "scale.png")
+    if rows and not a.no_plot:
+        plot(rows, cfg.out / "scale.png")
+    rows = rows + vec_rows
     for r in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
     return 0
