@@ -184,7 +184,8 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
         index + embedding           20.0 s
         4 queries                    6.0 s  (retrieve 4.0, fuse 1.5, other 0.5)
         ablation                     3.0 s
-        saving runs + report         2.0 s
+        saving runs + ranx check     1.0 s
+        tables + score separation    1.0 s
       trained-reranker rows          0.5 s
       parent (other)                 0.5 s
       total                         36.0 s
@@ -210,7 +211,8 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
             row(f"    {n} queries", r["query_s"],
                 ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + f", other {other:.1f}")
         row("    ablation", r["ablation_s"])
-        row("    saving runs + report", r["tier_s"] - r["imports_s"] - r["index_s"] - r["query_s"] - r["ablation_s"])
+        row("    saving runs + ranx check", r["suite_s"] - r["index_s"] - r["query_s"] - r["ablation_s"])
+        row("    tables + score separation", r["tier_s"] - r["imports_s"] - r["suite_s"])
     row("  trained-reranker rows", rows_s)
     row("  parent (other)", total - sum(walls.values()) - rows_s)
     row("  total", total)

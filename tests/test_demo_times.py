@@ -37,7 +37,8 @@ def test_summary_adds_up_and_splits_stages_only_without_cached_traces():
     assert lines[t1 + 2] == "index + embedding 4.0 s"
     assert lines[t1 + 3] == "5 queries 3.0 s (rerank 1.5, expand 1.2, other 0.2)"
     assert lines[t1 + 4] == "ablation 1.5 s"
-    assert lines[t1 + 5] == "saving runs + report 0.5 s"  # 10 - 1 - 4 - 3 - 1.5
+    assert lines[t1 + 5] == "saving runs + ranx check 0.5 s"  # run_suite 9 - 4 - 3 - 1.5
+    assert lines[t1 + 6] == "tables + score separation 0.0 s"  # tier 10 - imports 1 - run_suite 9
     assert lines[t2 + 3] == "5 queries 3.0 s (5 traces from cache)"  # cached: no stage split
     assert lines[-3:] == ["trained-reranker rows 0.2 s", "parent (other) 0.8 s", "total 24.0 s"]  # 24 - 23 - 0.25
 
