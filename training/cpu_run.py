@@ -133,7 +133,29 @@ def sft_data(cfg: RecipeConfig, out: Path) -> dict:
     return prepare(out / "data" / "all.jsonl", out / "data", eval_fraction=0.05, seed=cfg.seed)
 
 
+def preload() -> int:
+    """Import every module the recipe can reach, now. A long run must not pick up a half-edited file
+    from a working tree that someone is editing (a module imported lazily an hour later would be the
+    new version, its neighbours the old one)."""
+    import importlib
+    import pkgutil
+
+    n = 0
+    for pkg_name in ("qmdlab.store", "qmdlab.search", "qmdlab.models", "qmdlab.pipeline", "eval", "training"):
+        pkg = importlib.import_module(pkg_name)
+        for info in pkgutil.walk_packages(pkg.__path__, pkg_name + "."):
+            if any(part in info.name for part in ("ray", "scale", "commands", "__main__")):
+                continue
+            try:
+                importlib.import_module(info.name)
+                n += 1
+            except Exception:  # an optional extra that is not installed: the recipe does not use it
+                pass
+    return n
+
+
 def run_recipe(cfg: RecipeConfig) -> dict:
+    preload()
     from training.base_models import dequantize_gguf
     from training.evaluate import EvaluateConfig, run_evaluate
     from training.export import ExportConfig, run_export

@@ -259,7 +259,11 @@ def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
         raise ConfigError(f"{cfg.splits_file} has no split for suite {name!r} (it has {sorted(splits)})")
     held = set(splits[name].heldout)
     if cfg.prompt_qids_file:
-        prompts = json.loads(Path(cfg.prompt_qids_file).read_text(encoding="utf-8"))
+        try:
+            prompts = json.loads(Path(cfg.prompt_qids_file).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"--prompt_qids_file {cfg.prompt_qids_file} does not exist (GRPO writes prompt_qids.json "
+                              "in its output_dir when training starts; pass that file, or drop the flag)") from None
         assert_disjoint(prompts, {tag(name, q) for q in held}, where=f"the GRPO prompts of {cfg.prompt_qids_file}")
     return held
 
