@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from qmdlab.commands.ray_options import ray_options, ray_options_from
+from qmdlab.scale.cli_options import ray_options, ray_options_from
 from qmdlab.errors import ConfigError, QmdlabError
 
 

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from qmdlab.commands.ray_options import ray_options, ray_options_from
+from qmdlab.scale.cli_options import ray_options, ray_options_from
 from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
 

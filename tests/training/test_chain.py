@@ -33,12 +33,15 @@ def _steer_generation(monkeypatch, model_dir, text: str) -> None:
     assert len(set(ids)) == len(ids), "each token of the steered text must be distinct"
     bias = [[[ids[0]], 20.0]] + [[[a, b], 40.0] for a, b in zip(ids, ids[1:])] + [[[ids[-1], eos], 60.0]]
 
-    class SteeredGRPOConfig(trl.GRPOConfig):
-        def __post_init__(self):
-            self.generation_kwargs = {**(self.generation_kwargs or {}), "sequence_bias": bias}
-            super().__post_init__()
+    original = trl.GRPOConfig.__post_init__
 
-    monkeypatch.setattr(trl, "GRPOConfig", SteeredGRPOConfig)
+    def steered_post_init(self):
+        self.generation_kwargs = {**(self.generation_kwargs or {}), "sequence_bias": bias}
+        original(self)
+
+    # Patch the method, not the class: the trainer pickles its args (training_args.bin), and an instance of
+    # a class defined in this function cannot be pickled.
+    monkeypatch.setattr(trl.GRPOConfig, "__post_init__", steered_post_init)
 
 
 @pytest.mark.slow
