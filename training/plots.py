@@ -46,6 +46,18 @@ def _rolling(values: list[float], window: int) -> list[float]:
     return out
 
 
+def _save(fig, png: str | Path) -> Path:
+    """Write ``fig`` to ``png`` (parents created) and release it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
 def plot_rewards(run_dir: str | Path, png: str | Path, *, window: int = 10) -> Path:
     """Per-step rule and retrieval rewards (points) with a ``window``-step trailing mean (lines)."""
     import matplotlib
@@ -68,12 +80,7 @@ def plot_rewards(run_dir: str | Path, png: str | Path, *, window: int = 10) -> P
             ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_title(label)
         ax.set_xlabel("GRPO step")
-    fig.tight_layout()
-    png = Path(png)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(fig, png)
 
 
 def plot_heldout(results: Mapping[str, Mapping[str, Mapping]], png: str | Path) -> Path:
@@ -103,9 +110,4 @@ def plot_heldout(results: Mapping[str, Mapping[str, Mapping]], png: str | Path) 
     ax.set_xticklabels(suites)
     ax.set_ylabel("nDCG@10 (held-out)")
     ax.legend(fontsize=8, ncol=min(len(variants), 5), loc="lower center", bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout()
-    png = Path(png)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
+    return _save(fig, png)
