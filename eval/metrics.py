@@ -176,14 +176,24 @@ def mean_scores(table: pl.DataFrame) -> dict[str, float]:
     return {c: float(table[c].mean()) for c in cols}
 
 
+def qrels_dict(qrels: pl.DataFrame, *, doc_col: str = "docno") -> dict[str, dict[str, int]]:
+    """``{qid: {doc: grade}}`` from a ``qid, <doc_col>, grade`` frame (the shape ranx, the GRPO reward
+    and the training evaluation take).
+
+    >>> qrels_dict(pl.DataFrame({"qid": ["1", "1", "2"], "docno": ["a", "b", "a"], "grade": [2, 0, 1]}))
+    {'1': {'a': 2, 'b': 0}, '2': {'a': 1}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for qid, doc, grade in qrels.select("qid", doc_col, "grade").iter_rows():
+        out.setdefault(str(qid), {})[str(doc)] = int(grade)
+    return out
+
+
 def ranx_qrels(qrels: pl.DataFrame, *, doc_col: str = "docno"):
     """A ``ranx.Qrels`` from a ``qid, <doc_col>, grade`` frame."""
     from ranx import Qrels
 
-    out: dict[str, dict[str, int]] = {}
-    for qid, doc, grade in qrels.select("qid", doc_col, "grade").iter_rows():
-        out.setdefault(str(qid), {})[str(doc)] = int(grade)
-    return Qrels(out)
+    return Qrels(qrels_dict(qrels, doc_col=doc_col))
 
 
 def ranx_run(run: pl.DataFrame, name: str | None = None, *, doc_col: str = "docno"):

@@ -165,9 +165,9 @@ def _():
                                     remove_on_exit=True) as bar:
             idx = runner.prepare_index(suite, models.embedder, progress=False, log=lambda _msg: None)
             bar.update()
-        qrels: dict[str, dict[str, int]] = {}
-        for qid, docno, grade in suite.qrels_docnos().iter_rows():
-            qrels.setdefault(qid, {})[docno] = int(grade)
+        from eval.metrics import qrels_dict
+
+        qrels = qrels_dict(suite.qrels_docnos())
         # Rerank off: the retrieval term measures the expansion, as in training.
         lab = Lab(idx, models)
         lab.config = lab.config.replace(rerank=False)

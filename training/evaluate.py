@@ -66,9 +66,11 @@ def suite_rows(suite_dir: str | Path, collection: str) -> list[dict]:
         from eval.suites import get_suite
 
         data = get_suite(str(suite_dir)).data()
-    qrels: dict[str, dict[str, int]] = {}
-    for qid, docid, grade in data.qrels.iter_rows():
-        qrels.setdefault(qid, {})[f"{collection}/{docid}"] = int(grade)
+    import polars as pl
+
+    from eval.metrics import qrels_dict
+
+    qrels = qrels_dict(data.qrels.with_columns((pl.lit(f"{collection}/") + pl.col("docid").cast(pl.Utf8)).alias("docno")))
     rows = []
     for r in data.judged_queries().iter_rows(named=True):
         rows.append({"qid": r["qid"], "query": r["query"], "intent": r.get("intent"), "qrels": qrels[r["qid"]]})
@@ -168,11 +170,11 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         base = load_models(cfg.models_preset, n_threads=cfg.n_threads)
         reranker = base.reranker if cfg.rerank else None
         config = suite_config(suite).replace(rerank=cfg.rerank)
-        qrels = {}  # the suite's own docnos (its collection name)
+        from eval.metrics import qrels_dict
+
         qids = [str(r["qid"]) for r in rows]
-        judged = suite.qrels_docnos().join(judged_queries(suite, None, qids).select("qid"), on="qid", how="semi")
-        for qid, docno, grade in judged.iter_rows():
-            qrels.setdefault(qid, {})[docno] = int(grade)
+        # The suite's own docnos (its collection name).
+        qrels = qrels_dict(suite.qrels_docnos().join(judged_queries(suite, None, qids).select("qid"), on="qid", how="semi"))
 
         def traces_of(expander):
             return record(suite, ModelSet(base.embedder, expander, reranker), config.replace(expand=expander is not None),

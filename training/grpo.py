@@ -118,6 +118,7 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
 def split_rows(cfg: GRPORunConfig) -> list[dict]:
     """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
     the suite's own docnos. Raises :class:`training.splits.LeakError` if a held-out query is among them."""
+    from eval.metrics import qrels_dict
     from eval.suites import get_suite
 
     from training.splits import assert_disjoint, heldout_tagged, load_splits, tag
@@ -132,9 +133,7 @@ def split_rows(cfg: GRPORunConfig) -> list[dict]:
         if suite.name not in splits:
             raise ConfigError(f"{cfg.splits_file} has no split for suite {suite.name!r} (it has {sorted(splits)})")
         train = set(splits[suite.name].train)
-        qrels: dict[str, dict[str, int]] = {}
-        for qid, docno, grade in suite.qrels_docnos().iter_rows():
-            qrels.setdefault(str(qid), {})[docno] = int(grade)
+        qrels = qrels_dict(suite.qrels_docnos())
         for r in suite.data().judged_queries().sort("qid").iter_rows(named=True):
             qid = str(r["qid"])
             if qid in train and any(g > 0 for g in qrels.get(qid, {}).values()):
