@@ -9,21 +9,9 @@ from training.reward import RetrievalReward, engine_scorer, pipeline_scorer
 
 
 @pytest.fixture
-def lab(tmp_path, qmdlab_home):
-    from qmdlab.pipeline.lab import Lab
-    from qmdlab.store import Index
-
-    corpus = tmp_path / "notes"
-    corpus.mkdir()
-    (corpus / "rebase.md").write_text("# Rebasing\n\nRebase replays your commits on top of another branch.\n")
-    (corpus / "pasta.md").write_text("# Pasta\n\nBoil water, add salt, cook the spaghetti for nine minutes.\n")
-    (corpus / "history.md").write_text("# History of Rome\n\nThe squash court was built in the old town.\n")
-    idx = Index.open(str(tmp_path / "idx"))
-    idx.add_collection("n", corpus)
-    idx.update()
-    lab = Lab(idx, None)
-    lab.config = lab.config.replace(vector=False, rerank=False, strong_signal_min=2.0)
-    return lab
+def lab(bm25_lab):
+    bm25_lab.config = bm25_lab.config.replace(strong_signal_min=2.0)
+    return bm25_lab
 
 
 QRELS = {"q1": {"n/rebase.md": 1}}
