@@ -55,3 +55,23 @@ def toy_suite():
 def trace_factory():
     """:func:`make_trace` (test modules cannot import conftest under ``--import-mode=importlib``)."""
     return make_trace
+
+
+PETS_DOCS = {"1": ("Cats", "cats purr and sleep"), "2": ("Dogs", "dogs bark at cats"),
+             "3": ("Birds", "birds fly south"), "10": ("Fish", "fish swim in water")}
+PETS_QUERIES = {"1": "cats", "2": "birds fly", "3": "swimming fish"}
+PETS_QRELS = [("1", "1"), ("1", "2"), ("2", "3"), ("3", "10")]
+
+
+def pets_suite(tmp_path, queries: dict | None = None, qrels: list | None = None):
+    """A four-document SMART suite written under ``tmp_path/user-data`` (docid 10 checks that ids are
+    not positions); ``queries``/``qrels`` add to the three judged queries."""
+    d = tmp_path / "user-data"
+    d.mkdir()
+    qs = {**PETS_QUERIES, **(queries or {})}
+    (d / "T.ALL").write_text("".join(f".I {i}\n.T\n{t}\n.W\n{w}\n" for i, (t, w) in PETS_DOCS.items()))
+    (d / "T.QRY").write_text("".join(f".I {q}\n.W\n{text}\n" for q, text in qs.items()))
+    (d / "T.REL").write_text("".join(f"{q} {doc} 0 0.0\n" for q, doc in PETS_QRELS + (qrels or [])))
+    from eval.suites import get_suite
+
+    return get_suite(d, "smart")

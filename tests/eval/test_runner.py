@@ -12,6 +12,7 @@ from ranx import Qrels, Run, evaluate
 from eval.runner import run_suite
 from eval.study import Study
 from eval.suites import Suite, SuiteUnavailable, get_suite
+from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.models.fakes import RuleExpander
 from qmdlab.models.base import ModelSet
@@ -25,14 +26,7 @@ def _models():
 
 
 def _smart_suite(tmp_path):
-    d = tmp_path / "user-data"
-    d.mkdir()
-    docs = {"1": ("Cats", "cats purr and sleep"), "2": ("Dogs", "dogs bark at cats"),
-            "3": ("Birds", "birds fly south"), "10": ("Fish", "fish swim in water")}
-    (d / "T.ALL").write_text("".join(f".I {i}\n.T\n{t}\n.W\n{w}\n" for i, (t, w) in docs.items()))
-    (d / "T.QRY").write_text(".I 1\n.W\ncats\n.I 2\n.W\nbirds fly\n.I 3\n.W\nswimming fish\n")
-    (d / "T.REL").write_text("1 1 0 0.0\n1 2 0 0.0\n2 3 0 0.0\n3 10 0 0.0\n")
-    return get_suite(d, "smart")
+    return pets_suite(tmp_path)
 
 
 @pytest.mark.slow  # indexes a corpus and runs the pipeline: seconds on 2 cores
