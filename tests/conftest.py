@@ -89,3 +89,24 @@ def cisi_dir() -> Path:
 @pytest.fixture(scope="session")
 def default_corpus() -> Path:
     return DEFAULT_CORPUS
+
+
+@pytest.fixture
+def cli_run(tmp_path):
+    """``run(*args, ok=True)``: ``qmdlab --index <tmp>/idx ARGS`` through click's CliRunner; asserts exit 0
+    (showing the output) unless ``ok=False``. ``run.index_dir`` is the index folder."""
+    from click.testing import CliRunner
+
+    from qmdlab.cli import cli
+
+    runner = CliRunner()
+    idx = str(tmp_path / "idx")
+
+    def _run(*args, ok=True):
+        res = runner.invoke(cli, ["--index", idx, *args])
+        if ok:
+            assert res.exit_code == 0, res.output
+        return res
+
+    _run.index_dir = idx
+    return _run

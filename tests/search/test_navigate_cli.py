@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from qmdlab.cli import cli
 
 GUIDE = ("# Guide\n\nThe guide.\n\n## Install\n\nRun it. See ops/run.md and [restart](ops/run.md#restart).\n\n"
          "### Linux\n\napt install zebra\n\n## Use\n\nUse zebra daily.\n")
@@ -15,24 +13,15 @@ RUN = "# Run\n\nStart it.\n\n## Restart\n\nsystemctl restart zebra\n"
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, cli_run):
     src = tmp_path / "notes"
     (src / "ops").mkdir(parents=True)
     (src / "guide.md").write_text(GUIDE, encoding="utf-8")
     (src / "ops" / "run.md").write_text(RUN, encoding="utf-8")
     (src / "long.md").write_text("# Long\n\n" + "\n".join(f"row {i} " + "y" * 70 for i in range(200)) + "\n",
                                  encoding="utf-8")
-    runner = CliRunner()
-    idx = str(tmp_path / "idx")
-
-    def _run(*args, ok=True):
-        res = runner.invoke(cli, ["--index", idx, *args])
-        if ok:
-            assert res.exit_code == 0, res.output
-        return res
-
-    _run("collection", "add", str(src), "--name", "kb")
-    return _run
+    cli_run("collection", "add", str(src), "--name", "kb")
+    return cli_run
 
 
 def test_refs_lists_numbered_references(run):

@@ -4,25 +4,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
-
-from qmdlab.cli import cli
 
 from .conftest import snapshot
 
 
 @pytest.fixture
-def run(tmp_path):
-    runner = CliRunner()
-    idx = str(tmp_path / "idx")
-
-    def _run(*args, ok=True):
-        res = runner.invoke(cli, ["--index", idx, *args])
-        if ok:
-            assert res.exit_code == 0, res.output
-        return res
-
-    return _run
+def run(cli_run):
+    return cli_run
 
 
 def test_collection_lifecycle(run, notes):

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
-from qmdlab.cli import cli
 from qmdlab.commands.store import split_address
 
 GUIDE = ("---\ntitle: Guide\n---\nintro line\n# Install\nsteps\n## Linux\napt install x\n"
@@ -12,22 +10,13 @@ GUIDE = ("---\ntitle: Guide\n---\nintro line\n# Install\nsteps\n## Linux\napt in
 
 
 @pytest.fixture
-def run(tmp_path):
+def run(tmp_path, cli_run):
     src = tmp_path / "notes"
     src.mkdir()
     (src / "guide.md").write_text(GUIDE, encoding="utf-8")
     (src / "c#.md").write_text("# Sharp\nc sharp notes\n", encoding="utf-8")  # a '#' in a real file name
-    runner = CliRunner()
-    idx = str(tmp_path / "idx")
-
-    def _run(*args, ok=True):
-        res = runner.invoke(cli, ["--index", idx, *args])
-        if ok:
-            assert res.exit_code == 0, res.output
-        return res
-
-    _run("collection", "add", str(src), "--name", "kb")
-    return _run
+    cli_run("collection", "add", str(src), "--name", "kb")
+    return cli_run
 
 
 def test_section_by_address(run):

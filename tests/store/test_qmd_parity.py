@@ -8,9 +8,7 @@ import sqlite3
 import xml.etree.ElementTree as ET
 
 import pytest
-from click.testing import CliRunner
 
-from qmdlab.cli import cli
 from qmdlab.errors import StoreError
 from qmdlab.store import Index
 from qmdlab.store.cleanup import cleanup
@@ -18,18 +16,8 @@ from qmdlab.store.refs import parse_ref, split_refs, strip_scheme
 
 
 @pytest.fixture
-def run(tmp_path):
-    runner = CliRunner()
-    idx = str(tmp_path / "idx")
-
-    def _run(*args, ok=True):
-        res = runner.invoke(cli, ["--index", idx, *args])
-        if ok:
-            assert res.exit_code == 0, res.output
-        return res
-
-    _run.index_dir = idx
-    return _run
+def run(cli_run):
+    return cli_run
 
 
 # -- 1. qmd:// URIs ------------------------------------------------------------------------------
