@@ -19,7 +19,15 @@ row                         lists kept                                      conf
 ``strong-signal skip``      original, + expansions of non-strong queries    rerank as recorded
 ``fusion=<m>``              all                                             fusion m (each method)
 ``blend=<m>``               all                                             blend m (each method)
+``chunker=<c>``             all, of ANOTHER recording                       the recorded config
 ==========================  =============================================  =====================
+
+The ``chunker=<c>`` rows (``qmdlab eval --ablate --chunkers all``; :func:`chunker_evaluations`) are the
+exception to "one set of traces": chunks are stored in the index, so each chunker gets its own suite
+index (:func:`eval.record.index_dir`) and its own recording of the same queries under the same config
+(``chunker: c``, which keys its trace cache); the row is that recording evaluated as recorded.
+``chunker=breakpoints`` (the default) is the main recording itself; pass
+``--baseline chunker=breakpoints`` for p-values of each chunker against the default one.
 
 What the cut cannot reproduce, and why it is still exact: BM25-only and vector-only runs
 would issue the same original-query searches, so their lists are identical to the recorded
@@ -109,8 +117,47 @@ def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: 
     return out
 
 
+def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progress: bool = False, log=print,
+                        remote=None) -> dict:
+    """``{"chunker=<c>": Evaluation}``: each chunker's own recording of ``study``'s queries under
+    ``study.config`` with ``chunker: c`` (its own index and trace cache), evaluated as recorded. The
+    chunker the study was recorded with is the study itself (no second recording).
+
+    Parameters
+    ----------
+    study : eval.study.Study
+        The main recording's study (its config and metrics are used).
+    suite : eval.suites.Suite
+    models : ModelSet or None
+        The models of the main recording (same roles, so the rows differ only in the chunks).
+    chunkers : sequence of str
+        Names from :data:`qmdlab.store.chunkers.CHUNKERS`.
+    """
+    from qmdlab.store.chunkers import DEFAULT_CHUNKER, check_chunker
+
+    from .record import record
+    from .study import Study
+
+    own = study.config.chunker or DEFAULT_CHUNKER
+    out = {}
+    for name in chunkers:
+        check_chunker(name, "--chunkers")
+        if name == own:
+            out[f"chunker={name}"] = study.evaluate(study.config)
+            continue
+        cfg = study.config.replace(chunker="" if name == DEFAULT_CHUNKER else name)
+        rec = record(suite, models, cfg, qids=study.qids, name=f"chunker={name}", progress=progress, log=log,
+                     remote=remote)
+        other = Study.from_recording(rec, metrics=study.metrics)
+        missing = set(study.qids) - set(other.qids)
+        if missing:
+            raise ValueError(f"chunker {name}: the recording lacks queries {sorted(missing)[:5]}")
+        out[f"chunker={name}"] = other.evaluate(rec.config)
+    return out
+
+
 def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: Sequence[Variant] | None = None,
-           extra: dict[str, PipelineConfig] | None = None) -> pl.DataFrame:
+           extra: dict[str, PipelineConfig] | None = None, chunkers: dict | None = None) -> pl.DataFrame:
     """Evaluate every ablation row of ``study`` and compare each with ``baseline``.
 
     Parameters
@@ -124,6 +171,8 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
         Defaults to :func:`variants` of what the trace holds.
     extra : dict of name → PipelineConfig, optional
         More rows evaluated on all lists (e.g. a tuned config).
+    chunkers : dict of name → Evaluation, optional
+        Rows evaluated on other recordings (:func:`chunker_evaluations`), compared per query.
 
     Returns
     -------
@@ -144,6 +193,9 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
     for name, cfg in (extra or {}).items():
         evals[name] = study.evaluate(cfg)
         desc[name] = "extra configuration"
+    for name, ev in (chunkers or {}).items():
+        evals[name] = ev
+        desc[name] = f"own index chunked with {name.split('=', 1)[-1]}, recorded config"
     if baseline == "best-leg":
         legs = [n for n in ("bm25", "vector") if n in evals]
         baseline = max(legs, key=lambda n: evals[n].metrics[metric])

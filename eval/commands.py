@@ -71,6 +71,23 @@ def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, e
                    err=True)
 
 
+def _chunkers(value: str | None, ablate: bool) -> tuple[str, ...]:
+    """``--chunkers`` → names (``all`` = every chunker); it needs ``--ablate``.
+
+    >>> _chunkers("all", True), _chunkers("headings, breakpoints", True), _chunkers(None, False)
+    (('breakpoints', 'headings', 'fences-and-tables'), ('headings', 'breakpoints'), ())
+    """
+    from qmdlab.store.chunkers import CHUNKERS, check_chunker
+
+    if not value:
+        return ()
+    if not ablate:
+        raise click.UsageError("--chunkers adds ablation rows: give --ablate too")
+    if value.strip() == "all":
+        return CHUNKERS
+    return tuple(check_chunker(v.strip(), "--chunkers") for v in value.split(",") if v.strip())
+
+
 def register(group: click.Group) -> None:
     @group.command("eval")
     @click.argument("suite")
@@ -82,7 +99,11 @@ def register(group: click.Group) -> None:
     @click.option("--no-rerank", is_flag=True, help="Skip the LLM reranker.")
     @click.option("--ablate", is_flag=True, help="Also print the ablation matrix (cut from the same traces).")
     @click.option("--baseline", default="best-leg", show_default=True,
-                  help="Ablation row the p-values compare against (best-leg = the better of bm25/vector).")
+                  help="Ablation row the p-values compare against (best-leg = the better of bm25/vector; "
+                       "chunker=breakpoints with --chunkers).")
+    @click.option("--chunkers", default=None, metavar="all|NAME,…",
+                  help="With --ablate: a row per chunker (breakpoints, headings, fences-and-tables), each from its "
+                       "own index and recording of the same queries.")
     @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
                   help="Write <run>.trec files, metrics.json, traces, … into this directory.")
     @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")
@@ -90,8 +111,8 @@ def register(group: click.Group) -> None:
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
     @ray_options
-    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, out, preset, limit, per_query,
-                 progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, chunkers, out, preset, limit,
+                 per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics)."""
@@ -108,8 +129,10 @@ def register(group: click.Group) -> None:
 
             spec = ModelSpec.resolve(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
             remote = RayQueries(spec, ray_opts, models=models, progress=progress)
+        names = _chunkers(chunkers, ablate)
         res = run_suite(s, models, cfg, out=out, name=run_name(cfg, path), ablate=ablate, baseline=baseline,
-                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True), remote=remote)
+                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True), remote=remote,
+                        chunkers=names)
         if per_query:
             click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
         n = res.timings["queries"]

@@ -186,13 +186,33 @@ def suite_config(suite: Suite) -> PipelineConfig:
     return PipelineConfig.from_file(suite.config) if getattr(suite, "config", None) else PipelineConfig()
 
 
+def index_dir(suite: Suite, chunker: str = "") -> Path:
+    """The suite's index for ``chunker``: ``<workdir>/index`` for the default (``""`` or
+    ``breakpoints``), ``<workdir>/index-<chunker>`` for another one (chunks are stored, so each
+    chunker has its own index; its traces have their own cache key through the config's ``chunker``).
+
+    >>> from eval.suites import get_suite
+    >>> s = get_suite("default"); index_dir(s).name, index_dir(s, "breakpoints").name, index_dir(s, "headings").name
+    ('index', 'index', 'index-headings')
+    """
+    from qmdlab.store.chunkers import DEFAULT_CHUNKER, check_chunker
+
+    name = check_chunker(chunker or DEFAULT_CHUNKER, "option 'chunker':")
+    return suite.workdir() / ("index" if name == DEFAULT_CHUNKER else f"index-{name}")
+
+
 def prepare_index(suite: Suite, embedder: Any = None, *, progress: bool = True, batch_size: int = 32,
-                  log: Callable[[str], None] = print):
-    """Write/refresh the suite corpus, update the suite's index and embed missing chunks."""
+                  log: Callable[[str], None] = print, chunker: str = ""):
+    """Write/refresh the suite corpus, update the suite's index (:func:`index_dir` of ``chunker``,
+    re-chunked if its chunks were made otherwise) and embed missing chunks."""
     from qmdlab.store import Index
+    from qmdlab.store.chunkers import DEFAULT_CHUNKER
 
     suite.write_corpus()
-    idx = Index.open(suite.workdir() / "index")
+    idx = Index.open(index_dir(suite, chunker))
+    rechunked = idx.set_chunker(chunker or DEFAULT_CHUNKER, progress=progress)
+    if rechunked.changed:
+        log(f"index {idx.dir}: {rechunked.summary()}")
     root = suite.corpus_dir().resolve()
     existing = {c.name: c for c in idx.collections()}
     if suite.collection in existing and Path(existing[suite.collection].root).resolve() != root:
@@ -235,7 +255,8 @@ def open_lab(suite: Suite, models: Any = None, config: PipelineConfig | None = N
 
     config = config or suite_config(suite)
     embedder = models[0] if models is not None else None
-    idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log)
+    idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log,
+                        chunker=config.chunker)
     return Lab(idx, models, config)
 
 

@@ -28,7 +28,7 @@ import polars as pl
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import Trace
 
-from .ablation import ablate as ablate_fn, strong_signal_qids, variants
+from .ablation import ablate as ablate_fn, chunker_evaluations, strong_signal_qids, variants
 from .metrics import DEFAULT_METRICS, mean_scores, parse_metric, per_query
 from .record import (EVAL_DEPTH, _fingerprint, _no_query_budget, cache_key, degraded_queries,  # noqa: F401 — re-exported
                      embed_missing, load_run_dir, prepare_index, query_traces, record)
@@ -106,7 +106,8 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
               out: str | Path | None = None, name: str | None = None, ablate: bool = False,
               baseline: str = "best-leg", metrics: Sequence[str] = DEFAULT_METRICS, limit: int | None = None,
               progress: bool = True, complete_rerank: bool = True, check_ranx: bool = True,
-              log: Callable[[str], None] = print, remote: Callable | None = None) -> RunResult:
+              log: Callable[[str], None] = print, remote: Callable | None = None,
+              chunkers: Sequence[str] = ()) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
     Parameters
@@ -131,6 +132,9 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
         ``.trec`` file, collection ids) and fail loudly if it disagrees with our metrics.
     remote : callable, optional
         Computes the uncached traces elsewhere (``qmdlab eval --ray``; see :func:`eval.record.record`).
+    chunkers : sequence of str
+        With ``ablate``: a ``chunker=<c>`` row per chunker, each from its own index and recording
+        (:func:`eval.ablation.chunker_evaluations`).
     """
     config = config or PipelineConfig()
     name = name or run_name(config)
@@ -157,7 +161,11 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
 
             docs = suite_docs(suite)
         study = Study.from_recording(rec, metrics=metrics, complete_rerank=complete_rerank, docs=docs)
-        table = ablate_fn(study, baseline=baseline)
+        chunk_rows = chunker_evaluations(study, suite, models, chunkers, progress=progress, log=log,
+                                         remote=remote) if chunkers else {}
+        table = ablate_fn(study, baseline=baseline, chunkers=chunk_rows)
+        for row, ev in chunk_rows.items():
+            runs[row], finals[row] = ev.per_query, ev.final
         for v in variants(config, has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
                           has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
                           has_rerank=bool(trace.rerank.height),

@@ -14,6 +14,7 @@ import click
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
 from qmdlab.output import build_rows
+from qmdlab.store.chunkers import CHUNKERS
 from qmdlab.store.refs import split_address, split_range, strip_scheme
 
 
@@ -67,12 +68,19 @@ def register(group: click.Group) -> None:
     @click.option("--mask", default="**/*.md", show_default=True, help="Glob(s), comma-separated union.")
     @click.option("--ignore", multiple=True, help="Glob of paths to leave out (repeatable).")
     @click.option("--no-update", is_flag=True, help="Only register; index later with `qmdlab update`.")
+    @click.option("--chunker", type=click.Choice(CHUNKERS), default=None,
+                  help="Set the index's chunking strategy (it applies to every collection; see `update --chunker`).")
     @click.pass_context
-    def collection_add(ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool) -> None:
+    def collection_add(ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool,
+                       chunker: str | None) -> None:
         """Register PATH as a collection and index it."""
         idx = open_index(ctx)
         coll = idx.add_collection(name or path.expanduser().resolve().name, path, mask, ignore)
         click.echo(f"added collection {coll.name}: {coll.root} ({coll.mask})")
+        if chunker:
+            rep = idx.set_chunker(chunker, progress=True)
+            if rep.changed:
+                click.echo(rep.summary())
         if not no_update:
             print_report(idx.update([coll.name], progress=True))
 
@@ -137,10 +145,17 @@ def register(group: click.Group) -> None:
     @group.command("update")
     @click.option("-c", "--collection", "collections", multiple=True, help="Only these collections.")
     @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+    @click.option("--chunker", type=click.Choice(CHUNKERS), default=None,
+                  help="Chunking strategy of the whole index (kept until changed; default breakpoints). "
+                       "A change re-chunks stored files; `qmdlab embed` then re-embeds the changed chunks.")
     @click.pass_context
-    def update(ctx, collections: tuple[str, ...], progress: bool) -> None:
+    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None) -> None:
         """Re-scan collections: new, changed, moved and vanished files."""
-        print_report(open_index(ctx).update(list(collections) or None, progress=progress))
+        idx = open_index(ctx)
+        rep = idx.set_chunker(chunker, progress=progress) if chunker else idx.ensure_chunker(progress=progress)
+        if rep.changed:
+            click.echo(rep.summary())
+        print_report(idx.update(list(collections) or None, progress=progress))
 
     @group.command("search")
     @click.argument("query")
@@ -272,7 +287,8 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps(st, indent=2))
             return
         click.echo(f"index: {st['index']}")
-        click.echo(f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}")
+        click.echo(f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}"
+                   + (f" ({st['chunker']})" if st.get("chunker") else ""))
         for c in st["collections"]:
             click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})")
         for fp, v in st["vectors"].items():

@@ -28,7 +28,7 @@ BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
 KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
-                          "min_score_fallback", "fallback_max"})
+                          "min_score_fallback", "fallback_max", "chunker"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -131,6 +131,12 @@ class PipelineConfig:
         AI Helper's fallback probe: when no result of a query reaches ``min_score``, keep at most
         ``fallback_max`` results scoring at least ``min_score - min_score_fallback`` (noted in the
         trace) instead of returning nothing. 0 (the default) = off: nothing below ``min_score``.
+    chunker : str
+        The chunking strategy the index must have been built with
+        (:mod:`qmdlab.store.chunkers`: ``breakpoints``, ``headings``, ``fences-and-tables``); ``""``
+        (the default) = whatever the index has. Chunks are stored, so this is an index setting
+        (``qmdlab update --chunker``): a :class:`~qmdlab.pipeline.lab.Lab` refuses an index chunked
+        otherwise, and ``qmdlab eval`` builds one suite index per chunker.
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is skipped with a note, fail-open, and the call is abandoned on its
@@ -198,6 +204,7 @@ class PipelineConfig:
     weight_original_trigram: float = 0.0
     min_score_fallback: float = 0.0
     fallback_max: int = 3
+    chunker: str = ""
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -241,6 +248,10 @@ class PipelineConfig:
         if not self.min_score_fallback >= 0 or int(self.fallback_max) < 0:
             raise ConfigError(f"options 'min_score_fallback' (>= 0) and 'fallback_max' (>= 0) got "
                               f"{self.min_score_fallback!r} and {self.fallback_max!r}")
+        if self.chunker:
+            from qmdlab.store.chunkers import check_chunker
+
+            check_chunker(self.chunker, "option 'chunker':")
         for name in sorted(KEY_OPTIONAL):
             if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "

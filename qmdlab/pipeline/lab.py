@@ -78,6 +78,13 @@ class Lab:
         self.expander = _cached(expander, "CachedExpander", cache)
         self.reranker = _cached(reranker, "CachedReranker", cache)
         self.config = config or PipelineConfig()
+        have = getattr(index, "chunker", None) if self.config.chunker else None
+        if isinstance(have, str) and have != self.config.chunker:
+            from qmdlab.errors import ConfigError
+
+            raise ConfigError(f"option 'chunker': the config asks for {self.config.chunker!r} but index "
+                              f"{getattr(index, 'dir', '')} is chunked with {have!r}; run `qmdlab update --chunker "
+                              f"{self.config.chunker}` and `qmdlab embed` on it, or drop the option")
 
     # ------------------------------------------------------------------ one query
     def query(self, text: str, *, intent: str | None = None, qid: str = "q",

@@ -1,4 +1,4 @@
-"""qmd's markdown break-point chunker.
+"""qmd's markdown break-point chunker (the default of :mod:`qmdlab.store.chunkers`).
 
 A document longer than ``max_chars`` is cut near every ``max_chars`` characters at the
 best-scoring *break point* inside a look-back window. Tokens are approximated as
@@ -25,7 +25,8 @@ chunk's start, to its end). Markdown tables (a header row, a ``|---|`` delimiter
 rows that follow, :func:`find_tables`) are kept whole the same way (super-pi's chunker): a row
 cut off from its header is unreadable, so no break point inside a table is used and a fallback
 cut inside one moves to its start or end. A table or fence longer than ``max_chars`` therefore
-makes one chunk longer than ``max_chars``.
+makes one chunk longer than ``max_chars``. The overlap never starts in the middle of a table row: a
+start inside a table moves back to the newline before its row (:func:`_row_start`).
 """
 from __future__ import annotations
 
@@ -242,25 +243,41 @@ def chunk_spans(
     points = scan_break_points(text)
     fences = sorted(find_code_fences(text) + find_tables(text))  # regions never cut: fences and tables
     spans: list[tuple[int, int]] = []
-    pos = 0
+    pos = prev_end = 0
     while pos < n:
         target = min(pos + max_chars, n)
         end = target
+        floor = max(pos, prev_end)  # a chunk must reach past the previous one (none held inside another)
         if end < n:
             cut = find_best_cutoff(points, target, window_chars, fences)
-            if pos < cut <= target:
+            if floor < cut <= target:
                 end = cut
             fence = _inside(end, fences)
             if fence is not None:  # fallback cut landed inside a fence: move it out
-                end = fence[0] if fence[0] > pos else min(fence[1], n)
-        if end <= pos:
-            end = min(pos + max_chars, n)
+                end = fence[0] if fence[0] > floor else min(fence[1], n)
+        if end <= floor:
+            end = min(max(pos + max_chars, floor + 1), n)
         spans.append((pos, end))
+        prev_end = end
         if end >= n:
             break
-        nxt = end - overlap_chars
+        nxt = _row_start(text, end - overlap_chars, fences)
         pos = nxt if nxt > pos else end
     return spans
+
+
+def _row_start(text: str, pos: int, regions: list[tuple[int, int]]) -> int:
+    """``pos`` moved back to the newline that starts its line when it falls inside a table (a
+    chunk's overlap never starts mid-row); elsewhere ``pos`` itself.
+
+    >>> t = "x\\n| a | b |\\n|---|---|\\n| 1 | 2 |"
+    >>> _row_start(t, 27, find_tables(t)), _row_start(t, 0, find_tables(t))
+    (21, 0)
+    """
+    region = _inside(pos, regions)
+    if region is None or text.startswith("```", region[0] + 1):  # not in a table (fences keep the old rule)
+        return pos
+    return max(text.rfind("\n", region[0], pos + 1), region[0])
 
 
 def chunk_document(
@@ -271,8 +288,11 @@ def chunk_document(
     overlap_chars: int = CHUNK_OVERLAP_CHARS,
     window_chars: int = CHUNK_WINDOW_CHARS,
     full_text: str | None = None,
+    chunker: str = "breakpoints",
 ) -> list[Chunk]:
     """Chunk ``text`` and address every chunk.
+
+    ``chunker`` picks the strategy (:mod:`qmdlab.store.chunkers`; default qmd's break points).
 
     ``offset`` is where ``text`` starts inside ``full_text`` (the whole file, e.g. when a
     front-matter block was skipped); char offsets and lines refer to ``full_text``.
@@ -286,7 +306,13 @@ def chunk_document(
     full = text if full_text is None else full_text
     heads = heading_paths(text)
     chunks: list[Chunk] = []
-    for seq, (s, e) in enumerate(chunk_spans(text, max_chars, overlap_chars, window_chars)):
+    if chunker == "breakpoints":
+        cuts = chunk_spans(text, max_chars, overlap_chars, window_chars)
+    else:
+        from qmdlab.store.chunkers import spans
+
+        cuts = spans(text, chunker, max_chars, overlap_chars, window_chars)
+    for seq, (s, e) in enumerate(cuts):
         body = text[s:e]
         lead = len(body) - len(body.lstrip())
         first = s + lead

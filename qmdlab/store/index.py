@@ -156,6 +156,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             "documents": sum(per.values()),
             "inactive_documents": inactive,
             "chunks": nchunks,
+            "chunker": self.stored_chunker_fingerprint(),
             "vectors": {fp: {"dim": d, "count": n} for fp, (d, n) in self.vector_fingerprints().items()},
             "llm_cache_entries": self.cache.count(),
         }

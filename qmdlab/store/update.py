@@ -106,10 +106,13 @@ class UpdateMixin:
         Notes
         -----
         A file is only read when its mtime or size differs from the index (then sha256 decides).
-        Each collection is one transaction: an exception leaves it as it was.
+        Each collection is one transaction: an exception leaves it as it was. Chunks stored by
+        another chunker (or an older version of this one) are re-chunked first
+        (:meth:`~qmdlab.store.content.ContentMixin.ensure_chunker`).
         """
         names = list(collections) if collections is not None else [c.name for c in self.collections()]
         colls = [self.collection(n) for n in names]
+        self.ensure_chunker(progress=progress)  # stored chunks of another chunker (or version): re-chunk first
         counts = _Counts()
         caps = {k: limits.limit(k) for k in ("documents", "chunks")}
         for coll in colls:
