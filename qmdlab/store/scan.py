@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import codecs
 import functools
+import hashlib
 import os
 import re
+from array import array
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
@@ -147,6 +149,26 @@ def stat_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tup
                 out.append((rel, st.st_mtime, st.st_size))
     out.sort()
     return out
+
+
+def stat_digest(stats: list[tuple[str, float, int]]) -> str:
+    """A digest of a sorted ``(relative path, mtime, size)`` list (:func:`stat_files`'s, or the
+    index's rows in path order): equal lists, equal digests. Paths joined by NUL (no path holds
+    one), then the mtimes as float64 and sizes as int64: no per-file formatting.
+
+    >>> a = [("a.md", 1.5, 10), ("b/c.md", 2.25, 20)]
+    >>> stat_digest(a) == stat_digest(list(a)), stat_digest(a) == stat_digest([("a.md", 1.5, 11), a[1]])
+    (True, False)
+    >>> stat_digest([("a", 1.0, 1), ("b", 1.0, 1)]) == stat_digest([("a\\x00b", 1.0, 1)])
+    False
+    """
+    h = hashlib.blake2b(len(stats).to_bytes(8, "little"), digest_size=20)
+    if stats:
+        rels, mtimes, sizes = zip(*stats)
+        h.update("\0".join(rels).encode("utf-8", "surrogateescape"))
+        h.update(array("d", mtimes).tobytes())
+        h.update(array("q", sizes).tobytes())
+    return h.hexdigest()
 
 
 def _matchers(coll: Collection) -> tuple[re.Pattern, re.Pattern | None]:

@@ -23,6 +23,23 @@ FTS_FUNCTION = "qmdlab_fts_text"
 STAT_INDEX = ("CREATE INDEX IF NOT EXISTS documents_stat ON documents(collection, path, mtime, size) "
               "WHERE active = 1")
 
+# One digest per collection of its active files' sorted (path, mtime, size)
+# (:func:`qmdlab.store.scan.stat_digest`), written by the ``update`` that left them so: an
+# unchanged ``update`` compares it with the walk's instead of reading every row. Any write to a
+# collection's documents rows, by any code path, deletes its digest (the triggers), so a digest
+# present is always that of the rows; a missing one sends ``update`` back to the row-by-row
+# comparison. Added to older indexes by their next ``update``.
+STAT_DIGEST = (
+    "CREATE TABLE IF NOT EXISTS stat_digest (collection TEXT PRIMARY KEY, digest TEXT NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS documents_stat_digest_ai AFTER INSERT ON documents BEGIN "
+    "DELETE FROM stat_digest WHERE collection = new.collection; END",
+    "CREATE TRIGGER IF NOT EXISTS documents_stat_digest_au AFTER UPDATE ON documents BEGIN "
+    "DELETE FROM stat_digest WHERE collection IN (old.collection, new.collection); END",
+    "CREATE TRIGGER IF NOT EXISTS documents_stat_digest_ad AFTER DELETE ON documents BEGIN "
+    "DELETE FROM stat_digest WHERE collection = old.collection; END",
+)
+_STAT_DIGEST_SQL = ";\n".join(STAT_DIGEST)
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS content (
@@ -64,6 +81,7 @@ CREATE TRIGGER IF NOT EXISTS documents_au AFTER UPDATE OF collection, path, titl
            {FTS_FUNCTION}(c.body)
     FROM content c WHERE c.hash = new.hash AND new.active = 1;
 END;
+{_STAT_DIGEST_SQL};
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY,
     hash TEXT NOT NULL,
@@ -110,5 +128,9 @@ def create(conn) -> None:
 
 
 def has_stat_index(conn) -> bool:
-    """Whether the database has :data:`STAT_INDEX` (indexes made before it existed do not)."""
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'documents_stat'").fetchone() is not None
+    """Whether the database has :data:`STAT_INDEX` and :data:`STAT_DIGEST` (indexes made before
+    they existed do not)."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name IN ('documents_stat', "
+                                        "'stat_digest', 'documents_stat_digest_ai', 'documents_stat_digest_au', "
+                                        "'documents_stat_digest_ad')")}
+    return len(names) == 5

@@ -19,10 +19,13 @@ from qmdlab.store import limits, testhooks
 from qmdlab.store import schema
 from qmdlab.store.config import Collection
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
-from qmdlab.store.scan import DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text, stat_files
+from qmdlab.store.scan import (DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text, stat_digest,
+                               stat_files)
 
 #: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
 UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity",)
+# A collection's active (path, mtime, size) in path order: what the stat-only check compares.
+_STAT_ROWS = "SELECT path, mtime, size FROM documents WHERE collection = ? AND active = 1 ORDER BY path"
 
 
 class UpdateReport(NamedTuple):
@@ -135,23 +138,35 @@ class UpdateMixin:
 
     def _unchanged(self, coll: Collection, counts: _Counts, max_bytes: int) -> bool:
         """The stat-only fast path: ``True`` (and counted) when every file of ``coll`` is indexed
-        with its current mtime and size and no indexed file vanished. One SQL read, one scandir
-        walk; no file read, hashed or parsed, no write transaction. As with any stat-based check, a
-        file rewritten with the same size and mtime is not noticed (``touch`` it)."""
-        stats = stat_files(coll, max_bytes)
-        if stats is None:  # a link, an odd name, a large file: the full path decides
-            return False
-        if not getattr(self, "_stat_index", False):  # an index made before documents_stat existed
+        with its current mtime and size and no indexed file vanished. One scandir walk and one
+        digest compared with the one stored by the last ``update`` (``stat_digest``; when a
+        write since removed it, the rows themselves, and the digest is stored again); no file
+        read, hashed or parsed, no write transaction. As with any stat-based check, a file
+        rewritten with the same size and mtime is not noticed (``touch`` it)."""
+        if not getattr(self, "_stat_index", False):  # an index made before documents_stat/stat_digest existed
             with self._lock:
                 have = schema.has_stat_index(self.conn)
             if not have:
                 with self.transaction() as c:
-                    c.execute(schema.STAT_INDEX)
+                    for sql in (schema.STAT_INDEX, *schema.STAT_DIGEST):
+                        c.execute(sql)
             self._stat_index = True
-        with self._lock:  # in the order of the (collection, path) index: no sort; SQLite's BINARY = str order
-            known = self.conn.execute("SELECT path, mtime, size FROM documents WHERE collection = ? AND active = 1 "
-                                      "ORDER BY path", (coll.name,)).fetchall()
-        if known != stats:
+        stats = stat_files(coll, max_bytes)
+        if stats is None:  # a link, an odd name, a large file: the full path decides
+            return False
+        digest = stat_digest(stats)
+        with self._lock:
+            row = self.conn.execute("SELECT digest FROM stat_digest WHERE collection = ?", (coll.name,)).fetchone()
+        if row is None:  # no digest (removed by a write since, or an older index): compare the rows
+            with self._lock:  # in the order of the (collection, path) index: no sort; SQLite's BINARY = str order
+                known = self.conn.execute(_STAT_ROWS, (coll.name,)).fetchall()
+            if known != stats:
+                return False
+            with self.transaction() as c:  # once, re-read under the write lock: the next check reads one row
+                if c.execute(_STAT_ROWS, (coll.name,)).fetchall() != stats:
+                    return False
+                c.execute("INSERT OR REPLACE INTO stat_digest(collection, digest) VALUES (?, ?)", (coll.name, digest))
+        elif row[0] != digest:
             return False
         counts.add("scanned", len(stats))
         counts.add("unchanged", len(stats))
@@ -251,6 +266,9 @@ class UpdateMixin:
             for p, r in vanished.items():
                 c.execute("UPDATE documents SET active = 0 WHERE id = ?", (r[0],))
             local.values["vanished"] = len(vanished) - local.values.get("moved", 0)
+            # the digest of the rows as this transaction leaves them (the triggers removed the old one)
+            c.execute("INSERT OR REPLACE INTO stat_digest(collection, digest) VALUES (?, ?)",
+                      (coll.name, stat_digest(c.execute(_STAT_ROWS, (coll.name,)).fetchall())))
         if bar is not None:
             bar.close()
         for k, n in local.values.items():

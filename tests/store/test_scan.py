@@ -186,3 +186,90 @@ def test_stat_check_reads_a_covering_index_added_to_older_indexes(tmp_path):
     plan = idx.conn.execute("EXPLAIN QUERY PLAN SELECT path, mtime, size FROM documents WHERE collection = ? "
                             "AND active = 1 ORDER BY path", ("n",)).fetchall()
     assert "documents_stat" in str(plan) and "TEMP B-TREE" not in str(plan)
+
+
+# ---------------------------------------------------------------- the stored stat digest
+def _stat_reads(idx) -> list[str]:
+    """Record the SQL statements run on ``idx``'s connection that read a collection's stat rows."""
+    seen: list[str] = []
+    idx.conn.set_trace_callback(lambda sql: seen.append(sql) if "mtime, size FROM documents" in sql else None)
+    return seen
+
+
+def test_unchanged_update_compares_the_stored_digest_not_the_rows(tmp_path):
+    from qmdlab.store import Index
+    from qmdlab.store.scan import stat_digest
+
+    root = write_notes(tmp_path / "n", {f"d{i % 2}/n{i}.md": f"# note {i}\n" for i in range(12)})
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("n", root)
+    idx.update()
+    stored = idx.conn.execute("SELECT digest FROM stat_digest WHERE collection = 'n'").fetchone()
+    assert stored == (stat_digest(stat_files(idx.collection("n"))),)
+    reads = _stat_reads(idx)
+    assert idx.update().unchanged == 12
+    assert reads == []  # one digest row read, no per-file row
+    (root / "d0" / "n0.md").write_text("# note 0, longer\n", encoding="utf-8")
+    rep = idx.update()
+    assert (rep.changed, rep.unchanged) == (1, 11)
+
+
+@pytest.mark.parametrize("writer", ["deactivate", "mtime", "delete-row", "rename", "remove-readd", "cleanup"])
+def test_any_other_write_to_the_rows_drops_the_digest(tmp_path, writer):
+    """A digest left over from before another writer changed the rows would hide the change; the
+    triggers remove it, so the next update compares the rows and puts the index right."""
+    from qmdlab.store import Index
+
+    root = write_notes(tmp_path / "n", {f"n{i}.md": f"# note {i}\n" for i in range(4)})
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("n", root)
+    idx.update()
+    name = "n"
+    if writer == "deactivate":
+        idx.conn.execute("UPDATE documents SET active = 0 WHERE path = 'n1.md'")
+    elif writer == "mtime":
+        idx.conn.execute("UPDATE documents SET mtime = 0 WHERE path = 'n1.md'")
+    elif writer == "delete-row":
+        idx.conn.execute("DELETE FROM documents WHERE path = 'n1.md'")
+    elif writer == "rename":
+        idx.rename_collection("n", "m")
+        name = "m"
+    elif writer == "remove-readd":
+        idx.remove_collection("n")
+        idx.add_collection("n", root)
+    else:  # cleanup deletes inactive rows only: the active ones are as they were, the digest still goes
+        from qmdlab.store.cleanup import cleanup
+
+        (root / "n3.md").unlink()
+        idx.update()
+        cleanup(idx, vacuum=False)
+    assert idx.conn.execute("SELECT 1 FROM stat_digest WHERE collection = ?", (name,)).fetchone() is None
+    rep = idx.update()
+    active = idx.conn.execute("SELECT count(*) FROM documents WHERE collection = ? AND active = 1", (name,)).fetchone()
+    files = 3 if writer == "cleanup" else 4
+    assert active[0] == files and rep.scanned == files
+    expect_unchanged = {"deactivate": 3, "mtime": 4, "delete-row": 3, "rename": 4, "remove-readd": 0, "cleanup": 3}
+    assert rep.unchanged == expect_unchanged[writer], rep
+    reads = _stat_reads(idx)
+    assert idx.update().unchanged == files and reads == []  # the digest is back
+
+
+def test_an_index_without_the_digest_table_gets_it_on_update(tmp_path, monkeypatch):
+    from qmdlab.store import Index
+
+    root = write_notes(tmp_path / "n", {"a.md": "# a\n", "b.md": "# b\n"})
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("n", root)
+    idx.update()
+    for name in ("documents_stat_digest_ai", "documents_stat_digest_au", "documents_stat_digest_ad"):
+        idx.conn.execute(f"DROP TRIGGER {name}")
+    idx.conn.execute("DROP TABLE stat_digest")  # an index created before they existed
+    idx.close()
+    idx = Index.open(str(tmp_path / "idx"))
+    assert idx.update().unchanged == 2  # adds the table and triggers, compares the rows, stores the digest
+    with monkeypatch.context() as m:
+        _no_transaction(m)
+        reads = _stat_reads(idx)
+        assert idx.update().unchanged == 2 and reads == []
+    idx.conn.execute("UPDATE documents SET active = 0 WHERE path = 'a.md'")  # the trigger is there again
+    assert idx.update().new == 1
