@@ -29,7 +29,7 @@ import marimo
 __generated_with = "0.25.2"
 app = marimo.App(width="medium", app_title="qmdlab · tune")
 
-with app.setup:
+with app.setup(hide_code=True):
     from pathlib import Path
 
     import marimo as mo
@@ -50,18 +50,13 @@ with app.setup:
 
 @app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    _title = mo.md(r"""
     # Tune fusion and blend
 
     Pick a suite, then move any control: the labelled queries are re-fused and re-blended
     from their recorded traces and re-scored at once. Deltas are against the suite's
     default configuration.
     """)
-    return
-
-
-@app.cell
-def _():
     args = mo.cli_args()
     suite_arg = str(args.get("suite") or "default")
     preset = args.get("preset") or None
@@ -69,88 +64,12 @@ def _():
     save_path_arg = str(args.get("save") or home() / "configs" / "tuned.yaml")
     auto_record = "record" in args  # a bare flag: its value is ""
     reranker_arg = str(args.get("reranker") or "") or None
-    return auto_record, limit, preset, reranker_arg, save_path_arg, suite_arg
-
-
-@app.cell
-def _(suite_arg):
     suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
-    return (suite_picker,)
+    _title
+    return auto_record, limit, preset, reranker_arg, save_path_arg, suite_picker
 
 
-@app.cell
-def _(suite_picker):
-    suite = suites.get_suite(suite_picker.value)
-    suite.check()
-    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(record.tiers(suite))},
-                                 value=record.tiers(suite)[-1].name, label="record")
-    return suite, tier_picker
-
-
-@app.cell
-def _(reranker_arg, suite):
-    # Trained cross-encoder runs of this suite (runs/* and --reranker DIR) offered as the rerank source.
-    _runs = reranker_study.finished_runs(suite.name, extra=[reranker_arg] if reranker_arg else [])
-    _opts = {"recorded traces": "", **{f"trained reranker, held-out: {p}": str(p) for p in _runs}}
-    _picked = next((label for label, p in _opts.items()
-                    if p and reranker_arg and Path(p).resolve() == Path(reranker_arg).resolve()), "recorded traces")
-    rerank_source = mo.ui.dropdown(_opts, value=_picked, label="rerank source")
-    return (rerank_source,)
-
-
-@app.cell
-def _(limit, suite):
-    record_queries = mo.ui.number(1, record.judged_queries(suite).height, step=1,
-                                  value=limit or record.judged_queries(suite).height, label="queries")
-    return (record_queries,)
-
-
-@app.cell
-def _(preset, record_queries, suite, tier_picker):
-    # Recording is an explicit choice: what it costs is shown before anything runs.
-    tier = record.tiers(suite)[tier_picker.value]
-    tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
-    cost = record.estimate(suite, tier_models, tier.config, limit=int(record_queries.value))
-    record_button = mo.ui.run_button(label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load",
-                                     kind="warn" if cost.to_run else "neutral")
-    return cost, record_button, tier, tier_models
-
-
-@app.cell
-def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models):
-    # Runs only on the button (or --record in a headless run); traces go to the shared cache.
-    new_key = None
-    if record_button.value or auto_record:
-        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
-                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
-            def _step(p):
-                if p.phase == "index":
-                    _bar.update(increment=0, subtitle="indexing and embedding the suite")
-                elif p.phase == "query" and p.qid is not None:
-                    _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
-
-            new_key = record.record(suite, tier_models, tier.config, limit=int(record_queries.value),
-                                    on_progress=_step, log=lambda _msg: None).cache_dir.name
-    return (new_key,)
-
-
-@app.cell
-def _(new_key, suite):
-    available = record.recorded(suite)  # listed again after a recording (new_key)
-    return (available,)
-
-
-@app.cell
-def _(available, new_key):
-    # Default: the recording with the most queries (after `make demo`, its retrieval tier on every
-    # query); its LLM tier and anything else recorded are one pick away.
-    _chosen = next((r.label for r in available if r.key == new_key), None)
-    recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
-                                      value=_chosen or (available[0].label if available else None), label="recording")
-    return (recording_picker,)
-
-
-@app.cell
+@app.cell(hide_code=True)
 def _(available, cost, record_button, record_queries, recording_picker, rerank_source, suite, tier_picker):
     _old = 0 if available else record.outdated(suite)
     mo.vstack([
@@ -173,359 +92,26 @@ def _(available, cost, record_button, record_queries, recording_picker, rerank_s
     return
 
 
-@app.cell
-def _():
-    @mo.cache
-    def open_study(suite_name: str, key: str, n_recorded: int, limit):
-        """The recorded traces (no model, no index) as a Study; cached per recording size."""
-        return Study.from_recording(record.load_recorded(suites.get_suite(suite_name), key, limit=limit))
-
-    return (open_study,)
-
-
-@app.cell
-def _():
-    @mo.cache
-    def open_heldout(run_dir: str, mtime: float):
-        """A trained reranker run's held-out scores over its recorded traces; cached per file version."""
-        return reranker_study.load_heldout_study(run_dir)
-
-    return (open_heldout,)
-
-
-@app.cell
-def _(available, limit, open_heldout, open_study, recording_picker, rerank_source, suite):
-    if rerank_source.value:
-        # Held-out queries only, each with the scores of the fold model that never saw it;
-        # the baseline is the fused order of the same traces.
-        _src = Path(rerank_source.value)
-        heldout = open_heldout(str(_src), (_src / reranker_study.SCORES).stat().st_mtime)
-        study, defaults = heldout.study, heldout.start
-        baseline, baseline_label = study.evaluate(heldout.fused), "fused order"
-    else:
-        mo.stop(recording_picker.value is None, mo.md("_Record a suite (above) to tune it._"))
-        _rec = next(r for r in available if r.key == recording_picker.value)
-        heldout = None
-        study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
-        defaults = study.config
-        baseline, baseline_label = study.evaluate(defaults), "defaults"
-    queries = record.judged_queries(suite).filter(pl.col("qid").is_in(study.qids))
-    return baseline, baseline_label, defaults, heldout, queries, study
-
-
-@app.cell
-def _():
-    # Values the controls start from; the optimiser replaces them with its tuned config.
-    get_start, set_start = mo.state(None)
-    return get_start, set_start
-
-
-@app.cell
-def _(defaults, get_start):
-    start = get_start() or defaults
-    return (start,)
-
-
-@app.cell
-def _(start):
-    fusion = mo.ui.dropdown(list(FUSION_METHODS), value=start.fusion, label="fusion method")
-    return (fusion,)
-
-
-@app.cell
-def _(start):
-    rrf_k = mo.ui.slider(0, 200, step=1, value=start.rrf_k, debounce=True, show_value=True, label="RRF k")
-    return (rrf_k,)
-
-
-@app.cell
-def _(start):
-    weight_original_fts = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_original_fts, debounce=True,
-                                       show_value=True, label="weight: original BM25")
-    return (weight_original_fts,)
-
-
-@app.cell
-def _(start):
-    weight_original_vec = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_original_vec, debounce=True,
-                                       show_value=True, label="weight: original vector")
-    return (weight_original_vec,)
-
-
-@app.cell
-def _(start):
-    weight_lex = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_lex, debounce=True, show_value=True,
-                              label="weight: lex lines")
-    return (weight_lex,)
-
-
-@app.cell
-def _(start):
-    weight_vec = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_vec, debounce=True, show_value=True,
-                              label="weight: vec lines")
-    return (weight_vec,)
-
-
-@app.cell
-def _(start):
-    weight_hyde = mo.ui.slider(0.0, 4.0, step=0.1, value=start.weight_hyde, debounce=True, show_value=True,
-                               label="weight: hyde lines")
-    return (weight_hyde,)
-
-
-@app.cell
-def _(start):
-    bonus_rank1 = mo.ui.slider(0.0, 0.2, step=0.005, value=start.bonus_rank1, debounce=True, show_value=True,
-                               label="bonus: rank 1")
-    return (bonus_rank1,)
-
-
-@app.cell
-def _(start):
-    bonus_rank23 = mo.ui.slider(0.0, 0.2, step=0.005, value=start.bonus_rank23, debounce=True, show_value=True,
-                                label="bonus: rank 2–3")
-    return (bonus_rank23,)
-
-
-@app.cell
-def _(defaults, start):
-    # Only the recorded candidates have rerank scores, so the limit cannot grow past them.
-    candidate_limit = mo.ui.slider(1, defaults.candidate_limit, step=1,
-                                   value=min(start.candidate_limit, defaults.candidate_limit), debounce=True,
-                                   show_value=True, label="candidates reranked")
-    return (candidate_limit,)
-
-
-@app.cell
-def _(start):
-    norm_weight_fts = mo.ui.slider(0.0, 2.0, step=0.05, value=start.norm_weight_fts, debounce=True,
-                                   show_value=True, label="norm_sum: BM25 channel")
-    return (norm_weight_fts,)
-
-
-@app.cell
-def _(start):
-    norm_weight_vec = mo.ui.slider(0.0, 2.0, step=0.05, value=start.norm_weight_vec, debounce=True,
-                                   show_value=True, label="norm_sum: vector channel")
-    return (norm_weight_vec,)
-
-
-@app.cell
-def _(start):
-    gate_margin = mo.ui.slider(0.0, 1.0, step=0.01, value=start.gate_margin, debounce=True, show_value=True,
-                               label="gated_rrf: cosine margin")
-    return (gate_margin,)
-
-
-@app.cell
-def _(start):
-    gate_max_take = mo.ui.slider(1, 40, step=1, value=start.gate_max_take, debounce=True, show_value=True,
-                                 label="gated_rrf: max vector hits")
-    return (gate_max_take,)
-
-
-@app.cell
-def _(start):
-    blend = mo.ui.dropdown(list(BLEND_METHODS), value=start.blend, label="blend method")
-    return (blend,)
-
-
-@app.cell
-def _(start):
-    blend_band_1 = mo.ui.slider(1, 20, step=1, value=start.blend_bands[0], debounce=True, show_value=True,
-                                label="band 1 ends at fused rank")
-    return (blend_band_1,)
-
-
-@app.cell
-def _(start):
-    blend_band_2 = mo.ui.slider(1, 40, step=1, value=start.blend_bands[1], debounce=True, show_value=True,
-                                label="band 2 ends at fused rank")
-    return (blend_band_2,)
-
-
-@app.cell
-def _(start):
-    blend_weight_1 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[0], debounce=True,
-                                  show_value=True, label="position weight, band 1")
-    return (blend_weight_1,)
-
-
-@app.cell
-def _(start):
-    blend_weight_2 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[1], debounce=True,
-                                  show_value=True, label="position weight, band 2")
-    return (blend_weight_2,)
-
-
-@app.cell
-def _(start):
-    blend_weight_3 = mo.ui.slider(0.0, 1.0, step=0.05, value=start.blend_weights[2], debounce=True,
-                                  show_value=True, label="position weight, band 3")
-    return (blend_weight_3,)
-
-
-@app.cell
-def _(start):
-    min_score = mo.ui.slider(0.0, 1.0, step=0.01, value=start.min_score, debounce=True, show_value=True,
-                             label="min score")
-    return (min_score,)
-
-
-@app.cell
-def _(start):
-    use_expand = mo.ui.switch(value=start.expand, label="expansion lists")
-    return (use_expand,)
-
-
-@app.cell
-def _(start):
-    use_hyde = mo.ui.switch(value=start.hyde, label="hyde lists")
-    return (use_hyde,)
-
-
-@app.cell
-def _(start):
-    use_vector = mo.ui.switch(value=start.vector, label="vector lists")
-    return (use_vector,)
-
-
-@app.cell
-def _(start):
-    use_rerank = mo.ui.switch(value=start.rerank, label="rerank")
-    return (use_rerank,)
-
-
-@app.cell
-def _(start):
-    # BM25 knobs (issue 16): changing one re-runs the recorded BM25 lists against the suite's index
-    # (eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
-    lexical = mo.ui.dictionary({
-        "bm25_weight_title": mo.ui.slider(0.0, 10.0, step=0.5, value=start.bm25_weight_title, debounce=True,
-                                          show_value=True, label="title weight"),
-        "bm25_weight_body": mo.ui.slider(0.0, 4.0, step=0.25, value=start.bm25_weight_body, debounce=True,
-                                         show_value=True, label="body weight"),
-        "bm25_weight_filepath": mo.ui.slider(0.0, 4.0, step=0.25, value=start.bm25_weight_filepath, debounce=True,
-                                             show_value=True, label="file path weight"),
-        "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
-        "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
-        "bm25_query_tf": mo.ui.switch(value=start.bm25_query_tf, label="repeated words count again"),
-        "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=start.bm25_mode, label="mode"),
-        "bm25_min_match": mo.ui.slider(0.0, 5.0, step=0.1, value=start.bm25_min_match, debounce=True,
-                                       show_value=True, label="msm: terms to match (share if < 1)"),
-    })
-    return (lexical,)
-
-
-@app.cell
-def _(study, suite):
-    # The recorded study plus the suite's index: re-runs BM25 only when a BM25 knob changes.
-    lexical_study = LexicalStudy(study, Index.open(suite.workdir() / "index"))
-    return (lexical_study,)
-
-
-@app.cell
-def _(
-    blend,
-    blend_band_1,
-    blend_band_2,
-    blend_weight_1,
-    blend_weight_2,
-    blend_weight_3,
-    bonus_rank1,
-    bonus_rank23,
-    candidate_limit,
-    fusion,
-    gate_margin,
-    gate_max_take,
-    lexical,
-    min_score,
-    norm_weight_fts,
-    norm_weight_vec,
-    rerank_source,
-    rrf_k,
-    suite_picker,
-    use_expand,
-    use_hyde,
-    use_rerank,
-    use_vector,
-    weight_hyde,
-    weight_lex,
-    weight_original_fts,
-    weight_original_vec,
-    weight_vec,
-):
-    mo.sidebar([
-        mo.md("### Suite"), suite_picker,
-        mo.md("### Fusion"), fusion, rrf_k, weight_original_fts, weight_original_vec, weight_lex, weight_vec,
-        weight_hyde, bonus_rank1, bonus_rank23, candidate_limit,
-        mo.accordion({"other fusion methods": mo.vstack([norm_weight_fts, norm_weight_vec, gate_margin,
-                                                         gate_max_take])}),
-        mo.md("### Blend"), rerank_source, blend, blend_band_1, blend_band_2, blend_weight_1, blend_weight_2, blend_weight_3,
-        min_score,
-        mo.md("### Stages"), use_expand, use_hyde, use_vector, use_rerank,
-        mo.md("### BM25 (re-runs BM25 on the index)"), lexical,
-    ], width="22rem")
-    return
-
-
-@app.cell
-def _(
-    blend,
-    blend_band_1,
-    blend_band_2,
-    blend_weight_1,
-    blend_weight_2,
-    blend_weight_3,
-    bonus_rank1,
-    bonus_rank23,
-    candidate_limit,
-    defaults,
-    fusion,
-    gate_margin,
-    gate_max_take,
-    lexical,
-    min_score,
-    norm_weight_fts,
-    norm_weight_vec,
-    rrf_k,
-    use_expand,
-    use_hyde,
-    use_rerank,
-    use_vector,
-    weight_hyde,
-    weight_lex,
-    weight_original_fts,
-    weight_original_vec,
-    weight_vec,
-):
-    # The optimiser's parameter vocabulary (blend_band_*/blend_weight_* are tuple items);
-    # apply_params keeps band 2 >= band 1.
-    config = optimise.apply_params(defaults, {
-        "fusion": fusion.value, "rrf_k": rrf_k.value,
-        "weight_original_fts": weight_original_fts.value, "weight_original_vec": weight_original_vec.value,
-        "weight_lex": weight_lex.value, "weight_vec": weight_vec.value, "weight_hyde": weight_hyde.value,
-        "bonus_rank1": bonus_rank1.value, "bonus_rank23": bonus_rank23.value,
-        "candidate_limit": candidate_limit.value,
-        "norm_weight_fts": norm_weight_fts.value, "norm_weight_vec": norm_weight_vec.value,
-        "gate_margin": gate_margin.value, "gate_max_take": gate_max_take.value,
-        "blend": blend.value, "blend_band_1": blend_band_1.value, "blend_band_2": blend_band_2.value,
-        "blend_weight_1": blend_weight_1.value, "blend_weight_2": blend_weight_2.value,
-        "blend_weight_3": blend_weight_3.value, "min_score": min_score.value,
-        "expand": use_expand.value, "hyde": use_hyde.value, "vector": use_vector.value, "rerank": use_rerank.value,
-        **lexical.value,
-    })
-    return (config,)
-
-
-@app.cell
-def _(config, lexical_study):
-    evaluation = lexical_study.evaluate(config)
-    return (evaluation,)
-
-
-@app.cell
-def _(baseline, baseline_label, evaluation, heldout, study):
+@app.cell(hide_code=True)
+def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models):
+    # Runs only on the button (or --record in a headless run); traces go to the shared cache.
+    new_key = None
+    if record_button.value or auto_record:
+        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
+                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
+            def _step(p):
+                if p.phase == "index":
+                    _bar.update(increment=0, subtitle="indexing and embedding the suite")
+                elif p.phase == "query" and p.qid is not None:
+                    _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
+
+            new_key = record.record(suite, tier_models, tier.config, limit=int(record_queries.value),
+                                    on_progress=_step, log=lambda _msg: None).cache_dir.name
+    return (new_key,)
+
+
+@app.cell(hide_code=True)
+def _(baseline, baseline_label, config, defaults, evaluation, heldout, study):
     def _stat(metric, label):
         now, then = evaluation.metrics[metric], baseline.metrics[metric]
         delta = now - then
@@ -545,17 +131,12 @@ def _(baseline, baseline_label, evaluation, heldout, study):
             f"these {len(heldout.qids)} queries was scored by the fold model that never saw it. Deltas are against "
             "the fused order of the same traces; the blend controls (method, bands, weights) act on these scores."),
             kind="info"))
-    mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes])
+    mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes,
+               mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")})])
     return
 
 
-@app.cell
-def _(config, defaults):
-    mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")})
-    return
-
-
-@app.cell
+@app.cell(hide_code=True)
 def _(baseline, evaluation, queries):
     per_query_delta = (
         baseline.per_query.select("qid", pl.col("ndcg@10").alias("ndcg_default"))
@@ -565,11 +146,6 @@ def _(baseline, evaluation, queries):
         .select("qid", "query", "ndcg_default", "ndcg_now", "delta")
         .sort("delta")
     )
-    return (per_query_delta,)
-
-
-@app.cell
-def _(per_query_delta):
     _changed = per_query_delta.filter(pl.col("delta").abs() > 1e-12)
     _better = _changed.filter(pl.col("delta") > 0).height
     mo.vstack([
@@ -578,10 +154,10 @@ def _(per_query_delta):
         mo.ui.table(_changed if _changed.height else per_query_delta, selection=None, page_size=10,
                     format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")}),
     ])
-    return
+    return (per_query_delta,)
 
 
-@app.cell
+@app.cell(hide_code=True)
 def _(per_query_delta):
     _fig = Figure(figsize=(10, 3.6), layout="constrained")
     _ax1, _ax2 = _fig.subplots(1, 2)
@@ -597,46 +173,90 @@ def _(per_query_delta):
 
 
 @app.cell(hide_code=True)
+def _(defaults, rerank_source, start, suite_picker):
+    # Every knob in one dictionary, named as the optimiser names them (`config` is
+    # optimise.apply_params(defaults, knobs.value)); one cell, not one per control: `marimo edit`
+    # renders each cell with its code editor, so the page takes longer to become live per cell.
+    def _slider(name, lo, hi, step, label):
+        return mo.ui.slider(lo, hi, step=step, value=start.flat(name), debounce=True, show_value=True, label=label)
+
+    knobs = mo.ui.dictionary({
+        "fusion": mo.ui.dropdown(list(FUSION_METHODS), value=start.fusion, label="fusion method"),
+        "rrf_k": _slider("rrf_k", 0, 200, 1, "RRF k"),
+        "weight_original_fts": _slider("weight_original_fts", 0.0, 4.0, 0.1, "weight: original BM25"),
+        "weight_original_vec": _slider("weight_original_vec", 0.0, 4.0, 0.1, "weight: original vector"),
+        "weight_lex": _slider("weight_lex", 0.0, 4.0, 0.1, "weight: lex lines"),
+        "weight_vec": _slider("weight_vec", 0.0, 4.0, 0.1, "weight: vec lines"),
+        "weight_hyde": _slider("weight_hyde", 0.0, 4.0, 0.1, "weight: hyde lines"),
+        "bonus_rank1": _slider("bonus_rank1", 0.0, 0.2, 0.005, "bonus: rank 1"),
+        "bonus_rank23": _slider("bonus_rank23", 0.0, 0.2, 0.005, "bonus: rank 2–3"),
+        # Only the recorded candidates have rerank scores, so the limit cannot grow past them.
+        "candidate_limit": mo.ui.slider(1, defaults.candidate_limit, step=1,
+                                        value=min(start.candidate_limit, defaults.candidate_limit), debounce=True,
+                                        show_value=True, label="candidates reranked"),
+        "norm_weight_fts": _slider("norm_weight_fts", 0.0, 2.0, 0.05, "norm_sum: BM25 channel"),
+        "norm_weight_vec": _slider("norm_weight_vec", 0.0, 2.0, 0.05, "norm_sum: vector channel"),
+        "gate_margin": _slider("gate_margin", 0.0, 1.0, 0.01, "gated_rrf: cosine margin"),
+        "gate_max_take": _slider("gate_max_take", 1, 40, 1, "gated_rrf: max vector hits"),
+        "blend": mo.ui.dropdown(list(BLEND_METHODS), value=start.blend, label="blend method"),
+        "blend_band_1": _slider("blend_band_1", 1, 20, 1, "band 1 ends at fused rank"),
+        "blend_band_2": _slider("blend_band_2", 1, 40, 1, "band 2 ends at fused rank"),
+        "blend_weight_1": _slider("blend_weight_1", 0.0, 1.0, 0.05, "position weight, band 1"),
+        "blend_weight_2": _slider("blend_weight_2", 0.0, 1.0, 0.05, "position weight, band 2"),
+        "blend_weight_3": _slider("blend_weight_3", 0.0, 1.0, 0.05, "position weight, band 3"),
+        "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
+        "expand": mo.ui.switch(value=start.expand, label="expansion lists"),
+        "hyde": mo.ui.switch(value=start.hyde, label="hyde lists"),
+        "vector": mo.ui.switch(value=start.vector, label="vector lists"),
+        "rerank": mo.ui.switch(value=start.rerank, label="rerank"),
+        # BM25 knobs (issue 16): changing one re-runs the recorded BM25 lists against the suite's index
+        # (eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
+        "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
+        "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
+        "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),
+        "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
+        "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
+        "bm25_query_tf": mo.ui.switch(value=start.bm25_query_tf, label="repeated words count again"),
+        "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=start.bm25_mode, label="mode"),
+        "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
+    })
+
+    def _k(*names):
+        return [knobs[n] for n in names]
+
+    mo.sidebar([
+        mo.md("### Suite"), suite_picker,
+        mo.md("### Fusion"), *_k("fusion", "rrf_k", "weight_original_fts", "weight_original_vec", "weight_lex",
+                                 "weight_vec", "weight_hyde", "bonus_rank1", "bonus_rank23", "candidate_limit"),
+        mo.accordion({"other fusion methods": mo.vstack(_k("norm_weight_fts", "norm_weight_vec", "gate_margin",
+                                                           "gate_max_take"))}),
+        mo.md("### Blend"), rerank_source, *_k("blend", "blend_band_1", "blend_band_2", "blend_weight_1",
+                                               "blend_weight_2", "blend_weight_3", "min_score"),
+        mo.md("### Stages"), *_k("expand", "hyde", "vector", "rerank"),
+        mo.md("### BM25 (re-runs BM25 on the index)"),
+        *_k("bm25_weight_title", "bm25_weight_body", "bm25_weight_filepath", "bm25_prefix", "bm25_stopwords",
+            "bm25_query_tf", "bm25_mode", "bm25_min_match"),
+    ], width="22rem")
+    return (knobs,)
+
+
+@app.cell(hide_code=True)
 def _():
-    mo.md(r"""
+    _intro = mo.md(r"""
     ## Optimise (cross-validated)
 
     Tunes the fusion (and, with rerank on, blend) knobs from the suite defaults on k−1 folds
     and scores the held-out fold, so the reported gain is one the tuned config did not see.
     The config tuned on all queries is then loaded into the controls.
     """)
-    return
-
-
-@app.cell
-def _():
     optimise_method = mo.ui.dropdown(["coordinate", "random", "grid", "tpe"], value="coordinate",
                                      label="search method")
-    return (optimise_method,)
-
-
-@app.cell
-def _():
     optimise_folds = mo.ui.slider(2, 10, step=1, value=5, debounce=True, show_value=True, label="folds")
-    return (optimise_folds,)
-
-
-@app.cell
-def _():
     optimise_trials = mo.ui.number(10, 2000, step=10, value=120, label="trials per fold")
-    return (optimise_trials,)
-
-
-@app.cell
-def _():
     optimise_button = mo.ui.run_button(label="Optimise", kind="success")
-    return (optimise_button,)
-
-
-@app.cell
-def _(optimise_button, optimise_folds, optimise_method, optimise_trials):
-    mo.hstack([optimise_method, optimise_folds, optimise_trials, optimise_button], justify="start")
-    return
+    mo.vstack([_intro, mo.hstack([optimise_method, optimise_folds, optimise_trials, optimise_button],
+                                 justify="start")])
+    return optimise_button, optimise_folds, optimise_method, optimise_trials
 
 
 @app.cell
@@ -658,22 +278,12 @@ def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trial
     return (cv_report,)
 
 
-@app.cell
+@app.cell(hide_code=True)
 def _(save_path_arg):
     save_path = mo.ui.text(value=save_path_arg, label="save to", full_width=True)
-    return (save_path,)
-
-
-@app.cell
-def _():
     save_button = mo.ui.run_button(label="Save config")
-    return (save_button,)
-
-
-@app.cell
-def _(save_button, save_path):
     mo.hstack([save_path, save_button], justify="start", widths=[4, 1])
-    return
+    return save_button, save_path
 
 
 @app.cell
@@ -686,6 +296,111 @@ def _(config, evaluation, save_button, save_path, suite_picker):
         f"nDCG@10 {evaluation.metrics['ndcg@10']:.4f}"))
     mo.callout(mo.md(f"Saved to `{saved_to}` — use it with `qmdlab query --config {saved_to}`."), kind="success")
     return (saved_to,)
+
+
+@app.cell
+def _(limit, reranker_arg, suite_picker):
+    # From here on: the cells that compute what the cells above show (marimo runs them in
+    # dependency order, whatever their place on the page).
+    suite = suites.get_suite(suite_picker.value)
+    suite.check()
+    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(record.tiers(suite))},
+                                 value=record.tiers(suite)[-1].name, label="record")
+    record_queries = mo.ui.number(1, record.judged_queries(suite).height, step=1,
+                                  value=limit or record.judged_queries(suite).height, label="queries")
+    # Trained cross-encoder runs of this suite (runs/* and --reranker DIR) offered as the rerank source.
+    _runs = reranker_study.finished_runs(suite.name, extra=[reranker_arg] if reranker_arg else [])
+    _opts = {"recorded traces": "", **{f"trained reranker, held-out: {p}": str(p) for p in _runs}}
+    _picked = next((label for label, p in _opts.items()
+                    if p and reranker_arg and Path(p).resolve() == Path(reranker_arg).resolve()), "recorded traces")
+    rerank_source = mo.ui.dropdown(_opts, value=_picked, label="rerank source")
+    return record_queries, rerank_source, suite, tier_picker
+
+
+@app.cell
+def _(preset, record_queries, suite, tier_picker):
+    # Recording is an explicit choice: what it costs is shown before anything runs.
+    tier = record.tiers(suite)[tier_picker.value]
+    tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
+    cost = record.estimate(suite, tier_models, tier.config, limit=int(record_queries.value))
+    record_button = mo.ui.run_button(label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load",
+                                     kind="warn" if cost.to_run else "neutral")
+    return cost, record_button, tier, tier_models
+
+
+@app.cell
+def _(new_key, suite):
+    available = record.recorded(suite)  # listed again after a recording (new_key)
+    return (available,)
+
+
+@app.cell
+def _(available, new_key):
+    # Default: the recording with the most queries (after `make demo`, its retrieval tier on every
+    # query); its LLM tier and anything else recorded are one pick away.
+    _chosen = next((r.label for r in available if r.key == new_key), None)
+    recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
+                                      value=_chosen or (available[0].label if available else None), label="recording")
+    return (recording_picker,)
+
+
+@app.cell
+def _():
+    @mo.cache
+    def open_study(suite_name: str, key: str, n_recorded: int, limit):
+        """The recorded traces (no model, no index) as a Study; cached per recording size."""
+        return Study.from_recording(record.load_recorded(suites.get_suite(suite_name), key, limit=limit))
+
+    @mo.cache
+    def open_heldout(run_dir: str, mtime: float):
+        """A trained reranker run's held-out scores over its recorded traces; cached per file version."""
+        return reranker_study.load_heldout_study(run_dir)
+
+    return open_heldout, open_study
+
+
+@app.cell
+def _(available, limit, open_heldout, open_study, recording_picker, rerank_source, suite):
+    if rerank_source.value:
+        # Held-out queries only, each with the scores of the fold model that never saw it;
+        # the baseline is the fused order of the same traces.
+        _src = Path(rerank_source.value)
+        heldout = open_heldout(str(_src), (_src / reranker_study.SCORES).stat().st_mtime)
+        study, defaults = heldout.study, heldout.start
+        baseline, baseline_label = study.evaluate(heldout.fused), "fused order"
+    else:
+        mo.stop(recording_picker.value is None, mo.md("_Record a suite (above) to tune it._"))
+        _rec = next(r for r in available if r.key == recording_picker.value)
+        heldout = None
+        study = open_study(suite.name, _rec.key, len(_rec.qids), limit)
+        defaults = study.config
+        baseline, baseline_label = study.evaluate(defaults), "defaults"
+    queries = record.judged_queries(suite).filter(pl.col("qid").is_in(study.qids))
+    # The recorded study plus the suite's index: re-runs BM25 only when a BM25 knob changes.
+    lexical_study = LexicalStudy(study, Index.open(suite.workdir() / "index"))
+    return baseline, baseline_label, defaults, heldout, lexical_study, queries, study
+
+
+@app.cell
+def _():
+    # Values the controls start from; the optimiser replaces them with its tuned config.
+    get_start, set_start = mo.state(None)
+    return get_start, set_start
+
+
+@app.cell
+def _(defaults, get_start):
+    start = get_start() or defaults
+    return (start,)
+
+
+@app.cell
+def _(defaults, knobs, lexical_study):
+    # The optimiser's parameter vocabulary (blend_band_*/blend_weight_* are tuple items);
+    # apply_params keeps band 2 >= band 1.
+    config = optimise.apply_params(defaults, knobs.value)
+    evaluation = lexical_study.evaluate(config)
+    return config, evaluation
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Three ways a notebook is exercised, each of which fails the test when any cell r
   do not. Returns the cells' definitions so tests can check the numbers shown.
 * :func:`export_html` — ``marimo export html`` in a subprocess, the CI/command-line path;
   marimo exits non-zero when a cell fails ("some cells failed to execute").
-* :func:`marimo_server` + :func:`chrome` — ``marimo run --headless`` on a free loopback
+* :func:`marimo_server` + :func:`chrome` — ``marimo edit|run --headless`` on a free loopback
   port driven by Debian's Chromium through selenium + chromedriver.
 
 Notebooks are run on the default corpus with the deterministic ``fake`` model preset in
@@ -101,7 +101,7 @@ def export_html(path: Path, out: Path, *args: str, env: dict[str, str] | None = 
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-# -- marimo run server -----------------------------------------------------------------
+# -- marimo edit/run server ------------------------------------------------------------
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -113,28 +113,29 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"marimo run exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"marimo exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         with contextlib.suppress(OSError, urllib.error.URLError):
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
                     return
         time.sleep(0.25)
-    raise RuntimeError(f"marimo run did not answer at {url} within {timeout:.0f}s:\n{log.read_text()[-4000:]}")
+    raise RuntimeError(f"marimo did not answer at {url} within {timeout:.0f}s:\n{log.read_text()[-4000:]}")
 
 
 @pytest.fixture
 def marimo_server(nb_env, tmp_path):
-    """Factory: ``start(notebook, *args) -> url`` serving it with ``marimo run`` on loopback.
+    """Factory: ``start(notebook, *args, mode="run") -> url`` serving it with ``marimo <mode>``
+    (``run``: the app view; ``edit``: the editor a newcomer opens) on loopback.
 
     The server runs in its own process group and is stopped (by that group's id) after
     the test; its log is ``server.log`` in the test's tmp dir.
     """
     started: list[subprocess.Popen] = []
 
-    def start(path: Path, *args: str, timeout: float = 60) -> str:
+    def start(path: Path, *args: str, mode: str = "run", timeout: float = 60) -> str:
         port = free_port()
         log = tmp_path / f"server-{port}.log"
-        cmd = [sys.executable, "-m", "marimo", "-y", "run", str(path), "--headless",
+        cmd = [sys.executable, "-m", "marimo", "-y", mode, str(path), "--headless",
                "--host", "127.0.0.1", "--port", str(port), "--no-token", "--no-sandbox",
                "--", *args]
         with open(log, "wb") as fh:

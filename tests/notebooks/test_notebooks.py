@@ -70,7 +70,8 @@ def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch,
     slider = mo.ui.slider(0.0, 4.0, step=0.1, value=2.1, label="weight: original BM25")
     target = tmp_path / "cfg" / "tuned.yaml"
     _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, "--save", str(target), monkeypatch=monkeypatch,
-                           defs={"weight_original_fts": slider, "save_button": CLICKED})
+                           defs={"knobs": mo.ui.dictionary({"weight_original_fts": slider}),
+                                 "save_path": types.SimpleNamespace(value=str(target)), "save_button": CLICKED})
     config, study = defs["config"], defs["study"]
     assert config == defs["defaults"].replace(weight_original_fts=2.1)
     expected = study.evaluate(config).metrics
@@ -90,7 +91,8 @@ def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_cal
     run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     no_model_calls()
     _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={
-        "optimise_button": CLICKED, "optimise_folds": types.SimpleNamespace(value=2),
+        "optimise_button": CLICKED, "optimise_method": types.SimpleNamespace(value="coordinate"),
+        "optimise_folds": types.SimpleNamespace(value=2),
         "optimise_trials": types.SimpleNamespace(value=20)})
     from eval.optimise import cross_validate
 

@@ -22,7 +22,7 @@ def test_tune_bm25_controls_rescore_through_lexical_study(nb_env, monkeypatch):
     lexical = mo.ui.dictionary({"bm25_weight_title": mo.ui.slider(0.0, 10.0, value=0.0),
                                 "bm25_weight_filepath": mo.ui.slider(0.0, 4.0, value=0.0),
                                 "bm25_prefix": mo.ui.switch(value=False)})
-    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={"lexical": lexical})
+    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={"knobs": lexical})
     config, study = defs["config"], defs["study"]
     assert config == defs["defaults"].replace(bm25_weight_title=0.0, bm25_weight_filepath=0.0, bm25_prefix=False)
     assert isinstance(defs["lexical_study"], LexicalStudy)

@@ -70,7 +70,7 @@ def test_blend_sliders_move_heldout_ndcg(reranker_run, monkeypatch):
 
     ndcg = {}
     for w in (0.0, 1.0):
-        _, d = run_notebook(NOTEBOOKS / "tune.py", *args, monkeypatch=monkeypatch, defs={"blend_weight_1": _weight_1(w)})
+        _, d = run_notebook(NOTEBOOKS / "tune.py", *args, monkeypatch=monkeypatch, defs={"knobs": mo.ui.dictionary({"blend_weight_1": _weight_1(w)})})
         cfg = d["config"]
         assert cfg.blend_weights[0] == w and cfg.blend_weights[1:] == at_start["config"].blend_weights[1:]
         assert d["evaluation"].metrics == ref.study.evaluate(cfg).metrics
