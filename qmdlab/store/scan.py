@@ -119,6 +119,7 @@ def stat_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tup
     :func:`list_files`). The stat-only check of an unchanged collection: the walk of
     :func:`_walk` with the stat in the same loop and no entry objects."""
     want, ign = _matchers(coll)
+    suffixes = _name_suffixes(coll)
     out: list[tuple[str, float, int]] = []
     stack = [("", str(coll.root))]
     while stack:
@@ -129,12 +130,17 @@ def stat_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tup
             continue
         with it:
             for e in it:
-                rel = prefix + e.name
+                name = e.name
+                rel = prefix + name
                 try:
                     if e.is_dir(follow_symlinks=False):
                         stack.append((rel + "/", e.path))
                         continue
-                    if not want.fullmatch(rel) or (ign is not None and ign.fullmatch(rel)):
+                    if suffixes is not None:  # the default mask: the name's end decides, no regex
+                        hit = name.endswith(suffixes)
+                    else:
+                        hit = want.fullmatch(rel) is not None and (ign is None or ign.fullmatch(rel) is None)
+                    if not hit:
                         if e.is_symlink() and os.path.isdir(e.path):  # a mask could reach through it
                             return None
                         continue
@@ -169,6 +175,24 @@ def stat_digest(stats: list[tuple[str, float, int]]) -> str:
         h.update(array("d", mtimes).tobytes())
         h.update(array("q", sizes).tobytes())
     return h.hexdigest()
+
+
+def _name_suffixes(coll: Collection) -> tuple[str, ...] | None:
+    """When every mask is ``**/*SUFFIX`` (a literal suffix: the default ``**/*.md``) and nothing is
+    ignored, the suffixes: a file matches when its name ends with one (``str.endswith``, not a
+    regex on the whole path). Else ``None``.
+
+    >>> _name_suffixes(Collection("a", Path("/x"), "**/*.md, **/*.txt")), _name_suffixes(Collection("a", Path("/x"), "*.md"))
+    (('.md', '.txt'), None)
+    """
+    if coll.ignore:
+        return None
+    out = []
+    for m in coll.masks:
+        if not m.startswith("**/*") or any(ch in m[4:] for ch in "*?[]/\\"):
+            return None
+        out.append(m[4:])
+    return tuple(out) or None
 
 
 def _matchers(coll: Collection) -> tuple[re.Pattern, re.Pattern | None]:

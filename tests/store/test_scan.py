@@ -11,7 +11,8 @@ from qmdlab.store.scan import list_files, list_files_glob, stat_files
 from .conftest import write_notes
 
 MASKS = [("**/*.md",), ("*.md",), ("**/*.md", "*.txt"), ("sub/**/*.md",), ("sub/*.md", "**/n?.md"),
-         ("**/*.md", "linked/*.md"), ("[ab]*.md", "**/[!x]*.txt")]
+         ("**/*.md", "linked/*.md"), ("[ab]*.md", "**/[!x]*.txt"),
+         ("**/*.md", "**/*.txt"), ("**/*",)]  # the last two: stat_files' name-suffix path (no regex)
 IGNORES = [(), ("drafts/**",), ("*tmp.md", "sub/deep/**")]
 
 
