@@ -135,7 +135,7 @@ class Scorer:
         hits = pos.join(self.rel, on=["qid", "docno"], how="inner")
         run_aggs, finals = [pl.len().alias("_nhit")], []
         for i, m in enumerate(self.metrics):
-            cut = (pl.col("pos") <= m.k) if m.k else pl.lit(True)
+            cut = (pl.col("pos") <= m.k) if m.k else (pl.col("pos") >= 1)  # a literal would sum to 1, not the hit count
             if m.kind in ("ndcg", "ndcg_burges"):
                 run_aggs.append(self._gain(m).filter(cut).sum().alias(f"_d{i}"))
                 finals.append(pl.when(pl.col(f"_i{i}") > 0).then(pl.col(f"_d{i}") / pl.col(f"_i{i}"))

@@ -28,9 +28,11 @@ from typing import Iterable, NamedTuple, Sequence
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.fastretune import FastRetune, Ranked
 from qmdlab.pipeline.retune import blend_finish, fuse_candidates, rerank_scores_of, retune
 from qmdlab.pipeline.trace import Trace
 
+from .fastmetrics import CodedScorer
 from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
 from .record import EVAL_DEPTH, Recording, load_run_dir, record
 from .suites import Suite, get_suite
@@ -103,6 +105,8 @@ class Study:
         self.rerank_fn = rerank_fn
         self.docs = docs  # per-document features for fusion=learned (qmdlab.pipeline.learned.doc_features)
         self._scores: pl.DataFrame | None = None
+        self.fast = True  # False: every config through the polars stages (the reference path)
+        self._coded: tuple[FastRetune, CodedScorer] | None = None
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -166,11 +170,35 @@ class Study:
         if out.rerank.height > self.trace.rerank.height:  # keep the new scores for later configs
             self.trace = dataclasses.replace(self.trace, rerank=out.rerank)
             self._scores = None
+            self._coded = None
         return out
+
+    def _fast_ranked(self, cfg: PipelineConfig, lists: pl.Expr | None) -> "tuple[Ranked, FastRetune, CodedScorer] | None":
+        """The numpy slider path (:class:`~qmdlab.pipeline.fastretune.FastRetune`), or ``None`` when
+        ``cfg`` needs the polars stages (learned fusion, tag lift, a ``rerank_fn`` to call)."""
+        if not self.fast or (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
+            return None
+        if self._coded is None:
+            if self._scores is None:
+                self._scores = rerank_scores_of(self.trace)
+            fast = FastRetune(self.trace.lists, self._scores)
+            self._coded = (fast, CodedScorer(self.scorer, fast))
+        fast, coded = self._coded
+        if fast.unsupported(cfg) or coded.reason:
+            return None
+        keep = None
+        if lists is not None:
+            keep = self.trace.lists.select(lists.fill_null(False)).to_series().to_numpy()
+        return fast.ranked(cfg, keep), fast, coded
 
     def final(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> pl.DataFrame:
         """Only the re-blended ``final`` table — the slider path.
 
+        Supported configs (every formula fusion and blend method, limits, switches, min score)
+        run on :class:`~qmdlab.pipeline.fastretune.FastRetune`: integer codes assigned once per
+        study, numpy over all queries at once, the same table as the polars stages bit for bit
+        (``tests/pipeline/test_fastretune.py``). Set ``study.fast = False`` for the polars path.
+        Otherwise:
         :func:`qmdlab.retune`'s own stage functions (:func:`~qmdlab.pipeline.retune.fuse_candidates`,
         :func:`~qmdlab.pipeline.retune.blend_finish`) with the recorded rerank scores kept between
         calls, without the trace bookkeeping retune also does (snippet join, notes, timings), which
@@ -178,6 +206,9 @@ class Study:
         lift, and studies with a ``rerank_fn``, go through :func:`qmdlab.retune` itself.
         """
         cfg = config or self.config
+        got = self._fast_ranked(cfg, lists)
+        if got is not None:
+            return got[1].frame(got[0])
         if (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
             return self.retuned(cfg, lists).final
         recorded = self.trace.lists if lists is None else self.trace.lists.filter(lists)
@@ -196,8 +227,14 @@ class Study:
             Keep only the recorded retrieval lists matching this expression.
         """
         cfg = config or self.config
-        final = self.final(cfg, lists)
-        table = self.scorer.score(final.rename({"final_rank": "rank"}))
+        got = self._fast_ranked(cfg, lists)
+        if got is not None:
+            ranked, fast, coded = got
+            final = fast.frame(ranked)
+            table = coded.per_query(ranked)
+        else:
+            final = self.final(cfg, lists)
+            table = self.scorer.score(final.rename({"final_rank": "rank"}))
         unscored = 0
         if cfg.rerank and cfg.blend != "none":
             unscored = final.filter(pl.col("rerank_score").is_null()).height
@@ -206,7 +243,11 @@ class Study:
     def score(self, config: PipelineConfig | None = None, metric: str = HEADLINE,
               lists: pl.Expr | None = None) -> float:
         """The mean of one metric under ``config`` (the optimisers' objective)."""
-        return self.evaluate(config, lists).metrics[metric]
+        cfg = config or self.config
+        got = self._fast_ranked(cfg, lists)
+        if got is not None and metric in (m.name for m in got[2].metrics):
+            return got[2].mean(got[0], metric)
+        return self.evaluate(cfg, lists).metrics[metric]
 
 
 def _restrict(trace: Trace, qids: set[str]) -> Trace:

@@ -140,11 +140,13 @@ def build_vector_index(directory: Path, n_chunks: int, dim: int, fingerprint: st
     return idx, vm, time.perf_counter() - t0, len(per_doc)
 
 
-def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len: int = 20):
+def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len: int = 20, n_lists: int = 4,
+                    pool_size: int = 60):
     """A cached multi-query :class:`~qmdlab.pipeline.trace.Trace` and its qrels.
 
-    Per query: four lists (fts/original, vec/original, fts/lex, vec/hyde), ``list_len`` hits each,
-    drawn from a query-specific pool of 60 documents (so lists overlap as real ones do); rerank
+    Per query: ``n_lists`` lists (four: fts/original, vec/original, fts/lex, vec/hyde; eight: two
+    more lex, two vec, one more hyde), ``list_len`` hits each, drawn from a query-specific pool of
+    ``pool_size`` documents (so lists overlap as real ones do); rerank
     scores for the 40 fused candidates of the default config; 5 judged documents (grades 1–2) of
     which 4 come from the pool. Returns ``(trace, qrels)``.
     """
@@ -155,12 +157,15 @@ def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len:
     from qmdlab.pipeline.trace import SCHEMAS, Trace
 
     rng = np.random.default_rng(seed)
-    kinds = [("fts", "original", 2.0), ("vec", "original", 2.0), ("fts", "lex", 1.0), ("vec", "hyde", 1.0)]
+    kinds = [("fts", "original", 2.0), ("vec", "original", 2.0), ("fts", "lex", 1.0), ("vec", "hyde", 1.0),
+             ("fts", "lex", 1.0), ("vec", "vec", 1.0), ("vec", "vec", 1.0), ("vec", "hyde", 1.0)][:n_lists]
+    if len(kinds) != n_lists:
+        raise ValueError(f"synthetic_trace: n_lists must be 1..8, got {n_lists}")
     cols: dict[str, list] = {c: [] for c in SCHEMAS["lists"]}
     qrows: dict[str, list] = {"qid": [], "docno": [], "grade": []}
     qids = [f"q{i:04d}" for i in range(n_queries)]
     for qid in qids:
-        pool = rng.choice(n_docs, size=60, replace=False)
+        pool = rng.choice(n_docs, size=pool_size, replace=False)
         for lid, (src, qt, w) in enumerate(kinds):
             docs = rng.choice(pool, size=list_len, replace=False)
             scores = np.sort(rng.random(list_len))[::-1]
