@@ -52,6 +52,8 @@ class BenchConfig:
     words_per_doc: int = 80
     seed: int = 0
     keep: bool = False
+    vectors: str = "clustered"
+    ann: bool = True
 
 
 def _load() -> float:
@@ -150,17 +152,38 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
 
     todo = idx.chunks_needing_vectors(FINGERPRINT)
     ids = todo["chunk_id"].to_list()
-    vrng = np.random.default_rng(cfg.seed)
+    vecs, qmat = ann_vectors(cfg.vectors, len(ids), cfg.queries, cfg.seed)
+    row["vectors"] = cfg.vectors
     with _Timer() as t:
         for s in range(0, len(ids), 10_000):
-            part = ids[s:s + 10_000]
-            idx.store_vectors(part, vrng.standard_normal((len(part), DIM), dtype=np.float32), FINGERPRINT)
+            idx.store_vectors(ids[s:s + 10_000], vecs[s:s + 10_000], FINGERPRINT)
     row["store_vectors_s"], row["store_vectors_cpu_s"] = t.wall, t.cpu
-    qvecs = [(idx, vrng.standard_normal(DIM, dtype=np.float32)) for _ in range(cfg.queries)]
+    del vecs
+    qvecs = [(idx, q) for q in qmat]
     with _Timer() as t:
         vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10)
     row["vector_load_s"], row["vector_load_cpu_s"] = t.wall, t.cpu
     row["vector_ms"], row["vector_cpu_ms"] = _median_ms(lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+    if cfg.ann:  # the shipped ANN path: vector_search(ann=...) with PipelineConfig(vector_index="hnsw")'s defaults
+        from qmdlab.pipeline.config import PipelineConfig
+
+        ann = PipelineConfig(vector_index="hnsw").ann()
+        with _Timer() as t:  # builds the graph and saves it next to the index
+            vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10, ann=ann)
+        row["ann_build_s"], row["ann_build_cpu_s"] = t.wall, t.cpu
+        row["ann_file_mb"] = sum(p.stat().st_size for p in (index_dir / "ann").glob("*.faiss")) / 2**20
+        walls = []
+        rec = []
+        for _, q in qvecs:
+            want = {h.docno for h in vector_search(idx, q, fingerprint=FINGERPRINT, limit=10)}
+            t0 = time.perf_counter()
+            got = vector_search(idx, q, fingerprint=FINGERPRINT, limit=10, ann=ann)
+            walls.append((time.perf_counter() - t0) * 1000)
+            rec.append(len(want & {h.docno for h in got}) / 10)
+        row["ann_ms"], row["ann_ms_min"] = statistics.median(walls), min(walls)
+        row["ann_recall"] = statistics.fmean(rec)
+        print(f"[{n}] ann build {row['ann_build_s']:.1f} s, query {row['ann_ms']:.2f} ms, "
+              f"recall@10 {row['ann_recall']:.3f}", file=sys.stderr, flush=True)
     print(f"[{n}] bm25 {row['bm25_ms']:.1f} ms, vector {row['vector_ms']:.1f} ms "
           f"(matrix load {row['vector_load_s']:.1f} s)", file=sys.stderr, flush=True)
     row["rss_mb"] = _rss_mb()
@@ -209,6 +232,183 @@ def bench_vectors_only(n: int, cfg: BenchConfig) -> dict:
     return row
 
 
+ANN_LIBS = ("hnswlib", "usearch", "faiss")
+ANN_EFS = (16, 32, 64, 128, 256)
+ANN_M, ANN_EF_CONSTRUCTION = 16, 100
+CISI_INDEX = Path.home() / ".cache/qmdlab/eval/cisi/index/index.sqlite"
+
+
+def _rss_now_mb() -> float:
+    """Current (not peak) resident memory of this process."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _cisi_gaussian(cisi: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and a square root of the covariance of the real MiniLM chunk vectors of a CISI index."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{cisi}?mode=ro", uri=True)
+    rows = con.execute("SELECT blob FROM vectors WHERE fingerprint LIKE '%minilm%'").fetchall()
+    con.close()
+    if not rows:
+        raise SystemExit(f"{cisi}: no MiniLM vectors (run `qmdlab eval cisi` with the default embedder first)")
+    real = _unit(np.frombuffer(b"".join(r[0] for r in rows), dtype=np.float32).reshape(len(rows), -1))
+    w, v = np.linalg.eigh(np.cov(real, rowvar=False))
+    return real.mean(axis=0), v * np.sqrt(np.clip(w, 0, None))
+
+
+def ann_vectors(kind: str, n: int, n_queries: int, seed: int, cisi: Path = CISI_INDEX) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` unit vectors and ``n_queries`` query vectors (384-d) of one kind.
+
+    - ``random``: isotropic Gaussian, the worst case for ANN recall (no structure to exploit);
+    - ``clustered``: ``n // 100`` random centres, each point its centre plus isotropic noise of the
+      same norm (cosine to its centre ~0.7, to a same-cluster point ~0.5, the range of related
+      passages under MiniLM); queries drawn the same way;
+    - ``cisi``: a Gaussian with the mean and covariance of the 1,460 real all-MiniLM-L6-v2 CISI
+      vectors (their anisotropic spectrum, no cluster structure added); needs ``cisi``.
+    """
+    rng = np.random.default_rng(seed + n)
+    m = n + n_queries
+    if kind == "random":
+        x = rng.standard_normal((m, DIM), dtype=np.float32)
+    elif kind == "clustered":
+        centres = _unit(rng.standard_normal((max(10, n // 100), DIM), dtype=np.float32))
+        noise = _unit(rng.standard_normal((m, DIM), dtype=np.float32))
+        x = centres[rng.integers(0, len(centres), m)] + noise
+    elif kind == "cisi":
+        mean, root = _cisi_gaussian(cisi)
+        x = mean + (rng.standard_normal((m, DIM), dtype=np.float32) @ root.T).astype(np.float32)
+    else:
+        raise SystemExit(f"unknown vector set {kind!r}; choose random, clustered or cisi")
+    x = _unit(x)
+    return x[:n], x[n:]
+
+
+class _Ann:
+    """One library's HNSW index behind a common build / set_ef / query interface (1 thread)."""
+
+    def __init__(self, lib: str, dim: int):
+        self.lib = lib
+        if lib == "hnswlib":
+            import hnswlib
+
+            self.ix = hnswlib.Index(space="ip", dim=dim)
+        elif lib == "usearch":
+            from usearch.index import Index
+
+            self.ix = Index(ndim=dim, metric="ip", dtype="f32", connectivity=ANN_M,
+                            expansion_add=ANN_EF_CONSTRUCTION)
+        elif lib == "faiss":
+            import faiss
+
+            faiss.omp_set_num_threads(1)
+            self.ix = faiss.IndexHNSWFlat(dim, ANN_M, faiss.METRIC_INNER_PRODUCT)
+            self.ix.hnsw.efConstruction = ANN_EF_CONSTRUCTION
+        else:
+            raise SystemExit(f"unknown ANN library {lib!r}; choose from {', '.join(ANN_LIBS)}")
+
+    def build(self, x: np.ndarray) -> None:
+        if self.lib == "hnswlib":
+            self.ix.init_index(max_elements=len(x), M=ANN_M, ef_construction=ANN_EF_CONSTRUCTION, random_seed=0)
+            self.ix.set_num_threads(1)
+            self.ix.add_items(x, np.arange(len(x)), num_threads=1)
+        elif self.lib == "usearch":
+            self.ix.add(np.arange(len(x)), x, threads=1)
+        else:
+            self.ix.add(x)
+
+    def set_ef(self, ef: int) -> None:
+        if self.lib == "hnswlib":
+            self.ix.set_ef(ef)
+        elif self.lib == "usearch":
+            self.ix.expansion_search = ef
+        else:
+            self.ix.hnsw.efSearch = ef
+
+    def query(self, q: np.ndarray, k: int) -> np.ndarray:
+        if self.lib == "hnswlib":
+            return self.ix.knn_query(q[None, :], k=k, num_threads=1)[0][0]
+        if self.lib == "usearch":
+            return self.ix.search(q, k, threads=1).keys
+        return self.ix.search(q[None, :], k)[1][0]
+
+    def size_mb(self, tmp: Path) -> float:
+        path = tmp / f"ann.{self.lib}"
+        if self.lib == "hnswlib":
+            self.ix.save_index(str(path))
+        elif self.lib == "usearch":
+            self.ix.save(str(path))
+        else:
+            import faiss
+
+            faiss.write_index(self.ix, str(path))
+        size = path.stat().st_size / 2**20
+        path.unlink()
+        return size
+
+
+def bench_ann(n: int, kind: str, libs: list[str], cfg: BenchConfig, efs=ANN_EFS, k: int = 10) -> list[dict]:
+    """Exact vs ANN top-``k`` over ``n`` in-memory vectors of one kind: one row for exact search and
+    one per (library, ef): build wall/CPU seconds, resident-memory growth and file size of the
+    index, min/median query latency over ``cfg.queries`` single queries (1 thread), recall@k
+    against exact top-``k`` (mean over the queries)."""
+    import gc
+
+    x, qs = ann_vectors(kind, n, cfg.queries, cfg.seed)
+    truth = []
+    wall, cpu = [], []
+    for q in qs:  # exact: what vector_search does for one query (matrix-vector product + top-k)
+        t0, c0 = time.perf_counter(), time.process_time()
+        s = x @ q
+        top = np.argpartition(-s, k)[:k]
+        truth.append(set(top[np.argsort(-s[top])].tolist()))
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    base = {"n": n, "vectors": kind, "queries": len(qs)}
+    rows = [{**base, "method": "exact", "ef": None, "build_s": 0.0, "build_cpu_s": 0.0,
+             "mem_mb": x.nbytes / 2**20, "file_mb": None, "query_ms_min": min(wall),
+             "query_ms_median": statistics.median(wall), "query_cpu_ms_median": statistics.median(cpu),
+             "recall": 1.0, "load": _load()}]
+    print(f"[ann {kind} {n}] exact {rows[0]['query_ms_median']:.2f} ms", file=sys.stderr, flush=True)
+    for lib in libs:
+        gc.collect()
+        rss0 = _rss_now_mb()
+        ann = _Ann(lib, DIM)
+        load0 = _load()
+        with _Timer() as t:
+            ann.build(x)
+        mem = _rss_now_mb() - rss0
+        file_mb = ann.size_mb(cfg.work)
+        print(f"[ann {kind} {n}] {lib} build {t.wall:.1f} s ({t.cpu:.1f} s CPU), +{mem:.0f} MB",
+              file=sys.stderr, flush=True)
+        for ef in efs:
+            ann.set_ef(max(ef, k))
+            ann.query(qs[0], k)  # warm-up
+            wall, cpu, rec = [], [], []
+            for q, want in zip(qs, truth):
+                t0, c0 = time.perf_counter(), time.process_time()
+                got = ann.query(q, k)
+                wall.append((time.perf_counter() - t0) * 1000)
+                cpu.append((time.process_time() - c0) * 1000)
+                rec.append(len(want & {int(i) for i in got}) / k)
+            rows.append({**base, "method": lib, "ef": ef, "build_s": t.wall, "build_cpu_s": t.cpu, "mem_mb": mem,
+                         "file_mb": file_mb, "query_ms_min": min(wall), "query_ms_median": statistics.median(wall),
+                         "query_cpu_ms_median": statistics.median(cpu), "recall": statistics.fmean(rec),
+                         "load": (load0 + _load()) / 2})
+            print(f"[ann {kind} {n}] {lib} ef={ef}: {rows[-1]['query_ms_median']:.3f} ms, "
+                  f"recall@{k} {rows[-1]['recall']:.3f}", file=sys.stderr, flush=True)
+        del ann
+    return rows
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -247,8 +447,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--append", action="store_true", help="Add to the rows already in <out>/scale.json.")
     p.add_argument("--vectors-only", type=int, nargs="*", default=[], metavar="N",
                    help="Also time exact vector_search over N in-memory random vectors (no index build).")
+    p.add_argument("--vectors", default=BenchConfig.vectors, choices=["random", "clustered", "cisi"],
+                   help="Vectors stored in the --sizes indexes (see ann_vectors).")
+    p.add_argument("--no-ann", action="store_true", help="--sizes: skip the vector_search(ann=...) timing.")
+    p.add_argument("--ann", type=int, nargs="*", default=[], metavar="N",
+                   help="Exact vs ANN (build, memory, latency, recall@10) over N in-memory vectors per --ann-vectors.")
+    p.add_argument("--ann-vectors", nargs="*", default=["random", "clustered"], metavar="KIND",
+                   help="Vector sets for --ann: random (worst case), clustered, cisi (MiniLM spectrum; needs the "
+                        "CISI eval index).")
+    p.add_argument("--ann-libs", nargs="*", default=list(ANN_LIBS), metavar="LIB",
+                   help=f"ANN libraries for --ann (of {', '.join(ANN_LIBS)}).")
+    p.add_argument("--ann-efs", type=int, nargs="*", default=list(ANN_EFS), metavar="EF",
+                   help="Search breadths (ef) swept for each ANN index.")
     a = p.parse_args(argv)
-    cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep)
+    cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep,
+                      vectors=a.vectors, ann=not a.no_ann)
     cfg.out.mkdir(parents=True, exist_ok=True)
     rows = json.loads((cfg.out / "scale.json").read_text())["rows"] if a.append else []
     for n in cfg.sizes:
@@ -260,10 +473,16 @@ def main(argv: list[str] | None = None) -> int:
     for n in a.vectors_only:
         vec_rows.append(bench_vectors_only(n, cfg))
         (cfg.out / "scale-vectors.json").write_text(json.dumps({"rows": vec_rows}, indent=1))
+    ann_rows = []
+    for n in a.ann:
+        for kind in a.ann_vectors:
+            ann_rows.extend(bench_ann(n, kind, a.ann_libs, cfg, efs=a.ann_efs))
+            (cfg.out / "ann.json").write_text(json.dumps({"rows": ann_rows, "m": ANN_M,
+                                                          "ef_construction": ANN_EF_CONSTRUCTION}, indent=1))
     rows.sort(key=lambda r: r["n"])
     if rows and not a.no_plot:
         plot(rows, cfg.out / "scale.png")
-    rows = rows + vec_rows
+    rows = rows + vec_rows + ann_rows
     for r in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))
     return 0

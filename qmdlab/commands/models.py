@@ -164,9 +164,13 @@ def register(group: click.Group) -> None:
     @result_options()
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model.")
+    @click.option("--ann", is_flag=True, help="Approximate search through an HNSW graph kept next to the index "
+                  "(built on first use, rebuilt when vectors change; needs `pip install 'qmdlab[ann]'`).")
+    @click.option("--ann-ef", type=click.IntRange(min=1), default=None,
+                  help="With --ann: the search's candidate list (default 256; higher = better recall, slower).")
     @click.pass_context
     def vsearch(ctx, query, limit, collections, min_score, fmt, as_json, as_csv, as_md, as_xml, as_files, all_results,
-                full, line_numbers, preset, embed_model) -> None:
+                full, line_numbers, preset, embed_model, ann, ann_ef) -> None:
         """Vector search: the query's embedding against the chunk vectors (run `qmdlab embed` first)."""
         from qmdlab.output import build_rows
         from qmdlab.search.vector import vector_search
@@ -176,7 +180,15 @@ def register(group: click.Group) -> None:
         emb = _embedder(preset, embed_model)
         if not query.strip():
             raise QmdlabError("vsearch needs a non-empty QUERY")
+        if ann_ef is not None and not ann:
+            raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
+        ann_cfg = None
+        if ann:
+            from qmdlab.pipeline.config import PipelineConfig
+
+            ann_cfg = PipelineConfig(vector_index="hnsw", **({"ann_ef_search": ann_ef} if ann_ef else {})).ann()
         hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint,
-                             limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None)
+                             limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None,
+                             ann=ann_cfg)
         hits = [h for h in hits if h.score >= min_score]
         click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))

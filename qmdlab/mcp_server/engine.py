@@ -415,7 +415,7 @@ class Engine:
             if emb is None:
                 raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
             return vector_search(self.index, emb.embed_query(text), fingerprint=emb.fingerprint, limit=n,
-                                 collections=colls)
+                                 collections=colls, ann=self.config.ann())
 
         return self._single("vsearch", query, limit, minScore, collection, collections, run)
 

@@ -28,7 +28,7 @@ BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
 KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
-                          "min_score_fallback", "fallback_max", "chunker"})
+                          "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -137,6 +137,12 @@ class PipelineConfig:
         (the default) = whatever the index has. Chunks are stored, so this is an index setting
         (``qmdlab update --chunker``): a :class:`~qmdlab.pipeline.lab.Lab` refuses an index chunked
         otherwise, and ``qmdlab eval`` builds one suite index per chunker.
+    vector_index : str
+        ``exact`` (the default: every chunk vector scored) or ``hnsw``: candidates from an HNSW
+        graph (FAISS, ``pip install 'qmdlab[ann]'``) kept next to the index and rebuilt when the
+        vectors change (:mod:`qmdlab.search.ann`); approximate, for collections past ~300k chunks.
+    ann_ef_search : int
+        ``hnsw`` only: the search's candidate list (recall against latency, README "Scaling up").
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is skipped with a note, fail-open, and the call is abandoned on its
@@ -205,6 +211,8 @@ class PipelineConfig:
     min_score_fallback: float = 0.0
     fallback_max: int = 3
     chunker: str = ""
+    vector_index: str = "exact"
+    ann_ef_search: int = 256
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -248,6 +256,10 @@ class PipelineConfig:
         if not self.min_score_fallback >= 0 or int(self.fallback_max) < 0:
             raise ConfigError(f"options 'min_score_fallback' (>= 0) and 'fallback_max' (>= 0) got "
                               f"{self.min_score_fallback!r} and {self.fallback_max!r}")
+        if self.vector_index not in ("exact", "hnsw"):
+            raise ConfigError(f"unknown vector_index {self.vector_index!r}; choose one of: exact, hnsw")
+        if int(self.ann_ef_search) < 1:
+            raise ConfigError(f"option 'ann_ef_search' must be at least 1, got {self.ann_ef_search!r}")
         if self.chunker:
             from qmdlab.store.chunkers import check_chunker
 
@@ -399,6 +411,18 @@ class PipelineConfig:
         lines = [f"{f.name}: {getattr(other, f.name)!r} -> {getattr(self, f.name)!r}"
                  for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
         return "\n".join(lines) if lines else "(defaults)"
+
+    def ann(self) -> Any:
+        """The :class:`~qmdlab.search.ann.AnnConfig` of ``vector_index: hnsw``, else ``None`` (exact).
+
+        >>> PipelineConfig().ann() is None, PipelineConfig(vector_index="hnsw", ann_ef_search=64).ann().ef_search
+        (True, 64)
+        """
+        if self.vector_index == "exact":
+            return None
+        from qmdlab.search.ann import AnnConfig
+
+        return AnnConfig(ef_search=int(self.ann_ef_search))
 
     def lexical(self) -> dict[str, Any]:
         """The BM25 knobs as keyword arguments of :func:`qmdlab.search.bm25_search`.

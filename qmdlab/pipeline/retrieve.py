@@ -224,7 +224,7 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
                 vec_ok = False
                 continue
             hits = vector_search(index, vec, fingerprint=embedder.fingerprint, limit=config.list_limit,
-                                 collections=collections, filters=filters)
+                                 collections=collections, filters=filters, ann=config.ann())
         frames.append(hits_frame(qid, list_id, r, hits, weight))
     lists = pl.concat(frames, how="vertical") if frames else empty("lists")
     return Retrieved(lists, notes)

@@ -15,6 +15,7 @@ from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit
 
 if TYPE_CHECKING:
+    from qmdlab.search.ann import AnnConfig
     from qmdlab.store import Index
 
 
@@ -94,6 +95,7 @@ def vector_search(
     limit: int = 20,
     collections: Iterable[str] | None = None,
     filters: SearchFilters | None = None,
+    ann: "AnnConfig | None" = None,
 ) -> list[Hit]:
     """Top documents by the cosine similarity of their best chunk to ``query_vec``.
 
@@ -108,6 +110,13 @@ def vector_search(
         Maximum number of documents.
     collections, filters
         As in :func:`qmdlab.search.bm25_search`.
+    ann : AnnConfig, optional
+        Take candidates from an HNSW graph (:mod:`qmdlab.search.ann`, needs ``qmdlab[ann]``) instead
+        of scoring every chunk: approximate (recall@10 against exact is measured in README "Scaling
+        up"). Each candidate document's best chunk is then scored exactly, so a document found gets
+        the same chunk and score (to float32 rounding) as in exact search. With ``collections`` or
+        ``filters``, and when ``limit`` asks for half the chunks or more, the search stays exact
+        (the graph covers the whole index). ``None`` (default): exact.
 
     Returns
     -------
@@ -144,8 +153,12 @@ def vector_search(
         # ranking would be arbitrary. No hits.
         return []
     q = q / norm
-    scores = vm.matrix @ q
     allowed = allowed_docnos(idx, collections, filters)
+    if ann is not None and allowed is None:
+        hits = _ann_search(idx, vm, q, fingerprint, limit, ann)
+        if hits is not None:
+            return hits
+    scores = vm.matrix @ q
     if allowed is not None:
         mask = np.fromiter((d in allowed for d in vm.docnos), dtype=bool, count=len(vm.docnos))
         scores = np.where(mask, scores, -np.inf)
@@ -168,5 +181,43 @@ def vector_search(
         lo, hi = int(starts[g]), int(ends[g])
         r = lo + int(np.argmax(scores[lo:hi]))  # first row on ties, as best_per_document
         s = float(bscores[i])
+        hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s))
+    return hits
+
+
+def _ann_search(idx: "Index", vm, q: np.ndarray, fingerprint: str, limit: int,
+                ann: "AnnConfig") -> list[Hit] | None:
+    """Top documents among the HNSW graph's candidate chunks; each candidate document's chunks are
+    scored exactly (best chunk, first on ties) and ranked as in exact search. ``None`` when the
+    request needs half the rows or more (``--all``, a tiny index): exact search is then cheaper."""
+    from qmdlab.search.ann import ann_graph, ann_rows
+
+    n = vm.matrix.shape[0]
+    k = max(limit, 1) * ann.overfetch
+    if 2 * k > n:
+        return None
+    starts = _group_starts(vm.docnos)
+    ends = np.append(starts[1:], n)
+    handle = ann_graph(getattr(idx, "dir", None), fingerprint, vm, ann)
+    while True:
+        rows = ann_rows(handle, q, k, ann)
+        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+        if len(groups) >= limit:
+            break
+        k *= 2  # documents with many chunks: widen until ``limit`` documents are in
+        if 2 * k > n:
+            return None
+    best_rows = np.empty(len(groups), dtype=np.int64)
+    bscores = np.empty(len(groups), dtype=np.float64)
+    for j, g in enumerate(groups):  # ascending group = docno order, as the exact ranking's ties
+        lo, hi = int(starts[g]), int(ends[g])
+        s = vm.matrix[lo:hi] @ q
+        s = np.where(np.isnan(s), -np.inf, s)
+        best_rows[j], bscores[j] = lo + int(np.argmax(s)), float(s.max())
+    keep = np.isfinite(bscores)
+    best_rows, bscores = best_rows[keep], bscores[keep]
+    hits = []
+    for rank, i in enumerate(top_k(bscores, limit), 1):
+        r, s = int(best_rows[i]), float(bscores[i])
         hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s))
     return hits
