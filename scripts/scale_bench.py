@@ -409,31 +409,62 @@ def bench_ann(n: int, kind: str, libs: list[str], cfg: BenchConfig, efs=ANN_EFS,
     return rows
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, vec_rows: list[dict] = (), ann_rows: list[dict] = ()) -> None:
+    """Three panels: index work and query latency against collection size, and (when ``ann_rows``
+    are given) recall@10 against query latency of every ANN library and ``ef`` at the largest size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    panels = 3 if ann_rows else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
+    a, b = axes[0], axes[1]
     ns = [r["n"] for r in rows]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("build_s", "build (s)"), ("update_changed_s", "update, 1% changed (s)"),
                        ("update_unchanged_s", "update, unchanged (s)"), ("store_vectors_s", "store vectors (s)"),
-                       ("vector_load_s", "vector matrix load (s)")):
-        a.plot(ns, [r[key] for r in rows], marker="o", label=label)
-    for key, label in (("bm25_ms", "BM25 query (ms)"), ("vector_ms", "exact vector query (ms)")):
-        b.plot(ns, [r[key] for r in rows], marker="o", label=label)
+                       ("vector_load_s", "vector matrix load (s)"), ("ann_build_s", "HNSW graph build (s)")):
+        pts = [(r["n"], r[key]) for r in rows if r.get(key) is not None]
+        if pts:
+            a.plot(*zip(*pts), marker="o", label=label)
+    for key, label in (("bm25_ms", "BM25 query"), ("vector_ms", "exact vector query"),
+                       ("ann_ms", "HNSW vector query (ef 512)")):
+        pts = [(r["n"], r[key]) for r in rows if r.get(key) is not None]
+        if pts:
+            b.plot(*zip(*pts), marker="o", label=label)
+    if vec_rows:
+        b.plot([r["n"] for r in vec_rows], [r["vector_cpu_ms"] for r in vec_rows], marker="s", linestyle="--",
+               label="exact vector query, in memory (CPU ms)")
     b.axhline(100, color="grey", linestyle=":", label="100 ms (interactive)")
-    for ax, title in ((a, "index work"), (b, "query latency (median)")):
+    for ax, title, unit in ((a, "index work (wall)", "seconds"), (b, "query latency (median wall)", "ms")):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("chunks")
-        ax.set_title(title)
+        ax.set_ylabel(unit)
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
+    if ann_rows:
+        c = axes[2]
+        n_max = max(r["n"] for r in ann_rows)
+        for (lib, kind), marker in zip(sorted({(r["method"], r["vectors"]) for r in ann_rows
+                                               if r["n"] == n_max and r["method"] != "exact"}),
+                                       "ov^sD<>pP*x+"):
+            pts = sorted((r["query_ms_median"], r["recall"]) for r in ann_rows
+                         if r["n"] == n_max and r["method"] == lib and r["vectors"] == kind)
+            c.plot(*zip(*pts), marker=marker, label=f"{lib}, {kind}")
+        for r in ann_rows:
+            if r["n"] == n_max and r["method"] == "exact":
+                c.axvline(r["query_ms_median"], color="grey", linestyle="--", linewidth=0.8)
+        c.axhline(0.95, color="grey", linestyle=":", label="recall@10 0.95")
+        c.set_xscale("log")
+        c.set_xlabel("query ms (median, 1 thread); dashed: exact")
+        c.set_ylabel("recall@10 vs exact")
+        c.set_title(f"HNSW at {n_max:,} vectors (M 16, ef 32-512)", fontsize=9)
+        c.legend(fontsize=6)
     loads = ", ".join(f"{r['n']}: {r['load_start']:.1f}-{r['load_end']:.1f}" for r in rows)
-    fig.suptitle(f"qmdlab on one machine (2 cores, shared; 1-min load per size {loads})", fontsize=8)
+    fig.suptitle(f"qmdlab on one shared 2-core machine (1-min load per size {loads})", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=BenchConfig.work)
     p.add_argument("--queries", type=int, default=BenchConfig.queries)
     p.add_argument("--no-plot", action="store_true", help="Skip the matplotlib figure.")
+    p.add_argument("--plot-only", action="store_true",
+                   help="Only draw the figure from <out>/scale.json, scale-vectors.json and ann.json.")
+    p.add_argument("--png", type=Path, default=None, help="Where the figure goes (default <out>/scale.png).")
     p.add_argument("--keep", action="store_true", help="Keep the corpora and indexes under --work.")
     p.add_argument("--append", action="store_true", help="Add to the rows already in <out>/scale.json.")
     p.add_argument("--vectors-only", type=int, nargs="*", default=[], metavar="N",
@@ -480,8 +514,14 @@ def main(argv: list[str] | None = None) -> int:
             (cfg.out / "ann.json").write_text(json.dumps({"rows": ann_rows, "m": ANN_M,
                                                           "ef_construction": ANN_EF_CONSTRUCTION}, indent=1))
     rows.sort(key=lambda r: r["n"])
+    if a.plot_only:
+        rows = json.loads((cfg.out / "scale.json").read_text())["rows"]
+        for name in ("scale-vectors.json", "ann.json"):
+            if (cfg.out / name).exists():
+                (vec_rows if name.startswith("scale") else ann_rows).extend(
+                    json.loads((cfg.out / name).read_text())["rows"])
     if rows and not a.no_plot:
-        plot(rows, cfg.out / "scale.png")
+        plot(sorted(rows, key=lambda r: r["n"]), a.png or cfg.out / "scale.png", vec_rows, ann_rows)
     rows = rows + vec_rows + ann_rows
     for r in rows:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}))

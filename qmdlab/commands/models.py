@@ -167,7 +167,7 @@ def register(group: click.Group) -> None:
     @click.option("--ann", is_flag=True, help="Approximate search through an HNSW graph kept next to the index "
                   "(built on first use, rebuilt when vectors change; needs `pip install 'qmdlab[ann]'`).")
     @click.option("--ann-ef", type=click.IntRange(min=1), default=None,
-                  help="With --ann: the search's candidate list (default 256; higher = better recall, slower).")
+                  help="With --ann: the search's candidate list (default 512; higher = better recall, slower).")
     @click.pass_context
     def vsearch(ctx, query, limit, collections, min_score, fmt, as_json, as_csv, as_md, as_xml, as_files, all_results,
                 full, line_numbers, preset, embed_model, ann, ann_ef) -> None:
@@ -176,12 +176,12 @@ def register(group: click.Group) -> None:
         from qmdlab.search.vector import vector_search
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        if ann_ef is not None and not ann:
+            raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
         idx = _open_index(ctx)
         emb = _embedder(preset, embed_model)
         if not query.strip():
             raise QmdlabError("vsearch needs a non-empty QUERY")
-        if ann_ef is not None and not ann:
-            raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
         ann_cfg = None
         if ann:
             from qmdlab.pipeline.config import PipelineConfig

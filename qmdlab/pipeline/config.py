@@ -212,7 +212,7 @@ class PipelineConfig:
     fallback_max: int = 3
     chunker: str = ""
     vector_index: str = "exact"
-    ann_ef_search: int = 256
+    ann_ef_search: int = 512
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +135,12 @@ def test_exact_stays_the_default_and_out_of_the_trace_key():
     assert PipelineConfig.from_dict(on.to_dict()) == on
     with pytest.raises(QmdlabError, match="vector_index"):
         PipelineConfig(vector_index="ivf")
+
+
+def test_vsearch_ann_ef_without_ann_is_refused(tmp_path):
+    import subprocess
+
+    qmdlab = Path(sys.executable).with_name("qmdlab")
+    r = subprocess.run([str(qmdlab), "--index", str(tmp_path / "idx"), "vsearch", "q", "--ann-ef", "64"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "--ann-ef needs --ann" in r.stderr
