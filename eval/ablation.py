@@ -215,11 +215,12 @@ def format_table(table: pl.DataFrame, metric: str = HEADLINE) -> str:
     def p(value: float) -> str:  # a randomisation p-value of 0 means "below 1/permutations"
         return "<0.001" if value == 0 else f"{value:.3g}"
 
-    lines = [f"{'configuration':<22} {metric:>8} {'Δ':>7} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}  "
+    width = max([22, *(len(c) for c in table["config"].to_list())]) if table.height else 22
+    lines = [f"{'configuration':<{width}} {metric:>8} {'Δ':>7} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}  "
              f"(baseline: {base})"]
     for r in table.iter_rows(named=True):
         star = "*" if r["p_ttest"] < 0.05 and r["config"] != base else " "
-        lines.append(f"{r['config']:<22} {r[metric]:>8.4f} {r['delta']:>+7.4f} {r['p_ttest']:>8.3g} "
+        lines.append(f"{r['config']:<{width}} {r[metric]:>8.4f} {r['delta']:>+7.4f} {r['p_ttest']:>8.3g} "
                      f"{p(r['p_fisher']):>9} {r['wins']:>3}/{r['ties']}/{r['losses']:<3}{star}"
                      + (f"  ({r['unscored']} unscored)" if r["unscored"] else ""))
     return "\n".join(lines)

@@ -26,6 +26,7 @@ with app.setup:
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.fuse import contributions
     from qmdlab.search.navigate import breadcrumbs
+    from qmdlab.store.chunkers import CHUNKERS, DEFAULT_CHUNKER
 
 
 @app.cell(hide_code=True)
@@ -46,32 +47,36 @@ def _():
     preset = args.get("preset") or None
     query_arg = str(args.get("query") or "")
     intent_arg = str(args.get("intent") or "")
-    return intent_arg, preset, query_arg, suite_arg
+    chunker_arg = str(args.get("chunker") or DEFAULT_CHUNKER)
+    return chunker_arg, intent_arg, preset, query_arg, suite_arg
 
 
 @app.cell
-def _(suite_arg):
+def _(chunker_arg, suite_arg):
     suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
-    return (suite_picker,)
+    # the suite's own index per chunker (eval.record.index_dir); another chunker indexes and embeds once
+    chunker_picker = mo.ui.dropdown(list(CHUNKERS), value=chunker_arg, label="chunker")
+    return chunker_picker, suite_picker
 
 
 @app.cell
 def _():
     @mo.cache
-    def open_lab(suite_name: str, preset):
-        """The suite's index (built and embedded on first use) with the preset's models."""
+    def open_lab(suite_name: str, preset, chunker: str = DEFAULT_CHUNKER):
+        """The suite's index for ``chunker`` (built and embedded on first use) with the preset's models."""
         suite = suites.get_suite(suite_name)
         suite.check()
+        config = record.suite_config(suite).replace(chunker="" if chunker == DEFAULT_CHUNKER else chunker)
         with mo.status.spinner(title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding"):
-            lab = record.open_lab(suite, qmodels.load_models(preset), log=lambda _msg: None)
+            lab = record.open_lab(suite, qmodels.load_models(preset), config, log=lambda _msg: None)
         return lab, record.judged_queries(suite)
 
     return (open_lab,)
 
 
 @app.cell
-def _(open_lab, preset, suite_picker):
-    lab, labelled = open_lab(suite_picker.value, preset)
+def _(chunker_picker, open_lab, preset, suite_picker):
+    lab, labelled = open_lab(suite_picker.value, preset, chunker_picker.value)
     return lab, labelled
 
 
@@ -105,8 +110,8 @@ def _(intent_arg):
 
 
 @app.cell
-def _(intent_box, labelled_picker, query_form, suite_picker):
-    mo.vstack([mo.hstack([suite_picker, labelled_picker], justify="start"), query_form, intent_box])
+def _(chunker_picker, intent_box, labelled_picker, query_form, suite_picker):
+    mo.vstack([mo.hstack([suite_picker, chunker_picker, labelled_picker], justify="start"), query_form, intent_box])
     return
 
 

@@ -138,6 +138,14 @@ def test_explore_takes_the_query_from_the_command_line(nb_env, monkeypatch):
     assert defs["trace"].final.height > 0
 
 
+def test_explore_opens_the_suite_index_of_the_chosen_chunker(nb_env, monkeypatch):
+    _, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, "--chunker", "headings", "--query",
+                           "postgres restore from backup", monkeypatch=monkeypatch)
+    index = defs["lab"].index
+    assert index.chunker == "headings" and index.dir.name == "index-headings"
+    assert defs["trace"].final.height > 0
+
+
 # -- evaluate --------------------------------------------------------------------------
 def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
     from eval.ablation import ablate
