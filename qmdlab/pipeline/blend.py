@@ -24,6 +24,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
+from qmdlab.pipeline.fuse import SMALL_ROWS
 from qmdlab.pipeline.trace import SCHEMAS, empty, sort_within_qid
 
 
@@ -91,6 +92,10 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
         raise ConfigError(f"unknown blend method {config.blend!r}; choose one of: {', '.join(BLEND_METHODS)}")
     if candidates.height == 0:
         return empty("final")
+    if candidates.height <= SMALL_ROWS:
+        small = _blend_small(candidates, rerank, config)
+        if small is not None:
+            return small
     df = candidates.select("qid", "docno", "fused_rank", "fused_score")
     if rerank is not None and rerank.height:
         scores = rerank.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64))
@@ -115,6 +120,57 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
                          .otherwise(blend_formula(pl.col("position_score"), pl.col("blend_weight"),
                                                   pl.col("rerank_score"))))
     return rank_final(df)
+
+
+def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig) -> pl.DataFrame | None:
+    """:func:`blend` in plain Python (a few candidates of one query: polars' per-call cost would
+    dominate); the same formulas, floats and order. ``None`` (use polars) when ``rerank`` scores a
+    (qid, docno) pair twice (the join would duplicate the candidate)."""
+    qids, docs, ranks, fscores = (candidates.get_column(c).to_list()
+                                  for c in ("qid", "docno", "fused_rank", "fused_score"))
+    scores: dict[tuple[str, str], float | None] = {}
+    if rerank is not None and rerank.height:
+        rq, rd, rs = (rerank.get_column(c).to_list() for c in ("qid", "docno", "rerank_score"))
+        for q, d, v in zip(rq, rd, rs):
+            if (q, d) in scores:
+                return None
+            scores[(q, d)] = None if v is None else float(v)
+    order: dict[str, int] = {}
+    top: dict[str, float] = {}
+    for q, f in zip(qids, fscores):
+        order.setdefault(q, len(order))
+        if f is not None and (q not in top or f > top[q]):
+            top[q] = f
+    if any(r is None or f is None for r, f in zip(ranks, fscores)):
+        return None
+    b1, b2 = config.blend_bands
+    w1, w2, w3 = (float(x) for x in config.blend_weights)
+    rows = []
+    for q, d, r, f in zip(qids, docs, ranks, fscores):
+        rr = scores.get((q, d))
+        if config.blend == "score":
+            t = top[q]
+            pos = f / t if t > 0 else 0.0
+        else:
+            pos = 1.0 / float(r)
+        if rr is None:
+            w = 1.0
+        elif config.blend in ("position", "score"):
+            w = w1 if r <= b1 else (w2 if r <= b2 else w3)
+        else:
+            w = 0.0 if config.blend == "rerank_only" else 1.0
+        final = pos if rr is None else w * pos + (1.0 - w) * rr
+        rows.append((q, d, r, pos, w, rr, final))
+    rows.sort(key=lambda x: (order[x[0]], -x[6], x[2], x[1]))
+    out_rank, n, last = [], 0, None
+    for x in rows:
+        n = n + 1 if x[0] == last else 1
+        last = x[0]
+        out_rank.append(n)
+    cols = list(zip(*rows))
+    return pl.DataFrame({"qid": cols[0], "docno": cols[1], "fused_rank": cols[2], "position_score": cols[3],
+                         "blend_weight": cols[4], "rerank_score": cols[5], "final_score": cols[6],
+                         "final_rank": out_rank}, schema=SCHEMAS["final"])
 
 
 def rank_final(df: pl.DataFrame) -> pl.DataFrame:

@@ -7,11 +7,13 @@
 """
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.fuse import SMALL_ROWS
 from qmdlab.pipeline.trace import SCHEMAS, sort_within_qid
 
 
@@ -40,6 +42,43 @@ def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[
     return out.drop("_lift", "_key")
 
 
+_HASHES: list = [None, None]  # (weakref to a doc_tags frame, its {docno: hash}): one frame per index state
+
+
+def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None] | None:
+    """``{docno: content digest}`` of ``doc_tags`` (kept for the frame last asked about, so a lab
+    that passes the same frame to every query builds it once); ``None`` when a docno repeats.
+
+    >>> doc_hashes(pl.DataFrame({"docno": ["a", "b"], "hash": ["x", None]}))
+    {'a': 'x', 'b': None}
+    """
+    ref = _HASHES[0]
+    if ref is not None and ref() is doc_tags:
+        return _HASHES[1]
+    docnos = doc_tags.get_column("docno").to_list()
+    hashes = dict(zip(docnos, doc_tags.get_column("hash").to_list()))
+    out = hashes if len(hashes) == len(docnos) else None
+    try:
+        _HASHES[:] = [weakref.ref(doc_tags), out]
+    except TypeError:  # not weak-referenceable: no cache
+        pass
+    return out
+
+
+def _content_duplicates_small(final: pl.DataFrame, hashes: dict[str, str | None]) -> list[tuple[str, str, str]]:
+    """:func:`content_duplicates`' rows in plain Python (``final`` sorted by rank within each query)."""
+    qids, docs = final.get_column("qid").to_list(), final.get_column("docno").to_list()
+    first: dict[tuple[str, str], str] = {}
+    out = []
+    for q, d in zip(qids, docs):
+        h = hashes.get(d)
+        if h is not None:
+            kept = first.setdefault((q, h), d)
+            if kept != d:
+                out.append((q, d, kept))
+    return out
+
+
 def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl.DataFrame:
     """``qid, docno, kept``: every document whose content digest equals that of a better-ranked
     document of the same query (``kept``); needs a ``hash`` column in ``doc_tags``.
@@ -52,8 +91,12 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
     schema = {"qid": pl.String, "docno": pl.String, "kept": pl.String}
     if doc_tags is None or "hash" not in doc_tags.columns or final.height == 0:
         return pl.DataFrame(schema=schema)
-    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"]) \
-        .join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
+    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"])
+    if final.height <= SMALL_ROWS:
+        hashes = doc_hashes(doc_tags)
+        if hashes is not None:
+            return pl.DataFrame(_content_duplicates_small(ranked, hashes), schema=schema, orient="row")
+    ranked = ranked.join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
     ranked = ranked.with_columns(kept=pl.col("docno").first().over(["qid", "hash"]))
     return ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno"))) \
         .select("qid", "docno", "kept").cast(schema)
@@ -100,6 +143,10 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
     >>> finish(f, PipelineConfig(limit=5), doc_tags=h)["docno"].to_list()
     ['a']
     """
+    if 0 < final.height <= SMALL_ROWS:
+        small = _finish_small(final, config, doc_tags)
+        if small is not None:
+            return small
     out = sort_within_qid(final, ["final_rank"]).unique(["qid", "docno"], keep="first", maintain_order=True)
     if config.dedupe_content:
         dups = content_duplicates(out, doc_tags)
@@ -111,6 +158,69 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
     out = out.filter(pl.col("final_rank") <= config.limit)
     cols = [c for c in SCHEMAS["final"] if c in out.columns]
     return out.select(cols)
+
+
+def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None) -> pl.DataFrame | None:
+    """:func:`finish` in plain Python for a few rows (one query of ``Lab.query``): the same steps,
+    rows and order; the tag lift, when asked for, still runs :func:`tag_lift`. ``None`` (use
+    polars) when a rank or score is null or ``doc_tags`` lists a document twice."""
+    cols = [c for c in SCHEMAS["final"] if c in final.columns]
+    data = [final.get_column(c).to_list() for c in cols]
+    iq, idoc, iscore, irank = (cols.index(c) for c in ("qid", "docno", "final_score", "final_rank"))
+    rows = list(zip(*data))
+    if any(r[irank] is None or r[iscore] is None for r in rows):
+        return None
+    order: dict[str, int] = {}
+    for r in rows:
+        order.setdefault(r[iq], len(order))
+    rows.sort(key=lambda r: (order[r[iq]], r[irank]))
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for r in rows:
+        if (r[iq], r[idoc]) not in seen:
+            seen.add((r[iq], r[idoc]))
+            unique.append(r)
+    rows = unique
+    if config.dedupe_content and doc_tags is not None and "hash" in doc_tags.columns:
+        hashes = doc_hashes(doc_tags)
+        if hashes is None:
+            return None
+        first: dict[tuple[str, str], str] = {}
+        kept_rows = []
+        for r in rows:
+            h = hashes.get(r[idoc])
+            if h is not None and first.setdefault((r[iq], h), r[idoc]) != r[idoc]:
+                continue
+            kept_rows.append(r)
+        rows = kept_rows
+    # min score, with the fallback probe for a query left with nothing
+    passed = [r for r in rows if r[iscore] >= config.min_score]
+    if config.min_score_fallback > 0 and config.fallback_max > 0:
+        have = {r[iq] for r in passed}
+        floor = config.min_score - config.min_score_fallback
+        taken: dict[str, int] = {}
+        out = []
+        for r in rows:
+            q = r[iq]
+            if q in have:
+                if r[iscore] >= config.min_score:
+                    out.append(r)
+            elif r[iscore] >= floor and taken.get(q, 0) < int(config.fallback_max):
+                taken[q] = taken.get(q, 0) + 1
+                out.append(r)
+        passed = out
+    ranks, n, last = [], 0, None
+    for r in passed:
+        n = n + 1 if r[iq] == last else 1
+        last = r[iq]
+        ranks.append(n)
+    schema = {c: (pl.Int64 if c == "final_rank" else final.schema[c]) for c in cols}
+    columns = list(zip(*passed)) if passed else [[] for _ in cols]
+    out_df = pl.DataFrame({c: (ranks if c == "final_rank" else list(v)) for c, v in zip(cols, columns)}, schema=schema)
+    if config.tags and config.tag_lift > 0 and doc_tags is not None:
+        out_df = tag_lift(out_df, doc_tags, config.tags, config.tag_lift)
+    out_df = out_df.filter(pl.col("final_rank") <= config.limit) if out_df.height > config.limit else out_df
+    return out_df.select(cols)
 
 
 __all__ = ["finish", "min_score_filter", "tag_lift", "content_duplicates"]

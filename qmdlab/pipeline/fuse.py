@@ -20,6 +20,7 @@ Each formula lives in exactly one function:
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Callable
 
 import polars as pl
@@ -30,6 +31,10 @@ from qmdlab.pipeline.trace import SCHEMAS, empty
 
 LIST_KEY = ["qid", "list_id"]
 DOC_KEY = ["qid", "docno"]
+SMALL_ROWS = 2000
+"""Below this many rows the grouping and ranking run in plain Python (one query of
+:meth:`qmdlab.Lab.query`): each polars call costs ~0.1 ms however small its frame, and the
+plain path gives the same table (``tests/pipeline/test_small_paths.py``)."""
 
 
 # -- formulas (one function each) ------------------------------------------------------
@@ -118,6 +123,10 @@ def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr],
     """Group per (qid, docno): ``rrf_base = Σ base``; add bonus; rank within qid."""
     if lists.height == 0:
         return empty("fused")
+    if lists.height <= SMALL_ROWS:
+        small = _aggregate_small(lists, base, bonus, multiply_by_n)
+        if small is not None:
+            return small
     # Within a (qid, docno) group every entry comes from a different list, so sorting by
     # list_id alone fixes the order in which each group's floats are summed: the result
     # does not depend on the row order of `lists` (polars' float sum is not a plain
@@ -136,6 +145,57 @@ def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr],
     return rank_fused(g.with_columns(_qo=pl.col("_first").min().over("qid")))
 
 
+def _aggregate_small(lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Expr], pl.Expr] | None,
+                     multiply_by_n: bool) -> pl.DataFrame | None:
+    """:func:`_aggregate` in plain Python, the same floats: a pair's terms are added in ``list_id``
+    order with Kahan compensation (polars' float group sum). ``None`` (use polars) when a list holds
+    a document twice (polars' order of those terms is not defined) or a term is null."""
+    cols = lists.select("qid", "docno", "list_id", "rank", base.alias("_c"))
+    qids, docs, lids, ranks, terms = (cols.get_column(c).to_list() for c in cols.columns)
+    order: dict[str, int] = {}
+    groups: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
+    for q, d, lid, r, c in zip(qids, docs, lids, ranks, terms):
+        if c is None or r is None:
+            return None
+        order.setdefault(q, len(order))
+        groups.setdefault((q, d), []).append((lid, r, c))
+    rows = []
+    for (q, d), entries in groups.items():
+        if len(entries) > 1:
+            entries.sort(key=itemgetter(0))
+            if len({e[0] for e in entries}) != len(entries):
+                return None
+        total = comp = 0.0
+        for _, _, v in entries:
+            y = v - comp
+            t = total + y
+            comp = (t - total) - y
+            total = t
+        n = len(entries)
+        if multiply_by_n:
+            total = total * float(n)
+        rows.append((q, d, total, min(e[1] for e in entries), n))
+    value = getattr(bonus, "value", None)  # the bonus as a plain function (qmd_rrf's rank bonus)
+    if value is not None:
+        bonuses = [value(r[3]) for r in rows]
+    elif bonus is not None:
+        best = pl.DataFrame({"b": [r[3] for r in rows]}, schema={"b": pl.Int64})
+        bonuses = best.select(bonus(pl.col("b")).cast(pl.Float64)).to_series().to_list()
+    else:
+        bonuses = [0.0] * len(rows)
+    scored = [(q, d, base_, best_, b, base_ + b, n) for (q, d, base_, best_, n), b in zip(rows, bonuses)]
+    scored.sort(key=lambda r: (order[r[0]], -r[5], r[3], r[1]))
+    ranks_out, seen, last = [], 0, None
+    for r in scored:
+        seen = seen + 1 if r[0] == last else 1
+        last = r[0]
+        ranks_out.append(seen)
+    return pl.DataFrame({
+        "qid": [r[0] for r in scored], "docno": [r[1] for r in scored], "rrf_base": [r[2] for r in scored],
+        "best_rank": [r[3] for r in scored], "bonus": [r[4] for r in scored], "fused_score": [r[5] for r in scored],
+        "fused_rank": ranks_out, "n_lists": [r[6] for r in scored]}, schema=SCHEMAS["fused"])
+
+
 def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
     """Sort by fused_score desc, best_rank, docno within each qid and number ``fused_rank``
     from 1. Queries keep the order of ``_qo`` when present (first seen in ``lists``),
@@ -150,8 +210,21 @@ def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
 # -- the methods ----------------------------------------------------------------------
 def qmd_rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     """qmd's weighted RRF: ``Σ weight/(k+rank)`` plus the top-rank bonus."""
-    return _aggregate(lists, rrf_term(config.rrf_k),
-                      bonus=lambda r: rank_bonus(r, config.bonus_rank1, config.bonus_rank23))
+    return _aggregate(lists, rrf_term(config.rrf_k), bonus=_RankBonus(config.bonus_rank1, config.bonus_rank23))
+
+
+class _RankBonus:
+    """:func:`rank_bonus` as the polars expression (called) and, for the plain-Python path, as
+    the value of one best rank (:meth:`value`; the differential tests hold the two equal)."""
+
+    def __init__(self, bonus_rank1: float, bonus_rank23: float):
+        self.b1, self.b23 = float(bonus_rank1), float(bonus_rank23)
+
+    def __call__(self, best_rank: pl.Expr) -> pl.Expr:
+        return rank_bonus(best_rank, self.b1, self.b23)
+
+    def value(self, best_rank: int) -> float:
+        return self.b1 if best_rank == 1 else (self.b23 if best_rank <= 3 else 0.0)
 
 
 def rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
@@ -243,4 +316,10 @@ __all__ = ["fuse", "METHODS", "qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_m
 
 def candidates(fused: pl.DataFrame, limit: int) -> pl.DataFrame:
     """The top ``limit`` fused documents of every query (``fused_rank <= limit``)."""
+    qid = fused["qid"]
+    if qid.len() < 2 or qid.n_unique() == 1:  # one query, rows in fused_rank order (rank_fused): a slice
+        ranks = fused["fused_rank"]
+        n = ranks.len()
+        if n == 0 or (ranks[0] == 1 and ranks[n - 1] == n and ranks.is_sorted() and ranks.n_unique() == n):
+            return fused.head(max(int(limit), 0))
     return fused.filter(pl.col("fused_rank") <= limit)

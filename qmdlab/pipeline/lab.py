@@ -296,10 +296,20 @@ class Lab:
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
         """``docno, tags`` (tag lift) and ``hash`` (content dedupe) of the active documents, or None."""
         if cfg.dedupe_content:
-            return self.index.documents().select("docno", "tags", "hash")
-        if not (cfg.tags and cfg.tag_lift):
+            cols: tuple[str, ...] = ("docno", "tags", "hash")
+        elif cfg.tags and cfg.tag_lift:
+            cols = ("docno", "tags")
+        else:
             return None
-        return self.index.documents().select("docno", "tags")
+        docs = self.index.documents()
+        cached = getattr(self, "_doc_tags_cache", None)
+        # the same frame while the index's documents frame is unchanged: finish's docno → hash
+        # lookup is then built once (qmdlab.pipeline.finish.doc_hashes), not per query
+        if cached is not None and cached[0] is docs and cached[1] == cols:
+            return cached[2]
+        out = docs.select(*cols)
+        self._doc_tags_cache = (docs, cols, out)
+        return out
 
     def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None) -> Trace:
         """No query text, only tags: the documents carrying any requested tag, by docno."""

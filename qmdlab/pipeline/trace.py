@@ -56,6 +56,8 @@ def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
     if df is None or df.height == 0 and not df.columns:
         return empty(table)
     schema = SCHEMAS[table]
+    if df.schema == schema:  # already conformed (every stage's output): no polars query per table
+        return df
     missing = [c for c in schema if c not in df.columns]
     if missing:
         raise ValueError(f"{table} table lacks columns {missing}")
@@ -191,6 +193,9 @@ def sort_within_qid(df: pl.DataFrame, by: list[str], descending: list[bool] | No
     [('b', 1), ('b', 2), ('a', 1)]
     """
     descending = descending or [False] * len(by)
+    qid = df["qid"]
+    if qid.len() < 2 or qid.n_unique() == 1:  # one query (Lab.query): a plain stable sort, one polars call
+        return df.sort(by, descending=descending, maintain_order=True)
     return (df.with_row_index("_row").with_columns(_qo=pl.col("_row").min().over("qid"))
             .sort(["_qo", *by], descending=[False, *descending], maintain_order=True).drop("_row", "_qo"))
 

@@ -35,6 +35,7 @@ every piece is emitted inside double quotes, so no user character can act as FTS
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sqlite3
@@ -136,9 +137,19 @@ def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
                     stopwords: bool = True, query_tf: bool = True) -> FtsQuery:
     """:func:`build_fts_query` with the positive terms kept apart (see :class:`FtsQuery`).
 
+    Remembered for the last 512 distinct calls (the result is an immutable tuple): a repeated
+    query — a search box, the pipeline's probe and its BM25 list — is parsed once.
+
     >>> parse_fts_query("git rebase -merge", "msm", prefix=False)
     FtsQuery(expression='("git" OR "rebase") NOT "merge"', positive=('"git"', '"rebase"'))
     """
+    if mode not in MODES:
+        raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    return _parse_fts_query(text, mode, bool(prefix), bool(stopwords), bool(query_tf))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_tf: bool) -> FtsQuery:
     if mode not in MODES:
         raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     prefix = prefix or mode == "and"  # qmd's and-mode builder always uses prefix terms
@@ -240,6 +251,12 @@ def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
     return w  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=64)
+def _weights_sql(weights: tuple) -> str:
+    """The ``bm25()`` weight arguments of validated column weights, e.g. ``'1.5, 4.0, 1.0'``."""
+    return ", ".join(repr(x) for x in check_weights(weights))
+
+
 def bm25_search(
     idx: "Index",
     text: str,
@@ -293,7 +310,7 @@ def bm25_search(
     query = built.expression
     if query is None or limit <= 0:
         return []
-    w = ", ".join(repr(x) for x in check_weights(weights))
+    w = _weights_sql(tuple(weights))
     need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None
     if collections is None and (filters is None or filters.empty) and need <= 1:
@@ -316,11 +333,12 @@ def bm25_search(
                 rows = idx.conn.execute(sql, [query, *params, *fparams, *msm_params, int(limit)]).fetchall()
         except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
             raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
-    return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
+    norm = normalize_bm25
+    return [Hit(r[0], None, rank, r[1], norm(r[1])) for rank, r in enumerate(rows, 1)]
 
 
-def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[tuple[str, float]] | None:
-    """The unfiltered search's ``(docno, score)`` rows, ranking only FTS5's best ``limit + 1`` rows
+def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[tuple] | None:
+    """The unfiltered search's ``(docno, score, active)`` rows, ranking only FTS5's best ``limit + 1`` rows
     and joining just those to ``documents`` (instead of every matching row); ``None`` when that
     cannot be exact, and the caller runs the full query.
 
@@ -340,8 +358,9 @@ def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[
             rows = idx.conn.execute(sql, [query, limit + 1]).fetchall()
     except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
         raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
-    if any(active != 1 for _, _, active in rows):
-        return None
+    for row in rows:
+        if row[2] != 1:
+            return None
     if len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
         return None
-    return [(docno, s) for docno, s, _ in rows[:limit]]
+    return rows[:limit]
