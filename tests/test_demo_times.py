@@ -18,8 +18,8 @@ def _demo():
 
 
 def _report(tier: int, cached: int) -> dict:
-    return {"tier": tier, "imports_s": 1.0, "suite_s": 9.0, "tier_s": 10.0, "index_s": 4.0, "query_s": 3.0,
-            "ablation_s": 1.5, "queries": 5, "queries_cached": cached,
+    return {"tier": tier, "imports_s": 1.0, "suite_s": 9.0, "tier_s": 10.6, "index_s": 4.0, "query_s": 3.0,
+            "ablation_s": 1.5, "ranx_s": 0.25, "report_s": 0.5, "queries": 5, "queries_cached": cached,
             "stages": {"expand": 1.25, "rerank": 1.5, "fuse": 0.01}}
 
 
@@ -32,13 +32,15 @@ def test_summary_adds_up_and_splits_stages_only_without_cached_traces():
     lines = _flat(demo.time_summary({1: 12.0, 2: 11.0}, {1: _report(1, 0), 2: _report(2, 5)}, 0.25, 24.0))
     assert lines[0] == "where the time went (wall seconds):"
     t1, t2 = lines.index("tier 1 12.0 s"), lines.index("tier 2 11.0 s")
-    # tier 1: 2 s before _tier started + 1 s imports; the stage split, sorted, < 0.05 s (fuse) left out
-    assert lines[t1 + 1] == "start-up + imports 3.0 s (process start 2.0, imports 1.0)"
+    # tier 1: 1.4 s before _tier started + 1 s imports; the stage split, sorted, < 0.05 s (fuse) left out
+    assert lines[t1 + 1] == "start-up + imports 2.4 s (process start 1.4, imports 1.0)"
     assert lines[t1 + 2] == "index + embedding 4.0 s"
     assert lines[t1 + 3] == "5 queries 3.0 s (rerank 1.5, expand 1.2, other 0.2)"
     assert lines[t1 + 4] == "ablation 1.5 s"
-    assert lines[t1 + 5] == "saving runs + ranx check 0.5 s"  # run_suite 9 - 4 - 3 - 1.5
-    assert lines[t1 + 6] == "tables + score separation 0.0 s"  # tier 10 - imports 1 - run_suite 9
+    assert lines[t1 + 5] == "saving runs + traces 0.2 s"  # run_suite 9 - 4 - 3 - 1.5 - ranx 0.25
+    assert lines[t1 + 6] == "ranx check 0.2 s"
+    assert lines[t1 + 7] == "tables + score separation 0.5 s"
+    assert lines[t1 + 8] == "models + other 0.1 s"  # tier 10.6 - imports 1 - run_suite 9 - tables 0.5
     assert lines[t2 + 3] == "5 queries 3.0 s (5 traces from cache)"  # cached: no stage split
     assert lines[-3:] == ["trained-reranker rows 0.2 s", "parent (other) 0.8 s", "total 24.0 s"]  # 24 - 23 - 0.25
 
