@@ -66,11 +66,16 @@ def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None] | None:
 
 
 def _content_duplicates_small(final: pl.DataFrame, hashes: dict[str, str | None]) -> list[tuple[str, str, str]]:
-    """:func:`content_duplicates`' rows in plain Python (``final`` sorted by rank within each query)."""
-    qids, docs = final.get_column("qid").to_list(), final.get_column("docno").to_list()
+    """:func:`content_duplicates`' rows in plain Python: rows ranked within each query (queries in
+    first-seen order, ties in ``final_rank`` in row order), first document of each digest kept."""
+    qids, docs, ranks = (final.get_column(c).to_list() for c in ("qid", "docno", "final_rank"))
+    order: dict[str, int] = {}
+    for q in qids:
+        order.setdefault(q, len(order))
+    rows = sorted(zip(qids, docs, ranks), key=lambda r: (order[r[0]], r[2]))
     first: dict[tuple[str, str], str] = {}
     out = []
-    for q, d in zip(qids, docs):
+    for q, d, _ in rows:
         h = hashes.get(d)
         if h is not None:
             kept = first.setdefault((q, h), d)
@@ -91,11 +96,11 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
     schema = {"qid": pl.String, "docno": pl.String, "kept": pl.String}
     if doc_tags is None or "hash" not in doc_tags.columns or final.height == 0:
         return pl.DataFrame(schema=schema)
-    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"])
-    if final.height <= SMALL_ROWS:
+    if final.height <= SMALL_ROWS and final["final_rank"].null_count() == 0:
         hashes = doc_hashes(doc_tags)
         if hashes is not None:
-            return pl.DataFrame(_content_duplicates_small(ranked, hashes), schema=schema, orient="row")
+            return pl.DataFrame(_content_duplicates_small(final, hashes), schema=schema, orient="row")
+    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"])
     ranked = ranked.join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
     ranked = ranked.with_columns(kept=pl.col("docno").first().over(["qid", "hash"]))
     return ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno"))) \
@@ -219,8 +224,9 @@ def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.Data
     out_df = pl.DataFrame({c: (ranks if c == "final_rank" else list(v)) for c, v in zip(cols, columns)}, schema=schema)
     if config.tags and config.tag_lift > 0 and doc_tags is not None:
         out_df = tag_lift(out_df, doc_tags, config.tags, config.tag_lift)
-    out_df = out_df.filter(pl.col("final_rank") <= config.limit) if out_df.height > config.limit else out_df
-    return out_df.select(cols)
+    if out_df.height > config.limit:
+        out_df = out_df.filter(pl.col("final_rank") <= config.limit)
+    return out_df  # columns already in SCHEMAS["final"] order (tag_lift keeps them)
 
 
 __all__ = ["finish", "min_score_filter", "tag_lift", "content_duplicates"]

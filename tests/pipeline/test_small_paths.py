@@ -105,3 +105,16 @@ def test_the_small_paths_run():
         for mod, name in targets:
             setattr(mod, name, originals[name])
     assert seen == ["_aggregate_small", "_blend_small", "_finish_small"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n_queries=st.integers(1, 3))
+def test_content_duplicates_small_equals_polars(seed, n_queries):
+    lists, rr, doc_tags = random_case(seed, n_queries)
+    cfg = PipelineConfig()
+    blended = blend(candidates(fuse(lists, cfg), cfg.candidate_limit), rr, cfg)
+    shuffled = blended.sample(fraction=1.0, shuffle=True, seed=seed)  # rank order must come from final_rank
+    got = finish_mod.content_duplicates(shuffled, doc_tags)
+    with polars_only():
+        ref = finish_mod.content_duplicates(shuffled, doc_tags)
+    assert got.equals(ref)
