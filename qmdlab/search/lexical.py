@@ -314,7 +314,11 @@ def bm25_search(
     need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None
     if collections is None and (filters is None or filters.empty) and need <= 1:
-        rows = _top_rows_first(idx, query, w, int(limit))
+        docnos = _docno_map(idx)
+        if docnos is not None:
+            rows = _top_rows_mapped(idx, query, w, int(limit), docnos)
+        if rows is None:
+            rows = _top_rows_first(idx, query, w, int(limit))
     if rows is None:
         where, params = idx._coll_clause(collections)
         fsql, fparams = (filters or SearchFilters()).sql("d")
@@ -335,6 +339,65 @@ def bm25_search(
             raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
     norm = normalize_bm25
     return [Hit(r[0], None, rank, r[1], norm(r[1])) for rank, r in enumerate(rows, 1)]
+
+
+def _docno_map(idx: "Index") -> dict[int, str] | None:
+    """``{rowid: docno}`` of the active documents, kept on ``idx`` until the next write by any
+    connection (``PRAGMA data_version`` and this connection's ``total_changes``, as
+    ``Index.documents()`` does). Built on the *second* search at one index state, so a one-shot
+    ``qmdlab search`` pays nothing; ``None`` until then (the caller joins in SQL)."""
+    conn = idx.conn
+    with idx._lock:
+        state = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+        held = getattr(idx, "_bm25_docnos", None)
+        same = held is not None and held[0] is conn and held[1] == state
+        if same and held[2] is not None:
+            return held[2]
+        if not same:
+            built = None  # first search at this state: remember the state, build nothing yet
+        else:
+            built = dict(conn.execute("SELECT id, collection || '/' || path FROM documents WHERE active = 1"))
+        try:
+            idx._bm25_docnos = (conn, state, built)
+        except AttributeError:  # an index object that takes no attributes: no map
+            return None
+        return built
+
+
+def _top_rows_mapped(idx: "Index", query: str, weights: str, limit: int,
+                     docnos: dict[int, str]) -> list[tuple] | None:
+    """:func:`_top_rows_first` with the docnos looked up in ``docnos`` (:func:`_docno_map`) instead
+    of joined in SQL: the raw FTS5 query plus dictionary lookups. When the ``limit``-th and the
+    next score tie, every match is fetched (still without the join) so docno decides the cut as
+    in SQL. ``None`` when a rowid has no active document (the caller runs the SQL join)."""
+    sql = (f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
+           "WHERE documents_fts MATCH ? ORDER BY s LIMIT ?")
+    rows = _mapped(idx, sql, query, limit + 1, docnos)
+    if rows is not None and len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
+        rows = _mapped(idx, sql, query, -1, docnos)  # LIMIT -1: every match
+    return None if rows is None else rows[:limit]
+
+
+def _mapped(idx: "Index", sql: str, query: str, limit: int, docnos: dict[int, str]) -> list[tuple] | None:
+    """``(docno, score)`` rows of ``sql``, ordered as SQL's ``ORDER BY s, docno`` (BINARY collation
+    is code-point order, as Python's); ``None`` when a rowid is not in ``docnos``."""
+    try:
+        with idx._lock:
+            got = idx.conn.execute(sql, (query, limit)).fetchall()
+    except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
+        raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+    rows = []
+    for rowid, score in got:
+        docno = docnos.get(rowid)
+        if docno is None:
+            return None
+        rows.append((docno, score))
+    rows.sort(key=_score_then_docno)
+    return rows
+
+
+def _score_then_docno(row: tuple) -> tuple:
+    return row[1], row[0]
 
 
 def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[tuple] | None:
