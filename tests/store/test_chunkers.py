@@ -238,6 +238,12 @@ def test_cli_update_chunker_status_and_bad_name(tmp_path, cli_run):
     assert "re-chunked" not in cli_run("update").output  # the setting is kept
     bad = cli_run("update", "--chunker", "words", ok=False)
     assert bad.exit_code != 0 and "words" in bad.output and "fences-and-tables" in bad.output
+    other = tmp_path / "more"
+    other.mkdir()
+    (other / "x.md").write_text("# X\n\nshort\n", encoding="utf-8")
+    out = cli_run("collection", "add", str(other), "--name", "more", "--chunker", "fences-and-tables").output
+    assert "re-chunked" in out and "with fences-and-tables (was headings/v1/" in out and "1 new" in out
+    assert "(fences-and-tables/v1/" in cli_run("status").output
 
 
 def test_pipeline_config_chunker_stays_out_of_the_key_and_lab_refuses_a_mismatch(tmp_path):
