@@ -28,7 +28,8 @@ BM25_MODES = ("and", "or", "msm")
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
 KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
-                          "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search"})
+                          "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search",
+                          "weight_original_heading"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -127,6 +128,10 @@ class PipelineConfig:
         verbatim bonus, super-pi's phrase channel), the substring ``LIKE`` leg (KBFold's third
         keyword leg) and the CJK trigram channel (super-pi). 0 (the default) = the channel is
         not run; ``norm_sum`` counts them with ``norm_weight_fts``.
+    weight_original_heading : float
+        RRF weight of super-pi's heading channel (documents whose section headings hold query
+        terms; :func:`qmdlab.search.channels.heading_search`). 0 (the default) = not run. Not a
+        learned-fusion feature (:data:`LIST_KEYS` is the learned model's feature set).
     min_score_fallback, fallback_max : float, int
         AI Helper's fallback probe: when no result of a query reaches ``min_score``, keep at most
         ``fallback_max`` results scoring at least ``min_score - min_score_fallback`` (noted in the
@@ -211,6 +216,7 @@ class PipelineConfig:
     min_score_fallback: float = 0.0
     fallback_max: int = 3
     chunker: str = ""
+    weight_original_heading: float = 0.0
     vector_index: str = "exact"
     ann_ef_search: int = 512
 
@@ -444,7 +450,7 @@ class PipelineConfig:
         (2.0, 1.0)
         """
         key = f"original_{source}" if query_type == "original" else query_type
-        if key not in LIST_KEYS:
+        if key not in LIST_KEYS and key != "original_heading":
             raise ConfigError(f"no weight for list type {source}/{query_type}; "
                               f"known: {', '.join(LIST_KEYS)}")
         return float(getattr(self, f"weight_{key}"))

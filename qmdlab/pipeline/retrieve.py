@@ -1,7 +1,7 @@
 """Routing and retrieval: sub-queries → the ``lists`` table (DESIGN §3 step 3).
 
 The original query goes to BM25 and to vector search (and to each extra keyword channel whose
-weight is above 0: ``phrase``, ``like``, ``trigram``, :mod:`qmdlab.search.channels`); ``lex`` lines to BM25;
+weight is above 0: ``phrase``, ``like``, ``trigram``, ``heading``, :mod:`qmdlab.search.channels`); ``lex`` lines to BM25;
 ``vec`` and ``hyde`` lines to vector search (``hyde`` optionally embedded with the
 document template). Each list keeps ``list_limit`` hits and records its source,
 query type, sub-query, 1-based rank, backend score, normalised score and the
@@ -17,7 +17,7 @@ from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import SCHEMAS, empty
 
-KEYWORD_CHANNELS = ("phrase", "like", "trigram")
+KEYWORD_CHANNELS = ("phrase", "like", "trigram", "heading")
 """Sources of the extra keyword lists of the original query (:mod:`qmdlab.search.channels`)."""
 
 

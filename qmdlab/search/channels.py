@@ -18,7 +18,13 @@ cut into overlapping three-character pieces, each matched as a substring of the 
 like ``like``. A run of two characters has no trigram (the FTS bigram list covers it), so a
 query without a CJK run of three or more characters gives no list.
 
-The substring channels scan every active document's text (SQLite ``instr``), which is fine for
+``heading`` — super-pi's heading channel: a document is listed when its section headings (every
+markdown heading outside code fences, :func:`qmdlab.store.chunking.heading_paths`; the FTS table has
+no heading column) contain query terms (:func:`qmdlab.terms.terms`, exact lower-case words, no
+stemming), ranked by how many distinct terms they contain, ties by docno; ``score`` is the share of
+the terms.
+
+The substring and heading channels scan every active document's text (SQLite ``instr``), which is fine for
 notes collections (CISI's 1,460 abstracts: well under a second per query) but grows linearly
 with the corpus — hence off by default.
 """
@@ -35,7 +41,7 @@ from qmdlab.terms import CJK_RUN, terms
 if TYPE_CHECKING:
     from qmdlab.store import Index
 
-CHANNELS = ("phrase", "like", "trigram")
+CHANNELS = ("phrase", "like", "trigram", "heading")
 MIN_LIKE_CHARS = 3
 
 
@@ -136,6 +142,46 @@ def trigram_search(idx: "Index", text: str, **kwargs) -> list[Hit]:
     return substring_search(idx, cjk_trigrams(text), **kwargs)
 
 
+def heading_terms(body: str) -> set[str]:
+    """The distinct terms of a text's headings (outside code fences).
+
+    >>> sorted(heading_terms("# Restore a backup\\n```\\n# not a heading\\n```\\n## Point-in-time recovery\\ntext"))
+    ['backup', 'point', 'recovery', 'restore', 'time']
+    """
+    from qmdlab.store.chunking import heading_paths
+
+    out: set[str] = set()
+    for _, path in heading_paths(body):
+        out.update(terms(path.rsplit(" > ", 1)[-1]))
+    return out
+
+
+def heading_search(idx: "Index", text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
+                   filters: SearchFilters | None = None) -> list[Hit]:
+    """The ``heading`` channel (see the module docstring): documents whose headings hold query terms.
+
+    ``backend_score`` is the number of distinct query terms in the headings, ``score`` that number
+    divided by the number of query terms.
+    """
+    units = terms(text)
+    if not units or limit <= 0:
+        return []
+    where, params = idx._coll_clause(collections)
+    fsql, fparams = (filters or SearchFilters()).sql("d")
+    sql = (f"SELECT d.collection || '/' || d.path AS docno, c.body FROM documents d JOIN content c ON c.hash = d.hash "
+           f"WHERE d.active = 1{where}{fsql} AND instr(c.body, '#') > 0")
+    with idx._lock:
+        rows = idx.conn.execute(sql, [*params, *fparams]).fetchall()
+    scored = []
+    for docno, body in rows:
+        m = len(heading_terms(body).intersection(units))
+        if m:
+            scored.append((-m, docno))
+    scored.sort()
+    n = len(units)
+    return [Hit(docno, None, rank, float(-m), float(-m) / n) for rank, (m, docno) in enumerate(scored[:limit], 1)]
+
+
 def channel_search(idx: "Index", channel: str, text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
                    filters: SearchFilters | None = None, weights: Sequence[float] = BM25_WEIGHTS) -> list[Hit]:
     """Run one channel by name (:data:`CHANNELS`)."""
@@ -145,8 +191,10 @@ def channel_search(idx: "Index", channel: str, text: str, *, limit: int = 20, co
         return like_search(idx, text, limit=limit, collections=collections, filters=filters)
     if channel == "trigram":
         return trigram_search(idx, text, limit=limit, collections=collections, filters=filters)
+    if channel == "heading":
+        return heading_search(idx, text, limit=limit, collections=collections, filters=filters)
     raise ValueError(f"unknown keyword channel {channel!r}; expected one of {', '.join(CHANNELS)}")
 
 
 __all__ = ["CHANNELS", "MIN_LIKE_CHARS", "phrase_expression", "like_terms", "cjk_trigrams", "phrase_search",
-           "substring_search", "like_search", "trigram_search", "channel_search"]
+           "substring_search", "like_search", "trigram_search", "heading_terms", "heading_search", "channel_search"]

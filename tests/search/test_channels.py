@@ -96,6 +96,31 @@ def test_channels_in_the_pipeline_are_off_by_default_and_weighted_when_on(idx):
     assert f["kb/exact.md"] == pytest.approx(3.0 / (60 + 2))
 
 
+def test_heading_channel_counts_query_terms_in_section_headings(tmp_path):
+    root = tmp_path / "h"
+    notes = {"a.md": "# Restore\n\n## Postgres backup\n\nrestore body\n",     # both terms in headings
+             "b.md": "# Postgres tuning\n\nhow to restore a backup\n",        # one term in a heading
+             "c.md": "# Misc\n\nrestore postgres backup\n```\n# postgres restore\n```\n",  # body and fence only
+             "d.md": "no headings: postgres restore\n"}
+    for rel, body in notes.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(body, encoding="utf-8")
+    index = Index.open(str(tmp_path / "idx"))
+    index.add_collection("h", root)
+    index.update()
+    hits = ch.heading_search(index, "how to restore postgres")
+    assert [(h.docno, h.rank, h.backend_score, h.score) for h in hits] == [
+        ("h/a.md", 1, 2.0, 1.0), ("h/b.md", 2, 1.0, 0.5)]
+    assert ch.heading_search(index, "restore", filters=SearchFilters(tags=("none",))) == []
+    lab = Lab(index, ModelSet(None, None, None), PipelineConfig(rerank=False, expand=False))
+    assert "heading" not in set(lab.query("restore postgres").lists["source"])
+    t = lab.query("restore postgres", weight_original_heading=2.0)
+    lists = t.lists.filter(t.lists["source"] == "heading")
+    assert lists["docno"].to_list() == ["h/a.md", "h/b.md"] and set(lists["weight"]) == {2.0}
+    assert "weight_original_heading" not in PipelineConfig().to_dict()
+    index.close()
+
+
 def test_new_options_stay_out_of_the_trace_cache_key_while_default():
     keys = set(PipelineConfig().to_dict())
     assert not keys & KEY_OPTIONAL and keys | KEY_OPTIONAL == set(PipelineConfig.field_names())
