@@ -1,7 +1,11 @@
-"""Bigger collections on one machine (issue 21, item 4): build, update, BM25 and exact-vector query
-time and memory at N synthetic one-chunk documents, with random vectors stored directly (no embedder).
+"""Bigger collections on one machine (issue 21, item 4): build, update, BM25, exact and HNSW vector
+query time and memory at N synthetic one-chunk documents, with vectors stored directly (no embedder);
+and the ANN library comparison that chose FAISS.
 
-    nice -n 19 .venv/bin/python scripts/scale_bench.py --sizes 10000 100000 --out results/scale
+    nice -n 10 .venv/bin/python scripts/scale_bench.py --sizes 1000 10000 100000 --out results/scale
+    nice -n 10 .venv/bin/python scripts/scale_bench.py --sizes --ann 10000 100000 \
+        --ann-vectors random clustered cisi --queries 50      # needs qmdlab[ann,ann-bench]
+    .venv/bin/python scripts/scale_bench.py --sizes --plot-only --png docs/img/scale.png
 
 Per size it writes N markdown files (Zipf-distributed synthetic words, ~80 per document, so one
 chunk each) under ``--work``, then measures in this process:
@@ -9,12 +13,18 @@ chunk each) under ``--work``, then measures in this process:
 - ``build_s``: ``Index.update`` of the new collection (scan, parse, chunk, FTS5 insert);
 - ``update_changed_s``: ``update`` after rewriting 1% of the files; ``update_unchanged_s``: nothing changed;
 - ``bm25_ms``: median of ``--queries`` three-word ``bm25_search`` calls (after one warm-up);
-- ``store_vectors_s``: random 384-d float32 vectors written with ``store_vectors`` (10k per transaction);
+- ``store_vectors_s``: 384-d float32 vectors of ``--vectors`` (default clustered, see
+  :func:`ann_vectors`) written with ``store_vectors`` (10k per transaction);
 - ``vector_load_s``: the first ``vector_search`` (loads and normalises the matrix);
 - ``vector_ms``: median exact ``vector_search`` after that (the matrix is in memory);
 - every time also as ``*_cpu_*``: CPU seconds of this process (all threads), what a loaded shared
   machine distorts least;
+- ``ann_build_s``, ``ann_ms``, ``ann_recall``: the first ``vector_search(ann=...)`` (builds and saves
+  the FAISS graph), then its median wall time and recall@10 against exact over the queries (``--no-ann``
+  skips it);
 - ``rss_mb``: peak resident memory of the process after the size's phases; ``db_mb``: index file size.
+
+``--ann N``: :func:`bench_ann` over in-memory vectors, one row per library and ``ef`` (``ann.json``).
 
 The machine this was run on is shared: every row records the 1-minute load average at its start
 and end; compare rows of one run, not absolute numbers across runs. Results: ``<out>/scale.json``
