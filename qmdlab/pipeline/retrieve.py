@@ -66,14 +66,27 @@ def hits_frame(qid: str, list_id: int, r: Route, hits: Sequence[Any], weight: fl
     """One list's hits (``qmdlab.search.Hit``-like) as ``lists`` rows."""
     if not hits:
         return empty("lists")
+    cols: dict[str, list] = {c: [] for c in SCHEMAS["lists"]}
+    _append_hits(cols, qid, list_id, r, hits, weight)
+    return pl.DataFrame(cols, schema=SCHEMAS["lists"])
+
+
+def _append_hits(cols: dict[str, list], qid: str, list_id: int, r: Route, hits: Sequence[Any], weight: float) -> None:
+    """Add one list's hits to the column lists of a ``lists`` frame (:func:`hits_frame`'s rows)."""
     n = len(hits)
-    return pl.DataFrame({
-        "qid": [qid] * n, "list_id": [list_id] * n, "source": [r.source] * n, "query_type": [r.query_type] * n,
-        "subquery": [r.subquery] * n, "docno": [h.docno for h in hits],
-        "chunk_id": [None if h.chunk_id is None else int(h.chunk_id) for h in hits],
-        "rank": [int(h.rank) for h in hits], "backend_score": [float(h.backend_score) for h in hits],
-        "score": [float(h.score) for h in hits], "weight": [float(weight)] * n,
-    }, schema=SCHEMAS["lists"])
+    if not n:
+        return
+    cols["qid"] += [qid] * n
+    cols["list_id"] += [list_id] * n
+    cols["source"] += [r.source] * n
+    cols["query_type"] += [r.query_type] * n
+    cols["subquery"] += [r.subquery] * n
+    cols["docno"] += [h.docno for h in hits]
+    cols["chunk_id"] += [None if h.chunk_id is None else int(h.chunk_id) for h in hits]
+    cols["rank"] += [int(h.rank) for h in hits]
+    cols["backend_score"] += [float(h.backend_score) for h in hits]
+    cols["score"] += [float(h.score) for h in hits]
+    cols["weight"] += [float(weight)] * n
 
 
 def reweight(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
@@ -180,7 +193,8 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
     from qmdlab.search import bm25_search, vector_search
 
     notes: list[tuple[str, str]] = []
-    frames: list[pl.DataFrame] = []
+    cols: dict[str, list] = {c: [] for c in SCHEMAS["lists"]}  # every list's rows, one frame at the end
+    vec_ran = False
     vec_ok = embedder is not None
     if not vec_ok and any(r.source == "vec" for r in routes):
         notes.append(("retrieve", "no embedder: vector lists skipped"))
@@ -218,15 +232,16 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
                 continue
             vec, failure = embed_route(embedder, r, config)
             if failure is not None:  # degrade to keyword lists, say so, and stop calling the embedder
-                ran = any(f.height and f["source"][0] == "vec" for f in frames)
+                ran = vec_ran
                 notes.append(("retrieve", failure + (": the remaining vector lists skipped" if ran else
                                                      ": vector lists skipped, keyword results only")))
                 vec_ok = False
                 continue
             hits = vector_search(index, vec, fingerprint=embedder.fingerprint, limit=config.list_limit,
                                  collections=collections, filters=filters, ann=config.ann())
-        frames.append(hits_frame(qid, list_id, r, hits, weight))
-    lists = pl.concat(frames, how="vertical") if frames else empty("lists")
+        _append_hits(cols, qid, list_id, r, hits, weight)
+        vec_ran = vec_ran or (r.source == "vec" and bool(hits))
+    lists = pl.DataFrame(cols, schema=SCHEMAS["lists"]) if cols["qid"] else empty("lists")
     return Retrieved(lists, notes)
 
 
