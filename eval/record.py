@@ -6,7 +6,8 @@ explore notebooks and :mod:`training.evaluate`:
 
 1. :func:`prepare_index` writes inline documents as markdown under
    ``$QMDLAB_HOME/eval/<suite>/corpus``, builds/updates the suite's own index
-   ``$QMDLAB_HOME/eval/<suite>/index`` and embeds chunks that lack vectors for the embedder;
+   ``$QMDLAB_HOME/eval/<suite>/index`` (``index-<chunker>`` for a config's non-default ``chunker``,
+   :func:`index_dir`) and embeds chunks that lack vectors for the embedder;
 2. every judged query runs through :class:`qmdlab.Lab` with the config's ``limit`` raised to
    :data:`EVAL_DEPTH` (one depth everywhere, so recall@100 is defined and every front end
    shares one cache). Each query's trace is cached as parquet under
