@@ -46,12 +46,19 @@ class CachedExpander:
     def key(self, query: str, intent: Optional[str] = None) -> str:
         return cache_key(self.fingerprint, self.role, {"query": query, "intent": intent}, self.params)
 
+    def peek(self, query: str, *, intent: Optional[str] = None) -> Optional[ExpandResult]:
+        """The cached expansion of ``query``, or ``None`` (no model call either way)."""
+        hit = self.cache.get(self.key(query, intent))
+        if hit is None:
+            return None
+        self.last_cached = True
+        return ExpandResult(hit["raw"], [tuple(x) for x in hit["lines"]], [tuple(x) for x in hit["dropped"]])
+
     def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult:
-        key = self.key(query, intent)
-        hit = self.cache.get(key)
+        hit = self.peek(query, intent=intent)
         if hit is not None:
-            self.last_cached = True
-            return ExpandResult(hit["raw"], [tuple(x) for x in hit["lines"]], [tuple(x) for x in hit["dropped"]])
+            return hit
+        key = self.key(query, intent)
         self.calls += 1
         self.items += 1
         res = self.inner.expand(query, intent=intent)
@@ -78,6 +85,14 @@ class CachedReranker:
 
     def key(self, query: str, text: str) -> str:
         return cache_key(self.fingerprint, self.role, [query, text_hash(text)], self.params)
+
+    def peek_cached(self, query: str, texts: Sequence[str]) -> Optional[list[tuple[float, bool]]]:
+        """``(score, True)`` per text when every pair is cached, else ``None`` (no model call)."""
+        keys = [self.key(query, t) for t in texts]
+        found = self.cache.get_many(list(dict.fromkeys(keys)))
+        if any(k not in found for k in keys):
+            return None
+        return [(float(found[k]), True) for k in keys]
 
     def score_cached(self, query: str, texts: Sequence[str]) -> list[tuple[float, bool]]:
         """``(score, was_cached)`` per text, in order."""
@@ -141,6 +156,17 @@ class MemoEmbedder:
                 while len(self._memo) > self.maxsize:
                     self._memo.popitem(last=False)
         return vec
+
+    def peek_query(self, text: str) -> Optional[np.ndarray]:
+        """A copy of the memoised vector of ``text``, or ``None`` (no model call either way)."""
+        key = (self.inner.fingerprint, text)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is None:
+                return None
+            self._memo.move_to_end(key)
+            self.query_hits += 1
+            return hit.copy()
 
     def embed_documents(self, docs):
         return self.inner.embed_documents(docs)

@@ -46,7 +46,7 @@ def model_key(model: Any) -> int:
 
 
 def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None, model: Any = None,
-                     **kwargs: Any) -> Any:
+                     peek: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)``, waiting at most ``budget_s`` seconds.
 
     Parameters
@@ -58,6 +58,11 @@ def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None,
     model : object, optional
         The model ``fn`` runs on: while an abandoned call on it is still running, new calls
         raise :class:`StageBusy`.
+    peek : callable, optional
+        ``peek(*args, **kwargs)`` answers from a cache without calling the model, or returns
+        ``None``. A cached answer is returned at once, in the caller's thread: starting a worker
+        thread for it would cost more than the lookup (a repeated query makes a dozen such calls),
+        and it needs no model, so it is returned even while the model is busy.
 
     Raises
     ------
@@ -72,11 +77,17 @@ def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None,
     --------
     >>> call_with_budget(sum, [1, 2, 3], budget_s=1.0)
     6
+    >>> call_with_budget(time.sleep, 0.5, budget_s=0.01, peek=lambda seconds: "cached")
+    'cached'
     >>> call_with_budget(time.sleep, 0.5, budget_s=0.01)
     Traceback (most recent call last):
     ...
     qmdlab.pipeline.budget.StageTimeout: no answer within 0.01 s (the call was abandoned and still runs)
     """
+    if peek is not None:
+        hit = peek(*args, **kwargs)
+        if hit is not None:
+            return hit
     if not budget_s or budget_s <= 0:
         return fn(*args, **kwargs)
     key = model_key(model) if model is not None else None

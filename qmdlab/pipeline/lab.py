@@ -274,7 +274,7 @@ class Lab:
 
         try:
             res = call_with_budget(self.expander.expand, text, intent=intent, budget_s=cfg.stage_budget_s,
-                                   model=self.expander)
+                                   model=self.expander, peek=getattr(self.expander, "peek", None))
             lines, dropped = list(res.lines), list(res.dropped)  # a malformed answer fails here, not later
         except StageTimeout:
             run.note("expand", f"expander over its {cfg.stage_budget_s:g} s budget (stage_budget_s; the call was "

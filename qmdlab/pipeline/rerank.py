@@ -48,7 +48,8 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
     texts = selected["text"].to_list()
     try:
         if hasattr(reranker, "score_cached"):
-            pairs = call_with_budget(reranker.score_cached, query, texts, budget_s=budget_s, model=reranker)
+            pairs = call_with_budget(reranker.score_cached, query, texts, budget_s=budget_s, model=reranker,
+                                     peek=getattr(reranker, "peek_cached", None))
             scores = [float(s) for s, _ in pairs]
             cached = [bool(c) for _, c in pairs]
         else:

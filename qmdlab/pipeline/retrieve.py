@@ -151,7 +151,8 @@ def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, s
         if r.query_type == "hyde" and config.hyde_as_document:
             vec = call_with_budget(embedder.embed_documents, [("", r.subquery)], budget_s=budget, model=embedder)[0]
         else:
-            vec = call_with_budget(embedder.embed_query, r.subquery, budget_s=budget, model=embedder)
+            vec = call_with_budget(embedder.embed_query, r.subquery, budget_s=budget, model=embedder,
+                                   peek=getattr(embedder, "peek_query", None))
         vec = np.asarray(vec, dtype=np.float32)
         dim = getattr(embedder, "dim", None)
         if vec.ndim != 1 or (isinstance(dim, int) and vec.shape[0] != dim) or not np.isfinite(vec).all():
