@@ -553,6 +553,22 @@ def recorded(suite: Suite) -> list[Recorded]:
     return sorted(out, key=lambda r: (-len(r.qids), -len(describe(r.config, r.models)), -r.mtime))
 
 
+def picker_choices(available: list[Recorded], new_key: str | None = None) -> tuple[dict[str, str], str | None]:
+    """``({label: key}, label to preselect)`` for a recording picker: the one just recorded
+    (``new_key``), else the first of :func:`recorded`'s order (most queries: after ``make demo``,
+    its retrieval tier on every query), else ``None`` when nothing is recorded.
+
+    >>> a = Recorded("k1", PipelineConfig(), [], ["1", "2"], "A · 2 queries", "", 0.0)
+    >>> b = Recorded("k2", PipelineConfig(), [], ["1"], "B · 1 queries", "", 0.0)
+    >>> picker_choices([a, b], "k2")
+    ({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'B · 1 queries')
+    >>> picker_choices([a, b]), picker_choices([])
+    (({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'A · 2 queries'), ({}, None))
+    """
+    chosen = next((r.label for r in available if r.key == new_key), None)
+    return {r.label: r.key for r in available}, chosen or (available[0].label if available else None)
+
+
 def outdated(suite: Suite) -> int:
     """How many recordings of ``suite`` in its trace cache :func:`recorded` no longer lists because
     the suite's content, the trace schema or the pipeline's config options changed since (a new

@@ -95,9 +95,8 @@ def _(new_key, suite):
 
 @app.cell
 def _(available, new_key):
-    _chosen = next((r.label for r in available if r.key == new_key), None)
-    recording_picker = mo.ui.dropdown({r.label: r.key for r in available},
-                                      value=_chosen or (available[0].label if available else None), label="recording")
+    _choices, _chosen = record.picker_choices(available, new_key)
+    recording_picker = mo.ui.dropdown(_choices, value=_chosen, label="recording")
     return (recording_picker,)
 
 
