@@ -24,7 +24,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
-from qmdlab.pipeline.fuse import SMALL_ROWS
+from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
 from qmdlab.pipeline.trace import SCHEMAS, empty, sort_within_qid
 
 
@@ -162,11 +162,7 @@ def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: 
         final = pos if rr is None else w * pos + (1.0 - w) * rr
         rows.append((q, d, r, pos, w, rr, final))
     rows.sort(key=lambda x: (order[x[0]], -x[6], x[2], x[1]))
-    out_rank, n, last = [], 0, None
-    for x in rows:
-        n = n + 1 if x[0] == last else 1
-        last = x[0]
-        out_rank.append(n)
+    out_rank = ranks_within_qid(x[0] for x in rows)
     cols = list(zip(*rows))
     return pl.DataFrame({"qid": cols[0], "docno": cols[1], "fused_rank": cols[2], "position_score": cols[3],
                          "blend_weight": cols[4], "rerank_score": cols[5], "final_score": cols[6],

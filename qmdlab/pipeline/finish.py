@@ -13,7 +13,7 @@ from typing import Sequence
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.fuse import SMALL_ROWS
+from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
 from qmdlab.pipeline.trace import SCHEMAS, sort_within_qid
 
 
@@ -214,11 +214,7 @@ def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.Data
                 taken[q] = taken.get(q, 0) + 1
                 out.append(r)
         passed = out
-    ranks, n, last = [], 0, None
-    for r in passed:
-        n = n + 1 if r[iq] == last else 1
-        last = r[iq]
-        ranks.append(n)
+    ranks = ranks_within_qid(r[iq] for r in passed)
     schema = {c: (pl.Int64 if c == "final_rank" else final.schema[c]) for c in cols}
     columns = list(zip(*passed)) if passed else [[] for _ in cols]
     out_df = pl.DataFrame({c: (ranks if c == "final_rank" else list(v)) for c, v in zip(cols, columns)}, schema=schema)

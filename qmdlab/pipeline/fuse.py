@@ -37,6 +37,21 @@ SMALL_ROWS = 2000
 plain path gives the same table (``tests/pipeline/test_small_paths.py``)."""
 
 
+def ranks_within_qid(qids) -> list[int]:
+    """1-based rank of each row within its query, for rows already sorted by query then rank
+    (the small paths' rank column).
+
+    >>> ranks_within_qid(["a", "a", "b", "a"])
+    [1, 2, 1, 1]
+    """
+    ranks, n, last = [], 0, object()
+    for q in qids:
+        n = n + 1 if q == last else 1
+        last = q
+        ranks.append(n)
+    return ranks
+
+
 # -- formulas (one function each) ------------------------------------------------------
 def rrf_term(k: float, weight: pl.Expr | float = pl.col("weight"), rank: pl.Expr = pl.col("rank")) -> pl.Expr:
     """Reciprocal-rank contribution ``weight / (k + rank)`` of one list entry.
@@ -185,11 +200,7 @@ def _aggregate_small(lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Exp
         bonuses = [0.0] * len(rows)
     scored = [(q, d, base_, best_, b, base_ + b, n) for (q, d, base_, best_, n), b in zip(rows, bonuses)]
     scored.sort(key=lambda r: (order[r[0]], -r[5], r[3], r[1]))
-    ranks_out, seen, last = [], 0, None
-    for r in scored:
-        seen = seen + 1 if r[0] == last else 1
-        last = r[0]
-        ranks_out.append(seen)
+    ranks_out = ranks_within_qid(r[0] for r in scored)
     return pl.DataFrame({
         "qid": [r[0] for r in scored], "docno": [r[1] for r in scored], "rrf_base": [r[2] for r in scored],
         "best_rank": [r[3] for r in scored], "bonus": [r[4] for r in scored], "fused_score": [r[5] for r in scored],
