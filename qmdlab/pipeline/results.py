@@ -88,14 +88,16 @@ def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int 
             span_of[cid] = (ls, le)
     from qmdlab.store.frontmatter import parse_front_matter
 
+    docs = idx.get_many(h.docno for h in hits)  # one query for the list
+    contexts = idx.contexts()
     for h in hits:
-        doc = idx.get(h.docno)
+        doc = docs.get(h.docno) or idx.get(h.docno)  # not found: get() raises with suggestions
         span = span_of.get(h.chunk_id) if h.chunk_id is not None else None
         if span is None:  # whole document: search below the front matter
             off = parse_front_matter(doc.body).body_offset
             span = (doc.body.count("\n", 0, off) + 1, doc.body.count("\n") + 1)
         snip = snippet(doc.body, query, context=context, lines=span)
-        ctx = idx.contexts_for(h.docno)
+        ctx = idx.contexts_for(h.docno, contexts)
         rows.append(ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None,
                               snip.text, h.chunk_id))
     return rows

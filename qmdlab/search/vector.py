@@ -162,9 +162,38 @@ def vector_search(
     if allowed is not None:
         mask = np.fromiter((d in allowed for d in vm.docnos), dtype=bool, count=len(vm.docnos))
         scores = np.where(mask, scores, -np.inf)
-    # Best chunk per document in one O(n) pass (documents are contiguous row groups), then the
-    # best row is located only inside the top documents: same hits as ``best_per_document``.
-    starts = _group_starts(vm.docnos)
+    rows, best = top_documents(scores, _group_starts(vm.docnos), limit)
+    return [Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s)
+            for rank, (r, s) in enumerate(zip(rows.tolist(), best.tolist()), 1)]
+
+
+class TopDocuments(NamedTuple):
+    """The best documents, best first: ``rows[i]`` is the matrix row of the ``i``-th document's
+    best chunk, ``scores[i]`` its score (float64)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+
+def top_documents(scores: np.ndarray, starts: np.ndarray, limit: int) -> TopDocuments:
+    """The ``limit`` documents with the best chunk scores (documents are the contiguous row groups
+    beginning at ``starts``), best first, the earlier document first on ties; each document's best
+    row is its first on ties; NaN ranks below every score and ``-inf`` rows are excluded.
+
+    Same result as ranking :func:`best_per_document` with :func:`top_k` (the test compares them
+    on tie-heavy random scores). Most queries take the short path: the ``4 * limit`` best *rows*
+    (one ``argpartition``, what a raw top-k does anyway) name the top documents whenever they hold
+    ``limit`` documents whose best score is above the partition's edge; otherwise every document's
+    best is computed (one ``maximum.reduceat`` pass).
+
+    >>> top_documents(np.array([0.1, 0.9, 0.9, 0.2, 0.95], dtype=np.float32), np.array([0, 3, 4]), 2)
+    TopDocuments(rows=array([4, 1]), scores=array([0.94999999, 0.89999998]))
+    """
+    if limit <= 0 or len(scores) == 0:
+        return TopDocuments(np.zeros(0, dtype=np.int64), np.zeros(0))
+    fast = _top_documents_from_rows(scores, starts, limit)
+    if fast is not None:
+        return fast
     best = np.maximum.reduceat(scores, starts)
     if np.isnan(best).any():
         # ``best_per_document`` ranks a NaN chunk below every other chunk of its document (and
@@ -175,14 +204,39 @@ def vector_search(
     groups = np.flatnonzero(np.isfinite(best))
     bscores = best[groups]
     ends = np.append(starts[1:], len(scores))
-    hits = []
-    for rank, i in enumerate(top_k(bscores, limit), 1):
+    rows = []
+    picked = top_k(bscores, limit)
+    for i in picked:
         g = int(groups[i])
         lo, hi = int(starts[g]), int(ends[g])
-        r = lo + int(np.argmax(scores[lo:hi]))  # first row on ties, as best_per_document
-        s = float(bscores[i])
-        hits.append(Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s))
-    return hits
+        rows.append(lo + int(np.argmax(scores[lo:hi])))  # first row on ties, as best_per_document
+    return TopDocuments(np.array(rows, dtype=np.int64), bscores[picked])
+
+
+def _top_documents_from_rows(scores: np.ndarray, starts: np.ndarray, limit: int) -> TopDocuments | None:
+    """:func:`top_documents` from the ``4 * limit`` best rows alone, or ``None`` when they cannot
+    decide it. Every row scoring above the partition's edge ``t`` is among them, so a document
+    whose best score is above ``t`` is found with its true best row; if the ``limit``-th document
+    found is above ``t``, no missing document can outrank it."""
+    n = len(scores)
+    m = max(4 * limit, 32)
+    if m >= n:
+        return None
+    part = np.argpartition(-scores, m - 1)[:m]
+    ps = scores[part]
+    edge = ps.min()
+    if not np.isfinite(edge) or np.isnan(ps).any():
+        return None  # -inf (filtered rows) or NaN among the best rows: the full path handles them
+    order = part[np.lexsort((part, -ps))]  # score desc, row asc (= document order, then chunk order)
+    group = np.searchsorted(starts, order, side="right") - 1
+    _, first = np.unique(group, return_index=True)  # each document's first (= best) row in that order
+    if len(first) < limit:
+        return None
+    rows = order[np.sort(first)[:limit]]
+    best = scores[rows]
+    if best[-1] <= edge:
+        return None  # the last document found ties with (or is) the edge: one at the edge may be missing
+    return TopDocuments(rows.astype(np.int64), best.astype(np.float64))
 
 
 def _ann_search(idx: "Index", vm, q: np.ndarray, fingerprint: str, limit: int,

@@ -127,10 +127,12 @@ class CatalogMixin:
     def contexts(self) -> list[Context]:
         return self._config().contexts
 
-    def contexts_for(self, docno: str) -> list[str]:
-        """Texts of every context that applies to ``docno`` (broadest first)."""
+    def contexts_for(self, docno: str, contexts: Sequence[Context] | None = None) -> list[str]:
+        """Texts of every context that applies to ``docno`` (broadest first); ``contexts``: the
+        index's contexts when already read (one read for a whole result list)."""
         coll = docno.split("/", 1)[0]
-        hits = [c for c in self.contexts() if cfg.context_matches(c.target, docno, coll)]
+        hits = [c for c in (self.contexts() if contexts is None else contexts)
+                if cfg.context_matches(c.target, docno, coll)]
         hits.sort(key=lambda c: len(c.target.strip("/")))
         return [c.text for c in hits]
 

@@ -44,6 +44,26 @@ class Document:
     active: bool = True
 
 
+_ROW_VALUES_MAX = 2000  # docnos matched through the index; more are filtered after one scan
+
+
+def _docno_rows(docnos: Sequence[str]) -> tuple[str, list[str]]:
+    """SQL matching ``documents d`` rows by docno through the ``(collection, path)`` index: a
+    list of row values joined on that index. Matching the concatenated docno, or a row-value
+    ``IN``, scans every document (SQLite 3.40's plan; ``tests/search/test_get_many.py``).
+
+    >>> _docno_rows(["kb/a.md", "kb/sub/b.md"])[1]
+    ['kb', 'a.md', 'kb', 'sub/b.md']
+    """
+    params: list[str] = []
+    for d in docnos:
+        coll, _, path = d.partition("/")  # collection names never hold '/' (config.check_name)
+        params += (coll, path)
+    values = ",".join(["(?, ?)"] * len(docnos))
+    return (f"d.id IN (SELECT x.id FROM (VALUES {values}) w JOIN documents x "
+            "ON x.collection = w.column1 AND x.path = w.column2)", params)
+
+
 class DocumentsMixin:
     """Read-only access to documents and chunks."""
 
@@ -91,12 +111,30 @@ class DocumentsMixin:
                 "SELECT d.collection, d.path, d.title, d.hash, d.metadata, d.mtime, d.size, c.body, d.active "
                 f"FROM documents d JOIN content c ON c.hash = d.hash WHERE {where}", params).fetchall()
 
-    def _make_doc(self, r: tuple) -> Document:
-        roots = {c.name: c.root for c in self.collections()}
+    def _make_doc(self, r: tuple, roots: dict[str, Path] | None = None) -> Document:
+        if roots is None:
+            roots = {c.name: c.root for c in self.collections()}
         root = roots.get(r[0], Path("."))
         return Document(docno=f"{r[0]}/{r[1]}", docid=docid_of(r[3]), collection=r[0], path=r[1], title=r[2],
                         body=r[7], metadata=json.loads(r[4]), abs_path=Path(root) / r[1], hash=r[3],
                         mtime=r[5], size=r[6], active=bool(r[8]))
+
+    def get_many(self, docnos: Iterable[str]) -> dict[str, Document]:
+        """Active documents by exact docno, in one query (a result list's documents); a docno that
+        names no active document is absent from the answer (:meth:`get` says why)."""
+        want = list(dict.fromkeys(docnos))
+        if not want:
+            return {}
+        roots = {c.name: c.root for c in self.collections()}
+        out = {}
+        rows = []
+        for i in range(0, len(want), _ROW_VALUES_MAX):
+            where, params = _docno_rows(want[i:i + _ROW_VALUES_MAX])
+            rows += self._document_row(f"d.active = 1 AND {where}", params)
+        for r in rows:
+            doc = self._make_doc(r, roots)
+            out[doc.docno] = doc
+        return out
 
     def get(self, ref: str) -> Document:
         """A document by docno, ``qmd://collection/path`` URI, path inside a collection, absolute
@@ -160,14 +198,20 @@ class DocumentsMixin:
                "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
                "WHERE d.active = 1")
         params: list[str] = []
+        keep: set[str] | None = None
         if docnos is not None:
             want = list(docnos)
             if not want:
                 want = [""]
-            sql += f" AND d.collection || '/' || d.path IN ({','.join('?' * len(want))})"
-            params = want
+            if len(want) <= _ROW_VALUES_MAX:
+                where, params = _docno_rows(want)
+                sql += f" AND {where}"
+            else:  # a whole collection's worth: one scan, filtered here (and no SQL variable limit)
+                keep = set(want)
         with self._lock:
             rows = self.conn.execute(sql + " ORDER BY docno, k.seq", params).fetchall()
+        if keep is not None:
+            rows = [r for r in rows if r[1] in keep]
         cols = ["chunk_id", "docno", "seq", "char_start", "char_end", "line_start", "line_end", "heading_path", "text"]
         types = [pl.Int64, pl.Utf8, pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Int64, pl.Utf8, pl.Utf8]
         return pl.DataFrame({c: [r[i] for r in rows] for i, c in enumerate(cols)}, schema=dict(zip(cols, types)))

@@ -109,8 +109,13 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
 
     # ------------------------------------------------------------------ transactions
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; rolled back on any exception."""
+    def transaction(self, label: str = "txn") -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back on any exception.
+
+        ``label`` names the transaction in the crash harness' event log only
+        (:mod:`qmdlab.store.testhooks`), e.g. ``update:<collection>``: which collection a
+        ``commit`` belongs to, since ``update`` also commits small bookkeeping transactions
+        and skips unchanged collections without one."""
         with self._lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -121,20 +126,20 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 raise
             hooks = testhooks.enabled()  # crash-harness event log (off unless $QMDLAB_TEST_EVENTS is set)
             if hooks:
-                testhooks.event("begin")
+                testhooks.event("begin", label)
             try:
                 yield self.conn
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 if hooks:
-                    testhooks.event("rollback")
+                    testhooks.event("rollback", label)
                 raise
             else:
                 if hooks:
-                    testhooks.event("commit-start")
+                    testhooks.event("commit-start", label)
                 self.conn.execute("COMMIT")
                 if hooks:
-                    testhooks.event("commit")
+                    testhooks.event("commit", label)
             finally:
                 self._vectors.clear()
                 self._capacity.clear()

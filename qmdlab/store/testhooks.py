@@ -10,7 +10,9 @@ one that landed during interpreter start-up, between transactions or at a commit
     ``O_APPEND`` descriptor, so a line is on disk before the next SQL statement runs and a
     SIGKILL can never lose it. Lines are ``<kind> <label> <pid>``:
 
-    - ``begin txn`` — ``BEGIN IMMEDIATE`` succeeded (a write transaction is open);
+    - ``begin txn`` — ``BEGIN IMMEDIATE`` succeeded (a write transaction is open); the
+      transaction's label replaces ``txn`` where the writer names it (``update:<collection>``
+      for the one transaction of each collection ``update`` changes);
     - ``write <label>`` — statements of the open transaction have run (see the labels below);
     - ``commit-start txn`` — ``COMMIT`` is about to be issued;
     - ``commit txn`` / ``rollback txn`` — the transaction ended.
@@ -76,6 +78,7 @@ def event(kind: str, label: str = "txn") -> None:
     fd = _fds.get(path)
     if fd is None:
         fd = _fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    label = "_".join(label.split()) or "txn"  # one token: the line is split on whitespace
     os.write(fd, f"{kind} {label} {os.getpid()}\n".encode())
 
 

@@ -183,7 +183,7 @@ class UpdateMixin:
 
             bar = tqdm(total=len(entries), desc=f"update {coll.name}", unit="file", leave=False)
         local = _Counts()
-        with self.transaction() as c:
+        with self.transaction(label=f"update:{coll.name}") as c:
             rows = c.execute("SELECT id, path, hash, mtime, size, active FROM documents WHERE collection = ?",
                              (coll.name,)).fetchall()
             caps = caps or {"documents": float("inf"), "chunks": float("inf")}

@@ -14,7 +14,7 @@ One harness run (sizes from the profile in ``conftest.CRASH``):
    issued) count as *mid-write*; the CI profile needs >= 20 of them, ``make fuzz`` >= 80. The
    WAL file is also read right after each kill (:func:`conftest.wal_frames`): frames written by
    the transaction that never committed are counted and reported.
-4. After *every* kill: the collections whose transactions committed (count of ``commit``
+4. After *every* kill: the collections whose transactions committed (``commit update:<name>``
    events) match the files on disk, and every later collection is exactly as before the run
    (the open transaction was rolled back); the DB opens as an :class:`~qmdlab.store.Index`,
    ``PRAGMA integrity_check`` is ok, FTS rows equal the active documents (content included), no
@@ -79,6 +79,20 @@ class Kill:
     @property
     def commits(self) -> int:
         return sum(1 for kind, _ in self.events if kind == "commit")
+
+    def committed(self, prefix: str) -> set[str]:
+        """Names of the transactions labelled ``<prefix><name>`` that committed (``update:c1`` → ``c1``).
+
+        By label, not by count: ``update`` also commits bookkeeping transactions (the stat
+        digest of an unchanged collection, a re-chunk) and skips an unchanged collection
+        without any, so the n-th commit is not the n-th collection."""
+        return {label[len(prefix):] for kind, label in self.events if kind == "commit" and label.startswith(prefix)}
+
+    def at_commit(self, prefix: str) -> str | None:
+        """The name of the transaction whose ``COMMIT`` was in flight when the kill landed."""
+        if self.landed != "at-commit" or not self.events[-1][1].startswith(prefix):
+            return None
+        return self.events[-1][1][len(prefix):]
 
 
 def _kill_run(args: list[str], env: dict, rng: random.Random, *, db: Path, events_path: Path, typical_s: float,
@@ -204,13 +218,13 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
         assert checksums(corpus) == before, "qmdlab changed a user file"
         # atomicity per collection: committed transactions are complete, the rest untouched; a kill
         # at COMMIT (after `commit-start`, before `commit`) may have gone either way, never half
-        done = len(roots) if not k.alive else k.commits
-        for j, r in enumerate(roots):
+        done = {r.name for r in roots} if not k.alive else k.committed("update:")
+        for r in roots:
             complete = _active_paths(db, r.name) == _disk_paths(r)
             untouched = _documents_of(db, r.name) == snapshot[r.name]
-            if j < done:
+            if r.name in done:
                 assert complete, f"committed collection {r.name} is incomplete"
-            elif j == done and k.landed == "at-commit":
+            elif r.name == k.at_commit("update:"):
                 assert complete or untouched, f"collection {r.name} half-committed at COMMIT"
             else:
                 assert untouched, f"collection {r.name} changed although its transaction never committed ({k.landed})"

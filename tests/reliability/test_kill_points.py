@@ -63,7 +63,7 @@ def test_kill_between_statements_of_an_update_transaction(tmp_path, monkeypatch)
 
     _crash(idx, env, events, "update.file:240", "update", "--no-progress")
     log = read_events(events)
-    assert kill_landed(log) == "mid-write" and log[0] == ("begin", "txn")
+    assert kill_landed(log) == "mid-write" and log[0] == ("begin", f"update:{roots[0].name}")
     assert sum(kind == "write" for kind, _ in log) == 240 and not any(k == "commit" for k, _ in log)
     wal = wal_frames(db)
     print(f"\nkill at update.file:240: {wal.uncommitted} uncommitted WAL frames after {wal.committed} committed")
@@ -112,3 +112,25 @@ def test_bad_kill_spec_is_a_one_line_error_and_rolls_back(tmp_path):
     assert check_consistency(idx / "index.sqlite")["documents"] == 0
     with pytest.raises(Exception, match="n >= 1"):
         parse_kill_at("vectors.batch:0")
+
+
+def test_update_commits_are_labelled_by_collection(tmp_path, monkeypatch):
+    # The crash harness maps commits to collections by label: an unchanged collection commits
+    # nothing (stat-only path) and bookkeeping transactions commit too, so counting commits in
+    # collection order blamed the wrong collection (CI, stop 24: "c2 changed although its
+    # transaction never committed" after c0 was skipped).
+    monkeypatch.setenv("QMDLAB_HOME", str(tmp_path / "home"))
+    roots = make_corpus(tmp_path / "corpus", 30, 3, seed=5)
+    idx = tmp_path / "idx"
+    for r in roots:
+        _inproc(idx, "collection", "add", str(r), "--name", r.name, "--no-update")
+    _inproc(idx, "update", "--no-progress")
+    victim = sorted(roots[1].rglob("*.md"))[0]
+    victim.write_text(victim.read_text(encoding="utf-8") + "\nchanged\n", encoding="utf-8")
+    events = tmp_path / "events.log"
+    monkeypatch.setenv("QMDLAB_TEST_EVENTS", str(events))
+    _inproc(idx, "update", "--no-progress")
+    log = read_events(events)
+    commits = [label for kind, label in log if kind == "commit"]
+    assert [c for c in commits if c.startswith("update:")] == [f"update:{roots[1].name}"], log
+    assert ("begin", f"update:{roots[0].name}") not in log and ("begin", f"update:{roots[2].name}") not in log

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qmdlab.errors import DimensionMismatchError, StoreError
 from qmdlab.search import SearchFilters, vector_search
-from qmdlab.search.vector import best_per_document, top_k
+from qmdlab.search.vector import best_per_document, top_documents, top_k
 
 
 def embed_all(idx, fp="fp", rows=None):
@@ -120,3 +122,52 @@ def test_out_of_vocabulary_query_records_an_empty_vector_list(tmp_path):
         # an in-vocabulary query does produce a vector list (the check above is not vacuous)
         t2 = Lab(idx, (emb, None, None), PipelineConfig(rerank=False)).query("rebase")
         assert t2.lists.filter(t2.lists["source"] == "vec")["docno"].to_list()[0] == "n/git.md"
+
+
+def _top_documents_reference(scores: np.ndarray, starts: np.ndarray, limit: int) -> list[tuple[int, float]]:
+    """Plain Python: each document's best finite row (first on ties), documents by score desc, then order."""
+    ends = list(starts[1:]) + [len(scores)]
+    docs = []
+    for g, (lo, hi) in enumerate(zip(starts, ends)):
+        finite = [(float(scores[r]), r) for r in range(lo, hi) if np.isfinite(scores[r])]
+        if finite:
+            best = max(s for s, _ in finite)
+            docs.append((-best, g, min(r for s, r in finite if s == best)))
+    docs.sort()
+    return [(r, -nb) for nb, _, r in docs[:limit]]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=60), st.integers(0, 10**6), st.integers(0, 25),
+       st.sampled_from(["ties", "continuous", "nan", "masked"]))
+def test_top_documents_equals_the_per_document_reference(sizes, seed, limit, kind):
+    # the short path (best rows first) and the full path must both give the reference's answer,
+    # including ties at the partition's edge, NaN chunks and filtered (-inf) rows
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    starts = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+    if kind == "continuous":
+        scores = rng.standard_normal(n).astype(np.float32)
+    else:
+        scores = rng.integers(0, 4, n).astype(np.float32) / 4  # few distinct values: ties everywhere
+    if kind == "nan":
+        scores[rng.random(n) < 0.2] = np.nan
+    if kind == "masked":
+        scores[rng.random(n) < 0.5] = -np.inf
+    got = top_documents(scores, starts, limit)
+    want = _top_documents_reference(scores, starts, limit)
+    assert list(zip(got.rows.tolist(), got.scores.tolist())) == want
+
+
+def test_top_documents_takes_the_short_path_on_distinct_scores(monkeypatch):
+    # the fast path must actually answer (not always fall back): on distinct scores it decides alone
+    import qmdlab.search.vector as vector
+
+    answers = []
+    short = vector._top_documents_from_rows
+    monkeypatch.setattr(vector, "_top_documents_from_rows", lambda *a: answers.append(short(*a)) or answers[-1])
+    scores = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    starts = np.arange(0, 5000, 3, dtype=np.int64)
+    got = top_documents(scores, starts, 10)
+    assert len(answers) == 1 and answers[0] is not None
+    assert list(zip(got.rows.tolist(), got.scores.tolist())) == _top_documents_reference(scores, starts, 10)

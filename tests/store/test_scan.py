@@ -103,7 +103,7 @@ def test_the_fast_listing_stats_each_file_once(tree, monkeypatch):
 def _no_transaction(monkeypatch):
     from qmdlab.store import index as index_mod
 
-    def refuse(self):
+    def refuse(self, label="txn"):
         raise AssertionError("the unchanged collection opened a write transaction")
 
     monkeypatch.setattr(index_mod.Index, "transaction", refuse)
