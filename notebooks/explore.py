@@ -4,7 +4,11 @@ Run it:  marimo edit notebooks/explore.py   |   marimo run notebooks/explore.py
          python notebooks/explore.py --suite default --preset fake --query "undo a git rebase"
 
 Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|tiny|fake``,
-``--query TEXT`` (otherwise the first labelled query), ``--intent TEXT``.
+``--query TEXT`` (otherwise the first labelled query), ``--intent TEXT``, ``--chunker NAME``.
+
+"pipeline options" holds the retrieval options of ``qmdlab query`` (extra keyword channels, BM25
+mode, strong-signal skip, min score and its fallback, required and preferred tags), named as the
+:class:`~qmdlab.pipeline.config.PipelineConfig` fields they set for the live query.
 
 Every table below is a table of the :class:`qmdlab.pipeline.trace.Trace` that
 ``Lab.query`` returns; the notebook only arranges and plots them.
@@ -23,8 +27,9 @@ with app.setup:
     from eval import record
     from eval import suites
     from qmdlab import models as qmodels
-    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.config import BM25_MODES, DEFAULT_TAG_LIFT, PipelineConfig
     from qmdlab.pipeline.fuse import contributions
+    from qmdlab.search import SearchFilters
     from qmdlab.search.navigate import breadcrumbs
     from qmdlab.store.chunkers import CHUNKERS, DEFAULT_CHUNKER
 
@@ -109,9 +114,56 @@ def _(intent_arg):
     return (intent_box,)
 
 
+@app.cell(hide_code=True)
+def _(lab):
+    # The retrieval options of `qmdlab query` in one dictionary, keyed by the PipelineConfig field each
+    # sets (plus the tag filter); they start at the suite's config, where every extra channel is off.
+    _c = lab.config
+
+    def _slider(name, lo, hi, step, label):
+        value = getattr(_c, name)
+        return mo.ui.slider(lo, max(hi, value), step=step, value=value, debounce=True, show_value=True, label=label)
+
+    pipeline_options = mo.ui.dictionary({
+        "weight_original_phrase": _slider("weight_original_phrase", 0.0, 4.0, 0.1, "channel: verbatim phrase"),
+        "weight_original_like": _slider("weight_original_like", 0.0, 4.0, 0.1, "channel: substring (LIKE)"),
+        "weight_original_trigram": _slider("weight_original_trigram", 0.0, 4.0, 0.1, "channel: CJK trigram"),
+        "weight_original_heading": _slider("weight_original_heading", 0.0, 4.0, 0.1, "channel: headings"),
+        "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=_c.bm25_mode, label="BM25 mode"),
+        "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
+        "strong_signal": mo.ui.switch(value=_c.strong_signal, label="strong-signal skip"),
+        "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
+        "min_score_fallback": _slider("min_score_fallback", 0.0, 1.0, 0.01, "fallback: this far below min score"),
+        "fallback_max": _slider("fallback_max", 0, 10, 1, "fallback: results at most"),
+        "require_tags": mo.ui.text(value="", label="require tags (all; comma-separated)"),
+        "prefer_tags": mo.ui.text(value=", ".join(_c.tags), label="prefer tags (comma-separated)"),
+        "tag_lift": mo.ui.slider(0, 20, step=1, value=_c.tag_lift or DEFAULT_TAG_LIFT, show_value=True,
+                                 label="tag lift (places)"),
+    })
+    return (pipeline_options,)
+
+
 @app.cell
-def _(chunker_picker, intent_box, labelled_picker, query_form, suite_picker):
-    mo.vstack([mo.hstack([suite_picker, chunker_picker, labelled_picker], justify="start"), query_form, intent_box])
+def _(lab, pipeline_options):
+    # The live query's config: the suite's with these options (Lab.query applies the overrides with
+    # PipelineConfig.replace), the tag lift by `qmdlab query --prefer-tag`'s rule and `--tag`'s filter.
+    _o = dict(pipeline_options.value)
+    _require = tuple(t.strip() for t in _o.pop("require_tags").split(",") if t.strip())
+    _prefer = [t.strip() for t in _o.pop("prefer_tags").split(",") if t.strip()]
+    _lift = _o.pop("tag_lift")
+    query_overrides = {**_o, "fallback_max": int(_o["fallback_max"]),
+                       **lab.config.tag_preference(_prefer, _lift if _prefer else None)}
+    query_config = lab.config.replace(**query_overrides)
+    query_filters = SearchFilters(_require) if _require else None
+    return query_config, query_filters, query_overrides
+
+
+@app.cell
+def _(chunker_picker, intent_box, lab, labelled_picker, pipeline_options, query_config, query_form,
+      suite_picker):
+    mo.vstack([mo.hstack([suite_picker, chunker_picker, labelled_picker], justify="start"), query_form, intent_box,
+               mo.accordion({"pipeline options": mo.vstack([
+                   pipeline_options, mo.md(f"vs the suite's config:\n```\n{query_config.diff(lab.config)}\n```")])})])
     return
 
 
@@ -122,10 +174,11 @@ def _(default_query, query_form):
 
 
 @app.cell
-def _(intent_box, lab, query_text):
+def _(intent_box, lab, query_filters, query_overrides, query_text):
     mo.stop(not query_text, mo.md("_Type a query and press **Explain**._"))
     with mo.status.spinner(title="Running the pipeline", subtitle=query_text):
-        trace = lab.query(query_text, intent=intent_box.value.strip() or None, qid="q")
+        trace = lab.query(query_text, intent=intent_box.value.strip() or None, qid="q", filters=query_filters,
+                          **query_overrides)
     return (trace,)
 
 

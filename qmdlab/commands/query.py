@@ -61,14 +61,13 @@ def register(group: click.Group) -> None:
 
         fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
-        if prefer_tags and tag_lift is None and not base.tag_lift:
-            tag_lift = 3
         flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
                  "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
                  "expand": False if no_expand else None,
-                 "rerank": False if no_rerank else None, "tags": tuple(prefer_tags) or None, "tag_lift": tag_lift,
+                 "rerank": False if no_rerank else None,
                  "strong_signal": False if no_strong_signal else None}
-        cfg = base.replace(**{k: v for k, v in flags.items() if v is not None})
+        cfg = base.replace(**{k: v for k, v in flags.items() if v is not None},
+                           **base.tag_preference(prefer_tags, tag_lift))
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None)
         ctx.call_on_close(idx.close)
         roles = {"expand": "none"} if not cfg.expand else {}

@@ -14,6 +14,7 @@ import click
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
 from qmdlab.output import build_rows
+from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
 from qmdlab.store.refs import split_address, split_range, strip_scheme
 
@@ -164,19 +165,27 @@ def register(group: click.Group) -> None:
     @click.option("--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required).")
     @click.option("--since", default=None, help="Documents dated on/after YYYY-MM-DD.")
     @click.option("--before", default=None, help="Documents dated before YYYY-MM-DD.")
-    @click.option("--mode", type=click.Choice(["and", "or"]), default="or", show_default=True,
-                  help="and = qmd's all-terms prefix query; or = any term, ranked.")
+    @click.option("--mode", type=click.Choice(BM25_MODES), default="or", show_default=True,
+                  help="and = qmd's all-terms prefix query; or = any term, ranked; msm = or, but a document "
+                       "must match at least --min-match of the terms.")
+    @click.option("--min-match", "min_match", type=float, default=PipelineConfig().bm25_min_match,
+                  show_default=True,
+                  help="--mode msm only: terms a document must match, a count (>= 1) or a share of the "
+                       "terms (below 1, rounded down, at least one); the pipeline's bm25_min_match.")
     @result_options()
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this normalised score.")
     @click.pass_context
-    def search(ctx, query, limit, collections, tags, since, before, mode, fmt, as_json, as_csv, as_md, as_xml,
-               as_files, all_results, full, line_numbers, min_score) -> None:
+    def search(ctx, query, limit, collections, tags, since, before, mode, min_match, fmt, as_json, as_csv, as_md,
+               as_xml, as_files, all_results, full, line_numbers, min_score) -> None:
         """BM25 full-text search."""
         from qmdlab.search import SearchFilters, bm25_search
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        if min_match < 0:
+            raise click.BadParameter(f"{min_match!r}: must be >= 0 (a count >= 1 or a share below 1)",
+                                     param_hint="--min-match")
         idx = open_index(ctx)
-        hits = bm25_search(idx, query, limit=ALL_LIMIT if all_results else limit, mode=mode,
+        hits = bm25_search(idx, query, limit=ALL_LIMIT if all_results else limit, mode=mode, min_match=min_match,
                            collections=list(collections) or None, filters=SearchFilters(tuple(tags), since, before))
         hits = [h for h in hits if h.score >= min_score]
         click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))

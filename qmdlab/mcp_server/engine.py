@@ -92,7 +92,7 @@ class Engine:
         else the library default). ``fake`` gives the deterministic test models.
     config : PipelineConfig or None
         Pipeline constants; per-request options (limit, minScore, candidateLimit,
-        rerank) are passed to :meth:`Lab.query` as overrides of it.
+        rerank, preferTags/tagLift) are passed to :meth:`Lab.query` as overrides of it.
     models : ModelSet or None
         Models to use instead of ``load_models(preset)``.
     """
@@ -456,7 +456,11 @@ class Engine:
     def query(self, query: str | None = None, searches: Sequence[dict[str, str]] | None = None,
               collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,
               minScore: float = 0.0, candidateLimit: int = 40, rerank: bool = True,
-              explain: bool = False) -> tuple[str, dict[str, Any]]:
+              explain: bool = False, tags: Sequence[str] | None = None, preferTags: Sequence[str] | None = None,
+              tagLift: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The hybrid pipeline; ``tags`` are required front-matter tags (all of them, as
+        ``qmdlab query --tag``), ``preferTags``/``tagLift`` the tag rank-lift (``--prefer-tag``/
+        ``--tag-lift``: :meth:`~qmdlab.pipeline.config.PipelineConfig.tag_preference`)."""
         searches = [dict(s) for s in (searches or [])]
         text = (query or "").strip()
         if not text and not searches:
@@ -468,15 +472,27 @@ class Engine:
                 raise QmdlabError(f"bad search {s!r}: each needs type lex|vec|hyde and a non-empty query")
         with self.lock:
             colls = self._check_collections(collections)
+            if tagLift is not None and int(tagLift) < 0:
+                raise QmdlabError(f"tagLift must be 0 or more, got {tagLift}")
             overrides = {"limit": int(limit), "min_score": float(minScore),
-                         "candidate_limit": int(candidateLimit), "rerank": bool(rerank)}
-            trace = self._run(text, searches, colls, intent, overrides)
-            results = self._results(trace, text or " ".join(s["query"] for s in searches), intent, explain)
+                         "candidate_limit": int(candidateLimit), "rerank": bool(rerank),
+                         **self.config.tag_preference(list(preferTags or ()), tagLift)}
+            cfg = self.config.replace(**overrides)  # what Lab.query runs with
+            filters = None
+            if tags:
+                from qmdlab.search import SearchFilters
+
+                filters = SearchFilters(tuple(tags), None, None)
+            trace = self._run(text, searches, colls, intent, overrides, filters)
+            results = self._results(trace, text or " ".join(s["query"] for s in searches), intent, explain, cfg)
         data: dict[str, Any] = {
             "query": text or None,
             "searches": searches,
             "intent": intent,
             "collections": colls,
+            "tags": list(tags or []),
+            "preferTags": list(cfg.tags),
+            "tagLift": cfg.tag_lift,
             "results": results,
             "notes": _records(getattr(trace, "notes", None)),
         }
@@ -497,12 +513,13 @@ class Engine:
         return "\n".join(out), data
 
     def _run(self, text: str, searches: list[dict[str, str]], collections: list[str] | None,
-             intent: str | None, overrides: dict[str, Any]):
+             intent: str | None, overrides: dict[str, Any], filters: Any = None):
         """Run the pipeline through qmdlab's API (the only place that calls the Lab)."""
-        return self.lab().query(text, intent=intent or None, qid="q", collections=collections,
+        return self.lab().query(text, intent=intent or None, qid="q", collections=collections, filters=filters,
                                 searches=[(s["type"], s["query"]) for s in searches] or None, **overrides)
 
-    def _results(self, trace: Any, query_text: str, intent: str | None, explain: bool) -> list[dict[str, Any]]:
+    def _results(self, trace: Any, query_text: str, intent: str | None, explain: bool,
+                 config: Any = None) -> list[dict[str, Any]]:
         """Format the trace's finished rows: snippet and line come from the pipeline's ``results``
         table; the heading breadcrumb and section address are those of the snippet's line."""
         final = trace.final.sort("final_rank")
@@ -515,10 +532,10 @@ class Engine:
                 if row["chunk_id"] is not None:
                     chunk_of.setdefault(row["docno"], int(row["chunk_id"]))
         blocks = {}
-        if explain:  # the explain block of `qmdlab query --json`, one per result
+        if explain:  # the explain block of `qmdlab query --json`, one per result, under the query's config
             from qmdlab.pipeline.explain import result_explain
 
-            blocks = {docno: b for (_, docno), b in result_explain(trace).items()}
+            blocks = {docno: b for (_, docno), b in result_explain(trace, config).items()}
         results = []
         for row in final.iter_rows(named=True):
             docno = row["docno"]

@@ -80,7 +80,9 @@ def build_instructions(engine: Any) -> str:
         "vector search (the idea in your own words), `query` is the best and slowest: hybrid with expansion and "
         "rerank. "
         "`query` takes a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
-        "question, hyde: a short passage that would answer it; `explain: true` returns each result's stage scores). "
+        "question, hyde: a short passage that would answer it; `tags` keeps documents with all those front-matter "
+        "tags, `preferTags` ranks documents with any of them higher; `explain: true` returns each result's stage "
+        "scores). "
         "Results carry a docno, a heading breadcrumb, a section `address`, the parent section's title and "
         "summary, and sibling sections.",
         "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "

@@ -65,6 +65,9 @@ class QueryRequest(BaseModel):
     candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
     rerank: bool = True
     explain: bool = False
+    tags: list[str] | None = None
+    preferTags: list[str] | None = None
+    tagLift: Annotated[int | None, Field(ge=0)] = None
 
     @model_validator(mode="after")
     def _need_something(self) -> "QueryRequest":
@@ -135,10 +138,19 @@ def build_server(engine: Engine) -> MCPServer:
         candidateLimit: Annotated[int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")] = 40,
         rerank: Annotated[bool, Field(description="Rerank candidates with the LLM reranker.")] = True,
         explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
+        tags: Annotated[list[str] | None, Field(description=(
+            "Only documents carrying every one of these front-matter tags (a filter, as `qmdlab query --tag`)."))] = None,
+        preferTags: Annotated[list[str] | None, Field(description=(
+            "Move results carrying any of these front-matter tags up by tagLift places (no filter; as "
+            "`qmdlab query --prefer-tag`)."))] = None,
+        tagLift: Annotated[int | None, Field(ge=0, description=(
+            "Places a preferTags result moves up (default: the server's configured lift, else 3 with preferTags)."))] = None,
     ) -> CallToolResult:
         """Best-quality search: hybrid BM25 + vector retrieval with query expansion, RRF fusion and LLM
         rerank (slowest). Use it for important or vague questions; use `search` for known keywords and
         `vsearch` for a quick conceptual lookup. Typed `searches` (lex/vec/hyde) replace the expander.
+        `tags` keeps only documents with all those front-matter tags; `preferTags` (with `tagLift`) ranks
+        documents with any of them higher without dropping the others.
 
         Each result has its docno, #docid, score, snippet with line number, heading breadcrumb, the
         section address for read_section/parent, the parent section (title and a short summary) and the
@@ -146,7 +158,8 @@ def build_server(engine: Engine) -> MCPServer:
         """
         return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
                                           collections=collections, intent=intent, limit=limit, minScore=minScore,
-                                          candidateLimit=candidateLimit, rerank=rerank, explain=explain)
+                                          candidateLimit=candidateLimit, rerank=rerank, explain=explain,
+                                          tags=tags, preferTags=preferTags, tagLift=tagLift)
 
     def search(
         query: Annotated[str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")],

@@ -25,6 +25,10 @@ the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are t
 ``blend_bands`` (the last fused rank of bands 1 and 2). :meth:`PipelineConfig.flat` reads one,
 :meth:`PipelineConfig.replace_flat` sets them."""
 BM25_MODES = ("and", "or", "msm")
+DEFAULT_TAG_LIFT = 3
+"""Places a preferred-tag result moves up when tags are preferred and neither the request nor the
+base config gives a ``tag_lift`` (``qmdlab query --prefer-tag``, the MCP ``query`` tool's
+``preferTags``, the explore notebook): :meth:`PipelineConfig.tag_preference`."""
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
 KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
@@ -360,6 +364,26 @@ class PipelineConfig:
         merged.update(overrides)
         return type(self).from_dict(merged, source="override")
 
+    def tag_preference(self, tags: Any = (), lift: int | None = None) -> dict[str, Any]:
+        """The overrides that prefer ``tags`` (the tag rank-lift), one rule for every front end.
+
+        ``tags`` given: they become ``tags``; ``lift`` given: it becomes ``tag_lift``; tags given
+        without a lift while this config's ``tag_lift`` is 0: :data:`DEFAULT_TAG_LIFT`.
+
+        >>> c = PipelineConfig()
+        >>> c.tag_preference(["git"]), c.tag_preference(["git"], 5), c.tag_preference()
+        ({'tags': ('git',), 'tag_lift': 3}, {'tags': ('git',), 'tag_lift': 5}, {})
+        >>> PipelineConfig(tag_lift=2).tag_preference(["git"])
+        {'tags': ('git',)}
+        """
+        tags = (tags,) if isinstance(tags, str) else tuple(tags or ())
+        out: dict[str, Any] = {"tags": tags} if tags else {}
+        if lift is None and tags and not self.tag_lift:
+            lift = DEFAULT_TAG_LIFT
+        if lift is not None:
+            out["tag_lift"] = int(lift)
+        return out
+
     def flat(self, name: str) -> Any:
         """An option, or a blend tuple's item by its flat name (:data:`BLEND_ITEMS`).
 
@@ -510,4 +534,4 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 __all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS",
-           "KEY_OPTIONAL"]
+           "KEY_OPTIONAL", "DEFAULT_TAG_LIFT"]

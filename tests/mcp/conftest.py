@@ -159,7 +159,8 @@ async def check_all_tools(client, env) -> None:
         assert t.annotations.read_only_hint is True
         assert t.input_schema.get("additionalProperties") is False, t.name
     assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank",
-            "explain"} == set(tools["query"].input_schema["properties"])
+            "explain", "tags", "preferTags", "tagLift"} == set(tools["query"].input_schema["properties"])
+    assert "preferTags" in tools["query"].description and "front-matter tags" in tools["query"].description
     instructions = client.instructions
     assert f"over {env.ndocs} markdown document(s)" in instructions
     assert "collection 'notes': 4 document(s)" in instructions and "context for notes/cooking: Kitchen recipes" in instructions
@@ -208,6 +209,17 @@ async def check_all_tools(client, env) -> None:
     res = r.structured_content["results"]
     assert res and res[0]["docno"] == "notes/cooking/pasta.md" and res[0]["context"] == ["Kitchen recipes"]
     assert all(x["collection"] == "notes" for x in res) and "stages" not in res[0]
+
+    # query: tag filter (every tag required) and the tag rank-lift (as `qmdlab query --tag/--prefer-tag`)
+    r = await client.call_tool("query", {"query": "pasta zebra install", "collections": ["notes"], "tags": ["alpha"]})
+    assert not r.is_error, text_of(r)
+    assert [x["docno"] for x in r.structured_content["results"]] == ["notes/guide.md"]
+    r = await client.call_tool("query", {"query": "pasta bread zebra", "collections": ["notes"], "rerank": False,
+                                         "preferTags": ["alpha"], "tagLift": 10})
+    assert not r.is_error, text_of(r)
+    assert r.structured_content["results"][0]["docno"] == "notes/guide.md" and r.structured_content["tagLift"] == 10
+    r = await client.call_tool("query", {"query": "pasta", "tagLift": -1})
+    assert r.is_error and "tagLift" in text_of(r)
 
     # unknown parameters and collections are refused with a clear message
     r = await client.call_tool("query", {"query": "pasta", "topK": 3})

@@ -42,3 +42,35 @@ def test_mcp_stages_are_the_cli_explain_block(tmp_path, qmdlab_home):
     assert data["expansions"] == cli["expansions"] and data["timings"] == cli["timings"]
     _, plain = engine.query("git rebase", limit=3)
     assert "stages" not in plain["results"][0] and "expansions" not in plain
+
+
+def test_mcp_explain_uses_the_config_the_query_ran_with(tmp_path, qmdlab_home, monkeypatch):
+    """The engine hands ``result_explain`` the config of the query (its own plus the request's options),
+    as `qmdlab query --json` hands it the flags' config: the stages are ``to_json(trace, cfg)``'s explain."""
+    from qmdlab.pipeline import explain as explain_mod
+    from qmdlab.pipeline.config import PipelineConfig
+
+    idx, emb = build_index(tmp_path)
+    base = PipelineConfig(weight_original_phrase=1.5, weight_original_like=0.5, fusion="rrf")
+    engine = Engine(idx, config=base, models=ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=term_overlap)))
+    seen, given = {}, []
+    run, real = engine._run, explain_mod.result_explain
+
+    def keep(*args, **kwargs):
+        seen["trace"] = run(*args, **kwargs)
+        return seen["trace"]
+
+    def spy(trace, config=None):
+        given.append(config)
+        return real(trace, config)
+
+    engine._run = keep
+    monkeypatch.setattr(explain_mod, "result_explain", spy)
+    _, data = engine.query("git rebase", limit=3, candidateLimit=20, preferTags=["search"], explain=True)
+    cfg = base.replace(limit=3, min_score=0.0, candidate_limit=20, rerank=True, tags=("search",), tag_lift=3)
+    assert given[0] == cfg and seen["trace"].config == cfg.to_dict()
+    cli = to_json(seen["trace"], cfg)
+    assert [r["docno"] for r in data["results"]] == [r["file"] for r in cli["results"]]
+    assert {x["source"] for r in data["results"] for x in r["stages"]["lists"]} >= {"fts", "like"}
+    for mcp_row, cli_row in zip(data["results"], cli["results"]):
+        assert mcp_row["stages"] == cli_row["explain"]

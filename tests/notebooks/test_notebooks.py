@@ -146,6 +146,34 @@ def test_explore_opens_the_suite_index_of_the_chosen_chunker(nb_env, monkeypatch
     assert defs["trace"].final.height > 0
 
 
+def test_explore_pipeline_options_feed_the_live_query(nb_env, monkeypatch):
+    """The "pipeline options" (issue 19) start at the suite's config and set the live query's config:
+    a phrase weight above 0 adds the verbatim-phrase list, a preferred tag the tag lift, a required
+    tag the filter of `qmdlab query --tag`."""
+    args = (*NB_ARGS, "--query", "interactive rebase")
+    _, plain = run_notebook(NOTEBOOKS / "explore.py", *args, monkeypatch=monkeypatch)
+    assert plain["query_config"] == plain["lab"].config and plain["query_filters"] is None
+    assert "phrase" not in set(plain["trace"].lists["source"].to_list())
+
+    options = dict(plain["pipeline_options"].items())
+    options["weight_original_phrase"] = mo.ui.slider(0.0, 4.0, step=0.1, value=1.5)
+    options["prefer_tags"] = mo.ui.text(value="workflow")
+    options["require_tags"] = mo.ui.text(value="git")
+    _, defs = run_notebook(NOTEBOOKS / "explore.py", *args, monkeypatch=monkeypatch,
+                           defs={"pipeline_options": mo.ui.dictionary(options)})
+    trace, cfg, lab = defs["trace"], defs["query_config"], defs["lab"]
+    assert cfg == lab.config.replace(weight_original_phrase=1.5, tags=("workflow",), tag_lift=3)
+    assert trace.config == cfg.to_dict()
+    phrase = trace.lists.filter(pl.col("source") == "phrase")
+    assert phrase.height > 0 and set(phrase["weight"].to_list()) == {1.5}
+    assert "default/howto/git-rebase-interactive.md" in phrase["docno"].to_list()
+    from qmdlab.search import SearchFilters
+
+    assert defs["query_filters"] == SearchFilters(("git",))
+    tagged = {r["docno"]: r["tags"] for r in lab.index.documents().iter_rows(named=True)}
+    assert trace.final.height > 0 and all("git" in tagged[d] for d in trace.final["docno"].to_list())
+
+
 # -- evaluate --------------------------------------------------------------------------
 def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
     from eval.ablation import ablate

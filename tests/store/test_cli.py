@@ -46,6 +46,34 @@ def test_search_formats_filters_and_no_results(run, notes):
     assert bad.exit_code == 1 and "unknown collection 'nope'" in bad.output
 
 
+def test_search_msm_mode_and_min_match(run, notes):
+    """`search --mode msm --min-match N`: or-ranking, documents matching fewer than N of the terms dropped
+    (a share below 1), the pipeline's bm25_mode/bm25_min_match through bm25_search's public API."""
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.search import bm25_search
+    from qmdlab.store import Index
+
+    run("collection", "add", str(notes), "--name", "kb")
+
+    def files(*flags):
+        out = run("search", "rebase pasta salt", "--format", "json", *flags).output
+        return [] if out.strip() == "No results." else [r["file"] for r in json.loads(out)]
+
+    assert set(files()) == {"kb/git.md", "kb/cooking/pasta.md"}  # or: any term
+    assert files("--mode", "msm", "--min-match", "2") == ["kb/cooking/pasta.md"]  # pasta + salt; git.md: rebase only
+    assert set(files("--mode", "msm", "--min-match", "0.5")) == {"kb/git.md", "kb/cooking/pasta.md"}  # 1 of 3
+    assert files("--mode", "msm", "--min-match", "3") == []
+    assert set(files("--mode", "msm")) == set(files("--mode", "msm", "--min-match",
+                                                    str(PipelineConfig().bm25_min_match)))
+    with Index.open(run.index_dir) as idx:
+        direct = [h.docno for h in bm25_search(idx, "rebase pasta salt", mode="msm", min_match=2)]
+    assert direct == files("--mode", "msm", "--min-match", "2")
+    help_text = run("search", "--help").output
+    assert "msm" in help_text and "--min-match" in help_text
+    bad = run("search", "x", "--mode", "msm", "--min-match", "-1", ok=False)
+    assert bad.exit_code == 2 and "--min-match" in bad.output
+
+
 def test_get_ranges_and_suggestions(run, notes):
     run("collection", "add", str(notes), "--name", "kb")
     assert run("get", "kb/git.md:7:2").output == "# Rebasing\n\n"
