@@ -18,7 +18,7 @@ _VOWS = "aeiou"
 
 def make_vocab(size: int, seed: int = 7) -> list[str]:
     """``size`` distinct words: English stopwords first, then made-up 2–4 syllable words."""
-    from qmdlab.search.lexical import STOPWORDS
+    from qmdlab.terms import BM25_STOPWORDS as STOPWORDS
 
     rng = np.random.default_rng(seed)
     stop = sorted(w for w in STOPWORDS if len(w) > 1)[:60]

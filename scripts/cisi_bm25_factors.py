@@ -32,7 +32,6 @@ no embedding needed).
 from __future__ import annotations
 
 import argparse
-import re
 import sqlite3
 import sys
 import time
@@ -47,8 +46,7 @@ import polars as pl  # noqa: E402
 
 from eval.metrics import per_query  # noqa: E402
 from eval.significance import paired_pvalues  # noqa: E402
-
-WORD = re.compile(r"\w+", re.UNICODE)
+from qmdlab.terms import WORD  # noqa: E402 — the project's one word pattern
 
 
 class Variant(NamedTuple):
@@ -75,9 +73,9 @@ EMULATED = Variant(filepath=True, title_in_body=True, prefix=True, stopwords=Tru
 
 def _stopwords() -> frozenset[str]:
     """The list qmdlab's BM25 builder drops (``bm25_stopwords``), so part A measures the real one."""
-    from qmdlab.search.lexical import STOPWORDS
+    from qmdlab.terms import BM25_STOPWORDS
 
-    return frozenset(STOPWORDS)
+    return frozenset(BM25_STOPWORDS)
 
 
 def build_table(docs: list[tuple[str, dict[str, str]]], v: Variant) -> sqlite3.Connection:

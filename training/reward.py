@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from qmdlab.terms import STOPWORDS, has_cjk, terms  # noqa: F401 — terms/STOPWORDS re-exported (one definition)
+from qmdlab.terms import STOPWORDS, folded_words, has_cjk, terms  # noqa: F401 — terms/STOPWORDS re-exported (one definition)
 
 TYPES = ("lex", "vec", "hyde")
 MAX_POINTS = 120.0
@@ -142,7 +142,8 @@ def entities(query: str) -> list[str]:
 
 
 def _norm_line(text: str) -> str:
-    return " ".join(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
+    """A line's comparison key: its NFKC case-folded words (:func:`qmdlab.terms.folded_words`)."""
+    return " ".join(folded_words(text))
 
 
 def _contains(text: str, entity: str) -> bool:

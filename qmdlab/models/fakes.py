@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from qmdlab.models.base import ExpandResult, l2_normalize
 from qmdlab.models.expansion import format_lines, parse_expansion
-
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+from qmdlab.terms import words
 
 
 def tokens(text: str) -> list[str]:
-    """Lowercase ``\\w+`` tokens.
+    """Lowercase ``\\w+`` tokens (:func:`qmdlab.terms.words`).
 
     >>> tokens("Git-Rebase: the_Basics!")
     ['git', 'rebase', 'the_basics']
     """
-    return [t.lower() for t in _TOKEN.findall(text)]
+    return words(text)
 
 
 def _digest(obj) -> str:

@@ -19,8 +19,8 @@ no BM25 or vector search — so re-fusing recorded traces stays as cheap as the 
 ``query_len``          number of distinct query terms
 =====================  ==================================================================
 
-Terms: lower-cased word pieces, stopwords dropped, cut to their first 6 characters (a crude
-stemmer, so *retrieval*/*retrieve* meet). The query is the original query of the trace
+Terms: lower-cased word pieces (:data:`qmdlab.terms.ALNUM_PATTERN`), stopwords dropped, cut to
+their first 6 characters (a crude stemmer, so *retrieval*/*retrieve* meet). The query is the original query of the trace
 (its ``original`` lists' sub-query; else the first list's).
 
 The score is ``prior_scale · rrf`` plus the trees' output (``PipelineConfig.learned_prior``,
@@ -43,6 +43,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import LIST_KEYS, PipelineConfig
+from qmdlab.terms import ALNUM_PATTERN
 
 RANK_FEATURES = tuple(f"rank_{k}" for k in LIST_KEYS)
 SCORE_FEATURES = tuple(f"score_{k}" for k in LIST_KEYS)
@@ -73,7 +74,7 @@ def terms_expr(text: pl.Expr) -> pl.Expr:
     >>> pl.DataFrame({"t": ["The Retrieval of retrieved texts"]}).select(terms_expr(pl.col("t")).list.sort())["t"][0].to_list()
     ['retrie', 'texts']
     """
-    words = text.fill_null("").str.to_lowercase().str.extract_all(r"[^\W_]+")
+    words = text.fill_null("").str.to_lowercase().str.extract_all(ALNUM_PATTERN)
     return words.list.eval(pl.element().filter(~pl.element().is_in(_stopwords())).str.slice(0, TERM_CHARS)) \
         .list.unique()
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
-from qmdlab.search.lexical import BM25_WEIGHTS, _pieces, _split_query, check_weights
-from qmdlab.terms import CJK_RUN, terms
+from qmdlab.search.lexical import BM25_WEIGHTS, _split_query, check_weights
+from qmdlab.terms import CJK_RUN, query_pieces, terms
 
 if TYPE_CHECKING:
     from qmdlab.store import Index
@@ -58,7 +58,7 @@ def phrase_expression(text: str) -> str | None:
     for neg, _quoted, raw in _split_query(text):
         if neg:
             continue
-        for p in _pieces(raw):
+        for p in query_pieces(raw):
             toks.extend(list(p) if CJK_RUN.fullmatch(p) else [p])
     if len(toks) < 2:
         return None

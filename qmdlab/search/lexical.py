@@ -13,9 +13,9 @@ becomes the phrase of its characters. Negations without any positive part give `
 terms, phrases stay phrases, a CJK run becomes its character-bigram phrases (see
 :mod:`qmdlab.terms`), and negations apply to the whole disjunction. Three switches
 (defaults in brackets, the same as :class:`~qmdlab.pipeline.config.PipelineConfig`'s):
-``prefix`` writes bare terms as prefix terms ``"term"*`` [on]; ``stopwords`` drops stopwords
-unless nothing else is left [on]; ``query_tf`` repeats a term once per occurrence in the
-query [on], so ``bm25()`` — a sum over the expression's phrases — weights it by its query
+``prefix`` writes bare terms as prefix terms ``"term"*`` [on]; ``stopwords`` drops
+:data:`qmdlab.terms.BM25_STOPWORDS` unless nothing else is left [on]; ``query_tf`` repeats a
+term once per occurrence in the query [on], so ``bm25()`` — a sum over the expression's phrases — weights it by its query
 frequency (BM25's ``qtf``). On CISI (76 judged queries, nDCG@10) writing each term once was
 what cost qmdlab's BM25 most against a plain FTS5 query: 0.348 with each term once, 0.403
 with ``query_tf`` (``scripts/cisi_bm25_factors.py``). ``and`` scored 0.010 there (long
@@ -29,20 +29,19 @@ least :func:`required_matches` of the distinct positive terms (``min_match`` ≥
 Column weights (``filepath, title, body``) go straight to FTS5's ``bm25()``.
 ``scripts/cisi_bm25_factors.py`` measures each choice (issue 16, README "Lexical leg").
 
-Safety: the query text is cut into word pieces (letters, digits and inner apostrophes) and
-every piece is emitted inside double quotes, so no user character can act as FTS5 syntax
-(``"``, ``*``, ``^``, ``:``, ``(``, ``NEAR``, ``AND`` …).
+Safety: the query text is cut into word pieces (letters, digits and inner apostrophes,
+:func:`qmdlab.terms.query_pieces`) and every piece is emitted inside double quotes, so no user
+character can act as FTS5 syntax (``"``, ``*``, ``^``, ``:``, ``(``, ``NEAR``, ``AND`` …).
 """
 from __future__ import annotations
 
 import functools
 import math
-import re
 import sqlite3
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from qmdlab.errors import QmdlabError
-from qmdlab.terms import CJK_RUN, bigrams
+from qmdlab.terms import BM25_STOPWORDS, CJK_RUN, bigrams, query_pieces
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
 
@@ -53,35 +52,9 @@ if TYPE_CHECKING:
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
 MODES = ("and", "or", "msm")
 
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have having
-    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
-    nor not of off on once only or other our ours ourselves out over own same she should so some such than
-    that the their theirs them themselves then there these they this those through to too under until up very
-    was we were what when where which while who whom why will with would you your yours yourself yourselves""".split()
-)
-
-_PIECE = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
-
-
-def _pieces(token: str) -> list[str]:
-    """Word pieces of a token, lower-cased; CJK runs are split off as their own pieces.
-
-    >>> _pieces("Node.js"), _pieces("multi-agent"), _pieces("东京tower"), _pieces('"*^:(')
-    (['node', 'js'], ['multi', 'agent'], ['东京', 'tower'], [])
-    """
-    out: list[str] = []
-    for p in _PIECE.findall(token):
-        pos = 0
-        for m in CJK_RUN.finditer(p):
-            if m.start() > pos:
-                out.append(p[pos : m.start()].lower())
-            out.append(m.group(0))
-            pos = m.end()
-        if pos < len(p):
-            out.append(p[pos:].lower())
-    return out
+#: The ``or``/``msm`` stopwords — :data:`qmdlab.terms.BM25_STOPWORDS`, re-exported under its old
+#: name (``scripts/`` and older notebooks import ``qmdlab.search.lexical.STOPWORDS``).
+STOPWORDS = BM25_STOPWORDS
 
 
 def _split_query(text: str) -> list[tuple[bool, bool, str]]:
@@ -158,7 +131,7 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
     negative: list[str] = []
     stop_only: list[str] = []
     for neg, quoted, raw in _split_query(text):
-        pieces = _pieces(raw)
+        pieces = query_pieces(raw)
         if not pieces:
             continue
         target = negative if neg else positive
@@ -174,7 +147,7 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
             for p in pieces:
                 if CJK_RUN.fullmatch(p):
                     exprs.extend(_phrase([g]) for g in bigrams(p))
-                elif stopwords and p in STOPWORDS and not neg:
+                elif stopwords and p in BM25_STOPWORDS and not neg:
                     stop_only.append(f'"{p}"{star}')
                 else:
                     exprs.append(f'"{p}"{star}')

@@ -108,7 +108,7 @@ def run_cli(index: Path, *args: str, env: dict[str, str], timeout: float = 300) 
 
 def connect(db: Path) -> sqlite3.Connection:
     """A plain connection with the FTS helper function registered (as :class:`Index` does)."""
-    from qmdlab.search.cjk import space_cjk
+    from qmdlab.terms import space_cjk
     from qmdlab.store.schema import FTS_FUNCTION
 
     conn = sqlite3.connect(db, timeout=30)
