@@ -20,6 +20,7 @@ row                         lists kept                                      conf
 ``fusion=<m>``              all                                             fusion m (each method)
 ``blend=<m>``               all                                             blend m (each method)
 ``chunker=<c>``             all, of ANOTHER recording                       the recorded config
+``+phrase list`` … (below)  all, of ANOTHER recording                       config + the variant
 ==========================  =============================================  =====================
 
 The ``chunker=<c>`` rows (``qmdlab eval --ablate --chunkers all``; :func:`chunker_evaluations`) are the
@@ -28,6 +29,29 @@ index (:func:`eval.record.index_dir`) and its own recording of the same queries 
 (``chunker: c``, which keys its trace cache); the row is that recording evaluated as recorded.
 ``chunker=breakpoints`` (the default) is the main recording itself; pass
 ``--baseline chunker=breakpoints`` for p-values of each chunker against the default one.
+
+The *recorded variants* (``qmdlab eval --ablate --variants all|NAME,…``; :func:`variant_evaluations`)
+are the same exception for features that change what is retrieved, so no cut of the main recording
+can show them. Each is the main config with a few options overridden (:data:`RECORDED_VARIANTS`),
+recorded over the same queries (its own trace-cache entry: the key hashes the config's ``to_dict()``)
+and evaluated as recorded; its paired p-values against the baseline come from the same code as
+every other row:
+
+=================  =========================  ==================================================
+``--variants``     row                        overrides
+=================  =========================  ==================================================
+``phrase``         ``+phrase list``           ``weight_original_phrase: 1.0`` (verbatim whole query)
+``like``           ``+like list``             ``weight_original_like: 1.0`` (substring leg)
+``trigram``        ``+trigram list``          ``weight_original_trigram: 1.0`` (CJK trigrams)
+``heading``        ``+heading list``          ``weight_original_heading: 1.0`` (section headings)
+``two-unit-gate``  ``two-unit gate``          ``bm25_mode: msm``, ``bm25_min_match: 2``
+``field-weights``  ``field weights``          ``eval/configs/ai-helper-fields.yaml`` (0.25/0.5/1.0)
+``no-skip``        ``no strong-signal skip``  ``strong_signal: false`` (every query expanded)
+=================  =========================  ==================================================
+
+A variant whose overrides the main config already holds is the main recording itself (no second
+recording); so is ``no-skip`` when the main recording has nothing to skip (expansion off, no
+expander, or no query with a strong signal), which its description says.
 
 What the cut cannot reproduce, and why it is still exact: BM25-only and vector-only runs
 would issue the same original-query searches, so their lists are identical to the recorded
@@ -42,12 +66,13 @@ The strong-signal skip (DESIGN §3 step 1) gets its own row when the recording r
 of a query whose BM25 signal was strong says so): the ``strong-signal skip`` row drops the
 expansion lists of exactly those queries (:func:`strong_signal_qids`) — what the pipeline with the
 skip on retrieves — while the other rows are the skip-off pipeline. A recording with the skip on
-cannot show what the skipped queries would have gained, so the row is left out then; with
+cannot show what the skipped queries would have gained, so the row is left out then (the
+recorded variant ``no-skip`` measures it instead: every query recorded again with the skip off); with
 expansion off the skip has nothing to skip and the row is left out too.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import polars as pl
 
@@ -117,6 +142,112 @@ def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: 
     return out
 
 
+class RecordedVariant(NamedTuple):
+    """A row of its own recording (:data:`RECORDED_VARIANTS`): the main config with ``overrides``.
+
+    ``inert(config, study, models)`` gives the reason the overrides cannot change what the main
+    recording retrieved (the row is then the main recording itself), or ``""``.
+    """
+
+    row: str
+    overrides: dict
+    description: str
+    inert: Callable | None = None
+
+
+def _skip_inert(config: PipelineConfig, study, models) -> str:
+    if not config.expand or (models is not None and models[1] is None):
+        return "expansion off: nothing to skip"
+    if not strong_signal_qids(study.trace.notes):
+        return "no query had a strong signal"
+    return ""
+
+
+RECORDED_VARIANTS: dict[str, RecordedVariant] = {
+    "phrase": RecordedVariant("+phrase list", {"weight_original_phrase": 1.0},
+                              "own recording: + verbatim whole-query phrase list (weight 1)"),
+    "like": RecordedVariant("+like list", {"weight_original_like": 1.0},
+                            "own recording: + substring LIKE list (weight 1)"),
+    "trigram": RecordedVariant("+trigram list", {"weight_original_trigram": 1.0},
+                               "own recording: + CJK trigram list (weight 1)"),
+    "heading": RecordedVariant("+heading list", {"weight_original_heading": 1.0},
+                               "own recording: + section-heading list (weight 1)"),
+    "two-unit-gate": RecordedVariant("two-unit gate", {"bm25_mode": "msm", "bm25_min_match": 2.0},
+                                     "own recording: BM25 needs 2 query terms (msm)"),
+    # the values of eval/configs/ai-helper-fields.yaml (tests/eval/test_ablation_variants.py pins them)
+    "field-weights": RecordedVariant("field weights", {"bm25_weight_filepath": 0.25, "bm25_weight_title": 0.5,
+                                                       "bm25_weight_body": 1.0},
+                                     "own recording: content-first BM25 columns 0.25/0.5/1"),
+    "no-skip": RecordedVariant("no strong-signal skip", {"strong_signal": False},
+                               "own recording: every query expanded (skip off)", _skip_inert),
+}
+"""Recorded variants by ``--variants`` name (see the module table)."""
+
+
+def check_variant(name: str, flag: str = "--variants") -> str:
+    """``name`` if it is a recorded variant, else a :class:`~qmdlab.errors.ConfigError` naming them.
+
+    >>> check_variant("like")
+    'like'
+    >>> check_variant("bigram")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.ConfigError: --variants 'bigram': unknown variant; use all or one of phrase, like, trigram, heading, two-unit-gate, field-weights, no-skip
+    """
+    from qmdlab.errors import ConfigError
+
+    if name not in RECORDED_VARIANTS:
+        raise ConfigError(f"{flag} {name!r}: unknown variant; use all or one of {', '.join(RECORDED_VARIANTS)}")
+    return name
+
+
+def recorded_evaluation(study, suite, models, overrides: dict, *, name: str, progress: bool = False, log=print,
+                        remote=None):
+    """``study``'s queries recorded again under ``study.config.replace(**overrides)`` (its own trace
+    cache entry) and evaluated as recorded; the study itself when the overrides change nothing."""
+    from .record import record
+    from .study import Study
+
+    cfg = study.config.replace(**overrides)
+    if cfg == study.config:
+        return study.evaluate(study.config)
+    rec = record(suite, models, cfg, qids=study.qids, name=name, progress=progress, log=log, remote=remote)
+    other = Study.from_recording(rec, metrics=study.metrics)
+    missing = set(study.qids) - set(other.qids)
+    if missing:
+        raise ValueError(f"{name}: the recording lacks queries {sorted(missing)[:5]}")
+    return other.evaluate(rec.config)
+
+
+class RecordedRow(NamedTuple):
+    """A recorded variant's row (:func:`variant_evaluations`): its evaluation and description."""
+
+    evaluation: object  # eval.study.Evaluation
+    description: str
+
+
+def variant_evaluations(study, suite, models, names: Sequence[str], *, progress: bool = False, log=print,
+                        remote=None) -> dict:
+    """``{row: RecordedRow}`` of each recorded variant in ``names`` (:data:`RECORDED_VARIANTS`): the
+    main recording's queries recorded under ``study.config`` with the variant's overrides, evaluated as
+    recorded. A variant that cannot change the main recording (its overrides already hold, or its
+    ``inert`` reason) is the study itself, and its description says why. Arguments as
+    :func:`chunker_evaluations`.
+    """
+    out = {}
+    for name in names:
+        v = RECORDED_VARIANTS[check_variant(name)]
+        reason = v.inert(study.config, study, models) if v.inert else ""
+        if not reason and study.config.replace(**v.overrides) == study.config:
+            reason = "the main config already has it"
+        if reason:
+            out[v.row] = RecordedRow(study.evaluate(study.config), f"= the main recording ({reason})")
+        else:
+            out[v.row] = RecordedRow(recorded_evaluation(study, suite, models, v.overrides, name=v.row,
+                                                         progress=progress, log=log, remote=remote), v.description)
+    return out
+
+
 def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progress: bool = False, log=print,
                         remote=None) -> dict:
     """``{"chunker=<c>": Evaluation}``: each chunker's own recording of ``study``'s queries under
@@ -135,9 +266,6 @@ def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progre
     """
     from qmdlab.store.chunkers import DEFAULT_CHUNKER, check_chunker
 
-    from .record import record
-    from .study import Study
-
     own = study.config.chunker or DEFAULT_CHUNKER
     out = {}
     for name in chunkers:
@@ -145,19 +273,15 @@ def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progre
         if name == own:
             out[f"chunker={name}"] = study.evaluate(study.config)
             continue
-        cfg = study.config.replace(chunker="" if name == DEFAULT_CHUNKER else name)
-        rec = record(suite, models, cfg, qids=study.qids, name=f"chunker={name}", progress=progress, log=log,
-                     remote=remote)
-        other = Study.from_recording(rec, metrics=study.metrics)
-        missing = set(study.qids) - set(other.qids)
-        if missing:
-            raise ValueError(f"chunker {name}: the recording lacks queries {sorted(missing)[:5]}")
-        out[f"chunker={name}"] = other.evaluate(rec.config)
+        out[f"chunker={name}"] = recorded_evaluation(
+            study, suite, models, {"chunker": "" if name == DEFAULT_CHUNKER else name}, name=f"chunker={name}",
+            progress=progress, log=log, remote=remote)
     return out
 
 
 def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: Sequence[Variant] | None = None,
-           extra: dict[str, PipelineConfig] | None = None, chunkers: dict | None = None) -> pl.DataFrame:
+           extra: dict[str, PipelineConfig] | None = None, chunkers: dict | None = None,
+           recorded: dict | None = None) -> pl.DataFrame:
     """Evaluate every ablation row of ``study`` and compare each with ``baseline``.
 
     Parameters
@@ -173,6 +297,8 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
         More rows evaluated on all lists (e.g. a tuned config).
     chunkers : dict of name → Evaluation, optional
         Rows evaluated on other recordings (:func:`chunker_evaluations`), compared per query.
+    recorded : dict of row → RecordedRow, optional
+        Recorded-variant rows (:func:`variant_evaluations`), compared per query the same way.
 
     Returns
     -------
@@ -196,6 +322,8 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
     for name, ev in (chunkers or {}).items():
         evals[name] = ev
         desc[name] = f"own index chunked with {name.split('=', 1)[-1]}, recorded config"
+    for name, row in (recorded or {}).items():
+        evals[name], desc[name] = row.evaluation, row.description
     if baseline == "best-leg":
         legs = [n for n in ("bm25", "vector") if n in evals]
         baseline = max(legs, key=lambda n: evals[n].metrics[metric])

@@ -88,6 +88,23 @@ def _chunkers(value: str | None, ablate: bool) -> tuple[str, ...]:
     return tuple(check_chunker(v.strip(), "--chunkers") for v in value.split(",") if v.strip())
 
 
+def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
+    """``--variants`` → recorded-variant names (``all`` = every one); it needs ``--ablate``.
+
+    >>> _variants("all", True)[:3], _variants("like, no-skip", True), _variants(None, False)
+    (('phrase', 'like', 'trigram'), ('like', 'no-skip'), ())
+    """
+    from eval.ablation import RECORDED_VARIANTS, check_variant
+
+    if not value:
+        return ()
+    if not ablate:
+        raise click.UsageError("--variants adds ablation rows: give --ablate too")
+    if value.strip() == "all":
+        return tuple(RECORDED_VARIANTS)
+    return tuple(check_variant(v.strip(), "--variants") for v in value.split(",") if v.strip())
+
+
 def register(group: click.Group) -> None:
     @group.command("eval")
     @click.argument("suite")
@@ -104,6 +121,9 @@ def register(group: click.Group) -> None:
     @click.option("--chunkers", default=None, metavar="all|NAME,…",
                   help="With --ablate: a row per chunker (breakpoints, headings, fences-and-tables), each from its "
                        "own index and recording of the same queries.")
+    @click.option("--variants", "variant_names", default=None, metavar="all|NAME,…",
+                  help="With --ablate: a row per feature that changes retrieval (phrase, like, trigram, heading, "
+                       "two-unit-gate, field-weights, no-skip), each the same queries recorded again with it.")
     @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
                   help="Write <run>.trec files, metrics.json, traces, … into this directory.")
     @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")
@@ -111,8 +131,8 @@ def register(group: click.Group) -> None:
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
     @ray_options
-    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, chunkers, out, preset, limit,
-                 per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
+                 preset, limit, per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics)."""
@@ -120,6 +140,8 @@ def register(group: click.Group) -> None:
         from eval.runner import run_name, run_suite
 
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
+        names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
+        recorded_variants = _variants(variant_names, ablate)
         s = _suite(suite, fmt)
         cfg, path = _config(s, config_path, no_expand, no_rerank)
         models = _models(preset, no_expand, no_rerank)
@@ -129,10 +151,9 @@ def register(group: click.Group) -> None:
 
             spec = ModelSpec.resolve(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
             remote = RayQueries(spec, ray_opts, models=models, progress=progress)
-        names = _chunkers(chunkers, ablate)
         res = run_suite(s, models, cfg, out=out, name=run_name(cfg, path), ablate=ablate, baseline=baseline,
                         limit=limit, progress=progress, log=lambda m: click.echo(m, err=True), remote=remote,
-                        chunkers=names)
+                        chunkers=names, recorded_variants=recorded_variants)
         if per_query:
             click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
         n = res.timings["queries"]

@@ -28,10 +28,10 @@ import polars as pl
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import Trace
 
-from .ablation import ablate as ablate_fn, chunker_evaluations, strong_signal_qids, variants
+from .ablation import ablate as ablate_fn, chunker_evaluations, strong_signal_qids, variant_evaluations, variants
 from .metrics import DEFAULT_METRICS, mean_scores, parse_metric, per_query
-from .record import (EVAL_DEPTH, _fingerprint, _no_query_budget, cache_key, degraded_queries,  # noqa: F401 — re-exported
-                     embed_missing, load_run_dir, prepare_index, query_traces, record)
+from .record import (EVAL_DEPTH, cache_key, degraded_queries, embed_missing,  # noqa: F401 — re-exported
+                     load_run_dir, model_fingerprints, prepare_index, query_traces, record)
 from .study import Study
 from .suites import Suite
 
@@ -107,7 +107,7 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
               baseline: str = "best-leg", metrics: Sequence[str] = DEFAULT_METRICS, limit: int | None = None,
               progress: bool = True, complete_rerank: bool = True, check_ranx: bool = True,
               log: Callable[[str], None] = print, remote: Callable | None = None,
-              chunkers: Sequence[str] = ()) -> RunResult:
+              chunkers: Sequence[str] = (), recorded_variants: Sequence[str] = ()) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
     Parameters
@@ -135,6 +135,10 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     chunkers : sequence of str
         With ``ablate``: a ``chunker=<c>`` row per chunker, each from its own index and recording
         (:func:`eval.ablation.chunker_evaluations`).
+    recorded_variants : sequence of str
+        With ``ablate``: a row per recorded variant (names of :data:`eval.ablation.RECORDED_VARIANTS`,
+        ``qmdlab eval --variants``), each the same queries recorded with the variant's config overrides
+        (:func:`eval.ablation.variant_evaluations`).
     """
     config = config or PipelineConfig()
     name = name or run_name(config)
@@ -163,8 +167,10 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
         study = Study.from_recording(rec, metrics=metrics, complete_rerank=complete_rerank, docs=docs)
         chunk_rows = chunker_evaluations(study, suite, models, chunkers, progress=progress, log=log,
                                          remote=remote) if chunkers else {}
-        table = ablate_fn(study, baseline=baseline, chunkers=chunk_rows)
-        for row, ev in chunk_rows.items():
+        variant_rows = variant_evaluations(study, suite, models, recorded_variants, progress=progress, log=log,
+                                           remote=remote) if recorded_variants else {}
+        table = ablate_fn(study, baseline=baseline, chunkers=chunk_rows, recorded=variant_rows)
+        for row, ev in [*chunk_rows.items(), *((r, v.evaluation) for r, v in variant_rows.items())]:
             runs[row], finals[row] = ev.per_query, ev.final
         for v in variants(config, has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
                           has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
@@ -198,7 +204,7 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     trace.to_parquet(out_dir / "traces")
     qrels.write_parquet(out_dir / "qrels.parquet")
     info = {"suite": suite.name, "path": str(suite.path), "format": suite.format, "run": name,
-            "models": [_fingerprint(m) for m in (models or (None, None, None))], "timings": timings,
+            "models": model_fingerprints(models), "timings": timings,
             "trace_cache": str(rec.cache_dir), "ranx_check": ranx_means,
             "degraded_queries": degraded["qid"].n_unique()}
     (out_dir / "run.json").write_text(json.dumps(info, indent=1), encoding="utf-8")

@@ -134,7 +134,7 @@ def test_cisi_bm25_only_run(cisi_dir, qmdlab_home, tmp_path, monkeypatch):
 
 
 def test_degraded_traces_are_reported_and_not_cached(tmp_path, monkeypatch):
-    from eval.runner import _no_query_budget, query_traces
+    from eval.record import _no_query_budget, query_traces
     from qmdlab.pipeline.trace import SCHEMAS, Trace
 
     class Lab:
