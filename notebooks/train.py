@@ -28,11 +28,11 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval import runner
+    from eval import record
     from eval import suites
     from qmdlab import models as qmodels
     from qmdlab.paths import home
-    from qmdlab.pipeline.lab import Lab
+    from qmdlab.pipeline.config import PipelineConfig
     from training import common
     from training.data import SEED_PATH, load_examples
     from training.evaluate import EvaluateConfig, run_evaluate
@@ -163,14 +163,12 @@ def _():
         models = qmodels.load_models(preset)
         with mo.status.progress_bar(total=1, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
                                     remove_on_exit=True) as bar:
-            idx = runner.prepare_index(suite, models.embedder, progress=False, log=lambda _msg: None)
+            # Rerank off: the retrieval term measures the expansion, as in training.
+            lab = record.open_lab(suite, models, PipelineConfig(rerank=False), log=lambda _msg: None)
             bar.update()
         from eval.metrics import qrels_dict
 
         qrels = qrels_dict(suite.qrels_docnos())
-        # Rerank off: the retrieval term measures the expansion, as in training.
-        lab = Lab(idx, models)
-        lab.config = lab.config.replace(rerank=False)
         return suite, lab, suite.data().judged_queries().sort("qid"), qrels
 
     return (open_suite,)

@@ -19,17 +19,40 @@ from qmdlab.pipeline.results import ResultRow, Snippet, build_rows, query_terms,
 FORMATS = ("cli", "json", "csv", "md", "xml", "files")
 
 
-def _dicts(rows: Iterable[ResultRow]) -> list[dict]:
-    return [{"docid": f"#{r.docid}", "score": round(r.score, 4), "file": r.docno, "line": r.line, "title": r.title,
-             "context": r.context, "snippet": r.snippet} for r in rows]
+def _dicts(rows: Iterable[ResultRow], contexts: Sequence | None = None) -> list[dict]:
+    out = [{"docid": f"#{r.docid}", "score": round(r.score, 4), "file": r.docno, "line": r.line, "title": r.title,
+            "context": r.context, "snippet": r.snippet} for r in rows]
+    if contexts is not None:
+        for d, hc in zip(out, contexts):
+            shown = hc.as_dict() if hc is not None else {"parent": None, "siblings": []}
+            d["parent"], d["siblings"] = shown["parent"], shown["siblings"]
+    return out
 
 
-def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Sequence[str] | None = None) -> str:
+def _context_lines(hc) -> list[str]:
+    """``parent: Title — summary`` and ``siblings: A · B`` of a hit (what there is of them)."""
+    if hc is None:
+        return []
+    out = []
+    if hc.parent_address is not None:
+        summary = f" — {hc.parent_summary}" if hc.parent_summary else ""
+        out.append(f"parent: {hc.parent_title or '(document)'}{summary}")
+    if hc.siblings:
+        out.append("siblings: " + " · ".join(t for _, t in hc.siblings))
+    return out
+
+
+def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Sequence[str] | None = None,
+                   contexts: Sequence | None = None) -> str:
     """Render rows; the text ends without a trailing newline (``click.echo`` adds one).
 
     ``crumbs`` (one ``"A > B"`` heading breadcrumb per row, :func:`qmdlab.search.navigate.breadcrumbs`)
     adds a ``§ A > B`` line (cli) or a ``§`` item (md); json, csv, xml and files keep qmd's fields
-    (the MCP tools' results carry ``heading_path``).
+    (the MCP tools' results carry ``heading_path``). ``contexts`` (one
+    :class:`~qmdlab.search.navigate.HitContext` or ``None`` per row,
+    :func:`~qmdlab.search.navigate.hit_contexts`: ``--context``) adds the parent section (title and
+    summary) and the sibling headings: ``parent:``/``siblings:`` lines (cli, md) or the MCP hits'
+    ``parent``/``siblings`` keys (json). A capped snippet's closing note (``truncated``) is not numbered.
 
     >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x")]
     >>> print(format_results(r, "files"))
@@ -41,7 +64,7 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
     if fmt not in FORMATS:
         raise QmdlabError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if fmt == "json":
-        return json.dumps(_dicts(rows), ensure_ascii=False, indent=2)
+        return json.dumps(_dicts(rows, contexts), ensure_ascii=False, indent=2)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -72,6 +95,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         for i, r in enumerate(rows, 1):
             crumb = f" · § {crumbs[i - 1]}" if crumbs is not None and crumbs[i - 1] else ""
             out.append(f"## {i}. {r.title}\n\n`{r.docno}:{r.line}` · #{r.docid} · score {r.score:.4f}{crumb}\n")
+            if contexts is not None and _context_lines(contexts[i - 1]):
+                out.append("".join(f"- {line}\n" for line in _context_lines(contexts[i - 1])))
             if r.context:
                 out.append(f"> {r.context}\n")
             out.append("```\n" + r.snippet + "\n```\n")
@@ -82,9 +107,13 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         out.append(f"  {r.title}")
         if crumbs is not None and crumbs[i]:
             out.append(f"  § {crumbs[i]}")
+        if contexts is not None:
+            out.extend(f"  {line}" for line in _context_lines(contexts[i]))
         if r.context:
             out.append(f"  context: {r.context}")
-        for k, text in enumerate(r.snippet.split("\n")):
-            out.append(f"  {r.line + k:>5}: {text}")
+        lines = r.snippet.split("\n")
+        for k, text in enumerate(lines):
+            last_note = r.truncated and k == len(lines) - 1
+            out.append(f"  {'':>5}  {text}" if last_note else f"  {r.line + k:>5}: {text}")
         out.append("")
     return "\n".join(out).rstrip("\n")

@@ -12,7 +12,7 @@ import time
 import click
 
 from qmdlab.scale.cli_options import ray_options, ray_options_from
-from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
+from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
 
 
@@ -170,12 +170,13 @@ def register(group: click.Group) -> None:
                   help="With --ann: the search's candidate list (default 512; higher = better recall, slower).")
     @click.pass_context
     def vsearch(ctx, query, limit, collections, min_score, fmt, as_json, as_csv, as_md, as_xml, as_files, all_results,
-                full, line_numbers, preset, embed_model, ann, ann_ef) -> None:
+                full, max_chars, line_numbers, context, preset, embed_model, ann, ann_ef) -> None:
         """Vector search: the query's embedding against the chunk vectors (run `qmdlab embed` first)."""
         from qmdlab.output import build_rows
         from qmdlab.search.vector import vector_search
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         if ann_ef is not None and not ann:
             raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
         idx = _open_index(ctx)
@@ -191,4 +192,5 @@ def register(group: click.Group) -> None:
                              limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None,
                              ann=ann_cfg)
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))
+        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers,
+                          max_chars=max_chars, context=context))

@@ -11,6 +11,7 @@ import json
 import click
 
 from qmdlab.commands.result_options import result_options
+from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
 
 
@@ -49,9 +50,10 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def query(ctx, text, limit, collections, intent, no_expand, no_rerank, candidate_limit, fusion, blend,
               min_score, min_score_fallback, config_file, preset, explain, tags, prefer_tags, tag_lift,
-              no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, line_numbers) -> None:
+              no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, max_chars,
+              line_numbers, context) -> None:
         """Hybrid search: expansion, BM25 + vectors, fusion, rerank, blend — with a trace."""
-        from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render
+        from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render
         from qmdlab.models import load_models
         from qmdlab.pipeline.config import PipelineConfig
         from qmdlab.pipeline.explain import format_explain, to_json
@@ -60,6 +62,10 @@ def register(group: click.Group) -> None:
         from qmdlab.store import Index
 
         fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        if as_json and (context or max_chars):
+            raise QmdlabError("--context and --max-chars shape the result formats; --json prints the whole trace "
+                              "(use --format json for the results)")
+        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
         flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
                  "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
@@ -80,7 +86,8 @@ def register(group: click.Group) -> None:
         if as_json:
             click.echo(json.dumps(to_json(trace, cfg), ensure_ascii=False, indent=2))
             return
-        click.echo(render(idx, trace.result_rows(), fmt, full=full, line_numbers=line_numbers))
+        click.echo(render(idx, trace.result_rows(), fmt, full=full, line_numbers=line_numbers,
+                          max_chars=max_chars, context=context))
         if explain:
             click.echo("")
             click.echo(format_explain(trace, cfg))

@@ -2,9 +2,12 @@
 
 ``--format FMT`` or one of its shorthands ``--json/--csv/--md/--xml/--files``; ``--all``
 (every match instead of ``-n``), ``--full`` (whole documents instead of snippets),
+``--max-chars N`` (with ``--full``: each document capped, saying how much was left out),
 ``--line-numbers`` (numbered snippet lines in every format; the ``cli`` format always numbers
-them). Only flag plumbing lives here; the row transforms are
-:func:`qmdlab.pipeline.results.full_rows` and :func:`~qmdlab.pipeline.results.numbered_rows`.
+them), ``--context`` (each hit's parent section summary and sibling headings; cli, md, json).
+Only flag plumbing lives here; the row transforms are :func:`qmdlab.pipeline.results.full_rows`
+and :func:`~qmdlab.pipeline.results.numbered_rows`, the hit context
+:func:`qmdlab.search.navigate.hit_contexts`.
 """
 from __future__ import annotations
 
@@ -21,14 +24,22 @@ ALL_LIMIT = 1_000_000
 
 
 def result_options(*, json_flag: bool = True) -> Callable:
-    """Decorator adding ``--format``, the shorthands, ``--all``, ``--full`` and ``--line-numbers``.
+    """Decorator adding ``--format``, the shorthands, ``--all``, ``--full``, ``--max-chars``,
+    ``--line-numbers`` and ``--context`` (parameters ``fmt``, ``as_<fmt>``, ``all_results``,
+    ``full``, ``max_chars``, ``line_numbers``, ``context``).
 
     ``json_flag=False`` leaves ``--json`` out (for a command that defines its own).
     """
 
     def deco(fn: Callable) -> Callable:
+        fn = click.option("--context", "context", is_flag=True,
+                          help="Under each hit, its parent section (title and a short summary) and the sibling "
+                               "section headings (cli, md and json formats).")(fn)
         fn = click.option("--line-numbers", "line_numbers", is_flag=True,
                           help="Number the snippet lines (the cli format always does).")(fn)
+        fn = click.option("--max-chars", "max_chars", type=click.IntRange(min=0), default=0,
+                          help="With --full: cap each document at N characters; a capped one ends with how many "
+                               "were left out and the `qmdlab get` that reads on [default: 0 = no cap].")(fn)
         fn = click.option("--full", is_flag=True, help="Show whole documents instead of snippets.")(fn)
         fn = click.option("--all", "all_results", is_flag=True,
                           help="Return every match instead of -n (combine with --min-score).")(fn)
@@ -60,23 +71,52 @@ def pick_format(fmt: str | None, **flags: bool) -> str:
     return chosen[0] if chosen else (fmt or "cli")
 
 
-def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False) -> str:
-    """Apply ``--full`` / ``--line-numbers`` to result rows and format them; the ``cli`` and ``md``
-    formats carry each snippet's heading breadcrumb (:func:`qmdlab.search.navigate.breadcrumbs`;
-    not with ``--full``, which shows whole documents; the other formats keep qmd's fields)."""
+CONTEXT_FORMATS = ("cli", "md", "json")
+"""The formats that show ``--context`` (csv, xml and files keep qmd's fields)."""
+
+
+def check_flags(fmt: str, *, full: bool = False, max_chars: int = 0, context: bool = False) -> None:
+    """Refuse ``--max-chars`` without ``--full`` and ``--context`` in a format that cannot show it.
+
+    >>> check_flags("cli", full=True, max_chars=100, context=True)
+    >>> check_flags("csv", context=True)
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.QmdlabError: --context shows in the cli, md and json formats, not csv
+    """
+    if max_chars and not full:
+        raise QmdlabError("--max-chars caps the whole documents of --full (snippets are a few lines); add --full")
+    if context and fmt not in CONTEXT_FORMATS:
+        raise QmdlabError(f"--context shows in the {', '.join(CONTEXT_FORMATS[:-1])} and {CONTEXT_FORMATS[-1]} "
+                          f"formats, not {fmt}")
+
+
+def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False, max_chars: int = 0,
+           context: bool = False) -> str:
+    """Apply ``--full`` (capped by ``--max-chars``), ``--line-numbers`` and ``--context`` to result
+    rows and format them; the ``cli`` and ``md`` formats carry each snippet's heading breadcrumb
+    (:func:`qmdlab.search.navigate.breadcrumbs`; not with ``--full``, which shows whole documents;
+    the other formats keep qmd's fields). ``--context`` is
+    :func:`qmdlab.search.navigate.hit_contexts` of the hits' snippet lines (with ``--full`` too)."""
     from qmdlab.output import format_results
     from qmdlab.pipeline.results import full_rows, numbered_rows
 
-    crumbs = None
+    check_flags(fmt, full=full, max_chars=max_chars, context=context)
+    crumbs = contexts = None
     if not full and fmt in ("cli", "md") and rows:
         from qmdlab.search.navigate import breadcrumbs
 
         crumbs = breadcrumbs(idx, rows)
+    if context:
+        from qmdlab.search.navigate import hit_contexts
+
+        contexts = hit_contexts(idx, rows)
     if full:
-        rows = full_rows(idx, rows)
+        rows = full_rows(idx, rows, max_chars=max_chars)
     if line_numbers and fmt not in ("cli", "files"):
         rows = numbered_rows(rows)
-    return format_results(rows, fmt, crumbs=crumbs)
+    return format_results(rows, fmt, crumbs=crumbs, contexts=contexts)
 
 
-__all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "result_options", "pick_format", "render"]
+__all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "CONTEXT_FORMATS", "result_options", "pick_format", "check_flags",
+           "render"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from qmdlab.errors import QmdlabError, StoreError
-from qmdlab.commands.result_options import ALL_LIMIT, pick_format, render, result_options
+from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
 from qmdlab.output import build_rows
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
@@ -176,11 +176,12 @@ def register(group: click.Group) -> None:
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this normalised score.")
     @click.pass_context
     def search(ctx, query, limit, collections, tags, since, before, mode, min_match, fmt, as_json, as_csv, as_md,
-               as_xml, as_files, all_results, full, line_numbers, min_score) -> None:
+               as_xml, as_files, all_results, full, max_chars, line_numbers, context, min_score) -> None:
         """BM25 full-text search."""
         from qmdlab.search import SearchFilters, bm25_search
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         if min_match < 0:
             raise click.BadParameter(f"{min_match!r}: must be >= 0 (a count >= 1 or a share below 1)",
                                      param_hint="--min-match")
@@ -188,7 +189,8 @@ def register(group: click.Group) -> None:
         hits = bm25_search(idx, query, limit=ALL_LIMIT if all_results else limit, mode=mode, min_match=min_match,
                            collections=list(collections) or None, filters=SearchFilters(tuple(tags), since, before))
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers))
+        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers,
+                          max_chars=max_chars, context=context))
 
     @group.command("get")
     @click.argument("ref")

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import snippet as make_snippet
-from qmdlab.search.navigate import context_of, snippet_hit_line
+from qmdlab.search.navigate import cap_text, context_of, snippet_hit_line
 from qmdlab.store.outline import DocumentOutline
 from qmdlab.store.refs import glob_docnos, is_glob, parse_ref, split_refs
 
@@ -205,7 +205,7 @@ class Engine:
 
     # -- tools ----------------------------------------------------------------------
     def get(self, file: str, from_line: int | None = None, max_lines: int | None = None,
-            line_numbers: bool = False) -> tuple[str, dict[str, Any]]:
+            line_numbers: bool = False, max_chars: int = 0) -> tuple[str, dict[str, Any]]:
         base, address, ref_start, ref_count = parse_ref(file)
         with self.lock:
             doc = self.document(base)
@@ -234,9 +234,12 @@ class Engine:
         if first > len(lines) and len(lines) > 0:
             raise QmdlabError(f"{doc.docno} has {len(lines)} lines; fromLine {first} is past the end")
         selected = lines[first - 1 : last]
-        text = _number(selected, first) if line_numbers else "\n".join(selected)
-        data = dict(info, text=text, line_start=first, line_end=first + len(selected) - 1,
-                    total_lines=len(lines), truncated=first > 1 or last < len(lines))
+        capped = cap_text(_number(selected, first) if line_numbers else "\n".join(selected), max_chars,
+                          read_on=(doc.docno, first))
+        text = capped.text
+        shown = capped.text.count("\n") if capped.truncated else len(selected)  # the note is no line
+        data = dict(info, text=text, line_start=first, line_end=first + shown - 1,
+                    total_lines=len(lines), truncated=first > 1 or last < len(lines) or capped.truncated)
         if address is not None:
             data["address"] = sec.address
             data["heading_path"] = list(sec.heading_path)
@@ -244,7 +247,8 @@ class Engine:
         return f"{header}\n\n{text}", data
 
     def multi_get(self, pattern: str, max_lines: int | None = None, max_bytes: int = DEFAULT_MULTI_GET_MAX_BYTES,
-                  line_numbers: bool = False, max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS) -> tuple[str, dict[str, Any]]:
+                  line_numbers: bool = False, max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS,
+                  max_chars: int = 0) -> tuple[str, dict[str, Any]]:
         pattern = (pattern or "").strip()
         if not pattern:
             raise QmdlabError("empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids")
@@ -276,8 +280,10 @@ class Engine:
                 if lines and lines[-1] == "" and len(lines) > 1:
                     lines = lines[:-1]
                 shown = lines[:max_lines] if max_lines else lines
-                text = _number(shown, 1) if line_numbers else "\n".join(shown)
-                documents.append(dict(info, size=size, text=text, total_lines=len(lines), truncated=len(shown) < len(lines)))
+                capped = cap_text(_number(shown, 1) if line_numbers else "\n".join(shown), max_chars,
+                                  read_on=(doc.docno, 1))
+                documents.append(dict(info, size=size, text=capped.text, total_lines=len(lines),
+                                      truncated=len(shown) < len(lines) or capped.truncated))
         parts = [f"--- {d['docno']} (#{d['docid']})\n{d['text']}" for d in documents]
         parts += [f"--- {s['docno']} skipped: {s['reason']}" for s in skipped]
         parts += [f"--- {e['ref']}: {e['error']}" for e in errors]

@@ -191,18 +191,24 @@ def build_server(engine: Engine) -> MCPServer:
         fromLine: Annotated[int | None, Field(ge=1, description="First line (1-based).")] = None,
         maxLines: Annotated[int | None, Field(ge=1, description="Lines to return at most.")] = None,
         lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+        maxChars: Annotated[int, Field(ge=0, description="Cap on the returned text (0 = no cap); a capped text ends "
+                                                         "with how much was left out and where to read on.")] = 0,
     ) -> CallToolResult:
-        """Read one indexed document (or a line range, or one section)."""
-        return _user_errors(engine.get)(file, fromLine, maxLines, lineNumbers)
+        """Read one indexed document (or a line range, or one section). `maxChars` caps the text: past the cap it
+        ends with a line saying how many characters were left out and the line to read on from."""
+        return _user_errors(engine.get)(file, fromLine, maxLines, lineNumbers, maxChars)
 
     def multi_get(
         pattern: Annotated[str, Field(description="A glob over docnos/paths ('notes/**/*.md') or a comma-separated list of paths/#docids.")],
         maxLines: Annotated[int | None, Field(ge=1, description="Lines per document at most.")] = None,
         maxBytes: Annotated[int, Field(ge=1, description="Skip documents larger than this (bytes).")] = DEFAULT_MULTI_GET_MAX_BYTES,
         lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+        maxChars: Annotated[int, Field(ge=0, description="Cap on each document's text (0 = no cap); a capped text "
+                                                         "ends with how much was left out and where to read on.")] = 0,
     ) -> CallToolResult:
-        """Read several indexed documents at once (size-capped)."""
-        return _user_errors(engine.multi_get)(pattern, maxLines, maxBytes, lineNumbers)
+        """Read several indexed documents at once (size-capped; `maxChars` caps each document's text, saying how
+        much was left out)."""
+        return _user_errors(engine.multi_get)(pattern, maxLines, maxBytes, lineNumbers, max_chars=maxChars)
 
     def status() -> CallToolResult:
         """Index status: documents and chunks per collection, embedding gaps, models."""

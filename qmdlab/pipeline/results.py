@@ -26,6 +26,9 @@ class ResultRow(NamedTuple):
     context: str | None
     snippet: str
     chunk_id: int | None = None
+    truncated: bool = False
+    """The snippet was capped (:func:`full_rows` with ``max_chars``): its last line is the note
+    saying how much was left out, not a line of the document."""
 
 
 class Snippet(NamedTuple):
@@ -103,12 +106,20 @@ def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int 
     return rows
 
 
-def full_rows(idx: "Index", rows: Sequence[ResultRow]) -> list[ResultRow]:
-    """The same rows with the whole document as the snippet (starting at line 1): ``--full``."""
+def full_rows(idx: "Index", rows: Sequence[ResultRow], *, max_chars: int = 0) -> list[ResultRow]:
+    """The same rows with the whole document as the snippet (starting at line 1): ``--full``.
+
+    ``max_chars`` > 0 caps each document (``--max-chars``) with
+    :func:`qmdlab.search.navigate.cap_text`: a capped snippet ends with a line saying how many
+    characters were left out and the ``qmdlab get`` that reads on (``truncated=True``).
+    """
+    from qmdlab.search.navigate import cap_text
+
     out = []
     for r in rows:
         body = idx.get(r.docno).body
-        out.append(r._replace(line=1, snippet=body[:-1] if body.endswith("\n") else body))
+        capped = cap_text(body[:-1] if body.endswith("\n") else body, max_chars, read_on=(r.docno, 1))
+        out.append(r._replace(line=1, snippet=capped.text, truncated=capped.truncated))
     return out
 
 
@@ -125,5 +136,17 @@ def number_lines(text: str, first: int) -> str:
 
 
 def numbered_rows(rows: Sequence[ResultRow]) -> list[ResultRow]:
-    """The same rows with line-numbered snippets (``--line-numbers`` for json/csv/md/xml)."""
-    return [r._replace(snippet=number_lines(r.snippet, r.line)) for r in rows]
+    """The same rows with line-numbered snippets (``--line-numbers`` for json/csv/md/xml); a
+    capped snippet's closing note is not numbered.
+
+    >>> capped = ResultRow("k/a.md", "d", 1.0, 1, "A", None, "x\\ny\\n… [9 more characters]", None, True)
+    >>> numbered_rows([capped])[0].snippet
+    '1: x\\n2: y\\n… [9 more characters]'
+    """
+    out = []
+    for r in rows:
+        text, note = r.snippet, None
+        if r.truncated:
+            text, _, note = text.rpartition("\n")
+        out.append(r._replace(snippet=number_lines(text, r.line) + (f"\n{note}" if note is not None else "")))
+    return out

@@ -25,8 +25,9 @@ Text handed back is capped (:func:`cap_text`, super-pi's caps on result text): p
 ends with a line saying how much was left out and how to read on.
 
 Everything reads the index's copy of a document (:meth:`qmdlab.store.Index.get`), never a
-fresh file. The CLI (``qmdlab refs``, ``qmdlab jump``, ``qmdlab chunks``, breadcrumbs on
-``search``/``vsearch``/``query`` results) and the MCP server (``jump_to_ref``, ``read_chunks``,
+fresh file. The CLI (``qmdlab refs``, ``qmdlab jump``, ``qmdlab chunks``, breadcrumbs and
+``--context`` (:func:`hit_contexts`) on ``search``/``vsearch``/``query`` results, ``--max-chars``
+with ``--full``) and the MCP server (``jump_to_ref``, ``read_chunks``,
 ``parent``/``siblings`` on every hit) are thin front ends over these functions.
 """
 from __future__ import annotations
@@ -499,10 +500,9 @@ def snippet_hit_line(line: int, snippet: str) -> int:
     return int(line) + (1 if int(line) > 1 and "\n" in (snippet or "") else 0)
 
 
-def breadcrumbs(idx: "Index", rows: Iterable) -> list[str]:
-    """``"A > B"`` for each result row (``docno``, ``line``, ``snippet`` attributes): the heading
-    path of the line the row's snippet is about; ``""`` above the first heading or for a
-    document no longer indexed. Each document is parsed once."""
+def _row_outlines(idx: "Index", rows: Iterable) -> list[tuple[object, DocumentOutline | None]]:
+    """``(row, outline)`` per result row; ``None`` for a document no longer indexed or a row
+    without a line. Each document is parsed once."""
     cache: dict[str, DocumentOutline | None] = {}
     out = []
     for r in rows:
@@ -512,12 +512,27 @@ def breadcrumbs(idx: "Index", rows: Iterable) -> list[str]:
                 cache[r.docno] = DocumentOutline.parse(doc.body or "", doc.title or "")
             except QmdlabError:
                 cache[r.docno] = None
-        outline = cache[r.docno]
-        if outline is None or not r.line:
-            out.append("")
-            continue
-        out.append(" > ".join(outline.section_at_line(snippet_hit_line(r.line, r.snippet)).heading_path))
+        out.append((r, cache[r.docno] if r.line else None))
     return out
+
+
+def breadcrumbs(idx: "Index", rows: Iterable) -> list[str]:
+    """``"A > B"`` for each result row (``docno``, ``line``, ``snippet`` attributes): the heading
+    path of the line the row's snippet is about; ``""`` above the first heading or for a
+    document no longer indexed. Each document is parsed once."""
+    return ["" if outline is None else
+            " > ".join(outline.section_at_line(snippet_hit_line(r.line, r.snippet)).heading_path)
+            for r, outline in _row_outlines(idx, rows)]
+
+
+def hit_contexts(idx: "Index", rows: Iterable, summary_chars: int = DEFAULT_SUMMARY_CHARS,
+                 max_siblings: int = DEFAULT_MAX_SIBLINGS) -> list[HitContext | None]:
+    """:func:`hit_context` of each result row (``docno``, ``line``, ``snippet`` attributes) at the
+    line its snippet is about — what the MCP tools put on every hit (``parent``, ``siblings``);
+    ``None`` for a document no longer indexed. Each document is parsed once."""
+    return [None if outline is None else
+            context_of(outline, r.docno, snippet_hit_line(r.line, r.snippet), summary_chars, max_siblings)
+            for r, outline in _row_outlines(idx, rows)]
 
 
 # -- chunks ----------------------------------------------------------------------------------
@@ -650,5 +665,5 @@ def backfill(idx: "Index", ref: str, chunk_id: int, *, level: str = "section",
 
 __all__ = ["DEFAULT_MAX_CHARS", "DEFAULT_PREVIEW_CHARS", "DEFAULT_SUMMARY_CHARS", "DEFAULT_MAX_SIBLINGS", "BACKFILL_LEVELS", "Capped",
            "cap_text", "RefMention", "CrossRef", "find_refs", "find_section", "section_refs", "pick_ref", "Jump",
-           "jump_to_ref", "HitContext", "section_summary", "context_of", "hit_context", "snippet_hit_line",
-           "breadcrumbs", "ChunkPreview", "read_chunks", "Backfilled", "backfill"]
+           "jump_to_ref", "HitContext", "section_summary", "context_of", "hit_context", "hit_contexts",
+           "snippet_hit_line", "breadcrumbs", "ChunkPreview", "read_chunks", "Backfilled", "backfill"]

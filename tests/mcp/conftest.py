@@ -161,6 +161,9 @@ async def check_all_tools(client, env) -> None:
     assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank",
             "explain", "tags", "preferTags", "tagLift"} == set(tools["query"].input_schema["properties"])
     assert "preferTags" in tools["query"].description and "front-matter tags" in tools["query"].description
+    for name in ("get", "multi_get"):  # the caps on result text (issue 19 item 7): default no cap
+        assert tools[name].input_schema["properties"]["maxChars"]["default"] == 0, name
+        assert "maxChars" in tools[name].description, name
     instructions = client.instructions
     assert f"over {env.ndocs} markdown document(s)" in instructions
     assert "collection 'notes': 4 document(s)" in instructions and "context for notes/cooking: Kitchen recipes" in instructions
@@ -276,6 +279,12 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("get", {"file": "guide.md#setup-guide/install/macos"})
     assert r.structured_content["text"] == "### macOS\n\nbrew install zebra-tools\n"
     assert r.structured_content["heading_path"] == ["Setup Guide", "Install", "macOS"]
+    r = await client.call_tool("get", {"file": "notes/guide.md", "maxChars": 60})
+    d = r.structured_content
+    assert not r.is_error and d["truncated"] and len(d["text"].split("\n… [")[0]) <= 60
+    assert "more characters; read on with `qmdlab get notes/guide.md:" in d["text"]
+    r = await client.call_tool("multi_get", {"pattern": "notes/cooking/*.md", "maxChars": 20})
+    assert all(x["truncated"] and "more characters" in x["text"] for x in r.structured_content["documents"])
 
     # get: traversal and files outside every collection are refused, cleanly
     for bad in ("../../etc/passwd", "notes/../../etc/passwd", "/etc/passwd", str(env.outside)):

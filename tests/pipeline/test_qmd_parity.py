@@ -1,5 +1,5 @@
 """qmd parity in the pipeline and ``qmdlab query``: the strong-signal switch, --tag/--prefer-tag,
-result flags (--all, --full, --line-numbers, format shorthands)."""
+result flags (--all, --full, --max-chars, --line-numbers, format shorthands)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.lab import Lab
+from qmdlab.search.navigate import cap_text
 
 
 def _notes(trace, stage):
@@ -54,6 +55,10 @@ def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
     assert full["line"] == 1 and full["snippet"] == idx.get(full["file"]).body.rstrip("\n")
     num = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--line-numbers"))[0]
     assert num["snippet"].startswith(f"{num['line']}: ")
+    capped = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--full", "--max-chars", "20"))[0]
+    assert capped["file"] == full["file"] and capped["snippet"] == cap_text(full["snippet"], 20,
+                                                                           read_on=(full["file"], 1)).text
+    assert f"more characters; read on with `qmdlab get {full['file']}:" in capped["snippet"]
 
 
 
@@ -113,3 +118,5 @@ def test_vsearch_result_flags(small_index_no_vectors):
     assert len(json.loads(vs("-n", "1", "--all", "--json"))) >= 2
     top = json.loads(vs("-n", "1", "--json", "--full"))[0]
     assert top["line"] == 1 and top["snippet"] == idx.get(top["file"]).body.rstrip("\n")
+    capped = json.loads(vs("-n", "1", "--json", "--full", "--max-chars", "15"))[0]
+    assert capped["file"] == top["file"] and "more characters; read on with `qmdlab get" in capped["snippet"]

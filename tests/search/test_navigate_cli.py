@@ -1,5 +1,6 @@
-"""CLI front ends of :mod:`qmdlab.search.navigate`: ``refs``, ``jump``, ``chunks`` and the heading
-breadcrumbs on ``search`` results (issue 19 item 6)."""
+"""CLI front ends of :mod:`qmdlab.search.navigate`: ``refs``, ``jump``, ``chunks``, the heading
+breadcrumbs and ``--context`` on ``search``/``query`` results (issue 19 item 6) and ``--full
+--max-chars`` (item 7)."""
 from __future__ import annotations
 
 import json
@@ -70,3 +71,72 @@ def test_search_results_carry_breadcrumbs(run):
     assert set(data[0]) == {"docid", "score", "file", "line", "title", "context", "snippet"}
     assert run("search", "apt zebra", "--csv").output.splitlines()[0] == "docid,score,file,line,title,context,snippet"
     assert "§" not in run("search", "apt zebra", "-n", "1", "--full").output
+
+
+def _hit_block(out: str) -> list[str]:
+    return out.split("\n\n")[0].splitlines()
+
+
+def test_search_context_shows_parent_summary_and_siblings(run):
+    """``--context`` (issue 19 item 6): the MCP hits' parent section and siblings, on the CLI."""
+    lines = _hit_block(run("search", "daily", "-n", "1", "--context").output)
+    assert lines[0].startswith("kb/guide.md:") and lines[1:5] == [
+        "  Guide", "  § Guide > Use", "  parent: Guide — The guide.", "  siblings: Install"]
+    assert "parent:" not in run("search", "daily", "-n", "1").output  # opt-in
+    md = run("search", "daily", "-n", "1", "--md", "--context").output
+    assert "- parent: Guide — The guide.\n- siblings: Install\n" in md
+    (hit,) = json.loads(run("search", "daily", "-n", "1", "--json", "--context").output)
+    assert hit["parent"] == {"address": "guide", "title": "Guide", "summary": "The guide."}
+    assert hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
+    # the same context as navigate.hit_context of the snippet's line (no logic of the CLI's own)
+    from qmdlab.search.navigate import hit_context, snippet_hit_line
+    from qmdlab.store import Index
+
+    idx = Index.open(run.index_dir)
+    try:
+        want = hit_context(idx, hit["file"], snippet_hit_line(hit["line"], hit["snippet"])).as_dict()
+    finally:
+        idx.close()
+    assert (hit["parent"], hit["siblings"]) == (want["parent"], want["siblings"])
+    # --full keeps the hit's context; a format without room for it is refused
+    full = _hit_block(run("search", "daily", "-n", "1", "--full", "--context").output)
+    assert "  parent: Guide — The guide." in full and not any(ln.startswith("  §") for ln in full)
+    res = run("search", "daily", "--csv", "--context", ok=False)
+    assert res.exit_code == 1 and "--context shows in the cli, md and json formats, not csv" in res.output
+
+
+def test_query_context_with_the_fake_preset(run):
+    run("embed", "--preset", "fake", "--no-progress")
+    args = ("query", "daily", "-n", "1", "--preset", "fake", "--no-rerank", "--context")
+    lines = _hit_block(run(*args).output)
+    assert lines[0].startswith("kb/guide.md:") and "  parent: Guide — The guide." in lines
+    assert "  siblings: Install" in lines
+    (hit,) = json.loads(run(*args, "--format", "json").output)
+    assert hit["parent"]["address"] == "guide" and hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
+    res = run(*args, "--json", ok=False)
+    assert res.exit_code == 1 and "--json prints the whole trace" in res.output
+
+
+def test_full_max_chars_caps_whole_documents(run, tmp_path):
+    """``--full --max-chars N`` (issue 19 item 7): each document cut by ``cap_text``, saying how much
+    was left out and the ``qmdlab get`` that reads on; no cap without it."""
+    from qmdlab.search.navigate import cap_text
+
+    body = (tmp_path / "notes" / "long.md").read_text(encoding="utf-8").rstrip("\n")
+    (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full").output)
+    assert hit["file"] == "kb/long.md" and hit["snippet"] == body  # today's --full: unchanged
+    (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300").output)
+    assert hit["snippet"] == cap_text(body, 300, read_on=("kb/long.md", 1)).text
+    assert hit["snippet"].endswith("more characters; read on with `qmdlab get kb/long.md:6`]")
+    assert json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "0").output)[0][
+        "snippet"] == body
+    # numbered lines (cli always, json with --line-numbers) leave the closing note unnumbered
+    cli = run("search", "row", "-n", "1", "--full", "--max-chars", "300").output.rstrip("\n").splitlines()
+    assert cli[-2].startswith("      5: row 2 ") and cli[-1].startswith("         … [")
+    (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300",
+                            "--line-numbers").output)
+    assert hit["snippet"].split("\n")[-2].startswith("5: row 2 ") and hit["snippet"].split("\n")[-1].startswith("… [")
+    res = run("search", "row", "--max-chars", "300", ok=False)
+    assert res.exit_code == 1 and "add --full" in res.output
+    res = run("search", "row", "--full", "--max-chars", "-1", ok=False)
+    assert res.exit_code == 2
