@@ -115,7 +115,7 @@ fuzz: setup
 # split of the default corpus and CISI, exported to GGUF and scored on the held-out split (runs/cpu-small/README.md).
 # Resumable: a rerun skips finished stages. Measured wall time: training/README.md.
 train-demo: setup
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m training.cpu_run --config training/configs/cpu-small/recipe.yaml
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml
 
 # The default corpus's cross-encoder reranker (issue 14): in-collection pretraining, then 5-fold
 # fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.

@@ -15,7 +15,7 @@ from qmdlab.errors import ConfigError, QmdlabError
 
 
 def _suite(name: str, fmt: str | None):
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
 
     suite = get_suite(name, fmt)
     suite.check()
@@ -47,7 +47,7 @@ _FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl"]
 def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None,
                 limit: int) -> None:
     """``qmdlab tune --learn``: cross-validated learned fusion (all logic in :mod:`eval.learn`)."""
-    from eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
+    from qmdlab.eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
                             timing)
 
     study.docs = suite_docs(suite)
@@ -94,7 +94,7 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
     >>> _variants("all", True)[:3], _variants("like, no-skip", True), _variants(None, False)
     (('phrase', 'like', 'trigram'), ('like', 'no-skip'), ())
     """
-    from eval.ablation import RECORDED_VARIANTS, check_variant
+    from qmdlab.eval.ablation import RECORDED_VARIANTS, check_variant
 
     if not value:
         return ()
@@ -136,8 +136,8 @@ def register(group: click.Group) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics)."""
-        from eval.ablation import format_table
-        from eval.runner import run_name, run_suite
+        from qmdlab.eval.ablation import format_table
+        from qmdlab.eval.runner import run_name, run_suite
 
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
@@ -198,9 +198,9 @@ def register(group: click.Group) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
         k-fold cross-validation; print the held-out gain and write the best config.
         With --learn, train a learned fusion model instead (same folds, held-out report)."""
-        from eval.optimise import cross_validate, write_config
-        from eval.runner import run_suite
-        from eval.study import Study
+        from qmdlab.eval.optimise import cross_validate, write_config
+        from qmdlab.eval.runner import run_suite
+        from qmdlab.eval.study import Study
 
         if folds < 2:
             raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
@@ -220,8 +220,8 @@ def register(group: click.Group) -> None:
             return
         space = None
         if lexical:
-            from eval.lexical import LEXICAL_SPACE, LexicalStudy
-            from eval.optimise import default_space
+            from qmdlab.eval.lexical import LEXICAL_SPACE, LexicalStudy
+            from qmdlab.eval.optimise import default_space
             from qmdlab.store import Index
 
             study = LexicalStudy(study, Index.open(s.workdir() / "index"))

@@ -283,7 +283,7 @@ def tiers(suite: Suite) -> list[Tier]:
     the top 5) and the suite's full pipeline. The same config and model roles give the same
     cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
 
-    >>> [t.name for t in tiers(__import__("eval.suites").suites.get_suite("default"))][0]
+    >>> [t.name for t in tiers(__import__("qmdlab.eval.suites").eval.suites.get_suite("default"))][0]
     'retrieval: BM25 + vectors, no LLM'
     """
     base = suite_config(suite)

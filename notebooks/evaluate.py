@@ -23,12 +23,12 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval.ablation import ablate
-    from eval.distributions import score_distributions, summary
-    from eval import record
-    from eval.study import Study
-    from eval import suites
-    from eval.thresholds import best_threshold, threshold_curve
+    from qmdlab.eval.ablation import ablate
+    from qmdlab.eval.distributions import score_distributions, summary
+    from qmdlab.eval import record
+    from qmdlab.eval.study import Study
+    from qmdlab.eval import suites
+    from qmdlab.eval.thresholds import best_threshold, threshold_curve
     from qmdlab import models as qmodels
 
 

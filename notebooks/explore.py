@@ -24,8 +24,8 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval import record
-    from eval import suites
+    from qmdlab.eval import record
+    from qmdlab.eval import suites
     from qmdlab import models as qmodels
     from qmdlab.pipeline.config import BM25_MODES, DEFAULT_TAG_LIFT, PipelineConfig
     from qmdlab.pipeline.fuse import contributions

@@ -5,7 +5,7 @@ Run it:  marimo edit notebooks/train.py   |   marimo run notebooks/train.py
 
 Arguments: ``--data FILE`` (examples JSONL; default ``data/training/seed.jsonl``), ``--run DIR``
 (a training run directory with ``metrics.jsonl``; directories under ``./runs`` are offered too),
-``--evaluation DIR`` (output of ``python -m training.evaluate``), ``--reranker DIR`` (a
+``--evaluation DIR`` (output of ``python -m qmdlab.training.evaluate``), ``--reranker DIR`` (a
 ``qmdlab train reranker`` run, default ``runs/reranker``), ``--recipe DIR`` (a CPU-recipe run,
 ``make train-demo``; default ``runs/cpu-small``), ``--expander REF`` (GGUF path or
 model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset`` and ``--limit N``
@@ -28,15 +28,15 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval import record
-    from eval import suites
+    from qmdlab.eval import record
+    from qmdlab.eval import suites
     from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import PipelineConfig
-    from training import common
-    from training.data import SEED_PATH, load_examples
-    from training.evaluate import EvaluateConfig, run_evaluate
-    from training.reward import RetrievalReward, combined_reward, pipeline_scorer, score_expansion
+    from qmdlab.training import common
+    from qmdlab.training.data import SEED_PATH, load_examples
+    from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
+    from qmdlab.training.reward import RetrievalReward, combined_reward, pipeline_scorer, score_expansion
 
 
 @app.cell(hide_code=True)
@@ -166,7 +166,7 @@ def _():
             # Rerank off: the retrieval term measures the expansion, as in training.
             lab = record.open_lab(suite, models, PipelineConfig(rerank=False), log=lambda _msg: None)
             bar.update()
-        from eval.metrics import qrels_dict
+        from qmdlab.eval.metrics import qrels_dict
 
         qrels = qrels_dict(suite.qrels_docnos())
         return suite, lab, suite.data().judged_queries().sort("qid"), qrels
@@ -411,7 +411,7 @@ def _():
 
 @app.cell
 def _():
-    from training.reranker import format_table, load_report
+    from qmdlab.training.reranker import format_table, load_report
 
     reranker_arg = str(mo.cli_args().get("reranker") or "runs/reranker")
     reranker_report = load_report(reranker_arg)
@@ -433,7 +433,7 @@ def _():
     mo.md("""
     ## 6. CPU recipe (issue 15)
 
-    What `make train-demo` (`python -m training.cpu_run`) measured: a small expander trained here
+    What `make train-demo` (`python -m qmdlab.training.cpu_run`) measured: a small expander trained here
     (SFT, then GRPO with the ΔnDCG@10 retrieval reward on *training* queries), scored on held-out
     queries only. p-values are paired against no expansion; s/query is one uncached expansion.
     """)
@@ -450,13 +450,13 @@ def _():
 
 @app.cell
 def _(recipe_dir):
-    from training.cpu_run import load_run
-    from training.evaluate import format_results
+    from qmdlab.training.cpu_run import load_run
+    from qmdlab.training.evaluate import format_results
 
     recipe_run = load_run(recipe_dir.value.strip() or "runs/cpu-small")
     mo.stop(recipe_run is None,
             mo.md(f"_No finished recipe run in `{recipe_dir.value}` (no `summary.json`): run `make train-demo` "
-                  "(or `python -m training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
+                  "(or `python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
                   "or type another run directory._"))
     mo.vstack([mo.md(f"From `{recipe_run.run_dir}`, base `{recipe_run.summary.get('base')}`.")]
               + [mo.md(f"### {_s} ({recipe_run.heldout.get(_s) or '?'} held-out queries)\n\n" + format_results(_r))

@@ -36,12 +36,12 @@ with app.setup(hide_code=True):
     import polars as pl
     from matplotlib.figure import Figure
 
-    from eval import optimise
-    from eval import record
-    from eval.lexical import LexicalStudy
-    from eval.study import Study
-    from eval import suites
-    from training import reranker_study
+    from qmdlab.eval import optimise
+    from qmdlab.eval import record
+    from qmdlab.eval.lexical import LexicalStudy
+    from qmdlab.eval.study import Study
+    from qmdlab.eval import suites
+    from qmdlab.training import reranker_study
     from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import BLEND_METHODS, BM25_MODES, FUSION_METHODS

@@ -361,7 +361,7 @@ def copy_bandwidth(nbytes: int = 256 * 2**20) -> float:
 def bench_retune(w: Work, sz: dict) -> None:
     import polars as pl
 
-    from eval.study import Study
+    from qmdlab.eval.study import Study
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.retune import retune
 
@@ -464,9 +464,9 @@ def bench_learned(w: Work, trace, base, sz: dict) -> None:
     from qmdlab.pipeline.retune import retune
 
     try:
-        from eval.learn import LearnConfig, fit
+        from qmdlab.eval.learn import LearnConfig, fit
     except ImportError as err:
-        skip("retune", "retune fusion=learned vs qmd_rrf", f"eval.learn unusable: {err}")
+        skip("retune", "retune fusion=learned vs qmd_rrf", f"qmdlab.eval.learn unusable: {err}")
         return
     try:
         import lightgbm  # noqa: F401
@@ -860,7 +860,7 @@ def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) 
     train-reranker` (runs/reranker/model) when it exists, else the same architecture (MiniLM-L6
     + a fresh head, from the packaged weights): the speed depends on the architecture only."""
     try:
-        from training.reranker import new_model, resolve_base
+        from qmdlab.training.reranker import new_model, resolve_base
     except ImportError as err:
         skip("rerank", "cross-encoder pairs/s at 256 tokens", f"train extra missing ({err})")
         return

@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from eval.metrics import per_query  # noqa: E402
-from eval.significance import paired_pvalues  # noqa: E402
+from qmdlab.eval.metrics import per_query  # noqa: E402
+from qmdlab.eval.significance import paired_pvalues  # noqa: E402
 from qmdlab.terms import WORD  # noqa: E402 — the project's one word pattern
 
 
@@ -145,8 +145,8 @@ def _row(name: str, start: str, table: pl.DataFrame, base: pl.DataFrame) -> Row:
 
 
 def part_a(log: Callable[[str], None]) -> list[Row]:
-    from eval.loaders.smart import read_records
-    from eval.suites import get_suite
+    from qmdlab.eval.loaders.smart import read_records
+    from qmdlab.eval.suites import get_suite
 
     suite = get_suite("cisi")
     suite.check()
@@ -188,13 +188,13 @@ def part_a(log: Callable[[str], None]) -> list[Row]:
 
 def _suite_runner(suite_name: str, log):
     """``run(config) -> (per-query ndcg@10 table, ms per query)``: the real bm25_search on a suite's index."""
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
     from qmdlab.search import bm25_search
 
     try:
-        from eval.record import prepare_index
+        from qmdlab.eval.record import prepare_index
     except ImportError:  # before issue 17's eval.record
-        from eval.runner import prepare_index
+        from qmdlab.eval.runner import prepare_index
 
     suite = get_suite(suite_name)
     suite.check()

@@ -103,10 +103,10 @@ def _tier(args) -> int:
     t_start = time.perf_counter()
     faulthandler.enable()
 
-    from eval.ablation import format_table
-    from eval.distributions import score_distributions, summary
-    from eval.runner import run_suite
-    from eval.suites import get_suite
+    from qmdlab.eval.ablation import format_table
+    from qmdlab.eval.distributions import score_distributions, summary
+    from qmdlab.eval.runner import run_suite
+    from qmdlab.eval.suites import get_suite
     from qmdlab.errors import QmdlabError
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
@@ -242,7 +242,7 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
     run; otherwise the command that adds them. Reads stored results only (no model call)."""
     import polars as pl
 
-    from training.reranker import format_table, load_report
+    from qmdlab.training.reranker import format_table, load_report
 
     report = load_report(run_dir)
     if report is None or report.heldout is None:

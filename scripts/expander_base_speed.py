@@ -40,7 +40,7 @@ def train_step(gguf: Path, threads: int) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from training.base_models import dequantize_gguf
+    from qmdlab.training.base_models import dequantize_gguf
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--splits", required=True)
     ap.add_argument("--suites", nargs="+", default=["default", "cisi"])
     args = ap.parse_args()
-    from training.grpo import GRPORunConfig, split_rows, suite_retrieval
+    from qmdlab.training.grpo import GRPORunConfig, split_rows, suite_retrieval
 
     cfg = GRPORunConfig(labelled_suites=args.suites, splits_file=args.splits, unlabelled_prompts=False)
     rows = split_rows(cfg)
@@ -45,8 +45,8 @@ def main() -> None:
         lab_index = None
         srows = [r for r in rows if r["suite"] == suite]
         # document frequency of words over the suite's chunks (for lex-rare3)
-        from eval.record import prepare_index
-        from eval.suites import get_suite
+        from qmdlab.eval.record import prepare_index
+        from qmdlab.eval.suites import get_suite
 
         idx = prepare_index(get_suite(suite), None, progress=False, log=lambda _m: None)
         df: dict[str, int] = {}

@@ -25,10 +25,10 @@ import time
 
 import polars as pl
 
-from eval.metrics import per_query
-from eval.record import judged_queries, open_lab, suite_config
-from eval.significance import compare_to_baseline
-from eval.suites import get_suite
+from qmdlab.eval.metrics import per_query
+from qmdlab.eval.record import judged_queries, open_lab, suite_config
+from qmdlab.eval.significance import compare_to_baseline
+from qmdlab.eval.suites import get_suite
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
 from qmdlab.pipeline.retrieve import Route, hits_frame

@@ -39,10 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args(argv)
 
-    from eval.learn import suite_docs
-    from eval.record import load_recorded, recorded
-    from eval.study import Study
-    from eval.suites import get_suite
+    from qmdlab.eval.learn import suite_docs
+    from qmdlab.eval.record import load_recorded, recorded
+    from qmdlab.eval.study import Study
+    from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
     from qmdlab.pipeline.relex import relex
     from qmdlab.store import Index

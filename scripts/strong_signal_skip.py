@@ -10,9 +10,9 @@ queries one per line (the ``probe`` notes that start with "strong signal" in a r
 """
 import sys, time, json
 import polars as pl
-from eval.suites import get_suite
-from eval.record import open_lab, judged_queries, suite_config
-from eval.metrics import per_query
+from qmdlab.eval.suites import get_suite
+from qmdlab.eval.record import open_lab, judged_queries, suite_config
+from qmdlab.eval.metrics import per_query
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig
 

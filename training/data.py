@@ -26,7 +26,7 @@ from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from training.render import CHAT_TEMPLATE_KWARGS, format_completion, order_lines, prompt_messages
+from qmdlab.training.render import CHAT_TEMPLATE_KWARGS, format_completion, order_lines, prompt_messages
 
 TYPES = ("lex", "vec", "hyde")
 REPO = Path(__file__).resolve().parents[1]

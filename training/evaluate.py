@@ -24,8 +24,8 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from training import common
-from training.reward import score_expansion
+from qmdlab.training import common
+from qmdlab.training.reward import score_expansion
 
 
 @dataclass
@@ -58,17 +58,17 @@ class EvaluateConfig:
 
 def suite_rows(suite_dir: str | Path, collection: str) -> list[dict]:
     """``[{"qid", "query", "intent", "qrels": {docno: grade}}]`` for the judged queries of a suite."""
-    from eval.loaders import load
+    from qmdlab.eval.loaders import load
 
     if Path(suite_dir).is_dir():
         data = load(suite_dir)
     else:  # a registered suite name (default, cisi, …)
-        from eval.suites import get_suite
+        from qmdlab.eval.suites import get_suite
 
         data = get_suite(str(suite_dir)).data()
     import polars as pl
 
-    from eval.metrics import qrels_dict
+    from qmdlab.eval.metrics import qrels_dict
 
     qrels = qrels_dict(data.qrels.with_columns((pl.lit(f"{collection}/") + pl.col("docid").cast(pl.Utf8)).alias("docno")))
     rows = []
@@ -82,7 +82,7 @@ def ensure_index(index_dir: str | Path, corpus_dir: str | Path, collection: str,
     chunks lacking vectors for ``embedder`` (resumable)."""
     from qmdlab.store import Index
 
-    from eval.record import embed_missing
+    from qmdlab.eval.record import embed_missing
 
     idx = Index.open(str(Path(index_dir).resolve()))
     if collection not in [c.name for c in idx.collections()]:
@@ -97,7 +97,7 @@ def ndcg_table(trace, qrels: dict[str, dict[str, int]]) -> list[dict]:
     """Per-query nDCG@10 (:mod:`eval.metrics`) and the number of kept expansion lines of a trace."""
     import polars as pl
 
-    from eval.metrics import per_query
+    from qmdlab.eval.metrics import per_query
 
     judged = pl.DataFrame([{"qid": q, "docno": d, "grade": g} for q, docs in qrels.items() for d, g in docs.items()],
                           schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64})
@@ -129,7 +129,7 @@ def build_expander(ref: str, cfg: EvaluateConfig):
 
     sampling = SamplingConfig(temperature=0.0, max_tokens=cfg.max_tokens)
     if ref.endswith(".gguf") and Path(ref).is_file():
-        from training.export import load_expander
+        from qmdlab.training.export import load_expander
 
         return load_expander(ref, sampling=sampling, n_threads=cfg.n_threads)
     from qmdlab.models.registry import build_model
@@ -164,13 +164,13 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
     if lab_factory is None:
         from qmdlab.models import ModelSet, load_models
 
-        from eval.record import judged_queries, record, suite_config
+        from qmdlab.eval.record import judged_queries, record, suite_config
 
         suite = _suite(cfg.suite)
         base = load_models(cfg.models_preset, n_threads=cfg.n_threads)
         reranker = base.reranker if cfg.rerank else None
         config = suite_config(suite).replace(rerank=cfg.rerank)
-        from eval.metrics import qrels_dict
+        from qmdlab.eval.metrics import qrels_dict
 
         qids = [str(r["qid"]) for r in rows]
         # The suite's own docnos (its collection name).
@@ -190,7 +190,7 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
     per_query += [{"variant": "none", **r} for r in none_rows]
     rule_queries = []
     if cfg.examples_file:
-        from training.data import load_examples
+        from qmdlab.training.data import load_examples
 
         rule_queries = [e.query for e in load_examples(cfg.examples_file)][: cfg.max_rule_queries]
     for name, expander in variants.items():
@@ -198,7 +198,7 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         per_query += [{"variant": name, **r} for r in table]
         res = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in table) if rows else None, "n_queries": len(rows)}
         if rows:
-            from eval.significance import paired_pvalues
+            from qmdlab.eval.significance import paired_pvalues
 
             res["delta_vs_none"] = res["ndcg@10"] - results["none"]["ndcg@10"]
             res["wins"] = sum(a["ndcg@10"] > b["ndcg@10"] for a, b in zip(table, none_rows))
@@ -253,7 +253,7 @@ def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
     run's prompts when ``prompt_qids_file`` is given (:class:`training.splits.LeakError` on overlap)."""
     if not cfg.splits_file:
         return None
-    from training.splits import assert_disjoint, load_splits, tag
+    from qmdlab.training.splits import assert_disjoint, load_splits, tag
 
     name = _suite(cfg.suite).name
     splits = load_splits(cfg.splits_file)
@@ -287,7 +287,7 @@ def seconds_per_query(expander, queries: list[str]) -> float | None:
 def _suite(path: str):
     """The suite of ``path``; the repository's ``data/`` is the registered ``default`` suite (so the
     trace cache is shared with ``qmdlab eval default`` and ``make demo``)."""
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
 
     default = get_suite("default")
     if Path(path).resolve() == default.path.resolve():
@@ -296,7 +296,7 @@ def _suite(path: str):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.evaluate [--config evaluate.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.evaluate [--config evaluate.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((EvaluateConfig,)).parse_args_and_config(argv)

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError, ModelError
 
-from training import common
-from training.render import prompt_messages
+from qmdlab.training import common
+from qmdlab.training.render import prompt_messages
 
 QUANT_TYPES = ("Q4_K_M", "Q8_0", "Q4_0", "Q5_K_M", "Q6_K", "F16")
 _MARK = "\x00USER\x00"
@@ -198,7 +198,7 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
         def prompt(self, query: str, intent: str | None = None) -> str:
             if parts is None:
                 return super().prompt(query, intent)
-            from training.render import user_message
+            from qmdlab.training.render import user_message
 
             return parts["prefix"] + user_message(query, intent) + parts["suffix"]
 
@@ -216,7 +216,7 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.export [--config export.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.export [--config export.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((ExportConfig,)).parse_args_and_config(argv)

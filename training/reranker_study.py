@@ -20,7 +20,7 @@ import polars as pl
 import yaml
 
 from qmdlab.errors import QmdlabError
-from training import common
+from qmdlab.training import common
 
 SCORES = "heldout_scores.parquet"
 RECORDED = "recorded"
@@ -104,8 +104,8 @@ def load_heldout_study(out: str | Path) -> HeldOutStudy:
     QmdlabError
         When ``out`` is not a finished run with held-out scores (names the command that makes one).
     """
-    from eval.study import Study
-    from training.reranker import with_rerank
+    from qmdlab.eval.study import Study
+    from qmdlab.training.reranker import with_rerank
 
     d = Path(out)
     if not is_finished_run(d):

@@ -255,7 +255,7 @@ def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> 
     """
     import polars as pl
 
-    from eval.metrics import per_query
+    from qmdlab.eval.metrics import per_query
 
     ranked = list(dict.fromkeys(ranking))
     metric = f"ndcg@{k}"

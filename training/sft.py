@@ -11,7 +11,7 @@ Outputs in ``output_dir``: ``checkpoints/`` (resumable), ``adapter/`` (the LoRA)
 ``config.yaml``, ``metrics.jsonl``, ``README.md``.
 
 Run it as ``qmdlab train sft --config training/configs/sft.yaml`` or
-``python -m training.sft --config training/configs/sft.yaml [--field value ...]``.
+``python -m qmdlab.training.sft --config training/configs/sft.yaml [--field value ...]``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training import common
-from training.data import Example, load_examples, to_sft_record
+from qmdlab.training import common
+from qmdlab.training.data import Example, load_examples, to_sft_record
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -150,7 +150,7 @@ Next: `qmdlab train grpo --base {merged_dir or out / 'adapter'}` or `qmdlab trai
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.sft [--config sft.yaml] [--field value ...]``."""
+    """``python -m qmdlab.training.sft [--config sft.yaml] [--field value ...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((SFTRunConfig,)).parse_args_and_config(argv)

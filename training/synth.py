@@ -26,9 +26,9 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from training import common
-from training.data import Example, check_record, load_examples, normalise_query, write_examples
-from training.reward import parse_completion, score_expansion
+from qmdlab.training import common
+from qmdlab.training.data import Example, check_record, load_examples, normalise_query, write_examples
+from qmdlab.training.reward import parse_completion, score_expansion
 
 Teacher = Callable[[str], str]
 
@@ -223,7 +223,7 @@ def run_synth(cfg: SynthConfig, *, teacher: Teacher | None = None, index=None) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m training.synth [--config synth.yaml] --collection NAME [...]``."""
+    """``python -m qmdlab.training.synth [--config synth.yaml] --collection NAME [...]``."""
     from trl import TrlParser
 
     (cfg,) = TrlParser((SynthConfig,)).parse_args_and_config(argv)

@@ -72,6 +72,6 @@ def pets_suite(tmp_path, queries: dict | None = None, qrels: list | None = None)
     (d / "T.ALL").write_text("".join(f".I {i}\n.T\n{t}\n.W\n{w}\n" for i, (t, w) in PETS_DOCS.items()))
     (d / "T.QRY").write_text("".join(f".I {q}\n.W\n{text}\n" for q, text in qs.items()))
     (d / "T.REL").write_text("".join(f"{q} {doc} 0 0.0\n" for q, doc in PETS_QRELS + (qrels or [])))
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
 
     return get_suite(d, "smart")

@@ -1,4 +1,4 @@
-"""eval.ablation, eval.distributions, eval.thresholds on synthetic traces (no models)."""
+"""qmdlab.eval.ablation, eval.distributions, eval.thresholds on synthetic traces (no models)."""
 from __future__ import annotations
 
 import math
@@ -6,10 +6,10 @@ import math
 import polars as pl
 import pytest
 
-from eval.ablation import ablate, format_table, variants
-from eval.distributions import score_distributions, summary
-from eval.study import Study
-from eval.thresholds import best_threshold, threshold_curve
+from qmdlab.eval.ablation import ablate, format_table, variants
+from qmdlab.eval.distributions import score_distributions, summary
+from qmdlab.eval.study import Study
+from qmdlab.eval.thresholds import best_threshold, threshold_curve
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
 
 

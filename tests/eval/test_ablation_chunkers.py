@@ -4,11 +4,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from eval.ablation import chunker_evaluations
-from eval.record import cache_key, index_dir, record
-from eval.runner import run_suite
-from eval.study import Study
-from eval.suites import get_suite
+from qmdlab.eval.ablation import chunker_evaluations
+from qmdlab.eval.record import cache_key, index_dir, record
+from qmdlab.eval.runner import run_suite
+from qmdlab.eval.study import Study
+from qmdlab.eval.suites import get_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.store import Index

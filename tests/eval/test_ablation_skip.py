@@ -4,8 +4,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from eval.ablation import ORIGINAL, ablate, strong_signal_qids, variants
-from eval.study import Study
+from qmdlab.eval.ablation import ORIGINAL, ablate, strong_signal_qids, variants
+from qmdlab.eval.study import Study
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import SCHEMAS
 

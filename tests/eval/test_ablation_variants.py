@@ -9,11 +9,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from eval.ablation import RECORDED_VARIANTS, check_variant, strong_signal_qids, variant_evaluations
-from eval.record import cache_key, cache_root, record
-from eval.runner import run_suite
-from eval.study import Study
-from eval.suites import get_suite
+from qmdlab.eval.ablation import RECORDED_VARIANTS, check_variant, strong_signal_qids, variant_evaluations
+from qmdlab.eval.record import cache_key, cache_root, record
+from qmdlab.eval.runner import run_suite
+from qmdlab.eval.study import Study
+from qmdlab.eval.suites import get_suite
 from qmdlab.errors import ConfigError
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
@@ -122,10 +122,10 @@ def test_field_weights_variant_is_the_ai_helper_config_file():
 
 
 def test_cli_variants(tmp_path, qmdlab_home, monkeypatch):
-    import eval.runner
+    import qmdlab.eval.runner as eval_runner
     from qmdlab.cli import cli
 
-    monkeypatch.setattr(eval.runner, "ranx_check", lambda q, r, ours: ours)  # numba's first compile: test_runner's
+    monkeypatch.setattr(eval_runner, "ranx_check", lambda q, r, ours: ours)  # numba's first compile: test_runner's
 
     suite = _suite(tmp_path)
     runner = CliRunner()

@@ -6,9 +6,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from eval.fastmetrics import CodedScorer
-from eval.metrics import Scorer, ranx_qrels, ranx_run
-from eval.study import Study
+from qmdlab.eval.fastmetrics import CodedScorer
+from qmdlab.eval.metrics import Scorer, ranx_qrels, ranx_run
+from qmdlab.eval.study import Study
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
 from qmdlab.pipeline.fastretune import FastRetune
 from qmdlab.pipeline.trace import SCHEMAS, Trace

@@ -13,8 +13,8 @@ import pytest
 
 lgb = pytest.importorskip("lightgbm", reason="LightGBM is the learn extra: pip install 'qmdlab[learn]'")
 
-from eval.learn import LearnConfig, cross_validate_learned, explain_query, fit, save, training_frame  # noqa: E402
-from eval.study import Study  # noqa: E402
+from qmdlab.eval.learn import LearnConfig, cross_validate_learned, explain_query, fit, save, training_frame  # noqa: E402
+from qmdlab.eval.study import Study  # noqa: E402
 from qmdlab.errors import ConfigError  # noqa: E402
 from qmdlab.pipeline.config import PipelineConfig  # noqa: E402
 from qmdlab.pipeline.fuse import fuse  # noqa: E402
@@ -182,8 +182,8 @@ def test_training_frame_labels(title_study):
 
 def test_inner_selection_sees_only_its_queries(title_study):
     """select() is given one fold's training rows only; it must not score any other query."""
-    from eval.learn import GRID, select
-    from eval.metrics import Scorer
+    from qmdlab.eval.learn import GRID, select
+    from qmdlab.eval.metrics import Scorer
 
     frame = training_frame(title_study, BASE)
     train = frame.filter(pl.col("qid") < "q020")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from eval.lexical import LEXICAL_SPACE, LexicalStudy
-from eval.optimise import cross_validate, default_space
-from eval.study import Study
+from qmdlab.eval.lexical import LEXICAL_SPACE, LexicalStudy
+from qmdlab.eval.optimise import cross_validate, default_space
+from qmdlab.eval.study import Study
 from qmdlab.models.base import ModelSet
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.lab import Lab

@@ -1,4 +1,4 @@
-"""eval.loaders: tiny fixtures of every format round-trip; malformed input names file and line."""
+"""qmdlab.eval.loaders: tiny fixtures of every format round-trip; malformed input names file and line."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import polars as pl
 import pytest
 
-from eval.loaders import detect_format, load, load_beir, load_default, load_jsonl, load_smart, load_trec
+from qmdlab.eval.loaders import detect_format, load, load_beir, load_default, load_jsonl, load_smart, load_trec
 from qmdlab.errors import DataFormatError
 
 SMART_ALL = """.I 1
@@ -266,7 +266,7 @@ def test_smart_dense_numbering_over_skipping_ids_is_detected(tmp_path, monkeypat
 
 def test_cisi_qrels_ids_are_query_ids(cisi_dir, monkeypatch):
     """CISI is not affected: its .I ids are 1..112 in order, so ids and positions agree."""
-    from eval.loaders.smart import read_records, read_rel
+    from qmdlab.eval.loaders.smart import read_records, read_rel
 
     monkeypatch.delenv("QMDLAB_SMART_QRELS_IDS", raising=False)
     ids = [rid for rid, _ in read_records(next(cisi_dir.glob("*.QRY")))]

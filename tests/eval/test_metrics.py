@@ -1,4 +1,4 @@
-"""eval.metrics: closed-form values and differential tests against ranx.evaluate."""
+"""qmdlab.eval.metrics: closed-form values and differential tests against ranx.evaluate."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from ranx import evaluate
 
-from eval.metrics import mean_scores, parse_metric, per_query, ranx_qrels, ranx_run
+from qmdlab.eval.metrics import mean_scores, parse_metric, per_query, ranx_qrels, ranx_run
 
 METRICS = ["ndcg@10", "ndcg@3", "ndcg", "ndcg_burges@10", "mrr@10", "mrr@3", "recall@10",
            "recall@100", "p@5", "p@1"]

@@ -1,4 +1,4 @@
-"""eval.optimise: search methods find the known optimum of a toy suite; CV never leaks."""
+"""qmdlab.eval.optimise: search methods find the known optimum of a toy suite; CV never leaks."""
 from __future__ import annotations
 
 import math
@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from eval.optimise import (Param, apply_params, cross_validate, default_space, kfold, params_of, search,
+from qmdlab.eval.optimise import (Param, apply_params, cross_validate, default_space, kfold, params_of, search,
                            write_config)
-from eval.study import Study
+from qmdlab.eval.study import Study
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 
@@ -136,7 +136,7 @@ def test_cross_validation_held_out_fold_is_scored_by_a_config_tuned_without_it(t
 def test_a_tuner_that_sees_the_held_out_fold_fails_that_check(trace_factory, monkeypatch):
     """The check above can fail: leak fold 0's test queries into its training set and the
     held-out score becomes the leaked optimum's 1.0."""
-    import eval.optimise as opt
+    import qmdlab.eval.optimise as opt
 
     folds, prefer_vec = _held_out_has_another_optimum(trace_factory)
     study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)

@@ -1,12 +1,12 @@
-"""eval.runner.ranx_check: the saved run is always re-scored by ranx, also when it is empty,
+"""qmdlab.eval.runner.ranx_check: the saved run is always re-scored by ranx, also when it is empty,
 and negative grades (judged not relevant) are read and scored as ranx does."""
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from eval.metrics import mean_scores, per_query
-from eval.runner import ranx_check
+from qmdlab.eval.metrics import mean_scores, per_query
+from qmdlab.eval.runner import ranx_check
 
 METRICS = ["ndcg@10", "mrr@10", "recall@10", "p@5", "p"]
 QRELS = "1 0 a 2\n1 0 b -1\n1 0 c 0\n2 0 d 1\n3 0 e -1\n"

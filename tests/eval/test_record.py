@@ -1,4 +1,4 @@
-"""eval.record: one door, one cache, one depth; what is recorded is listed and opened without models."""
+"""qmdlab.eval.record: one door, one cache, one depth; what is recorded is listed and opened without models."""
 from __future__ import annotations
 
 import shutil
@@ -6,8 +6,8 @@ import shutil
 import polars as pl
 import pytest
 
-from eval import record
-from eval.study import Study
+from qmdlab.eval import record
+from qmdlab.eval.study import Study
 from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig

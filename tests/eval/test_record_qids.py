@@ -1,9 +1,9 @@
-"""eval.record on a held-out subset: ``qids`` records exactly those queries, an unknown qid is an error."""
+"""qmdlab.eval.record on a held-out subset: ``qids`` records exactly those queries, an unknown qid is an error."""
 from __future__ import annotations
 
 import pytest
 
-from eval import record
+from qmdlab.eval import record
 from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig

@@ -1,4 +1,4 @@
-"""eval.runner + CLI end to end with the deterministic fake models (no weights, no network)."""
+"""qmdlab.eval.runner + CLI end to end with the deterministic fake models (no weights, no network)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from ranx import Qrels, Run, evaluate
 
-from eval.runner import run_suite
-from eval.study import Study
-from eval.suites import Suite, SuiteUnavailable, get_suite
+from qmdlab.eval.runner import run_suite
+from qmdlab.eval.study import Study
+from qmdlab.eval.suites import Suite, SuiteUnavailable, get_suite
 from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.models.fakes import RuleExpander
@@ -134,7 +134,7 @@ def test_cisi_bm25_only_run(cisi_dir, qmdlab_home, tmp_path, monkeypatch):
 
 
 def test_degraded_traces_are_reported_and_not_cached(tmp_path, monkeypatch):
-    from eval.record import _no_query_budget, query_traces
+    from qmdlab.eval.record import _no_query_budget, query_traces
     from qmdlab.pipeline.trace import SCHEMAS, Trace
 
     class Lab:

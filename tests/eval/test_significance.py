@@ -1,4 +1,4 @@
-"""eval.significance: our baseline table carries exactly ranx.compare's p-values."""
+"""qmdlab.eval.significance: our baseline table carries exactly ranx.compare's p-values."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 from ranx import compare
 
-from eval.metrics import per_query, ranx_qrels, ranx_run
-from eval.significance import compare_to_baseline, fisher_randomization, paired_pvalues
+from qmdlab.eval.metrics import per_query, ranx_qrels, ranx_run
+from qmdlab.eval.significance import compare_to_baseline, fisher_randomization, paired_pvalues
 
 
 def _runs(seed=3, n_q=30, n_docs=25):

@@ -1,10 +1,10 @@
-"""eval.study: the fast slider path equals qmdlab.retune; no model is called; rerank_fn fills gaps."""
+"""qmdlab.eval.study: the fast slider path equals qmdlab.retune; no model is called; rerank_fn fills gaps."""
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from eval.study import Study
+from qmdlab.eval.study import Study
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
 from qmdlab.pipeline.retune import retune
 
@@ -42,7 +42,7 @@ def test_fast_final_equals_retune(trace_factory, config):
 
 
 def test_evaluate_metrics_match_per_query_of_the_final(trace_factory):
-    from eval.metrics import per_query
+    from qmdlab.eval.metrics import per_query
 
     study = _study(trace_factory)
     ev = study.evaluate(PipelineConfig(fusion="rrf"))

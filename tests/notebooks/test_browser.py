@@ -77,8 +77,8 @@ def time_to_sliders(driver, url: str, timeout: float = 300) -> float:
 
 def _trace_files() -> dict[str, tuple[int, int]]:
     """Every file of the default suite's trace cache: relative path -> (size, mtime_ns)."""
-    from eval import record
-    from eval.suites import get_suite
+    from qmdlab.eval import record
+    from qmdlab.eval.suites import get_suite
 
     root = record.cache_root(get_suite("default"))
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)

@@ -43,7 +43,7 @@ def no_model_calls(monkeypatch):
 
 # -- tune ------------------------------------------------------------------------------
 def test_tune_defaults_reproduce_the_recorded_pipeline(nb_env, monkeypatch):
-    from eval.metrics import mean_scores, per_query
+    from qmdlab.eval.metrics import mean_scores, per_query
 
     outputs, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     # The controls start exactly at the suite defaults (no slider rounding drift)...
@@ -94,7 +94,7 @@ def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_cal
         "optimise_button": CLICKED, "optimise_method": types.SimpleNamespace(value="coordinate"),
         "optimise_folds": types.SimpleNamespace(value=2),
         "optimise_trials": types.SimpleNamespace(value=20)})
-    from eval.optimise import cross_validate
+    from qmdlab.eval.optimise import cross_validate
 
     report = defs["cv_report"]
     assert report.folds.height == 2 and report.held_out.height == len(defs["study"].qids)
@@ -176,8 +176,8 @@ def test_explore_pipeline_options_feed_the_live_query(nb_env, monkeypatch):
 
 # -- evaluate --------------------------------------------------------------------------
 def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
-    from eval.ablation import ablate
-    from eval.thresholds import best_threshold, threshold_curve
+    from qmdlab.eval.ablation import ablate
+    from qmdlab.eval.thresholds import best_threshold, threshold_curve
 
     outputs, defs = run_notebook(NOTEBOOKS / "evaluate.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     study, table = defs["study"], defs["ablation"]
@@ -205,7 +205,7 @@ def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
 @pytest.fixture
 def run_dir(tmp_path):
     """A run directory in the format SFT/GRPO write (training.common.append_metrics)."""
-    from training import common
+    from qmdlab.training import common
 
     run = tmp_path / "runs" / "sft-grpo"
     for step in range(1, 6):
@@ -220,9 +220,9 @@ def run_dir(tmp_path):
 @pytest.fixture
 def evaluation_dir(nb_env, tmp_path):
     """An expander evaluation written by training.evaluate with a rule-based expander."""
-    from eval.suites import get_suite
+    from qmdlab.eval.suites import get_suite
     from qmdlab.models.fakes import RuleExpander
-    from training.evaluate import EvaluateConfig, run_evaluate
+    from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
 
     suite = get_suite("default")
     rows = suite.data().judged_queries().sort("qid").head(6)
@@ -235,8 +235,8 @@ def evaluation_dir(nb_env, tmp_path):
 
 
 def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir, evaluation_dir):
-    from training.data import SEED_PATH, load_examples
-    from training.reward import score_expansion
+    from qmdlab.training.data import SEED_PATH, load_examples
+    from qmdlab.training.reward import score_expansion
 
     outputs, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--run", str(run_dir), "--evaluation",
                                  str(evaluation_dir), monkeypatch=monkeypatch)
@@ -249,7 +249,7 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     assert defs["rule"].total == score_expansion(defs["reward_text"], defs["completion"]).total
     # the retrieval term is ΔnDCG@10 of the pipeline searching with the typed lines vs the query
     # alone (rerank off), recomputed here from the lab and eval.metrics
-    from eval.metrics import per_query
+    from qmdlab.eval.metrics import per_query
     from qmdlab.pipeline.expand import parse_query_document
 
     lab, qid, text = defs["reward_lab"], defs["reward_qid"], defs["reward_text"]
@@ -313,8 +313,8 @@ def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, mo
     the retrieval tier on every query by default and offers the LLM tier, without a model call."""
     import importlib.util
 
-    from eval import record
-    from eval.suites import get_suite
+    from qmdlab.eval import record
+    from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import PipelineConfig
 
     monkeypatch.setenv("QMDLAB_HOME", str(tmp_path / "newcomer-home"))

@@ -15,7 +15,7 @@ RESULTS = {"none": {"ndcg@10": 0.70, "n_queries": 3},
 
 def _recipe_run(root, *, summary_evaluate: bool):
     """A finished recipe run directory as training.cpu_run writes it (no plots yet)."""
-    from training import common
+    from qmdlab.training import common
 
     run = root / "cpu-small"
     for step in range(1, 4):
@@ -35,7 +35,7 @@ def _shown(defs):
 
 
 def test_train_notebook_shows_the_recipes_heldout_tables_and_plots(nb_env, monkeypatch, tmp_path):
-    from training.evaluate import format_results
+    from qmdlab.training.evaluate import format_results
 
     run = _recipe_run(tmp_path, summary_evaluate=True)
     # --recipe points elsewhere; the text field (replaced here, as if typed) picks the run shown
@@ -52,7 +52,7 @@ def test_train_notebook_shows_the_recipes_heldout_tables_and_plots(nb_env, monke
 
 def test_the_recipe_tables_come_from_the_evaluation_metrics_when_the_summary_lacks_them(nb_env, monkeypatch,
                                                                                         tmp_path):
-    from training.cpu_run import load_run
+    from qmdlab.training.cpu_run import load_run
 
     run = _recipe_run(tmp_path, summary_evaluate=False)
     (run / "rewards.png").write_bytes(PNG + b"already drawn")  # an existing plot is shown as it is
@@ -63,7 +63,7 @@ def test_the_recipe_tables_come_from_the_evaluation_metrics_when_the_summary_lac
 
 
 def test_train_notebook_without_a_recipe_run_says_which_command_makes_one(nb_env, monkeypatch, tmp_path):
-    from training.cpu_run import load_run
+    from qmdlab.training.cpu_run import load_run
 
     assert load_run(tmp_path / "none") is None
     _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--recipe", str(tmp_path / "none"),

@@ -7,7 +7,7 @@ from .conftest import NB_ARGS, NOTEBOOKS, run_notebook
 
 
 def test_train_notebook_shows_the_heldout_reranker_table(nb_env, monkeypatch, tmp_path):
-    from training import common
+    from qmdlab.training import common
 
     run = tmp_path / "rr"
     run.mkdir()

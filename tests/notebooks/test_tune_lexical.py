@@ -10,7 +10,7 @@ from .conftest import NOTEBOOKS, RECORD_ARGS, run_notebook
 
 @pytest.mark.slow
 def test_tune_bm25_controls_rescore_through_lexical_study(nb_env, monkeypatch):
-    from eval.lexical import LexicalStudy
+    from qmdlab.eval.lexical import LexicalStudy
     from qmdlab.models import fakes
 
     run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)  # records the traces (cached)

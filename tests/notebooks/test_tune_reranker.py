@@ -20,13 +20,13 @@ HELDOUT_QUERIES = 30
 @pytest.fixture
 def reranker_run(nb_env, tmp_path):
     """A finished reranker run of the default suite whose held-out scores cover 30 queries."""
-    from eval.runner import run_suite
-    from eval.suites import get_suite
+    from qmdlab.eval.runner import run_suite
+    from qmdlab.eval.suites import get_suite
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.store import Index
-    from training import common
-    from training.reranker_data import candidate_table
+    from qmdlab.training import common
+    from qmdlab.training.reranker_data import candidate_table
 
     out = tmp_path / "runs" / "rr"
     suite = get_suite("default")
@@ -54,7 +54,7 @@ def _weight_1(value: float):
 
 @pytest.mark.slow
 def test_blend_sliders_move_heldout_ndcg(reranker_run, monkeypatch):
-    from training.reranker_study import load_heldout_study
+    from qmdlab.training.reranker_study import load_heldout_study
 
     out, held = reranker_run
     args = (*NB_ARGS, "--reranker", str(out))
@@ -80,7 +80,7 @@ def test_blend_sliders_move_heldout_ndcg(reranker_run, monkeypatch):
 
 
 def test_a_run_under_runs_is_offered_but_not_picked_without_the_flag(reranker_run, monkeypatch):
-    from training.reranker_study import finished_runs
+    from qmdlab.training.reranker_study import finished_runs
 
     out, _ = reranker_run
     assert finished_runs("default", roots=[out.parent]) == [out]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.optimise import BLEND_SPACE, FUSION_SPACE, apply_params, params_of
+from qmdlab.eval.optimise import BLEND_SPACE, FUSION_SPACE, apply_params, params_of
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_ITEMS, PipelineConfig
 

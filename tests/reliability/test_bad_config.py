@@ -124,7 +124,7 @@ def test_malformed_jsonl_at_line_n(env):
     data = env["tmp"] / "train.jsonl"
     data.write_text('{"query": "q", "output": [["lex", "a"]]}\n{"query": "q2", "output": [["sparse", "x"]]}\n',
                     encoding="utf-8")
-    if importlib.util.find_spec("training.data") is not None:
+    if importlib.util.find_spec("qmdlab.training.data") is not None:
         fails(env, "train", "prepare", "--data", str(data), "--out", str(env["tmp"] / "out"),
               contains=(f"{data}:2:", "'sparse'"))
 

@@ -196,10 +196,10 @@ def test_expansion_parser_partitions_every_line(raw):
 
 # ---------------------------------------------------------------- loaders
 def _loaders():
-    from eval.loaders._common import read_jsonl, read_trec_qrels
-    from eval.loaders.beir import read_beir_qrels
-    from eval.loaders.jsonl import read_queries_jsonl
-    from eval.loaders.smart import read_records, read_rel
+    from qmdlab.eval.loaders._common import read_jsonl, read_trec_qrels
+    from qmdlab.eval.loaders.beir import read_beir_qrels
+    from qmdlab.eval.loaders.jsonl import read_queries_jsonl
+    from qmdlab.eval.loaders.smart import read_records, read_rel
 
     out = {
         "queries.jsonl": read_queries_jsonl,
@@ -209,8 +209,8 @@ def _loaders():
         "smart-rel": read_rel,
         "smart-records": read_records,
     }
-    if importlib.util.find_spec("training.data") is not None:
-        from training.data import load_examples
+    if importlib.util.find_spec("qmdlab.training.data") is not None:
+        from qmdlab.training.data import load_examples
 
         out["training-examples"] = load_examples
     return out

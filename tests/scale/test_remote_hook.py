@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from eval.runner import run_suite
-from eval.suites import get_suite
+from qmdlab.eval.runner import run_suite
+from qmdlab.eval.suites import get_suite
 from qmdlab.cli import cli
 from qmdlab.errors import ConfigError, ModelError
 from qmdlab.models import load_models

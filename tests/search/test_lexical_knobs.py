@@ -71,7 +71,7 @@ def test_config_fields_validate_save_and_load(tmp_path):
         PipelineConfig.from_dict({"bm25_prefix": "yes"})
     cfg = PipelineConfig(bm25_weight_title=2.5, bm25_prefix=True, bm25_mode="msm", bm25_min_match=2,
                          bm25_stopwords=True, bm25_query_tf=True)
-    from eval.optimise import write_config
+    from qmdlab.eval.optimise import write_config
 
     write_config(cfg, tmp_path / "c.yaml")
     assert PipelineConfig.from_yaml(tmp_path / "c.yaml") == cfg

@@ -17,7 +17,7 @@ def tiny_qwen3(tmp_path_factory, require) -> Path:
     os.environ["HF_HUB_OFFLINE"] = "1"
     require.module("trl", "training needs the train extra (pip install 'qmdlab[train]')")
     from qmdlab.errors import ModelError
-    from training.tiny import build_tiny_qwen3
+    from qmdlab.training.tiny import build_tiny_qwen3
 
     try:
         return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"))

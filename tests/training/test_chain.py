@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training import common
-from training.data import prepare
-from training.render import qwen3_prompt
-from training.reward import RetrievalReward
+from qmdlab.training import common
+from qmdlab.training.data import prepare
+from qmdlab.training.render import qwen3_prompt
+from qmdlab.training.reward import RetrievalReward
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -47,8 +47,8 @@ def _steer_generation(monkeypatch, model_dir, text: str) -> None:
 @pytest.mark.slow
 def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from training.grpo import GRPORunConfig, run_grpo
-    from training.sft import SFTRunConfig, run_sft
+    from qmdlab.training.grpo import GRPORunConfig, run_grpo
+    from qmdlab.training.sft import SFTRunConfig, run_sft
 
     data = tmp_path / "data"
     info = prepare(FIXTURES / "mini.jsonl", data, eval_fraction=0.2)
@@ -102,7 +102,7 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
 
     # --- export: llama.cpp converter + in-process quantisation
     require.module("llama_cpp", "llama-cpp-python (the llama extra) is needed from here on")
-    from training.export import ExportConfig, load_expander, run_export
+    from qmdlab.training.export import ExportConfig, load_expander, run_export
 
     exp = run_export(ExportConfig(model=grpo["merged"], output_dir=str(tmp_path / "export")))
     assert exp["family"] == "qwen3" and set(exp["quants"]) == {"F16", "Q4_K_M", "Q8_0"}

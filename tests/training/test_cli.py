@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from training.commands import register
+from qmdlab.training.commands import register
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -63,9 +63,9 @@ def test_config_errors_are_user_errors(cli, tmp_path, monkeypatch, args, needle)
 
 
 def test_set_values_are_yaml_typed_and_coerced(tmp_path):
-    from training.commands import _sets
-    from training.common import load_config
-    from training.sft import SFTRunConfig
+    from qmdlab.training.commands import _sets
+    from qmdlab.training.common import load_config
+    from qmdlab.training.sft import SFTRunConfig
 
     sets = _sets(("learning_rate=1e-4", "lora-targets=[q_proj, v_proj]", "merge=false"))
     assert sets["lora_targets"] == ["q_proj", "v_proj"] and sets["merge"] is False
@@ -79,12 +79,12 @@ def test_set_values_are_yaml_typed_and_coerced(tmp_path):
 def test_shipped_configs_load_into_their_dataclasses():
     import yaml
 
-    from training.common import load_config
-    from training.evaluate import EvaluateConfig
-    from training.export import ExportConfig
-    from training.grpo import GRPORunConfig
-    from training.sft import SFTRunConfig
-    from training.synth import SynthConfig
+    from qmdlab.training.common import load_config
+    from qmdlab.training.evaluate import EvaluateConfig
+    from qmdlab.training.export import ExportConfig
+    from qmdlab.training.grpo import GRPORunConfig
+    from qmdlab.training.sft import SFTRunConfig
+    from qmdlab.training.synth import SynthConfig
 
     cfgs = Path(__file__).resolve().parents[2] / "training" / "configs"
     sft = load_config(SFTRunConfig, cfgs / "sft.yaml")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from qmdlab.errors import DataFormatError
-from training.data import SEED_PATH, dedupe, load_examples, prepare, split, to_sft_record
-from training.render import qwen3_prompt, render_prompt
-from training.reward import score_expansion
+from qmdlab.training.data import SEED_PATH, dedupe, load_examples, prepare, split, to_sft_record
+from qmdlab.training.render import qwen3_prompt, render_prompt
+from qmdlab.training.reward import score_expansion
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -87,7 +87,7 @@ def test_seed_dataset_follows_the_format_rules():
 
 @pytest.fixture(scope="module")
 def qwen3_tokenizer():
-    from training.tiny import load_qwen3_tokenizer
+    from qmdlab.training.tiny import load_qwen3_tokenizer
 
     try:
         return load_qwen3_tokenizer()

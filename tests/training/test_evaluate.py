@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from training.evaluate import EvaluateConfig, ensure_index, run_evaluate, suite_rows
+from qmdlab.training.evaluate import EvaluateConfig, ensure_index, run_evaluate, suite_rows
 
 
 @pytest.fixture

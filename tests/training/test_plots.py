@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
 
-from training.plots import plot_heldout, plot_rewards, reward_series  # noqa: E402
+from qmdlab.training.plots import plot_heldout, plot_rewards, reward_series  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

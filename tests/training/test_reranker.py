@@ -69,7 +69,7 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def small_cfg(suite: Path, out: Path, base: Path, **kw):
-    from training.reranker import RerankerRunConfig
+    from qmdlab.training.reranker import RerankerRunConfig
 
     opts = dict(suite=str(suite), format="jsonl", out=str(out), base=str(base), preset="fake", folds=2, seed=3,
                 max_length=48, weak_max_pairs=24, weak_batch_size=8, weak_in_batch_negatives=1, epochs=1.0,
@@ -83,7 +83,7 @@ def small_cfg(suite: Path, out: Path, base: Path, **kw):
 @pytest.mark.slow
 def test_end_to_end_tiny_model(tmp_path, qmdlab_home, tiny_bert):
     from qmdlab.models.registry import build_model, load_models
-    from training.reranker import run_reranker
+    from qmdlab.training.reranker import run_reranker
 
     suite = write_suite(tmp_path / "suite")
     res = run_reranker(small_cfg(suite, tmp_path / "run", tiny_bert), log=lambda m: None)
@@ -113,7 +113,7 @@ def test_end_to_end_tiny_model(tmp_path, qmdlab_home, tiny_bert):
 
 @pytest.mark.slow
 def test_same_seed_same_scores(tmp_path, qmdlab_home, tiny_bert):
-    from training.reranker import run_reranker
+    from qmdlab.training.reranker import run_reranker
 
     suite = write_suite(tmp_path / "suite")
     a = run_reranker(small_cfg(suite, tmp_path / "a", tiny_bert, weak=False, final=False), log=lambda m: None)
@@ -131,7 +131,7 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
 
     The suite's query texts are unique per query, so a leak would be visible; the same check is
     run against a deliberately leaking split, which must be caught."""
-    import training.reranker as tr
+    import qmdlab.training.reranker as tr
 
     seen: list[tuple[str, set[str]]] = []
     real_fit = tr.fit
@@ -173,7 +173,7 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
 
 def test_empty_suite_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
     from qmdlab.errors import QmdlabError
-    from training.reranker import run_reranker
+    from qmdlab.training.reranker import run_reranker
 
     suite = write_suite(tmp_path / "suite", qrels=False)
     with pytest.raises(QmdlabError, match=r"no (judged queries|judgments).*qrels"):
@@ -182,7 +182,7 @@ def test_empty_suite_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
 
 def test_no_positives_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
     from qmdlab.errors import QmdlabError
-    from training.reranker import run_reranker
+    from qmdlab.training.reranker import run_reranker
 
     suite = write_suite(tmp_path / "suite", positives=False)
     with pytest.raises(QmdlabError, match="no positive judgments.*grade ≥ 1"):
@@ -191,7 +191,7 @@ def test_no_positives_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
 
 def test_missing_base_model_names_the_fix(tmp_path, qmdlab_home):
     from qmdlab.errors import ModelError
-    from training.reranker import resolve_base, run_reranker
+    from qmdlab.training.reranker import resolve_base, run_reranker
 
     suite = write_suite(tmp_path / "suite")
     with pytest.raises(ModelError, match="--base DIR"):
@@ -212,7 +212,7 @@ def test_cli_reports_bad_suite(tmp_path, qmdlab_home):
 
 
 def test_platt_and_auc_closed_form():
-    from training.reranker import auc, platt
+    from qmdlab.training.reranker import auc, platt
 
     assert auc(np.array([3.0, 2.0, 1.0]), np.array([True, False, False])) == 1.0
     assert auc(np.array([1.0, 1.0]), np.array([True, False])) == 0.5
@@ -221,7 +221,7 @@ def test_platt_and_auc_closed_form():
 
 
 def test_query_lists_shape_and_no_empty_lists():
-    from training.reranker_data import CANDIDATE_SCHEMA, query_lists
+    from qmdlab.training.reranker_data import CANDIDATE_SCHEMA, query_lists
 
     t = pl.DataFrame({"qid": ["1"] * 4 + ["2"] * 2, "query": ["q1"] * 4 + ["q2"] * 2,
                       "docno": ["a", "b", "c", "d", "a", "b"], "fused_rank": [1, 2, 3, None, 1, 2],
@@ -236,7 +236,7 @@ def test_query_lists_shape_and_no_empty_lists():
 def test_query_lists_distillation_labels_unjudged_candidates():
     """With a teacher (cached LLM rerank scores), unjudged candidates get the teacher's score as
     label instead of 0; judged documents keep their grade."""
-    from training.reranker_data import CANDIDATE_SCHEMA, query_lists
+    from qmdlab.training.reranker_data import CANDIDATE_SCHEMA, query_lists
 
     t = pl.DataFrame({"qid": ["1"] * 3, "query": ["q"] * 3, "docno": ["a", "b", "c"], "fused_rank": [1, 2, 3],
                       "fused_score": [0.5, 0.4, 0.3], "candidate": [True] * 3, "chunk_id": [1, 2, 3],
@@ -247,7 +247,7 @@ def test_query_lists_distillation_labels_unjudged_candidates():
 
 def test_teacher_without_rerank_scores_is_refused(tmp_path):
     from qmdlab.errors import QmdlabError
-    from training.reranker import teacher_scores
+    from qmdlab.training.reranker import teacher_scores
 
     assert teacher_scores(None) is None
     with pytest.raises(QmdlabError, match="not a qmdlab eval results directory"):

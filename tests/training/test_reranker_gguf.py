@@ -53,7 +53,7 @@ def test_gguf_rank_pooling_scores_equal_torch(tiny_model, tmp_path):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from training.reranker_gguf import RankScorer, export
+    from qmdlab.training.reranker_gguf import RankScorer, export
 
     gguf = export(tiny_model, tmp_path / "rank.gguf", "f32")
     tok = AutoTokenizer.from_pretrained(str(tiny_model))

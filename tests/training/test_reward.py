@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.reward import (
+from qmdlab.training.reward import (
     MAX_POINTS, RetrievalReward, entities, ndcg_at_k, parse_completion, rule_reward, score_expansion,
 )
 
@@ -152,7 +152,7 @@ def test_retrieval_reward_delta_and_baseline_cache():
 
 
 def test_grpo_reward_functions_names_weights_and_parts():
-    from training.grpo import GRPORunConfig, reward_functions
+    from qmdlab.training.grpo import GRPORunConfig, reward_functions
 
     r = RetrievalReward(lambda q, s: ["d"] if s else [], {"q1": {"d": 1}})
     funcs, weights = reward_functions(GRPORunConfig(rule_weight=1.0, retrieval_weight=0.5), r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.reward import RetrievalReward, engine_scorer, pipeline_scorer
+from qmdlab.training.reward import RetrievalReward, engine_scorer, pipeline_scorer
 
 
 @pytest.fixture

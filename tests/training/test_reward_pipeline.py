@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.reward import RetrievalReward, pipeline_scorer
+from qmdlab.training.reward import RetrievalReward, pipeline_scorer
 
 
 @pytest.fixture

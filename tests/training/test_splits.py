@@ -7,7 +7,7 @@ import json
 import pytest
 
 from qmdlab.errors import ConfigError
-from training.splits import (LeakError, QuerySplit, heldout_tagged, load_splits, save_splits, split_queries, tag,
+from qmdlab.training.splits import (LeakError, QuerySplit, heldout_tagged, load_splits, save_splits, split_queries, tag,
                              untag)
 
 QIDS = [str(i) for i in range(1, 21)]
@@ -81,13 +81,13 @@ def suite_dir(tmp_path, qmdlab_home):
 
 
 def _grpo_cfg(suite_dir, splits_file, **kw):
-    from training.grpo import GRPORunConfig
+    from qmdlab.training.grpo import GRPORunConfig
 
     return GRPORunConfig(labelled_suites=[str(suite_dir)], splits_file=str(splits_file), **kw)
 
 
 def test_split_rows_are_the_train_side_only(tmp_path, suite_dir):
-    from training.grpo import split_rows
+    from qmdlab.training.grpo import split_rows
 
     path = save_splits([QuerySplit("toy", ("1", "3", "5"), ("2", "4", "6"), 0, 0.5)], tmp_path / "splits.json")
     rows = split_rows(_grpo_cfg(suite_dir, path))
@@ -98,7 +98,7 @@ def test_split_rows_are_the_train_side_only(tmp_path, suite_dir):
 
 
 def test_split_rows_drop_a_train_query_without_a_relevant_document(tmp_path, suite_dir):
-    from training.grpo import split_rows
+    from qmdlab.training.grpo import split_rows
 
     # query 6 has no judgement at all: no retrieval term can be computed for it
     path = save_splits([QuerySplit("toy", ("1", "6"), ("2", "3", "4", "5"), 0, 0.5)], tmp_path / "splits.json")
@@ -106,7 +106,7 @@ def test_split_rows_drop_a_train_query_without_a_relevant_document(tmp_path, sui
 
 
 def test_split_rows_refuse_a_corrupted_split_file(tmp_path, suite_dir):
-    from training.grpo import build_dataset, split_rows
+    from qmdlab.training.grpo import build_dataset, split_rows
 
     path = tmp_path / "splits.json"
     path.write_text(json.dumps({"toy": {"train": ["1", "2", "3"], "heldout": ["2", "4", "5", "6"]}}))
@@ -119,17 +119,17 @@ def test_split_rows_refuse_a_corrupted_split_file(tmp_path, suite_dir):
 def test_split_rows_check_their_own_prompts_against_the_held_out_ids(tmp_path, suite_dir, monkeypatch):
     """The guard inside ``split_rows`` (not only ``load_splits``'): a loader that let an overlap through
     still cannot turn a held-out query into a GRPO prompt."""
-    import training.splits
-    from training.grpo import split_rows
+    import qmdlab.training.splits as training_splits
+    from qmdlab.training.grpo import split_rows
 
     leaky = {"toy": QuerySplit("toy", ("1", "2"), ("2", "3"), 0, 0.5)}
-    monkeypatch.setattr(training.splits, "load_splits", lambda _path: leaky)
+    monkeypatch.setattr(training_splits, "load_splits", lambda _path: leaky)
     with pytest.raises(LeakError, match=r"GRPO prompts: \['toy:2'\]"):
         split_rows(_grpo_cfg(suite_dir, tmp_path / "ignored.json"))
 
 
 def test_labelled_suites_without_a_split_file_name_the_fix(suite_dir):
-    from training.grpo import GRPORunConfig, build_dataset, split_rows
+    from qmdlab.training.grpo import GRPORunConfig, build_dataset, split_rows
 
     cfg = GRPORunConfig(labelled_suites=[str(suite_dir)], prompts_file=None, unlabelled_prompts=False)
     with pytest.raises(ConfigError, match="labelled_suites needs splits_file"):
@@ -139,7 +139,7 @@ def test_labelled_suites_without_a_split_file_name_the_fix(suite_dir):
 
 
 def test_a_split_file_without_the_suite_is_refused(tmp_path, suite_dir):
-    from training.grpo import split_rows
+    from qmdlab.training.grpo import split_rows
 
     path = save_splits([split_queries("other", QIDS)], tmp_path / "splits.json")
     with pytest.raises(ConfigError, match=r"no split for suite 'toy'.*\['other'\]"):
@@ -148,7 +148,7 @@ def test_a_split_file_without_the_suite_is_refused(tmp_path, suite_dir):
 
 def test_grpo_dataset_of_labelled_suites_holds_only_train_prompts(tmp_path, suite_dir):
     pytest.importorskip("datasets", reason="the GRPO dataset needs the train extra")
-    from training.grpo import build_dataset
+    from qmdlab.training.grpo import build_dataset
 
     path = save_splits([QuerySplit("toy", ("1", "3", "5"), ("2", "4", "6"), 0, 0.5)], tmp_path / "splits.json")
     ds = build_dataset(_grpo_cfg(suite_dir, path, prompts_file=None, unlabelled_prompts=False))
@@ -157,7 +157,7 @@ def test_grpo_dataset_of_labelled_suites_holds_only_train_prompts(tmp_path, suit
 
 # -- evaluation: held-out only, and never a GRPO prompt --------------------------------------------
 def _eval_cfg(suite_dir, splits_file, prompt_qids_file=None):
-    from training.evaluate import EvaluateConfig
+    from qmdlab.training.evaluate import EvaluateConfig
 
     return EvaluateConfig(suite=str(suite_dir), splits_file=str(splits_file),
                           prompt_qids_file=None if prompt_qids_file is None else str(prompt_qids_file))
@@ -166,8 +166,8 @@ def _eval_cfg(suite_dir, splits_file, prompt_qids_file=None):
 def test_evaluation_refuses_held_out_queries_that_were_grpo_prompts(tmp_path, suite_dir):
     """GRPO ran on one split's train side; evaluation on another split (another seed) would score
     queries the model was trained on: an error, not a number."""
-    from training.evaluate import heldout_qids
-    from training.grpo import split_rows
+    from qmdlab.training.evaluate import heldout_qids
+    from qmdlab.training.grpo import split_rows
 
     qids = [str(i) for i in range(1, 6)]  # the judged queries with a relevant document
     used = save_splits([split_queries("toy", qids, seed=0)], tmp_path / "a" / "splits.json")
@@ -187,15 +187,15 @@ def test_evaluation_refuses_held_out_queries_that_were_grpo_prompts(tmp_path, su
 
 
 def test_evaluation_without_a_split_file_scores_every_judged_query(suite_dir):
-    from training.evaluate import EvaluateConfig, heldout_qids
+    from qmdlab.training.evaluate import EvaluateConfig, heldout_qids
 
     assert heldout_qids(EvaluateConfig(suite=str(suite_dir))) is None
 
 
 # -- the retrieval term routed by suite ------------------------------------------------------------
 def test_routed_retrieval_scores_each_prompt_with_its_own_suite():
-    from training.grpo import RoutedRetrieval
-    from training.reward import RetrievalReward
+    from qmdlab.training.grpo import RoutedRetrieval
+    from qmdlab.training.reward import RetrievalReward
 
     seen = {"a": [], "b": []}
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from training.data import load_examples
-from training.synth import EXPAND_PROMPT, SynthConfig, run_synth
+from qmdlab.training.data import load_examples
+from qmdlab.training.synth import EXPAND_PROMPT, SynthConfig, run_synth
 
 GOOD = ("hyde: Rotate the database password in the vault, then restart the api pods so they pick it up.\n"
         "lex: rotate database password\nlex: vault password rotation\n"
