@@ -102,22 +102,22 @@ notebooks: setup
 	$(VENV)/bin/marimo edit notebooks/tune.py
 
 bench: setup
-	$(PY) scripts/bench.py
+	$(PY) benchmarks/bench.py
 
 bench-quick: setup
-	$(PY) scripts/bench.py --quick
+	$(PY) benchmarks/bench.py --quick
 
 # Deep profile: >= 1,000 hypothesis examples per fuzz target and 80 SIGKILLs landing mid-write in the crash harness.
 fuzz: setup
 	QMDLAB_FUZZ_PROFILE=deep $(PY) -m pytest -q tests/reliability --hypothesis-show-statistics
 
-# The CPU expander recipe (issue 15): SmolLM2-135M, synth + SFT + GRPO with the retrieval reward on the train
+# The CPU expander recipe: SmolLM2-135M, synth + SFT + GRPO with the retrieval reward on the train
 # split of the default corpus and CISI, exported to GGUF and scored on the held-out split (runs/cpu-small/README.md).
 # Resumable: a rerun skips finished stages. Measured wall time: training/README.md.
 train-demo: setup
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml
 
-# The default corpus's cross-encoder reranker (issue 14): in-collection pretraining, then 5-fold
+# The default corpus's cross-encoder reranker: in-collection pretraining, then 5-fold
 # fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.
 train-reranker: setup
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/qmdlab train reranker --config training/configs/reranker-default.yaml

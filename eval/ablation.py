@@ -61,7 +61,7 @@ promotes other documents into the candidate pool leaves them unscored — the ``
 column counts such final results (pass ``rerank_fn`` through :class:`eval.study.Study` users,
 or re-run with ``qmdlab eval --config``, when it is not 0).
 
-The strong-signal skip (DESIGN §3 step 1) gets its own row when the recording ran with the skip
+The strong-signal skip (docs/design.md, pipeline step 1) gets its own row when the recording ran with the skip
 *off* (``strong_signal: false`` in the ``--config`` file: every query expanded, and the probe note
 of a query whose BM25 signal was strong says so): the ``strong-signal skip`` row drops the
 expansion lists of exactly those queries (:func:`strong_signal_qids`) — what the pipeline with the

@@ -14,10 +14,11 @@ from qmdlab.scale.cli_options import ray_options, ray_options_from
 from qmdlab.errors import ConfigError, QmdlabError
 
 
-def _suite(name: str, fmt: str | None):
+def _suite(name: str, fmt: str | None, corpus: str | None = None):
     from qmdlab.eval.suites import get_suite
 
-    suite = get_suite(name, fmt)
+    root = click.get_current_context().find_root().obj or {}
+    suite = get_suite(name, fmt, corpus=corpus, index=root.get("index"))
     suite.check()
     return suite
 
@@ -41,7 +42,9 @@ def _models(preset: str | None, no_expand: bool, no_rerank: bool):
     return load_models(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
 
 
-_FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl"]
+_FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl", "qmd-bench"]
+_CORPUS_HELP = ("With --format qmd-bench: the markdown folder the fixture's expected_files are relative to "
+                "(default: the qmdlab collection the fixture names).")
 
 
 def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None,
@@ -109,7 +112,8 @@ def register(group: click.Group) -> None:
     @group.command("eval")
     @click.argument("suite")
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None,
-                  help="Format of a suite directory (detected when omitted).")
+                  help="Format of a suite directory (detected when omitted); qmd-bench: a qmd bench fixture file.")
+    @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
     @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.")
     @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
@@ -131,7 +135,7 @@ def register(group: click.Group) -> None:
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
     @ray_options
-    def eval_cmd(suite, fmt, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
+    def eval_cmd(suite, fmt, corpus, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
                  preset, limit, per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
@@ -142,7 +146,7 @@ def register(group: click.Group) -> None:
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
         recorded_variants = _variants(variant_names, ablate)
-        s = _suite(suite, fmt)
+        s = _suite(suite, fmt, corpus)
         cfg, path = _config(s, config_path, no_expand, no_rerank)
         models = _models(preset, no_expand, no_rerank)
         remote = None
@@ -161,6 +165,10 @@ def register(group: click.Group) -> None:
                    f"{res.timings['query_s']:.1f} s")
         for metric, value in res.metrics[res.name].items():
             click.echo(f"{res.name:<24} {metric:<12} {value:.4f}")
+        if s.format == "qmd-bench":
+            from qmdlab.eval.qmdbench import print_bench
+
+            print_bench(s, res, echo=click.echo, warn=lambda m: click.echo(m, err=True))
         if res.ablation is not None:
             click.echo("")
             click.echo(format_table(res.ablation))
@@ -169,6 +177,7 @@ def register(group: click.Group) -> None:
     @group.command("tune")
     @click.argument("suite")
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Format of a suite directory.")
+    @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
     @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Starting pipeline config (the traces are recorded with it).")
     @click.option("--trials", type=int, default=200, show_default=True, help="Objective evaluations per search.")
@@ -193,7 +202,7 @@ def register(group: click.Group) -> None:
     @click.option("--explain", "explain_qid", default=None, metavar="QID",
                   help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.")
     @click.option("--progress/--no-progress", default=True)
-    def tune_cmd(suite, fmt, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
+    def tune_cmd(suite, fmt, corpus, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
                  learn, lexical, explain_qid, progress) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
         k-fold cross-validation; print the held-out gain and write the best config.
@@ -209,7 +218,7 @@ def register(group: click.Group) -> None:
         out = out or ("learned" if learn else "config.yaml")
         if learn and Path(out).suffix in (".yaml", ".yml", ".toml"):
             raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
-        s = _suite(suite, fmt)
+        s = _suite(suite, fmt, corpus)
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
                         log=lambda m: click.echo(m, err=True))

@@ -10,7 +10,7 @@ then the usual re-fusion. It has the interface the optimiser and the tune notebo
 the same cross-validation (:data:`LEXICAL_SPACE`).
 
 Cost: one BM25 call per recorded BM25 list per new knob setting — measured by
-``scripts/refuse_timing.py`` (CISI: about 15 ms per query on the shared 2-core machine, load
+``experiments/refuse_timing/run.py`` (CISI: about 15 ms per query on the shared 2-core machine, load
 average ~11; the default corpus: about 2 ms).
 """
 from __future__ import annotations

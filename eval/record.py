@@ -216,11 +216,13 @@ def prepare_index(suite: Suite, embedder: Any = None, *, progress: bool = True, 
         log(f"index {idx.dir}: {rechunked.summary()}")
     root = suite.corpus_dir().resolve()
     existing = {c.name: c for c in idx.collections()}
-    if suite.collection in existing and Path(existing[suite.collection].root).resolve() != root:
+    mask, ignore = getattr(suite, "mask", "**/*.md"), tuple(getattr(suite, "ignore", ()))
+    known = existing.get(suite.collection)
+    if known is not None and (Path(known.root).resolve() != root or known.mask != mask or known.ignore != ignore):
         idx.remove_collection(suite.collection)
         existing.pop(suite.collection)
     if suite.collection not in existing:
-        idx.add_collection(suite.collection, root)
+        idx.add_collection(suite.collection, root, mask, ignore)
     report = idx.update([suite.collection], progress=progress)
     log(f"index {idx.dir}: {report.summary() if hasattr(report, 'summary') else report}")
     if embedder is not None:

@@ -5,7 +5,10 @@ A suite is named either by a registered name or by a directory plus a format:
 - ``default`` — the embedded corpus in the repository's ``data/`` (qmdlab layout);
 - ``cisi`` — the CISI SMART collection, read from ``$QMDLAB_CISI_DIR`` or
   ``../shared/data/cisi`` next to the repository; not shipped (see :meth:`Suite.check`);
-- any directory: ``qmdlab eval path/to/dir --format smart|trec|beir|jsonl|qmdlab``.
+- any directory: ``qmdlab eval path/to/dir --format smart|trec|beir|jsonl|qmdlab``;
+- a qmd bench fixture file: ``qmdlab eval fixture.json --format qmd-bench`` over the markdown
+  folder ``--corpus DIR`` or the qmdlab collection the fixture names (indexed in place;
+  :mod:`eval.loaders.qmdbench`).
 
 Identifiers. Inside qmdlab a document is ``<collection>/<path>``. A suite whose documents are
 markdown files already (the default corpus) is indexed in place, collection = suite name, so
@@ -29,7 +32,7 @@ from urllib.parse import quote, unquote
 import polars as pl
 
 from qmdlab.errors import QmdlabError
-from qmdlab.paths import home
+from qmdlab.paths import home, resolve_index_dir
 
 from .loaders import FORMATS, SuiteData, detect_format, load
 
@@ -80,12 +83,18 @@ class Suite:
         One of :data:`eval.loaders.FORMATS`.
     config : Path or None
         An optional pipeline config shipped with the suite (``suite.yaml`` in its directory).
+    corpus, mask, ignore : Path or None, str, tuple of str
+        ``qmd-bench`` only (``path`` is then the fixture file): the markdown folder indexed and
+        the collection's globs.
     """
 
     name: str
     path: Path
     format: str
     config: Path | None = None
+    corpus: Path | None = None
+    mask: str = "**/*.md"
+    ignore: tuple[str, ...] = ()
     _data: SuiteData | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -94,6 +103,13 @@ class Suite:
 
     def check(self) -> None:
         """Raise :class:`SuiteUnavailable` when the suite's data is absent."""
+        if self.format == QMD_BENCH:
+            if not self.path.is_file():
+                raise SuiteUnavailable(f"suite {self.name!r}: fixture {self.path} not found")
+            if self.corpus is None or not Path(self.corpus).is_dir():
+                raise SuiteUnavailable(f"suite {self.name!r}: corpus folder {self.corpus} not found; pass "
+                                       "--corpus DIR (the folder the fixture's expected_files are relative to)")
+            return
         if not self.path.is_dir():
             hint = " (set QMDLAB_CISI_DIR to the directory holding CISI.ALL/.QRY/.REL)" if self.name == "cisi" else ""
             raise SuiteUnavailable(f"suite {self.name!r}: {self.path} not found{hint}")
@@ -102,7 +118,8 @@ class Suite:
         """The loaded queries/qrels/documents (read once)."""
         if self._data is None:
             self.check()
-            self._data = load(self.path, self.format)
+            opts = dict(corpus=self.corpus, mask=self.mask, ignore=self.ignore) if self.format == QMD_BENCH else {}
+            self._data = load(self.path, self.format, **opts)
         return self._data
 
     def workdir(self) -> Path:
@@ -163,7 +180,14 @@ class Suite:
         if data.docs is not None:
             h.update(data.docs.write_csv().encode())
         else:
-            for p in sorted(self.corpus_dir().rglob("*.md")):
+            if self.format == QMD_BENCH:  # the user's folder: only the files the collection holds
+                from .loaders.qmdbench import corpus_files
+
+                files = [self.corpus_dir() / rel for rel in corpus_files(self.corpus_dir(), self.mask, self.ignore)]
+                h.update(data.qrels.sort("qid", "docid").write_csv().encode())
+            else:
+                files = sorted(self.corpus_dir().rglob("*.md"))
+            for p in files:
                 h.update(str(p.relative_to(self.corpus_dir())).encode())
                 h.update(p.read_bytes())
         return h.hexdigest()[:12]
@@ -180,13 +204,56 @@ def _cisi() -> Suite:
 REGISTRY: dict[str, Callable[[], Suite]] = {"default": _default, "cisi": _cisi}
 
 
-def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None) -> Suite:
-    """A registered suite by name, or a suite directory (format detected when ``fmt`` is None).
+QMD_BENCH = "qmd-bench"
+
+
+def bench_corpus(fixture: Path, corpus: str | os.PathLike | None = None,
+                 index: str | os.PathLike | None = None) -> tuple[Path, str, tuple[str, ...]]:
+    """The folder, mask and ignore globs a qmd bench fixture is scored against: ``corpus`` when
+    given, else the collection the fixture names in the qmdlab index ``index`` (``--index``,
+    ``$QMDLAB_INDEX`` or the default; read from its ``collections.yaml``, nothing written)."""
+    from qmdlab.store import config as store_config
+    from qmdlab.store.index import CONFIG_NAME
+
+    from .loaders.qmdbench import read_fixture
+
+    if corpus is not None:
+        path = Path(corpus).expanduser()
+        if not path.is_dir():
+            raise QmdlabError(f"--corpus {corpus}: not a folder; pass the folder the fixture's expected_files "
+                              "are relative to")
+        return path.resolve(), "**/*.md", ()
+    name = read_fixture(fixture).collection
+    if not name:
+        raise QmdlabError(f"{fixture}: the fixture names no collection; pass --corpus DIR (the folder its "
+                          "expected_files are relative to)")
+    conf_path = resolve_index_dir(index) / CONFIG_NAME
+    for c in store_config.load(conf_path).collections:
+        if c.name == name:
+            return Path(c.root), c.mask, tuple(c.ignore)
+    raise QmdlabError(f"{fixture}: collection {name!r} is not in the qmdlab index ({conf_path}); pass --corpus DIR "
+                      f"or register it (`qmdlab collection add PATH --name {name}` or `qmdlab collection import-qmd`)")
+
+
+def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus: str | os.PathLike | None = None,
+              index: str | os.PathLike | None = None) -> Suite:
+    """A registered suite by name, a suite directory (format detected when ``fmt`` is None), or
+    a qmd bench fixture file (``fmt`` ``qmd-bench``, or a ``.json`` file; ``corpus``/``index``:
+    :func:`bench_corpus`).
 
     >>> get_suite("default").format
     'qmdlab'
     """
     text = str(name_or_path)
+    if Path(text).expanduser().is_file() and (fmt == QMD_BENCH or (fmt is None and text.endswith(".json"))):
+        path = Path(text).expanduser().resolve()
+        root, mask, ignore = bench_corpus(path, corpus, index)
+        return Suite(path.stem, path, QMD_BENCH, corpus=root, mask=mask, ignore=ignore)
+    if fmt == QMD_BENCH:
+        raise QmdlabError(f"{text}: not a file; --format qmd-bench reads a qmd bench fixture (a .json file)")
+    if corpus is not None:
+        raise QmdlabError("--corpus is for a qmd bench fixture (--format qmd-bench); a suite directory holds "
+                          "its own documents")
     if text in REGISTRY and fmt is None and not Path(text).is_dir():
         suite = REGISTRY[text]()
     else:

@@ -431,7 +431,7 @@ def _():
 @app.cell(hide_code=True)
 def _():
     mo.md("""
-    ## 6. CPU recipe (issue 15)
+    ## 6. CPU recipe
 
     What `make train-demo` (`python -m qmdlab.training.cpu_run`) measured: a small expander trained here
     (SFT, then GRPO with the ΔnDCG@10 retrieval reward on *training* queries), scored on held-out

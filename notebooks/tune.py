@@ -209,7 +209,7 @@ def _(defaults, rerank_source, start, suite_picker):
         "hyde": mo.ui.switch(value=start.hyde, label="hyde lists"),
         "vector": mo.ui.switch(value=start.vector, label="vector lists"),
         "rerank": mo.ui.switch(value=start.rerank, label="rerank"),
-        # BM25 knobs (issue 16): changing one re-runs the recorded BM25 lists against the suite's index
+        # BM25 knobs: changing one re-runs the recorded BM25 lists against the suite's index
         # (eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
         "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
         "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),

@@ -136,9 +136,15 @@ def cli(ctx: click.Context, index_name: str | None, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return cli.main(args=argv, prog_name="qmdlab", standalone_mode=True) or 0
+        code = cli.main(args=argv, prog_name="qmdlab", standalone_mode=True) or 0
     except SystemExit as exc:
-        return int(exc.code or 0)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    # A model call stopped by its time budget may still be inside one native step: wait for it
+    # before the interpreter frees the models (imported lazily: most verbs never load it).
+    budget = sys.modules.get("qmdlab.pipeline.budget")
+    if budget is not None:
+        code = budget.exit_safely(int(code))
+    return int(code)
 
 
 if __name__ == "__main__":

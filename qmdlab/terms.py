@@ -7,7 +7,7 @@ MCP), and the GRPO reward (:mod:`training.reward`) all take their terms from her
 
 A term is a lower-cased ``\\w+`` word; a run of CJK characters contributes its character
 bigrams (a lone character itself), because SQLite's ``unicode61`` keeps a CJK run as one
-token (see :func:`space_cjk`). :func:`terms` drops :data:`STOPWORDS` unless nothing else is
+token (see :func:`space_cjk`). :func:`terms` drops :data:`QUESTION_STOPWORDS` unless nothing else is
 left, and keeps each term once, in order of first appearance.
 
 CJK for FTS5: the text put into the FTS table has every CJK character separated by spaces
@@ -29,7 +29,7 @@ differences are deliberate (changing one would change tokens, and so metrics):
   :mod:`qmdlab.search.channels`); ``_`` separates pieces, as in ``unicode61``;
 - :data:`ALNUM_PATTERN` — the letter-and-digit run as pattern text, for polars
   (:mod:`qmdlab.pipeline.learned`);
-- :data:`STOPWORDS` (short, question function words) and :data:`BM25_STOPWORDS` (the longer
+- :data:`QUESTION_STOPWORDS` (short, question function words) and :data:`BM25_STOPWORDS` (the longer
   list dropped from ``or``/``msm`` BM25 queries).
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ piece is always safe inside an FTS5 string (see :func:`query_pieces`).
 ["don't", "rock'n'roll", 'quoted', 'node', 'js']
 """
 
-STOPWORDS = frozenset(
+QUESTION_STOPWORDS = frozenset(
     "a an and are as at be by can do does for from how i in is it of on or the to what when where which who "
     "why with you your my me we".split()
 )
@@ -78,10 +78,10 @@ Used by :func:`terms` (the expansion filter, chunk selection, snippets, the ``li
 the GRPO reward's entity detection and the learned fuser's term features.
 """
 
-# Two stopword lists on purpose: STOPWORDS above only names the function words of a question, so
+# Two stopword lists on purpose: QUESTION_STOPWORDS above only names the function words of a question, so
 # terms() keeps short words that can carry meaning ("not", "all", "no", "before", "off" …), while
 # BM25's or/msm builder drops this longer, NLTK-style English list from any-term queries (a
-# measured switch: PipelineConfig.bm25_stopwords, scripts/cisi_bm25_factors.py). STOPWORDS is a
+# measured switch: PipelineConfig.bm25_stopwords, experiments/cisi_bm25_factors/run.py). QUESTION_STOPWORDS is a
 # subset of BM25_STOPWORDS. Merging them would change the BM25 leg's, the filters' and the
 # reward's numbers, so both stay, here, side by side.
 BM25_STOPWORDS = frozenset(
@@ -95,7 +95,7 @@ BM25_STOPWORDS = frozenset(
 """The words :mod:`qmdlab.search.lexical` drops from ``or``/``msm`` queries (unless nothing else
 is left): 125 English function words.
 
->>> len(BM25_STOPWORDS), STOPWORDS <= BM25_STOPWORDS, "not" in BM25_STOPWORDS, "not" in STOPWORDS
+>>> len(BM25_STOPWORDS), QUESTION_STOPWORDS <= BM25_STOPWORDS, "not" in BM25_STOPWORDS, "not" in QUESTION_STOPWORDS
 (125, True, True, False)
 """
 
@@ -221,7 +221,7 @@ def query_pieces(token: str) -> list[str]:
 def terms(text: str, *, stopwords: bool = True) -> list[str]:
     """The terms of ``text``: lower-case ``\\w+`` words and CJK bigrams, unique, in order.
 
-    With ``stopwords`` (the default) :data:`STOPWORDS` are dropped unless nothing else remains.
+    With ``stopwords`` (the default) :data:`QUESTION_STOPWORDS` are dropped unless nothing else remains.
 
     >>> terms("How do I rebase in Git?")
     ['rebase', 'git']
@@ -238,10 +238,10 @@ def terms(text: str, *, stopwords: bool = True) -> list[str]:
         pos = m.end()
     out += words(text[pos:])
     if stopwords:
-        content = [t for t in out if t not in STOPWORDS]
+        content = [t for t in out if t not in QUESTION_STOPWORDS]
         out = content or out
     return list(dict.fromkeys(out))
 
 
-__all__ = ["CJK_CLASS", "CJK_RUN", "WORD", "ALNUM_PATTERN", "QUERY_PIECE", "STOPWORDS", "BM25_STOPWORDS",
+__all__ = ["CJK_CLASS", "CJK_RUN", "WORD", "ALNUM_PATTERN", "QUERY_PIECE", "QUESTION_STOPWORDS", "BM25_STOPWORDS",
            "has_cjk", "space_cjk", "bigrams", "words", "folded_words", "query_pieces", "terms"]

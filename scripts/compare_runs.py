@@ -1,6 +1,6 @@
 """Do two ``qmdlab eval --out`` directories hold the same results? (the "no behaviour change" check)
 
-Used for issue 17's refactors: each refactor commit C and its parent evaluated the same suite in
+Used for refactors: each refactor commit C and its parent evaluated the same suite in
 separate ``QMDLAB_HOME``s (so no trace cache is shared), e.g. ::
 
     git worktree add /tmp/wt-old C^ && git worktree add /tmp/wt-new C

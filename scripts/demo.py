@@ -238,7 +238,7 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
 
 
 def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
-    """The trained cross-encoder reranker's held-out rows (issue 14) when `make train-reranker` has
+    """The trained cross-encoder reranker's held-out rows when `make train-reranker` has
     run; otherwise the command that adds them. Reads stored results only (no model call)."""
     import polars as pl
 

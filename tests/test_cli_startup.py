@@ -1,7 +1,7 @@
 """CLI cold start: ``import qmdlab.cli`` and the ``search`` verb stay free of heavy libraries.
 
 Structural, not timed: each check runs a fresh interpreter and looks at ``sys.modules``
-(timings are in ``scripts/bench.py`` and the README's performance section).
+(timings are in ``benchmarks/bench.py`` and the README's performance section).
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""qmdlab.terms is the one module that says what a term is (issue 17, item 3).
+"""qmdlab.terms is the one module that says what a term is.
 
 The BM25 stopwords, the query-piece pattern and the word extractors of the fake models, the GRPO
 reward and the learned fuser moved here from their own modules without any change in behaviour.
 The expected values below were CAPTURED FROM THE CODE BEFORE THE MOVE (``qmdlab.search.lexical``'s
-own ``STOPWORDS``/``_PIECE``/``_pieces``, ``qmdlab.models.fakes._TOKEN``, ``training.reward``'s
+own ``QUESTION_STOPWORDS``/``_PIECE``/``_pieces``, ``qmdlab.models.fakes._TOKEN``, ``training.reward``'s
 ``re.findall(r"\\w+", …)``) by running it on these inputs, and are hard-coded as regressions:
 a failure here means a tokenizer changed, and with it every metric.
 """
@@ -199,19 +199,19 @@ def test_patterns_are_the_old_ones():
 
 
 def test_bm25_stopwords_unchanged_and_distinct_from_terms_stopwords():
-    # sha256 of the sorted list lexical.STOPWORDS held before the move (125 words)
+    # sha256 of the sorted BM25 stopword list (125 words): a change here changes every BM25 run
     assert len(T.BM25_STOPWORDS) == 125
     digest = hashlib.sha256(" ".join(sorted(T.BM25_STOPWORDS)).encode()).hexdigest()
     assert digest == "4fda6e3060f1f2483d5d8cb9ee783bca6a18246b5dc5a417d134aea26d32b249"
-    assert len(T.STOPWORDS) == 35 and T.STOPWORDS < T.BM25_STOPWORDS
-    assert {"not", "no", "all", "before"} <= T.BM25_STOPWORDS - T.STOPWORDS
+    assert len(T.QUESTION_STOPWORDS) == 35 and T.QUESTION_STOPWORDS < T.BM25_STOPWORDS
+    assert {"not", "no", "all", "before"} <= T.BM25_STOPWORDS - T.QUESTION_STOPWORDS
 
 
-def test_old_import_paths():
+def test_one_name_per_stopword_list():
     from qmdlab.search import lexical
 
-    assert lexical.STOPWORDS is T.BM25_STOPWORDS  # scripts import the old name
-    assert importlib.util.find_spec("qmdlab.search.cjk") is None  # the shim is gone
+    assert not hasattr(lexical, "STOPWORDS") and not hasattr(T, "STOPWORDS")
+    assert importlib.util.find_spec("qmdlab.search.cjk") is None
 
 
 def test_words_and_folded_words_closed_form():
@@ -235,7 +235,7 @@ _WORD_PATTERNS = {r"\w+", r"[^\W_]+", r"[^\W_]+(?:'[^\W_]+)*"}
 def test_no_other_module_defines_a_word_pattern():
     """Only qmdlab/terms.py spells the word patterns; everything else imports them."""
     offenders = []
-    for top in ("qmdlab", "eval", "training", "scripts", "notebooks"):
+    for top in ("qmdlab", "eval", "training", "scripts", "benchmarks", "experiments", "notebooks"):
         for path in sorted((REPO / top).rglob("*.py")):
             if path == REPO / "qmdlab" / "terms.py":
                 continue

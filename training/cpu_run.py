@@ -1,4 +1,4 @@
-"""The CPU recipe: a small expander trained here, scored on held-out queries (issue 15).
+"""The CPU recipe: a small expander trained here, scored on held-out queries.
 
 ``python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`` (``make train-demo``).
 

@@ -1,6 +1,6 @@
 """GRPO of the SFT'd expander (``trl.GRPOTrainer``) with the rule + retrieval reward.
 
-Recipe (DESIGN §6): start from the merged SFT weights with a fresh LoRA (r 4 / α 8 on q, v),
+Recipe (docs/design.md, training): start from the merged SFT weights with a fresh LoRA (r 4 / α 8 on q, v),
 4 generations per prompt, max completion 200 tokens, **β = 0.04 set explicitly** (TRL's
 default is 0, which would drop the KL term and the reference model), lr 5e-7.
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from qmdlab.terms import STOPWORDS, folded_words, has_cjk, terms  # noqa: F401 — terms/STOPWORDS re-exported (one definition)
+from qmdlab.terms import QUESTION_STOPWORDS, folded_words, has_cjk, terms  # noqa: F401 — terms/QUESTION_STOPWORDS re-exported (one definition)
 
 TYPES = ("lex", "vec", "hyde")
 MAX_POINTS = 120.0
@@ -131,7 +131,7 @@ def entities(query: str) -> list[str]:
     found = []
     for tok in query.split():
         tok = tok.strip("\"'()[]{},;:!?")
-        if not tok or tok.casefold() in STOPWORDS:
+        if not tok or tok.casefold() in QUESTION_STOPWORDS:
             continue
         body = tok.rstrip(".")
         if (tok[0].isupper() or _ENTITY_CHARS.search(body)) and not has_cjk(tok):

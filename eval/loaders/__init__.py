@@ -1,6 +1,7 @@
 """Suite loaders: read a labelled collection from disk into a :class:`SuiteData`.
 
-Formats: ``qmdlab`` (the default corpus layout), ``smart``, ``trec``, ``beir``, ``jsonl``.
+Formats: ``qmdlab`` (the default corpus layout), ``smart``, ``trec``, ``beir``, ``jsonl``, and
+``qmd-bench`` (a qmd bench fixture file beside a markdown folder; :mod:`.qmdbench`).
 :func:`detect_format` guesses the format of a directory from the files it holds.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ._common import SuiteData
 from .beir import load_beir
 from .default import load_default
 from .jsonl import load_jsonl
+from .qmdbench import load_qmd_bench
 from .smart import load_smart
 from .trec import load_trec
 
@@ -23,6 +25,7 @@ LOADERS: dict[str, Callable[[Path], SuiteData]] = {
     "trec": load_trec,
     "beir": load_beir,
     "jsonl": load_jsonl,
+    "qmd-bench": load_qmd_bench,
 }
 FORMATS = tuple(LOADERS)
 
@@ -62,4 +65,4 @@ def load(directory: str | Path, fmt: str | None = None, **options) -> SuiteData:
 
 
 __all__ = ["SuiteData", "FORMATS", "LOADERS", "detect_format", "load", "load_beir", "load_default",
-           "load_jsonl", "load_smart", "load_trec"]
+           "load_jsonl", "load_qmd_bench", "load_smart", "load_trec"]

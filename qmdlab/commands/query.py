@@ -23,15 +23,20 @@ def register(group: click.Group) -> None:
     @click.option("-n", "limit", type=int, default=None, help="Number of results [default: 5, or the --config file's].")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--intent", default=None, help="Disambiguating context (disables the strong-signal skip).")
-    @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
-    @click.option("--no-rerank", is_flag=True, help="Skip the reranker (fusion order).")
+    @click.option("--expand/--no-expand", "expand", default=None,
+                  help="Run query expansion, or skip it [default: the preset's — off for offline and tiny, "
+                       "on for qmd — unless the --config file sets 'expand'].")
+    @click.option("--rerank/--no-rerank", "rerank", default=None,
+                  help="Rerank the fused candidates with the LLM reranker, or keep the fusion order [default: "
+                       "the preset's — off for offline and tiny, on for qmd — unless the --config file sets "
+                       "'rerank'].")
     @click.option("-C", "--candidate-limit", type=int, default=None, help="Candidates reranked (default 40).")
     @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None, help="Fusion method (default qmd_rrf).")
     @click.option("--blend", type=click.Choice(BLEND_METHODS), default=None, help="Blend method (default position).")
     @click.option("--min-score", type=float, default=None, help="Drop results whose final score is below this.")
     @click.option("--min-score-fallback", type=float, default=None,
                   help="When nothing reaches --min-score, keep up to 3 results within this much below it "
-                       "(AI Helper's fallback probe; noted in the trace).")
+                       "(the fallback probe; noted in the trace).")
     @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
                   help="Pipeline options from a YAML or TOML file (flags win).")
     @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET "
@@ -48,16 +53,20 @@ def register(group: click.Group) -> None:
                                                        "(--format json: the results only).")
     @result_options(json_flag=False)
     @click.pass_context
-    def query(ctx, text, limit, collections, intent, no_expand, no_rerank, candidate_limit, fusion, blend,
+    def query(ctx, text, limit, collections, intent, expand, rerank, candidate_limit, fusion, blend,
               min_score, min_score_fallback, config_file, preset, explain, tags, prefer_tags, tag_lift,
               no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, max_chars,
               line_numbers, context) -> None:
-        """Hybrid search: expansion, BM25 + vectors, fusion, rerank, blend — with a trace."""
+        """Hybrid search: BM25 + vectors, fusion, and — per preset or flag — expansion and rerank, with a trace.
+
+        The first line on stderr says which stages ran and why (the preset's measured default, the
+        config or a flag)."""
         from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render
         from qmdlab.models import load_models
         from qmdlab.pipeline.config import PipelineConfig
         from qmdlab.pipeline.explain import format_explain, to_json
         from qmdlab.pipeline.lab import Lab
+        from qmdlab.pipeline.stages import model_roles, plan_stages, preset_name
         from qmdlab.search import SearchFilters
         from qmdlab.store import Index
 
@@ -69,20 +78,18 @@ def register(group: click.Group) -> None:
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
         flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
                  "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
-                 "expand": False if no_expand else None,
-                 "rerank": False if no_rerank else None,
                  "strong_signal": False if no_strong_signal else None}
         cfg = base.replace(**{k: v for k, v in flags.items() if v is not None},
                            **base.tag_preference(prefer_tags, tag_lift))
+        cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank)
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None)
         ctx.call_on_close(idx.close)
-        roles = {"expand": "none"} if not cfg.expand else {}
-        if not cfg.rerank:
-            roles["rerank"] = "none"
-        models = load_models(preset, **roles)
+        models = load_models(plan.preset, **model_roles(cfg))
         filters = SearchFilters(tuple(tags), None, None) if tags else None
-        trace = Lab(idx, models, cfg).query(text, intent=intent, collections=list(collections) or None,
-                                            filters=filters)
+        trace = Lab(idx, models, cfg, plan=plan).query(text, intent=intent, collections=list(collections) or None,
+                                                       filters=filters)
+        for line in trace.notes_for("stages")[:1]:
+            click.echo(line, err=True)
         if as_json:
             click.echo(json.dumps(to_json(trace, cfg), ensure_ascii=False, indent=2))
             return

@@ -304,6 +304,10 @@ def register(group: click.Group) -> None:
             click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})")
         for fp, v in st["vectors"].items():
             click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d")
+            if v.get("mismatched") or v.get("unverified"):
+                click.echo(f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "
+                           f"{v.get('unverified', 0)} unverified (stored by an older qmdlab); `qmdlab embed` "
+                           "replaces the first, `qmdlab embed -f` re-computes all")
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")

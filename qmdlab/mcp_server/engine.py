@@ -104,6 +104,7 @@ class Engine:
         self.preset = preset or os.environ.get("QMDLAB_PRESET") or None
         self._config = config
         self._models = models
+        self._given_models = models is not None and preset is None
         self._lab = None
         self.lock = threading.RLock()
 
@@ -461,12 +462,14 @@ class Engine:
     # -- query ------------------------------------------------------------------------
     def query(self, query: str | None = None, searches: Sequence[dict[str, str]] | None = None,
               collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,
-              minScore: float = 0.0, candidateLimit: int = 40, rerank: bool = True,
+              minScore: float = 0.0, candidateLimit: int = 40, rerank: bool | None = None,
               explain: bool = False, tags: Sequence[str] | None = None, preferTags: Sequence[str] | None = None,
-              tagLift: int | None = None) -> tuple[str, dict[str, Any]]:
+              tagLift: int | None = None, expand: bool | None = None) -> tuple[str, dict[str, Any]]:
         """The hybrid pipeline; ``tags`` are required front-matter tags (all of them, as
         ``qmdlab query --tag``), ``preferTags``/``tagLift`` the tag rank-lift (``--prefer-tag``/
-        ``--tag-lift``: :meth:`~qmdlab.pipeline.config.PipelineConfig.tag_preference`)."""
+        ``--tag-lift``: :meth:`~qmdlab.pipeline.config.PipelineConfig.tag_preference`).
+        ``expand``/``rerank`` ``None`` = the server config's choice, else the preset's default
+        (:func:`qmdlab.pipeline.stages.plan_stages`); the first note says which stages ran and why."""
         searches = [dict(s) for s in (searches or [])]
         text = (query or "").strip()
         if not text and not searches:
@@ -480,8 +483,11 @@ class Engine:
             colls = self._check_collections(collections)
             if tagLift is not None and int(tagLift) < 0:
                 raise QmdlabError(f"tagLift must be 0 or more, got {tagLift}")
+            from qmdlab.pipeline.stages import plan_stages, preset_name
+
+            staged, plan = plan_stages(self.config, preset_name(self.preset, models_given=self._given_models), expand=expand, rerank=rerank)
             overrides = {"limit": int(limit), "min_score": float(minScore),
-                         "candidate_limit": int(candidateLimit), "rerank": bool(rerank),
+                         "candidate_limit": int(candidateLimit), "expand": staged.expand, "rerank": staged.rerank,
                          **self.config.tag_preference(list(preferTags or ()), tagLift)}
             cfg = self.config.replace(**overrides)  # what Lab.query runs with
             filters = None
@@ -489,7 +495,7 @@ class Engine:
                 from qmdlab.search import SearchFilters
 
                 filters = SearchFilters(tuple(tags), None, None)
-            trace = self._run(text, searches, colls, intent, overrides, filters)
+            trace = self._run(text, searches, colls, intent, overrides, filters, plan)
             results = self._results(trace, text or " ".join(s["query"] for s in searches), intent, explain, cfg)
         data: dict[str, Any] = {
             "query": text or None,
@@ -519,10 +525,11 @@ class Engine:
         return "\n".join(out), data
 
     def _run(self, text: str, searches: list[dict[str, str]], collections: list[str] | None,
-             intent: str | None, overrides: dict[str, Any], filters: Any = None):
+             intent: str | None, overrides: dict[str, Any], filters: Any = None, plan: Any = None):
         """Run the pipeline through qmdlab's API (the only place that calls the Lab)."""
         return self.lab().query(text, intent=intent or None, qid="q", collections=collections, filters=filters,
-                                searches=[(s["type"], s["query"]) for s in searches] or None, **overrides)
+                                searches=[(s["type"], s["query"]) for s in searches] or None, plan=plan,
+                                **overrides)
 
     def _results(self, trace: Any, query_text: str, intent: str | None, explain: bool,
                  config: Any = None) -> list[dict[str, Any]]:

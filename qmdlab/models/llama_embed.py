@@ -6,6 +6,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from qmdlab import cancel
 from qmdlab.errors import ModelError
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama
 from qmdlab.models.base import l2_normalize, make_fingerprint
@@ -63,6 +64,7 @@ class LlamaEmbedder:
         out = []
         with self.llama.use() as llm:
             for i in range(0, len(texts), self.batch_size):
+                cancel.check()  # a budgeted call that ran out stops between batches
                 try:
                     vecs = llm.embed(texts[i : i + self.batch_size], truncate=True)
                 except (RuntimeError, ValueError) as err:

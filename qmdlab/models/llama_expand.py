@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from qmdlab import cancel
 from qmdlab.errors import ModelError
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, import_llama_cpp
 from qmdlab.models.base import ExpandResult, make_fingerprint
@@ -86,10 +87,14 @@ class LlamaExpander:
                           min_p=0.0, repeat_penalty=1.0, grammar=self._grammar)
             if s.seed is not None:
                 kwargs["seed"] = s.seed
+            # a budgeted call that ran out stops after the token being generated
+            kwargs["stopping_criteria"] = llama_cpp.StoppingCriteriaList([lambda _ids, _logits: cancel.stop_requested()])
             try:  # llama-cpp-python reuses the KV cache of a shared prompt prefix by itself
+                cancel.check()
                 out = llm.create_completion(tokens, **kwargs)
             except (RuntimeError, ValueError) as err:
                 raise ModelError(f"query expansion with {self.model_id} failed: {err}") from err
+            cancel.check()  # a stopped generation is partial: never returned, never cached
         choice = out["choices"][0]
         raw, cut = split_truncated(choice["text"], choice.get("finish_reason"))
         res = parse_expansion(raw)

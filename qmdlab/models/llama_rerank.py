@@ -6,6 +6,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from qmdlab import cancel
+from qmdlab.cancel import CallStopped
 from qmdlab.errors import ModelError
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama
 from qmdlab.models.base import make_fingerprint
@@ -100,11 +102,14 @@ class LlamaReranker:
                 llm.eval(head)
                 base = llm.n_tokens
                 for text in texts:
+                    cancel.check()  # a budgeted call that ran out stops between pairs
                     body = enc(text, False)[:room]  # document text never parses as special tokens
                     llm.n_tokens = base  # drop the previous document; eval() trims the KV cache to here
                     llm.eval(body + tail)
                     logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).copy()
                     out.append(p_yes(logits, self.yes_ids, self.no_ids))
+            except CallStopped:
+                raise
             except (RuntimeError, ValueError) as err:
                 raise ModelError(f"rerank with {self.model_id} failed: {err}") from err
             finally:

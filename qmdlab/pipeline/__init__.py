@@ -1,4 +1,4 @@
-"""The traced hybrid query pipeline (DESIGN §3), one module per stage.
+"""The traced hybrid query pipeline (docs/design.md, pipeline), one module per stage.
 
 =============  ===================================================================
 ``config``     :class:`PipelineConfig`, every constant of the pipeline
@@ -13,7 +13,7 @@
 ``rerank``     cached, fail-open reranking → ``rerank``
 ``blend``      blend methods (``position``, ``score``, ``rerank_only``, ``none``) → ``final``
 ``finish``     dedupe, min-score, tag lift, limit
-``trace``      :class:`Trace`, the tables of DESIGN §4
+``trace``      :class:`Trace`, the tables of docs/design.md, trace
 ``lab``        :class:`Lab` and :func:`query`, the whole pipeline over an index
 ``retune``     :func:`retune`, the cheap stages again with no model or index call
 ``explain``    per-result contributions for ``qmdlab query --explain``/``--json``

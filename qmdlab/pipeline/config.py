@@ -1,6 +1,6 @@
 """Every knob of the hybrid query pipeline in one frozen dataclass.
 
-The defaults reproduce qmd 2.8.3 (DESIGN §3) except where a docstring says
+The defaults reproduce qmd 2.8.3 (docs/design.md, pipeline) except where a docstring says
 otherwise. A notebook slider, a YAML/TOML file or a CLI flag changes a field via
 :meth:`PipelineConfig.replace`; nothing else in :mod:`qmdlab.pipeline` holds a
 constant of its own.
@@ -41,7 +41,7 @@ of every config that does not use them stays what it was."""
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """The pipeline's constants (DESIGN §3); defaults are qmd's behaviour.
+    """The pipeline's constants (docs/design.md, pipeline); defaults are qmd's behaviour.
 
     Parameters
     ----------
@@ -83,7 +83,7 @@ class PipelineConfig:
         Chunk selection: extra hits per intent-term occurrence.
     df_filter : bool
         Chunk selection ignores query terms present in over half the candidates
-        (terms with document frequency <= 2 are exempt) — AI Helper's keyword filter.
+        (terms with document frequency <= 2 are exempt) — a memory-recall keyword filter.
     blend : str
         One of ``position`` (qmd), ``score``, ``rerank_only``, ``none``.
     blend_bands : tuple of int
@@ -96,7 +96,7 @@ class PipelineConfig:
         Results kept after blending (10 so nDCG@10 is defined; the CLI's ``-n``
         defaults to qmd's 5).
     norm_weight_fts, norm_weight_vec : float
-        ``norm_sum`` channel weights (super-pi: body 1.0, vector 0.9).
+        ``norm_sum`` channel weights (body 1.0, vector 0.9).
     gate_margin, gate_max_take : float, int
         ``gated_rrf``: vector hits are admitted while ``cos >= top1 - gate_margin``,
         at most ``gate_max_take`` per list.
@@ -119,25 +119,24 @@ class PipelineConfig:
         ``or``/``msm``: a word repeated in the query counts once per occurrence
         (BM25's query term frequency); off, each distinct term counts once.
     tags : tuple of str
-        Requested front-matter tags for the tag rank-lift (AI Helper).
+        Requested front-matter tags for the tag rank-lift (a memory-recall rule).
     tag_lift : int
         Places a result whose tags overlap ``tags`` moves up (0 = off).
     dedupe_content : bool
         Identical content (same sha256 digest) under several paths is returned once, at its best
-        rank; the other paths are listed in the trace notes (super-pi's digest dedupe; qmd
+        rank; the other paths are listed in the trace notes (a content-digest dedupe; qmd
         returns every path).
     weight_original_phrase, weight_original_like, weight_original_trigram : float
         RRF weight of the extra keyword channels of the original query
-        (:mod:`qmdlab.search.channels`): the whole query as a verbatim phrase (AI Helper's
-        verbatim bonus, super-pi's phrase channel), the substring ``LIKE`` leg (KBFold's third
-        keyword leg) and the CJK trigram channel (super-pi). 0 (the default) = the channel is
+        (:mod:`qmdlab.search.channels`): the whole query as a verbatim phrase, the substring
+        ``LIKE`` leg and the CJK trigram channel. 0 (the default) = the channel is
         not run; ``norm_sum`` counts them with ``norm_weight_fts``.
     weight_original_heading : float
-        RRF weight of super-pi's heading channel (documents whose section headings hold query
+        RRF weight of the heading channel (documents whose section headings hold query
         terms; :func:`qmdlab.search.channels.heading_search`). 0 (the default) = not run. Not a
         learned-fusion feature (:data:`LIST_KEYS` is the learned model's feature set).
     min_score_fallback, fallback_max : float, int
-        AI Helper's fallback probe: when no result of a query reaches ``min_score``, keep at most
+        the fallback probe: when no result of a query reaches ``min_score``, keep at most
         ``fallback_max`` results scoring at least ``min_score - min_score_fallback`` (noted in the
         trace) instead of returning nothing. 0 (the default) = off: nothing below ``min_score``.
     chunker : str
@@ -154,7 +153,7 @@ class PipelineConfig:
         ``hnsw`` only: the search's candidate list (recall against latency, README "Scaling up").
     stage_budget_s : float
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
-        past it the stage is skipped with a note, fail-open, and the call is abandoned on its
+        past it the stage is cut with a note, fail-open, and the call is asked to stop on its
         worker thread (:mod:`qmdlab.pipeline.budget`). 0 = unbounded.
 
     Examples
@@ -317,7 +316,9 @@ class PipelineConfig:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(f"{source}: unknown pipeline option {key!r}{hint}; "
                                   f"valid options: {', '.join(names)}")
-        return cls(**_coerce(dict(data), source))
+        out = cls(**_coerce(dict(data), source))
+        object.__setattr__(out, "_given", frozenset(data))
+        return out
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "PipelineConfig":
@@ -362,7 +363,23 @@ class PipelineConfig:
             return self
         merged = self.to_dict()
         merged.update(overrides)
-        return type(self).from_dict(merged, source="override")
+        out = type(self).from_dict(merged, source="override")
+        object.__setattr__(out, "_given", getattr(self, "_given", frozenset()) | frozenset(overrides))
+        return out
+
+    def given(self) -> frozenset[str]:
+        """The options the user set: those a file or mapping named (:meth:`from_dict`, kept through
+        :meth:`replace`, which adds its overrides) and those holding a value other than their default.
+        Not part of equality or :meth:`to_dict`; :func:`qmdlab.pipeline.stages.plan_stages` lets a given
+        ``expand``/``rerank`` win over the preset's default.
+
+        >>> sorted(PipelineConfig.from_dict({"rerank": True}).replace(rrf_k=10).given())
+        ['rerank', 'rrf_k']
+        >>> sorted(PipelineConfig(expand=False).given()), sorted(PipelineConfig().given())
+        (['expand'], [])
+        """
+        changed = {f.name for f in fields(self) if getattr(self, f.name) != f.default}
+        return frozenset(getattr(self, "_given", frozenset())) | changed
 
     def tag_preference(self, tags: Any = (), lift: int | None = None) -> dict[str, Any]:
         """The overrides that prefer ``tags`` (the tag rank-lift), one rule for every front end.

@@ -1,6 +1,6 @@
 """Expansion: typed sub-queries from the expander (or the user), filtered.
 
-DESIGN §3 step 2: a line equal to the query is dropped, and so is a line that
+docs/design.md, pipeline step 2: a line equal to the query is dropped, and so is a line that
 shares no query term. Terms are language-aware (:func:`query_terms`): words for
 alphabetic scripts, character bigrams for CJK runs (a single CJK character is its
 own term), so a Chinese or Japanese query is filtered like any other instead of

@@ -1,4 +1,4 @@
-"""Finish: dedupe (by docno, then by content digest), min-score, tag rank-lift, limit (DESIGN §3 step 8).
+"""Finish: dedupe (by docno, then by content digest), min-score, tag rank-lift, limit (docs/design.md, pipeline step 8).
 
 :func:`finish` works on the ``final`` table of many queries at once (it is part of
 :func:`qmdlab.retune`). Snippets with line numbers come from :mod:`qmdlab.pipeline.results`
@@ -110,7 +110,7 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
 def min_score_filter(final: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     """Drop ``final_score < min_score``; with ``min_score_fallback`` > 0, a query left with nothing
     keeps its best ``fallback_max`` rows scoring at least ``min_score - min_score_fallback``
-    (AI Helper's fallback probe). ``final`` is sorted by rank within each query.
+    (the fallback probe). ``final`` is sorted by rank within each query.
 
     >>> f = pl.DataFrame({"qid": ["q"] * 5 + ["r"], "docno": list("abcdea"),
     ...                   "final_score": [0.5, 0.45, 0.41, 0.4, 0.2, 0.9], "final_rank": [1, 2, 3, 4, 5, 1]})

@@ -118,7 +118,7 @@ def channel_weight(config: PipelineConfig) -> pl.Expr:
 
 
 def gate(lists: pl.DataFrame, margin: float, max_take: int) -> pl.DataFrame:
-    """AI Helper's semantic admission gate: keep a vector hit only if its cosine is
+    """The semantic admission gate of gated memory recall: keep a vector hit only if its cosine is
     ``>= top1 − margin`` of its list, at most ``max_take`` per list; BM25 lists pass.
 
     >>> df = pl.DataFrame({"qid": ["q"] * 3, "list_id": [0] * 3, "source": ["vec"] * 3,
@@ -239,18 +239,18 @@ class _RankBonus:
 
 
 def rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """Plain rank-only RRF ``Σ 1/(k+rank)`` (KBFold); list weights are ignored."""
+    """Plain rank-only RRF ``Σ 1/(k+rank)`` (ranks only); list weights are ignored."""
     return _aggregate(lists, rrf_term(config.rrf_k, weight=pl.lit(1.0)))
 
 
 def norm_sum(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """super-pi: per-channel scores (:func:`channel_norm`: BM25 over its list's best, vector cosine as
+    """Channel score sum: per-channel scores (:func:`channel_norm`: BM25 over its list's best, vector cosine as
     is) times the channel weight, summed."""
     return _aggregate(lists, channel_weight(config) * channel_norm())
 
 
 def gated_rrf(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """AI Helper memory recall: :func:`gate` the vector lists, then plain RRF."""
+    """Gated memory recall: :func:`gate` the vector lists, then plain RRF."""
     return rrf(gate(lists, config.gate_margin, config.gate_max_take), config)
 
 

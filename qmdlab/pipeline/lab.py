@@ -1,4 +1,4 @@
-"""The query workbench: run the whole traced pipeline (DESIGN §3) over an index.
+"""The query workbench: run the whole traced pipeline (docs/design.md, pipeline) over an index.
 
 .. code-block:: python
 
@@ -68,10 +68,15 @@ class Lab:
         embedder in an in-memory memo of query embeddings
         (:class:`~qmdlab.models.cached.MemoEmbedder`) unless already memoised.
     config : PipelineConfig, optional
+    plan : qmdlab.pipeline.stages.StagePlan, optional
+        The front end's stage choice (:func:`qmdlab.pipeline.stages.plan_stages`): every query's
+        trace then starts its ``notes`` with a ``stages`` row saying which stages ran and why.
     """
 
-    def __init__(self, index: Any, models: Any = None, config: PipelineConfig | None = None):
+    def __init__(self, index: Any, models: Any = None, config: PipelineConfig | None = None,
+                 plan: Any = None):
         self.index = index
+        self.plan = plan
         embedder, expander, reranker = models if models is not None else (None, None, None)
         cache = getattr(index, "cache", None)
         self.embedder = _memo_embedder(embedder)
@@ -89,7 +94,7 @@ class Lab:
     # ------------------------------------------------------------------ one query
     def query(self, text: str, *, intent: str | None = None, qid: str = "q",
               searches: Sequence[tuple[str, str]] | None = None, collections: Sequence[str] | None = None,
-              filters: Any = None, **overrides: Any) -> Trace:
+              filters: Any = None, plan: Any = None, **overrides: Any) -> Trace:
         """Run the pipeline for one query.
 
         Parameters
@@ -106,17 +111,20 @@ class Lab:
             Typed sub-queries given by the user; they replace the expander.
         collections, filters
             Restrict retrieval (``qmdlab.search.SearchFilters`` for filters).
+        plan : qmdlab.pipeline.stages.StagePlan, optional
+            This query's stage choice, instead of the lab's ``plan``.
         **overrides
             :class:`PipelineConfig` fields for this query only.
         """
         cfg = self.config.replace(**overrides)
+        plan = plan if plan is not None else self.plan
         if searches is None and _TYPED_LINE.search(text):
             text, doc_intent, searches = parse_query_document(text)
             intent = intent or doc_intent
         text = text.strip()
         if not text and not searches:
             if cfg.tags:
-                return self._tag_listing(qid, cfg, collections)
+                return self._tag_listing(qid, cfg, collections, plan)
             raise QmdlabError("empty query: give query text, typed lex:/vec:/hyde: lines, or tags to list")
         run = _Run(qid)
         # 1. probe
@@ -196,9 +204,13 @@ class Lab:
                                  "text": [e.text for e in expansions], "kept": [e.kept for e in expansions],
                                  "reason_dropped": [e.reason_dropped for e in expansions],
                                  "origin": [e.origin for e in expansions]}, schema=SCHEMAS["expansions"])
-        return Trace(queries=queries, expansions=exp_rows, lists=got.lists, fused=fused, rerank=rerank_table,
-                     final=final, results=results, timings=run.timings(), notes=run.notes_frame(),
-                     config=cfg.to_dict())
+        trace = Trace(queries=queries, expansions=exp_rows, lists=got.lists, fused=fused, rerank=rerank_table,
+                      final=final, results=results, timings=run.timings(), notes=run.notes_frame(),
+                      config=cfg.to_dict())
+        if plan is not None:
+            run.first_note("stages", plan.line(trace))
+            trace.notes = run.notes_frame()
+        return trace
 
     # ------------------------------------------------------------------ many queries
     def run_queries(self, queries: pl.DataFrame, progress: bool = True, **overrides: Any) -> Trace:
@@ -278,7 +290,7 @@ class Lab:
             lines, dropped = list(res.lines), list(res.dropped)  # a malformed answer fails here, not later
         except StageTimeout:
             run.note("expand", f"expander over its {cfg.stage_budget_s:g} s budget (stage_budget_s; the call was "
-                               "abandoned): expansion skipped, original query only")
+                               "stopped): expansion cut, original query only")
             return []
         except StageBusy as err:
             run.note("expand", f"expansion skipped ({err}): original query only")
@@ -311,7 +323,8 @@ class Lab:
         self._doc_tags_cache = (docs, cols, out)
         return out
 
-    def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None) -> Trace:
+    def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None,
+                     plan: Any = None) -> Trace:
         """No query text, only tags: the documents carrying any requested tag, by docno."""
         want = [t.lower() for t in cfg.tags]
         docs = self.index.documents(collections).filter(
@@ -322,6 +335,8 @@ class Lab:
                               "final_score": [1.0] * n, "final_rank": list(range(1, n + 1))},
                              schema=SCHEMAS["final"])
         run = _Run(qid)
+        if plan is not None:
+            run.note("stages", "stages: tag listing (no query text: no retrieval, expansion or rerank)")
         run.note("finish", f"no query: {n} documents tagged {', '.join(cfg.tags)} (tags filter)")
         return Trace(queries=pl.DataFrame({"qid": [qid], "text": [""], "intent": [None]}, schema=SCHEMAS["queries"]),
                      final=final, results=self._results(final, "", None, None), notes=run.notes_frame(),
@@ -368,6 +383,9 @@ class _Run:
     def note(self, stage: str, message: str) -> None:
         self._notes.append((stage, message))
 
+    def first_note(self, stage: str, message: str) -> None:
+        self._notes.insert(0, (stage, message))
+
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
@@ -388,8 +406,8 @@ class _Run:
 _DEFAULTS: dict[tuple, tuple[Any, Any]] = {}
 
 
-def query(text: str, *, index: Any = None, config: PipelineConfig | None = None, expand: bool = True,
-          rerank: bool = True, models: Any = None, preset: str | None = None, **overrides: Any) -> Trace:
+def query(text: str, *, index: Any = None, config: PipelineConfig | None = None, expand: bool | None = None,
+          rerank: bool | None = None, models: Any = None, preset: str | None = None, **overrides: Any) -> Trace:
     """Run one query with the default index and models; the notebook/script entry point.
 
     Parameters
@@ -399,20 +417,27 @@ def query(text: str, *, index: Any = None, config: PipelineConfig | None = None,
     index : qmdlab.store.Index, str or None
         An open index, an index name/directory, or ``None`` for the default index.
     config : PipelineConfig, optional
-    expand, rerank : bool
-        ``False`` switches the stage off (same as the config fields).
+    expand, rerank : bool, optional
+        Switch the stage on or off; ``None`` (the default) = the config's choice where it makes one,
+        else the preset's default (:func:`qmdlab.pipeline.stages.plan_stages`: the offline preset
+        runs BM25 + vectors + fusion, the qmd preset qmd's whole pipeline). The trace's first note
+        (stage ``stages``) says which stages ran and why.
     models : ModelSet, optional
         Defaults to ``qmdlab.models.load_models(preset)`` (lazy; loaded once per process).
     preset : str, optional
-        Model preset for ``load_models`` when ``models`` is not given.
+        Model preset for ``load_models`` and the stage defaults (``None``: ``$QMDLAB_PRESET``, the
+        model config, else ``offline``).
     **overrides
         Other :class:`PipelineConfig` fields, or ``intent``, ``qid``, ``searches``,
         ``collections``, ``filters`` of :meth:`Lab.query`.
     """
+    from qmdlab.pipeline.stages import plan_stages, preset_name
+
     q_kwargs = {k: overrides.pop(k) for k in ("intent", "qid", "searches", "collections", "filters")
                 if k in overrides}
-    base = config or PipelineConfig()
-    cfg = base.replace(expand=base.expand and expand, rerank=base.rerank and rerank, **overrides)
+    base = (config or PipelineConfig()).replace(**overrides)
+    name = preset_name(preset, models_given=models is not None)
+    cfg, plan = plan_stages(base, name, expand=expand, rerank=rerank)
     idx = index if index is not None and hasattr(index, "chunks") else None
     key = (str(index) if idx is None else id(idx), id(models) if models is not None else preset)
     if key not in _DEFAULTS:
@@ -423,10 +448,10 @@ def query(text: str, *, index: Any = None, config: PipelineConfig | None = None,
         if models is None:
             from qmdlab.models import load_models
 
-            models = load_models(preset) if preset else load_models()
+            models = load_models(preset)
         _DEFAULTS[key] = (idx, models)
     idx, models = _DEFAULTS[key]
-    return Lab(idx, models, cfg).query(text, **q_kwargs)
+    return Lab(idx, models, cfg, plan=plan).query(text, **q_kwargs)
 
 
 __all__ = ["Lab", "query"]

@@ -62,9 +62,9 @@ _STOP: list[str] | None = None
 def _stopwords() -> list[str]:
     global _STOP
     if _STOP is None:
-        from qmdlab.terms import STOPWORDS  # the project's one list of non-content words
+        from qmdlab.terms import QUESTION_STOPWORDS  # the project's one list of non-content words
 
-        _STOP = sorted(STOPWORDS)
+        _STOP = sorted(QUESTION_STOPWORDS)
     return _STOP
 
 

@@ -1,4 +1,4 @@
-"""Lexical probe and the strong-signal skip (DESIGN §3 step 1).
+"""Lexical probe and the strong-signal skip (docs/design.md, pipeline step 1).
 
 The BM25 list of the original query doubles as the probe: if its top normalised
 score is ``>= strong_signal_min`` and leads the second by ``>= strong_signal_gap``

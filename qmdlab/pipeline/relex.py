@@ -8,9 +8,9 @@ themselves, so :func:`relex` re-runs every recorded ``fts`` list (the original q
 the vector lists, expansions and rerank scores are kept. Then :func:`qmdlab.retune` /
 :class:`eval.study.Study` re-fuse as usual.
 
-One BM25 call per recorded list, measured by ``scripts/refuse_timing.py`` on the shared 2-core
-machine (load average ~11): CISI (1,460 abstracts, long queries) about 15 ms per query, the
-default corpus about 2 ms — against ~0.1–0.3 ms per query for a re-fusion
+One BM25 call per recorded list: on CISI (1,460 abstracts, long queries) about 15 ms per query,
+on the default corpus about 2 ms, against ~0.1–0.3 ms per query for a re-fusion
+(``experiments/refuse_timing/``)
 (``tests/pipeline/test_relex.py`` checks equality with a fresh pipeline run). A :class:`RelexCache`
 remembers the lists per knob setting, so moving a fusion slider after a lexical one costs
 nothing.

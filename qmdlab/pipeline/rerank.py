@@ -1,4 +1,4 @@
-"""Rerank: (query, selected chunk) → P(yes), cached, fail-open (DESIGN §3 step 6).
+"""Rerank: (query, selected chunk) → P(yes), cached, fail-open (docs/design.md, pipeline step 6).
 
 The reranker is used through ``score_cached`` when it has one (the
 :class:`qmdlab.models.CachedReranker`), which reports per pair whether the score
@@ -37,7 +37,7 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
     qid : str
     budget_s : float, optional
         Seconds the model call may take (``PipelineConfig.stage_budget_s``; 0/None = unbounded);
-        past it the call is abandoned and fusion order kept (:mod:`qmdlab.pipeline.budget`).
+        past it the call is stopped and fusion order kept (:mod:`qmdlab.pipeline.budget`).
     """
     from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
 
@@ -63,7 +63,7 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
             raise ValueError(f"reranker scores outside [0, 1]: {bad[:3]}")
     except StageTimeout:
         return Reranked(empty("rerank"), [("rerank", f"reranker over its {budget_s:g} s budget (stage_budget_s; the "
-                                                     "call was abandoned): rerank skipped, fusion order kept")])
+                                                     "call was stopped): rerank cut, fusion order kept")])
     except StageBusy as err:
         return Reranked(empty("rerank"), [("rerank", f"reranker skipped ({err}): fusion order kept")])
     except Exception as err:  # fail-open: degrade to fusion order and say so

@@ -1,4 +1,4 @@
-"""Routing and retrieval: sub-queries → the ``lists`` table (DESIGN §3 step 3).
+"""Routing and retrieval: sub-queries → the ``lists`` table (docs/design.md, pipeline step 3).
 
 The original query goes to BM25 and to vector search (and to each extra keyword channel whose
 weight is above 0: ``phrase``, ``like``, ``trigram``, ``heading``, :mod:`qmdlab.search.channels`); ``lex`` lines to BM25;
@@ -133,8 +133,8 @@ def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, s
     """The query vector of one vector route, within ``config.stage_budget_s``; fail-open.
 
     Returns ``(vector, None)``, or ``(None, why)`` when the embedder raised, hung past the
-    budget (the call is abandoned, see :mod:`qmdlab.pipeline.budget`), is still busy with an
-    abandoned call, or answered with something that is not a finite ``(dim,)`` vector.
+    budget (the call is stopped, see :mod:`qmdlab.pipeline.budget`), is still finishing a
+    stopped call, or answered with something that is not a finite ``(dim,)`` vector.
 
     >>> class Boom:
     ...     model_id, fingerprint, dim = "boom", "boom", 2
@@ -158,7 +158,7 @@ def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, s
         if vec.ndim != 1 or (isinstance(dim, int) and vec.shape[0] != dim) or not np.isfinite(vec).all():
             raise ValueError(f"embedder returned a vector of shape {vec.shape} (want ({dim},), finite)")
     except StageTimeout:
-        return None, f"query embedding over its {budget:g} s budget (stage_budget_s; the call was abandoned)"
+        return None, f"query embedding over its {budget:g} s budget (stage_budget_s; the call was stopped): keyword lists only"
     except StageBusy as err:
         return None, f"query embedding skipped ({err})"
     except Exception as err:  # any model failure after a successful load: keyword results only

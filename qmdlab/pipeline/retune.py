@@ -1,4 +1,4 @@
-"""Re-run the cheap stages of recorded traces under a new config (DESIGN §4).
+"""Re-run the cheap stages of recorded traces under a new config (docs/design.md, trace).
 
 :func:`retune` recomputes ``fused``, the candidates, the blend and ``final`` from
 ``trace.lists`` and the rerank scores already in ``trace.rerank`` — for every

@@ -1,10 +1,10 @@
-"""Chunk selection for rerank (DESIGN §3 step 5).
+"""Chunk selection for rerank (docs/design.md, pipeline step 5).
 
 Each candidate document is represented to the reranker by one chunk: the one with
 the most query-term hits, plus ``intent_term_bonus`` per intent term; ties go to
 the first chunk. A *hit* is a distinct query term occurring in the chunk
 (case-insensitive substring, so CJK bigrams and word prefixes match). With
-``df_filter`` (AI Helper's keyword channel), query terms present in more than
+``df_filter`` (the keyword document-frequency filter), query terms present in more than
 half of the candidate documents are ignored, except terms with df <= 2.
 """
 from __future__ import annotations

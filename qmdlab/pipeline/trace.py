@@ -1,4 +1,4 @@
-"""The trace: every stage's intermediate scores as polars DataFrames (DESIGN §4).
+"""The trace: every stage's intermediate scores as polars DataFrames (docs/design.md, trace).
 
 Run-like tables use PyTerrier-style ``qid, docno, <score>, <rank>`` columns so a
 ranx run is one line away (:meth:`Trace.to_ranx_run`). Every table has a fixed
@@ -35,7 +35,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "timings": {"qid": pl.String, "stage": pl.String, "ms": pl.Float64},
     "notes": {"qid": pl.String, "stage": pl.String, "message": pl.String},
 }
-"""Column names and dtypes of every trace table (DESIGN §4 plus ``results``, the
+"""Column names and dtypes of every trace table (docs/design.md, trace plus ``results``, the
 finished rows with title and snippet, ``queries``, the query text and intent of
 each qid, and a ``qid`` on timings/notes)."""
 

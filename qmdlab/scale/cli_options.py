@@ -1,4 +1,4 @@
-"""The ``--ray [ADDRESS]`` options shared by ``qmdlab embed`` and ``qmdlab eval`` (issue 21). It lives here, not in
+"""The ``--ray [ADDRESS]`` options shared by ``qmdlab embed`` and ``qmdlab eval``. It lives here, not in
 ``qmdlab.commands``, because ``eval``'s verb module uses it and loading one verb must not load another verb's area."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Exact search is one matrix-vector product over every chunk vector: linear in the
 (about 30 ms of CPU at 100k chunks and 325 ms at 1M on this project's machine, see README
 "Scaling up"). With ``vector_index: hnsw`` (:class:`AnnConfig`) the candidates come from a FAISS
 HNSW graph instead (``IndexHNSWFlat``, inner product over the L2-normalised rows, so cosine),
-chosen by measurement over hnswlib and usearch (``scripts/scale_bench.py --ann``).
+chosen by measurement over hnswlib and usearch (``benchmarks/scale_bench.py --ann``).
 
 The graph is a derived artefact of one :class:`~qmdlab.store.vectors.VectorMatrix`: its row ``i``
 is the matrix row ``i``. It is saved next to the SQLite file (``<index>/ann/<fingerprint>.faiss``

@@ -1,11 +1,11 @@
 """Extra keyword channels beside BM25, from the seed systems; each gives a ranked hit list of the
 original query that the pipeline fuses like any other list (off by default: weight 0).
 
-``phrase`` — the whole query verbatim (AI Helper's verbatim whole-query bonus, super-pi's phrase
+``phrase`` — the whole query verbatim (a verbatim whole-query bonus, a phrase
 channel): an FTS5 phrase of every word piece of the query in order, stopwords kept, ranked by
 BM25 with the pipeline's column weights. Needs at least two pieces (one word is the BM25 list).
 
-``like`` — the substring leg (KBFold's third keyword leg, the ``LIKE`` one beside FTS and
+``like`` — the substring leg (a third keyword leg, the ``LIKE`` one beside FTS and
 vectors): a document is listed when its text contains a query term as a plain substring
 (case-insensitive for ASCII), so terms FTS5's tokeniser splits differently still match
 (``pgbouncer`` in ``PgBouncer's``, ``k8s`` in ``k8s-deploy``, CJK words without spaces). Terms
@@ -13,12 +13,12 @@ are :func:`qmdlab.terms.terms` (stopwords dropped; CJK runs as bigrams); Latin t
 than :data:`MIN_LIKE_CHARS` are left out (they match inside too many words). Ranked by the
 number of distinct terms contained, ties by docno; ``score`` is the share of the terms.
 
-``trigram`` — the CJK trigram channel beside the bigram one (super-pi): the query's CJK runs
+``trigram`` — the CJK trigram channel beside the bigram one : the query's CJK runs
 cut into overlapping three-character pieces, each matched as a substring of the text; ranked
 like ``like``. A run of two characters has no trigram (the FTS bigram list covers it), so a
 query without a CJK run of three or more characters gives no list.
 
-``heading`` — super-pi's heading channel: a document is listed when its section headings (every
+``heading`` — the heading channel: a document is listed when its section headings (every
 markdown heading outside code fences, :func:`qmdlab.store.chunking.heading_paths`; the FTS table has
 no heading column) contain query terms (:func:`qmdlab.terms.terms`, exact lower-case words, no
 stemming), ranked by how many distinct terms they contain, ties by docno; ``score`` is the share of

@@ -1,6 +1,6 @@
 """Lexical retrieval: FTS5 query building and BM25 search.
 
-Two query modes (DESIGN §3.3):
+Two query modes (docs/design.md, pipeline step 3):
 
 ``and`` — qmd's builder. Every bare term becomes a prefix term ``"term"*`` and all positive
 parts are joined by ``AND``; ``"quoted phrases"`` stay exact phrases; ``-term`` / ``-"phrase"``
@@ -18,7 +18,7 @@ terms, phrases stay phrases, a CJK run becomes its character-bigram phrases (see
 term once per occurrence in the query [on], so ``bm25()`` — a sum over the expression's phrases — weights it by its query
 frequency (BM25's ``qtf``). On CISI (76 judged queries, nDCG@10) writing each term once was
 what cost qmdlab's BM25 most against a plain FTS5 query: 0.348 with each term once, 0.403
-with ``query_tf`` (``scripts/cisi_bm25_factors.py``). ``and`` scored 0.010 there (long
+with ``query_tf`` (``experiments/cisi_bm25_factors/run.py``). ``and`` scored 0.010 there (long
 natural-language queries rarely match every term).
 
 ``msm`` — minimum-should-match: the ``or`` expression, keeping only documents that match at
@@ -27,7 +27,7 @@ least :func:`required_matches` of the distinct positive terms (``min_match`` ≥
 ``minimum_should_match``). Ranking is unchanged: it is the ``or`` ranking, filtered.
 
 Column weights (``filepath, title, body``) go straight to FTS5's ``bm25()``.
-``scripts/cisi_bm25_factors.py`` measures each choice (issue 16, README "Lexical leg").
+``experiments/cisi_bm25_factors/run.py`` measures each choice (experiments/cisi_bm25_factors/README.md).
 
 Safety: the query text is cut into word pieces (letters, digits and inner apostrophes,
 :func:`qmdlab.terms.query_pieces`) and every piece is emitted inside double quotes, so no user
@@ -51,10 +51,6 @@ if TYPE_CHECKING:
 #: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``).
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
 MODES = ("and", "or", "msm")
-
-#: The ``or``/``msm`` stopwords — :data:`qmdlab.terms.BM25_STOPWORDS`, re-exported under its old
-#: name (``scripts/`` and older notebooks import ``qmdlab.search.lexical.STOPWORDS``).
-STOPWORDS = BM25_STOPWORDS
 
 
 def _split_query(text: str) -> list[tuple[bool, bool, str]]:

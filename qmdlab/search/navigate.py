@@ -1,4 +1,4 @@
-"""Moving from a search hit through a document's structure (KnowDB's navigation tools).
+"""Moving from a search hit through a document's structure (heading-tree navigation).
 
 A hit is a chunk or a line of a document; an agent (or a person at the CLI) then wants to
 see *where* it is and to move from there instead of searching again:
@@ -7,7 +7,7 @@ see *where* it is and to move from there instead of searching again:
   section's title and a short summary of it, and its sibling sections;
 - :func:`read_chunks` — the chunks of a document (or chosen chunk ids) as short previews with
   their lines, breadcrumb and section address; ``full=True`` gives each chunk's text (capped);
-- :func:`backfill` — child → parent (KBFold): the section (or whole document) that holds a chunk,
+- :func:`backfill` — child → parent (ranks only): the section (or whole document) that holds a chunk,
   with the chunk's lines marked, so a chunk hit can be read in its context;
 - :func:`section_refs` / :func:`jump_to_ref` — the cross-references written in a section and
   following one of them to the section it names.
@@ -21,7 +21,7 @@ or a bare collection-relative path ending in ``.md`` such as ``see runbooks/depl
 outline (:mod:`qmdlab.store.outline`): a slug path (``install/linux``), a heading's slug or
 its text. Links to other schemes (``https://`` …) are listed but cannot be followed.
 
-Text handed back is capped (:func:`cap_text`, super-pi's caps on result text): past the cap it
+Text handed back is capped (:func:`cap_text`, caps on result text): past the cap it
 ends with a line saying how much was left out and how to read on.
 
 Everything reads the index's copy of a document (:meth:`qmdlab.store.Index.get`), never a
@@ -628,7 +628,7 @@ BACKFILL_LEVELS = ("section", "document")
 
 def backfill(idx: "Index", ref: str, chunk_id: int, *, level: str = "section",
              max_chars: int = DEFAULT_MAX_CHARS) -> Backfilled:
-    """Child → parent (KBFold): the section or document that holds chunk ``chunk_id`` of the
+    """Child → parent (ranks only): the section or document that holds chunk ``chunk_id`` of the
     document ``ref``, with the chunk's lines as ``highlight``.
 
     ``section`` is the innermost section containing both the chunk's first and last line (a chunk

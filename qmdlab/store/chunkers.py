@@ -11,12 +11,12 @@ chunker                what a chunk is
                        would exceed ``max_chars``; the last short one joins the one before when the
                        pair fits ``max_chars``. A section longer than
                        ``max_chars`` is cut inside by ``breakpoints`` (fences and tables kept whole).
-                       No overlap between sections (KnowDB's unit).
+                       No overlap between sections.
 ``fences-and-tables``  blocks (paragraphs between blank lines; every code fence and markdown table one
                        block, whatever blank lines it holds) packed greedily up to ``max_chars``; a
                        block longer than ``max_chars`` is cut by ``breakpoints`` unless it is a fence or
                        table (kept whole: the chunk is then longer than ``max_chars``). No overlap
-                       between packed chunks (super-pi's chunker).
+                       between packed chunks.
 =====================  ==================================================================================
 
 Every strategy returns contiguous ``(start, end)`` spans that cover every character of the text

@@ -22,7 +22,7 @@ Deviation from qmd, on purpose: qmd skips break points inside a code fence but c
 fall back to a hard cut at the target inside one. Here a cut never lands inside a fence:
 a fallback cut inside a fence moves to the fence's start (or, if that is not past the
 chunk's start, to its end). Markdown tables (a header row, a ``|---|`` delimiter row and the
-rows that follow, :func:`find_tables`) are kept whole the same way (super-pi's chunker): a row
+rows that follow, :func:`find_tables`) are kept whole the same way : a row
 cut off from its header is unreadable, so no break point inside a table is used and a fallback
 cut inside one moves to its start or end. A table or fence longer than ``max_chars`` therefore
 makes one chunk longer than ``max_chars``. The overlap never starts in the middle of a table row: a

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from qmdlab.store.chunkers import DEFAULT_CHUNKER, LEGACY_FINGERPRINT, check_chunker, chunker_fingerprint
 from qmdlab.store.chunking import chunk_document
 from qmdlab.store.frontmatter import parse_front_matter
+from qmdlab.store.schema import next_chunk_id
 
 # Chunks already computed by ``update`` (for the capacity check), by content hash.
 _PRECHUNKED: dict[str, list] = {}
@@ -77,10 +78,14 @@ class ContentMixin:
         chunks = _PRECHUNKED.get(h)
         if chunks is None:  # only when called directly: the default chunker
             chunks = chunk_text(text)
+        if not chunks:
+            return 0
+        first = next_chunk_id(c, len(chunks))
         c.executemany(
-            "INSERT INTO chunks(hash, seq, char_start, char_end, line_start, line_end, heading_path) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end, k.heading_path) for k in chunks],
+            "INSERT INTO chunks(id, hash, seq, char_start, char_end, line_start, line_end, heading_path) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(first + i, h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end, k.heading_path)
+             for i, k in enumerate(chunks)],
         )
         return len(chunks)
 
@@ -173,9 +178,10 @@ class ContentMixin:
                         continue
                     touched = True
                     counts["replaced" if o is not None else "added"] += 1
-                    c.execute("INSERT INTO chunks(hash, seq, char_start, char_end, line_start, line_end, heading_path) "
-                              "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                              (h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end, k.heading_path))
+                    c.execute("INSERT INTO chunks(id, hash, seq, char_start, char_end, line_start, line_end, "
+                              "heading_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                              (next_chunk_id(c, 1), h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end,
+                               k.heading_path))
                 removed = sum(1 for seq in old if seq >= len(new))
                 counts["removed"] += removed
                 counts["contents"] += int(touched or removed > 0)

@@ -154,6 +154,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             nchunks = self.conn.execute(
                 "SELECT count(DISTINCT k.id) FROM chunks k JOIN documents d ON d.hash = k.hash "
                 "WHERE d.active = 1").fetchone()[0]
+        checks = self.vector_check()
         return {
             "index": str(self.dir),
             "collections": [{"name": c.name, "root": str(c.root), "mask": c.mask, "documents": per.get(c.name, 0)}
@@ -162,6 +163,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             "inactive_documents": inactive,
             "chunks": nchunks,
             "chunker": self.stored_chunker_fingerprint(),
-            "vectors": {fp: {"dim": d, "count": n} for fp, (d, n) in self.vector_fingerprints().items()},
+            "vectors": {fp: {"dim": d, "count": n, **{k: v for k, v in checks.get(fp, {}).items() if k != "vectors"}}
+                        for fp, (d, n) in self.vector_fingerprints().items()},
             "llm_cache_entries": self.cache.count(),
         }

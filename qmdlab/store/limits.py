@@ -1,4 +1,4 @@
-"""Capacity limits of one index and of one query (the KBFold-style capacity gates).
+"""Capacity limits of one index and of one query (capacity gates).
 
 qmdlab is an exact, in-process engine: every active document sits in one SQLite file, every
 chunk vector of the current embedder is loaded into one float32 matrix, and a query runs its

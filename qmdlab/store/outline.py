@@ -1,7 +1,7 @@
 """Structural navigation of one markdown document: outline, sections, parents.
 
 An agent that found a chunk through search can move through the document's structure
-instead of only receiving top-k chunks (the KnowDB idea). Every heading opens a
+instead of only receiving top-k chunks. Every heading opens a
 *section*; a section runs until the next heading of the same or a higher level, so it
 includes its subsections. Sections are addressed by a **slug path**: the GitHub-style
 slugs of the headings from the top, joined by ``/`` (``installation/linux``). A slug

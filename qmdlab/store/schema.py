@@ -10,7 +10,12 @@
   is registered on every connection :class:`~qmdlab.store.Index` opens.
 - ``chunks``: keyed by content hash, so a moved or duplicated file is never re-chunked or
   re-embedded; ``text = substr(body, char_start + 1, char_end - char_start)``.
-- ``vectors``: one float32 blob per (chunk, embedder fingerprint).
+- ``chunks.id`` is never reused: new chunks get ids above every id ever given
+  (:func:`next_chunk_id`), so a vector left behind by a deleted chunk can never be read as the
+  vector of a later one.
+- ``vectors``: one float32 blob per (chunk, embedder fingerprint), with ``chunk_key`` — the
+  :data:`CHUNK_KEY` of the chunk it was computed from (``NULL`` for vectors stored before the
+  column existed); a vector whose key is not its chunk's is treated as missing.
 - ``llm_cache``: see :mod:`qmdlab.store.cache`.
 """
 from __future__ import annotations
@@ -98,9 +103,18 @@ CREATE TABLE IF NOT EXISTS vectors (
     fingerprint TEXT NOT NULL,
     dim INTEGER NOT NULL,
     blob BLOB NOT NULL,
+    chunk_key TEXT,
     PRIMARY KEY (chunk_id, fingerprint)
 );
 """
+
+# What a vector was computed from: the chunk's content hash, position and span (a content hash
+# names immutable text, so equal keys mean equal chunk text). ``k`` is the chunks table's alias.
+CHUNK_KEY = "(k.hash || ':' || k.seq || ':' || k.char_start || ':' || k.char_end)"
+# Added to older indexes by their next write of vectors (reads work without it).
+VECTOR_KEY = "ALTER TABLE vectors ADD COLUMN chunk_key TEXT"
+# The highest chunk id ever given (``meta``), so deleted ids are not handed out again.
+CHUNK_ID_HIGH = "chunk_id_high"
 
 
 def stored_version(conn) -> str | None:
@@ -134,3 +148,23 @@ def has_stat_index(conn) -> bool:
                                         "'stat_digest', 'documents_stat_digest_ai', 'documents_stat_digest_au', "
                                         "'documents_stat_digest_ad')")}
     return len(names) == 5
+
+
+def has_vector_key(conn) -> bool:
+    """Whether ``vectors`` has the ``chunk_key`` column (indexes made before it existed do not)."""
+    return any(r[1] == "chunk_key" for r in conn.execute("PRAGMA table_info(vectors)"))
+
+
+def next_chunk_id(conn, n: int) -> int:
+    """The first of ``n`` fresh chunk ids, reserved (run inside a write transaction).
+
+    Above the largest chunk id in use, the largest id any vector names and the largest id ever
+    given (``meta.chunk_id_high``), so no id is handed out twice even after ``cleanup`` deleted
+    the chunks holding the highest ones.
+    """
+    row = conn.execute(
+        "SELECT max(coalesce((SELECT max(id) FROM chunks), 0), coalesce((SELECT max(chunk_id) FROM vectors), 0), "
+        "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0))", (CHUNK_ID_HIGH,)).fetchone()
+    first = int(row[0]) + 1
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (CHUNK_ID_HIGH, str(first + n - 1)))
+    return first

@@ -4,6 +4,13 @@
 ``conn``, ``_lock``, ``transaction``, ``_coll_clause`` and the capacity check of
 :mod:`qmdlab.store.capacity`); the in-memory matrices live in ``Index._vectors`` until the next
 write.
+
+A vector belongs to the chunk it was computed from: it is stored only for a chunk that exists
+when the vectors are written (in the same transaction), with that chunk's
+:data:`~qmdlab.store.schema.CHUNK_KEY`; chunk ids are never reused
+(:func:`~qmdlab.store.schema.next_chunk_id`); a vector whose key is not its chunk's is neither
+loaded nor counted as present (``embed`` computes it again). :meth:`VectorsMixin.vector_check`
+counts every other kind of vector (orphaned, mismatched, stored before keys existed).
 """
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them 
     import polars as pl
 
 from qmdlab.errors import DimensionMismatchError
-from qmdlab.store import limits, testhooks
+from qmdlab.store import limits, schema, testhooks
+from qmdlab.store.schema import CHUNK_KEY
 
 
 class VectorMatrix(NamedTuple):
@@ -29,6 +37,13 @@ class VectorMatrix(NamedTuple):
 class VectorsMixin:
     """Chunks to embed, storing vectors, the normalised matrix per fingerprint."""
 
+    def _key_match(self) -> str:
+        """SQL: vector ``v`` matches chunk ``k`` (a vector stored before keys existed is trusted)."""
+        if not getattr(self, "_vector_key", False):
+            with self._lock:
+                self._vector_key = schema.has_vector_key(self.conn)
+        return f" AND (v.chunk_key IS NULL OR v.chunk_key = {CHUNK_KEY})" if self._vector_key else ""
+
     def chunks_needing_vectors(self, fingerprint: str, collections: Iterable[str] | None = None) -> pl.DataFrame:
         """Chunks of active documents with no vector for ``fingerprint``: chunk_id, docno, title, text
         (one row per chunk; a chunk shared by identical files is listed once)."""
@@ -41,7 +56,7 @@ class VectorsMixin:
                 "substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
                 "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
                 f"WHERE d.active = 1{where} AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = k.id "
-                "AND v.fingerprint = ?) GROUP BY k.id ORDER BY k.id", [*params, fingerprint]).fetchall()
+                f"AND v.fingerprint = ?{self._key_match()}) GROUP BY k.id ORDER BY k.id", [*params, fingerprint]).fetchall()
         return pl.DataFrame({"chunk_id": [r[0] for r in rows], "docno": [r[1] for r in rows],
                              "title": [r[2] for r in rows], "text": [r[3] for r in rows]},
                             schema={"chunk_id": pl.Int64, "docno": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8})
@@ -52,8 +67,12 @@ class VectorsMixin:
             rows = self.conn.execute("SELECT fingerprint, min(dim), max(dim), count(*) FROM vectors GROUP BY 1")
             return {r[0]: (r[1], r[3]) for r in rows}
 
-    def store_vectors(self, chunk_ids: Sequence[int], matrix: np.ndarray, fingerprint: str) -> None:
-        """Store one vector per chunk, in one transaction.
+    def store_vectors(self, chunk_ids: Sequence[int], matrix: np.ndarray, fingerprint: str) -> int:
+        """Store one vector per chunk, in one transaction; returns how many were stored.
+
+        A chunk id that no longer names a chunk (its file was removed and ``cleanup`` ran while
+        the vectors were computed) gets no vector; each stored vector records the key of its
+        chunk (:data:`~qmdlab.store.schema.CHUNK_KEY`).
 
         Parameters
         ----------
@@ -83,9 +102,16 @@ class VectorsMixin:
                 raise DimensionMismatchError(
                     f"embedder {fingerprint!r} gives {dim}-d vectors but the index holds {row[0]}-d ones under "
                     "that fingerprint; re-embed everything with `qmdlab embed -f`")
-            c.executemany("INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob) VALUES (?, ?, ?, ?)",
-                          [(i, fingerprint, dim, np.ascontiguousarray(m[k]).tobytes()) for k, i in enumerate(ids)])
+            if not schema.has_vector_key(c):  # an index made before vectors.chunk_key existed
+                c.execute(schema.VECTOR_KEY)
+            self._vector_key = True
+            before = c.total_changes
+            c.executemany("INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob, chunk_key) "
+                          f"SELECT k.id, ?, ?, ?, {CHUNK_KEY} FROM chunks k WHERE k.id = ?",
+                          [(fingerprint, dim, np.ascontiguousarray(m[k]).tobytes(), i) for k, i in enumerate(ids)])
+            stored = c.total_changes - before
             testhooks.point("vectors.batch")
+        return stored
 
     def vector_matrix(self, fingerprint: str) -> VectorMatrix:
         """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
@@ -106,7 +132,7 @@ class VectorsMixin:
             rows = self.conn.execute(
                 "SELECT k.id, d.collection || '/' || d.path, v.dim, v.blob FROM vectors v "
                 "JOIN chunks k ON k.id = v.chunk_id JOIN documents d ON d.hash = k.hash "
-                "WHERE v.fingerprint = ? AND d.active = 1 ORDER BY 2, k.seq", (fingerprint,)).fetchall()
+                f"WHERE v.fingerprint = ? AND d.active = 1{self._key_match()} ORDER BY 2, k.seq", (fingerprint,)).fetchall()
         if not rows:
             vm = VectorMatrix(np.zeros(0, dtype=np.int64), [], np.zeros((0, 0), dtype=np.float32))
         else:
@@ -120,3 +146,18 @@ class VectorsMixin:
             vm = VectorMatrix(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows], mat)
         self._vectors[fingerprint] = vm
         return vm
+
+    def vector_check(self) -> dict[str, dict[str, int]]:
+        """Per fingerprint: ``vectors`` stored, ``orphaned`` (no chunk has its id), ``mismatched``
+        (its chunk's key is not the one it was computed from; never loaded, ``embed`` replaces it)
+        and ``unverified`` (stored before keys existed: ``qmdlab embed -f`` re-computes them)."""
+        with self._lock:
+            key = schema.has_vector_key(self.conn)
+            bad = f"v.chunk_key IS NOT NULL AND v.chunk_key != {CHUNK_KEY}" if key else "0"
+            unverified = "v.chunk_key IS NULL" if key else "1"
+            rows = self.conn.execute(
+                f"SELECT v.fingerprint, count(*), sum(k.id IS NULL), sum(k.id IS NOT NULL AND {bad}), "
+                f"sum(k.id IS NOT NULL AND {unverified}) FROM vectors v LEFT JOIN chunks k ON k.id = v.chunk_id "
+                "GROUP BY 1").fetchall()
+        return {r[0]: {"vectors": r[1], "orphaned": r[2] or 0, "mismatched": r[3] or 0, "unverified": r[4] or 0}
+                for r in rows}

@@ -1,6 +1,6 @@
 """The installed llama.cpp CPU library holds no AMX instruction and no AVX-512 (zmm) code.
 
-This is the proof behind the portable build (issue 13): a machine that advertises AMX but does
+This is the proof behind the portable build: a machine that advertises AMX but does
 not grant it died of SIGILL at ``tileloadd`` in a ``-march=native`` build.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""fusion=learned (issue 16): real LightGBM lambdarank on synthetic suites.
+"""fusion=learned: real LightGBM lambdarank on synthetic suites.
 
 - a suite where relevance is decided by one known feature (title overlap) that RRF cannot see;
 - a noise suite where a leak of held-out queries into training would show (and a test that

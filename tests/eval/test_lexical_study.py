@@ -1,4 +1,4 @@
-"""LexicalStudy: lexical knobs evaluated on recorded traces by re-running BM25 (issue 16)."""
+"""LexicalStudy: lexical knobs evaluated on recorded traces by re-running BM25."""
 from __future__ import annotations
 
 import polars as pl

@@ -161,7 +161,7 @@ async def check_all_tools(client, env) -> None:
     assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank",
             "explain", "tags", "preferTags", "tagLift"} == set(tools["query"].input_schema["properties"])
     assert "preferTags" in tools["query"].description and "front-matter tags" in tools["query"].description
-    for name in ("get", "multi_get"):  # the caps on result text (issue 19 item 7): default no cap
+    for name in ("get", "multi_get"):  # the caps on result text: default no cap
         assert tools[name].input_schema["properties"]["maxChars"]["default"] == 0, name
         assert "maxChars" in tools[name].description, name
     instructions = client.instructions
@@ -330,7 +330,7 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("parent", {"file": "notes/guide.md", "address": ""})
     assert r.is_error and "no parent" in text_of(r)
 
-    # read_chunks: previews, one chunk's text, the chunk read in its parent section (KBFold backfill)
+    # read_chunks: previews, one chunk's text, the chunk read in its parent section (parent backfill)
     r = await client.call_tool("read_chunks", {"file": "qmd://notes/guide.md", "previewChars": 30})
     assert not r.is_error, text_of(r)
     chunks = r.structured_content["chunks"]

@@ -147,7 +147,7 @@ def test_explore_opens_the_suite_index_of_the_chosen_chunker(nb_env, monkeypatch
 
 
 def test_explore_pipeline_options_feed_the_live_query(nb_env, monkeypatch):
-    """The "pipeline options" (issue 19) start at the suite's config and set the live query's config:
+    """The "pipeline options" start at the suite's config and set the live query's config:
     a phrase weight above 0 adds the verbatim-phrase list, a preferred tag the tag lift, a required
     tag the filter of `qmdlab query --tag`."""
     args = (*NB_ARGS, "--query", "interactive rebase")

@@ -1,4 +1,4 @@
-"""The tune notebook's BM25 controls (issue 16): a change re-runs the recorded BM25 lists
+"""The tune notebook's BM25 controls: a change re-runs the recorded BM25 lists
 (eval.lexical.LexicalStudy) and the numbers shown are that study's, with no model call."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tune notebook's blend controls act on a trained reranker's held-out scores (issue 14).
+"""The tune notebook's blend controls act on a trained reranker's held-out scores.
 
 A finished ``qmdlab train reranker`` run directory is built here from real recorded traces of the
 default corpus (fake models) plus a held-out score table of a fixed, strong-but-imperfect scorer

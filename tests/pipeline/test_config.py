@@ -1,4 +1,4 @@
-"""PipelineConfig: DESIGN §3 defaults, loading, errors, diff."""
+"""PipelineConfig: docs/design.md, pipeline defaults, loading, errors, diff."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""AI Helper's threshold + fallback probe (issue 19 item 5): when no result reaches ``min_score``, at
+"""The min-score threshold and fallback probe: when no result reaches ``min_score``, at
 most ``fallback_max`` results within ``min_score_fallback`` below it are kept, and the trace says so."""
 from __future__ import annotations
 

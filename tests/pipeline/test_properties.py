@@ -1,7 +1,7 @@
 """Properties: the cheap stages are pure functions of the recorded tables.
 
 The recorded ``fused`` table equals an independent, plain-Python reference of the six
-fusion formulas (:func:`ref_fuse`, written from DESIGN §3, not calling
+fusion formulas (:func:`ref_fuse`, written from docs/design.md, pipeline, not calling
 :mod:`qmdlab.pipeline.fuse`) applied to the recorded ``lists``; the recorded ``final``
 table equals a plain-Python reference of blend + finish (:func:`ref_final`) applied to the
 recorded ``fused`` and ``rerank`` tables; :func:`qmdlab.retune` of a trace under a config
@@ -40,7 +40,7 @@ TOL = 1e-12
 
 # -- independent references (plain Python over rows; no qmdlab.pipeline.fuse/blend/finish) ------
 def ref_fuse(lists: pl.DataFrame, cfg: PipelineConfig) -> dict[tuple[str, str], dict]:
-    """``{(qid, docno): {rrf_base, bonus, fused_score, best_rank, n_lists}}`` from DESIGN §3's formulas."""
+    """``{(qid, docno): {rrf_base, bonus, fused_score, best_rank, n_lists}}`` from docs/design.md's formulas."""
     by_list: dict[tuple, list[dict]] = {}
     for row in lists.iter_rows(named=True):
         by_list.setdefault((row["qid"], row["list_id"]), []).append(row)

@@ -1,4 +1,4 @@
-"""The fast re-query path: recorded traces re-run under other lexical knobs (issue 16)."""
+"""The fast re-query path: recorded traces re-run under other lexical knobs."""
 from __future__ import annotations
 
 import polars as pl

@@ -6,7 +6,7 @@ blocks (a hung llama.cpp call), or returns the wrong kind of answer (a NaN vecto
 object, scores outside [0, 1]). The query must still return keyword/fusion results, the
 trace must say what happened (``trace.notes``), a hang must cost no more than the stage's
 time budget (``PipelineConfig.stage_budget_s``), and the result must equal the pipeline run
-without that model. While an abandoned call is still running the model is not called again
+without that model. While a stopped call is still finishing the model is not called again
 (``busy``); once it returns, the model is used again.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_model_stage_fails_open(index, role, mode):
             again = lab.query("docker network", intent=intent, qid="busy")
             assert time.perf_counter() - t0 < 2.0 and faulty.calls == calls
             assert "still busy" in notes(again, stage), again.notes
-            # once the abandoned call returns, the model is used again
+            # once the stopped call returns, the model is used again
             faulty.release.set()
             deadline = time.time() + 10
             while budget.is_busy(faulty) and time.time() < deadline:
@@ -179,7 +179,7 @@ def test_budget_reraises_the_models_own_exception_and_rejects_bad_config():
 
 
 def test_concurrent_calls_within_budget_never_mark_the_model_busy():
-    """Only an abandoned call makes a model busy: two queries sharing a model at the same time
+    """Only a stopped call makes a model busy: two queries sharing a model at the same time
     (the MCP server's threads) both get their answer."""
     model, lock, errors, results = object(), threading.Lock(), [], []
 

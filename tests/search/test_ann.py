@@ -1,4 +1,4 @@
-"""The opt-in HNSW path of vector_search (issue 21): recall against exact on a real index, the
+"""The opt-in HNSW path of vector_search: recall against exact on a real index, the
 saved graph is never used stale, the missing extra names its install, exact stays the default."""
 from __future__ import annotations
 

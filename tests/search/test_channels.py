@@ -1,4 +1,4 @@
-"""Extra keyword channels (issue 19 items 5, 7, 8): verbatim phrase, substring LIKE leg, CJK
+"""Extra keyword channels: verbatim phrase, substring LIKE leg, CJK
 trigrams — closed-form rankings, a differential check against raw FTS5, and their lists in the
 pipeline (off by default, and not in the trace-cache key while off)."""
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_channels_in_the_pipeline_are_off_by_default_and_weighted_when_on(idx):
     like = t.lists.filter(t.lists["source"] == "like")
     assert like["docno"].to_list() == ["kb/infix.md", "kb/exact.md", "kb/reordered.md"]
     assert set(like["weight"]) == {1.0} and set(like["query_type"]) == {"original"}
-    # KBFold's plain RRF (ranks only) over the BM25 list ("restarts" matches infix.md) and the like leg
+    # plain RRF (ranks only) over the BM25 list ("restarts" matches infix.md) and the like leg
     fused = dict(zip(t.fused["docno"], t.fused["fused_score"]))
     bm = {h.docno: h.rank for h in bm25_search(idx, "bouncer restarts")}
     assert bm == {"kb/infix.md": 1}
@@ -131,7 +131,7 @@ def test_new_options_stay_out_of_the_trace_cache_key_while_default():
 
     with pytest.raises(ConfigError, match="'weight_original_like' must be a finite number >= 0"):
         PipelineConfig(weight_original_like=-1.0)
-    # the default config's key payload as recorded before these options existed (issue 19, session 3)
+    # the default config's key payload as recorded before these options existed
     payload = json.dumps(PipelineConfig().to_dict(), sort_keys=True)
     assert hashlib.sha256(payload.encode()).hexdigest()[:16] == DEFAULT_KEY, (
         "PipelineConfig().to_dict() changed: every cached eval trace is invalidated. A new option must be "

@@ -113,7 +113,7 @@ def test_bm25_scores_equal_raw_sql(cisi):
 
 
 def test_cisi_bm25_at_least_the_plain_fts5_reference(cisi):
-    """Issue 16: the default BM25 leg must not lose to the plainest FTS5 query (title + abstract,
+    """The default BM25 leg must not lose to the plainest FTS5 query (title + abstract,
     porter unicode61, quoted words of 2+ letters OR-ed, bm25(4, 1): nDCG@10 0.371 on CISI). The
     loss was de-duplicated query words; ``bm25_query_tf=False`` brings it back (0.348)."""
     from qmdlab.pipeline.config import PipelineConfig

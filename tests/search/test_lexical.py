@@ -41,7 +41,7 @@ def test_and_mode_strings(text, expected):
     "text,expected",
     [
         ("how do I rebase in git", '"rebase"* OR "git"*'),
-        ("rebase rebase git", '"rebase"* OR "rebase"* OR "git"*'),  # query_tf (issue 16)
+        ("rebase rebase git", '"rebase"* OR "rebase"* OR "git"*'),  # query_tf
         ("the who", '"the"* OR "who"*'),
         ('"the who" rebase', '"the who" OR "rebase"*'),
         ("multi-agent", '"multi"* OR "agent"*'),

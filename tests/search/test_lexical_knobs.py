@@ -1,4 +1,4 @@
-"""The lexical knobs (issue 16): closed-form checks of each knob, and a differential test of
+"""The lexical knobs: closed-form checks of each knob, and a differential test of
 :func:`bm25_search` against raw FTS5 SQL written by hand on a small real index."""
 from __future__ import annotations
 

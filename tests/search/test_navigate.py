@@ -1,4 +1,4 @@
-"""KnowDB-style navigation from a hit (issue 19 items 6, 8's backfill, 7's caps):
+"""Navigation from a hit :
 cross-references and jump_to_ref, chunk previews, hit context (breadcrumb, parent summary,
 siblings), child → parent backfill — on a small crafted collection and on the default corpus."""
 from __future__ import annotations

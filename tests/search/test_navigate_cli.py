@@ -1,5 +1,5 @@
 """CLI front ends of :mod:`qmdlab.search.navigate`: ``refs``, ``jump``, ``chunks``, the heading
-breadcrumbs and ``--context`` on ``search``/``query`` results (issue 19 item 6) and ``--full
+breadcrumbs and ``--context`` on ``search``/``query`` results and ``--full
 --max-chars`` (item 7)."""
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _hit_block(out: str) -> list[str]:
 
 
 def test_search_context_shows_parent_summary_and_siblings(run):
-    """``--context`` (issue 19 item 6): the MCP hits' parent section and siblings, on the CLI."""
+    """``--context``: the MCP hits' parent section and siblings, on the CLI."""
     lines = _hit_block(run("search", "daily", "-n", "1", "--context").output)
     assert lines[0].startswith("kb/guide.md:") and lines[1:5] == [
         "  Guide", "  § Guide > Use", "  parent: Guide — The guide.", "  siblings: Install"]
@@ -118,7 +118,7 @@ def test_query_context_with_the_fake_preset(run):
 
 
 def test_full_max_chars_caps_whole_documents(run, tmp_path):
-    """``--full --max-chars N`` (issue 19 item 7): each document cut by ``cap_text``, saying how much
+    """``--full --max-chars N``: each document cut by ``cap_text``, saying how much
     was left out and the ``qmdlab get`` that reads on; no cap without it."""
     from qmdlab.search.navigate import cap_text
 

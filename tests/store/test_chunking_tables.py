@@ -1,4 +1,4 @@
-"""Markdown tables are kept whole by the chunker, like code fences (super-pi's rule)."""
+"""Markdown tables are kept whole by the chunker, like code fences."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""``qmdlab get doc.md#address`` and ``qmdlab get doc.md --outline`` (issue 8's navigation)."""
+"""``qmdlab get doc.md#address`` and ``qmdlab get doc.md --outline`` (navigation by heading address)."""
 from __future__ import annotations
 
 import pytest

@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def cli():
     from qmdlab.cli import cli as main_cli
 
-    if "train" not in main_cli.commands:  # the lead's CLI registers areas on import
+    if "train" not in main_cli.commands:  # the CLI registers areas on import
         register(main_cli)
     return main_cli
 

@@ -3,14 +3,14 @@
 
 Usage::
 
-    python scripts/bench.py            # full sizes (several minutes; `make bench`)
-    python scripts/bench.py --quick    # smaller sizes: minutes, mostly ranx's numba JIT, model
+    python benchmarks/bench.py            # full sizes (several minutes; `make bench`)
+    python benchmarks/bench.py --quick    # smaller sizes: minutes, mostly ranx's numba JIT, model
                                        # loads and corpus builds (longer on a busy machine)
-    python scripts/bench.py --only bm25,vector --out results/bench
+    python benchmarks/bench.py --only bm25,vector --out results/bench
 
 Each row times a qmdlab stage and its baseline in the same process, alternating the two
 (A B B A …; per query for the BM25 and vector rows) after a warm-up, and reports the medians
-and their ratio, the goal (issue 9) and ``meets``/``misses``; ratio rows also note the ratio of
+and their ratio, the goal and ``meets``/``misses``; ratio rows also note the ratio of
 the fastest repeats, the figure least disturbed by other processes on a shared machine.
 Model rows are ``skipped`` with the reason when ``llama_cpp`` or the
 offline models are absent (``qmdlab pull --preset offline``). Rows without a goal in the issue
@@ -433,12 +433,12 @@ def bench_retune(w: Work, sz: dict) -> None:
             f"default-config final table identical: {same_default}",
             {"ndcg_fast": ours, "ndcg_polars": ref, "ndcg_ranx": theirs, "ranx_first_call_s": compile_s,
              "codes_s": codes_s, "polars_path_s": old, "ratio_of_mins": bmin / smin, "same_final": same_default}))
-    # the pipeline area's own retune benchmark shape (scripts/bench_retune.py): 8 lists, fusion only
+    # the pipeline area's own retune benchmark shape (benchmarks/bench_retune.py): 8 lists, fusion only
     try:
         import bench_retune
         from ranx.fusion import rrf as ranx_rrf
     except ImportError as err:
-        skip("retune", "retune 300×8×20 vs ranx rrf (bench_retune)", f"scripts/bench_retune.py unusable: {err}")
+        skip("retune", "retune 300×8×20 vs ranx rrf (bench_retune)", f"benchmarks/bench_retune.py unusable: {err}")
         return
     tr8 = bench_retune.synthetic_trace(nq, 8, 20)
     new = PipelineConfig(weight_lex=1.5, rrf_k=40)
@@ -703,92 +703,7 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     add(Row("rerank", "repeated query: reranker model calls", f"{n} pairs", float(calls), None, "calls", None, "",
             "0 calls", "meets" if calls == 0 else "misses", f"cached lookup {fmt(t, 's')} for {n} pairs"))
     idx.close()
-    try:  # a failure of the bench-only batched path must not hide the rows above
-        bench_rerank_batched(rr, w, sz)
-    except Exception as err:
-        add(Row("rerank", "rerank pairs/s: documents per decode vs one pair per decode", "-", status="error",
-                goal="≥ 2×", note=f"{type(err).__name__}: {err}"[:300]))
     rr.release()
-
-
-def rerank_batched(rr, query: str, texts: list[str], seqs: int) -> list[float]:
-    """P(yes) of every text with ``seqs`` documents per ``llama_decode`` (issue 20, item 3).
-
-    The query prefix is decoded once as sequence 0 and shared (``llama_memory_seq_cp``) with
-    sequences 1..seqs-1 of a unified KV cache; each decode then holds ``seqs`` documents, each
-    with the logits of its last token only, and the documents are dropped from the cache
-    (``llama_memory_seq_rm`` past the prefix) before the next group. A bench-only path: it
-    measures whether batching pays before the product takes it (see the row's note).
-    """
-    import llama_cpp
-    from llama_cpp import _internals as internals
-
-    from qmdlab.models.scoring import p_yes
-    from qmdlab.models.templates import rerank_prompt_parts
-
-    prefix, suffix = rerank_prompt_parts(rr.family, query, rr.instruct)
-    out: list[float] = []
-    with rr.llama.use() as llm:
-        head = llm.tokenize(prefix.encode("utf-8"), add_bos=True, special=True)
-        tail = llm.tokenize(suffix.encode("utf-8"), add_bos=False, special=True)
-        room = rr.n_ctx - len(head) - len(tail)
-        if rr.max_doc_tokens:
-            room = min(room, rr.max_doc_tokens)
-        bodies = [llm.tokenize(t.encode("utf-8"), add_bos=False, special=False)[:room] + tail for t in texts]
-        n_ctx = len(head) + seqs * max(len(b) for b in bodies) + 8
-        # the model's own context settings (flash attention, KV types) — only the size and sequences change
-        p = type(llm.context_params).from_buffer_copy(llm.context_params)
-        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max, p.kv_unified = n_ctx, n_ctx, n_ctx, seqs, True
-        ctx = internals.LlamaContext(model=llm._model, params=p, verbose=False)
-        batch = internals.LlamaBatch(n_tokens=n_ctx, embd=0, n_seq_max=seqs, verbose=False)
-        try:
-            mem = llama_cpp.llama_get_memory(ctx.ctx)
-            n_vocab, h = llm.n_vocab(), len(head)
-            batch.add_sequence(head, 0, False)
-            ctx.decode(batch)
-            for sq in range(1, seqs):
-                llama_cpp.llama_memory_seq_cp(mem, 0, sq, -1, -1)
-            for i in range(0, len(bodies), seqs):
-                b, n, last = batch.batch, 0, []
-                for sq, toks in enumerate(bodies[i : i + seqs]):
-                    for j, t in enumerate(toks):
-                        b.token[n], b.pos[n], b.n_seq_id[n], b.logits[n] = t, h + j, 1, False
-                        b.seq_id[n][0] = sq
-                        n += 1
-                    b.logits[n - 1] = True
-                    last.append(n - 1)
-                b.n_tokens = n
-                ctx.decode(batch)
-                for k in last:
-                    z = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, k), shape=(n_vocab,)).copy()
-                    out.append(p_yes(z, rr.yes_ids, rr.no_ids))
-                for sq in range(seqs):
-                    llama_cpp.llama_memory_seq_rm(mem, sq, h, -1)
-        finally:
-            batch.close()
-            ctx.close()
-    return out
-
-
-def bench_rerank_batched(rr, w: Work, sz: dict) -> None:
-    """Several documents per llama.cpp decode vs one pair at a time (prefix reused in both)."""
-    query = w.corpus.queries(1, seed=3)[0]
-    n = sz["rerank_batch_texts"]
-    texts = [x[: sz["text_chars"]] for _, x in w.corpus.documents(n)]
-    seqs = sz["rerank_seqs"]
-    got: dict[str, list] = {}
-    rerank_batched(rr, query, texts[:seqs], seqs)  # first-use costs out of the timing
-    s, b = paired(lambda: got.__setitem__("batched", rerank_batched(rr, query, texts, seqs)),
-                  lambda: got.__setitem__("pairs", rr.score(query, texts)), max(1, sz["repeats"] // 3), warmup=0)
-    single = rerank_batched(rr, query, texts, 1)
-    diff = float(np.abs(np.array(got["batched"]) - np.array(got["pairs"])).max())
-    diff1 = float(np.abs(np.array(single) - np.array(got["pairs"])).max())
-    add(Row("rerank", f"rerank pairs/s: {seqs} documents per decode vs one pair per decode", f"{n} pairs",
-            n / s, n / b, "/s", b / s, "speed-up", "≥ 2× at |ΔP| < 1e-4",
-            "meets" if b / s >= 2 and diff < 1e-4 else "misses",
-            f"bench-only path (rerank_batched), not in LlamaReranker; max |ΔP(yes)| batched {diff:.1e}, "
-            f"same path with 1 document per decode {diff1:.1e} (P(yes) depends on the batch shape: compare "
-            f"the per-pair vs raw row)", {"max_abs_diff": diff, "max_abs_diff_1seq": diff1}))
 
 
 def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
@@ -855,7 +770,7 @@ def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
 
 
 def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) -> None:
-    """Pairs/s of the cross-encoder reranker (issue 14) at 256 tokens per pair, 2 threads, against
+    """Pairs/s of the cross-encoder reranker at 256 tokens per pair, 2 threads, against
     the LLM reranker's pairs/s measured in the same run. The trained model of `make
     train-reranker` (runs/reranker/model) when it exists, else the same architecture (MiniLM-L6
     + a fresh head, from the packaged weights): the speed depends on the architecture only."""
@@ -1015,7 +930,7 @@ def bench_cli(w: Work, sz: dict, models_ok: tuple) -> None:
 
 
 def bench_cli_start(w: Work, sz: dict, exe: list[str], env: dict) -> None:
-    """Issue 20's cold-start goals: ``import qmdlab.cli`` < 150 ms and ``qmdlab search`` end to end
+    """The cold-start goals: ``import qmdlab.cli`` < 150 ms and ``qmdlab search`` end to end
     < 300 ms, each a fresh process, alternated with a bare ``python -c pass`` (min and median)."""
     n = sz["bm25"][0]
     idx, _, _, _ = w.index(n)

@@ -3,7 +3,7 @@ re-running the BM25 lists under other lexical knobs (:func:`qmdlab.pipeline.rele
 
 Usage::
 
-    .venv/bin/python scripts/refuse_timing.py SUITE LEARNED_DIR [--repeats 7]
+    .venv/bin/python experiments/refuse_timing/run.py SUITE LEARNED_DIR [--repeats 7]
 
 ``SUITE`` must be recorded already (``qmdlab eval SUITE --no-expand --no-rerank``) and
 ``LEARNED_DIR`` written by ``qmdlab tune SUITE --no-expand --no-rerank --learn --out LEARNED_DIR``.
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _median_ms(fn, repeats: int) -> float:

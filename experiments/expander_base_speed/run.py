@@ -1,7 +1,7 @@
 """Pick the CPU expander base by measurement (issue 15): llama.cpp generation speed of each packaged
 candidate GGUF and the time of one LoRA training step of its dequantised HF weights.
 
-``python scripts/expander_base_speed.py [--gemma PATH] [--threads 2] [--train]``
+``python experiments/expander_base_speed/run.py [--gemma PATH] [--threads 2] [--train]``
 
 Per model: seconds to expand one query (chat prompt → up to 96 greedy tokens; mean of 3 queries after a
 warm-up), tokens/s generated, and with ``--train`` one forward+backward of a batch of 8 × 160-token

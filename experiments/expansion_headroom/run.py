@@ -2,7 +2,7 @@
 TRAIN split of each labelled suite (never the held-out side), scored exactly as the GRPO reward scores a
 completion (training.reward.engine_scorer: the engine's filter, strong-signal skip and fusion).
 
-``python scripts/expansion_headroom.py --splits runs/cpu-small/splits.json``
+``python experiments/expansion_headroom/run.py --splits runs/cpu-small/splits.json``
 
 Variants: ``lex-keywords`` (the query's content words, stopwords out), ``lex-rare3`` (its 3 rarest words by
 document frequency), ``vec-first-sentence`` (the first sentence, for multi-sentence queries), and

@@ -7,8 +7,8 @@ and waits until the nDCG@10 shown changes. It fails if the trace cache changed (
 open what is recorded, not record). Prints one line per repeat (with the 1-minute load average)
 and min/median at the end.
 
-    .venv/bin/python scripts/notebook_live_time.py --mode edit --repeats 5
-    .venv/bin/python scripts/notebook_live_time.py --mode run --home /tmp/demo-home
+    .venv/bin/python benchmarks/notebook_live_time.py --mode edit --repeats 5
+    .venv/bin/python benchmarks/notebook_live_time.py --mode run --home /tmp/demo-home
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Synthetic data for ``scripts/bench.py``: a Zipfian markdown corpus, queries, vector indexes
+"""Synthetic data for ``benchmarks/bench.py``: a Zipfian markdown corpus, queries, vector indexes
 and retune traces. Deterministic for a given seed; nothing here is timed.
 
 The corpus imitates notes: a ``# title`` line, 1–6 paragraphs, word counts log-normal around

@@ -6,7 +6,7 @@ baseline measured in the same run: ranx's numba RRF fusing the same lists (fusio
 only, no candidates/blend; its JIT warm-up is excluded). Prints medians and the ratio.
 Target: 300 × 8 × 20 well under 50 ms. A benchmark, not a test.
 
-    .venv/bin/python scripts/bench_retune.py [--queries 300 --lists 8 --hits 20 --reps 15]
+    .venv/bin/python benchmarks/bench_retune.py [--queries 300 --lists 8 --hits 20 --reps 15]
 """
 from __future__ import annotations
 

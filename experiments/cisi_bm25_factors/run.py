@@ -24,7 +24,7 @@ B. **The real knobs** (``PipelineConfig`` lexical fields through :func:`qmdlab.s
 
 Usage::
 
-    .venv/bin/python scripts/cisi_bm25_factors.py [--part a|b|ab] [--out FILE.md]
+    .venv/bin/python experiments/cisi_bm25_factors/run.py [--part a|b|ab] [--out FILE.md]
 
 The CISI index is the eval suite's own (``$QMDLAB_HOME/eval/cisi/index``, built on first use,
 no embedding needed).
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402

@@ -1,11 +1,11 @@
-"""Bigger collections on one machine (issue 21, item 4): build, update, BM25, exact and HNSW vector
+"""Bigger collections on one machine: build, update, BM25, exact and HNSW vector
 query time and memory at N synthetic one-chunk documents, with vectors stored directly (no embedder);
 and the ANN library comparison that chose FAISS.
 
-    nice -n 10 .venv/bin/python scripts/scale_bench.py --sizes 1000 10000 100000 --out results/scale
-    nice -n 10 .venv/bin/python scripts/scale_bench.py --sizes --ann 10000 100000 \
+    nice -n 10 .venv/bin/python benchmarks/scale_bench.py --sizes 1000 10000 100000 --out results/scale
+    nice -n 10 .venv/bin/python benchmarks/scale_bench.py --sizes --ann 10000 100000 \
         --ann-vectors random clustered cisi --queries 50      # needs qmdlab[ann,ann-bench]
-    .venv/bin/python scripts/scale_bench.py --sizes --plot-only --png docs/img/scale.png
+    .venv/bin/python benchmarks/scale_bench.py --sizes --plot-only --png docs/img/scale.png
 
 Per size it writes N markdown files (Zipf-distributed synthetic words, ~80 per document, so one
 chunk each) under ``--work``, then measures in this process:
