@@ -5,7 +5,7 @@ and the ANN library comparison that chose FAISS.
     nice -n 10 .venv/bin/python benchmarks/scale_bench.py --sizes 1000 10000 100000 --out results/scale
     nice -n 10 .venv/bin/python benchmarks/scale_bench.py --sizes --ann 10000 100000 \
         --ann-vectors random clustered cisi --queries 50      # needs qmdlab[ann,ann-bench]
-    .venv/bin/python benchmarks/scale_bench.py --sizes --plot-only --png docs/img/scale.png
+    .venv/bin/python benchmarks/scale_bench.py --sizes --plot-only --png docs/results/scale/scale.png
 
 Per size it writes N markdown files (Zipf-distributed synthetic words, ~80 per document, so one
 chunk each) under ``--work``, then measures in this process:

@@ -31,8 +31,10 @@ def test_every_experiment_has_a_readme():
 def test_script_imports(path, monkeypatch):
     monkeypatch.syspath_prepend(str(path.parent))
     monkeypatch.setattr(sys, "argv", [str(path), "--help"])
-    spec = importlib.util.spec_from_file_location(f"_script_{path.parent.name}_{path.stem}", path)
+    name = f"_script_{path.parent.name}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up there
     spec.loader.exec_module(module)  # top-level code only: every script guards main() by __name__
     if "__main__" in path.read_text(encoding="utf-8"):
         assert hasattr(module, "main"), f"{path.relative_to(REPO)} has no main()"

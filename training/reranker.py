@@ -96,8 +96,8 @@ class RerankerRunConfig:
     final: bool = field(default=True, metadata={"help": "Also train the serving model on all labelled queries."})
     score_weak: bool = field(default=True, metadata={"help": "Also report the label-free (weak) model on every query."})
     n_threads: int | None = field(default=1, metadata={"help": "Torch CPU threads. 1 on a shared machine: with more "
-                                  "runnable threads than cores, torch's OpenMP workers spin-wait (a tiny-model "
-                                  "training step measured 20x slower with 2 threads at load 12 on 2 cores)."})
+                                  "runnable threads than cores, torch's OpenMP workers spin-wait and a training "
+                                  "step can be many times slower."})
     logging_steps: int = 5
     save_steps: int = 100
     progress: bool = True

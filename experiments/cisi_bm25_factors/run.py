@@ -8,7 +8,7 @@ A. **Raw FTS5 factor table** (CISI). The reference is the plainest FTS5 setup: a
    out (that detail reproduces the issue's 0.371; keeping them gives 0.3635). "qmdlab (emulated)" rebuilds what
    qmdlab's store indexes for a SMART suite — a ``filepath`` column (``cisi/17.md``), the title,
    and a body that repeats the title as a ``# heading`` line — queried the way qmdlab's builder
-   did before issue 16 (prefix terms, stopwords dropped, duplicate words once, weights 1.5/4/1).
+   did before the query-term-frequency change (prefix terms, stopwords dropped, duplicate words once, weights 1.5/4/1).
    Each row changes exactly one factor, either added to the reference or removed from the
    emulation, and is scored with :mod:`eval.metrics` (ranx definitions) with paired t /
    Fisher p-values against its starting point.
@@ -161,7 +161,7 @@ def part_a(log: Callable[[str], None]) -> list[Row]:
     ref = score(run_variant(docs, queries, REFERENCE, stop), qrels)
     emu = score(run_variant(docs, queries, EMULATED, stop), qrels)
     rows = [_row("reference (plain FTS5: title+abstract, 4/1, quoted OR)", "-", ref, ref),
-            _row("qmdlab before issue 16 (emulated)", "reference", emu, ref)]
+            _row("qmdlab without query tf (emulated)", "reference", emu, ref)]
     factors: list[tuple[str, dict, dict]] = [
         ("filepath column, weight 1.5", dict(filepath=True, w_filepath=1.5), dict(filepath=False, w_filepath=0.0)),
         ("filepath weight 0 (column kept)", dict(filepath=True, w_filepath=0.0), dict(w_filepath=0.0)),
@@ -191,10 +191,7 @@ def _suite_runner(suite_name: str, log):
     from qmdlab.eval.suites import get_suite
     from qmdlab.search import bm25_search
 
-    try:
-        from qmdlab.eval.record import prepare_index
-    except ImportError:  # before issue 17's eval.record
-        from qmdlab.eval.runner import prepare_index
+    from qmdlab.eval.record import prepare_index
 
     suite = get_suite(suite_name)
     suite.check()

@@ -1,4 +1,4 @@
-"""Pick the CPU expander base by measurement (issue 15): llama.cpp generation speed of each packaged
+"""Pick the CPU expander base by measurement: llama.cpp generation speed of each packaged
 candidate GGUF and the time of one LoRA training step of its dequantised HF weights.
 
 ``python experiments/expander_base_speed/run.py [--gemma PATH] [--threads 2] [--train]``

@@ -24,10 +24,9 @@ The exported model runs under llama.cpp's rank pooling only with two fixes, both
 pooler, which the classifier reads — staged as ``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's
 BERT graph gives every token type 0 while the chunk segment was trained with type 1 — staged as a
 doubled vocabulary). With both, ``python -m qmdlab.training.reranker_gguf runs/reranker/model --threads 1
---pairs 32`` measured max |Δlogit| 4.3e-4 (f32; without the type fix 0.017) and, interleaved in one
-process over 3 rounds (96 tokens, 1 thread, nice 19, load 3.6–3.9): torch 2.77 / 2.90 / 3.36 pairs/s
-(one padded batch of 32) vs llama.cpp 1.76 / 2.03 / 1.86 pairs/s (one pair per decode): torch ~1.5×
-faster. Re-measure there before switching.
+--pairs 32`` measured max |Δlogit| 4.3e-4 (f32; without the type fix 0.017), and torch was about
+1.5× faster than llama.cpp (one padded batch of 32 against one pair per decode; 96 tokens, 1 thread,
+``docs/results/reranker.md``). Re-measure before switching.
 """
 from __future__ import annotations
 

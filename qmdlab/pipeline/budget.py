@@ -152,7 +152,7 @@ def _register_drain() -> None:
 def drain(timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
     """Wait for every stopped worker to return; ``True`` when none is left running.
 
-    >>> drain(0.1)
+    >>> drain(2.0)  # the sleep stopped above (a Python sleep cannot see the stop) ends within it
     True
     """
     deadline = time.monotonic() + timeout_s

@@ -1,0 +1,36 @@
+"""Every ``QMDLAB_*`` environment variable qmdlab reads, with what it sets.
+
+``docs/reference/environment.md`` is generated from :data:`ENVIRONMENT`, and
+``tests/test_reference.py`` fails when the code reads a variable that is not listed here.
+"""
+from __future__ import annotations
+
+ENVIRONMENT: dict[str, str] = {
+    "QMDLAB_HOME": "Where indexes, collections and recordings live (default `~/.cache/qmdlab`).",
+    "QMDLAB_INDEX": "The index used when no `--index` is given (a name under `$QMDLAB_HOME/indexes` or a path).",
+    "QMDLAB_CACHE": "Downloaded and assembled model files (default `~/.cache/qmdlab/models`).",
+    "QMDLAB_PRESET": "The model preset (`offline`, `qmd`, `tiny`, `fake`) when neither `--preset` nor the config names one.",
+    "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path or `pkg:NAME`), over the preset's.",
+    "QMDLAB_EXPAND_MODEL": "The query-expansion model reference, over the preset's.",
+    "QMDLAB_RERANK_MODEL": "The reranker reference (an LLM GGUF or `cross-encoder:PATH`), over the preset's.",
+    "QMDLAB_THREADS": "Threads for llama.cpp calls (default: the CPU count, at most 4).",
+    "QMDLAB_CONVERTER": "Path of llama.cpp's `convert_hf_to_gguf.py` used to convert packaged models.",
+    "QMDLAB_DEBUG": "Any value: print the full traceback of an error instead of its one-line message.",
+    "QMDLAB_MAX_DOCUMENTS": "Capacity limit: documents per index.",
+    "QMDLAB_MAX_CHUNKS": "Capacity limit: chunks per index.",
+    "QMDLAB_MAX_VECTOR_BYTES": "Capacity limit: bytes of stored vectors per index.",
+    "QMDLAB_QUERY_BUDGET_MS": "Interactive per-query time budget in milliseconds for the optional keyword channels.",
+    "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated).",
+    "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`).",
+    "QMDLAB_CISI_DIR": "Folder of the CISI collection (`CISI.ALL`, `.QRY`, `.REL`) for the `cisi` suite.",
+    "QMDLAB_SMART_GRADES": "How SMART relevance codes read: `gain` (higher is better) or `rank` (1 is best).",
+    "QMDLAB_SMART_QRELS_IDS": "How SMART qrels name documents: `position` or `ids`.",
+    "QMDLAB_DEMO_TIMES": "File where `make demo`'s tiers write where their time went.",
+    "QMDLAB_WHEELHOUSE": "Where `make setup` keeps the portable llama-cpp-python wheel it builds.",
+    "QMDLAB_CHILD_IO": "Internal: the result file of a model call run in a child process.",
+    "QMDLAB_TEST_EVENTS": "Testing: a file where index transactions log their events (the crash harness).",
+    "QMDLAB_TEST_KILL_AT": "Testing: kill the process at the named transaction event (the crash harness).",
+    "QMDLAB_REQUIRE_ALL": "Testing: a missing optional prerequisite fails its tests instead of skipping them (CI sets it).",
+    "QMDLAB_FUZZ_PROFILE": "Testing: `deep` runs the fuzz and crash tests at full size (`make fuzz`).",
+    "QMDLAB_UPDATE_SCREENSHOT": "Testing: `1` lets the browser test rewrite `docs/img/tune-live.png`.",
+}

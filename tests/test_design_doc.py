@@ -1,0 +1,44 @@
+"""docs/design.md names each pipeline constant as its PipelineConfig field: every ``field = value``
+written in backticks there must be that field's default, and every field named must exist."""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from qmdlab.pipeline.config import PipelineConfig
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+ASSIGNMENT = re.compile(r"`([a-z][a-z0-9_]*) = ([^`]+)`")
+
+
+def _named() -> list[tuple[str, str]]:
+    return ASSIGNMENT.findall(DOC.read_text(encoding="utf-8"))
+
+
+def test_the_design_doc_names_constants():
+    assert len(_named()) >= 40, "docs/design.md should name the pipeline's constants as `field = value`"
+
+
+def test_every_named_constant_is_the_configs_default():
+    defaults = PipelineConfig()
+    known = {f.name for f in fields(PipelineConfig)}
+    wrong = []
+    for name, text in _named():
+        if name not in known:
+            wrong.append(f"{name}: not a PipelineConfig field")
+            continue
+        want = ast.literal_eval(text)
+        got = getattr(defaults, name)
+        if isinstance(got, tuple):
+            want = tuple(want)
+        if got != want:
+            wrong.append(f"{name}: docs/design.md says {text}, PipelineConfig() has {got!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_would_catch_a_wrong_value():
+    text = "`rrf_k = 61`"
+    name, value = ASSIGNMENT.findall(text)[0]
+    assert getattr(PipelineConfig(), name) != ast.literal_eval(value)
