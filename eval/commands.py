@@ -14,11 +14,11 @@ from qmdlab.scale.cli_options import ray_options, ray_options_from
 from qmdlab.errors import ConfigError, QmdlabError
 
 
-def _suite(name: str, fmt: str | None, corpus: str | None = None):
+def _suite(name: str, fmt: str | None, corpus: str | None = None, grades: str | None = None):
     from qmdlab.eval.suites import get_suite
 
     root = click.get_current_context().find_root().obj or {}
-    suite = get_suite(name, fmt, corpus=corpus, index=root.get("index"))
+    suite = get_suite(name, fmt, corpus=corpus, index=root.get("index"), grades=grades)
     suite.check()
     return suite
 
@@ -43,6 +43,9 @@ def _models(preset: str | None, no_expand: bool, no_rerank: bool):
 
 
 _FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl", "qmd-bench"]
+_GRADES_HELP = ("How a SMART collection's relevance codes are read: gain (the code is the gain; default, or "
+                "$QMDLAB_SMART_GRADES) or rank (1 = complete answer: gain = max_code + 1 - code, codes < 1 not "
+                "relevant).")
 _CORPUS_HELP = ("With --format qmd-bench: the markdown folder the fixture's expected_files are relative to "
                 "(default: the qmdlab collection the fixture names).")
 
@@ -114,6 +117,7 @@ def register(group: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None,
                   help="Format of a suite directory (detected when omitted); qmd-bench: a qmd bench fixture file.")
     @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
+    @click.option("--grades", type=click.Choice(["gain", "rank"]), default=None, help=_GRADES_HELP)
     @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.")
     @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
@@ -135,7 +139,7 @@ def register(group: click.Group) -> None:
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
     @ray_options
-    def eval_cmd(suite, fmt, corpus, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
+    def eval_cmd(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
                  preset, limit, per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
@@ -146,7 +150,7 @@ def register(group: click.Group) -> None:
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
         recorded_variants = _variants(variant_names, ablate)
-        s = _suite(suite, fmt, corpus)
+        s = _suite(suite, fmt, corpus, grades)
         cfg, path = _config(s, config_path, no_expand, no_rerank)
         models = _models(preset, no_expand, no_rerank)
         remote = None
@@ -161,8 +165,8 @@ def register(group: click.Group) -> None:
         if per_query:
             click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
         n = res.timings["queries"]
-        click.echo(f"suite {s.name}: {n} judged queries ({res.timings['queries_cached']} traces from cache), "
-                   f"{res.timings['query_s']:.1f} s")
+        click.echo(f"suite {s.name}: {n} judged queries, {s.grades_note()} ({res.timings['queries_cached']} traces "
+                   f"from cache), {res.timings['query_s']:.1f} s")
         for metric, value in res.metrics[res.name].items():
             click.echo(f"{res.name:<24} {metric:<12} {value:.4f}")
         if s.format == "qmd-bench":
@@ -178,6 +182,7 @@ def register(group: click.Group) -> None:
     @click.argument("suite")
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Format of a suite directory.")
     @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
+    @click.option("--grades", type=click.Choice(["gain", "rank"]), default=None, help=_GRADES_HELP)
     @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                   help="Starting pipeline config (the traces are recorded with it).")
     @click.option("--trials", type=int, default=200, show_default=True, help="Objective evaluations per search.")
@@ -202,7 +207,7 @@ def register(group: click.Group) -> None:
     @click.option("--explain", "explain_qid", default=None, metavar="QID",
                   help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.")
     @click.option("--progress/--no-progress", default=True)
-    def tune_cmd(suite, fmt, corpus, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
+    def tune_cmd(suite, fmt, corpus, grades, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
                  learn, lexical, explain_qid, progress) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
         k-fold cross-validation; print the held-out gain and write the best config.
@@ -218,7 +223,8 @@ def register(group: click.Group) -> None:
         out = out or ("learned" if learn else "config.yaml")
         if learn and Path(out).suffix in (".yaml", ".yml", ".toml"):
             raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
-        s = _suite(suite, fmt, corpus)
+        s = _suite(suite, fmt, corpus, grades)
+        click.echo(f"suite {s.name}: {s.grades_note()}", err=True)
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
                         log=lambda m: click.echo(m, err=True))

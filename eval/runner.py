@@ -199,11 +199,14 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     degraded.write_csv(out_dir / "degraded.csv")
     import yaml
 
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    grades_note = suite.grades_note() if hasattr(suite, "grades_note") else "grades: gain (as coded)"
+    (out_dir / "config.yaml").write_text(f"# suite {suite.name} ({suite.format}), {grades_note}\n"
+                                         + yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
     shutil.rmtree(out_dir / "traces", ignore_errors=True)
     trace.to_parquet(out_dir / "traces")
     qrels.write_parquet(out_dir / "qrels.parquet")
-    info = {"suite": suite.name, "path": str(suite.path), "format": suite.format, "run": name,
+    info = {"suite": suite.name, "path": str(suite.path), "format": suite.format,
+            "grades": getattr(suite, "grades", "gain"), "run": name,
             "models": model_fingerprints(models), "timings": timings,
             "trace_cache": str(rec.cache_dir), "ranx_check": ranx_means,
             "degraded_queries": degraded["qid"].n_unique()}

@@ -86,6 +86,9 @@ class Suite:
     corpus, mask, ignore : Path or None, str, tuple of str
         ``qmd-bench`` only (``path`` is then the fixture file): the markdown folder indexed and
         the collection's globs.
+    grades : str
+        How the judgments' codes are read (``smart`` only: :data:`eval.loaders.smart.GRADES`):
+        ``gain`` (as coded) or ``rank`` (1 = most relevant; gain = max_code + 1 − code).
     """
 
     name: str
@@ -95,6 +98,7 @@ class Suite:
     corpus: Path | None = None
     mask: str = "**/*.md"
     ignore: tuple[str, ...] = ()
+    grades: str = "gain"
     _data: SuiteData | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -119,8 +123,20 @@ class Suite:
         if self._data is None:
             self.check()
             opts = dict(corpus=self.corpus, mask=self.mask, ignore=self.ignore) if self.format == QMD_BENCH else {}
+            if self.format == "smart":
+                opts["grades"] = self.grades
             self._data = load(self.path, self.format, **opts)
         return self._data
+
+    def grades_note(self) -> str:
+        """How this suite's grades were read, for the first line of an evaluation's output.
+
+        >>> Suite("t", Path("."), "smart", grades="rank").grades_note()
+        'grades: rank (gain = max_code + 1 - code; codes < 1 not relevant)'
+        """
+        if self.grades == "rank":
+            return "grades: rank (gain = max_code + 1 - code; codes < 1 not relevant)"
+        return "grades: gain (as coded)"
 
     def workdir(self) -> Path:
         """``$QMDLAB_HOME/eval/<suite>``: the suite's index, written corpus, caches and results."""
@@ -236,10 +252,11 @@ def bench_corpus(fixture: Path, corpus: str | os.PathLike | None = None,
 
 
 def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus: str | os.PathLike | None = None,
-              index: str | os.PathLike | None = None) -> Suite:
+              index: str | os.PathLike | None = None, grades: str | None = None) -> Suite:
     """A registered suite by name, a suite directory (format detected when ``fmt`` is None), or
     a qmd bench fixture file (``fmt`` ``qmd-bench``, or a ``.json`` file; ``corpus``/``index``:
-    :func:`bench_corpus`).
+    :func:`bench_corpus`). ``grades`` (``gain``/``rank``; default ``$QMDLAB_SMART_GRADES``, else
+    ``gain``) is how a SMART suite's judgment codes are read (:attr:`Suite.grades`).
 
     >>> get_suite("default").format
     'qmdlab'
@@ -248,7 +265,9 @@ def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus
     if Path(text).expanduser().is_file() and (fmt == QMD_BENCH or (fmt is None and text.endswith(".json"))):
         path = Path(text).expanduser().resolve()
         root, mask, ignore = bench_corpus(path, corpus, index)
-        return Suite(path.stem, path, QMD_BENCH, corpus=root, mask=mask, ignore=ignore)
+        bench = Suite(path.stem, path, QMD_BENCH, corpus=root, mask=mask, ignore=ignore)
+        _set_grades(bench, grades)
+        return bench
     if fmt == QMD_BENCH:
         raise QmdlabError(f"{text}: not a file; --format qmd-bench reads a qmd bench fixture (a .json file)")
     if corpus is not None:
@@ -267,4 +286,19 @@ def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus
     cfg = suite.path / "suite.yaml"
     if cfg.is_file():
         suite.config = cfg
+    _set_grades(suite, grades)
     return suite
+
+
+def _set_grades(suite: Suite, grades: str | None) -> None:
+    """Apply ``--grades`` (or ``$QMDLAB_SMART_GRADES`` for a SMART suite) to ``suite``."""
+    from .loaders.smart import GRADES_ENV, check_grades
+
+    if grades is not None:
+        check_grades(grades)
+        if suite.format != "smart" and grades != "gain":
+            raise QmdlabError(f"--grades {grades}: suite {suite.name!r} is in format {suite.format!r}; reading codes "
+                              "as ranks is for SMART collections (--format smart); drop --grades")
+        suite.grades = grades
+    elif suite.format == "smart" and os.environ.get(GRADES_ENV):
+        suite.grades = check_grades(os.environ[GRADES_ENV], f"${GRADES_ENV}")

@@ -29,6 +29,7 @@ with app.setup:
     from qmdlab import models as qmodels
     from qmdlab.pipeline.config import BM25_MODES, DEFAULT_TAG_LIFT, PipelineConfig
     from qmdlab.pipeline.fuse import contributions
+    from qmdlab.pipeline.stages import plan_stages, preset_name
     from qmdlab.search import SearchFilters
     from qmdlab.search.navigate import breadcrumbs
     from qmdlab.store.chunkers import CHUNKERS, DEFAULT_CHUNKER
@@ -68,21 +69,25 @@ def _(chunker_arg, suite_arg):
 def _():
     @mo.cache
     def open_lab(suite_name: str, preset, chunker: str = DEFAULT_CHUNKER):
-        """The suite's index for ``chunker`` (built and embedded on first use) with the preset's models."""
+        """The suite's index for ``chunker`` (built and embedded on first use) with the preset's models;
+        expansion and rerank by the preset's defaults (``qmdlab query``'s rule, the switches below)."""
         suite = suites.get_suite(suite_name)
         suite.check()
         config = record.suite_config(suite).replace(chunker="" if chunker == DEFAULT_CHUNKER else chunker)
+        name = preset_name(preset)
+        staged, plan = plan_stages(config, name)
         with mo.status.spinner(title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding"):
-            lab = record.open_lab(suite, qmodels.load_models(preset), config, log=lambda _msg: None)
-        return lab, record.judged_queries(suite)
+            lab = record.open_lab(suite, qmodels.load_models(name), staged, log=lambda _msg: None)
+        lab.plan = plan
+        return lab, record.judged_queries(suite), config
 
     return (open_lab,)
 
 
 @app.cell
 def _(chunker_picker, open_lab, preset, suite_picker):
-    lab, labelled = open_lab(suite_picker.value, preset, chunker_picker.value)
-    return lab, labelled
+    lab, labelled, stage_base = open_lab(suite_picker.value, preset, chunker_picker.value)
+    return lab, labelled, stage_base
 
 
 @app.cell
@@ -125,6 +130,8 @@ def _(lab):
         return mo.ui.slider(lo, max(hi, value), step=step, value=value, debounce=True, show_value=True, label=label)
 
     pipeline_options = mo.ui.dictionary({
+        "expand": mo.ui.switch(value=_c.expand, label="query expansion (LLM)"),
+        "rerank": mo.ui.switch(value=_c.rerank, label="rerank (LLM)"),
         "weight_original_phrase": _slider("weight_original_phrase", 0.0, 4.0, 0.1, "channel: verbatim phrase"),
         "weight_original_like": _slider("weight_original_like", 0.0, 4.0, 0.1, "channel: substring (LIKE)"),
         "weight_original_trigram": _slider("weight_original_trigram", 0.0, 4.0, 0.1, "channel: CJK trigram"),
@@ -144,10 +151,13 @@ def _(lab):
 
 
 @app.cell
-def _(lab, pipeline_options):
+def _(lab, pipeline_options, stage_base):
     # The live query's config: the suite's with these options (Lab.query applies the overrides with
-    # PipelineConfig.replace), the tag lift by `qmdlab query --prefer-tag`'s rule and `--tag`'s filter.
+    # PipelineConfig.replace), the tag lift by `qmdlab query --prefer-tag`'s rule and `--tag`'s filter;
+    # a stage switch moved off the preset's default counts as a flag (plan_stages, the trace's first note).
     _o = dict(pipeline_options.value)
+    _flags = {s: _o[s] if _o[s] != getattr(lab.plan, s) else None for s in ("expand", "rerank")}
+    _, query_plan = plan_stages(stage_base, lab.plan.preset, **_flags)
     _require = tuple(t.strip() for t in _o.pop("require_tags").split(",") if t.strip())
     _prefer = [t.strip() for t in _o.pop("prefer_tags").split(",") if t.strip()]
     _lift = _o.pop("tag_lift")
@@ -155,7 +165,7 @@ def _(lab, pipeline_options):
                        **lab.config.tag_preference(_prefer, _lift if _prefer else None)}
     query_config = lab.config.replace(**query_overrides)
     query_filters = SearchFilters(_require) if _require else None
-    return query_config, query_filters, query_overrides
+    return query_config, query_filters, query_overrides, query_plan
 
 
 @app.cell
@@ -174,11 +184,11 @@ def _(default_query, query_form):
 
 
 @app.cell
-def _(intent_box, lab, query_filters, query_overrides, query_text):
+def _(intent_box, lab, query_filters, query_overrides, query_plan, query_text):
     mo.stop(not query_text, mo.md("_Type a query and press **Explain**._"))
     with mo.status.spinner(title="Running the pipeline", subtitle=query_text):
         trace = lab.query(query_text, intent=intent_box.value.strip() or None, qid="q", filters=query_filters,
-                          **query_overrides)
+                          plan=query_plan, **query_overrides)
     return (trace,)
 
 

@@ -212,11 +212,44 @@ def _span(ids: list[str]) -> str:
     return f"{nums[0]}..{nums[-1]}" + (f" with {gaps} gap(s)" if gaps else " without gaps")
 
 
-def load_smart(directory: str | Path, *, qrels_ids: str | None = None) -> SuiteData:
+GRADES = ("gain", "rank")
+"""How a ``.REL`` file's relevance codes are read: ``gain`` — the code is the gain (higher = more
+relevant; the default); ``rank`` — the code is a rank of relevance (1 = complete answer … the largest
+code = minimum interest), read as gain ``max_code + 1 − code``; codes below 1 are judged not relevant
+(gain 0). :func:`rank_gains`."""
+GRADES_ENV = "QMDLAB_SMART_GRADES"
+
+
+def check_grades(grades: str, where: str = "--grades") -> str:
+    """``grades`` if it is one of :data:`GRADES`, else a :class:`QmdlabError` naming ``where`` and the fix."""
+    if grades not in GRADES:
+        from qmdlab.errors import QmdlabError
+
+        raise QmdlabError(f"{where} {grades!r}: unknown grade reading; use gain (the code is the gain) or rank "
+                          f"(1 = most relevant: gain = max_code + 1 - code)")
+    return grades
+
+
+def rank_gains(rels: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Relevance codes that are ranks (1 = complete answer) turned into gains.
+
+    ``max_code`` is the largest code of the file; a code ``c >= 1`` becomes gain ``max_code + 1 − c``,
+    a code below 1 (``0``, ``-1`` = judged not relevant) becomes gain 0 (still judged).
+
+    >>> rank_gains([("1", "a", 1), ("1", "b", 4), ("1", "c", 2), ("2", "d", -1)])
+    [('1', 'a', 4), ('1', 'b', 1), ('1', 'c', 3), ('2', 'd', 0)]
+    """
+    codes = [g for _, _, g in rels if g >= 1]
+    top = max(codes) if codes else 0
+    return [(q, d, top + 1 - g if g >= 1 else 0) for q, d, g in rels]
+
+
+def load_smart(directory: str | Path, *, qrels_ids: str | None = None, grades: str | None = None) -> SuiteData:
     """Load a SMART collection directory (one ``.ALL``, one ``.QRY``, one ``.REL`` file).
 
     ``qrels_ids`` (default ``$QMDLAB_SMART_QRELS_IDS``, else ``auto``) says how the ``.REL``
-    query numbers map to ``.QRY`` records; see :func:`map_rel_queries`.
+    query numbers map to ``.QRY`` records; see :func:`map_rel_queries`. ``grades`` (default
+    ``$QMDLAB_SMART_GRADES``, else ``gain``) how its codes are read: :data:`GRADES`, :func:`rank_gains`.
 
     Examples
     --------
@@ -231,6 +264,8 @@ def load_smart(directory: str | Path, *, qrels_ids: str | None = None) -> SuiteD
     """
     directory = Path(directory)
     qrels_ids = qrels_ids or os.environ.get(QRELS_IDS_ENV) or "auto"
+    from_env = not grades and bool(os.environ.get(GRADES_ENV))
+    grades = check_grades(grades or os.environ.get(GRADES_ENV) or "gain", f"${GRADES_ENV}" if from_env else "grades")
     all_path = find_one(directory, ALL_PATTERNS, "documents (.ALL)", "smart")
     qry_path = find_one(directory, QRY_PATTERNS, "queries (.QRY)", "smart")
     rel_path = find_one(directory, REL_PATTERNS, "judgments (.REL)", "smart")
@@ -241,5 +276,6 @@ def load_smart(directory: str | Path, *, qrels_ids: str | None = None) -> SuiteD
         text = f.get("W") or f.get("T") or ""
         if text:
             queries.append({"qid": rid, "query": text})
-    qrels = qrels_frame(map_rel_queries(read_rel(rel_path), [rid for rid, _ in records], rel_path, qrels_ids))
+    rels = map_rel_queries(read_rel(rel_path), [rid for rid, _ in records], rel_path, qrels_ids)
+    qrels = qrels_frame(rank_gains(rels) if grades == "rank" else rels)
     return SuiteData(queries=queries_frame(queries), qrels=qrels, docs=docs)

@@ -310,6 +310,61 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
         return read_doc(f"{collection}/{path}")
 
 
+def _valid_id(value: Any) -> bool:
+    """A JSON-RPC id MCP accepts: a string or an integer (not a bool, a float or null)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Sort one stdio frame: ``(message, None)`` to hand to the SDK, ``(None, error)`` to answer
+    with the JSON-RPC ``error`` response instead, or ``(None, None)`` to drop (a blank line, or
+    a malformed response the client sent to this server — nothing answers a response).
+
+    The JSON-RPC 2.0 rules: text that is not JSON (or nests too deeply) gets ``-32700`` with id
+    ``null``; a batch (MCP has none), a ``jsonrpc`` other than ``"2.0"``, a method that is not a
+    string, params that are not an object, or an id that is not a string or an integer get
+    ``-32600``, with the request's id when it is a valid one.
+
+    >>> check_frame('{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}')[1]["error"]["code"]
+    -32600
+    >>> check_frame('{"jsonrpc": "2.0", "id": 7, "method": "ping"}')[0]["id"], check_frame("{oops")[1]["id"]
+    (7, None)
+    """
+    if not line.strip():
+        return None, None
+
+    def error(code: int, message: str, request_id: Any = None) -> tuple[None, dict[str, Any]]:
+        return None, {"jsonrpc": "2.0", "id": request_id if _valid_id(request_id) else None,
+                      "error": {"code": code, "message": message}}
+
+    try:
+        data = json.loads(line)
+    except RecursionError:
+        return error(-32700, "Parse error: JSON nested too deeply")
+    except ValueError as err:
+        return error(-32700, f"Parse error: {err}")
+    if isinstance(data, list):
+        return error(-32600, "Invalid Request: batches are not supported; send one message per line")
+    if not isinstance(data, dict):
+        return error(-32600, "Invalid Request: expected a JSON object")
+    request_id = data.get("id")
+    if data.get("jsonrpc") != "2.0":
+        return error(-32600, 'Invalid Request: "jsonrpc" must be "2.0"', request_id)
+    if "method" not in data:
+        if "id" in data and _valid_id(request_id) and ("result" in data) != ("error" in data):
+            return data, None  # a response to a request of this server's
+        if "result" in data or "error" in data:
+            return None, None
+        return error(-32600, 'Invalid Request: no "method"', request_id)
+    if not isinstance(data["method"], str):
+        return error(-32600, 'Invalid Request: "method" must be a string', request_id)
+    if "id" in data and not _valid_id(request_id):
+        return error(-32600, 'Invalid Request: "id" must be a string or an integer')
+    if "params" in data and not isinstance(data["params"], dict):
+        return error(-32600, 'Invalid Request: "params" must be an object', request_id)
+    return data, None
+
+
 class _DrainingStdio:
     """stdin/stdout for the SDK's stdio transport that finish in-flight requests on EOF.
 
@@ -318,6 +373,10 @@ class _DrainingStdio:
     the stdout writer forgets an id once its response is written; at end of input the
     iterator waits until no request is pending (or ``drain_timeout`` seconds pass) before
     reporting EOF, so every request written before stdin closed gets its answer.
+
+    Every frame is checked first (:func:`check_frame`): one the SDK would reject without an
+    answer is answered here with a JSON-RPC error and never handed over, so a bad frame can
+    neither end the server nor leave an id pending that would keep it from exiting at EOF.
     """
 
     def __init__(self, stdin: Any, stdout: Any, drain_timeout: float = 600.0):
@@ -326,21 +385,13 @@ class _DrainingStdio:
         self._in, self._out = stdin, stdout
         self.pending: set[Any] = set()
         self._changed = anyio.Event()
+        self._write_lock = anyio.Lock()
         self.drain_timeout = drain_timeout
-
-    @staticmethod
-    def _messages(line: str) -> list[dict[str, Any]]:
-        try:
-            data = json.loads(line)
-        except ValueError:
-            return []
-        items = data if isinstance(data, list) else [data]
-        return [m for m in items if isinstance(m, dict)]
 
     def _settle(self, request_id: Any) -> None:
         import anyio
 
-        if request_id in self.pending:
+        if _valid_id(request_id) and request_id in self.pending:
             self.pending.discard(request_id)
             self._changed.set()
             self._changed = anyio.Event()
@@ -349,11 +400,17 @@ class _DrainingStdio:
         import anyio
 
         async for line in self._in:
-            for msg in self._messages(line):
-                if "method" in msg and "id" in msg:
-                    self.pending.add(msg["id"])
-                elif msg.get("method") == "notifications/cancelled":
-                    self._settle((msg.get("params") or {}).get("requestId"))
+            msg, reply = check_frame(line)
+            if reply is not None:
+                log.warning("answered a malformed frame: %s", reply["error"]["message"])
+                await self._send(json.dumps(reply) + "\n")
+                continue
+            if msg is None:
+                continue
+            if "method" in msg and "id" in msg:
+                self.pending.add(msg["id"])
+            elif msg.get("method") == "notifications/cancelled":
+                self._settle((msg.get("params") or {}).get("requestId"))
             yield line
         with anyio.move_on_after(self.drain_timeout):
             while self.pending:
@@ -364,14 +421,24 @@ class _DrainingStdio:
     def __aiter__(self):
         return self._lines()
 
+    async def _send(self, text: str) -> None:
+        async with self._write_lock:
+            await self._out.write(text)
+            await self._out.flush()
+
     async def write(self, text: str) -> None:
-        await self._out.write(text)
-        for msg in self._messages(text):
-            if "id" in msg and "method" not in msg:
-                self._settle(msg["id"])
+        async with self._write_lock:
+            await self._out.write(text)
+        try:
+            msg = json.loads(text)
+        except (ValueError, RecursionError):
+            return
+        if isinstance(msg, dict) and "id" in msg and "method" not in msg:
+            self._settle(msg["id"])
 
     async def flush(self) -> None:
-        await self._out.flush()
+        async with self._write_lock:
+            await self._out.flush()
 
 
 def serve_stdio(engine: Engine) -> None:

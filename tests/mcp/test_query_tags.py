@@ -27,7 +27,7 @@ def _cli(mcp_env, *flags):
     res = CliRunner().invoke(cli, ["--index", str(mcp_env.index_dir), "query", TEXT, "-c", "notes", "-n", "10",
                                    "--no-rerank", "--preset", "fake", "--json", *flags])
     assert res.exit_code == 0, res.output
-    return [(r["file"], r["score"]) for r in json.loads(res.output)["results"]]
+    return [(r["file"], r["score"]) for r in json.loads(res.stdout)["results"]]
 
 
 def _mcp(engine, **kwargs):

@@ -120,6 +120,8 @@ def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
         ("lex", "git rebase abort"), ("vec", "how to undo a rebase in git")]
     assert {"original", "lex", "vec"} <= set(trace.lists["query_type"].to_list())
     assert trace.final.height > 0 and trace.results["snippet"].drop_nulls().len() == trace.results.height
+    # the stage rule of `qmdlab query` (qmdlab.pipeline.stages): the fake preset's defaults, said in the first note
+    assert trace.notes["stage"][0] == "stages" and "rerank on (fake preset default" in trace.notes["message"][0]
     # The stacked bars are the pipeline's own per-list contributions: they add up to rrf_base.
     sums = defs["contrib"].group_by("docno").agg(pl.col("contribution").sum())
     joined = trace.fused.join(sums, on="docno")

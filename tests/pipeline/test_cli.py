@@ -33,7 +33,7 @@ def test_json_has_explanations_and_notes(index_dir):
     res = run("--index", index_dir, "query", "git rebase", "--preset", "fake", "--json", "--no-rerank",
               "--fusion", "rrf")
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)  # stderr starts with the stages line
     top = data["results"][0]
     assert top["file"] == "notes/git-rebase.md" and top["rank"] == 1 and top["line"] >= 1
     contrib = sum(x["contribution"] for x in top["explain"]["lists"])
@@ -47,7 +47,8 @@ def test_query_document_and_config_file(index_dir, tmp_path):
     res = run("--index", index_dir, "query", "lex: pasta\nvec: cook", "--preset", "fake", "--config", str(cfg),
               "--format", "files")
     assert res.exit_code == 0, res.output
-    assert res.output.strip().splitlines() == [res.output.strip()] and "notes/pasta.md" in res.output
+    assert res.stdout.strip().splitlines() == [res.stdout.strip()] and "notes/pasta.md" in res.stdout
+    assert res.stderr.startswith("stages: ")  # which stages ran and why, on stderr only
 
 
 def test_bad_config_is_one_line_error(index_dir, tmp_path):

@@ -34,7 +34,7 @@ def test_strong_signal_switch(small_index):
 def _run(index_dir, *args):
     res = CliRunner().invoke(cli, ["--index", index_dir, "query", *args, "--preset", "fake", "--no-rerank"])
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout
 
 
 def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
@@ -110,7 +110,7 @@ def test_vsearch_result_flags(small_index_no_vectors):
     def vs(*args):
         res = CliRunner().invoke(cli, ["--index", d, "vsearch", "git rebase branch", "--preset", "fake", *args])
         assert res.exit_code == 0, res.output
-        return res.output
+        return res.stdout
 
     assert CliRunner().invoke(cli, ["--index", d, "embed", "--preset", "fake", "--no-progress"]).exit_code == 0
     assert vs("--files") == vs("--format", "files")
