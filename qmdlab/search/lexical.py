@@ -29,6 +29,11 @@ least :func:`required_matches` of the distinct positive terms (``min_match`` ≥
 Column weights (``filepath, title, body``) go straight to FTS5's ``bm25()``.
 ``experiments/cisi_bm25_factors/run.py`` measures each choice (experiments/cisi_bm25_factors/README.md).
 
+Limits: a query longer than :data:`MAX_QUERY_CHARS` characters or with more than
+:data:`MAX_QUERY_TERMS` distinct terms is refused with a :class:`~qmdlab.errors.QmdlabError`, and
+``query_tf`` repeats a term at most :data:`MAX_TERM_REPEAT` times, so the built expression — and
+the time FTS5 takes on it — stays bounded whatever the input.
+
 Safety: the query text is cut into word pieces (letters, digits and inner apostrophes,
 :func:`qmdlab.terms.query_pieces`) and every piece is emitted inside double quotes, so no user
 character can act as FTS5 syntax (``"``, ``*``, ``^``, ``:``, ``(``, ``NEAR``, ``AND`` …).
@@ -51,6 +56,12 @@ if TYPE_CHECKING:
 #: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``).
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
 MODES = ("and", "or", "msm")
+#: Longest query text searched (characters); longer ones are refused.
+MAX_QUERY_CHARS = 10_000
+#: Most distinct terms (words, phrases) one query may hold.
+MAX_QUERY_TERMS = 256
+#: ``query_tf``: a term repeated in the query counts at most this many times.
+MAX_TERM_REPEAT = 8
 
 
 def _split_query(text: str) -> list[tuple[bool, bool, str]]:
@@ -114,6 +125,9 @@ def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
     """
     if mode not in MODES:
         raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if len(text) > MAX_QUERY_CHARS:
+        raise QmdlabError(f"search query of {len(text)} characters is over the limit of {MAX_QUERY_CHARS}; "
+                          "shorten it to its key words")
     return _parse_fts_query(text, mode, bool(prefix), bool(stopwords), bool(query_tf))
 
 
@@ -126,6 +140,7 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
     positive: list[str] = []
     negative: list[str] = []
     stop_only: list[str] = []
+    counts: dict[tuple[bool, str], int] = {}
     for neg, quoted, raw in _split_query(text):
         pieces = query_pieces(raw)
         if not pieces:
@@ -147,9 +162,15 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
                     stop_only.append(f'"{p}"{star}')
                 else:
                     exprs.append(f'"{p}"{star}')
+        repeat = MAX_TERM_REPEAT if query_tf and not neg and mode != "and" else 1
         for e in exprs:
-            if e not in target or (query_tf and not neg and mode != "and"):
+            seen = counts.get((neg, e), 0)
+            if seen < repeat:
                 target.append(e)
+            counts[(neg, e)] = seen + 1
+        if len(counts) > MAX_QUERY_TERMS:
+            raise QmdlabError(f"search query has more than {MAX_QUERY_TERMS} distinct terms; shorten it to its "
+                              "key words")
     if mode != "and" and not positive:
         positive = list(dict.fromkeys(stop_only))
     if not positive:
