@@ -149,14 +149,17 @@ def register(group: click.Group) -> None:
     @click.option("--chunker", type=click.Choice(CHUNKERS), default=None,
                   help="Chunking strategy of the whole index (kept until changed; default breakpoints). "
                        "A change re-chunks stored files; `qmdlab embed` then re-embeds the changed chunks.")
+    @click.option("--allow-vanish", is_flag=True,
+                  help="Let all (or most) of a collection's files vanish at once; without it such an update "
+                       "is refused (an unmounted or emptied folder).")
     @click.pass_context
-    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None) -> None:
+    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool) -> None:
         """Re-scan collections: new, changed, moved and vanished files."""
         idx = open_index(ctx)
         rep = idx.set_chunker(chunker, progress=progress) if chunker else idx.ensure_chunker(progress=progress)
         if rep.changed:
             click.echo(rep.summary())
-        print_report(idx.update(list(collections) or None, progress=progress))
+        print_report(idx.update(list(collections) or None, progress=progress, allow_vanish=allow_vanish))
 
     @group.command("search")
     @click.argument("query")

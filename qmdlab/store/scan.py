@@ -11,6 +11,10 @@ Never writes anything. Files that cannot be indexed are skipped with a reason, n
 - ``name``: the file name is not valid UTF-8 or holds a control character (a newline, a tab…):
   such a name cannot round-trip through docnos, TREC runs, qrels or line-based CLI output.
 
+A folder that cannot be listed (permissions, an I/O error) is not a folder without files:
+:func:`list_files` reports it through its ``unreadable`` list, and ``update`` keeps the indexed
+documents under it.
+
 Text with a UTF-8 byte-order mark is indexed without it; UTF-16 text with a BOM is decoded and
 indexed (its hash stays the sha256 of the raw bytes).
 """
@@ -79,7 +83,8 @@ def ignored(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(glob_match(rel, pat) or glob_match(rel, "**/" + pat) for pat in patterns)
 
 
-def list_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[FileEntry]:
+def list_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES,
+               unreadable: list[str] | None = None) -> Iterator[FileEntry]:
     """Matching files, sorted by relative path, each stat-ed (not read).
 
     One ``os.scandir`` walk that does not enter links to folders (as ``Path.glob("**")``), the
@@ -89,9 +94,12 @@ def list_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator
     :func:`list_files_glob`; when the walk meets a link to a folder, a mask could reach through
     it (``linked/*.md``), so the file list itself then comes from ``Path.glob`` as well.
     ``tests/store/test_scan.py`` checks both give the same entries.
+
+    ``unreadable``, when given, receives the relative path (ending in ``/``; ``""`` for the root)
+    of every folder the walk could not list.
     """
     root = str(coll.root)
-    found, linked_dir = _walk(coll)
+    found, linked_dir = _walk(coll, unreadable)
     rels = _glob_rels(coll) if linked_dir else sorted(found)
     real_root = None
     for rel in rels:
@@ -132,10 +140,10 @@ def stat_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tup
                 it = os.scandir(fd)
             else:
                 it = os.scandir(path)
-        except OSError:
+        except OSError:  # an unreadable folder: the full path reports it
             if fd is not None:
                 os.close(fd)
-            continue
+            return None
         try:
             with it:
                 for e in it:
@@ -219,9 +227,10 @@ def _matchers(coll: Collection) -> tuple[re.Pattern, re.Pattern | None]:
     return want, ign
 
 
-def _walk(coll: Collection) -> tuple[dict[str, os.DirEntry], bool]:
+def _walk(coll: Collection, unreadable: list[str] | None = None) -> tuple[dict[str, os.DirEntry], bool]:
     """``({relative path: directory entry}, met a link to a folder)`` of the files the masks
-    match and no ignore pattern does, in one ``os.scandir`` walk that does not follow links."""
+    match and no ignore pattern does, in one ``os.scandir`` walk that does not follow links;
+    folders it cannot list are appended to ``unreadable`` (``"dir/"``, ``""`` for the root)."""
     want, ign = _matchers(coll)
     found: dict[str, os.DirEntry] = {}
     linked_dir = False
@@ -230,7 +239,9 @@ def _walk(coll: Collection) -> tuple[dict[str, os.DirEntry], bool]:
         prefix, path = stack.pop()
         try:
             it = os.scandir(path)
-        except OSError:  # unreadable folder: Path.glob skips it too
+        except OSError:  # unreadable folder: Path.glob skips it too; the caller is told
+            if unreadable is not None:
+                unreadable.append(prefix)
             continue
         with it:
             for e in it:

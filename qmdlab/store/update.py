@@ -24,6 +24,9 @@ from qmdlab.store.scan import (DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, li
 
 #: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
 UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity",)
+#: ``update`` refuses to let more than half of a collection's indexed files vanish at once when at
+#: least this many would (and always when all would), unless told ``allow_vanish``.
+VANISH_GUARD_MIN = 10
 # A collection's active (path, mtime, size) in path order: what the stat-only check compares.
 _STAT_ROWS = "SELECT path, mtime, size FROM documents WHERE collection = ? AND active = 1 ORDER BY path"
 
@@ -88,7 +91,7 @@ class UpdateMixin:
     """Scanning collections and writing what changed."""
 
     def update(self, collections: Iterable[str] | None = None, progress: bool = False,
-               max_bytes: int = DEFAULT_MAX_BYTES) -> UpdateReport:
+               max_bytes: int = DEFAULT_MAX_BYTES, allow_vanish: bool = False) -> UpdateReport:
         """Re-scan collections and bring the index in line with the files.
 
         Parameters
@@ -99,6 +102,8 @@ class UpdateMixin:
             Show a tqdm progress bar (stderr) per collection.
         max_bytes : int
             Files larger than this are skipped (``skipped_large``).
+        allow_vanish : bool
+            Let the files of a collection vanish wholesale (see Notes).
 
         Returns
         -------
@@ -112,6 +117,13 @@ class UpdateMixin:
         Each collection is one transaction: an exception leaves it as it was. Chunks stored by
         another chunker (or an older version of this one) are re-chunked first
         (:meth:`~qmdlab.store.content.ContentMixin.ensure_chunker`).
+
+        A folder that cannot be read is reported as skipped (``unreadable``, its path ending in
+        ``/``) and the documents indexed under it are kept as they are. A collection root that
+        cannot be read is refused with a :class:`StoreError`, and so, unless ``allow_vanish``, is
+        a collection whose indexed files vanish wholesale: none left, or fewer than half as many
+        as indexed with at least :data:`VANISH_GUARD_MIN` gone (an unmounted or emptied folder).
+        Nothing is changed then.
         """
         names = list(collections) if collections is not None else [c.name for c in self.collections()]
         colls = [self.collection(n) for n in names]
@@ -122,7 +134,7 @@ class UpdateMixin:
             if not Path(coll.root).is_dir():
                 raise StoreError(f"collection {coll.name!r}: root {coll.root} is missing; restore it or "
                                  f"`qmdlab collection remove {coll.name}`")
-            self._update_collection(coll, counts, progress, max_bytes, caps)
+            self._update_collection(coll, counts, progress, max_bytes, caps, allow_vanish)
         v = counts.values
         warnings = [c.message for c in self.capacity() if c.level != "ok" and c.kind in caps]
         if v.get("skipped_capacity"):
@@ -173,16 +185,24 @@ class UpdateMixin:
         return True
 
     def _update_collection(self, coll: Collection, counts: _Counts, progress: bool, max_bytes: int,
-                           caps: dict[str, float] | None = None) -> None:
+                           caps: dict[str, float] | None = None, allow_vanish: bool = False) -> None:
         if self._unchanged(coll, counts, max_bytes):
             return
-        entries = list(list_files(coll, max_bytes))
+        unreadable: list[str] = []
+        entries = list(list_files(coll, max_bytes, unreadable))
+        if "" in unreadable:
+            raise StoreError(f"collection {coll.name!r}: root {coll.root} cannot be read; fix its permissions "
+                             "(nothing was changed)")
+        kept_dirs = tuple(unreadable)
         bar = None
         if progress:
             from tqdm import tqdm
 
             bar = tqdm(total=len(entries), desc=f"update {coll.name}", unit="file", leave=False)
         local = _Counts()
+        for d in unreadable:
+            local.add("skipped_unreadable")
+            local.skipped.append((f"{coll.name}/{display_path(d)}", "unreadable"))
         with self.transaction(label=f"update:{coll.name}") as c:
             rows = c.execute("SELECT id, path, hash, mtime, size, active FROM documents WHERE collection = ?",
                              (coll.name,)).fetchall()
@@ -190,7 +210,9 @@ class UpdateMixin:
             n_docs = c.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0]
             n_chunks = c.execute("SELECT count(*) FROM chunks").fetchone()[0]
             existing = {r[1]: r for r in rows}
-            seen: set[str] = set()
+            seen: set[str] = {p for p in existing if kept_dirs and p.startswith(kept_dirs)}  # under unreadable folders
+            if not allow_vanish:
+                self._check_vanish(coll, existing, seen, {e.rel for e in entries})
             pending: list[tuple[str, Any, str, str, dict, float, int]] = []  # new paths, decided after scan
             for e in entries:
                 if bar is not None:
@@ -274,6 +296,20 @@ class UpdateMixin:
         for k, n in local.values.items():
             counts.add(k, n)
         counts.skipped.extend(local.skipped)
+
+    @staticmethod
+    def _check_vanish(coll: Collection, existing: dict[str, tuple], kept: set[str], present: set[str]) -> None:
+        """Refuse an ``update`` after which ``coll`` would hold no file, or fewer than half as many
+        as are indexed (with at least :data:`VANISH_GUARD_MIN` gone): a folder unmounted or
+        emptied, not notes deleted one by one (moves keep the count, so they pass)."""
+        active = [p for p, r in existing.items() if r[5] == 1]
+        gone = sum(1 for p in active if p not in present and p not in kept)
+        after = len(present | kept)
+        if gone and (after == 0 or (gone >= VANISH_GUARD_MIN and 2 * after < len(active))):
+            raise StoreError(
+                f"collection {coll.name!r}: {gone} of its {len(active)} indexed file(s) are gone from {coll.root} "
+                f"and {after} remain (an unmounted or emptied folder?); nothing was changed. If they were removed "
+                "on purpose, run `qmdlab update --allow-vanish`")
 
     @staticmethod
     def _describe(text: str, rel: str, mtime: float) -> tuple[dict, str, list[str], str | None]:
