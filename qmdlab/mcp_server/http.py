@@ -3,25 +3,44 @@
 Security (DNS-rebinding and cross-site protection for a server on a developer machine):
 
 - it binds to ``127.0.0.1`` unless told otherwise;
-- a request whose ``Origin`` header is present and not a loopback origin
-  (``http(s)://localhost|127.0.0.1|[::1]`` on any port) gets **403**, unless the origin is
-  listed in ``QMDLAB_ALLOWED_ORIGINS`` (comma-separated exact origins, or ``*``);
+- a request whose ``Origin`` header is present and not a loopback origin gets **403**, unless
+  the origin is listed in ``QMDLAB_ALLOWED_ORIGINS`` (comma-separated exact origins, or ``*``).
+  A loopback origin is ``http(s)://`` plus exactly ``localhost``, a loopback IP literal
+  (``127.0.0.0/8``, ``[::1]``) and an optional port — no user info, no path, no other suffix
+  (``127.0.0.1.attacker.example`` is not loopback); two ``Origin`` headers get 403 too;
 - a request whose ``Host`` header is not the bound address gets **403** (when bound to
-  loopback, any loopback name with the bound port is accepted); more hosts can be allowed
-  with ``QMDLAB_ALLOWED_HOSTS`` (comma-separated ``host`` or ``host:port``, or ``*``).
-  Binding to a non-loopback address therefore needs ``QMDLAB_ALLOWED_HOSTS`` for any
-  name other than that address.
+  loopback, any loopback name with the bound port is accepted; the header is parsed exactly as
+  above, and two ``Host`` headers get 403); more hosts can be allowed with
+  ``QMDLAB_ALLOWED_HOSTS`` (comma-separated ``host`` or ``host:port``, or ``*``). Binding to a
+  non-loopback address therefore needs ``QMDLAB_ALLOWED_HOSTS`` for any name other than that
+  address;
+- a ``POST`` whose ``Content-Type`` is not ``application/json`` gets **415**, so a page cannot
+  send one cross-site as a "simple" request (a form or ``text/plain``).
+
+Limits (:class:`HttpLimits`): request bodies over :data:`MAX_BODY_BYTES` get **413**, a body
+not received within :data:`BODY_TIMEOUT_S` **408**; a connection that has not sent a whole
+request head within :data:`HEADER_TIMEOUT_S` is closed, an idle kept-alive one after
+:data:`KEEP_ALIVE_S`; an MCP session with no request for :data:`SESSION_IDLE_S` is closed, and
+at most :data:`MAX_SESSIONS` are open at once; a ``/query`` taking longer than
+:data:`QUERY_TIMEOUT_S` is answered **503**. ``/health`` never waits for a running query.
 
 >>> g = OriginHostGuard(None, host="127.0.0.1", port=8181, allowed_origins=(), allowed_hosts=())
 >>> g.origin_ok("http://localhost:3000"), g.origin_ok("https://evil.example"), g.origin_ok(None)
 (True, False, True)
+>>> g.origin_ok("http://127.0.0.1.nip.io"), g.origin_ok("http://evil.example@127.0.0.1:8181")
+(False, False)
 >>> g.host_ok("127.0.0.1:8181"), g.host_ok("localhost:8181"), g.host_ok("evil.example:8181"), g.host_ok("127.0.0.1:9")
 (True, True, False, False)
+>>> g.host_ok("127.0.0.1.attacker.example:8181"), g.host_ok("[::1]:8181")
+(False, True)
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
@@ -41,25 +60,83 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8181
 
+MAX_BODY_BYTES = 1 << 20
+"""Largest request body accepted on any endpoint (bytes); a query is capped far below it."""
+BODY_TIMEOUT_S = 30.0
+"""Seconds a request body may take to arrive."""
+HEADER_TIMEOUT_S = 10.0
+"""Seconds a connection may take to send a whole request head."""
+KEEP_ALIVE_S = 5
+"""Seconds an idle kept-alive connection stays open."""
+SESSION_IDLE_S = 600.0
+"""Seconds an MCP session may go without a request before it is closed."""
+MAX_SESSIONS = 256
+"""MCP sessions open at once at most (a new one past it is refused)."""
+QUERY_TIMEOUT_S = 120.0
+"""Seconds a ``/query`` may run before it is answered 503."""
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """The HTTP server's limits (module constants by default; tests use small ones)."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout_s: float = BODY_TIMEOUT_S
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    keep_alive_s: int = KEEP_ALIVE_S
+    session_idle_s: float = SESSION_IDLE_S
+    max_sessions: int = MAX_SESSIONS
+    query_timeout_s: float = QUERY_TIMEOUT_S
+
 
 def _env_list(name: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
 
 
-def _split_host(value: str) -> tuple[str, int | None]:
-    value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8181
-        end = value.find("]")
-        host, rest = value[1:end], value[end + 1 :]
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
-    if value.count(":") == 1:
-        host, _, port = value.partition(":")
-        return host, int(port) if port.isdigit() else None
-    return value, None
+_HOST_RE = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::(?P<port>[0-9]{1,5}))?")
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """``(host, port)`` of a ``Host`` header or an origin's ``host[:port]``; ``None`` unless it is
+    exactly a name or IPv4 literal, or a bracketed IPv6 literal, with an optional port.
+
+    >>> _split_host("[::1]:8181"), _split_host("Localhost"), _split_host("a@127.0.0.1"), _split_host("[::1].x")
+    (('::1', 8181), ('localhost', None), None, None)
+    """
+    m = _HOST_RE.fullmatch(value.strip().lower())
+    if m is None:
+        return None
+    port = int(m["port"]) if m["port"] else None
+    if port is not None and port > 65535:
+        return None
+    return m["v6"] or m["name"], port
 
 
 def _is_loopback(host: str) -> bool:
-    return host.strip("[]").lower() in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    """Exactly ``localhost`` or a loopback IP literal (``127.0.0.0/8``, ``::1``).
+
+    >>> [_is_loopback(h) for h in ("localhost", "127.0.0.2", "::1", "127.0.0.1.evil.example", "localhost.evil")]
+    [True, True, True, False, False]
+    """
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin_host(origin: str) -> str | None:
+    """The host of an ``Origin`` value (``scheme://host[:port]``, nothing else), else ``None``."""
+    try:
+        parts = urlsplit(origin.strip())
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    split = _split_host(parts.netloc)  # user info ("evil@127.0.0.1") does not match
+    return split[0] if split else None
 
 
 class OriginHostGuard:
@@ -77,18 +154,21 @@ class OriginHostGuard:
             return True
         if "*" in self.allowed_origins or origin.rstrip("/") in {o.rstrip("/") for o in self.allowed_origins}:
             return True
-        parts = urlsplit(origin)
-        return parts.scheme in ("http", "https") and bool(parts.hostname) and _is_loopback(parts.hostname)
+        host = _origin_host(origin)
+        return host is not None and _is_loopback(host)
 
     def host_ok(self, host_header: str | None) -> bool:
         if not host_header:
             return False
         if "*" in self.allowed_hosts:
             return True
-        host, port = _split_host(host_header)
+        split = _split_host(host_header)
+        if split is None:
+            return False
+        host, port = split
         for allowed in self.allowed_hosts:
-            a_host, a_port = _split_host(allowed)
-            if a_host == host and (a_port is None or a_port == port):
+            a_split = _split_host(allowed)
+            if a_split is not None and a_split[0] == host and (a_split[1] is None or a_split[1] == port):
                 return True
         if port not in (self.port, None) or (port is None and self.port not in (80, 443)):
             return False
@@ -98,27 +178,94 @@ class OriginHostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            headers: dict[str, list[str]] = {}
+            for k, v in scope.get("headers", []):
+                headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
+            origins, hosts = headers.get("origin", []), headers.get("host", [])
             problem = None
-            if not self.origin_ok(headers.get("origin")):
-                problem = f"forbidden Origin {headers.get('origin')!r}; allow it with QMDLAB_ALLOWED_ORIGINS"
-            elif not self.host_ok(headers.get("host")):
-                problem = f"forbidden Host {headers.get('host')!r}; allow it with QMDLAB_ALLOWED_HOSTS"
+            if len(origins) > 1:
+                problem = "forbidden: more than one Origin header"
+            elif len(hosts) > 1:
+                problem = "forbidden: more than one Host header"
+            elif not self.origin_ok(origins[0] if origins else None):
+                problem = f"forbidden Origin {origins[0]!r}; allow it with QMDLAB_ALLOWED_ORIGINS"
+            elif not self.host_ok(hosts[0] if hosts else None):
+                problem = f"forbidden Host {hosts[0] if hosts else None!r}; allow it with QMDLAB_ALLOWED_HOSTS"
             if problem:
                 await PlainTextResponse(problem, status_code=403)(scope, receive, send)
                 return
+            if scope.get("method") == "POST":
+                ctype = (headers.get("content-type") or [""])[0].split(";")[0].strip().lower()
+                if ctype != "application/json":
+                    await PlainTextResponse(f"unsupported Content-Type {ctype or 'none'!r}: send application/json",
+                                            status_code=415)(scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
 
+class BodyLimit:
+    """ASGI middleware: read a request body whole, within ``max_bytes`` (else 413) and
+    ``timeout_s`` (else 408), before the app sees it."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, int(max_bytes), float(timeout_s)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope.get("headers", []) if k.lower() == b"content-length"), None)
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        total = 0
+        with anyio.move_on_after(self.timeout_s) as scope_timer:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body = message.get("body", b"")
+                total += len(body)
+                if total > self.max_bytes:
+                    await self._too_large(scope, receive, send)
+                    return
+                chunks.append(body)
+                if not message.get("more_body"):
+                    break
+        if scope_timer.cancelled_caught:
+            await JSONResponse({"error": f"request body not received within {self.timeout_s:g} s"},
+                               status_code=408, headers={"connection": "close"})(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await JSONResponse({"error": f"request body over {self.max_bytes} bytes"}, status_code=413,
+                           headers={"connection": "close"})(scope, receive, send)
+
+
 def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-              allowed_origins: Sequence[str] | None = None, allowed_hosts: Sequence[str] | None = None) -> ASGIApp:
-    """The ASGI app: ``/mcp`` (Streamable HTTP), ``/query`` (REST), ``/health``, behind the guard."""
+              allowed_origins: Sequence[str] | None = None, allowed_hosts: Sequence[str] | None = None,
+              limits: HttpLimits | None = None) -> ASGIApp:
+    """The ASGI app: ``/mcp`` (Streamable HTTP), ``/query`` (REST), ``/health``, behind the guard
+    and the body limit (:class:`HttpLimits`)."""
+    limits = limits or HttpLimits()
     mcp = build_server(engine)
 
     async def health(request: Request) -> JSONResponse:
-        def count() -> int:
-            with engine.lock:
-                return int(engine.index.documents().height)
+        def count() -> int:  # the index's own lock only: a running query holds the engine's
+            idx = engine.index
+            with idx._lock:
+                return int(idx.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0])
 
         return JSONResponse({"status": "ok", "version": qmdlab.__version__, "documents": await anyio.to_thread.run_sync(count)})
 
@@ -140,9 +287,14 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
             return JSONResponse({"error": f"invalid query request: {problems}",
                                  "accepted": sorted(QueryRequest.model_fields)}, status_code=400)
         try:
-            _, data = await anyio.to_thread.run_sync(lambda: engine.query(**req.engine_kwargs()))
+            with anyio.fail_after(limits.query_timeout_s):
+                _, data = await anyio.to_thread.run_sync(lambda: engine.query(**req.engine_kwargs()),
+                                                         abandon_on_cancel=True)
         except QmdlabError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
+        except TimeoutError:
+            return JSONResponse({"error": f"the query took longer than {limits.query_timeout_s:g} s; "
+                                          "shorten it or retry"}, status_code=503)
         return JSONResponse(data)
 
     mcp.custom_route("/query", methods=["POST"])(query)
@@ -152,10 +304,67 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
         streamable_http_path="/mcp",
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=host,
+        max_request_body_size=limits.max_body_bytes,
+        session_idle_timeout=limits.session_idle_s,
+        max_sessions=limits.max_sessions,
     )
     app.state.engine = engine
     app.state.mcp = mcp
-    return OriginHostGuard(app, host=host, port=port, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
+    limited = BodyLimit(app, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    return OriginHostGuard(limited, host=host, port=port, allowed_origins=allowed_origins,
+                           allowed_hosts=allowed_hosts)
+
+
+def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S) -> type:
+    """uvicorn's h11 protocol, closing a connection that has not sent a whole request head within
+    ``timeout_s`` seconds of connecting, or of its first byte after a kept-alive response."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _head_timer = None
+        _head_cycle = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            self._head_timer = self.loop.call_later(timeout_s, self._head_expired)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm()  # the next request of a kept-alive connection begins
+            super().data_received(data)
+            if self.cycle is not None and self.cycle is not self._head_cycle:  # a whole request head arrived
+                self._head_cycle = self.cycle
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _head_expired(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
+
+
+def uvicorn_config(app: ASGIApp, *, host: str, port: int, log_level: str = "warning",
+                   limits: HttpLimits | None = None) -> Any:
+    """The uvicorn configuration of :func:`serve_http` (timeouts from ``limits``)."""
+    import uvicorn
+
+    limits = limits or HttpLimits()
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                          http=header_timeout_protocol(limits.header_timeout_s),
+                          timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=16 * 1024)
 
 
 def serve_http(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning") -> None:
@@ -178,4 +387,4 @@ def serve_http(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_
 
     engine.warm()  # models load once, before the first request, and stay warm
     app = build_app(engine, host=host, port=port)
-    _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")).run()
+    _Server(uvicorn_config(app, host=host, port=port, log_level=log_level)).run()

@@ -1,0 +1,125 @@
+"""The HTTP server's limits, on a real uvicorn server with small limits: body size and time,
+request-head time, idle MCP sessions, query deadline, and /health beside a running query."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import httpx2 as httpx
+import pytest
+
+from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.http import HttpLimits, build_app, uvicorn_config
+
+pytestmark = pytest.mark.slow  # starts a real uvicorn server
+
+LIMITS = HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, header_timeout_s=1.0, keep_alive_s=1,
+                    session_idle_s=1.0, max_sessions=2, query_timeout_s=1.0)
+QUERY_HOLDS_S = 2.5
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+               "mcp-protocol-version": "2025-06-18"}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "limits", "version": "0"}}}
+
+
+class SlowEngine(Engine):
+    """A query that holds the engine for a while, as a long pipeline run does."""
+
+    def query(self, *args, **kwargs):
+        with self.lock:
+            time.sleep(QUERY_HOLDS_S)
+            return super().query(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def limited(mcp_env, mcp_helpers):
+    import uvicorn
+
+    engine = SlowEngine(str(mcp_env.index_dir), preset="fake")
+    engine.warm()
+    port = mcp_helpers.free_port()
+    app = build_app(engine, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=LIMITS)
+    server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, limits=LIMITS))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port)
+    server.should_exit = True
+    thread.join(timeout=10)
+    engine.index.close()
+
+
+def _raw(port: int, data: bytes, wait_s: float) -> bytes:
+    """Send ``data`` on a raw connection and read until the server closes it (or ``wait_s``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except socket.timeout:
+            out += b"<still open>"
+        return out
+
+
+def test_bodies_over_the_limit_get_413_on_every_endpoint(limited):
+    big = b'{"query": "' + b"x" * LIMITS.max_body_bytes + b'"}'
+    with httpx.Client(base_url=limited.url, timeout=10) as http:
+        for path in ("/query", "/mcp"):
+            r = http.post(path, content=big, headers=MCP_HEADERS)
+            assert r.status_code == 413 and f"over {LIMITS.max_body_bytes} bytes" in r.text, (path, r.text)
+
+        def chunked():  # no Content-Length: the limit holds on the bytes received
+            for _ in range(8):
+                yield b" " * 1024
+
+        r = http.post("/query", content=chunked(), headers=MCP_HEADERS)
+        assert r.status_code == 413
+
+
+def test_a_request_head_or_body_that_never_finishes_is_cut_off(limited):
+    start = time.monotonic()
+    out = _raw(limited.port, b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait_s=6)  # head never ends
+    assert out == b"" and time.monotonic() - start < 5
+    head = (f"POST /query HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n{\"query\"").encode()
+    out = _raw(limited.port, head, wait_s=6)  # body never ends
+    assert out.startswith(b"HTTP/1.1 408") and b"not received within 1 s" in out
+
+
+def test_idle_mcp_sessions_expire_and_their_number_is_capped(limited):
+    with httpx.Client(base_url=limited.url, timeout=10) as http:
+        r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)
+        assert r.status_code == 200, r.text
+        sid = r.headers["mcp-session-id"]
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        assert http.post("/mcp", json=ping, headers=dict(MCP_HEADERS, **{"mcp-session-id": sid})).status_code == 200
+        time.sleep(LIMITS.session_idle_s + 1.5)  # no request meanwhile (each one restarts the idle clock)
+        r = http.post("/mcp", json=ping, headers=dict(MCP_HEADERS, **{"mcp-session-id": sid}))
+        assert r.status_code == 404, r.text  # closed after session_idle_s without a request
+        codes = [http.post("/mcp", json=INIT, headers=MCP_HEADERS).status_code for _ in range(LIMITS.max_sessions + 1)]
+        assert codes[:LIMITS.max_sessions] == [200] * LIMITS.max_sessions and codes[-1] == 503
+
+
+def test_health_answers_beside_a_running_query_which_gets_a_deadline(limited):
+    result = {}
+
+    def slow():
+        with httpx.Client(base_url=limited.url, timeout=30) as http:
+            result["r"] = http.post("/query", json={"query": "pasta", "limit": 1})
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.3)  # the query now holds the engine
+    start = time.monotonic()
+    h = httpx.get(f"{limited.url}/health", timeout=30)
+    assert h.status_code == 200 and time.monotonic() - start < 1.0
+    t.join()
+    r = result["r"]
+    assert r.status_code == 503 and f"longer than {LIMITS.query_timeout_s:g} s" in r.json()["error"]
+    time.sleep(QUERY_HOLDS_S)  # let the abandoned run finish before the next test
