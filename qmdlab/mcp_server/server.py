@@ -65,6 +65,7 @@ class QueryRequest(BaseModel):
     candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
     rerank: bool | None = None
     expand: bool | None = None
+    budget: Annotated[float | None, Field(ge=0.0)] = None
     explain: bool = False
     tags: list[str] | None = None
     preferTags: list[str] | None = None
@@ -143,6 +144,9 @@ def build_server(engine: Engine) -> MCPServer:
         expand: Annotated[bool | None, Field(description=(
             "Expand the query with the LLM expander (default: the server's preset — off for offline/tiny, "
             "on for qmd)."))] = None,
+        budget: Annotated[float | None, Field(ge=0.0, description=(
+            "A deadline in seconds for the whole query: expansion or rerank that would not fit, judged from the "
+            "model's measured speed, is skipped before it starts (noted); default: the server's config."))] = None,
         explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
         tags: Annotated[list[str] | None, Field(description=(
             "Only documents carrying every one of these front-matter tags (a filter, as `qmdlab query --tag`)."))] = None,
@@ -165,7 +169,7 @@ def build_server(engine: Engine) -> MCPServer:
         return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
                                           collections=collections, intent=intent, limit=limit, minScore=minScore,
                                           candidateLimit=candidateLimit, rerank=rerank, explain=explain,
-                                          tags=tags, preferTags=preferTags, tagLift=tagLift, expand=expand)
+                                          tags=tags, preferTags=preferTags, tagLift=tagLift, expand=expand, budget=budget)
 
     def search(
         query: Annotated[str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")],
