@@ -27,7 +27,7 @@ COMMAND_MODULES = ("store", "navigate", "models", "query", "mcp", "doctor")
 # ``tests/test_cli_startup.py`` checks that this table matches what the areas register.
 COMMAND_VERBS = {
     "collection": "store", "context": "store", "get": "store", "ls": "store", "multi-get": "store",
-    "search": "store", "status": "store", "update": "store", "cleanup": "store",
+    "search": "store", "status": "store", "update": "store", "cleanup": "store", "trust": "store", "init": "store",
     "refs": "navigate", "jump": "navigate", "chunks": "navigate",
     "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
     "query": "query", "mcp": "mcp", "doctor": "doctor",

@@ -22,6 +22,10 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_QUERY_BUDGET_MS": "Interactive per-query time budget in milliseconds for the optional keyword channels.",
     "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated).",
     "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`).",
+    "QMDLAB_EDITOR_URI": "Editor link template for clickable result paths on a terminal (`{path}`, `{line}`, `{col}`); "
+                         "over `QMD_EDITOR_URI` and the index's `editor_uri`.",
+    "QMDLAB_TRUST_UPDATE_HOOKS": "`1`: run every collection's update command without `qmdlab trust` approval "
+                                 "(unattended CI).",
     "QMDLAB_CISI_DIR": "Folder of the CISI collection (`CISI.ALL`, `.QRY`, `.REL`) for the `cisi` suite.",
     "QMDLAB_SMART_GRADES": "How SMART relevance codes read: `gain` (higher is better) or `rank` (1 is best).",
     "QMDLAB_SMART_QRELS_IDS": "How SMART qrels name documents: `position` or `ids`.",

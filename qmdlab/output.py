@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from typing import Iterable, Sequence
 
 from qmdlab.errors import QmdlabError
@@ -42,8 +43,47 @@ def _context_lines(hc) -> list[str]:
     return out
 
 
+EDITOR_ENV = ("QMDLAB_EDITOR_URI", "QMD_EDITOR_URI")
+
+
+def editor_template(configured: str | None = None, environ=None) -> str | None:
+    """The editor link template: ``$QMDLAB_EDITOR_URI``, else ``$QMD_EDITOR_URI``, else the
+    index's ``editor_uri`` (``configured``); ``None``: no links.
+
+    >>> editor_template("zed://file/{path}", {}), editor_template(None, {"QMD_EDITOR_URI": "x://{path}"})
+    ('zed://file/{path}', 'x://{path}')
+    """
+    env = os.environ if environ is None else environ
+    for name in EDITOR_ENV:
+        if env.get(name):
+            return env[name]
+    return configured or None
+
+
+def editor_link(template: str, path: str, line: int = 1, col: int = 1) -> str:
+    """Fill an editor template: ``{path}`` (absolute, URI-encoded), ``{line}``, ``{col}``/``{column}``.
+
+    >>> editor_link("vscode://file/{path}:{line}:{col}", "/n/a b.md", 3)
+    'vscode://file//n/a%20b.md:3:1'
+    """
+    from urllib.parse import quote
+
+    return (template.replace("{path}", quote(path)).replace("{line}", str(line))
+            .replace("{column}", str(col)).replace("{col}", str(col)))
+
+
+def hyperlink(text: str, uri: str | None) -> str:
+    """``text`` as an OSC 8 terminal hyperlink to ``uri`` (unchanged without one).
+
+    >>> hyperlink("a.md:3", "x://a").split(chr(27)), hyperlink("a.md", None)
+    (['', ']8;;x://a', '\\\\a.md:3', ']8;;', '\\\\'], 'a.md')
+    """
+    esc = "\x1b"
+    return f"{esc}]8;;{uri}{esc}\\{text}{esc}]8;;{esc}\\" if uri else text
+
+
 def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Sequence[str] | None = None,
-                   contexts: Sequence | None = None) -> str:
+                   contexts: Sequence | None = None, links: Sequence[str | None] | None = None) -> str:
     """Render rows; the text ends without a trailing newline (``click.echo`` adds one).
 
     ``crumbs`` (one ``"A > B"`` heading breadcrumb per row, :func:`qmdlab.search.navigate.breadcrumbs`)
@@ -52,7 +92,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
     :class:`~qmdlab.search.navigate.HitContext` or ``None`` per row,
     :func:`~qmdlab.search.navigate.hit_contexts`: ``--context``) adds the parent section (title and
     summary) and the sibling headings: ``parent:``/``siblings:`` lines (cli, md) or the MCP hits'
-    ``parent``/``siblings`` keys (json). A capped snippet's closing note (``truncated``) is not numbered.
+    ``parent``/``siblings`` keys (json). A capped snippet's closing note (``truncated``) is not numbered. ``links`` (one editor URI or ``None`` per
+    row, cli only) makes each ``path:line`` a terminal hyperlink (:func:`hyperlink`).
 
     >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x")]
     >>> print(format_results(r, "files"))
@@ -103,7 +144,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         return "\n".join(out).rstrip("\n")
     out = []
     for i, r in enumerate(rows):
-        out.append(f"{r.docno}:{r.line}  #{r.docid}  score {r.score:.4f}")
+        where = f"{r.docno}:{r.line}"
+        out.append(f"{hyperlink(where, links[i]) if links is not None else where}  #{r.docid}  score {r.score:.4f}")
         out.append(f"  {r.title}")
         if crumbs is not None and crumbs[i]:
             out.append(f"  § {crumbs[i]}")

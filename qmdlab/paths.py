@@ -2,6 +2,8 @@
 
 - ``QMDLAB_HOME`` (default ``~/.cache/qmdlab``): indexes live in ``$QMDLAB_HOME/indexes/<name>/``.
 - ``QMDLAB_INDEX``: the index used when no ``--index`` is given (a name or a directory path).
+  Without either, a project-local index (``.qmdlab/`` in the current folder or one above it, made
+  by ``qmdlab init``) is used when there is one, else the index named ``default``.
 - ``QMDLAB_CACHE`` (default ``~/.cache/qmdlab/models``): downloaded / assembled model files.
   Deliberately *not* under ``QMDLAB_HOME`` so tests that isolate the index still find the models.
 """
@@ -19,6 +21,23 @@ def model_cache_dir() -> Path:
     return Path(os.environ.get("QMDLAB_CACHE") or Path.home() / ".cache" / "qmdlab" / "models").expanduser()
 
 
+PROJECT_DIR = ".qmdlab"
+
+
+def project_index(cwd: str | os.PathLike | None = None) -> Path | None:
+    """The project-local index of ``cwd`` (default: the current folder): ``.qmdlab/`` holding a
+    ``collections.yaml`` there or in a folder above it; ``None`` when there is none."""
+    try:
+        here = Path(cwd or os.getcwd()).resolve()
+    except OSError:  # the current folder was removed
+        return None
+    for folder in (here, *here.parents):
+        cand = folder / PROJECT_DIR
+        if (cand / "collections.yaml").is_file():
+            return cand
+    return None
+
+
 def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
     """Map an index name or path to its directory.
 
@@ -31,7 +50,12 @@ def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
     >>> str(resolve_index_dir("/data/idx"))
     '/data/idx'
     """
-    value = name_or_path if name_or_path is not None else os.environ.get("QMDLAB_INDEX") or "default"
+    value = name_or_path if name_or_path is not None else os.environ.get("QMDLAB_INDEX")
+    if value is None or value == "":
+        local = project_index()
+        if local is not None:
+            return local
+        value = "default"
     text = str(value)
     if os.sep in text or text.startswith((".", "~")) or Path(text).is_dir():
         return Path(text).expanduser().resolve()

@@ -115,8 +115,30 @@ def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = Fals
         rows = full_rows(idx, rows, max_chars=max_chars)
     if line_numbers and fmt not in ("cli", "files"):
         rows = numbered_rows(rows)
-    return format_results(rows, fmt, crumbs=crumbs, contexts=contexts)
+    return format_results(rows, fmt, crumbs=crumbs, contexts=contexts,
+                          links=editor_links(idx, rows) if fmt == "cli" else None)
+
+
+def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | None:
+    """One editor URI per row (its file's absolute path and line) when stdout is a terminal and an
+    editor template is set (``$QMDLAB_EDITOR_URI``, ``$QMD_EDITOR_URI`` or the index's
+    ``editor_uri``, :func:`qmdlab.output.editor_template`); ``None`` otherwise (plain paths)."""
+    import sys
+
+    from qmdlab.output import editor_link, editor_template
+
+    if not rows or not (sys.stdout.isatty() if tty is None else tty):
+        return None
+    template = editor_template(idx.editor_uri() if hasattr(idx, "editor_uri") else None)
+    if not template:
+        return None
+    roots = {c.name: c.root for c in idx.collections()}
+    out = []
+    for r in rows:
+        coll, _, rel = r.docno.partition("/")
+        out.append(editor_link(template, str(roots[coll] / rel), r.line) if coll in roots else None)
+    return out
 
 
 __all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "CONTEXT_FORMATS", "result_options", "pick_format", "check_flags",
-           "render"]
+           "render", "editor_links"]

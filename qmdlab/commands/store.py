@@ -1,5 +1,5 @@
 """Index verbs: ``collection``, ``context``, ``update``, ``search``, ``get``, ``multi-get``, ``ls``, ``status``,
-``cleanup``. Documents and context targets may be named as ``qmd://collection/path`` URIs too.
+``cleanup``, and (from :mod:`qmdlab.commands.collections`) qmd's further collection verbs, ``trust`` and ``init``. Documents and context targets may be named as ``qmd://collection/path`` URIs too.
 
 Thin wrappers over :class:`qmdlab.store.Index` and :mod:`qmdlab.search`; the index comes from
 the global ``--index`` option (``ctx.obj["index"]``).
@@ -59,9 +59,14 @@ def print_report(rep) -> None:
 def register(group: click.Group) -> None:
     """Add the index verbs to the ``qmdlab`` group."""
 
+    from qmdlab.commands import collections as more
+
     @group.group("collection")
     def collection() -> None:
         """Manage collections (named folders of markdown)."""
+
+    more.register_collection_verbs(collection)
+    more.register(group)
 
     @collection.command("add")
     @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
@@ -154,8 +159,12 @@ def register(group: click.Group) -> None:
                        "is refused (an unmounted or emptied folder).")
     @click.pass_context
     def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool) -> None:
-        """Re-scan collections: new, changed, moved and vanished files."""
+        """Re-scan collections: new, changed, moved and vanished files. A collection's approved update
+        command (`qmdlab collection update-cmd`, `qmdlab trust`) runs first."""
+        from qmdlab.commands.collections import run_update_commands
+
         idx = open_index(ctx)
+        run_update_commands(idx, list(collections) or None)
         rep = idx.set_chunker(chunker, progress=progress) if chunker else idx.ensure_chunker(progress=progress)
         if rep.changed:
             click.echo(rep.summary())

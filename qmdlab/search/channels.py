@@ -97,7 +97,7 @@ def phrase_search(idx: "Index", text: str, *, limit: int = 20, collections: Iter
     if expr is None or limit <= 0:
         return []
     w = ", ".join(repr(x) for x in check_weights(weights))
-    where, params = idx._coll_clause(collections)
+    where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
     sql = (f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
            "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
@@ -120,7 +120,7 @@ def substring_search(idx: "Index", units: Sequence[str], *, limit: int = 20,
     units = [u.lower() for u in dict.fromkeys(units) if u]
     if not units or limit <= 0:
         return []
-    where, params = idx._coll_clause(collections)
+    where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
     count = " + ".join("(instr(lower(c.body), ?) > 0)" for _ in units)
     sql = (f"SELECT docno, m FROM (SELECT d.collection || '/' || d.path AS docno, ({count}) AS m "
@@ -166,7 +166,7 @@ def heading_search(idx: "Index", text: str, *, limit: int = 20, collections: Ite
     units = terms(text)
     if not units or limit <= 0:
         return []
-    where, params = idx._coll_clause(collections)
+    where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
     sql = (f"SELECT d.collection || '/' || d.path AS docno, c.body FROM documents d JOIN content c ON c.hash = d.hash "
            f"WHERE d.active = 1{where}{fsql} AND instr(c.body, '#') > 0")

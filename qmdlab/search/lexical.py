@@ -303,6 +303,8 @@ def bm25_search(
     w = _weights_sql(tuple(weights))
     need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None
+    if collections is None:  # an unscoped search leaves out excluded collections
+        collections = idx.default_collections()
     if collections is None and (filters is None or filters.empty) and need <= 1:
         docnos = _docno_map(idx)
         if docnos is not None:

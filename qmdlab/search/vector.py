@@ -75,7 +75,10 @@ def _group_starts(docnos: list[str]) -> np.ndarray:
 
 
 def allowed_docnos(idx: "Index", collections: Iterable[str] | None, filters: SearchFilters | None) -> set[str] | None:
-    """Docnos passing the collection and metadata filters; ``None`` means no restriction."""
+    """Docnos passing the collection and metadata filters; ``None`` means no restriction (no
+    collection given and none excluded from unscoped searches)."""
+    if collections is None:
+        collections = idx.default_collections()
     if collections is None and (filters is None or filters.empty):
         return None
     where, params = idx._coll_clause(collections)

@@ -37,7 +37,7 @@ class CatalogMixin:
             cached = (key, cfg.load(self.config_path))
             self._config_cache = cached
         conf = cached[1]
-        return cfg.Config(list(conf.collections), list(conf.contexts))
+        return cfg.Config(list(conf.collections), list(conf.contexts), conf.editor_uri)
 
     def collections(self) -> list[Collection]:
         return self._config().collections
@@ -50,7 +50,7 @@ class CatalogMixin:
         raise ConfigError(f"unknown collection {name!r} (known: {known}); see `qmdlab collection list`")
 
     def add_collection(self, name: str, root: str | os.PathLike, mask: str = cfg.DEFAULT_MASK,
-                       ignore: Sequence[str] = ()) -> Collection:
+                       ignore: Sequence[str] = (), *, include: bool = True, update_cmd: str | None = None) -> Collection:
         cfg.check_name(name)
         root_path = Path(root).expanduser().resolve()
         if not root_path.is_dir():
@@ -59,7 +59,7 @@ class CatalogMixin:
             conf = self._config()
             if any(c.name == name for c in conf.collections):
                 raise ConfigError(f"collection {name!r} exists; pick another --name or `qmdlab collection remove {name}`")
-            coll = Collection(name, root_path, mask or cfg.DEFAULT_MASK, tuple(ignore))
+            coll = Collection(name, root_path, mask or cfg.DEFAULT_MASK, tuple(ignore), include, update_cmd or None)
             conf.collections.append(coll)
             cfg.save(self.config_path, conf)
         return coll
@@ -86,8 +86,7 @@ class CatalogMixin:
             c.execute("UPDATE documents SET collection = ? WHERE collection = ?", (new, old))
         with self._lock:
             conf = self._config()
-            conf.collections = [Collection(new, x.root, x.mask, x.ignore) if x.name == old else x
-                                for x in conf.collections]
+            conf.collections = [x.replace(name=new) if x.name == old else x for x in conf.collections]
             ctxs = []
             for x in conf.contexts:
                 t = x.target.strip("/")
@@ -96,6 +95,34 @@ class CatalogMixin:
                 else:
                     ctxs.append(x)
             conf.contexts = ctxs
+            cfg.save(self.config_path, conf)
+
+    def update_collection(self, name: str, **changes) -> Collection:
+        """Change a collection's settings (``mask``, ``ignore``, ``include``, ``update_cmd``) in
+        ``collections.yaml``; its documents are untouched until the next ``update``."""
+        self.collection(name)
+        with self._lock:
+            conf = self._config()
+            conf.collections = [x.replace(**changes) if x.name == name else x for x in conf.collections]
+            cfg.save(self.config_path, conf)
+        return self.collection(name)
+
+    def default_collections(self) -> list[str] | None:
+        """The collections a query that names none searches: ``None`` (all of them) unless some
+        are excluded (``qmdlab collection exclude``), then the included ones."""
+        cols = self.collections()
+        if all(c.include for c in cols):
+            return None
+        return [c.name for c in cols if c.include]
+
+    def editor_uri(self) -> str | None:
+        """The index's editor link template (``editor_uri`` in ``collections.yaml``), if any."""
+        return self._config().editor_uri
+
+    def set_editor_uri(self, template: str | None) -> None:
+        with self._lock:
+            conf = self._config()
+            conf.editor_uri = template or None
             cfg.save(self.config_path, conf)
 
     def add_context(self, target: str, text: str) -> None:
@@ -136,9 +163,13 @@ class CatalogMixin:
         hits.sort(key=lambda c: len(c.target.strip("/")))
         return [c.text for c in hits]
 
-    def _coll_clause(self, collections: Iterable[str] | None, alias: str = "d") -> tuple[str, list[str]]:
+    def _coll_clause(self, collections: Iterable[str] | None, alias: str = "d", *,
+                     scoped: bool = False) -> tuple[str, list[str]]:
         """SQL restricting ``alias`` to ``collections`` (each checked to exist): ``(clause, params)``;
-        ``("", [])`` for all collections."""
+        ``("", [])`` for all collections. ``scoped``: a search, so ``None`` means
+        :meth:`default_collections` (excluded collections left out)."""
+        if collections is None and scoped:
+            collections = self.default_collections()
         if collections is None:
             return "", []
         names = list(collections)

@@ -4,18 +4,23 @@
 
     collections:
       - {name: notes, root: /home/me/notes, mask: "**/*.md", ignore: ["drafts/**"]}
+      - {name: archive, root: /home/me/old, include: false,   # only searched when named (-c archive)
+         update: "git pull --ff-only"}                         # run before `update` (once approved: `qmdlab trust`)
     contexts:
       - {target: notes, text: "Personal notes"}          # a collection
       - {target: notes/work, text: "Work notes"}         # a docno prefix
       - {target: /, text: "Everything"}                  # global
+    editor_uri: "vscode://file/{path}:{line}:{col}"      # clickable result paths on a terminal (optional)
 
-Written atomically (temp file + rename).
+Written atomically (temp file + rename). In a project-local index (``.qmdlab/`` made by
+``qmdlab init``) a root inside the project is written relative to the project folder, so the file
+can be committed and still work in another checkout; relative roots are read from that folder.
 """
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -29,12 +34,24 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 @dataclass(frozen=True)
 class Collection:
     """A named directory of notes: files under ``root`` matching ``mask`` (a comma-separated
-    union of globs) and none of the ``ignore`` globs."""
+    union of globs) and none of the ``ignore`` globs. ``include``: searched by queries that name
+    no collection; ``update_cmd``: a shell command run in ``root`` before ``update`` re-indexes
+    it (only once approved with ``qmdlab trust``: :mod:`qmdlab.store.trust`)."""
 
     name: str
     root: Path
     mask: str = DEFAULT_MASK
     ignore: tuple[str, ...] = ()
+    include: bool = True
+    update_cmd: str | None = None
+
+    def replace(self, **changes) -> "Collection":
+        """A copy with ``changes``.
+
+        >>> Collection("a", Path("/x")).replace(include=False).include
+        False
+        """
+        return replace(self, **changes)
 
     @property
     def masks(self) -> list[str]:
@@ -56,6 +73,7 @@ class Context:
 class Config:
     collections: list[Collection] = field(default_factory=list)
     contexts: list[Context] = field(default_factory=list)
+    editor_uri: str | None = None
 
 
 def check_name(name: str) -> str:
@@ -70,6 +88,36 @@ def check_name(name: str) -> str:
             "letters, digits, '_', '-' or '.' (pick another --name)"
         )
     return name
+
+
+#: The folder name of a project-local index (``qmdlab init``).
+PROJECT_DIR = ".qmdlab"
+
+
+def _base(path: Path) -> Path:
+    """The folder relative roots are read from: the project of a ``.qmdlab/`` index, else the file's folder."""
+    return path.parent.parent if path.parent.name == PROJECT_DIR else path.parent
+
+
+def _root(path: Path, value: str) -> Path:
+    root = Path(value).expanduser()
+    return root if root.is_absolute() else (_base(path) / root).resolve()
+
+
+def _stored_root(path: Path, root: Path) -> str:
+    """A root as written: relative to the project in a project-local index when inside it.
+
+    >>> _stored_root(Path("/p/.qmdlab/collections.yaml"), Path("/p/docs")), _stored_root(Path("/p/.qmdlab/c.yaml"), Path("/p"))
+    ('docs', '.')
+    >>> _stored_root(Path("/h/idx/collections.yaml"), Path("/p/docs"))
+    '/p/docs'
+    """
+    if path.parent.name == PROJECT_DIR:
+        try:
+            return Path(root).relative_to(path.parent.parent.resolve()).as_posix() or "."
+        except ValueError:
+            pass
+    return str(root)
 
 
 def load(path: Path) -> Config:
@@ -87,23 +135,34 @@ def load(path: Path) -> Config:
     for i, c in enumerate(data.get("collections") or []):
         if not isinstance(c, dict) or "name" not in c or "root" not in c:
             raise ConfigError(f"{path}: collections[{i}] needs 'name' and 'root'; fix the entry")
-        cols.append(Collection(str(c["name"]), Path(str(c["root"])), str(c.get("mask") or DEFAULT_MASK),
-                               tuple(str(g) for g in (c.get("ignore") or ()))))
+        include = c.get("include", True)
+        if not isinstance(include, bool):
+            raise ConfigError(f"{path}: collections[{i}].include must be true or false; fix the entry")
+        update = c.get("update")
+        cols.append(Collection(str(c["name"]), _root(path, str(c["root"])), str(c.get("mask") or DEFAULT_MASK),
+                               tuple(str(g) for g in (c.get("ignore") or ())), include,
+                               str(update) if update not in (None, "") else None))
     ctxs = []
     for i, c in enumerate(data.get("contexts") or []):
         if not isinstance(c, dict) or "target" not in c or "text" not in c:
             raise ConfigError(f"{path}: contexts[{i}] needs 'target' and 'text'; fix the entry")
         ctxs.append(Context(str(c["target"]), str(c["text"])))
-    return Config(cols, ctxs)
+    editor = data.get("editor_uri")
+    return Config(cols, ctxs, str(editor) if editor else None)
 
 
 def save(path: Path, config: Config) -> None:
-    data = {
-        "collections": [
-            {"name": c.name, "root": str(c.root), "mask": c.mask, "ignore": list(c.ignore)} for c in config.collections
-        ],
-        "contexts": [{"target": c.target, "text": c.text} for c in config.contexts],
-    }
+    cols = []
+    for c in config.collections:
+        entry = {"name": c.name, "root": _stored_root(path, c.root), "mask": c.mask, "ignore": list(c.ignore)}
+        if not c.include:
+            entry["include"] = False
+        if c.update_cmd:
+            entry["update"] = c.update_cmd
+        cols.append(entry)
+    data = {"collections": cols, "contexts": [{"target": c.target, "text": c.text} for c in config.contexts]}
+    if config.editor_uri:
+        data["editor_uri"] = config.editor_uri
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     os.replace(tmp, path)

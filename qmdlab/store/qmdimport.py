@@ -1,0 +1,306 @@
+"""Read a qmd collection config (``index.yml``) and register the same setup in a qmdlab index.
+
+Where the file is found (:func:`find_qmd_config`), first match wins:
+
+1. the path given (a file, or a folder holding ``index.yml`` or ``.qmd/index.yml``);
+2. a project-local ``.qmd/index.yml`` in the current folder or one above it (qmd prefers it too);
+3. ``{name}.yml`` (default ``index.yml``) in qmd's config folder: ``$QMD_CONFIG_DIR``, else
+   ``$XDG_CONFIG_HOME/qmd``, else ``~/.config/qmd``.
+
+What maps (:func:`plan_import`, then :func:`apply_import`):
+
+=====================================  ===================================================
+qmd                                    qmdlab
+=====================================  ===================================================
+``collections.NAME.path``              the collection's root (``~`` expanded; a relative
+                                       path is taken from the project folder of a
+                                       ``.qmd/index.yml``, else from the config's folder)
+``pattern``                            ``mask`` (``{a,b}`` braces become a comma union)
+``ignore``                             ``ignore`` globs
+``includeByDefault: false``            ``qmdlab collection exclude NAME``
+``update``                             the update command, *not approved*: it runs only
+                                       after ``qmdlab trust``
+``context: {PREFIX: TEXT}``            ``qmdlab context add NAME/PREFIX TEXT``
+``global_context``                     ``qmdlab context add / TEXT``
+``models.embed|rerank|generate``       ``embed``/``rerank``/``expand`` in
+                                       ``$QMDLAB_HOME/models.yaml``
+``editor_uri`` (``editor_uri_template``) the index's ``editor_uri``
+=====================================  ===================================================
+
+Anything else (unknown keys, a missing folder, a name qmdlab cannot use, a collection already
+registered with another root) is reported and left out. qmd's file is only read, never written.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from qmdlab.errors import ConfigError
+from qmdlab.store.config import DEFAULT_MASK, _NAME
+
+QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
+QMD_TOP_KEYS = {"collections", "global_context", "models", "editor_uri", "editor_uri_template"}
+#: qmd's model roles → qmdlab's.
+MODEL_ROLES = {"embed": "embed", "rerank": "rerank", "generate": "expand"}
+
+
+def qmd_config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """qmd's config folder: ``$QMD_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/qmd``, else ``~/.config/qmd``.
+
+    >>> str(qmd_config_dir({"QMD_CONFIG_DIR": "/c", "XDG_CONFIG_HOME": "/x"})), str(qmd_config_dir({"XDG_CONFIG_HOME": "/x"}))
+    ('/c', '/x/qmd')
+    """
+    env = os.environ if environ is None else environ
+    if env.get("QMD_CONFIG_DIR"):
+        return Path(env["QMD_CONFIG_DIR"]).expanduser()
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]).expanduser() / "qmd"
+    return Path.home() / ".config" / "qmd"
+
+
+def find_qmd_config(path: str | os.PathLike | None = None, *, index_name: str | None = None,
+                    cwd: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """The qmd config file to read (see the module notes); a :class:`ConfigError` naming every
+    place looked at when there is none."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if p.is_dir():
+            for cand in (p / "index.yml", p / ".qmd" / "index.yml"):
+                if cand.is_file():
+                    return cand
+            raise ConfigError(f"{p}: no index.yml or .qmd/index.yml in this folder; pass qmd's config file")
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such file; pass qmd's index.yml (default {qmd_config_dir(environ)}/index.yml)")
+        return p
+    looked = []
+    if index_name is None:
+        here = Path(cwd or os.getcwd()).resolve()
+        for folder in (here, *here.parents):
+            cand = folder / ".qmd" / "index.yml"
+            if cand.is_file():
+                return cand
+        looked.append(f"{here}/.qmd/index.yml (and above)")
+    name = index_name or "index"
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(f"--qmd-index {name!r}: a qmd index name, not a path (pass a path as CONFIG instead)")
+    cand = qmd_config_dir(environ) / f"{name}.yml"
+    if cand.is_file():
+        return cand
+    looked.append(str(cand))
+    raise ConfigError("no qmd config found (looked at " + ", ".join(looked) + "); pass its path: "
+                      "`qmdlab collection import-qmd PATH/index.yml`")
+
+
+def expand_braces(pattern: str) -> str:
+    """qmd's one-glob ``pattern`` as qmdlab's comma-separated union (``{a,b}`` expanded).
+
+    >>> expand_braces("**/*.{md,markdown}"), expand_braces("docs/**/*.md")
+    ('**/*.md,**/*.markdown', 'docs/**/*.md')
+    """
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return pattern
+    head, tail = pattern[:m.start()], pattern[m.end():]
+    return ",".join(expand_braces(head + alt + tail) for alt in m.group(1).split(","))
+
+
+@dataclass
+class CollectionPlan:
+    name: str
+    root: Path
+    mask: str = DEFAULT_MASK
+    ignore: tuple[str, ...] = ()
+    include: bool = True
+    update_cmd: str | None = None
+    contexts: list[tuple[str, str]] = field(default_factory=list)  # (qmdlab target, text)
+
+
+@dataclass
+class ImportPlan:
+    """What :func:`plan_import` read: the collections, the global context, the model overrides,
+    the editor template, and a line per thing that does not map (``skipped``)."""
+
+    source: Path
+    collections: list[CollectionPlan] = field(default_factory=list)
+    global_context: str | None = None
+    models: dict[str, str] = field(default_factory=dict)
+    editor_uri: str | None = None
+    skipped: list[str] = field(default_factory=list)
+
+
+def _str_list(value: Any) -> list[str] | None:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def plan_import(path: str | os.PathLike) -> ImportPlan:
+    """Parse qmd's config into an :class:`ImportPlan` (reads the file, writes nothing)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror or err}); pass a readable qmd config") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; pass qmd's index.yml") from None
+    except yaml.YAMLError as err:
+        line = getattr(getattr(err, "problem_mark", None), "line", None)
+        where = f"{path}:{line + 1}" if line is not None else str(path)
+        raise ConfigError(f"{where}: malformed YAML ({err.__class__.__name__}); fix qmd's config first") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'collections'; pass qmd's index.yml")
+    plan = ImportPlan(path)
+    local = path.parent.name == ".qmd"
+    base = path.parent.parent if local else path.parent
+    for key in sorted(set(data) - QMD_TOP_KEYS, key=str):
+        plan.skipped.append(f"{key}: not a setting qmdlab has; left out")
+    gc = data.get("global_context")
+    if isinstance(gc, str) and gc.strip():
+        plan.global_context = gc
+    elif gc is not None:
+        plan.skipped.append("global_context: not a string; left out")
+    editor = data.get("editor_uri") or data.get("editor_uri_template")
+    if isinstance(editor, str) and editor.strip():
+        plan.editor_uri = editor
+    models = data.get("models")
+    if isinstance(models, dict):
+        for role, value in models.items():
+            if role in MODEL_ROLES and isinstance(value, str) and value.strip():
+                plan.models[MODEL_ROLES[role]] = value
+            else:
+                plan.skipped.append(f"models.{role}: not a model role qmdlab has (embed, rerank, generate); left out")
+    elif models is not None:
+        plan.skipped.append("models: not a mapping; left out")
+    colls = data.get("collections") or {}
+    if not isinstance(colls, dict):
+        raise ConfigError(f"{path}: 'collections' must be a mapping of name → settings; fix qmd's config first")
+    for name, c in colls.items():
+        name = str(name)
+        if not isinstance(c, dict) or not isinstance(c.get("path"), str):
+            plan.skipped.append(f"collection {name}: no 'path'; left out")
+            continue
+        if not _NAME.match(name):
+            plan.skipped.append(f"collection {name}: not a name qmdlab accepts (letters, digits, '_', '-', '.'); "
+                                "left out — add it with `qmdlab collection add PATH --name NEW`")
+            continue
+        root = Path(c["path"]).expanduser()
+        root = (root if root.is_absolute() else base / root).resolve()
+        if not root.is_dir():
+            plan.skipped.append(f"collection {name}: folder {root} not found; left out")
+            continue
+        cp = CollectionPlan(name, root)
+        if isinstance(c.get("pattern"), str) and c["pattern"].strip():
+            cp.mask = expand_braces(c["pattern"].strip())
+        ignore = _str_list(c.get("ignore"))
+        if ignore is None:
+            plan.skipped.append(f"collection {name}: 'ignore' is not a list of globs; left out")
+        else:
+            cp.ignore = tuple(ignore)
+        inc = c.get("includeByDefault", True)
+        if isinstance(inc, bool):
+            cp.include = inc
+        else:
+            plan.skipped.append(f"collection {name}: includeByDefault {inc!r} is not true/false; kept included")
+        if isinstance(c.get("update"), str) and c["update"].strip():
+            cp.update_cmd = c["update"].strip()
+        ctx = c.get("context") or {}
+        if isinstance(ctx, dict):
+            for prefix, text in ctx.items():
+                if not isinstance(text, str) or not text.strip():
+                    plan.skipped.append(f"collection {name}: context {prefix!r} has no text; left out")
+                    continue
+                p = str(prefix).strip().strip("/")
+                cp.contexts.append((f"{name}/{p}" if p else name, text))
+        else:
+            plan.skipped.append(f"collection {name}: 'context' is not a mapping of prefix → text; left out")
+        for key in sorted(set(c) - QMD_COLLECTION_KEYS, key=str):
+            plan.skipped.append(f"collection {name}: {key}: not a setting qmdlab has; left out")
+        plan.collections.append(cp)
+    return plan
+
+
+@dataclass
+class ImportResult:
+    lines: list[str] = field(default_factory=list)  # what was mapped
+    skipped: list[str] = field(default_factory=list)  # what was not
+    registered: list[str] = field(default_factory=list)  # collections added or updated
+    pending_commands: list[str] = field(default_factory=list)  # collections whose update command awaits `qmdlab trust`
+
+
+def merge_models(path: Path, models: Mapping[str, str]) -> dict:
+    """``models.yaml`` with ``models`` set (other keys kept); written atomically."""
+    current: dict = {}
+    if path.is_file():
+        try:
+            current = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError:
+            raise ConfigError(f"{path}: malformed YAML; fix or delete it, then import again") from None
+        if not isinstance(current, dict):
+            raise ConfigError(f"{path}: expected a mapping of preset/embed/expand/rerank; fix or delete it")
+    current.update(models)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return current
+
+
+def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = False) -> ImportResult:
+    """Register ``plan`` in the index ``idx`` (nothing with ``dry_run``); a re-import updates the
+    settings of collections it registered before (same root)."""
+    from qmdlab.paths import home
+
+    res = ImportResult(skipped=list(plan.skipped))
+    existing = {c.name: c for c in idx.collections()}
+    for cp in plan.collections:
+        old = existing.get(cp.name)
+        if old is not None and Path(old.root).resolve() != cp.root:
+            res.skipped.append(f"collection {cp.name}: qmdlab already has it at {old.root}; left out "
+                               f"(`qmdlab collection remove {cp.name}` first to import qmd's)")
+            continue
+        extras = [f"mask {cp.mask}"] + ([f"ignore {', '.join(cp.ignore)}"] if cp.ignore else []) \
+            + ([] if cp.include else ["excluded from unscoped queries"])
+        res.lines.append(f"collection {cp.name}: {cp.root} ({'; '.join(extras)})"
+                         + (" [updated]" if old is not None else ""))
+        if not dry_run:
+            if old is None:
+                idx.add_collection(cp.name, cp.root, cp.mask, cp.ignore, include=cp.include, update_cmd=cp.update_cmd)
+            else:
+                idx.update_collection(cp.name, mask=cp.mask, ignore=cp.ignore, include=cp.include,
+                                      update_cmd=cp.update_cmd)
+        res.registered.append(cp.name)
+        if cp.update_cmd:
+            res.lines.append(f"  update command {cp.update_cmd!r}: not approved; it runs before `qmdlab update` "
+                             f"only after `qmdlab trust -c {cp.name}`")
+            res.pending_commands.append(cp.name)
+        for target, text in cp.contexts:
+            res.lines.append(f"  context {target}: {text[:60]}{'…' if len(text) > 60 else ''}")
+            if not dry_run:
+                idx.add_context(target, text)
+    if plan.global_context:
+        res.lines.append(f"context /: {plan.global_context[:60]}{'…' if len(plan.global_context) > 60 else ''}")
+        if not dry_run:
+            idx.add_context("/", plan.global_context)
+    if plan.editor_uri:
+        res.lines.append(f"editor_uri: {plan.editor_uri}")
+        if not dry_run:
+            idx.set_editor_uri(plan.editor_uri)
+    if plan.models:
+        target = home() / "models.yaml"
+        if models:
+            res.lines.append(f"models ({target}): " + ", ".join(f"{k} = {v}" for k, v in plan.models.items()))
+            if not dry_run:
+                merge_models(target, plan.models)
+        else:
+            res.skipped.append("models: left out (--no-models)")
+    return res

@@ -1,0 +1,318 @@
+"""qmd's collection verbs: include/exclude, show, ignore, update-cmd with the trust gate, init,
+import-qmd (qmd's index.yml, read only) and editor links."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from qmdlab.cli import cli
+
+
+def _folder(root, files):
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def two(tmp_path, cli_run, qmdlab_home):
+    """Two indexed collections, both holding the word 'heron'."""
+    a = _folder(tmp_path / "a", {"x.md": "# X\n\nheron in a\n", "drafts/d.md": "# D\n\nheron draft\n"})
+    b = _folder(tmp_path / "b", {"y.md": "# Y\n\nheron in b\n"})
+    cli_run("collection", "add", str(a), "--name", "a")
+    cli_run("collection", "add", str(b), "--name", "b")
+    return a, b
+
+
+def _files(res):
+    return sorted(line.split(",")[2] for line in res.output.splitlines() if line.startswith("#"))
+
+
+def test_exclude_leaves_a_collection_out_of_unscoped_searches_only(two, cli_run):
+    assert _files(cli_run("search", "heron", "--files")) == ["a/drafts/d.md", "a/x.md", "b/y.md"]
+    res = cli_run("collection", "exclude", "b")
+    assert "excluded from queries" in res.output and "they search: a" in res.output
+    assert _files(cli_run("search", "heron", "--files")) == ["a/drafts/d.md", "a/x.md"]
+    assert _files(cli_run("search", "heron", "--files", "-c", "b")) == ["b/y.md"]  # named: still searched
+    assert _files(cli_run("query", "heron", "--files", "--preset", "fake", "--no-expand", "--no-rerank")) \
+        == ["a/drafts/d.md", "a/x.md"]
+    assert "include:    no" in cli_run("collection", "show", "b").output
+    cli_run("collection", "include", "b")
+    assert _files(cli_run("search", "heron", "--files")) == ["a/drafts/d.md", "a/x.md", "b/y.md"]
+    assert "include:    yes" in cli_run("collection", "show", "b").output
+
+
+def test_vector_search_honours_exclusion(two, cli_run):
+    from qmdlab.models import load_models
+    from qmdlab.search.vector import allowed_docnos
+    from qmdlab.store import Index
+
+    cli_run("collection", "exclude", "a")
+    with Index.open(cli_run.index_dir) as idx:
+        assert allowed_docnos(idx, None, None) == {"b/y.md"}
+        assert allowed_docnos(idx, ["a"], None) == {"a/x.md", "a/drafts/d.md"}
+        assert idx.documents().height == 3  # listing and embedding still see every collection
+        assert idx.chunks_needing_vectors(load_models("fake").embedder.fingerprint).height == 3
+
+
+def test_show_and_ignore_globs(two, cli_run):
+    a, _ = two
+    cli_run("context", "add", "a/drafts", "Unfinished notes")
+    out = cli_run("collection", "show", "a").output
+    assert f"path:       {a.resolve()}" in out and "mask:       **/*.md" in out
+    assert "ignore:     (none)" in out and "a/drafts\tUnfinished notes" in out and "update:     (none)" in out
+    assert "documents:  2" in out
+    res = cli_run("collection", "ignore", "a", "drafts/**")
+    assert "ignore drafts/**" in res.output
+    cli_run("update", "--no-progress")
+    assert _files(cli_run("search", "heron", "--files")) == ["a/x.md", "b/y.md"]
+    assert "ignore:     drafts/**" in cli_run("collection", "show", "a").output
+    assert cli_run("collection", "ignore", "a").output.strip() == "drafts/**"
+    cli_run("collection", "ignore", "a", "--clear")
+    cli_run("update", "--no-progress")
+    assert "a/drafts/d.md" in _files(cli_run("search", "heron", "--files"))
+    bad = cli_run("collection", "show", "nope", ok=False)
+    assert bad.exit_code == 1 and "unknown collection 'nope'" in bad.output
+
+
+def test_update_cmd_set_by_the_user_runs_before_update(two, cli_run):
+    a, _ = two
+    res = cli_run("collection", "update-cmd", "a", "printf", "'# New\\n\\nheron new\\n'", ">", "new.md")
+    assert "first runs: printf" in res.output
+    assert "[approved]" in cli_run("collection", "show", "a").output
+    res = cli_run("update", "--no-progress")
+    assert "a: running update command" in res.output
+    assert (a / "new.md").read_text() == "# New\n\nheron new\n"
+    assert "a/new.md" in _files(cli_run("search", "heron", "--files"))  # indexed by the same update
+    assert "update command cleared" in cli_run("collection", "update-cmd", "a").output
+    assert "update:     (none)" in cli_run("collection", "show", "a").output
+
+
+def _checked_in(index_dir, name, command):
+    """Write an update command straight into collections.yaml, as a config from a checkout would."""
+    path = os.path.join(index_dir, "collections.yaml")
+    data = yaml.safe_load(open(path, encoding="utf-8"))
+    for c in data["collections"]:
+        if c["name"] == name:
+            c["update"] = command
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(data, fh)
+
+
+def test_update_command_from_a_config_file_runs_only_after_trust(two, cli_run, monkeypatch):
+    a, _ = two
+    _checked_in(cli_run.index_dir, "a", "touch ran-1")
+    res = cli_run("update", "--no-progress")
+    assert "is not approved, so it did not run; approve it with `qmdlab trust -c a`" in res.output
+    assert not (a / "ran-1").exists()
+    assert "not approved (run `qmdlab trust -c a`)" in cli_run("collection", "show", "a").output
+    # no terminal to ask on and no --yes: refused, with the way to approve
+    res = cli_run("trust", ok=False)
+    assert res.exit_code == 1 and "touch ran-1" in res.output and "`qmdlab trust --yes`" in res.output
+    res = cli_run("trust", "--yes")
+    assert "approved: a: touch ran-1" in res.output
+    cli_run("update", "--no-progress")
+    assert (a / "ran-1").exists()
+    assert "touch ran-1" in cli_run("trust", "list").output
+    # an edited command asks again
+    _checked_in(cli_run.index_dir, "a", "touch ran-2")
+    assert "not approved" in cli_run("update", "--no-progress").output and not (a / "ran-2").exists()
+    cli_run("trust", "-c", "a", "--yes")
+    res = cli_run("trust", "revoke", "-c", "a")
+    assert "revoked 2 approval(s)" in res.output
+    assert "not approved" in cli_run("update", "--no-progress").output
+    monkeypatch.setenv("QMDLAB_TRUST_UPDATE_HOOKS", "1")
+    cli_run("update", "--no-progress")
+    assert (a / "ran-2").exists()
+
+
+def test_a_failing_update_command_is_reported_and_indexing_goes_on(two, cli_run):
+    cli_run("collection", "update-cmd", "a", "exit 3")
+    res = cli_run("update", "--no-progress")
+    assert "update command failed (exit status 3)" in res.output and "indexing the files as they are" in res.output
+
+
+QMD_YML = """
+global_context: Everything I write
+editor_uri: "zed://file/{path}:{line}"
+models:
+  embed: hf:org/repo/embed.gguf
+  generate: hf:org/repo/expand.gguf
+  teleport: x
+collections:
+  notes:
+    path: NOTES
+    pattern: "**/*.{md,markdown}"
+    ignore: ["drafts/**"]
+    context:
+      /: Personal notes
+      /work: Work notes
+  archive:
+    path: ARCHIVE
+    includeByDefault: false
+    update: git pull --ff-only
+  "bad name":
+    path: NOTES
+  gone:
+    path: /no/such/folder/anywhere
+  odd:
+    path: NOTES
+    colour: blue
+remote_embedding: {provider: x}
+"""
+
+
+def _qmd_setup(tmp_path):
+    notes = _folder(tmp_path / "vault", {"a.md": "# A\n\nheron\n", "work/b.markdown": "# B\n\nheron at work\n",
+                                         "drafts/c.md": "# C\n\nheron draft\n"})
+    archive = _folder(tmp_path / "old", {"z.md": "# Z\n\nheron archived\n"})
+    text = QMD_YML.replace("NOTES", str(notes)).replace("ARCHIVE", str(archive))
+    return notes, archive, text
+
+
+def test_import_qmd_maps_collections_contexts_models_and_editor(tmp_path, cli_run, qmdlab_home, monkeypatch):
+    from qmdlab.store import Index
+
+    notes, archive, text = _qmd_setup(tmp_path)
+    conf_dir = tmp_path / "xdg" / "qmd"
+    conf_dir.mkdir(parents=True)
+    (conf_dir / "index.yml").write_text(text, encoding="utf-8")
+    before = (conf_dir / "index.yml").stat()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("QMD_CONFIG_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    res = cli_run("collection", "import-qmd")
+    out = res.output
+    assert f"imported from {conf_dir / 'index.yml'}" in out
+    assert f"collection notes: {notes.resolve()} (mask **/*.md,**/*.markdown; ignore drafts/**)" in out
+    assert "collection archive:" in out and "excluded from unscoped queries" in out
+    assert "`qmdlab trust -c archive`" in out
+    for line in ("collection bad name: not a name qmdlab accepts", "collection gone: folder /no/such/folder/anywhere",
+                 "collection odd: colour: not a setting qmdlab has", "remote_embedding: not a setting qmdlab has",
+                 "models.teleport: not a model role"):
+        assert line in out, line
+    after = (conf_dir / "index.yml").stat()
+    assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)  # qmd's file: read only
+    assert (conf_dir / "index.yml").read_text(encoding="utf-8") == text
+    with Index.open(cli_run.index_dir) as idx:
+        colls = {c.name: c for c in idx.collections()}
+        assert sorted(colls) == ["archive", "notes", "odd"]
+        assert (colls["notes"].mask, colls["notes"].ignore) == ("**/*.md,**/*.markdown", ("drafts/**",))
+        assert (colls["archive"].include, colls["archive"].update_cmd) == (False, "git pull --ff-only")
+        assert {(c.target, c.text) for c in idx.contexts()} == {
+            ("notes", "Personal notes"), ("notes/work", "Work notes"), ("/", "Everything I write")}
+        # qmd shows the longest prefix; qmdlab every applicable context, broadest first, so qmd's is last
+        assert idx.contexts_for("notes/work/b.markdown") == ["Everything I write", "Personal notes", "Work notes"]
+        assert idx.editor_uri() == "zed://file/{path}:{line}"
+    assert yaml.safe_load((qmdlab_home / "models.yaml").read_text()) == {"embed": "hf:org/repo/embed.gguf",
+                                                                          "expand": "hf:org/repo/expand.gguf"}
+    # indexed: the .markdown file by the expanded mask, drafts ignored, archive excluded from unscoped search
+    assert _files(cli_run("search", "heron", "--files")) == ["notes/a.md", "notes/work/b.markdown", "odd/a.md",
+                                                             "odd/drafts/c.md"]
+    # the archive's command arrived in a config: it does not run until approved
+    assert "not approved" in cli_run("update", "--no-progress", "-c", "archive").output
+    again = cli_run("collection", "import-qmd", "--no-update")
+    assert "[updated]" in again.output
+
+
+def test_import_qmd_finds_named_and_project_local_configs(tmp_path, cli_run, qmdlab_home, monkeypatch):
+    from qmdlab.store import Index
+
+    notes, _, text = _qmd_setup(tmp_path)
+    qdir = tmp_path / "qmdconf"
+    qdir.mkdir()
+    (qdir / "work.yml").write_text("collections:\n  w:\n    path: " + str(notes) + "\n", encoding="utf-8")
+    monkeypatch.setenv("QMD_CONFIG_DIR", str(qdir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.chdir(tmp_path)
+    res = cli_run("collection", "import-qmd", "--qmd-index", "work", "--dry-run")
+    assert f"would import from {qdir / 'work.yml'}" in res.output and "collection w:" in res.output
+    with Index.open(cli_run.index_dir) as idx:
+        assert idx.collections() == []  # --dry-run registers nothing
+    missing = cli_run("collection", "import-qmd", ok=False)
+    assert missing.exit_code == 1 and "no qmd config found" in missing.output and str(qdir / "index.yml") in missing.output
+    # a project's .qmd/index.yml wins when run inside the project; relative paths are the project's
+    proj = tmp_path / "proj"
+    _folder(proj / "docs", {"p.md": "# P\n\nheron in project\n"})
+    (proj / ".qmd").mkdir()
+    (proj / ".qmd" / "index.yml").write_text("collections:\n  docs:\n    path: ./docs\n    update: make notes\n",
+                                             encoding="utf-8")
+    monkeypatch.chdir(proj / "docs")
+    res = cli_run("collection", "import-qmd", "--no-models")
+    assert f"imported from {proj / '.qmd' / 'index.yml'}" in res.output
+    assert f"collection docs: {(proj / 'docs').resolve()}" in res.output
+    assert "not approved" in res.output
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("collections: [1, 2", "malformed YAML"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("collections: 3\n", "'collections' must be a mapping"),
+])
+def test_import_qmd_bad_configs_are_one_line_errors(tmp_path, cli_run, qmdlab_home, text, needle):
+    bad = tmp_path / "index.yml"
+    bad.write_text(text, encoding="utf-8")
+    res = cli_run("collection", "import-qmd", str(bad), ok=False)
+    assert res.exit_code == 1 and needle in res.output and str(bad) in res.output
+    assert "Traceback" not in res.output
+
+
+def test_editor_links_on_a_terminal_only(two, cli_run, monkeypatch):
+    from qmdlab.commands.result_options import editor_links
+    from qmdlab.output import format_results
+    from qmdlab.pipeline.results import ResultRow
+    from qmdlab.store import Index
+
+    a, _ = two
+    rows = [ResultRow("a/x.md", "abc123", 0.5, 3, "X", None, "heron in a")]
+    monkeypatch.delenv("QMDLAB_EDITOR_URI", raising=False)
+    monkeypatch.delenv("QMD_EDITOR_URI", raising=False)
+    with Index.open(cli_run.index_dir) as idx:
+        assert editor_links(idx, rows, tty=True) is None  # no template: plain paths
+        idx.set_editor_uri("vscode://file/{path}:{line}:{col}")
+        links = editor_links(idx, rows, tty=True)
+        assert links == [f"vscode://file/{(a.resolve() / 'x.md')}:3:1"]
+        assert editor_links(idx, rows, tty=False) is None  # piped: plain paths
+        monkeypatch.setenv("QMD_EDITOR_URI", "subl://open?url=file://{path}&line={line}")
+        assert editor_links(idx, rows, tty=True) == [f"subl://open?url=file://{a.resolve() / 'x.md'}&line=3"]
+    text = format_results(rows, "cli", links=links)
+    assert text.splitlines()[0].startswith(f"\x1b]8;;{links[0]}\x1b\\a/x.md:3\x1b]8;;\x1b\\  #abc123")
+    assert "\x1b" not in cli_run("search", "heron").output  # CliRunner's stdout is not a terminal
+
+
+def test_init_makes_a_project_index_used_without_index(tmp_path, qmdlab_home, monkeypatch):
+    proj = _folder(tmp_path / "proj", {"notes/n.md": "# N\n\nheron in project\n"})
+    runner = CliRunner()
+    monkeypatch.chdir(proj)
+    res = runner.invoke(cli, ["init", "--name", "proj"])
+    assert res.exit_code == 0, res.output
+    assert "created project index" in res.output and (proj / ".qmdlab" / ".gitignore").is_file()
+    assert "index.sqlite*" in (proj / ".qmdlab" / ".gitignore").read_text()
+    stored = yaml.safe_load((proj / ".qmdlab" / "collections.yaml").read_text())
+    assert stored["collections"][0]["root"] == "."  # relative: the file can be committed
+    monkeypatch.chdir(proj / "notes")
+    res = runner.invoke(cli, ["search", "heron", "--files"])
+    assert res.exit_code == 0 and "proj/notes/n.md" in res.output
+    assert str(proj / ".qmdlab") in runner.invoke(cli, ["status"]).output
+    again = runner.invoke(cli, ["init", str(proj)])
+    assert again.exit_code == 0 and "project index exists" in again.output
+    assert yaml.safe_load((proj / ".qmdlab" / "collections.yaml").read_text()) == stored  # never overwritten
+    # the same project checked out elsewhere: the root follows the checkout, an update command waits for trust
+    import shutil
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(proj, copy, ignore=shutil.ignore_patterns("index.sqlite*"))
+    data = yaml.safe_load((copy / ".qmdlab" / "collections.yaml").read_text())
+    data["collections"][0]["update"] = "touch pulled"
+    (copy / ".qmdlab" / "collections.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(copy)
+    res = runner.invoke(cli, ["update", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "not approved" in res.output and not (copy / "pulled").exists()
+    assert "checkout/notes/n.md" not in res.output
+    assert "proj/notes/n.md" in runner.invoke(cli, ["search", "heron", "--files"]).output
+    assert str(copy.resolve()) in runner.invoke(cli, ["collection", "show", "proj"]).output
