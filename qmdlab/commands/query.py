@@ -31,6 +31,11 @@ def register(group: click.Group) -> None:
                        "the preset's — off for offline and tiny, on for qmd — unless the --config file sets "
                        "'rerank'].")
     @click.option("-C", "--candidate-limit", type=int, default=None, help="Candidates reranked (default 40).")
+    @click.option("--budget", "budget", type=float, default=None, metavar="SECONDS",
+                  help="A deadline for the whole query: a model stage (expansion, rerank) that would not fit in "
+                       "what is left, judged from the model's measured speed on this machine, is skipped before it "
+                       "starts and noted; one that runs is cut at the deadline [default: none, or the config's "
+                       "budget_s].")
     @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None, help="Fusion method (default qmd_rrf).")
     @click.option("--blend", type=click.Choice(BLEND_METHODS), default=None, help="Blend method (default position).")
     @click.option("--min-score", type=float, default=None, help="Drop results whose final score is below this.")
@@ -53,7 +58,7 @@ def register(group: click.Group) -> None:
                                                        "(--format json: the results only).")
     @result_options(json_flag=False)
     @click.pass_context
-    def query(ctx, text, limit, collections, intent, expand, rerank, candidate_limit, fusion, blend,
+    def query(ctx, text, limit, collections, intent, expand, rerank, candidate_limit, budget, fusion, blend,
               min_score, min_score_fallback, config_file, preset, explain, tags, prefer_tags, tag_lift,
               no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, max_chars,
               line_numbers, context) -> None:
@@ -78,7 +83,7 @@ def register(group: click.Group) -> None:
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
         flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
                  "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
-                 "strong_signal": False if no_strong_signal else None}
+                 "strong_signal": False if no_strong_signal else None, "budget_s": budget}
         cfg = base.replace(**{k: v for k, v in flags.items() if v is not None},
                            **base.tag_preference(prefer_tags, tag_lift))
         cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank)

@@ -464,12 +464,15 @@ class Engine:
               collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,
               minScore: float = 0.0, candidateLimit: int = 40, rerank: bool | None = None,
               explain: bool = False, tags: Sequence[str] | None = None, preferTags: Sequence[str] | None = None,
-              tagLift: int | None = None, expand: bool | None = None) -> tuple[str, dict[str, Any]]:
+              tagLift: int | None = None, expand: bool | None = None,
+              budget: float | None = None) -> tuple[str, dict[str, Any]]:
         """The hybrid pipeline; ``tags`` are required front-matter tags (all of them, as
         ``qmdlab query --tag``), ``preferTags``/``tagLift`` the tag rank-lift (``--prefer-tag``/
         ``--tag-lift``: :meth:`~qmdlab.pipeline.config.PipelineConfig.tag_preference`).
         ``expand``/``rerank`` ``None`` = the server config's choice, else the preset's default
-        (:func:`qmdlab.pipeline.stages.plan_stages`); the first note says which stages ran and why."""
+        (:func:`qmdlab.pipeline.stages.plan_stages`); the first note says which stages ran and why.
+        ``budget``: a deadline in seconds for the whole query (``qmdlab query --budget``; ``None`` = the
+        server config's ``budget_s``)."""
         searches = [dict(s) for s in (searches or [])]
         text = (query or "").strip()
         if not text and not searches:
@@ -488,6 +491,7 @@ class Engine:
             staged, plan = plan_stages(self.config, preset_name(self.preset, models_given=self._given_models), expand=expand, rerank=rerank)
             overrides = {"limit": int(limit), "min_score": float(minScore),
                          "candidate_limit": int(candidateLimit), "expand": staged.expand, "rerank": staged.rerank,
+                         **({"budget_s": float(budget)} if budget is not None else {}),
                          **self.config.tag_preference(list(preferTags or ()), tagLift)}
             cfg = self.config.replace(**overrides)  # what Lab.query runs with
             filters = None

@@ -33,7 +33,7 @@ LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phr
              "original_trigram")
 KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
                           "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search",
-                          "weight_original_heading"})
+                          "weight_original_heading", "budget_s"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -155,6 +155,13 @@ class PipelineConfig:
         Seconds each model call of a query (query embedding, expansion, rerank) may take;
         past it the stage is cut with a note, fail-open, and the call is asked to stop on its
         worker thread (:mod:`qmdlab.pipeline.budget`). 0 = unbounded.
+    budget_s : float
+        A deadline for the whole query in seconds (``qmdlab query --budget``, MCP ``budget``); 0 (the
+        default) = none. BM25, vectors and fusion always run; a model stage (expansion, rerank) whose
+        time, judged from the model's measured speed on this machine (:mod:`qmdlab.pipeline.speed`),
+        would not fit in what is left is skipped before it starts, with a ``budget`` note; a stage
+        that runs is capped at what is left (and at ``stage_budget_s``). ``candidate_limit`` (``-C``)
+        still caps the pairs reranked.
 
     Examples
     --------
@@ -222,6 +229,7 @@ class PipelineConfig:
     weight_original_heading: float = 0.0
     vector_index: str = "exact"
     ann_ef_search: int = 512
+    budget_s: float = 0.0
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -277,6 +285,9 @@ class PipelineConfig:
             if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "
                                   f"got {getattr(self, name)!r}")
+        if not (self.budget_s >= 0 and self.budget_s != float("inf")):  # also rejects NaN
+            raise ConfigError(f"option 'budget_s' (--budget) must be a number of seconds >= 0 (0 = no deadline), "
+                              f"got {self.budget_s!r}")
         if not self.stage_budget_s >= 0:  # also rejects NaN
             raise ConfigError(f"option 'stage_budget_s' must be >= 0 seconds (0 = unbounded), "
                               f"got {self.stage_budget_s!r}")

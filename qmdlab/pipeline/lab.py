@@ -177,10 +177,7 @@ class Lab:
                                          intent, cfg)
             with run.stage("rerank"):
                 rq = text or intent or _search_text(searches)
-                res = rerank(self.reranker, rq, selected, qid=qid, budget_s=cfg.stage_budget_s)
-                rerank_table = res.table
-                for stage, msg in res.notes:
-                    run.note(stage, msg)
+                rerank_table = self._rerank(rq, selected, qid, cfg, run)
         # 7.-8. blend + finish
         with run.stage("blend"):
             doc_tags = self._doc_tags(cfg)
@@ -282,14 +279,32 @@ class Lab:
         if self.expander is None:
             run.note("expand", "no expander: original query only")
             return []
+        from qmdlab.pipeline import speed
         from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
 
+        limit_s, deadline = cfg.stage_budget_s, False
+        peek = getattr(self.expander, "peek", None)
+        if cfg.budget_s > 0 and (peek is None or peek(text, intent=intent) is None):
+            fit = speed.fits(self.expander, "expand", 1, cfg.budget_s - run.elapsed_ms() / 1000.0, cfg.budget_s,
+                             cfg.stage_budget_s, stage="expansion")
+            if not fit.ok:
+                run.note("budget", fit.note)
+                run.note("expand", "expansion skipped (--budget): original query only")
+                return []
+            deadline = not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
+            limit_s = fit.cap_s
+        t0 = time.perf_counter()
         try:
-            res = call_with_budget(self.expander.expand, text, intent=intent, budget_s=cfg.stage_budget_s,
-                                   model=self.expander, peek=getattr(self.expander, "peek", None))
+            res = call_with_budget(self.expander.expand, text, intent=intent, budget_s=limit_s,
+                                   model=self.expander, peek=peek)
             lines, dropped = list(res.lines), list(res.dropped)  # a malformed answer fails here, not later
         except StageTimeout:
-            run.note("expand", f"expander over its {cfg.stage_budget_s:g} s budget (stage_budget_s; the call was "
+            speed.observe(self.expander, "expand", time.perf_counter() - t0, persist=cfg.budget_s > 0)  # at least
+            if deadline:
+                run.note("budget", f"expansion cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s "
+                                   "budget (--budget): original query only")
+            run.note("expand", f"expander over its {limit_s:g} s budget ("
+                               f"{'--budget' if deadline else 'stage_budget_s'}; the call was "
                                "stopped): expansion cut, original query only")
             return []
         except StageBusy as err:
@@ -302,8 +317,39 @@ class Lab:
         out += filter_expansions(text, lines, cfg)
         kept = sum(e.kept for e in out)
         cached = getattr(self.expander, "last_cached", None)
+        if not cached:
+            speed.observe(self.expander, "expand", time.perf_counter() - t0, persist=cfg.budget_s > 0)
         run.note("expand", f"{kept} of {len(out)} lines kept" + (" (from cache)" if cached else ""))
         return out
+
+    def _rerank(self, query: str, selected: pl.DataFrame, qid: str, cfg: PipelineConfig, run: "_Run") -> pl.DataFrame:
+        """Rerank ``selected`` — unless the query's deadline (``budget_s``) leaves too little time for
+        the pairs not cached, judged from the reranker's measured speed — and time the pairs computed."""
+        from qmdlab.pipeline import speed
+
+        limit_s = cfg.stage_budget_s
+        texts = selected["text"].to_list()
+        peek = getattr(self.reranker, "peek_cached", None)
+        if cfg.budget_s > 0 and self.reranker is not None and texts and (peek is None or peek(query, texts) is None):
+            fit = speed.fits(self.reranker, "rerank", len(texts), cfg.budget_s - run.elapsed_ms() / 1000.0,
+                             cfg.budget_s, cfg.stage_budget_s, stage="rerank")
+            if not fit.ok:
+                run.note("budget", fit.note)
+                run.note("rerank", "rerank skipped (--budget): fusion order kept")
+                return empty("rerank")
+            limit_s = fit.cap_s
+        t0 = time.perf_counter()
+        res = rerank(self.reranker, query, selected, qid=qid, budget_s=limit_s)
+        seconds = time.perf_counter() - t0
+        for stage, msg in res.notes:
+            run.note(stage, msg)
+        table = res.table
+        computed = int((~table["cached"]).sum()) if table.height else 0
+        if self.reranker is not None and texts and computed:
+            speed.observe(self.reranker, "rerank", seconds, computed, persist=cfg.budget_s > 0)
+        elif self.reranker is not None and texts and not table.height and limit_s and seconds >= limit_s:
+            speed.observe(self.reranker, "rerank", seconds, len(texts), persist=cfg.budget_s > 0)  # at least
+        return table
 
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
         """``docno, tags`` (tag lift) and ``hash`` (content dedupe) of the active documents, or None."""

@@ -158,7 +158,7 @@ async def check_all_tools(client, env) -> None:
     for t in tools.values():
         assert t.annotations.read_only_hint is True
         assert t.input_schema.get("additionalProperties") is False, t.name
-    assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank",
+    assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank", "expand", "budget",
             "explain", "tags", "preferTags", "tagLift"} == set(tools["query"].input_schema["properties"])
     assert "preferTags" in tools["query"].description and "front-matter tags" in tools["query"].description
     for name in ("get", "multi_get"):  # the caps on result text: default no cap

@@ -58,7 +58,7 @@ def test_rest_query_and_health(http_server):
         bad = http.post("/query", json={"query": "x", "top_k": 3})
         assert bad.status_code == 400 and "top_k: unknown parameter" in bad.json()["error"]
         assert set(bad.json()["accepted"]) == {"query", "searches", "collections", "intent", "limit", "minScore",
-                                               "candidateLimit", "rerank", "explain", "tags", "preferTags",
+                                               "candidateLimit", "rerank", "expand", "budget", "explain", "tags", "preferTags",
                                                "tagLift"}  # the query tool's parameters
         bad = http.post("/query", json={"searches": [{"type": "lex", "query": "x", "weight": 2}]})
         assert bad.status_code == 400 and "searches.0.weight: unknown parameter" in bad.json()["error"]
