@@ -26,7 +26,7 @@ HISTORY = [
     (r"/tmp/i20", "a path on one machine"),
 ]
 PRIOR_NAMES = (r"\b(AI Helper|super-pi|KnowDB|KBFold)\b", "a prior system's private name (say what it does)")
-LOAD = (r"\b1-minute load\b|\bload average\b|\bload ~\d|\bat load\b|\bunder load\b"
+LOAD = (r"\b1-minute load\b|\bload average\b|\bload ~\d|\bat load [~\d]|\bunder load\b"
         r"|\bload \d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?! ?s\b)(?=[ ,;)]|$)",
         "a load narrative (it belongs on a docs/results page)")
 TMP_IN_DATA = (r"\"/tmp/", "a machine path in committed data")

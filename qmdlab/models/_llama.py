@@ -104,6 +104,22 @@ class LazyLlama:
         for fn in self._on_load:
             fn(llm)
 
+    def ensure_loaded(self) -> None:
+        """Load the weights now, in the calling thread, unless they are loaded already.
+
+        llama-cpp-python silences llama.cpp while it loads a model by pointing the process's
+        stdout and stderr file descriptors at ``/dev/null``; a load on a worker thread would
+        swallow whatever other threads print meanwhile. Budgeted calls therefore load here,
+        before their worker starts (:func:`qmdlab.pipeline.budget.call_with_budget`).
+        """
+        if self._llm is not None:
+            return
+        with self._lock:
+            if self._llm is None:
+                self._load()
+                self._last_used = time.monotonic()
+                self._arm_timer()
+
     @contextmanager
     def use(self) -> Iterator[Any]:
         """Hold the lock and yield the loaded model."""

@@ -79,5 +79,9 @@ class LlamaEmbedder:
     def embed_documents(self, docs: Sequence[tuple[str, str]]) -> np.ndarray:
         return self._embed([self.template.document(title, text) for title, text in docs])
 
+    def prepare(self) -> None:
+        """Load the weights in the calling thread (see :meth:`LazyLlama.ensure_loaded`)."""
+        self.llama.ensure_loaded()
+
     def release(self) -> None:
         self.llama.release()

@@ -87,8 +87,9 @@ class LlamaExpander:
                           min_p=0.0, repeat_penalty=1.0, grammar=self._grammar)
             if s.seed is not None:
                 kwargs["seed"] = s.seed
-            # a budgeted call that ran out stops after the token being generated
-            kwargs["stopping_criteria"] = llama_cpp.StoppingCriteriaList([lambda _ids, _logits: cancel.stop_requested()])
+            stop_list = getattr(llama_cpp, "StoppingCriteriaList", None)
+            if stop_list is not None:  # a budgeted call that ran out stops after the token being generated
+                kwargs["stopping_criteria"] = stop_list([lambda _ids, _logits: cancel.stop_requested()])
             try:  # llama-cpp-python reuses the KV cache of a shared prompt prefix by itself
                 cancel.check()
                 out = llm.create_completion(tokens, **kwargs)
@@ -101,6 +102,10 @@ class LlamaExpander:
         if cut is not None:
             res.dropped.append((cut, f"cut off at max_tokens={s.max_tokens}"))
         return ExpandResult(choice["text"], res.lines, res.dropped)
+
+    def prepare(self) -> None:
+        """Load the weights in the calling thread (see :meth:`LazyLlama.ensure_loaded`)."""
+        self.llama.ensure_loaded()
 
     def release(self) -> None:
         self.llama.release()

@@ -116,5 +116,9 @@ class LlamaReranker:
                 llm.reset()
         return out
 
+    def prepare(self) -> None:
+        """Load the weights in the calling thread (see :meth:`LazyLlama.ensure_loaded`)."""
+        self.llama.ensure_loaded()
+
     def release(self) -> None:
         self.llama.release()

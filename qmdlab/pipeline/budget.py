@@ -108,6 +108,7 @@ def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None,
             if running is not None and running.is_alive():
                 raise StageBusy("the model is still busy finishing an earlier call that ran past its budget")
             _busy.pop(key, None)
+    _prepare(model)
     box: dict[str, Any] = {}
     done = threading.Event()
     stop = threading.Event()
@@ -140,6 +141,22 @@ def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None,
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _prepare(model: Any) -> None:
+    """Run ``prepare()`` (a model load) of ``model`` and every ``.inner`` model in this thread.
+
+    Loading is a fixed cost outside the budget, and llama-cpp-python silences a load by
+    redirecting the process's stdout and stderr descriptors, which must not happen on a worker
+    thread while this one prints.
+    """
+    seen = 0
+    while model is not None and seen < 10:
+        prepare = getattr(type(model), "prepare", None)
+        if callable(prepare):
+            model.prepare()
+        model = getattr(model, "inner", None)
+        seen += 1
 
 
 def _register_drain() -> None:
