@@ -1,4 +1,5 @@
-"""``qmdlab mcp``: serve the index to agents over MCP (stdio, or Streamable HTTP + REST)."""
+"""``qmdlab mcp``: serve the index to agents over MCP (stdio, or Streamable HTTP + REST; ``--daemon``
+in the background, ``--stop``); ``qmdlab skill``: the agent skill (show, install)."""
 from __future__ import annotations
 
 import click
@@ -6,6 +7,7 @@ import click
 
 def register(group: click.Group) -> None:
     group.add_command(mcp_command)
+    group.add_command(skill_group)
 
 
 @click.command("mcp")
@@ -16,16 +18,36 @@ def register(group: click.Group) -> None:
               help="Model preset (offline, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).")
+@click.option("--daemon", is_flag=True, help="Run the HTTP server (--http implied) in the background; its PID "
+              "goes to $QMDLAB_HOME/mcp.pid, its output to $QMDLAB_HOME/mcp.log.")
+@click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background server started with --daemon.")
+@click.argument("action", required=False, type=click.Choice(["stop"]), metavar="[stop]")
 @click.pass_context
 def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset: str | None,
-                config_file: str | None) -> None:
+                config_file: str | None, daemon: bool, stop_daemon: bool, action: str | None) -> None:
     """Serve the index to agents: read-only tools query/get/multi_get/status/outline/read_section/parent.
 
     With --http, requests whose Origin is not loopback or whose Host is not the bound
     address get 403; allow more with QMDLAB_ALLOWED_ORIGINS / QMDLAB_ALLOWED_HOSTS
     (comma-separated). On stdio the server exits 0 when stdin closes, after finishing
-    the requests in flight.
+    the requests in flight. `mcp --daemon` starts the HTTP server in the background
+    and returns once it answers; `mcp --stop` (or `mcp stop`) stops it.
     """
+    if stop_daemon or action == "stop":
+        if daemon:
+            raise click.UsageError("--stop and --daemon exclude each other")
+        from qmdlab.mcp_server.daemon import stop
+
+        click.echo(stop())
+        return
+    if daemon:
+        from qmdlab.mcp_server.daemon import log_file, pid_file, start
+
+        extra = (["--preset", preset] if preset else []) + (["--config", config_file] if config_file else [])
+        info = start(extra, host=host, port=port, index=(ctx.obj or {}).get("index"))
+        click.echo(f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file {pid_file()}, "
+                   f"log {log_file()}); stop it with `qmdlab mcp --stop`")
+        return
     try:
         from qmdlab.mcp_server.engine import Engine
         from qmdlab.mcp_server.server import serve_stdio  # imports the SDK
@@ -49,3 +71,32 @@ def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset
         serve_http(engine, host=host, port=port)
     else:
         serve_stdio(engine)
+
+
+@click.group("skill")
+def skill_group() -> None:
+    """The agent skill: how to search with qmdlab, for agents that read skills (SKILL.md)."""
+
+
+@skill_group.command("show")
+def skill_show() -> None:
+    """Print the skill."""
+    from qmdlab.mcp_server.instructions import skill_markdown
+
+    click.echo(skill_markdown(), nl=False)
+
+
+@skill_group.command("install")
+@click.option("--global", "global_", is_flag=True, help="Install into ~/.agents/skills/qmdlab instead of ./.agents/skills/qmdlab.")
+@click.option("--yes", "link_claude", is_flag=True, help="Also link .claude/skills/qmdlab to it.")
+@click.option("-f", "--force", is_flag=True, help="Replace an existing SKILL.md or link with other content.")
+def skill_install(global_: bool, link_claude: bool, force: bool) -> None:
+    """Write SKILL.md into .agents/skills/qmdlab of the current folder (or of the home folder)."""
+    from pathlib import Path
+
+    from qmdlab.mcp_server.skill import install_skill
+
+    res = install_skill(Path.home() if global_ else Path.cwd(), force=force, link_claude=link_claude)
+    click.echo(f"{'installed' if res.written else 'up to date'}: {res.path}")
+    if res.link is not None:
+        click.echo(f"linked: {res.link} -> {res.path.parent}")

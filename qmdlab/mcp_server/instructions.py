@@ -75,7 +75,12 @@ def build_instructions(engine: Any) -> str:
     if s["chunks_without_vectors"]:
         lines.append(f"Note: {s['chunks_without_vectors']} chunk(s) have no embedding yet, so vector search misses "
                      "them (run `qmdlab embed`); keyword search still finds them.")
-    lines += [
+    lines += TOOL_GUIDE
+    return "\n".join(lines)
+
+
+#: How to use the MCP tools: the fixed part of the server's instructions (and of the agent skill).
+TOOL_GUIDE = [
         "Search tools (qmd's names): `search` is fast BM25 keyword search (exact words, names, code), `vsearch` is "
         "vector search (the idea in your own words), `query` is the best and slowest: hybrid with expansion and "
         "rerank. "
@@ -90,5 +95,37 @@ def build_instructions(engine: Any) -> str:
         "`read_chunks` skims a document's chunks (or reads a chunk hit in its parent section), `jump_to_ref` "
         "follows a cross-reference ('see howto/x.md') written in a section. "
         "`status` reports the index.",
-    ]
-    return "\n".join(lines)
+]
+
+SKILL_NAME = "qmdlab"
+
+
+def skill_markdown() -> str:
+    """The installable agent skill (``SKILL.md``: front matter ``name``/``description``, then how to
+    search with the ``qmdlab`` CLI or its MCP tools); ``qmdlab skill show`` prints it."""
+    guide = "\n".join(f"- {line}" for line in TOOL_GUIDE)
+    return f"""---
+name: {SKILL_NAME}
+description: Search the user's local markdown notes and documents with qmdlab (BM25, vector and hybrid search with reranking); use it to find, read and cite notes before answering from memory.
+---
+
+# qmdlab: search local markdown
+
+Find before you read: search, then open only the documents the results point at.
+
+## From a shell
+
+- `qmdlab search "exact words"` — BM25 keyword search (names, code, error messages); fast, no models.
+- `qmdlab vsearch "the idea in other words"` — vector search.
+- `qmdlab query "a question"` — hybrid: expansion, BM25 + vectors, fusion, rerank; the best and the slowest.
+  Add `--json` (or `--files`) for machine-readable results, `-n 5` for fewer, `-c NAME` for one collection.
+- `qmdlab get notes/file.md` (or `#docid`, or `file.md:40:20` for 20 lines from line 40) — read a result.
+- `qmdlab get notes/file.md --outline`, then `qmdlab get notes/file.md#section/address` — one section.
+- `qmdlab multi-get 'notes/2025-*.md'` — several documents; `qmdlab ls`, `qmdlab status` — what is indexed.
+
+## Over MCP (`qmdlab mcp`, or `qmdlab mcp --daemon` for HTTP on port 8181)
+
+{guide}
+
+Cite what you use by its path (`collection/path.md`) or `qmd://collection/path.md`.
+"""
