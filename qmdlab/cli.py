@@ -30,7 +30,7 @@ COMMAND_VERBS = {
     "search": "store", "status": "store", "update": "store", "cleanup": "store", "trust": "store", "init": "store",
     "refs": "navigate", "jump": "navigate", "chunks": "navigate",
     "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
-    "query": "query", "mcp": "mcp", "doctor": "doctor",
+    "query": "query", "mcp": "mcp", "skill": "mcp", "doctor": "doctor",
 }
 
 #: Entry-point group of verbs registered from outside the core (see ``pyproject.toml``).
