@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sqlite3
 import sys
 
 import click
@@ -118,6 +119,15 @@ class _Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"error: {err}", err=True)
+            ctx.exit(1)
+        except (sqlite3.DatabaseError, OSError) as err:  # a damaged index, a full or read-only disk
+            from qmdlab.store.failures import as_user_error
+
+            obj = ctx.obj or {}
+            mapped = as_user_error(err, obj.get("_store_index") or obj.get("index") or "")
+            if mapped is None or obj.get("debug"):
+                raise
+            click.echo(f"error: {mapped}", err=True)
             ctx.exit(1)
 
 

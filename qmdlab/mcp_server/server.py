@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sqlite3
 from typing import Annotated, Any, Callable, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -88,7 +89,8 @@ def _result(text: str, data: dict[str, Any]) -> CallToolResult:
 
 
 def _user_errors(fn: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[..., CallToolResult]:
-    """Turn :class:`QmdlabError` into a tool error whose message reaches the agent."""
+    """Turn :class:`QmdlabError` (and a damaged index's :class:`sqlite3.DatabaseError`) into a tool
+    error whose message reaches the agent."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
@@ -96,6 +98,10 @@ def _user_errors(fn: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[...,
             return _result(*fn(*args, **kwargs))
         except QmdlabError as err:
             raise ToolError(str(err)) from err
+        except sqlite3.DatabaseError as err:  # a damaged index: the rebuild instructions, not a trace
+            from qmdlab.store.failures import as_user_error
+
+            raise ToolError(str(as_user_error(err, getattr(getattr(fn, "__self__", None), "index", None)))) from err
 
     return wrapper
 

@@ -327,10 +327,20 @@ def bm25_search(
         try:
             with idx._lock:
                 rows = idx.conn.execute(sql, [query, *params, *fparams, *msm_params, int(limit)]).fetchall()
-        except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
-            raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+        except sqlite3.OperationalError as err:
+            _raise_fts_error(query, err)
     norm = normalize_bm25
     return [Hit(r[0], None, rank, r[1], norm(r[1])) for rank, r in enumerate(rows, 1)]
+
+
+def _raise_fts_error(query: str, err: sqlite3.OperationalError) -> None:
+    """Raise for a failed MATCH: an FTS5 syntax error is a builder bug (never user syntax) and is
+    reported plainly; anything else (a damaged or vanished file) is the database's own error,
+    which the CLI and the servers turn into the rebuild instructions."""
+    text = str(err).lower()
+    if "fts5" in text or "syntax error" in text or "unterminated" in text:
+        raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+    raise err
 
 
 def _docno_map(idx: "Index") -> dict[int, str] | None:
@@ -376,8 +386,8 @@ def _mapped(idx: "Index", sql: str, query: str, limit: int, docnos: dict[int, st
     try:
         with idx._lock:
             got = idx.conn.execute(sql, (query, limit)).fetchall()
-    except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
-        raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+    except sqlite3.OperationalError as err:
+        _raise_fts_error(query, err)
     rows = []
     for rowid, score in got:
         docno = docnos.get(rowid)
@@ -411,8 +421,8 @@ def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[
     try:
         with idx._lock:
             rows = idx.conn.execute(sql, [query, limit + 1]).fetchall()
-    except sqlite3.OperationalError as err:  # a builder bug, never user syntax: report it plainly
-        raise RuntimeError(f"FTS5 rejected the built query {query!r}: {err}") from err
+    except sqlite3.OperationalError as err:
+        _raise_fts_error(query, err)
     for row in rows:
         if row[2] != 1:
             return None

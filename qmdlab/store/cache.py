@@ -54,7 +54,7 @@ class LLMCache:
     def get(self, key: str) -> Any | None:
         with self._lock:
             row = self.conn.execute("SELECT value FROM llm_cache WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        return None if row is None else _loads(row[0])
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
         """Found keys only."""
@@ -64,7 +64,9 @@ class LLMCache:
                 part = keys[i : i + 500]
                 q = f"SELECT key, value FROM llm_cache WHERE key IN ({','.join('?' * len(part))})"
                 for k, v in self.conn.execute(q, part):
-                    out[k] = json.loads(v)
+                    value = _loads(v)
+                    if value is not None:
+                        out[k] = value
         return out
 
     def put(self, key: str, role: str, value: Any) -> None:
@@ -89,3 +91,11 @@ class LLMCache:
             if role is None:
                 return self.conn.execute("SELECT count(*) FROM llm_cache").fetchone()[0]
             return self.conn.execute("SELECT count(*) FROM llm_cache WHERE role = ?", (role,)).fetchone()[0]
+
+
+def _loads(text: Any) -> Any | None:
+    """A cached value; ``None`` (a miss: computed again) for one a damaged file garbled."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None

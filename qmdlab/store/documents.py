@@ -94,7 +94,7 @@ class DocumentsMixin:
                 "docno": [r[0] for r in rows], "docid": [docid_of(r[4]) for r in rows],
                 "collection": [r[1] for r in rows], "path": [r[2] for r in rows], "title": [r[3] for r in rows],
                 "hash": [r[4] for r in rows], "mtime": [float(r[5]) for r in rows], "size": [int(r[6]) for r in rows],
-                "tags": [json.loads(r[7]) for r in rows], "date": [r[8] for r in rows],
+                "tags": [self._json_column(r[7]) for r in rows], "date": [r[8] for r in rows],
             },
             schema={"docno": pl.Utf8, "docid": pl.Utf8, "collection": pl.Utf8, "path": pl.Utf8, "title": pl.Utf8,
                     "hash": pl.Utf8, "mtime": pl.Float64, "size": pl.Int64, "tags": pl.List(pl.Utf8),
@@ -104,6 +104,17 @@ class DocumentsMixin:
             cache.clear()
         cache[key] = (version, frame)
         return frame
+
+    def _json_column(self, text: str) -> Any:
+        """A JSON column (``metadata``, ``tags``) written by ``update``; text that does not parse
+        can only be a damaged file, reported with the rebuild instructions."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as err:
+            from qmdlab.errors import StoreError
+            from qmdlab.store.failures import damaged_message
+
+            raise StoreError(damaged_message(self.db_path, f"a documents row holds malformed JSON: {err}")) from err
 
     def _document_row(self, where: str, params: Sequence[Any]) -> list[tuple]:
         with self._lock:
@@ -116,7 +127,7 @@ class DocumentsMixin:
             roots = {c.name: c.root for c in self.collections()}
         root = roots.get(r[0], Path("."))
         return Document(docno=f"{r[0]}/{r[1]}", docid=docid_of(r[3]), collection=r[0], path=r[1], title=r[2],
-                        body=r[7], metadata=json.loads(r[4]), abs_path=Path(root) / r[1], hash=r[3],
+                        body=r[7], metadata=self._json_column(r[4]), abs_path=Path(root) / r[1], hash=r[3],
                         mtime=r[5], size=r[6], active=bool(r[8]))
 
     def get_many(self, docnos: Iterable[str]) -> dict[str, Document]:

@@ -12,6 +12,12 @@ proved by ``tests/reliability/test_crash.py``.
 
 Capacity limits (documents, chunks, vector matrix bytes) are in :mod:`qmdlab.store.limits`.
 
+A damaged database is never written to: the first write transaction of an :class:`Index` runs
+``PRAGMA quick_check`` first (databases up to :data:`QUICK_CHECK_MAX_BYTES`; larger ones when a
+write fails in a way that suggests damage), and refuses with the rebuild instructions of
+:mod:`qmdlab.store.failures` when it finds any. A write that fails (a full disk, a read-only
+file) is rolled back and its own error is what is raised.
+
 The class is assembled from one module per concern, each a mixin this module combines:
 
 - :mod:`qmdlab.store.schema` — tables, triggers, the schema version;
@@ -42,6 +48,7 @@ from qmdlab.store.capacity import CapacityMixin
 from qmdlab.store.catalog import CatalogMixin
 from qmdlab.store.content import ContentMixin
 from qmdlab.store.documents import Document, DocumentsMixin, docid_of
+from qmdlab.store.failures import damaged_message, quick_check
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA_VERSION
 from qmdlab.store.update import UPDATE_SKIP_REASONS, UpdateMixin, UpdateReport
 from qmdlab.store.vectors import VectorMatrix, VectorsMixin
@@ -52,6 +59,8 @@ __all__ = ["Index", "Document", "UpdateReport", "VectorMatrix", "docid_of", "UPD
 DB_NAME = "index.sqlite"
 BUSY_TIMEOUT_S = 30
 CONFIG_NAME = "collections.yaml"
+#: Databases up to this size are checked (``PRAGMA quick_check``) before their first write.
+QUICK_CHECK_MAX_BYTES = 512 * 2**20
 
 
 class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, CapacityMixin):
@@ -74,7 +83,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as err:
             self._close_quietly()
-            raise StoreError(f"{self.db_path}: not a usable qmdlab index ({err}); pass another --index") from err
+            raise StoreError(damaged_message(self.db_path, str(err))) from err
         # The cache gets its own connection: a cache write from another thread must never join
         # (and commit) an ``update`` transaction open on ``self.conn``.
         self._cache_conn = sqlite3.connect(self.db_path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
@@ -83,6 +92,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         self._vectors: dict[str, VectorMatrix] = {}
         self._capacity: dict[str | None, tuple[tuple, list]] = {}  # fingerprint -> (limits, checks)
         self._data_version = None
+        self._write_checked = False
 
     def _schema_version(self) -> str | None:
         """The stored schema version, read without taking a write lock (``None``: no schema yet)."""
@@ -117,6 +127,8 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         ``commit`` belongs to, since ``update`` also commits small bookkeeping transactions
         and skips unchanged collections without one."""
         with self._lock:
+            if not self._write_checked:
+                self._check_before_write()
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as err:
@@ -129,20 +141,57 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 testhooks.event("begin", label)
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as err:
+                self._rollback()
                 if hooks:
                     testhooks.event("rollback", label)
+                self._raise_if_damaged(err)
                 raise
             else:
                 if hooks:
                     testhooks.event("commit-start", label)
-                self.conn.execute("COMMIT")
+                try:
+                    self.conn.execute("COMMIT")
+                except BaseException as err:
+                    self._rollback()
+                    self._raise_if_damaged(err)
+                    raise
                 if hooks:
                     testhooks.event("commit", label)
             finally:
                 self._vectors.clear()
                 self._capacity.clear()
+
+    def _rollback(self) -> None:
+        """Roll back the open transaction, if SQLite has not already (a full disk rolls it back
+        itself), never masking the error that caused it."""
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+
+    def _check_before_write(self) -> None:
+        """Refuse to write into a damaged database (checked once per :class:`Index`)."""
+        try:
+            size = os.path.getsize(self.db_path)
+        except OSError:
+            size = 0
+        if size <= QUICK_CHECK_MAX_BYTES:
+            problem = quick_check(self.conn)
+            if problem is not None:
+                raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
+        self._write_checked = True
+
+    def _raise_if_damaged(self, err: BaseException) -> None:
+        """After a failed write: when ``err`` suggests damage and ``PRAGMA quick_check`` confirms it,
+        raise the rebuild message instead."""
+        if not isinstance(err, sqlite3.DatabaseError):
+            return
+        text = str(err).lower()
+        if any(s in text for s in ("full", "readonly", "read-only", "locked", "busy", "interrupted")):
+            return
+        problem = quick_check(self.conn)
+        if problem is not None:
+            raise StoreError(damaged_message(self.db_path, f"{err}; integrity check: {problem}")) from err
 
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
