@@ -7,6 +7,8 @@ in :mod:`qmdlab.store.catalog`, :mod:`qmdlab.store.trust` and :mod:`qmdlab.store
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +23,56 @@ def _open(ctx):
     return open_index(ctx)
 
 
+#: qmd's other names for collection verbs.
+COLLECTION_ALIASES = {"rm": "remove", "mv": "rename", "info": "show", "set-update": "update-cmd"}
+
+
+class AliasGroup(click.Group):
+    """A group that also answers to other names of its verbs (``aliases``: alias → verb); the
+    aliases are not listed in ``--help``."""
+
+    def __init__(self, *args, aliases: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.aliases = dict(aliases or {})
+
+    def get_command(self, ctx, cmd_name):
+        return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        return (cmd.name if cmd is not None else name), cmd, rest
+
+
+def git_pull(idx, names: list[str] | None) -> None:
+    """``update --pull``: ``git pull --ff-only`` in each collection's folder that is a git checkout
+    (others are skipped with a note); a failed pull stops the update."""
+    wanted = None if names is None else set(names)
+    for coll in idx.collections():
+        if wanted is not None and coll.name not in wanted:
+            continue
+        from qmdlab.store.config import Collection
+
+        probe = subprocess.run(["git", "-C", str(coll.root), "rev-parse", "--is-inside-work-tree"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) \
+            if shutil.which("git") else None
+        if probe is None or probe.returncode != 0:
+            click.echo(f"{coll.name}: not a git checkout; nothing to pull", err=True)
+            continue
+        from qmdlab.store import trust
+
+        click.echo(f"{coll.name}: git pull --ff-only", err=True)
+        ok, message = trust.run_update_command(Collection(coll.name, coll.root, update_cmd="git pull --ff-only"))
+        if not ok:
+            raise ConfigError(f"{message.replace('update command', 'git pull')}; nothing was re-indexed — fix the "
+                              "checkout, or update without --pull")
+        if message:
+            click.echo(message, err=True)
+
+
 def run_update_commands(idx, names: list[str] | None) -> None:
     """Before ``update``: run the approved update command of each collection to be re-indexed;
-    say how to approve each one that is not (nothing is asked, nothing unapproved runs)."""
+    say how to approve each one that is not (nothing is asked, nothing unapproved runs). A command
+    that fails stops the update before any collection is re-indexed (qmd aborts the run too)."""
     from qmdlab.store import trust
 
     wanted = None if names is None else set(names)
@@ -35,8 +84,11 @@ def run_update_commands(idx, names: list[str] | None) -> None:
             continue
         click.echo(f"{coll.name}: running update command: {coll.update_cmd}", err=True)
         ok, message = trust.run_update_command(coll)
+        if not ok:
+            raise ConfigError(f"{message}; nothing was re-indexed — fix the command, or clear it with "
+                              f"`qmdlab collection update-cmd {coll.name}`")
         if message:
-            click.echo(message if ok else f"warning: {message}", err=True)
+            click.echo(message, err=True)
 
 
 def register_collection_verbs(collection: click.Group) -> None:

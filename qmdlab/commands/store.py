@@ -61,7 +61,7 @@ def register(group: click.Group) -> None:
 
     from qmdlab.commands import collections as more
 
-    @group.group("collection")
+    @group.group("collection", cls=more.AliasGroup, aliases=more.COLLECTION_ALIASES)
     def collection() -> None:
         """Manage collections (named folders of markdown)."""
 
@@ -117,7 +117,7 @@ def register(group: click.Group) -> None:
         open_index(ctx).rename_collection(old, new)
         click.echo(f"renamed collection {old} -> {new}")
 
-    @group.group("context")
+    @group.group("context", cls=more.AliasGroup, aliases={"remove": "rm"})
     def context() -> None:
         """Free-text context attached to a collection, a path prefix or '/'."""
 
@@ -157,13 +157,18 @@ def register(group: click.Group) -> None:
     @click.option("--allow-vanish", is_flag=True,
                   help="Let all (or most) of a collection's files vanish at once; without it such an update "
                        "is refused (an unmounted or emptied folder).")
+    @click.option("--pull", is_flag=True, help="First run `git pull --ff-only` in each collection that is a git "
+                  "checkout.")
     @click.pass_context
-    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool) -> None:
+    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool,
+               pull: bool) -> None:
         """Re-scan collections: new, changed, moved and vanished files. A collection's approved update
         command (`qmdlab collection update-cmd`, `qmdlab trust`) runs first."""
-        from qmdlab.commands.collections import run_update_commands
+        from qmdlab.commands.collections import git_pull, run_update_commands
 
         idx = open_index(ctx)
+        if pull:
+            git_pull(idx, list(collections) or None)
         run_update_commands(idx, list(collections) or None)
         rep = idx.set_chunker(chunker, progress=progress) if chunker else idx.ensure_chunker(progress=progress)
         if rep.changed:
@@ -206,10 +211,14 @@ def register(group: click.Group) -> None:
 
     @group.command("get")
     @click.argument("ref")
-    @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
+    @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
+    @click.option("--from", "from_line", type=click.IntRange(min=1), default=None,
+                  help="First line to print (1-based; overrides a :from suffix).")
+    @click.option("-l", "--max-lines", "max_lines", type=click.IntRange(min=0), default=None,
+                  help="Print at most this many lines (overrides a :count suffix).")
     @click.option("--outline", is_flag=True, help="Print the heading tree with each section's #address instead.")
     @click.pass_context
-    def get(ctx, ref: str, line_numbers: bool, outline: bool) -> None:
+    def get(ctx, ref: str, line_numbers: bool, from_line: int | None, max_lines: int | None, outline: bool) -> None:
         """Print a document: <docno|path|#docid>[:from[:count]] (1-based from), or one section of
         it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux)."""
         idx = open_index(ctx)
@@ -247,6 +256,8 @@ def register(group: click.Group) -> None:
         lines = doc.body.split("\n")
         if doc.body.endswith("\n"):
             lines = lines[:-1]
+        start = from_line if from_line is not None else start
+        count = max_lines if max_lines is not None else count
         first = max(1, start or 1)
         if first > len(lines) and lines:
             raise QmdlabError(f"{ref}: line {first} is past the end ({len(lines)} lines) of {doc.docno}")
@@ -260,7 +271,7 @@ def register(group: click.Group) -> None:
     @click.option("--max-bytes", default=10240, show_default=True, help="Skip documents larger than this.")
     @click.option("-l", "--max-lines", "max_lines", type=int, default=None,
                   help="Show at most this many lines of each document.")
-    @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
+    @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
     @click.option("--format", "fmt", type=click.Choice(["cli", "json", "csv", "md", "xml", "files"]), default=None,
                   help="Output format [default: cli].")
     @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")

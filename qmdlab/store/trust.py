@@ -149,15 +149,15 @@ def refusal(coll: Collection) -> str:
 def run_update_command(coll: Collection, *, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str]:
     """Run ``coll``'s update command in its root (``bash -c``, else ``sh -c``); ``(ok, message)``.
 
-    The command's output goes to this process' stderr. A non-zero exit, a stop by signal or a
-    timeout is reported in ``message``, never raised: ``update`` then re-indexes the files as they are.
+    The command's output comes back in ``message``. A non-zero exit, a stop by signal or a
+    timeout is reported there too (``ok`` false), never raised.
     """
     shell = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
     try:
         proc = subprocess.run([shell, "-c", coll.update_cmd or ""], cwd=str(coll.root), timeout=timeout,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except subprocess.TimeoutExpired:
-        return False, f"collection {coll.name}: update command stopped after {timeout:g} s; indexing the files as they are"
+        return False, f"collection {coll.name}: update command stopped after {timeout:g} s"
     except OSError as err:
         return False, f"collection {coll.name}: update command could not start ({err.strerror or err})"
     out = proc.stdout.decode("utf-8", "replace").rstrip()
@@ -165,4 +165,4 @@ def run_update_command(coll: Collection, *, timeout: float = DEFAULT_TIMEOUT_S) 
         return True, out
     how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
     tail = ("; last output: " + out.splitlines()[-1][:200]) if out else ""
-    return False, f"collection {coll.name}: update command failed ({how}){tail}; indexing the files as they are"
+    return False, f"collection {coll.name}: update command failed ({how}){tail}"

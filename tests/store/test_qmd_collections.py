@@ -130,10 +130,38 @@ def test_update_command_from_a_config_file_runs_only_after_trust(two, cli_run, m
     assert (a / "ran-2").exists()
 
 
-def test_a_failing_update_command_is_reported_and_indexing_goes_on(two, cli_run):
-    cli_run("collection", "update-cmd", "a", "exit 3")
-    res = cli_run("update", "--no-progress")
-    assert "update command failed (exit status 3)" in res.output and "indexing the files as they are" in res.output
+def test_a_failing_update_command_stops_the_update(two, cli_run):
+    a, _ = two
+    cli_run("collection", "update-cmd", "a", "echo broken; exit 3")
+    (a / "late.md").write_text("# Late\n\nheron late\n", encoding="utf-8")
+    res = cli_run("update", "--no-progress", ok=False)
+    assert res.exit_code == 1 and "update command failed (exit status 3); last output: broken" in res.output
+    assert "`qmdlab collection update-cmd a`" in res.output and "Traceback" not in res.output
+    assert "a/late.md" not in _files(cli_run("search", "heron", "--files"))  # nothing was re-indexed
+
+
+def test_update_pull_runs_git_in_checkouts_only(two, cli_run, require):
+    import shutil
+    import subprocess
+
+    require(shutil.which("git") is not None, "git is not installed")
+    a, b = two
+    upstream = a.parent / "upstream"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "init", "-q", str(upstream)], check=True, env=env)
+    (upstream / "pulled.md").write_text("# Pulled\n\nheron from upstream\n", encoding="utf-8")
+    subprocess.run(["git", "-C", str(upstream), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(upstream), "commit", "-qm", "one"], check=True, env=env)
+    clone = a.parent / "clone"
+    subprocess.run(["git", "clone", "-q", str(upstream), str(clone)], check=True, env=env)
+    cli_run("collection", "add", str(clone), "--name", "c")
+    (upstream / "second.md").write_text("# Second\n\nheron second\n", encoding="utf-8")
+    subprocess.run(["git", "-C", str(upstream), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(upstream), "commit", "-qm", "two"], check=True, env=env)
+    res = cli_run("update", "--pull", "--no-progress")
+    assert "a: not a git checkout; nothing to pull" in res.output and "c: git pull --ff-only" in res.output
+    assert "c/second.md" in _files(cli_run("search", "heron", "--files"))
 
 
 QMD_YML = """
@@ -316,3 +344,24 @@ def test_init_makes_a_project_index_used_without_index(tmp_path, qmdlab_home, mo
     assert "checkout/notes/n.md" not in res.output
     assert "proj/notes/n.md" in runner.invoke(cli, ["search", "heron", "--files"]).output
     assert str(copy.resolve()) in runner.invoke(cli, ["collection", "show", "proj"]).output
+
+
+def test_qmd_verb_names_and_get_options(two, cli_run):
+    a, _ = two
+    (a / "long.md").write_text("# Long\n\n" + "\n".join(f"row {i}" for i in range(3, 21)) + "\n", encoding="utf-8")
+    cli_run("update", "--no-progress")
+    assert "collection: a" in cli_run("collection", "info", "a").output  # qmd's alias of show
+    cli_run("collection", "set-update", "a", "true")
+    assert "update:     true  [approved]" in cli_run("collection", "show", "a").output
+    cli_run("collection", "mv", "a", "a2")
+    cli_run("context", "add", "a2", "moved")
+    cli_run("context", "remove", "a2")
+    assert "No contexts." in cli_run("context", "list").output
+    assert cli_run("get", "a2/long.md", "--from", "5", "-l", "2").output == "row 5\nrow 6\n"
+    assert cli_run("get", "a2/long.md:5:9", "-l", "1", "--line-numbers").output == "    5: row 5\n"
+    assert cli_run("get", "a2/long.md:19", "--no-line-numbers").output == "row 19\nrow 20\n"
+    cli_run("collection", "rm", "a2")
+    assert "a2" not in cli_run("collection", "list").output
+    listed = [line.split()[0] for line in cli_run("collection", "--help").output.split("Commands:")[1].splitlines()
+              if line.startswith("  ") and not line.startswith("    ")]
+    assert "remove" in listed and "show" in listed and not {"rm", "mv", "info", "set-update"} & set(listed)
