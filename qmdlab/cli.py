@@ -120,7 +120,8 @@ class _Group(click.Group):
                 raise
             click.echo(f"error: {err}", err=True)
             ctx.exit(1)
-        except (sqlite3.DatabaseError, OSError) as err:  # a damaged index, a full or read-only disk
+        except (sqlite3.DatabaseError, OSError, UnicodeEncodeError, OverflowError) as err:
+            # a damaged index, a full or read-only disk; an argument that is not UTF-8, a number too large
             from qmdlab.store.failures import as_user_error
 
             obj = ctx.obj or {}

@@ -40,6 +40,7 @@ import ipaddress
 import json
 import os
 import re
+import sqlite3
 from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import urlsplit
@@ -272,6 +273,8 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     async def query(request: Request) -> JSONResponse:
         try:
             payload = json.loads(await request.body() or b"null")
+        except RecursionError:
+            return JSONResponse({"error": "request body is nested too deeply"}, status_code=400)
         except ValueError as err:
             return JSONResponse({"error": f"request body is not JSON: {err}"}, status_code=400)
         if not isinstance(payload, dict):
@@ -292,6 +295,10 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
                                                          abandon_on_cancel=True)
         except QmdlabError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
+        except sqlite3.DatabaseError as err:  # a damaged index, or a search too large for SQLite
+            from qmdlab.store.failures import as_user_error
+
+            return JSONResponse({"error": str(as_user_error(err, engine.index))}, status_code=503)
         except TimeoutError:
             return JSONResponse({"error": f"the query took longer than {limits.query_timeout_s:g} s; "
                                           "shorten it or retry"}, status_code=503)

@@ -28,7 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
 import qmdlab
@@ -64,10 +64,10 @@ class QueryRequest(BaseModel):
     limit: Annotated[int, Field(ge=1, le=100)] = 10
     minScore: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
-    rerank: bool | None = None
-    expand: bool | None = None
+    rerank: StrictBool | None = None  # JSON true/false only: "yes" or 1 is refused, not read as true
+    expand: StrictBool | None = None
     budget: Annotated[float | None, Field(ge=0.0)] = None
-    explain: bool = False
+    explain: StrictBool = False
     tags: list[str] | None = None
     preferTags: list[str] | None = None
     tagLift: Annotated[int | None, Field(ge=0)] = None

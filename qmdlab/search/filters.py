@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from qmdlab.errors import QmdlabError
 
+#: Distinct tags one search may require (each is one clause of the SQL).
+MAX_TAGS = 64
+
 
 def parse_day(value: str | _dt.date | None, flag: str = "--since") -> str | None:
     """An ISO day from a date or a ``YYYY-MM-DD`` string.
@@ -55,9 +58,13 @@ class SearchFilters:
         """
         parts: list[str] = []
         params: list[str] = []
-        for t in self.tags:
+        tags = list(dict.fromkeys(str(t).strip().lstrip("#").lower() for t in self.tags))
+        if len(tags) > MAX_TAGS:
+            raise QmdlabError(f"--tag: {len(tags)} distinct tags required, at most {MAX_TAGS} per search; "
+                              "require fewer")
+        for t in tags:
             parts.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)")
-            params.append(str(t).strip().lstrip("#").lower())
+            params.append(t)
         since = parse_day(self.since, "--since")
         before = parse_day(self.before, "--before")
         if since is not None:

@@ -62,6 +62,8 @@ MAX_QUERY_CHARS = 10_000
 MAX_QUERY_TERMS = 256
 #: ``query_tf``: a term repeated in the query counts at most this many times.
 MAX_TERM_REPEAT = 8
+#: Larger result limits are this one (more than any index holds).
+MAX_LIMIT = 2**31 - 1
 
 
 def _split_query(text: str) -> list[tuple[bool, bool, str]]:
@@ -125,6 +127,7 @@ def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
     """
     if mode not in MODES:
         raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
     if len(text) > MAX_QUERY_CHARS:
         raise QmdlabError(f"search query of {len(text)} characters is over the limit of {MAX_QUERY_CHARS}; "
                           "shorten it to its key words")
@@ -224,8 +227,9 @@ def required_matches(n_terms: int, min_match: float) -> int:
     >>> [required_matches(5, m) for m in (0.5, 0.75, 0.2, 0.0, 2, 9)]
     [2, 3, 1, 1, 2, 5]
     """
-    if min_match < 0:
-        raise QmdlabError(f"min_match {min_match!r}: must be >= 0 (a count >= 1 or a share below 1)")
+    if not math.isfinite(min_match) or min_match < 0:
+        raise QmdlabError(f"--min-match {min_match!r}: must be a finite number >= 0 (a count >= 1 or a share "
+                          "below 1)")
     if n_terms <= 0:
         return 0
     need = int(min_match) if min_match >= 1 else math.floor(min_match * n_terms + 1e-9)
@@ -300,6 +304,7 @@ def bm25_search(
     query = built.expression
     if query is None or limit <= 0:
         return []
+    limit = min(int(limit), MAX_LIMIT)  # "all": no more rows than SQLite's integers (or the index) hold
     w = _weights_sql(tuple(weights))
     need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None

@@ -106,6 +106,11 @@ def as_user_error(err: BaseException, where: object = None) -> QmdlabError | Non
     failure. ``where`` names the index (an :class:`Index`, its directory or its name)."""
     if isinstance(err, QmdlabError):
         return err
+    if isinstance(err, UnicodeEncodeError) and "surrogates not allowed" in str(err):
+        return QmdlabError(f"an argument holds bytes that are not UTF-8 ({_brief(repr(err.object[err.start:err.end]))}"
+                           " cannot be encoded); pass the text as UTF-8")
+    if isinstance(err, OverflowError):
+        return QmdlabError(f"a number given is too large ({_brief(str(err))}); use a smaller one")
     if isinstance(err, sqlite3.DatabaseError):
         text = str(err)
         low = text.lower()

@@ -123,3 +123,16 @@ def test_health_answers_beside_a_running_query_which_gets_a_deadline(limited):
     r = result["r"]
     assert r.status_code == 503 and f"longer than {LIMITS.query_timeout_s:g} s" in r.json()["error"]
     time.sleep(QUERY_HOLDS_S)  # let the abandoned run finish before the next test
+
+
+def test_query_bodies_that_used_to_fail_with_500_get_400(http_server):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with httpx.Client(base_url=http_server.url, timeout=30) as http:
+        r = http.post("/query", content=deep, headers={"content-type": "application/json"})
+        assert r.status_code in (400, 413) and "error" in r.json(), r.text
+        r = http.post("/query", json={"query": "pasta", "tags": [f"t{i}" for i in range(1000)]})
+        assert r.status_code == 400 and "at most" in r.json()["error"], r.text
+        r = http.post("/query", json={"query": "pasta", "rerank": "yes"})
+        assert r.status_code == 400 and "rerank" in r.json()["error"], r.text
+        r = http.post("/query", content=b'{"query": "pasta"}', headers={"content-type": "text/plain"})
+        assert r.status_code == 415
