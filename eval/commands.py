@@ -111,8 +111,44 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
     return tuple(check_variant(v.strip(), "--variants") for v in value.split(",") if v.strip())
 
 
+def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress, llm_queries,
+              candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool) -> None:
+    """``qmdlab eval SUITE --frontier``: all logic in :mod:`eval.frontier`."""
+    from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
+
+    if ablate:
+        raise click.UsageError("--frontier runs its own configurations: drop --ablate/--chunkers/--variants/--limit "
+                               "(--llm-queries N limits the LLM rows)")
+    rule, delta = parse_pick(pick_rule, extra)
+    if extra and rule != "fastest-within" or len(extra) > 1:
+        raise click.UsageError(f"Got unexpected extra argument(s) ({' '.join(extra)})")
+    text = str(llm_queries).strip().lower()
+    if text == "all":
+        n_llm = None
+    elif text.isdigit():
+        n_llm = int(text)
+    else:
+        raise click.BadParameter(f"{llm_queries!r}: give a number of queries or 'all'", param_hint="--llm-queries")
+    if no_expand and no_rerank:
+        n_llm = 0
+    if folds < 2:
+        raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+    s = _suite(suite, fmt, corpus, grades)
+    click.echo(f"suite {s.name}: frontier, {s.grades_note()}")
+    cfg, _ = _config(s, config_path, False, False)
+    res = frontier(s, preset, base=cfg, llm_queries=n_llm, candidates=candidates, folds=folds, seed=seed,
+                   out=out, progress=progress, log=lambda m: click.echo(m, err=True))
+    click.echo(format_table(res))
+    click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
+    if write_config_path:
+        chosen = pick(res, rule, delta)
+        path = write_pick(res, chosen, write_config_path, rule, delta)
+        click.echo(f"picked {chosen.name} ({'best' if rule == 'best' else f'fastest within {delta:g}'}): wrote {path} "
+                   f"(use: qmdlab query --config {path})")
+
+
 def register(group: click.Group) -> None:
-    @group.command("eval")
+    @group.command("eval", context_settings={"allow_extra_args": True})
     @click.argument("suite")
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None,
                   help="Format of a suite directory (detected when omitted); qmd-bench: a qmd bench fixture file.")
@@ -138,15 +174,45 @@ def register(group: click.Group) -> None:
     @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
+    @click.option("--frontier", is_flag=True,
+                  help="The quality-latency frontier: BM25, vector, hybrid under each fusion, tuned and learned "
+                       "fusion (k-fold), +lex/+vec/+hyde and +rerank; held-out nDCG@10, paired p against the best "
+                       "cheaper row, median s/query on this machine, the Pareto front (frontier.png).")
+    @click.option("--llm-queries", default="10", show_default=True, metavar="N|all",
+                  help="With --frontier: judged queries of the LLM rows (expansion, rerank); 0 leaves them out.")
+    @click.option("--candidates", type=int, default=None,
+                  help="With --frontier: documents reranked per query in the LLM rows [default: the config's "
+                       "candidate_limit].")
+    @click.option("--folds", type=int, default=5, show_default=True,
+                  help="With --frontier: folds of the tuned and learned rows (as `qmdlab tune`).")
+    @click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the folds' seed.")
+    @click.option("--write-config", "write_config_path", type=click.Path(dir_okay=False), default=None,
+                  help="With --frontier: write the --pick configuration for `qmdlab query --config`.")
+    @click.option("--pick", "pick_rule", default="best", show_default=True, metavar="best|fastest-within D",
+                  help="With --write-config: the highest held-out nDCG@10, or the fastest row within D of it "
+                       "(--pick fastest-within 0.005).")
     @ray_options
-    def eval_cmd(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, ablate, baseline, chunkers, variant_names, out,
-                 preset, limit, per_query, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+    @click.pass_context
+    def eval_cmd(ctx, suite, fmt, corpus, grades, config_path, no_expand, no_rerank, ablate, baseline, chunkers,
+                 variant_names, out, preset, limit, per_query, progress, frontier, llm_queries, candidates, folds, seed,
+                 write_config_path, pick_rule, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
-        With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics)."""
+        With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics).
+        With --frontier, every configuration a user chooses between, held-out and timed."""
         from qmdlab.eval.ablation import format_table
         from qmdlab.eval.runner import run_name, run_suite
 
+        extra = list(ctx.args)
+        if frontier:
+            _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress,
+                      llm_queries, candidates, folds, seed, write_config_path, pick_rule, extra,
+                      ablate=ablate or bool(chunkers) or bool(variant_names) or limit is not None)
+            return
+        if extra:
+            raise click.UsageError(f"Got unexpected extra argument{'s' if len(extra) > 1 else ''} ({' '.join(extra)})")
+        if write_config_path:
+            raise click.UsageError("--write-config writes the frontier's pick: give --frontier too")
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
         recorded_variants = _variants(variant_names, ablate)

@@ -1,0 +1,488 @@
+"""The quality–latency frontier of a suite: every configuration a user chooses between, scored on
+held-out queries and timed on this machine (``qmdlab eval SUITE --frontier``).
+
+Two recordings, made (or loaded from the trace cache) by :func:`eval.record.record`, the one every
+``qmdlab eval`` and ``make demo`` uses — same configs and model roles, so the same cache keys:
+
+- the **retrieval recording** of every judged query (expansion and rerank off) gives, as cuts of one
+  trace (:mod:`eval.ablation`'s :class:`~eval.ablation.Variant` rows, :meth:`eval.study.Study.evaluate`):
+  ``bm25``, ``vector``, and BM25 + vectors under each fusion method (``hybrid <method>``); plus the
+  k-fold rows: ``tuned`` (:func:`eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
+  and ``learned fusion`` (:func:`eval.learn.cross_validate_learned`, when LightGBM is installed);
+- the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
+  reranker, ``candidates`` documents reranked) gives ``+lex``, ``+lex+vec``, ``+lex+vec+hyde`` and
+  ``+rerank``; their ``n`` column says how many queries they stand on.
+
+**Held-out.** A row with nothing fitted to the labels scores every query out of sample; ``tuned``
+and ``learned fusion`` score each query with a configuration tuned or trained without it. The
+p-values pair a row's per-query nDCG@10 with the **best cheaper configuration** (the highest-scoring
+row with a lower median s/query, on the same queries): paired t-test and Fisher randomisation
+(:func:`eval.significance.paired_pvalues`).
+
+**Seconds per query**, median over the timed queries, measured on this machine: the retrieval rows
+by running each query through a fresh :class:`qmdlab.Lab` now (``bm25``: vectors off; every hybrid,
+vector and tuned row: BM25 + vectors — ``timed as`` says which run a row's time is); the LLM rows
+from the LLM recording's stage timings (expansion and the expansion lists for the ``+lex…`` rows,
+the whole pipeline for ``+rerank``). A stage whose answer came from the LLM cache when it was
+recorded is priced at the model's measured speed instead (:mod:`qmdlab.pipeline.speed`); with no
+measurement the row has no time and stays off the plot.
+
+The Pareto front: rows no other row beats on both axes (nDCG@10 compared on the queries both stand
+on). :func:`pick` chooses ``best`` (highest nDCG@10) or ``fastest-within D`` (the fastest row within
+``D`` of the best) among rows a query config can express, and :func:`write_pick` writes it for
+``qmdlab query --config``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import polars as pl
+
+from qmdlab.errors import ConfigError
+from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
+
+from .ablation import ORIGINAL, Variant, variants
+from .metrics import HEADLINE
+from .significance import paired_pvalues
+
+LLM_ROWS = ("+lex", "+lex+vec", "+lex+vec+hyde", "+rerank")
+PICKS = ("best", "fastest-within")
+
+
+@dataclass
+class Point:
+    """One configuration of the frontier.
+
+    ``per_query``: ``qid`` and the metric (held-out); ``config``: the query config that runs it
+    (``None`` when no query config can: vector only, the lex-only expansion cuts); ``timed_as``: the
+    run its seconds come from; ``seconds``: median s/query, ``None`` when not measured.
+    """
+
+    name: str
+    description: str
+    per_query: pl.DataFrame
+    held_out: str
+    config: PipelineConfig | None
+    timed_as: str
+    seconds: float | None
+    recording: str = "retrieval"
+    files: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.per_query.height
+
+    def mean(self, metric: str, qids: Sequence[str] | None = None) -> float:
+        pq = self.per_query if qids is None else self.per_query.filter(pl.col("qid").is_in(list(qids)))
+        return float(pq[metric].mean()) if pq.height else float("nan")
+
+
+@dataclass
+class Frontier:
+    """What :func:`frontier` measured: the points, the table and where the files went."""
+
+    suite: str
+    metric: str
+    points: list[Point]
+    table: pl.DataFrame
+    llm_queries: int
+    queries: int
+    out_dir: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def point(self, name: str) -> Point:
+        for p in self.points:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+# -- timing ----------------------------------------------------------------------------------------
+def time_queries(lab, queries: pl.DataFrame) -> list[float]:
+    """Wall seconds of each query through ``lab`` (one run each, in order)."""
+    out = []
+    for r in queries.iter_rows(named=True):
+        t0 = time.perf_counter()
+        lab.query(r["query"], intent=r.get("intent") or None, qid=str(r["qid"]))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any = None) -> float | None:
+    """Seconds of one recorded query's stages (all when ``stages`` is None); a model stage answered
+    from the LLM cache when it was recorded is priced at the model's measured speed, ``None`` when
+    there is no measurement."""
+    from qmdlab.pipeline import speed
+
+    t = trace.timings.filter(pl.col("qid") == qid)
+    if stages is not None:
+        t = t.filter(pl.col("stage").is_in(list(stages)))
+    ms = dict(zip(t["stage"].to_list(), t["ms"].to_list()))
+    total = sum(ms.values()) / 1000.0
+    expander, reranker = (models[1], models[2]) if models is not None else (None, None)
+    notes = trace.notes.filter((pl.col("qid") == qid) & (pl.col("stage") == "expand"))["message"].to_list()
+    if "expand" in ms and any("(from cache)" in m for m in notes):
+        per = speed.estimate(expander, "expand") if expander is not None else None
+        if per is None:
+            return None
+        total += per - ms["expand"] / 1000.0
+    if "rerank" in ms:
+        rr = trace.rerank.filter(pl.col("qid") == qid)
+        cached = int(rr["cached"].sum()) if rr.height else 0
+        if cached:
+            per = speed.estimate(reranker, "rerank") if reranker is not None else None
+            if per is None:
+                return None
+            total += per * cached
+    return total
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+# -- the frontier ----------------------------------------------------------------------------------
+def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = None, llm_queries: int | None = 10,
+             candidates: int | None = None, folds: int = 5, seed: int = 0, trials: int = 200, learned: bool = True,
+             time_limit: int = 50, metric: str = HEADLINE, out: str | Path | None = None, progress: bool = False,
+             log: Callable[[str], None] = print, load_models: Callable | None = None) -> Frontier:
+    """Record, evaluate and time every configuration of the module table on ``suite``.
+
+    Parameters
+    ----------
+    suite : eval.suites.Suite
+    preset : str, optional
+        Model preset (``None``: ``$QMDLAB_PRESET`` / the model config / ``offline``).
+    base : PipelineConfig, optional
+        The suite's config (default :func:`eval.record.suite_config`).
+    llm_queries : int or None
+        Judged queries of the LLM recording (the first N; ``None`` = all, 0 = no LLM rows).
+    candidates : int, optional
+        Fused documents reranked per query in the LLM recording (default: ``base.candidate_limit``).
+    folds, seed, trials : int
+        The k-fold rows' cross-validation (``qmdlab tune``'s defaults: 5 folds, seed 0, 200 trials).
+    learned : bool
+        Add the learned-fusion row when LightGBM is installed.
+    time_limit : int
+        Retrieval rows are timed on the first ``time_limit`` judged queries.
+    out : path, optional
+        Where ``frontier.csv``, ``frontier.png`` and the written learned model go (default
+        ``$QMDLAB_HOME/eval/<suite>/results/frontier``).
+    """
+    from .record import judged_queries, record, suite_config
+    from .study import Study
+
+    if load_models is None:
+        from qmdlab.models import load_models
+    base = base or suite_config(suite)
+    out_dir = Path(out) if out else suite.workdir() / "results" / "frontier"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    retrieval_models = load_models(preset, expand="none", rerank="none")
+    retrieval_cfg = base.replace(expand=False, rerank=False)
+    rec = record(suite, retrieval_models, retrieval_cfg, name="frontier-retrieval", progress=progress, log=log)
+    study = Study.from_recording(rec, metrics=[metric])
+    hybrid = study.config
+    has_vector = bool(study.trace.lists.filter(pl.col("source") == "vec").height)
+    points: list[Point] = []
+    rows = [v for v in variants(hybrid, has_vector=has_vector, has_expansion=False, has_rerank=False)
+            if v.name in ("bm25", "vector")]
+    if has_vector:
+        rows += [Variant(f"hybrid {m}", ORIGINAL, {"fusion": m, "rerank": False}, f"BM25 + vectors, {m} fusion")
+                 for m in FUSION_METHODS]
+    else:
+        notes.append("no vectors in the suite's index (no embedder?): vector and hybrid rows left out")
+    configs = {"bm25": hybrid.replace(vector=False), "vector": None}
+    for v in rows:
+        ev = study.evaluate(hybrid.replace(**v.overrides), lists=v.lists)
+        cfg = configs.get(v.name, hybrid.replace(**v.overrides))
+        points.append(Point(v.name, v.description, ev.per_query.select("qid", metric), "all queries (nothing fitted)",
+                            cfg, "bm25" if v.name == "bm25" else "bm25+vector", None))
+    # k-fold rows: tuned knobs and learned fusion, each query scored by a model fitted without it
+    from .optimise import cross_validate
+
+    log(f"frontier: tuning {len(study.qids)} queries ({folds} folds, {trials} trials, seed {seed})")
+    report = cross_validate(study, base=hybrid, trials=trials, folds=folds, seed=seed, metric=metric)
+    points.append(Point("tuned", f"knobs tuned by `qmdlab tune` ({folds}-fold)",
+                        report.held_out.select("qid", pl.col("tuned").alias(metric)), f"{folds}-fold",
+                        report.config, "bm25+vector", None))
+    learned_cfg = None
+    if learned:
+        try:
+            import lightgbm  # noqa: F401
+        except ImportError:
+            notes.append("learned fusion left out: pip install 'qmdlab[learn]' (LightGBM)")
+        else:
+            from .learn import LearnConfig, cross_validate_learned, save, suite_docs
+
+            log("frontier: learned fusion")
+            study.docs = suite_docs(suite)
+            lcfg = LearnConfig(folds=folds, seed=seed)
+            lrep = cross_validate_learned(study, base=hybrid, cfg=lcfg, metric=metric)
+            paths = save(lrep, out_dir / "learned", hybrid, cfg=lcfg, docid=suite.docid,
+                         header=f"qmdlab eval {suite.name} --frontier: learned fusion, {lrep.summary(metric)}")
+            learned_cfg = PipelineConfig.from_file(paths["config"])
+            points.append(Point("learned fusion", f"LightGBM lambdarank fusion ({folds}-fold)",
+                                lrep.held_out.select("qid", pl.col("learned").alias(metric)), f"{folds}-fold",
+                                learned_cfg, "learned fusion", None, files={"config": paths["config"]}))
+    # timing the retrieval rows, now, on this machine
+    timed = judged_queries(suite).join(study.trace.queries.select("qid"), on="qid", how="semi").head(time_limit)
+    from qmdlab.pipeline.lab import Lab
+
+    runs = {"bm25": hybrid.replace(vector=False), "bm25+vector": hybrid}
+    if learned_cfg is not None:
+        runs["learned fusion"] = learned_cfg
+    seconds = {}
+    for name, cfg in runs.items():
+        lab = Lab(rec.lab.index, retrieval_models, cfg)
+        lab.query(str(timed["query"][0]))  # warm: first-call costs (imports, caches) are not a query's
+        seconds[name] = _median(time_queries(lab, timed))
+    for p in points:
+        p.seconds = seconds.get(p.timed_as)
+    # the LLM rows
+    n_llm = 0
+    if llm_queries != 0:
+        models = load_models(preset)
+        if models.expander is None and models.reranker is None:
+            notes.append("the preset has no expander or reranker: no LLM rows")
+        else:
+            cands = candidates or base.candidate_limit
+            llm_cfg = base.replace(candidate_limit=cands)
+            log(f"frontier: LLM recording, {llm_queries or 'all'} queries, top {cands} reranked")
+            rec2 = record(suite, models, llm_cfg, limit=llm_queries or None, name="frontier-llm", progress=progress,
+                          log=log)
+            s2 = Study.from_recording(rec2, metrics=[metric])
+            n_llm = len(s2.qids)
+            lists = s2.trace.lists
+            llm_rows = [v for v in variants(s2.config, has_vector=has_vector,
+                                            has_expansion=bool(lists.filter(~ORIGINAL).height),
+                                            has_rerank=bool(s2.trace.rerank.drop_nulls("rerank_score").height))
+                        if v.name in LLM_ROWS]
+            stages_no_rerank = [s for s in s2.trace.timings["stage"].unique().to_list() if s not in ("select", "rerank")]
+            for v in llm_rows:
+                ev = s2.evaluate(s2.config.replace(**v.overrides), lists=v.lists)
+                rerank_row = v.name == "+rerank"
+                secs = _median([recorded_seconds(s2.trace, q, None if rerank_row else stages_no_rerank, models)
+                                for q in s2.qids])
+                cfg = {"+lex+vec+hyde": s2.config.replace(rerank=False), "+rerank": s2.config}.get(v.name)
+                points.append(Point(v.name, v.description + f" ({n_llm} queries)", ev.per_query.select("qid", metric),
+                                    "all queries (nothing fitted)", cfg,
+                                    "recorded pipeline" if rerank_row else "recorded, rerank stages left out", secs,
+                                    recording="llm"))
+            if not llm_rows:
+                notes.append("the LLM recording has no expansion or rerank output (see its notes)")
+            elif models.expander is not None and not lists.filter(~ORIGINAL).height:
+                notes.append(f"no expansion rows: the expander gave no usable lines on the {n_llm} LLM queries")
+    table = _table(points, metric)
+    result = Frontier(suite.name, metric, points, table, n_llm, len(study.qids), out_dir, notes)
+    table.write_csv(out_dir / "frontier.csv")
+    pl.concat([p.per_query.with_columns(pl.lit(p.name).alias("config")) for p in points]).write_parquet(
+        out_dir / "per_query.parquet")
+    plot(result, out_dir / "frontier.png")
+    return result
+
+
+def _table(points: list[Point], metric: str) -> pl.DataFrame:
+    """Per point: n, mean, s/query, the best cheaper point, Δ and paired p-values against it, front."""
+    rows = []
+    for p in points:
+        cheaper = [c for c in points if c is not p and c.seconds is not None and p.seconds is not None
+                   and c.seconds < p.seconds]
+        best, common = None, None
+        for c in cheaper:
+            qids = sorted(set(p.per_query["qid"]) & set(c.per_query["qid"]))
+            if not qids:
+                continue
+            if best is None or c.mean(metric, qids) > best.mean(metric, qids):
+                best, common = c, qids
+        delta = p_t = p_f = None
+        if best is not None:
+            a = best.per_query.filter(pl.col("qid").is_in(common)).sort("qid")[metric].to_numpy()
+            b = p.per_query.filter(pl.col("qid").is_in(common)).sort("qid")[metric].to_numpy()
+            p_t, p_f = paired_pvalues(a, b)
+            delta = float(b.mean() - a.mean())
+        rows.append({"config": p.name, "n": p.n, metric: p.mean(metric), "held_out": p.held_out,
+                     "s_per_query": p.seconds, "timed_as": p.timed_as, "vs_cheaper": best.name if best else None,
+                     "delta": delta, "p_ttest": p_t, "p_fisher": p_f, "pareto": _on_front(p, points, metric),
+                     "writable": p.config is not None})
+    return pl.DataFrame(rows, schema={"config": pl.String, "n": pl.Int64, metric: pl.Float64, "held_out": pl.String,
+                                      "s_per_query": pl.Float64, "timed_as": pl.String, "vs_cheaper": pl.String,
+                                      "delta": pl.Float64, "p_ttest": pl.Float64, "p_fisher": pl.Float64,
+                                      "pareto": pl.Boolean, "writable": pl.Boolean})
+
+
+def _on_front(p: Point, points: list[Point], metric: str) -> bool:
+    """No other timed point is at least as fast and at least as good (on the queries both stand on),
+    and strictly better on one axis."""
+    if p.seconds is None:
+        return False
+    for c in points:
+        if c is p or c.seconds is None:
+            continue
+        qids = sorted(set(p.per_query["qid"]) & set(c.per_query["qid"]))
+        if not qids:
+            continue
+        mp, mc = p.mean(metric, qids), c.mean(metric, qids)
+        if c.seconds <= p.seconds and mc >= mp and (c.seconds < p.seconds or mc > mp):
+            return False
+    return True
+
+
+# -- output ----------------------------------------------------------------------------------------
+def format_table(result: Frontier) -> str:
+    """The frontier as fixed-width text (what ``qmdlab eval --frontier`` prints)."""
+    m = result.metric
+    t = result.table
+    width = max([16, *(len(c) for c in t["config"].to_list())])
+    lines = [f"{'configuration':<{width}} {'n':>4} {m + ' (held-out)':>18} {'s/query':>9}  {'vs best cheaper':<22}"
+             f" {'Δ':>7} {'p(t)':>7} {'p(F)':>7}  front"]
+    for r in t.iter_rows(named=True):
+        secs = "—" if r["s_per_query"] is None else _secs(r["s_per_query"])
+        vs = r["vs_cheaper"] or "— (fastest)"
+        d = "" if r["delta"] is None else f"{r['delta']:+.4f}"
+        pt = "" if r["p_ttest"] is None else f"{r['p_ttest']:.3g}"
+        pf = "" if r["p_fisher"] is None else ("<0.001" if r["p_fisher"] == 0 else f"{r['p_fisher']:.3g}")
+        lines.append(f"{r['config']:<{width}} {r['n']:>4} {r[m]:>18.4f} {secs:>9}  {vs:<22} {d:>7} {pt:>7} {pf:>7}  "
+                     f"{'*' if r['pareto'] else ''}")
+    lines.append(f"held-out: rows with nothing fitted score every query; tuned/learned rows are k-fold. p: paired "
+                 f"t-test / Fisher against the best cheaper row on the same queries. s/query: median, this machine "
+                 f"(retrieval rows timed now; LLM rows from their recording). * = on the Pareto front.")
+    if result.llm_queries:
+        lines.append(f"LLM rows (+lex … +rerank) stand on the first {result.llm_queries} of {result.queries} judged "
+                     f"queries (--llm-queries).")
+    lines += result.notes
+    return "\n".join(lines)
+
+
+def _secs(s: float) -> str:
+    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def plot(result: Frontier, path: Path) -> Path | None:
+    """nDCG@10 against s/query (log scale), the Pareto front drawn and marked, into ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    pts = [p for p in result.points if p.seconds is not None]
+    if not pts:
+        return None
+    m = result.metric
+    fig = Figure(figsize=(8, 5), dpi=110)
+    ax = fig.subplots()
+    front = {r["config"] for r in result.table.iter_rows(named=True) if r["pareto"]}
+    groups: dict[tuple, list[Point]] = {}
+    for p in pts:
+        on = p.name in front
+        ax.scatter([p.seconds], [p.mean(m)], s=60 if on else 30, marker="o" if p.recording == "retrieval" else "s",
+                   color="tab:red" if on else "tab:gray", zorder=3)
+        if on:
+            label = p.name + (f" (n={p.n})" if p.recording == "llm" else "")
+            ax.annotate(label, (p.seconds, p.mean(m)), textcoords="offset points", xytext=(5, 4), fontsize=7,
+                        color="tab:red")
+        else:  # rows timed by the same run share an x: one label for them
+            groups.setdefault((p.seconds, p.recording), []).append(p)
+    for (secs, rec), ps in groups.items():
+        top = max(ps, key=lambda p: p.mean(m))
+        heads = {p.name.split()[0] for p in ps}
+        label = (ps[0].name if len(ps) == 1 else f"{heads.pop()} ×{len(ps)}" if len(heads) == 1 else
+                 f"{len(ps)} rows: " + ", ".join(p.name for p in ps))
+        label += f" (n={ps[0].n})" if rec == "llm" else ""
+        ax.annotate(label, (secs, top.mean(m)), textcoords="offset points", xytext=(5, -10), fontsize=7, color="0.35")
+    fp = sorted((p for p in pts if p.name in front), key=lambda p: p.seconds)
+    ax.plot([p.seconds for p in fp], [p.mean(m) for p in fp], color="tab:red", lw=1, zorder=2,
+            label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("median seconds per query (this machine, log scale)")
+    ax.set_ylabel(f"{m} (held-out)")
+    llm = f"; squares: first {result.llm_queries} queries" if result.llm_queries else ""
+    ax.set_title(f"{result.suite}: quality vs latency ({result.queries} queries{llm})", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
+# -- choosing ---------------------------------------------------------------------------------------
+def parse_pick(value: str, extra: Sequence[str] = ()) -> tuple[str, float]:
+    """``--pick best`` / ``--pick fastest-within 0.005`` (also ``fastest-within=0.005``) → ``(rule, delta)``.
+
+    >>> parse_pick("best"), parse_pick("fastest-within", ["0.005"]), parse_pick("fastest-within=0.01")
+    (('best', 0.0), ('fastest-within', 0.005), ('fastest-within', 0.01))
+    """
+    rule, _, inline = value.replace(" ", "=").partition("=")
+    if rule not in PICKS:
+        raise ConfigError(f"--pick {value!r}: use --pick best or --pick fastest-within DELTA (e.g. 0.005)")
+    if rule == "best":
+        if inline or extra:
+            raise ConfigError(f"--pick best takes no value (got {inline or ' '.join(extra)!r})")
+        return rule, 0.0
+    text = inline or (extra[0] if extra else "")
+    try:
+        delta = float(text)
+    except ValueError:
+        raise ConfigError(f"--pick fastest-within needs the nDCG@10 it may give up, e.g. --pick fastest-within "
+                          f"0.005 (got {text!r})") from None
+    if not delta >= 0:
+        raise ConfigError(f"--pick fastest-within {text}: the amount must be >= 0")
+    return rule, delta
+
+
+def _compare(a: Point, b: Point, metric: str) -> float:
+    """``a``'s mean minus ``b``'s on the queries both stand on (0 when they share none)."""
+    qids = sorted(set(a.per_query["qid"]) & set(b.per_query["qid"]))
+    return a.mean(metric, qids) - b.mean(metric, qids) if qids else 0.0
+
+
+def pick(result: Frontier, rule: str = "best", delta: float = 0.0) -> Point:
+    """The chosen point among those a query config can express (``writable``) and that were timed:
+    ``best`` (the highest held-out mean) or ``fastest-within`` (the fastest within ``delta`` of the best).
+    Points are compared on the queries both stand on, so a row of the LLM recording (fewer queries) is
+    judged against the others on its own queries."""
+    import functools
+
+    m = result.metric
+    cands = [p for p in result.points if p.config is not None and p.seconds is not None and not math.isnan(p.mean(m))]
+    if not cands:
+        raise ConfigError("no configuration of the frontier can be written as a query config")
+    order = sorted(cands, key=functools.cmp_to_key(lambda a, b: (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0)
+                                                   or (b.seconds > a.seconds) - (b.seconds < a.seconds)))
+    best = order[-1]
+    if rule == "best":
+        return best
+    close = [p for p in cands if _compare(best, p, m) <= delta + 1e-12]
+    return min(close, key=lambda p: (p.seconds, _compare(best, p, m)))
+
+
+def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delta: float) -> Path:
+    """Write ``point``'s config (``qmdlab query --config PATH``), its measured figures in the header."""
+    from .optimise import write_config
+
+    row = result.table.filter(pl.col("config") == point.name).row(0, named=True)
+    how = "best" if rule == "best" else f"fastest within {delta:g} of the best"
+    header = (f"qmdlab eval {result.suite} --frontier --pick {rule}{'' if rule == 'best' else f' {delta:g}'}: "
+              f"{point.name} ({how})\n{result.metric} {row[result.metric]:.4f} held-out ({point.held_out}, "
+              f"{point.n} queries), median {_secs(point.seconds)} per query on the machine that measured it")
+    cfg = point.config.replace(limit=PipelineConfig().limit)
+    if cfg.fusion == "learned" and point.files.get("config"):
+        cfg = cfg.replace(learned_model=str(Path(point.files["config"]).parent.resolve() / Path(cfg.learned_model).name))
+    path = Path(path)
+    write_config(cfg, path, header=header)
+    # the stage switches are written even at their default: the preset's default must not decide them
+    text = path.read_text(encoding="utf-8")
+    extra = "".join(f"{k}: {str(getattr(cfg, k)).lower()}\n" for k in ("expand", "rerank")
+                    if f"\n{k}:" not in "\n" + text)
+    path.write_text(text.replace("{}\n", "") + extra, encoding="utf-8")
+    return path
+
+
+__all__ = ["Point", "Frontier", "frontier", "format_table", "plot", "pick", "parse_pick", "write_pick",
+           "time_queries", "recorded_seconds", "LLM_ROWS"]

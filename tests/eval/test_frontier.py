@@ -1,0 +1,138 @@
+"""``qmdlab eval SUITE --frontier``: held-out quality against measured latency, the Pareto front and the pick."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from qmdlab.errors import ConfigError
+from qmdlab.eval.frontier import Frontier, Point, _table, frontier, parse_pick, pick, write_pick
+from qmdlab.eval.suites import get_suite
+from qmdlab.models import load_models
+from qmdlab.models.base import ModelSet
+from qmdlab.models.fakes import RuleExpander
+from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
+
+# words of the fake embedder's vocabulary, so the vector leg finds something
+DOCS = {"1": ("Git rebase", "rebase a git branch onto another commit"),
+        "2": ("Git merge", "merge a branch with a merge commit"),
+        "3": ("Docker network", "docker containers share a network"),
+        "4": ("SQLite search", "full text search index in a sqlite database"),
+        "5": ("Python test", "run python test files"), "6": ("Cache", "cache data in memory for performance"),
+        "7": ("HTTP API", "a json api over an http server"), "8": ("Shell", "linux shell user password security")}
+QUERIES = {"1": "git rebase branch", "2": "merge commit", "3": "docker network", "4": "sqlite search index",
+           "5": "python test", "6": "memory cache performance", "7": "http json api", "8": "linux user security"}
+QRELS = [("1", "1"), ("1", "2"), ("2", "2"), ("3", "3"), ("4", "4"), ("5", "5"), ("6", "6"), ("7", "7"), ("8", "8"),
+         ("8", "3")]
+
+
+def zoo(tmp_path: Path):
+    d = tmp_path / "zoo"
+    d.mkdir()
+    (d / "Z.ALL").write_text("".join(f".I {i}\n.T\n{t}\n.W\n{w}\n" for i, (t, w) in DOCS.items()))
+    (d / "Z.QRY").write_text("".join(f".I {q}\n.W\n{text}\n" for q, text in QUERIES.items()))
+    (d / "Z.REL").write_text("".join(f"{q} {doc} 0 0.0\n" for q, doc in QRELS))
+    return get_suite(d, "smart")
+
+
+def loader(preset=None, **roles):
+    fake = load_models("fake")
+    expander = RuleExpander(lambda q: [("lex", f"{q} data"), ("vec", f"{q} note"), ("hyde", f"a file about {q}")])
+    return ModelSet(fake.embedder, None if roles.get("expand") == "none" else expander,
+                    None if roles.get("rerank") == "none" else fake.reranker)
+
+
+def test_frontier_rows_are_held_out_and_timed(tmp_path, qmdlab_home):
+    suite = zoo(tmp_path)
+    res = frontier(suite, "fake", llm_queries=4, folds=2, trials=10, learned=False, log=lambda m: None,
+                   load_models=loader)
+    names = [p.name for p in res.points]
+    assert names[:2] == ["bm25", "vector"] and [f"hybrid {m}" for m in FUSION_METHODS] == names[2:2 + len(FUSION_METHODS)]
+    assert {"tuned", "+lex", "+lex+vec", "+lex+vec+hyde", "+rerank"} <= set(names)
+    table = {r["config"]: r for r in res.table.iter_rows(named=True)}
+    # the LLM rows stand on the first 4 queries, the rest on all 8
+    assert table["+rerank"]["n"] == 4 and table["bm25"]["n"] == 8 and res.llm_queries == 4
+    # every row is timed on this machine; the retrieval rows by the run they name
+    assert all(r["s_per_query"] is not None and r["s_per_query"] > 0 for r in table.values())
+    assert table["hybrid rrf"]["s_per_query"] == table["hybrid qmd_rrf"]["s_per_query"]
+    # the tuned row is qmdlab tune's cross-validation: the same folds and held-out scores
+    from qmdlab.eval.optimise import cross_validate
+    from qmdlab.eval.record import record
+    from qmdlab.eval.study import Study
+
+    rec = record(suite, loader(expand="none", rerank="none"), PipelineConfig(expand=False, rerank=False),
+                 log=lambda m: None)
+    study = Study.from_recording(rec, metrics=["ndcg@10"])
+    direct = cross_validate(study, base=study.config, trials=10, folds=2, seed=0)
+    tuned = res.point("tuned").per_query.sort("qid")
+    assert tuned["ndcg@10"].to_list() == direct.held_out.sort("qid")["tuned"].to_list()
+    assert table["tuned"]["held_out"] == "2-fold" and table["bm25"]["held_out"].startswith("all queries")
+    # files: the table, per-query scores and the plot
+    assert (res.out_dir / "frontier.png").stat().st_size > 1000
+    assert pl.read_csv(res.out_dir / "frontier.csv").height == len(res.points)
+
+
+def pt(name, secs, scores, qids=None, cfg=True):
+    qids = qids or [str(i) for i in range(1, len(scores) + 1)]
+    return Point(name, name, pl.DataFrame({"qid": qids, "ndcg@10": scores}), "all queries", 
+                 PipelineConfig() if cfg else None, name, secs)
+
+
+def test_best_cheaper_pvalues_front_and_pick_by_hand():
+    from scipy.stats import ttest_rel
+
+    a = pt("a", 0.01, [0.5, 0.5, 0.5, 0.5])
+    b = pt("b", 0.02, [0.9, 0.5, 0.8, 0.6])          # mean 0.70
+    c = pt("c", 0.03, [0.6, 0.7, 0.5, 0.6])          # mean 0.60: slower and worse than b
+    d = pt("d", 0.05, [1.0, 0.6], qids=["1", "2"])   # on queries 1-2: 0.80 against b's 0.70
+    v = pt("v", 0.005, [0.1, 0.1, 0.1, 0.1], cfg=False)  # fastest, not a query config
+    points = [v, a, b, c, d]
+    table = {r["config"]: r for r in _table(points, "ndcg@10").iter_rows(named=True)}
+    assert [n for n, r in table.items() if r["pareto"]] == ["v", "a", "b", "d"]
+    # best cheaper = the highest mean among faster rows, on the shared queries
+    assert (table["c"]["vs_cheaper"], table["b"]["vs_cheaper"], table["d"]["vs_cheaper"]) == ("b", "a", "b")
+    assert table["v"]["vs_cheaper"] is None and table["v"]["p_ttest"] is None
+    assert table["c"]["delta"] == pytest.approx(-0.10)
+    assert table["c"]["p_ttest"] == pytest.approx(ttest_rel([0.9, 0.5, 0.8, 0.6], [0.6, 0.7, 0.5, 0.6]).pvalue)
+    assert table["d"]["delta"] == pytest.approx(0.10)  # (1.0 + 0.6)/2 - (0.9 + 0.5)/2
+    res = Frontier("t", "ndcg@10", points, _table(points, "ndcg@10"), 0, 4)
+    assert pick(res).name == "d"                          # best, judged on its own two queries against b
+    assert pick(res, "fastest-within", 0.10).name == "b"  # 0.10 below d: within
+    assert pick(res, "fastest-within", 0.05).name == "d"  # b is 0.10 below: not within
+    assert pick(res, "fastest-within", 0.40).name == "a"  # v is faster but no query config runs it
+
+
+def test_pick_parsing_names_the_fix():
+    assert parse_pick("fastest-within", ["0.005"]) == ("fastest-within", 0.005)
+    with pytest.raises(ConfigError, match="--pick fastest-within needs"):
+        parse_pick("fastest-within")
+    with pytest.raises(ConfigError, match="use --pick best or --pick fastest-within DELTA"):
+        parse_pick("cheapest")
+
+
+def test_cli_frontier_writes_the_pick_for_query(tmp_path, qmdlab_home):
+    from qmdlab.cli import cli
+
+    suite = zoo(tmp_path)
+    out = tmp_path / "picked.yaml"
+    res = CliRunner().invoke(cli, ["eval", str(suite.path), "--format", "smart", "--frontier", "--preset", "fake",
+                                   "--no-progress", "--folds", "2", "--llm-queries", "3", "--write-config", str(out),
+                                   "--pick", "fastest-within", "0.005", "--out", str(tmp_path / "f")])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "suite zoo: frontier, grades: gain (as coded)"
+    assert lines[1].startswith("configuration") and any(ln.startswith("hybrid qmd_rrf") for ln in lines)
+    assert "stand on the first 3 of 8 judged queries" in res.stdout
+    assert (tmp_path / "f" / "frontier.png").is_file()
+    cfg = PipelineConfig.from_file(out)
+    assert {"expand", "rerank"} <= cfg.given()  # the pick decides the stages, not the preset's default
+    text = out.read_text()
+    assert text.startswith("# qmdlab eval zoo --frontier --pick fastest-within 0.005: ")
+    bad = CliRunner().invoke(cli, ["eval", str(suite.path), "--format", "smart", "--frontier", "--ablate"])
+    assert bad.exit_code != 0 and "drop --ablate" in bad.output
+    stray = CliRunner().invoke(cli, ["eval", str(suite.path), "--format", "smart", "0.005"])
+    assert stray.exit_code != 0 and "unexpected extra argument" in stray.output
