@@ -366,49 +366,58 @@ def _secs(s: float) -> str:
 
 def plot(result: Frontier, path: Path) -> Path | None:
     """nDCG@10 against s/query (log scale), the Pareto front drawn and marked, into ``path`` (PNG)."""
-    import matplotlib
+    fig = figure(result.table, result.metric, title=_title(result))
+    if fig is None:
+        return None
+    fig.savefig(path)
+    return path
 
-    matplotlib.use("Agg")
+
+def _title(result: Frontier) -> str:
+    llm = f"; squares: first {result.llm_queries} queries" if result.llm_queries else ""
+    return f"{result.suite}: quality vs latency ({result.queries} queries{llm})"
+
+
+def figure(table: pl.DataFrame, metric: str = HEADLINE, *, title: str = ""):
+    """The frontier plot of a frontier table (:func:`frontier`'s, or ``frontier.csv`` read back — the
+    tune notebook draws it from there): a matplotlib ``Figure``, ``None`` when nothing was timed."""
     from matplotlib.figure import Figure
 
-    pts = [p for p in result.points if p.seconds is not None]
-    if not pts:
+    rows = [r for r in table.iter_rows(named=True) if r["s_per_query"] is not None]
+    if not rows:
         return None
-    m = result.metric
     fig = Figure(figsize=(8, 5), dpi=110)
     ax = fig.subplots()
-    front = {r["config"] for r in result.table.iter_rows(named=True) if r["pareto"]}
-    groups: dict[tuple, list[Point]] = {}
-    for p in pts:
-        on = p.name in front
-        ax.scatter([p.seconds], [p.mean(m)], s=60 if on else 30, marker="o" if p.recording == "retrieval" else "s",
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        llm = str(r["timed_as"]).startswith("recorded")
+        on = bool(r["pareto"])
+        ax.scatter([r["s_per_query"]], [r[metric]], s=60 if on else 30, marker="s" if llm else "o",
                    color="tab:red" if on else "tab:gray", zorder=3)
         if on:
-            label = p.name + (f" (n={p.n})" if p.recording == "llm" else "")
-            ax.annotate(label, (p.seconds, p.mean(m)), textcoords="offset points", xytext=(5, 4), fontsize=7,
-                        color="tab:red")
+            ax.annotate(r["config"] + (f" (n={r['n']})" if llm else ""), (r["s_per_query"], r[metric]),
+                        textcoords="offset points", xytext=(5, 4), fontsize=7, color="tab:red")
         else:  # rows timed by the same run share an x: one label for them
-            groups.setdefault((p.seconds, p.recording), []).append(p)
-    for (secs, rec), ps in groups.items():
-        top = max(ps, key=lambda p: p.mean(m))
-        heads = {p.name.split()[0] for p in ps}
-        label = (ps[0].name if len(ps) == 1 else f"{heads.pop()} ×{len(ps)}" if len(heads) == 1 else
-                 f"{len(ps)} rows: " + ", ".join(p.name for p in ps))
-        label += f" (n={ps[0].n})" if rec == "llm" else ""
-        ax.annotate(label, (secs, top.mean(m)), textcoords="offset points", xytext=(5, -10), fontsize=7, color="0.35")
-    fp = sorted((p for p in pts if p.name in front), key=lambda p: p.seconds)
-    ax.plot([p.seconds for p in fp], [p.mean(m) for p in fp], color="tab:red", lw=1, zorder=2,
+            groups.setdefault((r["s_per_query"], llm), []).append(r)
+    for (secs, llm), rs in groups.items():
+        top = max(rs, key=lambda r: r[metric])
+        heads = {r["config"].split()[0] for r in rs}
+        label = (rs[0]["config"] if len(rs) == 1 else f"{heads.pop()} ×{len(rs)}" if len(heads) == 1 else
+                 f"{len(rs)} rows: " + ", ".join(r["config"] for r in rs))
+        label += f" (n={rs[0]['n']})" if llm else ""
+        ax.annotate(label, (secs, top[metric]), textcoords="offset points", xytext=(5, -10), fontsize=7, color="0.35")
+    front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["s_per_query"])
+    ax.plot([r["s_per_query"] for r in front], [r[metric] for r in front], color="tab:red", lw=1, zorder=2,
             label="Pareto front")
     ax.set_xscale("log")
     ax.set_xlabel("median seconds per query (this machine, log scale)")
-    ax.set_ylabel(f"{m} (held-out)")
-    llm = f"; squares: first {result.llm_queries} queries" if result.llm_queries else ""
-    ax.set_title(f"{result.suite}: quality vs latency ({result.queries} queries{llm})", fontsize=9)
+    ax.set_ylabel(f"{metric} (held-out)")
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    return fig
 
 
 # -- choosing ---------------------------------------------------------------------------------------
@@ -484,5 +493,5 @@ def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delt
     return path
 
 
-__all__ = ["Point", "Frontier", "frontier", "format_table", "plot", "pick", "parse_pick", "write_pick",
+__all__ = ["Point", "Frontier", "frontier", "format_table", "plot", "figure", "pick", "parse_pick", "write_pick",
            "time_queries", "recorded_seconds", "LLM_ROWS"]

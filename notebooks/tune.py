@@ -279,6 +279,20 @@ def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trial
 
 
 @app.cell(hide_code=True)
+def _(suite):
+    # The quality-latency frontier of `qmdlab eval SUITE --frontier`, drawn from its frontier.csv when it ran.
+    from qmdlab.eval import frontier as _frontier
+
+    _csv = suite.workdir() / "results" / "frontier" / "frontier.csv"
+    frontier_table = pl.read_csv(_csv) if _csv.is_file() else None
+    _fig = None if frontier_table is None else _frontier.figure(frontier_table, title=f"{suite.name}: quality vs latency")
+    mo.vstack([mo.md("## Quality against latency (the frontier)"),
+               mo.md(f"_No frontier yet: `qmdlab eval {suite.name} --frontier` measures it._") if _fig is None else
+               mo.vstack([_fig, mo.ui.table(frontier_table, selection=None, page_size=20)])])
+    return (frontier_table,)
+
+
+@app.cell(hide_code=True)
 def _(save_path_arg):
     save_path = mo.ui.text(value=save_path_arg, label="save to", full_width=True)
     save_button = mo.ui.run_button(label="Save config")

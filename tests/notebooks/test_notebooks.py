@@ -61,6 +61,25 @@ def test_tune_defaults_reproduce_the_recorded_pipeline(nb_env, monkeypatch):
     assert "cv_report" not in defs and "saved_to" not in defs
 
 
+def test_tune_draws_the_frontier_when_it_ran(nb_env, nb_home, monkeypatch):
+    from qmdlab.eval.frontier import Point, _table
+    from qmdlab.pipeline.config import PipelineConfig
+
+    pq = pl.DataFrame({"qid": ["1", "2"], "ndcg@10": [0.5, 0.7]})
+    points = [Point("bm25", "", pq, "all queries", PipelineConfig(), "bm25", 0.01),
+              Point("+rerank", "", pq.with_columns(pl.col("ndcg@10") + 0.1), "all queries", PipelineConfig(),
+                    "recorded pipeline", 2.0, recording="llm")]
+    out = nb_home / "eval" / "default" / "results" / "frontier"
+    out.mkdir(parents=True, exist_ok=True)
+    _table(points, "ndcg@10").write_csv(out / "frontier.csv")
+    try:
+        _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
+    finally:
+        (out / "frontier.csv").unlink()
+    table = defs["frontier_table"]
+    assert table["config"].to_list() == ["bm25", "+rerank"] and table["pareto"].to_list() == [True, True]
+
+
 @pytest.mark.slow
 def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch, tmp_path, no_model_calls):
     from qmdlab.pipeline.config import PipelineConfig
