@@ -45,11 +45,13 @@ class LLMCache:
     True
     """
 
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, read_only: bool = False):
         self.conn = conn
+        self.read_only = read_only  # an index on a read-only disk: lookups only, puts are dropped
         self._lock = threading.Lock()
-        with self._lock:
-            conn.executescript(SCHEMA)
+        if not read_only:
+            with self._lock:
+                conn.executescript(SCHEMA)
 
     def get(self, key: str) -> Any | None:
         with self._lock:
@@ -70,6 +72,8 @@ class LLMCache:
         return out
 
     def put(self, key: str, role: str, value: Any) -> None:
+        if self.read_only:
+            return
         blob = json.dumps(value, ensure_ascii=False)
         with self._lock:
             with self.conn:
@@ -79,6 +83,8 @@ class LLMCache:
                 )
 
     def put_many(self, items: list[tuple[str, str, Any]]) -> None:
+        if self.read_only:
+            return
         rows = [(k, r, json.dumps(v, ensure_ascii=False), time.time()) for k, r, v in items]
         with self._lock:
             with self.conn:

@@ -18,6 +18,7 @@ can be committed and still work in another checkout; relative roots are read fro
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -125,6 +126,9 @@ def load(path: Path) -> Config:
         return Config()
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start:err.start + 1]!r}); "
+                          "fix or delete the file") from err
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
@@ -163,9 +167,24 @@ def save(path: Path, config: Config) -> None:
     data = {"collections": cols, "contexts": [{"target": c.target, "text": c.text} for c in config.contexts]}
     if config.editor_uri:
         data["editor_uri"] = config.editor_uri
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:  # a full or read-only disk: the old file stays, no partial .tmp is left
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        from qmdlab.errors import StoreError
+        from qmdlab.store.failures import disk_full_message, read_only_message
+
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise StoreError(disk_full_message(path, needed=len(text.encode("utf-8")))) from err
+        if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise StoreError(read_only_message(path)) from err
+        raise
 
 
 def context_matches(target: str, docno: str, collection: str) -> bool:

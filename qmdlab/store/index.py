@@ -36,6 +36,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -48,7 +49,7 @@ from qmdlab.store.capacity import CapacityMixin
 from qmdlab.store.catalog import CatalogMixin
 from qmdlab.store.content import ContentMixin
 from qmdlab.store.documents import Document, DocumentsMixin, docid_of
-from qmdlab.store.failures import damaged_message, quick_check
+from qmdlab.store.failures import damaged_message, quick_check, read_only_message
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA_VERSION
 from qmdlab.store.update import UPDATE_SKIP_REASONS, UpdateMixin, UpdateReport
 from qmdlab.store.vectors import VectorMatrix, VectorsMixin
@@ -71,28 +72,53 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.dir / DB_NAME
         self.config_path = self.dir / CONFIG_NAME
+        self.read_only = False
+        self._lock = threading.RLock()
         try:
-            self.conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
-                                        timeout=BUSY_TIMEOUT_S)
-            self.conn.create_function(FTS_FUNCTION, 1, space_cjk, deterministic=True)
-            self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-            self._lock = threading.RLock()
+            self.conn = self._connect(str(self.db_path))
             if self._schema_version() != str(SCHEMA_VERSION):  # a new (or foreign) file: create the schema
                 with self._lock:
                     schema.create(self.conn)
             self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as err:
             self._close_quietly()
-            raise StoreError(damaged_message(self.db_path, str(err))) from err
+            if not (self.db_path.is_file() and not os.access(self.dir, os.W_OK)):
+                raise StoreError(damaged_message(self.db_path, str(err))) from err
+            self._open_read_only(err)
         # The cache gets its own connection: a cache write from another thread must never join
         # (and commit) an ``update`` transaction open on ``self.conn``.
-        self._cache_conn = sqlite3.connect(self.db_path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
-        self._cache_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
-        self.cache = LLMCache(self._cache_conn)
+        self._cache_conn = self._connect(self._read_only_uri() if self.read_only else str(self.db_path))
+        self.cache = LLMCache(self._cache_conn, read_only=self.read_only)
         self._vectors: dict[str, VectorMatrix] = {}
         self._capacity: dict[str | None, tuple[tuple, list]] = {}  # fingerprint -> (limits, checks)
         self._data_version = None
         self._write_checked = False
+
+    @staticmethod
+    def _connect(target: str) -> sqlite3.Connection:
+        uri = target.startswith("file:")
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S, uri=uri)
+        conn.create_function(FTS_FUNCTION, 1, space_cjk, deterministic=True)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        return conn
+
+    def _read_only_uri(self) -> str:
+        return f"file:{urllib.parse.quote(str(self.db_path))}?mode=ro&immutable=1"
+
+    def _open_read_only(self, cause: sqlite3.DatabaseError) -> None:
+        """Open an existing index in a folder this process cannot write (a read-only disk or
+        mount): SQLite cannot make the WAL's shared-memory file there, so the file is read as
+        immutable — readers work, writers are refused with :func:`~qmdlab.store.failures.read_only_message`."""
+        try:
+            self.conn = self._connect(self._read_only_uri())
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as err:
+            self._close_quietly()
+            raise StoreError(damaged_message(self.db_path, str(err))) from err
+        if row is None or row[0] != str(SCHEMA_VERSION):
+            self._close_quietly()
+            raise StoreError(damaged_message(self.db_path, str(cause)))
+        self.read_only = True
 
     def _schema_version(self) -> str | None:
         """The stored schema version, read without taking a write lock (``None``: no schema yet)."""
@@ -127,6 +153,8 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         ``commit`` belongs to, since ``update`` also commits small bookkeeping transactions
         and skips unchanged collections without one."""
         with self._lock:
+            if self.read_only:
+                raise StoreError(read_only_message(self.dir))
             if not self._write_checked:
                 self._check_before_write()
             try:

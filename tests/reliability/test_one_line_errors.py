@@ -79,3 +79,9 @@ def test_a_real_argv_with_invalid_utf8_bytes(index, tmp_path):
         assert "Traceback" not in err and proc.returncode in (0, 1), err
         if proc.returncode == 1:
             assert err.count("\n") == 1, err
+
+
+def test_a_binary_collections_yaml_is_named_in_one_line(index):
+    (index / "collections.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    res = _run(index, "collection", "list")
+    assert _one_line(res, "collections.yaml: not UTF-8 text", "fix or delete the file"), (res.output, res.exception)
