@@ -200,3 +200,25 @@ def test_bench_report_groups_by_type_and_run():
     assert rows[("b", "all")]["P@k"] == 0.0 and rows[("b", "all")]["queries"] == 4
     assert [k for k in rows] == [("a", "exact"), ("a", "semantic"), ("a", "all"), ("b", "exact"),
                                  ("b", "semantic"), ("b", "all")]
+
+
+@pytest.mark.slow  # records the suite once
+def test_notebook_path_records_and_reloads_a_qmd_bench_suite(tmp_path, qmdlab_home, cli_run, monkeypatch):
+    """The notebooks name a suite by one string (``get_suite(value)``): a fixture file whose
+    collection is in the qmdlab index; they record it, list the recording and load it as a Study."""
+    from qmdlab.eval import record
+    from qmdlab.eval.study import Study
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import PipelineConfig
+
+    root = _corpus(tmp_path)
+    fx = _fixture(tmp_path, collection="vault")
+    cli_run("collection", "add", str(root), "--name", "vault", "--no-update")
+    monkeypatch.setenv("QMDLAB_INDEX", cli_run.index_dir)
+    suite = get_suite(str(fx))
+    cfg = PipelineConfig(expand=False, vector=False, rerank=False)
+    key = record.record(suite, load_models("fake"), cfg, progress=False, log=lambda m: None).cache_dir.name
+    assert [r.key for r in record.recorded(get_suite(str(fx)))] == [key]
+    study = Study.from_recording(record.load_recorded(get_suite(str(fx)), key))
+    assert sorted(study.qids) == ["q1", "q2", "q3", "q4"]
+    assert study.evaluate(cfg).metrics["ndcg@10"] == pytest.approx((1 + 1 / (1 + 1 / math.log2(3)) + 1 + 0) / 4)
