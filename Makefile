@@ -33,7 +33,7 @@ QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast bench bench-quick fuzz train-demo train-reranker notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -97,6 +97,20 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser" tests qmdlab training eval
+
+# ruff (lint and format check) over the repository, mypy over the library (pyproject.toml configures both).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# docs/reference/ is generated from the code; tests/test_reference.py fails when it is stale.
+reference: setup
+	$(PY) scripts/gen_reference.py
 
 notebooks: setup
 	$(VENV)/bin/marimo edit notebooks/tune.py

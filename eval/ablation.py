@@ -45,7 +45,7 @@ every other row:
 ``trigram``        ``+trigram list``          ``weight_original_trigram: 1.0`` (CJK trigrams)
 ``heading``        ``+heading list``          ``weight_original_heading: 1.0`` (section headings)
 ``two-unit-gate``  ``two-unit gate``          ``bm25_mode: msm``, ``bm25_min_match: 2``
-``field-weights``  ``field weights``          ``eval/configs/ai-helper-fields.yaml`` (0.25/0.5/1.0)
+``field-weights``  ``field weights``          ``eval/configs/content-first-fields.yaml`` (0.25/0.5/1.0)
 ``no-skip``        ``no strong-signal skip``  ``strong_signal: false`` (every query expanded)
 =================  =========================  ==================================================
 
@@ -174,7 +174,7 @@ RECORDED_VARIANTS: dict[str, RecordedVariant] = {
                                "own recording: + section-heading list (weight 1)"),
     "two-unit-gate": RecordedVariant("two-unit gate", {"bm25_mode": "msm", "bm25_min_match": 2.0},
                                      "own recording: BM25 needs 2 query terms (msm)"),
-    # the values of eval/configs/ai-helper-fields.yaml (tests/eval/test_ablation_variants.py pins them)
+    # the values of eval/configs/content-first-fields.yaml (tests/eval/test_ablation_variants.py pins them)
     "field-weights": RecordedVariant("field weights", {"bm25_weight_filepath": 0.25, "bm25_weight_title": 0.5,
                                                        "bm25_weight_body": 1.0},
                                      "own recording: content-first BM25 columns 0.25/0.5/1"),
