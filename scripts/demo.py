@@ -15,6 +15,13 @@ Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
 query — a second `make demo` only re-fuses and re-blends (seconds).
 
+3. **The quality–latency frontier** (:mod:`eval.frontier`, ``qmdlab eval default --frontier``): every
+   configuration — BM25, vector, hybrid under each fusion, tuned and learned fusion (5-fold),
+   +lex/+vec/+hyde and +rerank — with held-out nDCG@10, the paired p-value against the best cheaper
+   configuration, the median seconds per query on this machine and the Pareto front (``frontier.png``).
+   It reads the two tiers' recordings (same configs, same trace-cache keys): no new model call, the
+   LLM rows stand on the LLM tier's queries (their count is shown). ``--no-frontier`` skips it.
+
 The run ends with where its time went (:func:`time_summary`): per tier the child's start-up and
 imports, index + embedding, the queries (split by pipeline stage when none came from the trace
 cache), the ablation, and the rest; each tier child writes its figures to a JSON file the parent
@@ -50,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="results directory (default under $QMDLAB_HOME/eval/default/results)")
     ap.add_argument("--complete-rerank", action="store_true",
                     help="rerank documents that other fusion/blend rows promote (more model calls)")
-    ap.add_argument("--tier", type=int, choices=(1, 2), default=None,
-                    help="run only this tier, in this process (what each child process runs)")
+    ap.add_argument("--tier", type=int, choices=(1, 2, 3), default=None,
+                    help="run only this tier (3: the frontier), in this process (what each child process runs)")
+    ap.add_argument("--no-frontier", action="store_true", help="skip the quality-latency frontier at the end")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.tier is not None:
@@ -84,6 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         t_rows = time.perf_counter()
         _reranker_rows()
         rows_s = time.perf_counter() - t_rows
+        if not args.no_frontier:
+            t_child = time.perf_counter()
+            try:
+                res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", "3"],
+                                what="the demo's frontier (tier 3: every configuration, held-out and timed)",
+                                env={"PYTHONFAULTHANDLER": "1", "QMDLAB_DEMO_TIMES": str(times_dir / "tier3.json")})
+            except ChildDied as err:
+                print(f"\n{err}", file=sys.stderr)
+                return 1
+            walls[3] = time.perf_counter() - t_child
+            if res.returncode:
+                return res.returncode
         total = time.perf_counter() - t0
         reports = {}
         for tier in walls:
@@ -118,6 +138,8 @@ def _tier(args) -> int:
     # check_ranx=False: re-scoring the saved run with ranx.evaluate is a self-test of eval.metrics
     # (tests/eval run it on every change, `qmdlab eval` on every run); on a new machine numba's first
     # compile of ranx's metrics alone took minutes here, for a check the demo never printed.
+    if args.tier == 3:
+        return _frontier_tier(args, t_start)
     try:
         if args.tier == 1:
             retrieval_models = load_models(args.preset, expand="none", rerank="none")
@@ -158,6 +180,34 @@ def _tier(args) -> int:
         report_s += time.perf_counter() - t_rep
     print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
     _write_times(args.tier, imports_s, t_suite, last, time.perf_counter() - t_start, report_s)
+    return 0
+
+
+def _frontier_tier(args, t_start: float) -> int:
+    """Tier 3: the frontier of the default corpus from the two tiers' recordings (no new model call)."""
+    from qmdlab.errors import QmdlabError
+    from qmdlab.eval.frontier import format_table, frontier
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.pipeline.config import PipelineConfig
+
+    print("\n== the quality-latency frontier: every configuration, held-out nDCG@10, median s/query here ==",
+          flush=True)
+    try:
+        # the tiers' configs exactly (retrieval: expansion and rerank off; LLM: top --candidates reranked on the
+        # first --llm-queries queries), so both recordings come from the trace cache
+        res = frontier(get_suite("default"), args.preset, base=PipelineConfig(), llm_queries=args.llm_queries,
+                       candidates=args.candidates, out=_sub(args.out, "frontier"), log=lambda m: print(m, flush=True))
+    except QmdlabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(format_table(res))
+    print(f"plot: {res.out_dir / 'frontier.png'}")
+    print(f"write the configuration you pick: qmdlab eval default --frontier --llm-queries {args.llm_queries} "
+          f"--candidates {args.candidates} --write-config picked.yaml --pick fastest-within 0.005 "
+          "(then qmdlab query --config picked.yaml)", flush=True)
+    path = os.environ.get("QMDLAB_DEMO_TIMES")
+    if path:
+        Path(path).write_text(json.dumps({"tier": 3, "tier_s": time.perf_counter() - t_start}), encoding="utf-8")
     return 0
 
 
@@ -207,6 +257,9 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
     lines = ["where the time went (wall seconds):"]
     row = lambda label, s, note="": lines.append(f"{label:<30}{s:>6.1f} s" + (f"  ({note})" if note else ""))  # noqa: E731
     for tier, wall in walls.items():
+        if tier == 3:
+            row("  frontier (tier 3)", wall, "configurations evaluated from the tiers' traces, tuned, timed")
+            continue
         row(f"  tier {tier}", wall)
         r = reports.get(tier)
         if not r:

@@ -67,9 +67,11 @@ def test_main_reads_what_each_tier_child_wrote(monkeypatch, capsys):
     monkeypatch.setattr(sp, "run_child", fake)
     monkeypatch.setattr(demo, "_reranker_rows", lambda: None)
     assert demo.main(["--llm-queries", "2"]) == 0
-    assert seen == ["tier1.json", "tier2.json"]
+    assert seen == ["tier1.json", "tier2.json", "tier3.json"]  # tier 3: the frontier
     out = capsys.readouterr().out
     summary = _flat(out[out.index("where the time went"):])
     assert summary.count("index + embedding 4.0 s") == 2
     assert summary.count("5 queries 3.0 s (rerank 1.5, expand 1.2, other 0.2)") == 2
     assert "(no timings written by the child)" not in summary
+    assert any(line.startswith("frontier (tier 3)") for line in summary)
+    assert demo.main(["--llm-queries", "2", "--no-frontier"]) == 0 and seen[-1] == "tier2.json"
