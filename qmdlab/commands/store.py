@@ -94,11 +94,14 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def collection_list(ctx) -> None:
         """List collections with their document counts."""
-        st = open_index(ctx).status()
+        idx = open_index(ctx)
+        st = idx.status()
+        excluded = {c.name for c in idx.collections() if not c.include}
         if not st["collections"]:
             click.echo("No collections; add one with `qmdlab collection add PATH --name NAME`.")
         for c in st["collections"]:
-            click.echo(f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}")
+            click.echo(f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}"
+                       + ("\texcluded" if c['name'] in excluded else ""))
 
     @collection.command("remove")
     @click.argument("name")
@@ -316,7 +319,9 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def status(ctx, as_json: bool) -> None:
         """Index location, collections, document/chunk/vector counts."""
-        st = open_index(ctx).status()
+        idx = open_index(ctx)
+        st = idx.status()
+        excluded = {c.name for c in idx.collections() if not c.include}
         if as_json:
             click.echo(json.dumps(st, indent=2))
             return
@@ -324,7 +329,8 @@ def register(group: click.Group) -> None:
         click.echo(f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}"
                    + (f" ({st['chunker']})" if st.get("chunker") else ""))
         for c in st["collections"]:
-            click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})")
+            click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})"
+                       + ("  excluded from unscoped queries" if c["name"] in excluded else ""))
         for fp, v in st["vectors"].items():
             click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d")
             if v.get("mismatched") or v.get("unverified"):
