@@ -291,11 +291,15 @@ def register(group: click.Group) -> None:
             raise ConfigError(f"{root}: not a folder; pass an existing project folder")
         target = root / PROJECT_DIR
         existed = (target / "collections.yaml").is_file()
-        target.mkdir(exist_ok=True)
-        ignore = target / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text("# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
-                              "index.sqlite*\n*.tmp\n", encoding="utf-8")
+        try:
+            target.mkdir(exist_ok=True)
+            ignore = target / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
+                                  "index.sqlite*\n*.tmp\n", encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"{target}: cannot create the project index ({err.strerror or err}); run "
+                              "`qmdlab init` in a folder you can write to") from None
         with Index.open(target) as idx:
             if not (target / "collections.yaml").is_file():
                 from qmdlab.store import config as store_config

@@ -30,6 +30,14 @@ class SkillInstall:
 def install_skill(base: Path, *, force: bool = False, link_claude: bool = False) -> SkillInstall:
     """Write ``SKILL.md`` under ``base`` (the project folder, or the home folder for a global
     install); with ``link_claude`` also make ``base/.claude/skills/qmdlab`` a link to its folder."""
+    try:
+        return _install(base, force, link_claude)
+    except OSError as err:
+        raise ConfigError(f"{err.filename or base}: cannot install the skill ({err.strerror or err}); "
+                          "run it in a folder you can write to, or use --global") from None
+
+
+def _install(base: Path, force: bool, link_claude: bool) -> SkillInstall:
     target = skill_dir(base)
     path = target / "SKILL.md"
     text = skill_markdown()

@@ -248,10 +248,14 @@ def merge_models(path: Path, models: Mapping[str, str]) -> dict:
         if not isinstance(current, dict):
             raise ConfigError(f"{path}: expected a mapping of preset/embed/expand/rerank; fix or delete it")
     current.update(models)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the model overrides ({err.strerror or err}); make "
+                          "$QMDLAB_HOME writable, or import with --no-models") from None
     return current
 
 

@@ -81,11 +81,15 @@ def _load() -> list[Approval]:
 
 def _save(rows: list[Approval]) -> None:
     path = trust_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump({"approved": [r.__dict__ for r in rows]}, sort_keys=False, allow_unicode=True),
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(yaml.safe_dump({"approved": [r.__dict__ for r in rows]}, sort_keys=False,
+                                      allow_unicode=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot write the approvals ({err.strerror or err}); make $QMDLAB_HOME "
+                          "writable and approve again") from None
 
 
 def approvals() -> list[Approval]:

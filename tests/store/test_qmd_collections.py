@@ -365,3 +365,26 @@ def test_qmd_verb_names_and_get_options(two, cli_run):
     listed = [line.split()[0] for line in cli_run("collection", "--help").output.split("Commands:")[1].splitlines()
               if line.startswith("  ") and not line.startswith("    ")]
     assert "remove" in listed and "show" in listed and not {"rm", "mv", "info", "set-update"} & set(listed)
+
+
+def test_unwritable_places_are_one_line_errors(tmp_path, qmdlab_home, monkeypatch):
+    """A file where init or skill install needs a folder: one error line, nothing overwritten."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / ".qmdlab").write_text("a file of the user's\n")
+    (proj / ".agents").write_text("another\n")
+    monkeypatch.chdir(proj)
+    runner = CliRunner()
+    for args, needle in ((["init"], "cannot create the project index"), (["skill", "install"], "cannot install the skill")):
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output, (args, res.output)
+    assert (proj / ".qmdlab").read_text() == "a file of the user's\n" and (proj / ".agents").read_text() == "another\n"
+
+
+def test_list_and_status_mark_excluded_collections(two, cli_run):
+    cli_run("collection", "exclude", "b")
+    lines = cli_run("collection", "list").output.splitlines()
+    assert lines[0].startswith("a\t") and not lines[0].endswith("excluded") and lines[1].endswith("\texcluded")
+    out = cli_run("status").output
+    assert "  b: 1 docs" in out and "excluded from unscoped queries" in out.split("  b: ")[1].splitlines()[0]
+    assert "excluded" not in out.split("  a: ")[1].splitlines()[0]
