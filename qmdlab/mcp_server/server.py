@@ -162,8 +162,9 @@ def build_server(engine: Engine) -> MCPServer:
         tagLift: Annotated[int | None, Field(ge=0, description=(
             "Places a preferTags result moves up (default: the server's configured lift, else 3 with preferTags)."))] = None,
     ) -> CallToolResult:
-        """Best-quality search: hybrid BM25 + vector retrieval with query expansion, RRF fusion and LLM
-        rerank (slowest). Use it for important or vague questions; use `search` for known keywords and
+        """Best-quality search: hybrid BM25 + vector retrieval and RRF fusion, plus query expansion and LLM
+        rerank where the server's preset turns them on (offline: off, measured not to help; qmd: on) or
+        `expand`/`rerank` ask for them (slowest); `budget` sets a deadline in seconds. Use it for important or vague questions; use `search` for known keywords and
         `vsearch` for a quick conceptual lookup. Typed `searches` (lex/vec/hyde) replace the expander.
         `tags` keeps only documents with all those front-matter tags; `preferTags` (with `tagLift`) ranks
         documents with any of them higher without dropping the others.
