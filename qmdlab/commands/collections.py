@@ -121,7 +121,6 @@ def register_collection_verbs(collection: click.Group) -> None:
     def collection_show(ctx, name: str) -> None:
         """Path, mask, ignore globs, include status, update command and contexts of NAME."""
         from qmdlab.store import trust
-        from qmdlab.store.config import context_matches
 
         idx = _open(ctx)
         c = idx.collection(name)
@@ -138,7 +137,7 @@ def register_collection_verbs(collection: click.Group) -> None:
         else:
             click.echo("update:     (none)")
         click.echo(f"documents:  {docs}")
-        ctxs = [x for x in idx.contexts() if context_matches(x.target, x.target, name) and x.target.strip("/")]
+        ctxs = [x for x in idx.contexts() if x.target.strip("/").split("/")[0] == name]
         click.echo("contexts:" + ("" if ctxs else "   (none)"))
         for x in ctxs:
             click.echo(f"  {x.target}\t{x.text}")

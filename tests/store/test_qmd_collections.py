@@ -62,7 +62,10 @@ def test_vector_search_honours_exclusion(two, cli_run):
 def test_show_and_ignore_globs(two, cli_run):
     a, _ = two
     cli_run("context", "add", "a/drafts", "Unfinished notes")
+    cli_run("context", "add", "b", "Other collection")
+    cli_run("context", "add", "/", "Everything")
     out = cli_run("collection", "show", "a").output
+    assert "Other collection" not in out and "Everything" not in out
     assert f"path:       {a.resolve()}" in out and "mask:       **/*.md" in out
     assert "ignore:     (none)" in out and "a/drafts\tUnfinished notes" in out and "update:     (none)" in out
     assert "documents:  2" in out
