@@ -60,3 +60,12 @@ def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
     if os.sep in text or text.startswith((".", "~")) or Path(text).is_dir():
         return Path(text).expanduser().resolve()
     return home() / "indexes" / text
+
+
+def existing_indexes() -> list[str]:
+    """Names of the indexes under ``$QMDLAB_HOME/indexes`` (folders holding an ``index.sqlite``)."""
+    root = home() / "indexes"
+    try:
+        return sorted(p.name for p in root.iterdir() if (p / "index.sqlite").is_file())
+    except OSError:
+        return []

@@ -22,10 +22,11 @@ from qmdlab.store.refs import split_address, split_range, strip_scheme
 def open_index(ctx: click.Context):
     """The :class:`~qmdlab.store.Index` named by ``--index`` (opened once per invocation)."""
     from qmdlab.store import Index
+    from qmdlab.store.index import creates_index
 
     obj = ctx.find_root().ensure_object(dict)
-    if obj.get("_store_index") is None:
-        obj["_store_index"] = Index.open(obj.get("index"))
+    if obj.get("_store_index") is None:  # a reading verb never creates an index
+        obj["_store_index"] = Index.open(obj.get("index"), create=creates_index(ctx))
         ctx.call_on_close(obj["_store_index"].close)
     return obj["_store_index"]
 

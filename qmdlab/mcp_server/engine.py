@@ -100,7 +100,7 @@ class Engine:
     def __init__(self, index: Any = None, *, preset: str | None = None, config: Any = None, models: Any = None):
         from qmdlab.store import Index
 
-        self.index = index if isinstance(index, Index) else Index.open(index)
+        self.index = index if isinstance(index, Index) else Index.open(index, create=False)  # serve, never create
         self.preset = preset or os.environ.get("QMDLAB_PRESET") or None
         self._config = config
         self._models = models

@@ -55,13 +55,47 @@ from qmdlab.store.update import UPDATE_SKIP_REASONS, UpdateMixin, UpdateReport
 from qmdlab.store.vectors import VectorMatrix, VectorsMixin
 
 __all__ = ["Index", "Document", "UpdateReport", "VectorMatrix", "docid_of", "UPDATE_SKIP_REASONS",
-           "DB_NAME", "CONFIG_NAME", "BUSY_TIMEOUT_S"]
+           "DB_NAME", "CONFIG_NAME", "BUSY_TIMEOUT_S", "READ_ONLY_VERBS", "creates_index"]
 
 DB_NAME = "index.sqlite"
 BUSY_TIMEOUT_S = 30
 CONFIG_NAME = "collections.yaml"
 #: Databases up to this size are checked (``PRAGMA quick_check``) before their first write.
 QUICK_CHECK_MAX_BYTES = 512 * 2**20
+
+
+#: Verbs that only read an index (the command path below ``qmdlab``): they open an existing
+#: index and never create one (a mistyped ``--index`` must not make an empty index, nor
+#: ``--index <a notes folder>`` write into that folder).
+READ_ONLY_VERBS = frozenset({
+    "search", "vsearch", "query", "get", "multi-get", "ls", "status", "cleanup", "mcp", "refs", "jump", "chunks",
+    "collection list", "collection show", "context list",
+})
+
+
+def verb_path(ctx: Any) -> str:
+    """The command path of a click context below the root group, e.g. ``"collection list"``."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(names))
+
+
+def creates_index(ctx: Any) -> bool:
+    """Whether the verb of ``ctx`` may create its index (every verb but :data:`READ_ONLY_VERBS`)."""
+    return verb_path(ctx) not in READ_ONLY_VERBS
+
+
+def no_index_message(directory: Path, name_or_path: object = None) -> str:
+    """Which index was asked for, which exist, and how to make one."""
+    from qmdlab.paths import existing_indexes
+
+    names = existing_indexes()
+    asked = f" (--index {str(name_or_path)!r})" if name_or_path not in (None, "") else ""
+    have = f"existing indexes: {', '.join(names)}" if names else "no index exists yet"
+    return (f"no index at {directory}{asked}; {have} — pass one with --index, or create this one with "
+            "`qmdlab collection add PATH`")
 
 
 class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, CapacityMixin):
@@ -129,9 +163,14 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             self.conn.close()
 
     @classmethod
-    def open(cls, name_or_path: str | os.PathLike | None = None) -> "Index":
-        """Open (creating if needed) the index named or located by ``name_or_path``."""
-        return cls(resolve_index_dir(name_or_path))
+    def open(cls, name_or_path: str | os.PathLike | None = None, *, create: bool = True) -> "Index":
+        """Open the index named or located by ``name_or_path``, creating it when ``create``;
+        otherwise a missing one is a :class:`StoreError` listing the indexes that exist (and
+        nothing is written: no folder, no file)."""
+        directory = resolve_index_dir(name_or_path)
+        if not create and not (directory / DB_NAME).is_file():
+            raise StoreError(no_index_message(directory, name_or_path))
+        return cls(directory)
 
     def close(self) -> None:
         self._cache_conn.close()
