@@ -69,7 +69,7 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("ls", None),
     ("ls notes", None),
     # collections and contexts
-    ("collection add ~/notes --name notes", None),
+    ("collection add ~/notes --name notes", "qmd collection add (built-in exclusions)"),
     ("collection add . --mask '**/*.md'", None),
     ("collection list", None),
     ("collection remove notes", None),

@@ -16,7 +16,8 @@ qmd                                    qmdlab
                                        path is taken from the project folder of a
                                        ``.qmd/index.yml``, else from the config's folder)
 ``pattern``                            ``mask`` (``{a,b}`` braces become a comma union)
-``ignore``                             ``ignore`` globs
+``ignore``                             ``ignore`` globs, plus qmd's built-in exclusions
+                                       (:data:`QMD_BUILTIN_IGNORES`) made explicit
 ``includeByDefault: false``            ``qmdlab collection exclude NAME``
 ``update``                             the update command, *not approved*: it runs only
                                        after ``qmdlab trust``
@@ -45,6 +46,9 @@ from qmdlab.store.config import DEFAULT_MASK, _NAME
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
 QMD_TOP_KEYS = {"collections", "global_context", "models", "editor_uri", "editor_uri_template"}
+#: Folders qmd never indexes, whatever a collection's globs say; qmdlab has no built-in
+#: exclusions, so an import adds them to each collection's ``ignore``.
+QMD_BUILTIN_IGNORES = ("node_modules/**", ".git/**", ".cache/**", "vendor/**", "dist/**", "build/**")
 #: qmd's model roles → qmdlab's.
 MODEL_ROLES = {"embed": "embed", "rerank": "rerank", "generate": "expand"}
 
@@ -205,7 +209,7 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
         if ignore is None:
             plan.skipped.append(f"collection {name}: 'ignore' is not a list of globs; left out")
         else:
-            cp.ignore = tuple(ignore)
+            cp.ignore = tuple(dict.fromkeys((*ignore, *QMD_BUILTIN_IGNORES)))
         inc = c.get("includeByDefault", True)
         if isinstance(inc, bool):
             cp.include = inc
@@ -272,7 +276,8 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
             res.skipped.append(f"collection {cp.name}: qmdlab already has it at {old.root}; left out "
                                f"(`qmdlab collection remove {cp.name}` first to import qmd's)")
             continue
-        extras = [f"mask {cp.mask}"] + ([f"ignore {', '.join(cp.ignore)}"] if cp.ignore else []) \
+        own = [g for g in cp.ignore if g not in QMD_BUILTIN_IGNORES]
+        extras = [f"mask {cp.mask}"] + ([f"ignore {', '.join(own)}"] if own else []) \
             + ([] if cp.include else ["excluded from unscoped queries"])
         res.lines.append(f"collection {cp.name}: {cp.root} ({'; '.join(extras)})"
                          + (" [updated]" if old is not None else ""))

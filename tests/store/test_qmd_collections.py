@@ -9,6 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from qmdlab.cli import cli
+from qmdlab.store.qmdimport import QMD_BUILTIN_IGNORES
 
 
 def _folder(root, files):
@@ -199,7 +200,8 @@ remote_embedding: {provider: x}
 
 def _qmd_setup(tmp_path):
     notes = _folder(tmp_path / "vault", {"a.md": "# A\n\nheron\n", "work/b.markdown": "# B\n\nheron at work\n",
-                                         "drafts/c.md": "# C\n\nheron draft\n"})
+                                         "drafts/c.md": "# C\n\nheron draft\n",
+                                         "node_modules/pkg/readme.md": "# Pkg\n\nheron vendored\n"})
     archive = _folder(tmp_path / "old", {"z.md": "# Z\n\nheron archived\n"})
     text = QMD_YML.replace("NOTES", str(notes)).replace("ARCHIVE", str(archive))
     return notes, archive, text
@@ -232,7 +234,8 @@ def test_import_qmd_maps_collections_contexts_models_and_editor(tmp_path, cli_ru
     with Index.open(cli_run.index_dir) as idx:
         colls = {c.name: c for c in idx.collections()}
         assert sorted(colls) == ["archive", "notes", "odd"]
-        assert (colls["notes"].mask, colls["notes"].ignore) == ("**/*.md,**/*.markdown", ("drafts/**",))
+        assert colls["notes"].mask == "**/*.md,**/*.markdown"
+        assert colls["notes"].ignore == ("drafts/**", *QMD_BUILTIN_IGNORES)  # qmd's built-in exclusions, explicit
         assert (colls["archive"].include, colls["archive"].update_cmd) == (False, "git pull --ff-only")
         assert {(c.target, c.text) for c in idx.contexts()} == {
             ("notes", "Personal notes"), ("notes/work", "Work notes"), ("/", "Everything I write")}
