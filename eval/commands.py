@@ -112,7 +112,8 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
 
 
 def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress, llm_queries,
-              candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool) -> None:
+              candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool,
+              reranker_runs=()) -> None:
     """``qmdlab eval SUITE --frontier``: all logic in :mod:`eval.frontier`."""
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
 
@@ -137,7 +138,7 @@ def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, pre
     click.echo(f"suite {s.name}: frontier, {s.grades_note()}")
     cfg, _ = _config(s, config_path, False, False)
     res = frontier(s, preset, base=cfg, llm_queries=n_llm, candidates=candidates, folds=folds, seed=seed,
-                   out=out, progress=progress, log=lambda m: click.echo(m, err=True))
+                   out=out, progress=progress, log=lambda m: click.echo(m, err=True), reranker_runs=reranker_runs)
     click.echo(format_table(res))
     click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
     if write_config_path:
@@ -186,6 +187,9 @@ def register(group: click.Group) -> None:
     @click.option("--folds", type=int, default=5, show_default=True,
                   help="With --frontier: folds of the tuned and learned rows (as `qmdlab tune`).")
     @click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the folds' seed.")
+    @click.option("--reranker-run", "reranker_runs", multiple=True, type=click.Path(file_okay=False),
+                  help="With --frontier: a finished `qmdlab train reranker` run to add as a row (runs/* of the "
+                       "suite are added anyway).")
     @click.option("--write-config", "write_config_path", type=click.Path(dir_okay=False), default=None,
                   help="With --frontier: write the --pick configuration for `qmdlab query --config`.")
     @click.option("--pick", "pick_rule", default="best", show_default=True, metavar="best|fastest-within D",
@@ -195,7 +199,7 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def eval_cmd(ctx, suite, fmt, corpus, grades, config_path, no_expand, no_rerank, ablate, baseline, chunkers,
                  variant_names, out, preset, limit, per_query, progress, frontier, llm_queries, candidates, folds, seed,
-                 write_config_path, pick_rule, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+                 reranker_runs, write_config_path, pick_rule, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics).
@@ -207,7 +211,7 @@ def register(group: click.Group) -> None:
         if frontier:
             _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress,
                       llm_queries, candidates, folds, seed, write_config_path, pick_rule, extra,
-                      ablate=ablate or bool(chunkers) or bool(variant_names) or limit is not None)
+                      reranker_runs=reranker_runs, ablate=ablate or bool(chunkers) or bool(variant_names) or limit is not None)
             return
         if extra:
             raise click.UsageError(f"Got unexpected extra argument{'s' if len(extra) > 1 else ''} ({' '.join(extra)})")

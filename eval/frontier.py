@@ -11,7 +11,11 @@ Two recordings, made (or loaded from the trace cache) by :func:`eval.record.reco
   and ``learned fusion`` (:func:`eval.learn.cross_validate_learned`, when LightGBM is installed);
 - the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
   reranker, ``candidates`` documents reranked) gives ``+lex``, ``+lex+vec``, ``+lex+vec+hyde`` and
-  ``+rerank``; their ``n`` column says how many queries they stand on.
+  ``+rerank``; their ``n`` column says how many queries they stand on;
+- a **trained reranker** (a finished ``qmdlab train reranker`` run of the suite under ``runs/``, or
+  ``--reranker-run DIR``): its held-out scores — each query reranked by the fold model that never saw
+  it — under qmd's position blend, timed live on three queries with the trained model. The model is
+  not a pipeline option (``QMDLAB_RERANK_MODEL`` selects it), so the row is never written by ``--pick``.
 
 **Held-out.** A row with nothing fitted to the labels scores every query out of sample; ``tuned``
 and ``learned fusion`` score each query with a configuration tuned or trained without it. The
@@ -151,7 +155,8 @@ def _median(values: Sequence[float | None]) -> float | None:
 def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = None, llm_queries: int | None = 10,
              candidates: int | None = None, folds: int = 5, seed: int = 0, trials: int = 200, learned: bool = True,
              time_limit: int = 50, metric: str = HEADLINE, out: str | Path | None = None, progress: bool = False,
-             log: Callable[[str], None] = print, load_models: Callable | None = None) -> Frontier:
+             log: Callable[[str], None] = print, load_models: Callable | None = None,
+             reranker_runs: Sequence[str | Path] | None = ()) -> Frontier:
     """Record, evaluate and time every configuration of the module table on ``suite``.
 
     Parameters
@@ -174,6 +179,10 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     out : path, optional
         Where ``frontier.csv``, ``frontier.png`` and the written learned model go (default
         ``$QMDLAB_HOME/eval/<suite>/results/frontier``).
+    reranker_runs : sequence of path, optional
+        Finished ``qmdlab train reranker`` runs to add (besides those of this suite under ``runs/``);
+        ``None`` = none at all. Each adds a ``trained reranker`` row: its held-out k-fold scores
+        under the position blend, timed live on a few queries with the trained model.
     """
     from .record import judged_queries, record, suite_config
     from .study import Study
@@ -184,6 +193,7 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     out_dir = Path(out) if out else suite.workdir() / "results" / "frontier"
     out_dir.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
+    trained_runs = _reranker_runs(suite, reranker_runs)  # a bad --reranker-run fails before any work
     retrieval_models = load_models(preset, expand="none", rerank="none")
     retrieval_cfg = base.replace(expand=False, rerank=False)
     rec = record(suite, retrieval_models, retrieval_cfg, name="frontier-retrieval", progress=progress, log=log)
@@ -245,6 +255,11 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
         seconds[name] = _median(time_queries(lab, timed))
     for p in points:
         p.seconds = seconds.get(p.timed_as)
+    # trained rerankers of this suite (`qmdlab train reranker` runs): their held-out k-fold scores, timed live
+    for run in trained_runs:
+        got = _trained_reranker(run, rec, retrieval_models, hybrid, timed.head(3), preset, load_models, metric, log)
+        if got is not None:
+            points.append(got)
     # the LLM rows
     n_llm = 0
     if llm_queries != 0:
@@ -286,6 +301,48 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
         out_dir / "per_query.parquet")
     plot(result, out_dir / "frontier.png")
     return result
+
+
+def _reranker_runs(suite, extra: Sequence[str | Path] | None) -> list[Path]:
+    if extra is None:
+        return []
+    try:
+        from qmdlab.training import reranker_study
+    except ImportError:  # the training extra is not installed
+        return [Path(e) for e in extra]
+    found = reranker_study.finished_runs(suite.name, extra=extra)
+    for e in extra:
+        if Path(e).resolve() not in {f.resolve() for f in found}:
+            raise ConfigError(f"--reranker-run {e}: not a finished `qmdlab train reranker` run of suite "
+                              f"{suite.name!r} (needs DONE, heldout_scores.parquet and recorded/); train one with "
+                              f"`qmdlab train reranker --suite {suite.name} --out {e} --folds 5`, or drop the flag")
+    return found
+
+
+def _trained_reranker(run: Path, rec, retrieval_models, hybrid: PipelineConfig, timed: pl.DataFrame, preset,
+                      load_models: Callable, metric: str, log: Callable[[str], None]) -> Point | None:
+    """The row of a trained reranker run: held-out scores (each query reranked by the fold model that never
+    saw it, qmd's position blend) and the live s/query of retrieval + the trained model on ``timed``."""
+    from qmdlab.models.base import ModelSet
+    from qmdlab.pipeline.lab import Lab
+    from qmdlab.training import reranker_study
+    from qmdlab.training.reranker import load_report
+
+    held = reranker_study.load_heldout_study(run)
+    ev = held.study.evaluate(held.start)
+    report = load_report(run)
+    ref = report.model if report is not None else None
+    secs, timed_as = None, "not timed (the run saved no model)"
+    if ref:
+        log(f"frontier: timing the trained reranker {ref}")
+        model = load_models(preset, expand="none", rerank=str(ref)).reranker
+        cfg = hybrid.replace(rerank=True, candidate_limit=held.fused.candidate_limit, blend=held.start.blend)
+        lab = Lab(rec.lab.index, ModelSet(retrieval_models.embedder, None, model), cfg)
+        lab.reranker = model  # every pair computed: the LLM cache would answer repeats for free
+        secs = _median(time_queries(lab, timed))
+        timed_as = f"trained reranker, {timed.height} queries"
+    return Point("trained reranker", f"{run} (held-out folds, position blend; QMDLAB_RERANK_MODEL={ref})",
+                 ev.per_query.select("qid", metric), "k-fold (trained)", None, timed_as, secs, recording="trained")
 
 
 def _table(points: list[Point], metric: str) -> pl.DataFrame:
@@ -386,11 +443,12 @@ def figure(table: pl.DataFrame, metric: str = HEADLINE, *, title: str = ""):
     rows = [r for r in table.iter_rows(named=True) if r["s_per_query"] is not None]
     if not rows:
         return None
+    most = max(r["n"] for r in table.iter_rows(named=True))
     fig = Figure(figsize=(8, 5), dpi=110)
     ax = fig.subplots()
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        llm = str(r["timed_as"]).startswith("recorded")
+        llm = r["n"] < most  # a row on fewer queries (the LLM recording, a trained reranker's folds)
         on = bool(r["pareto"])
         ax.scatter([r["s_per_query"]], [r[metric]], s=60 if on else 30, marker="s" if llm else "o",
                    color="tab:red" if on else "tab:gray", zorder=3)

@@ -136,3 +136,42 @@ def test_cli_frontier_writes_the_pick_for_query(tmp_path, qmdlab_home):
     assert bad.exit_code != 0 and "drop --ablate" in bad.output
     stray = CliRunner().invoke(cli, ["eval", str(suite.path), "--format", "smart", "0.005"])
     assert stray.exit_code != 0 and "unexpected extra argument" in stray.output
+
+
+def fake_reranker_run(tmp_path, suite):
+    """A finished `qmdlab train reranker` run directory of ``suite``: its recorded traces, held-out scores
+    that put every relevant candidate first (an oracle), and the model reference (the overlap fake)."""
+    import json
+
+    from qmdlab.eval.runner import run_suite
+
+    run = tmp_path / "rr-run"
+    res = run_suite(suite, loader(expand="none", rerank="none"), PipelineConfig(expand=False, rerank=False),
+                    out=run / "recorded", progress=False, log=lambda m: None, check_ranx=False)
+    relevant = set(res.qrels.select("qid", "docno").iter_rows())
+    chunk = res.trace.lists.sort("rank").unique(["qid", "docno"], keep="first").select("qid", "docno", "chunk_id")
+    top = res.trace.fused.filter(pl.col("fused_rank") <= 5).join(chunk, on=["qid", "docno"], how="left")
+    top.with_columns(pl.struct("qid", "docno").map_elements(lambda r: float((r["qid"], r["docno"]) in relevant),
+                                                            return_dtype=pl.Float64).alias("rerank_score")) \
+        .select("qid", "docno", "chunk_id", "rerank_score").write_parquet(run / "heldout_scores.parquet")
+    (run / "config.yaml").write_text("candidates: 5\n")
+    (run / "DONE").write_text(json.dumps({"suite": suite.name, "model": "fake:overlap"}))
+    return run
+
+
+def test_trained_reranker_row_is_held_out_and_timed(tmp_path, qmdlab_home):
+    from qmdlab.training.reranker_study import load_heldout_study
+
+    suite = zoo(tmp_path)
+    run = fake_reranker_run(tmp_path, suite)
+    res = frontier(suite, "fake", llm_queries=0, folds=2, trials=5, learned=False, log=lambda m: None,
+                   load_models=loader, reranker_runs=[run])
+    p = res.point("trained reranker")
+    held = load_heldout_study(run)
+    assert p.per_query.sort("qid").equals(held.study.evaluate(held.start).per_query.select("qid", "ndcg@10").sort("qid"))
+    assert p.seconds is not None and p.config is None and p.held_out == "k-fold (trained)"
+    row = res.table.filter(pl.col("config") == "trained reranker").row(0, named=True)
+    assert row["writable"] is False and row["vs_cheaper"] is not None  # paired against a faster row
+    with pytest.raises(ConfigError, match="--reranker-run .*not a finished `qmdlab train reranker` run"):
+        frontier(suite, "fake", llm_queries=0, folds=2, trials=5, learned=False, log=lambda m: None,
+                 load_models=loader, reranker_runs=[tmp_path / "nothing"])
