@@ -20,6 +20,21 @@ from qmdlab.pipeline.results import ResultRow, Snippet, build_rows, query_terms,
 FORMATS = ("cli", "json", "csv", "md", "xml", "files")
 
 
+def printable(text: str) -> str:
+    """``text`` for a terminal: Unicode format characters (bidirectional overrides such as
+    U+202E, zero-width ones) written as ``\\uXXXX``, so a file name cannot display as another.
+    The machine formats (json, csv, xml, files) keep names exact.
+
+    >>> printable("notes/\u202egnp.md"), printable("東京.md")
+    ('notes/\\\\u202egnp.md', '東京.md')
+    """
+    if text.isascii():
+        return text
+    import unicodedata
+
+    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cf" else ch for ch in text)
+
+
 def _dicts(rows: Iterable[ResultRow], contexts: Sequence | None = None) -> list[dict]:
     out = [{"docid": f"#{r.docid}", "score": round(r.score, 4), "file": r.docno, "line": r.line, "title": r.title,
             "context": r.context, "snippet": r.snippet} for r in rows]
@@ -98,6 +113,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
     >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x")]
     >>> print(format_results(r, "files"))
     #abc123,0.5000,n/a.md,
+    >>> print(format_results([r[0]._replace(docno="n/a, b.md")], "files"))  # CSV-quoted when needed
+    #abc123,0.5000,"n/a, b.md",
     >>> print(format_results(r, "csv"))
     docid,score,file,line,title,context,snippet
     #abc123,0.5000,n/a.md,3,A,,x
@@ -114,7 +131,11 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
             w.writerow([f"#{r.docid}", f"{r.score:.4f}", r.docno, r.line, r.title, r.context or "", r.snippet])
         return buf.getvalue().rstrip("\n")
     if fmt == "files":
-        return "\n".join(f"#{r.docid},{r.score:.4f},{r.docno},{r.context or ''}" for r in rows)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        for r in rows:
+            w.writerow([f"#{r.docid}", f"{r.score:.4f}", r.docno, r.context or ""])
+        return buf.getvalue().rstrip("\n")
     if fmt == "xml":
         from xml.sax.saxutils import escape, quoteattr  # imports urllib.request: only when asked
 
@@ -135,7 +156,8 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         out = []
         for i, r in enumerate(rows, 1):
             crumb = f" · § {crumbs[i - 1]}" if crumbs is not None and crumbs[i - 1] else ""
-            out.append(f"## {i}. {r.title}\n\n`{r.docno}:{r.line}` · #{r.docid} · score {r.score:.4f}{crumb}\n")
+            out.append(f"## {i}. {printable(r.title)}\n\n`{printable(r.docno)}:{r.line}` · #{r.docid} · "
+                       f"score {r.score:.4f}{crumb}\n")
             if contexts is not None and _context_lines(contexts[i - 1]):
                 out.append("".join(f"- {line}\n" for line in _context_lines(contexts[i - 1])))
             if r.context:
@@ -144,9 +166,9 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         return "\n".join(out).rstrip("\n")
     out = []
     for i, r in enumerate(rows):
-        where = f"{r.docno}:{r.line}"
+        where = f"{printable(r.docno)}:{r.line}"
         out.append(f"{hyperlink(where, links[i]) if links is not None else where}  #{r.docid}  score {r.score:.4f}")
-        out.append(f"  {r.title}")
+        out.append(f"  {printable(r.title)}")
         if crumbs is not None and crumbs[i]:
             out.append(f"  § {crumbs[i]}")
         if contexts is not None:

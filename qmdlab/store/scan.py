@@ -59,7 +59,12 @@ def display_path(rel: str) -> str:
     """
     raw = os.fsencode(rel)
     text = raw.decode("utf-8", "backslashreplace")
-    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+    text = _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+    if not text.isascii():  # format characters (U+202E …) would make the name display as another
+        from qmdlab.output import printable
+
+        text = printable(text)
+    return text
 
 
 class FileEntry(NamedTuple):
