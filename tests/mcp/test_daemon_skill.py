@@ -26,6 +26,10 @@ def test_daemon_starts_answers_and_stops(tmp_path, qmdlab_home, require, monkeyp
     monkeypatch.setenv("QMDLAB_PRESET", "fake")
     idx = str(tmp_path / "idx")
     runner = CliRunner()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nheron\n", encoding="utf-8")
+    assert runner.invoke(cli, ["--index", idx, "collection", "add", str(notes), "--name", "notes"]).exit_code == 0
     port = _port()
     res = runner.invoke(cli, ["--index", idx, "mcp", "--daemon", "--port", str(port), "--preset", "fake"])
     assert res.exit_code == 0, res.output
@@ -69,13 +73,18 @@ def test_stale_pid_file_is_cleaned(qmdlab_home):
 
 def test_daemon_that_cannot_start_says_why(tmp_path, qmdlab_home, require):
     require.module("uvicorn", "the HTTP MCP server needs the 'mcp' extra")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nheron\n", encoding="utf-8")
+    idx = str(tmp_path / "idx")
+    assert CliRunner().invoke(cli, ["--index", idx, "collection", "add", str(notes), "--name", "n"]).exit_code == 0
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        res = CliRunner().invoke(cli, ["--index", str(tmp_path / "idx"), "mcp", "--daemon", "--port", str(port),
-                                       "--preset", "fake"])
+        res = CliRunner().invoke(cli, ["--index", idx, "mcp", "--daemon", "--port", str(port), "--preset", "fake"])
     assert res.exit_code == 1 and "exited at start" in res.output and "mcp.log" in res.output
+    assert "in use" in res.output.lower()  # the server's own reason, from its log
     assert not (qmdlab_home / "mcp.pid").exists()
 
 
