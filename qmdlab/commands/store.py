@@ -341,3 +341,9 @@ def register(group: click.Group) -> None:
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")
+        from qmdlab.mcp_server.daemon import read_pid
+
+        running = read_pid()
+        if running is not None:
+            click.echo(f"MCP: running (PID {running['pid']}, http://{running['host']}:{running['port']}/mcp; "
+                       "`qmdlab mcp --stop` stops it)")
