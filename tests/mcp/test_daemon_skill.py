@@ -39,6 +39,8 @@ def test_daemon_starts_answers_and_stops(tmp_path, qmdlab_home, require, monkeyp
         assert (info["port"], info["index"]) == (port, idx) and f"PID {info['pid']}" in res.output
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
             assert r.status == 200
+        status = runner.invoke(cli, ["--index", idx, "status"]).output
+        assert f"MCP: running (PID {info['pid']}, http://127.0.0.1:{port}/mcp" in status
         again = runner.invoke(cli, ["--index", idx, "mcp", "--daemon", "--port", str(_port())])
         assert again.exit_code == 1 and "already running" in again.output and "qmdlab mcp --stop" in again.output
         res = runner.invoke(cli, ["mcp", "--stop"])
@@ -57,6 +59,7 @@ def test_daemon_starts_answers_and_stops(tmp_path, qmdlab_home, require, monkeyp
     else:
         pytest.fail("the daemon is still running after --stop")
     assert "no MCP server running" in runner.invoke(cli, ["mcp", "stop"]).output  # qmd's spelling
+    assert "MCP:" not in runner.invoke(cli, ["--index", idx, "status"]).output
 
 
 def test_stale_pid_file_is_cleaned(qmdlab_home):
