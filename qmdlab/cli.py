@@ -134,7 +134,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--index", "index_name", envvar="QMDLAB_INDEX", default=None,
-              help="Index name or directory (default: $QMDLAB_INDEX or 'default').")
+              help="Index name or directory (default: $QMDLAB_INDEX, else the project's .qmdlab/ made by "
+                   "`qmdlab init`, else 'default').")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(package_name="qmdlab")
 @click.pass_context
