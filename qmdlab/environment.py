@@ -7,7 +7,8 @@ from __future__ import annotations
 
 ENVIRONMENT: dict[str, str] = {
     "QMDLAB_HOME": "Where indexes, collections and recordings live (default `~/.cache/qmdlab`).",
-    "QMDLAB_INDEX": "The index used when no `--index` is given (a name under `$QMDLAB_HOME/indexes` or a path).",
+    "QMDLAB_INDEX": "The index used when no `--index` is given (a name under `$QMDLAB_HOME/indexes` or a path); "
+                    "without it, a project's `.qmdlab/` (`qmdlab init`) in the current folder or above, else `default`.",
     "QMDLAB_CACHE": "Downloaded and assembled model files (default `~/.cache/qmdlab/models`).",
     "QMDLAB_PRESET": "The model preset (`offline`, `qmd`, `tiny`, `fake`) when neither `--preset` nor the config names one.",
     "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path or `pkg:NAME`), over the preset's.",
