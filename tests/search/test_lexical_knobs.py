@@ -47,7 +47,7 @@ def test_required_matches_closed_form(n, m, want):
 
 
 def test_required_matches_rejects_negative():
-    with pytest.raises(QmdlabError, match="min_match"):
+    with pytest.raises(QmdlabError, match="--min-match -1: must be a finite number >= 0"):
         required_matches(3, -1)
 
 
