@@ -22,7 +22,8 @@ not received within :data:`BODY_TIMEOUT_S` **408**; a connection that has not se
 request head within :data:`HEADER_TIMEOUT_S` is closed, an idle kept-alive one after
 :data:`KEEP_ALIVE_S`; an MCP session with no request for :data:`SESSION_IDLE_S` is closed, and
 at most :data:`MAX_SESSIONS` are open at once; a ``/query`` taking longer than
-:data:`QUERY_TIMEOUT_S` is answered **503**. ``/health`` never waits for a running query.
+:data:`QUERY_TIMEOUT_S` is answered **503** (an MCP tool call, a tool error). ``/health`` never
+waits for a running query.
 
 >>> g = OriginHostGuard(None, host="127.0.0.1", port=8181, allowed_origins=(), allowed_hosts=())
 >>> g.origin_ok("http://localhost:3000"), g.origin_ok("https://evil.example"), g.origin_ok(None)
@@ -260,7 +261,7 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     """The ASGI app: ``/mcp`` (Streamable HTTP), ``/query`` (REST), ``/health``, behind the guard
     and the body limit (:class:`HttpLimits`)."""
     limits = limits or HttpLimits()
-    mcp = build_server(engine)
+    mcp = build_server(engine, deadline_s=limits.query_timeout_s)
 
     async def health(request: Request) -> JSONResponse:
         def count() -> int:  # the index's own lock only: a running query holds the engine's

@@ -131,8 +131,27 @@ def _strict(tool: Tool) -> Tool:
     return tool
 
 
-def build_server(engine: Engine) -> MCPServer:
-    """An :class:`MCPServer` exposing ``engine`` (tools, resources, instructions)."""
+def _with_deadline(tool: Tool, seconds: float) -> Tool:
+    """Run ``tool`` on a worker thread and answer a tool error once it has run ``seconds``
+    (the run is abandoned: its thread finishes on its own, the client is not kept waiting)."""
+    import anyio
+
+    fn, name = tool.fn, tool.name
+
+    async def run(**kwargs: Any) -> Any:
+        try:
+            with anyio.fail_after(seconds):
+                return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), abandon_on_cancel=True)
+        except TimeoutError:
+            raise ToolError(f"{name} took longer than {seconds:g} s; shorten the request or retry") from None
+
+    tool.fn, tool.is_async = run, True
+    return tool
+
+
+def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServer:
+    """An :class:`MCPServer` exposing ``engine`` (tools, resources, instructions); with
+    ``deadline_s``, a tool call running longer gets a tool error instead of its answer."""
 
     def query(
         query: Annotated[str | None, Field(description="A plain search query (expanded, fused and reranked).")] = None,
@@ -286,6 +305,8 @@ def build_server(engine: Engine) -> MCPServer:
             fns[target], name=alias, annotations=READ_ONLY,
             description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
                         + (fns[target].__doc__ or "").split("\n")[0].strip())))
+    if deadline_s:
+        tools = [_with_deadline(t, deadline_s) for t in tools]
     server: MCPServer = MCPServer(
         "qmdlab",
         title="qmdlab knowledge base",

@@ -136,3 +136,30 @@ def test_query_bodies_that_used_to_fail_with_500_get_400(http_server):
         assert r.status_code == 400 and "rerank" in r.json()["error"], r.text
         r = http.post("/query", content=b'{"query": "pasta"}', headers={"content-type": "text/plain"})
         assert r.status_code == 415
+
+
+def _sse_json(r) -> dict:
+    import json
+
+    return json.loads(next(line[5:] for line in r.text.splitlines() if line.startswith("data:")))
+
+
+def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
+    with httpx.Client(base_url=limited.url, timeout=30) as http:
+        r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)
+        headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        start = time.monotonic()
+        r = http.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                    "params": {"name": "query", "arguments": {"query": "pasta"}}}, headers=headers)
+        took = time.monotonic() - start
+        result = _sse_json(r)["result"]
+        assert result["isError"] and f"longer than {LIMITS.query_timeout_s:g} s" in result["content"][0]["text"]
+        assert took < QUERY_HOLDS_S
+        time.sleep(QUERY_HOLDS_S)  # the abandoned run finishes on its own and frees the engine
+        r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)  # (the idle session has expired meanwhile)
+        headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        r = http.post("/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                                    "params": {"name": "status", "arguments": {}}}, headers=headers)
+        assert not _sse_json(r)["result"].get("isError")  # then the next call is served
