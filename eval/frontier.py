@@ -98,6 +98,7 @@ class Frontier:
     queries: int
     out_dir: Path | None = None
     notes: list[str] = field(default_factory=list)
+    candidates: int = 0
 
     def point(self, name: str) -> Point:
         for p in self.points:
@@ -131,7 +132,7 @@ def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any 
     expander, reranker = (models[1], models[2]) if models is not None else (None, None)
     notes = trace.notes.filter((pl.col("qid") == qid) & (pl.col("stage") == "expand"))["message"].to_list()
     if "expand" in ms and any("(from cache)" in m for m in notes):
-        per = speed.estimate(expander, "expand") if expander is not None else None
+        per = speed.estimate(expander, "expand", persist=True) if expander is not None else None
         if per is None:
             return None
         total += per - ms["expand"] / 1000.0
@@ -139,7 +140,7 @@ def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any 
         rr = trace.rerank.filter(pl.col("qid") == qid)
         cached = int(rr["cached"].sum()) if rr.height else 0
         if cached:
-            per = speed.estimate(reranker, "rerank") if reranker is not None else None
+            per = speed.estimate(reranker, "rerank", persist=True) if reranker is not None else None
             if per is None:
                 return None
             total += per * cached
@@ -261,7 +262,7 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
         if got is not None:
             points.append(got)
     # the LLM rows
-    n_llm = 0
+    n_llm = cands = 0
     if llm_queries != 0:
         models = load_models(preset)
         if models.expander is None and models.reranker is None:
@@ -295,7 +296,7 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
             elif models.expander is not None and not lists.filter(~ORIGINAL).height:
                 notes.append(f"no expansion rows: the expander gave no usable lines on the {n_llm} LLM queries")
     table = _table(points, metric)
-    result = Frontier(suite.name, metric, points, table, n_llm, len(study.qids), out_dir, notes)
+    result = Frontier(suite.name, metric, points, table, n_llm, len(study.qids), out_dir, notes, cands)
     table.write_csv(out_dir / "frontier.csv")
     pl.concat([p.per_query.with_columns(pl.lit(p.name).alias("config")) for p in points]).write_parquet(
         out_dir / "per_query.parquet")
@@ -412,7 +413,7 @@ def format_table(result: Frontier) -> str:
                  f"(retrieval rows timed now; LLM rows from their recording). * = on the Pareto front.")
     if result.llm_queries:
         lines.append(f"LLM rows (+lex … +rerank) stand on the first {result.llm_queries} of {result.queries} judged "
-                     f"queries (--llm-queries).")
+                     f"queries (--llm-queries), top {result.candidates} fused documents reranked (--candidates).")
     lines += result.notes
     return "\n".join(lines)
 

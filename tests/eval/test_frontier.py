@@ -126,7 +126,7 @@ def test_cli_frontier_writes_the_pick_for_query(tmp_path, qmdlab_home):
     lines = res.stdout.splitlines()
     assert lines[0] == "suite zoo: frontier, grades: gain (as coded)"
     assert lines[1].startswith("configuration") and any(ln.startswith("hybrid qmd_rrf") for ln in lines)
-    assert "stand on the first 3 of 8 judged queries" in res.stdout
+    assert "stand on the first 3 of 8 judged queries (--llm-queries), top 40 fused documents reranked" in res.stdout
     assert (tmp_path / "f" / "frontier.png").is_file()
     cfg = PipelineConfig.from_file(out)
     assert {"expand", "rerank"} <= cfg.given()  # the pick decides the stages, not the preset's default
@@ -175,3 +175,34 @@ def test_trained_reranker_row_is_held_out_and_timed(tmp_path, qmdlab_home):
     with pytest.raises(ConfigError, match="--reranker-run .*not a finished `qmdlab train reranker` run"):
         frontier(suite, "fake", llm_queries=0, folds=2, trials=5, learned=False, log=lambda m: None,
                  load_models=loader, reranker_runs=[tmp_path / "nothing"])
+
+
+def test_recorded_seconds_price_cached_answers_at_the_measured_speed(qmdlab_home):
+    from qmdlab.eval.frontier import recorded_seconds
+    from qmdlab.pipeline import speed
+    from qmdlab.pipeline.trace import SCHEMAS, Trace
+
+    class Model:
+        def __init__(self, name):
+            self.fingerprint = name
+
+    expander, reranker = Model("t:exp"), Model("t:rr")
+    timings = pl.DataFrame({"qid": ["1"] * 3 + ["2"] * 3, "stage": ["retrieve", "expand", "rerank"] * 2,
+                            "ms": [10.0, 2000.0, 3000.0, 10.0, 1.0, 1.0]}, schema=SCHEMAS["timings"])
+    notes = pl.DataFrame({"qid": ["1", "2"], "stage": ["expand", "expand"],
+                          "message": ["3 of 3 lines kept", "3 of 3 lines kept (from cache)"]}, schema=SCHEMAS["notes"])
+    rerank = pl.DataFrame({"qid": ["1", "1", "2", "2"], "docno": ["a", "b", "a", "b"], "chunk_id": [1, 2, 1, 2],
+                           "chunk_hash": [""] * 4, "rerank_score": [0.5] * 4, "cached": [False, False, True, True]},
+                          schema=SCHEMAS["rerank"])
+    trace = Trace(timings=timings, notes=notes, rerank=rerank)
+    models = (None, expander, reranker)
+    speed.reset()
+    # query 1 was computed when recorded: its own stage times; query 2 came from the LLM cache: no measurement yet
+    assert recorded_seconds(trace, "1", None, models) == pytest.approx(5.01)
+    assert recorded_seconds(trace, "2", None, models) is None
+    speed.observe(expander, "expand", 4.0)
+    speed.observe(reranker, "rerank", 3.0, 2)  # 1.5 s a pair
+    # 10 ms retrieval + 1 ms (cache lookup) replaced by 4 s + 1 ms lookup + 2 pairs at 1.5 s
+    assert recorded_seconds(trace, "2", None, models) == pytest.approx(0.010 + 4.0 + 0.001 + 3.0)
+    assert recorded_seconds(trace, "2", ["retrieve", "expand"], models) == pytest.approx(4.010)
+    speed.reset()
