@@ -139,3 +139,21 @@ def test_stdio_mcp_server_on_a_damaged_index_ends_with_one_line(env):
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     if proc.returncode == 1:
         assert MESSAGE in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+def test_a_wal_deleted_under_a_running_reader_gives_one_line_or_an_answer(env):
+    index = _build(env)
+    db = index / "index.sqlite"
+    holder = Index.open(str(index))  # a long-running process (a server) keeps the index open
+    try:
+        holder.documents()
+        with holder.transaction() as c:  # a commit that lives in the WAL until a checkpoint
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('probe', 'x')")
+        wal = Path(f"{db}-wal")
+        assert wal.exists()
+        wal.unlink()
+        for args in READERS + [("update", "--no-progress")]:
+            res = _run(index, args)
+            assert res.exit_code == 0 or _one_line_error(res), (args, res.stderr, res.exception)
+    finally:
+        holder.close()
