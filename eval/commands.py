@@ -113,13 +113,13 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
 
 def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress, llm_queries,
               candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool,
-              reranker_runs=()) -> None:
+              reranker_runs=(), limit: int | None = None) -> None:
     """``qmdlab eval SUITE --frontier``: all logic in :mod:`eval.frontier`."""
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
 
     if ablate:
-        raise click.UsageError("--frontier runs its own configurations: drop --ablate/--chunkers/--variants/--limit "
-                               "(--llm-queries N limits the LLM rows)")
+        raise click.UsageError("--frontier runs its own configurations: drop --ablate/--chunkers/--variants "
+                               "(--llm-queries N limits the LLM rows, --limit N every row)")
     rule, delta = parse_pick(pick_rule, extra)
     if extra and rule != "fastest-within" or len(extra) > 1:
         raise click.UsageError(f"Got unexpected extra argument(s) ({' '.join(extra)})")
@@ -138,7 +138,8 @@ def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, pre
     click.echo(f"suite {s.name}: frontier, {s.grades_note()}")
     cfg, _ = _config(s, config_path, False, False)
     res = frontier(s, preset, base=cfg, llm_queries=n_llm, candidates=candidates, folds=folds, seed=seed,
-                   out=out, progress=progress, log=lambda m: click.echo(m, err=True), reranker_runs=reranker_runs)
+                   out=out, progress=progress, log=lambda m: click.echo(m, err=True), reranker_runs=reranker_runs,
+                   limit=limit)
     click.echo(format_table(res))
     click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
     if write_config_path:
@@ -211,7 +212,7 @@ def register(group: click.Group) -> None:
         if frontier:
             _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress,
                       llm_queries, candidates, folds, seed, write_config_path, pick_rule, extra,
-                      reranker_runs=reranker_runs, ablate=ablate or bool(chunkers) or bool(variant_names) or limit is not None)
+                      reranker_runs=reranker_runs, limit=limit, ablate=ablate or bool(chunkers) or bool(variant_names))
             return
         if extra:
             raise click.UsageError(f"Got unexpected extra argument{'s' if len(extra) > 1 else ''} ({' '.join(extra)})")

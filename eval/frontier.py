@@ -157,7 +157,7 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
              candidates: int | None = None, folds: int = 5, seed: int = 0, trials: int = 200, learned: bool = True,
              time_limit: int = 50, metric: str = HEADLINE, out: str | Path | None = None, progress: bool = False,
              log: Callable[[str], None] = print, load_models: Callable | None = None,
-             reranker_runs: Sequence[str | Path] | None = ()) -> Frontier:
+             reranker_runs: Sequence[str | Path] | None = (), limit: int | None = None) -> Frontier:
     """Record, evaluate and time every configuration of the module table on ``suite``.
 
     Parameters
@@ -180,6 +180,8 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     out : path, optional
         Where ``frontier.csv``, ``frontier.png`` and the written learned model go (default
         ``$QMDLAB_HOME/eval/<suite>/results/frontier``).
+    limit : int, optional
+        Only the first ``limit`` judged queries (a smoke run; ``llm_queries`` stays at most this).
     reranker_runs : sequence of path, optional
         Finished ``qmdlab train reranker`` runs to add (besides those of this suite under ``runs/``);
         ``None`` = none at all. Each adds a ``trained reranker`` row: its held-out k-fold scores
@@ -197,7 +199,10 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     trained_runs = _reranker_runs(suite, reranker_runs)  # a bad --reranker-run fails before any work
     retrieval_models = load_models(preset, expand="none", rerank="none")
     retrieval_cfg = base.replace(expand=False, rerank=False)
-    rec = record(suite, retrieval_models, retrieval_cfg, name="frontier-retrieval", progress=progress, log=log)
+    rec = record(suite, retrieval_models, retrieval_cfg, limit=limit, name="frontier-retrieval", progress=progress,
+                 log=log)
+    if limit and (llm_queries is None or llm_queries > limit):
+        llm_queries = limit
     study = Study.from_recording(rec, metrics=[metric])
     hybrid = study.config
     has_vector = bool(study.trace.lists.filter(pl.col("source") == "vec").height)

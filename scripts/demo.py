@@ -6,10 +6,11 @@ It runs in two tiers so that it finishes in minutes on a 2-core CPU:
 
 1. **Retrieval tier, every query** (103): BM25 + vector lists with the MiniLM embedder; the
    ablation covers BM25 only, vector only and every fusion method. No LLM calls: about a minute.
-2. **LLM tier, the first ``--llm-queries`` queries** (default 10): the full pipeline with
+2. **LLM tier, the first ``--llm-queries`` queries** (default 5): the full pipeline with
    Qwen2.5-Coder-0.5B as expander and reranker (the top ``--candidates`` fused documents are
    reranked). Expansion costs ~15–25 s and a rerank pair ~2–3 s on 2 cores, so this tier is what
-   takes the time; ``--llm-queries 103 --candidates 40`` is the full study (about an hour, cached).
+   takes the time (5 queries keep the demo near 3 minutes on a quiet 2-core machine; the tables and the
+   frontier show the count); ``--llm-queries 103 --candidates 40`` is the full study (about an hour, cached).
 
 Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the index and its
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="offline")
     ap.add_argument("--limit", type=int, default=None, help="retrieval tier: only the first N judged queries")
-    ap.add_argument("--llm-queries", type=int, default=10,
+    ap.add_argument("--llm-queries", type=int, default=5,
                     help="LLM tier: the first N queries through expansion + rerank (0 skips the tier)")
     ap.add_argument("--candidates", type=int, default=5,
                     help="LLM tier: fused documents reranked per query (the pipeline default is 40)")
@@ -196,7 +197,7 @@ def _frontier_tier(args, t_start: float) -> int:
         # the tiers' configs exactly (retrieval: expansion and rerank off; LLM: top --candidates reranked on the
         # first --llm-queries queries), so both recordings come from the trace cache
         res = frontier(get_suite("default"), args.preset, base=PipelineConfig(), llm_queries=args.llm_queries,
-                       candidates=args.candidates, out=_sub(args.out, "frontier"), log=lambda m: print(m, flush=True))
+                       candidates=args.candidates, limit=args.limit, out=_sub(args.out, "frontier"), log=lambda m: print(m, flush=True))
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
