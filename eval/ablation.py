@@ -2,7 +2,7 @@
 
 The runner records the full pipeline once per query (expansion on: ``lex``/``vec``/``hyde``
 lists; vector search on; every candidate reranked). Each row below is then a
-:meth:`eval.study.Study.evaluate` call — a filter on the recorded ``lists`` table (by
+:meth:`qmdlab.eval.study.Study.evaluate` call — a filter on the recorded ``lists`` table (by
 ``source`` ∈ {fts, vec} and ``query_type`` ∈ {original, lex, vec, hyde}) plus config
 switches, re-fused and re-blended by :func:`qmdlab.retune` without any model call:
 
@@ -25,7 +25,7 @@ row                         lists kept                                      conf
 
 The ``chunker=<c>`` rows (``qmdlab eval --ablate --chunkers all``; :func:`chunker_evaluations`) are the
 exception to "one set of traces": chunks are stored in the index, so each chunker gets its own suite
-index (:func:`eval.record.index_dir`) and its own recording of the same queries under the same config
+index (:func:`qmdlab.eval.record.index_dir`) and its own recording of the same queries under the same config
 (``chunker: c``, which keys its trace cache); the row is that recording evaluated as recorded.
 ``chunker=breakpoints`` (the default) is the main recording itself; pass
 ``--baseline chunker=breakpoints`` for p-values of each chunker against the default one.
@@ -58,7 +58,7 @@ would issue the same original-query searches, so their lists are identical to th
 ones. Expansion is decided once (the strong-signal skip and the expander's lines are the same
 in every row). Rerank scores exist for the recorded run's candidates; a fusion method that
 promotes other documents into the candidate pool leaves them unscored — the ``unscored``
-column counts such final results (pass ``rerank_fn`` through :class:`eval.study.Study` users,
+column counts such final results (pass ``rerank_fn`` through :class:`qmdlab.eval.study.Study` users,
 or re-run with ``qmdlab eval --config``, when it is not 0).
 
 The strong-signal skip (docs/design.md, pipeline step 1) gets its own row when the recording ran with the skip
@@ -222,7 +222,7 @@ def recorded_evaluation(study, suite, models, overrides: dict, *, name: str, pro
 class RecordedRow(NamedTuple):
     """A recorded variant's row (:func:`variant_evaluations`): its evaluation and description."""
 
-    evaluation: object  # eval.study.Evaluation
+    evaluation: object  # qmdlab.eval.study.Evaluation
     description: str
 
 
@@ -256,9 +256,9 @@ def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progre
 
     Parameters
     ----------
-    study : eval.study.Study
+    study : qmdlab.eval.study.Study
         The main recording's study (its config and metrics are used).
-    suite : eval.suites.Suite
+    suite : qmdlab.eval.suites.Suite
     models : ModelSet or None
         The models of the main recording (same roles, so the rows differ only in the chunks).
     chunkers : sequence of str
@@ -286,7 +286,7 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
 
     Parameters
     ----------
-    study : eval.study.Study
+    study : qmdlab.eval.study.Study
     baseline : str
         A row name, or ``"best-leg"``: whichever of ``bm25`` / ``vector`` scores higher.
     metric : str

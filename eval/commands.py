@@ -52,7 +52,7 @@ _CORPUS_HELP = ("With --format qmd-bench: the markdown folder the fixture's expe
 
 def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None,
                 limit: int) -> None:
-    """``qmdlab tune --learn``: cross-validated learned fusion (all logic in :mod:`eval.learn`)."""
+    """``qmdlab tune --learn``: cross-validated learned fusion (all logic in :mod:`qmdlab.eval.learn`)."""
     from qmdlab.eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
                             timing)
 
@@ -114,7 +114,7 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
 def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress, llm_queries,
               candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool,
               reranker_runs=(), limit: int | None = None) -> None:
-    """``qmdlab eval SUITE --frontier``: all logic in :mod:`eval.frontier`."""
+    """``qmdlab eval SUITE --frontier``: all logic in :mod:`qmdlab.eval.frontier`."""
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
 
     if ablate:

@@ -1,8 +1,8 @@
-"""The metrics of :mod:`eval.metrics` on :class:`~qmdlab.pipeline.fastretune.FastRetune`'s arrays.
+"""The metrics of :mod:`qmdlab.eval.metrics` on :class:`~qmdlab.pipeline.fastretune.FastRetune`'s arrays.
 
 :class:`CodedScorer` maps the qrels onto the retune's (query, document) pair codes once; scoring a
 :class:`~qmdlab.pipeline.fastretune.Ranked` result is then a few numpy reductions (no join on
-strings). The definitions are :class:`eval.metrics.Scorer`'s (ranx's): the ideal DCG and the count
+strings). The definitions are :class:`qmdlab.eval.metrics.Scorer`'s (ranx's): the ideal DCG and the count
 of relevant documents are taken from a ``Scorer`` of the same qrels, and
 ``tests/eval/test_fastmetrics.py`` checks every metric against ``Scorer`` and ``ranx.evaluate``.
 """
@@ -17,7 +17,7 @@ from .metrics import Scorer
 
 
 class CodedScorer:
-    """A :class:`~eval.metrics.Scorer` for one :class:`FastRetune`'s pair codes.
+    """A :class:`~qmdlab.eval.metrics.Scorer` for one :class:`FastRetune`'s pair codes.
 
     Parameters
     ----------

@@ -1,14 +1,14 @@
 """The quality–latency frontier of a suite: every configuration a user chooses between, scored on
 held-out queries and timed on this machine (``qmdlab eval SUITE --frontier``).
 
-Two recordings, made (or loaded from the trace cache) by :func:`eval.record.record`, the one every
+Two recordings, made (or loaded from the trace cache) by :func:`qmdlab.eval.record.record`, the one every
 ``qmdlab eval`` and ``make demo`` uses — same configs and model roles, so the same cache keys:
 
 - the **retrieval recording** of every judged query (expansion and rerank off) gives, as cuts of one
-  trace (:mod:`eval.ablation`'s :class:`~eval.ablation.Variant` rows, :meth:`eval.study.Study.evaluate`):
+  trace (:mod:`qmdlab.eval.ablation`'s :class:`~qmdlab.eval.ablation.Variant` rows, :meth:`qmdlab.eval.study.Study.evaluate`):
   ``bm25``, ``vector``, and BM25 + vectors under each fusion method (``hybrid <method>``); plus the
-  k-fold rows: ``tuned`` (:func:`eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
-  and ``learned fusion`` (:func:`eval.learn.cross_validate_learned`, when LightGBM is installed);
+  k-fold rows: ``tuned`` (:func:`qmdlab.eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
+  and ``learned fusion`` (:func:`qmdlab.eval.learn.cross_validate_learned`, when LightGBM is installed);
 - the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
   reranker, ``candidates`` documents reranked) gives ``+lex``, ``+lex+vec``, ``+lex+vec+hyde`` and
   ``+rerank``; their ``n`` column says how many queries they stand on;
@@ -21,15 +21,17 @@ Two recordings, made (or loaded from the trace cache) by :func:`eval.record.reco
 and ``learned fusion`` score each query with a configuration tuned or trained without it. The
 p-values pair a row's per-query nDCG@10 with the **best cheaper configuration** (the highest-scoring
 row with a lower median s/query, on the same queries): paired t-test and Fisher randomisation
-(:func:`eval.significance.paired_pvalues`).
+(:func:`qmdlab.eval.significance.paired_pvalues`).
 
 **Seconds per query**, median over the timed queries, measured on this machine: the retrieval rows
 by running each query through a fresh :class:`qmdlab.Lab` now (``bm25``: vectors off; every hybrid,
 vector and tuned row: BM25 + vectors — ``timed as`` says which run a row's time is); the LLM rows
 from the LLM recording's stage timings (expansion and the expansion lists for the ``+lex…`` rows,
 the whole pipeline for ``+rerank``). A stage whose answer came from the LLM cache when it was
-recorded is priced at the model's measured speed instead (:mod:`qmdlab.pipeline.speed`); with no
-measurement the row has no time and stays off the plot.
+recorded is priced at the model's measured speed instead (:mod:`qmdlab.pipeline.speed`, else the
+medians of earlier recordings with the same models); with no measurement the row has no time and
+stays off the plot. Before the LLM recording runs, its cost is estimated the way the tune notebook
+does (:func:`eval.record.estimate`) and logged.
 
 The Pareto front: rows no other row beats on both axes (nDCG@10 compared on the queries both stand
 on). :func:`pick` chooses ``best`` (highest nDCG@10) or ``fastest-within D`` (the fastest row within
@@ -118,10 +120,13 @@ def time_queries(lab, queries: pl.DataFrame) -> list[float]:
     return out
 
 
-def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any = None) -> float | None:
+def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any = None,
+                     measured: tuple[Sequence[float], Sequence[float]] = ((), ())) -> float | None:
     """Seconds of one recorded query's stages (all when ``stages`` is None); a model stage answered
-    from the LLM cache when it was recorded is priced at the model's measured speed, ``None`` when
-    there is no measurement."""
+    from the LLM cache when it was recorded is priced at the model's measured speed — this process's
+    and ``speeds.json``'s running mean (:mod:`qmdlab.pipeline.speed`), else ``measured``: the medians of
+    earlier recordings with the same models (expansion s/query, rerank s/document:
+    :func:`eval.record._measured_seconds`) — ``None`` when there is no measurement."""
     from qmdlab.pipeline import speed
 
     t = trace.timings.filter(pl.col("qid") == qid)
@@ -133,6 +138,7 @@ def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any 
     notes = trace.notes.filter((pl.col("qid") == qid) & (pl.col("stage") == "expand"))["message"].to_list()
     if "expand" in ms and any("(from cache)" in m for m in notes):
         per = speed.estimate(expander, "expand", persist=True) if expander is not None else None
+        per = per if per is not None else _median(list(measured[0]))
         if per is None:
             return None
         total += per - ms["expand"] / 1000.0
@@ -141,6 +147,7 @@ def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any 
         cached = int(rr["cached"].sum()) if rr.height else 0
         if cached:
             per = speed.estimate(reranker, "rerank", persist=True) if reranker is not None else None
+            per = per if per is not None else _median(list(measured[1]))
             if per is None:
                 return None
             total += per * cached
@@ -162,11 +169,11 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
 
     Parameters
     ----------
-    suite : eval.suites.Suite
+    suite : qmdlab.eval.suites.Suite
     preset : str, optional
         Model preset (``None``: ``$QMDLAB_PRESET`` / the model config / ``offline``).
     base : PipelineConfig, optional
-        The suite's config (default :func:`eval.record.suite_config`).
+        The suite's config (default :func:`qmdlab.eval.record.suite_config`).
     llm_queries : int or None
         Judged queries of the LLM recording (the first N; ``None`` = all, 0 = no LLM rows).
     candidates : int, optional
@@ -275,7 +282,10 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
         else:
             cands = candidates or base.candidate_limit
             llm_cfg = base.replace(candidate_limit=cands)
-            log(f"frontier: LLM recording, {llm_queries or 'all'} queries, top {cands} reranked")
+            from .record import _measured_seconds, estimate, model_fingerprints
+
+            cost = estimate(suite, models, llm_cfg, limit=llm_queries or None)
+            log(f"frontier: LLM recording, {llm_queries or 'all'} queries, top {cands} reranked: {cost.summary()}")
             rec2 = record(suite, models, llm_cfg, limit=llm_queries or None, name="frontier-llm", progress=progress,
                           log=log)
             s2 = Study.from_recording(rec2, metrics=[metric])
@@ -286,11 +296,12 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
                                             has_rerank=bool(s2.trace.rerank.drop_nulls("rerank_score").height))
                         if v.name in LLM_ROWS]
             stages_no_rerank = [s for s in s2.trace.timings["stage"].unique().to_list() if s not in ("select", "rerank")]
+            _, exp_s, rr_s = _measured_seconds(suite, model_fingerprints(models))
             for v in llm_rows:
                 ev = s2.evaluate(s2.config.replace(**v.overrides), lists=v.lists)
                 rerank_row = v.name == "+rerank"
-                secs = _median([recorded_seconds(s2.trace, q, None if rerank_row else stages_no_rerank, models)
-                                for q in s2.qids])
+                secs = _median([recorded_seconds(s2.trace, q, None if rerank_row else stages_no_rerank, models,
+                                                 (exp_s, rr_s)) for q in s2.qids])
                 cfg = {"+lex+vec+hyde": s2.config.replace(rerank=False), "+rerank": s2.config}.get(v.name)
                 points.append(Point(v.name, v.description + f" ({n_llm} queries)", ev.per_query.select("qid", metric),
                                     "all queries (nothing fitted)", cfg,

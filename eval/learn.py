@@ -1,17 +1,17 @@
 """Learning to rank the fused candidates: LightGBM lambdarank over trace features, cross-validated.
 
-``qmdlab tune SUITE --learn`` calls :func:`cross_validate_learned` on a :class:`eval.study.Study`:
+``qmdlab tune SUITE --learn`` calls :func:`cross_validate_learned` on a :class:`qmdlab.eval.study.Study`:
 
 1. the features of every (query, document) in the recorded lists
    (:func:`qmdlab.pipeline.learned.features`) are built once, labelled with the qrels grade
    (0 when unjudged);
-2. the judged queries are split into k folds (:func:`eval.optimise.kfold`); for each fold a
+2. the judged queries are split into k folds (:func:`qmdlab.eval.optimise.kfold`); for each fold a
    booster is trained on the *other* folds' rows only — the qids it saw are recorded in
    :attr:`LearnReport.trained_on` and checked disjoint from the fold's test qids — and the
    fold's queries are fused by it and run through the rest of the pipeline (candidates, blend,
    finish) exactly like any other fusion method;
 3. the held-out per-query metric of the learned fusion is compared with the base config's
-   on the same queries (paired t-test and Fisher randomisation, :mod:`eval.significance`);
+   on the same queries (paired t-test and Fisher randomisation, :mod:`qmdlab.eval.significance`);
 4. the model written for use is trained on every query (:attr:`LearnReport.booster`); the
    held-out numbers are what it is expected to do on new queries.
 

@@ -1,6 +1,6 @@
-"""Evaluate the lexical knobs on recorded traces: a :class:`eval.study.Study` that re-runs BM25.
+"""Evaluate the lexical knobs on recorded traces: a :class:`qmdlab.eval.study.Study` that re-runs BM25.
 
-:class:`~eval.study.Study` re-fuses recorded lists and never touches the index, so the BM25
+:class:`~qmdlab.eval.study.Study` re-fuses recorded lists and never touches the index, so the BM25
 knobs (``bm25_weight_*``, ``bm25_prefix``, ``bm25_stopwords``, ``bm25_query_tf``, ``bm25_mode``,
 ``bm25_min_match``) cannot change anything there. :class:`LexicalStudy` wraps a study and the
 suite's index: a config whose lexical knobs differ from the recorded ones gets its BM25 lists

@@ -258,7 +258,7 @@ class CVReport(NamedTuple):
 def cross_validate(study, *, base: PipelineConfig | None = None, space: Sequence[Param] | None = None,
                    method: str = "coordinate", trials: int = 200, folds: int = 5, points: int = 7,
                    seed: int = 0, metric: str = HEADLINE, progress: Callable[[str], None] | None = None) -> CVReport:
-    """k-fold cross-validated tuning of ``study`` (an :class:`eval.study.Study`)."""
+    """k-fold cross-validated tuning of ``study`` (an :class:`qmdlab.eval.study.Study`)."""
     t0 = time.perf_counter()
     base = base or study.config
     space = tuple(space or default_space(base))

@@ -3,7 +3,7 @@
 For one query with expected files ``E`` and qmd's ``expected_in_top_k`` = ``k``, over the
 result list cut at ``max(k, 10)`` (the depth ``qmd bench`` asks each backend for):
 
-- ``hits@k``: expected files matched (:func:`eval.loaders.qmdbench.paths_match`) by a result
+- ``hits@k``: expected files matched (:func:`qmdlab.eval.loaders.qmdbench.paths_match`) by a result
   within the top ``k``;
 - ``P@k`` = ``hits@k / min(k, |E|)`` — qmd's "hit within k" (1.0: every expected file that
   fits in ``k`` places is there);
@@ -14,7 +14,7 @@ result list cut at ``max(k, 10)`` (the depth ``qmd bench`` asks each backend for
 
 Means are plain averages over queries, per ``type`` and overall, as ``qmd bench`` prints its
 summary. nDCG@10/MRR@10 with ranx come from the ordinary suite evaluation beside it
-(:func:`eval.runner.run_suite`).
+(:func:`qmdlab.eval.runner.run_suite`).
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def score_query(results: list[str], query: BenchQuery) -> dict[str, float]:
 
 def rankings_from_final(final: pl.DataFrame, docid) -> dict[str, list[str]]:
     """``{qid: [collection-relative path, …]}`` in rank order from a trace's ``final`` table;
-    ``docid`` maps a qmdlab docno to the collection's id (:meth:`eval.suites.Suite.docid`)."""
+    ``docid`` maps a qmdlab docno to the collection's id (:meth:`qmdlab.eval.suites.Suite.docid`)."""
     out: dict[str, list[str]] = {}
     for qid, docno in final.sort(["qid", "final_rank"]).select("qid", "docno").iter_rows():
         out.setdefault(qid, []).append(docid(docno))

@@ -1,8 +1,8 @@
 """Record a suite: the one door from "a suite + models + a config" to traces and qrels.
 
 Every evaluation front end goes through :func:`record` — ``qmdlab eval`` / ``qmdlab tune``
-(via :func:`eval.runner.run_suite`), :meth:`eval.study.Study.for_suite`, the tune, evaluate and
-explore notebooks and :mod:`training.evaluate`:
+(via :func:`qmdlab.eval.runner.run_suite`), :meth:`qmdlab.eval.study.Study.for_suite`, the tune, evaluate and
+explore notebooks and :mod:`qmdlab.training.evaluate`:
 
 1. :func:`prepare_index` writes inline documents as markdown under
    ``$QMDLAB_HOME/eval/<suite>/corpus``, builds/updates the suite's own index
@@ -21,7 +21,7 @@ explore notebooks and :mod:`training.evaluate`:
 from earlier recordings with the same models) before anything is started.
 
 Imports point down: this module knows suites, the pipeline and the store, not
-:class:`eval.study.Study` (which is built from a :class:`Recording`) nor the runner.
+:class:`qmdlab.eval.study.Study` (which is built from a :class:`Recording`) nor the runner.
 """
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def index_dir(suite: Suite, chunker: str = "") -> Path:
     ``breakpoints``), ``<workdir>/index-<chunker>`` for another one (chunks are stored, so each
     chunker has its own index; its traces have their own cache key through the config's ``chunker``).
 
-    >>> from eval.suites import get_suite
+    >>> from qmdlab.eval.suites import get_suite
     >>> s = get_suite("default"); index_dir(s).name, index_dir(s, "breakpoints").name, index_dir(s, "headings").name
     ('index', 'index', 'index-headings')
     """
@@ -681,7 +681,7 @@ def _measured_seconds(suite: Suite, prints: list[str], sample: int = 20) -> tupl
 
 # -- saved run directories -------------------------------------------------------------------
 def load_run_dir(directory: str | Path) -> tuple[Trace, pl.DataFrame, PipelineConfig]:
-    """``(trace, qrels, config)`` of a results directory written by :func:`eval.runner.run_suite`."""
+    """``(trace, qrels, config)`` of a results directory written by :func:`qmdlab.eval.runner.run_suite`."""
     from qmdlab.errors import QmdlabError
 
     d = Path(directory)

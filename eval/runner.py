@@ -1,18 +1,18 @@
 """Run a suite through the pipeline: index, embed, query every judged query, score, save.
 
-:func:`run_suite` does, for one :class:`eval.suites.Suite`:
+:func:`run_suite` does, for one :class:`qmdlab.eval.suites.Suite`:
 
-1.–2. :func:`eval.record.record` — index and embed the suite, run every judged query through
+1.–2. :func:`qmdlab.eval.record.record` — index and embed the suite, run every judged query through
    :class:`qmdlab.Lab` (or load its trace from the per-query cache under
-   ``$QMDLAB_HOME/eval/<suite>/traces/<key>/``), at :data:`eval.record.EVAL_DEPTH`;
-3. scores the ``final`` table against the qrels (:mod:`eval.metrics`) and, with
-   ``ablate=True``, every row of :mod:`eval.ablation` cut from the same traces;
+   ``$QMDLAB_HOME/eval/<suite>/traces/<key>/``), at :data:`qmdlab.eval.record.EVAL_DEPTH`;
+3. scores the ``final`` table against the qrels (:mod:`qmdlab.eval.metrics`) and, with
+   ``ablate=True``, every row of :mod:`qmdlab.eval.ablation` cut from the same traces;
 4. saves into the results directory (``--out DIR``, default
    ``$QMDLAB_HOME/eval/<suite>/results/<run-name>``): ``<run>.trec`` per run (collection ids:
    ``qid Q0 docid rank score run``), ``qrels.txt`` (collection ids, TREC format),
    ``metrics.json`` (``{run: {metric: mean}}``), ``per_query.parquet``, ``ablation.csv``,
    ``config.yaml``, ``run.json`` (suite, models, timings) and the concatenated trace under
-   ``traces/`` (what :meth:`eval.study.Study.from_run_dir` loads).
+   ``traces/`` (what :meth:`qmdlab.eval.study.Study.from_run_dir` loads).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class RunResult(NamedTuple):
     metrics : dict
         ``{run: {metric: mean}}``.
     ablation : pl.DataFrame or None
-        The :func:`eval.ablation.ablate` table.
+        The :func:`qmdlab.eval.ablation.ablate` table.
     out_dir : Path
     timings : dict
         Seconds spent indexing, embedding, querying (with the number of queries from cache).
@@ -131,14 +131,14 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
         Re-score the saved main run file with ``ranx.evaluate`` (from ``qrels.txt`` and the
         ``.trec`` file, collection ids) and fail loudly if it disagrees with our metrics.
     remote : callable, optional
-        Computes the uncached traces elsewhere (``qmdlab eval --ray``; see :func:`eval.record.record`).
+        Computes the uncached traces elsewhere (``qmdlab eval --ray``; see :func:`qmdlab.eval.record.record`).
     chunkers : sequence of str
         With ``ablate``: a ``chunker=<c>`` row per chunker, each from its own index and recording
-        (:func:`eval.ablation.chunker_evaluations`).
+        (:func:`qmdlab.eval.ablation.chunker_evaluations`).
     recorded_variants : sequence of str
-        With ``ablate``: a row per recorded variant (names of :data:`eval.ablation.RECORDED_VARIANTS`,
+        With ``ablate``: a row per recorded variant (names of :data:`qmdlab.eval.ablation.RECORDED_VARIANTS`,
         ``qmdlab eval --variants``), each the same queries recorded with the variant's config overrides
-        (:func:`eval.ablation.variant_evaluations`).
+        (:func:`qmdlab.eval.ablation.variant_evaluations`).
     """
     config = config or PipelineConfig()
     name = name or run_name(config)
@@ -219,7 +219,7 @@ RANX_NAMES = {"p": "precision"}
 
 def ranx_check(qrels_path: Path, run_path: Path, ours: dict[str, float]) -> dict[str, float]:
     """``ranx.evaluate`` of a saved run file against saved qrels; raises if any metric differs
-    from ``ours`` by more than 1e-9 (that would be a bug in :mod:`eval.metrics` or the writer)."""
+    from ``ours`` by more than 1e-9 (that would be a bug in :mod:`qmdlab.eval.metrics` or the writer)."""
     from ranx import Qrels, Run, evaluate
 
     names = {m: (RANX_NAMES.get(parse_metric(m).kind, parse_metric(m).kind)

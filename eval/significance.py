@@ -96,7 +96,7 @@ def compare_to_baseline(scores: Mapping[str, pl.DataFrame], baseline: str, metri
     Parameters
     ----------
     scores : mapping of run name → per-query table
-        Tables from :func:`eval.metrics.per_query` (``qid`` + metric columns), all over the
+        Tables from :func:`qmdlab.eval.metrics.per_query` (``qid`` + metric columns), all over the
         same queries.
     baseline : str
         The key of the control run; its own row has ``delta`` 0 and p-values 1.

@@ -2,7 +2,7 @@
 
 The expensive stages (expansion, retrieval lists, rerank scores) were run once and saved;
 :meth:`Study.evaluate` re-fuses and re-blends every query with :func:`qmdlab.retune` and
-scores the result with the vectorised metrics of :mod:`eval.metrics` — no model call, no
+scores the result with the vectorised metrics of :mod:`qmdlab.eval.metrics` — no model call, no
 index access — so a notebook slider or an optimiser can call it hundreds of times.
 
 Two kinds of change are possible:
@@ -12,7 +12,7 @@ Two kinds of change are possible:
   which drop recorded lists);
 - a ``lists`` filter, a polars expression over the ``lists`` table (``source``,
   ``query_type``) applied before the retune, for the cuts no config switch makes (vector
-  only: ``pl.col("source") == "vec"``; lex expansion only, …). See :mod:`eval.ablation`.
+  only: ``pl.col("source") == "vec"``; lex expansion only, …). See :mod:`qmdlab.eval.ablation`.
 
 Candidates that a new config promotes into the top ``candidate_limit`` but that were never
 reranked keep a null rerank score (the blend falls back to their position score);
@@ -70,7 +70,7 @@ class Study:
     qrels : pl.DataFrame
         ``qid, docno, grade`` with the trace's docnos (``collection/path``).
     metrics : sequence of str
-        Metrics computed by :meth:`evaluate` (see :mod:`eval.metrics`).
+        Metrics computed by :meth:`evaluate` (see :mod:`qmdlab.eval.metrics`).
     config : PipelineConfig, optional
         The configuration the trace was recorded with (defaults to the trace's own).
     rerank_fn : callable, optional
@@ -111,7 +111,7 @@ class Study:
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def from_recording(cls, recording: Recording, *, complete_rerank: bool = False, **kwargs) -> "Study":
-        """The study of a :func:`eval.record.record` (or :func:`eval.record.load_recorded`) result.
+        """The study of a :func:`qmdlab.eval.record.record` (or :func:`qmdlab.eval.record.load_recorded`) result.
 
         With ``complete_rerank`` (and a recording that has its lab and a reranker), candidates
         a config newly promotes are reranked (model calls, cached) instead of left unscored.
@@ -124,7 +124,7 @@ class Study:
 
     @classmethod
     def from_run_dir(cls, directory: str | Path, **kwargs) -> "Study":
-        """Load a run directory written by :func:`eval.runner.run_suite` (``traces/`` + ``qrels.parquet``)."""
+        """Load a run directory written by :func:`qmdlab.eval.runner.run_suite` (``traces/`` + ``qrels.parquet``)."""
         trace, qrels, config = load_run_dir(directory)
         return cls(trace, qrels, config=config, **kwargs)
 
@@ -135,7 +135,7 @@ class Study:
         """Record (or load from the per-query trace cache) a suite and return its Study.
 
         ``models`` defaults to ``qmdlab.models.load_models()``, ``config`` to the suite's own.
-        This is :func:`eval.record.record` (same cache as ``qmdlab eval``) without writing a
+        This is :func:`qmdlab.eval.record.record` (same cache as ``qmdlab eval``) without writing a
         results directory; ``limit`` keeps the first N judged queries.
         """
         if unused:

@@ -8,7 +8,7 @@ A suite is named either by a registered name or by a directory plus a format:
 - any directory: ``qmdlab eval path/to/dir --format smart|trec|beir|jsonl|qmdlab``;
 - a qmd bench fixture file: ``qmdlab eval fixture.json --format qmd-bench`` over the markdown
   folder ``--corpus DIR`` or the qmdlab collection the fixture names (indexed in place;
-  :mod:`eval.loaders.qmdbench`).
+  :mod:`qmdlab.eval.loaders.qmdbench`).
 
 Identifiers. Inside qmdlab a document is ``<collection>/<path>``. A suite whose documents are
 markdown files already (the default corpus) is indexed in place, collection = suite name, so
@@ -80,14 +80,14 @@ class Suite:
     path : Path
         The suite directory.
     format : str
-        One of :data:`eval.loaders.FORMATS`.
+        One of :data:`qmdlab.eval.loaders.FORMATS`.
     config : Path or None
         An optional pipeline config shipped with the suite (``suite.yaml`` in its directory).
     corpus, mask, ignore : Path or None, str, tuple of str
         ``qmd-bench`` only (``path`` is then the fixture file): the markdown folder indexed and
         the collection's globs.
     grades : str
-        How the judgments' codes are read (``smart`` only: :data:`eval.loaders.smart.GRADES`):
+        How the judgments' codes are read (``smart`` only: :data:`qmdlab.eval.loaders.smart.GRADES`):
         ``gain`` (as coded) or ``rank`` (1 = most relevant; gain = max_code + 1 − code).
     """
 

@@ -7,10 +7,10 @@ Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|qmd|ti
 ``--limit N`` (only the first N judged queries: smoke runs), ``--record`` (record what is
 missing without asking: headless runs).
 
-Everything is cut from one recorded trace per query (``eval.record``'s cache, shared with
+Everything is cut from one recorded trace per query (``qmdlab.eval.record``'s cache, shared with
 ``qmdlab eval`` and ``make demo``; recording is a button with its cost shown): the ablation
-rows are ``eval.ablation.ablate``, the distributions ``eval.distributions``, the threshold
-curve ``eval.thresholds``.
+rows are ``qmdlab.eval.ablation.ablate``, the distributions ``qmdlab.eval.distributions``, the threshold
+curve ``qmdlab.eval.thresholds``.
 """
 
 import marimo

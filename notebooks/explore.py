@@ -60,7 +60,7 @@ def _():
 @app.cell
 def _(chunker_arg, suite_arg):
     suite_picker = mo.ui.dropdown(sorted({*suites.REGISTRY, suite_arg}), value=suite_arg, label="suite")
-    # the suite's own index per chunker (eval.record.index_dir); another chunker indexes and embeds once
+    # the suite's own index per chunker (qmdlab.eval.record.index_dir); another chunker indexes and embeds once
     chunker_picker = mo.ui.dropdown(list(CHUNKERS), value=chunker_arg, label="chunker")
     return chunker_picker, suite_picker
 

@@ -11,8 +11,8 @@ Arguments: ``--data FILE`` (examples JSONL; default ``data/training/seed.jsonl``
 model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset`` and ``--limit N``
 (the button evaluates only the first N judged queries: smoke runs).
 
-The reward is ``training.reward`` — the very function GRPO optimises — and the curves are the
-``metrics.jsonl`` lines that ``training.common`` writes during SFT/GRPO.
+The reward is ``qmdlab.training.reward`` — the very function GRPO optimises — and the curves are the
+``metrics.jsonl`` lines that ``qmdlab.training.common`` writes during SFT/GRPO.
 """
 
 import marimo
@@ -312,7 +312,7 @@ def _():
     ## 4. Before/after nDCG@10
 
     `none` is the pipeline with expansion off; each other variant searches with that
-    expander's lines (same embedder, rerank off). Load a `training.evaluate` output
+    expander's lines (same embedder, rerank off). Load a `qmdlab.training.evaluate` output
     directory, or evaluate an expander (GGUF path or model reference) now.
     """)
     return

@@ -9,17 +9,17 @@ corpus), ``--preset offline|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offl
 "Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``), ``--reranker DIR`` (a finished
 ``qmdlab train reranker`` run of the suite: start with its held-out scores as the rerank source).
 
-The notebook opens what is already recorded (``eval.record``'s trace cache, shared with
+The notebook opens what is already recorded (``qmdlab.eval.record``'s trace cache, shared with
 ``qmdlab eval`` and ``make demo``): after ``make demo`` the retrieval tier on every query and
 the LLM tier on the queries it ran, loaded in seconds with no model. Recording more is a
 button with its cost (measured from earlier recordings) and a progress bar; ``--record``
 records what is missing without asking (headless runs). Every control change re-fuses and
-re-blends the recorded traces with ``eval.study.Study`` — no model call, no index access.
+re-blends the recorded traces with ``qmdlab.eval.study.Study`` — no model call, no index access.
 
 Rerank source: the recording's own rerank scores, or — when a finished ``qmdlab train reranker``
 run of the suite exists (``runs/*``, e.g. ``make train-reranker``'s ``runs/reranker``, or
 ``--reranker DIR``) — that trained cross-encoder's held-out scores
-(``training.reranker_study``): every query scored by the fold model that never saw it, only
+(``qmdlab.training.reranker_study``): every query scored by the fold model that never saw it, only
 those queries, deltas against the fused order. The blend controls then move nDCG@10 on
 held-out queries only.
 """
@@ -210,7 +210,7 @@ def _(defaults, rerank_source, start, suite_picker):
         "vector": mo.ui.switch(value=start.vector, label="vector lists"),
         "rerank": mo.ui.switch(value=start.rerank, label="rerank"),
         # BM25 knobs: changing one re-runs the recorded BM25 lists against the suite's index
-        # (eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
+        # (qmdlab.eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
         "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
         "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
         "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),

@@ -3,7 +3,7 @@
 The lowest layer of qmdlab (imports nothing of it): the store (CJK spacing of the FTS text),
 BM25 query building (:mod:`qmdlab.search.lexical`: CJK runs and bigrams), the expansion filter
 and chunk selection (:mod:`qmdlab.pipeline.expand`), snippets (:mod:`qmdlab.pipeline.results`,
-MCP), and the GRPO reward (:mod:`training.reward`) all take their terms from here.
+MCP), and the GRPO reward (:mod:`qmdlab.training.reward`) all take their terms from here.
 
 A term is a lower-cased ``\\w+`` word; a run of CJK characters contributes its character
 bigrams (a lone character itself), because SQLite's ``unicode61`` keeps a CJK run as one

@@ -16,7 +16,7 @@ Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
 query — a second `make demo` only re-fuses and re-blends (seconds).
 
-3. **The quality–latency frontier** (:mod:`eval.frontier`, ``qmdlab eval default --frontier``): every
+3. **The quality–latency frontier** (:mod:`qmdlab.eval.frontier`, ``qmdlab eval default --frontier``): every
    configuration — BM25, vector, hybrid under each fusion, tuned and learned fusion (5-fold),
    +lex/+vec/+hyde and +rerank — with held-out nDCG@10, the paired p-value against the best cheaper
    configuration, the median seconds per query on this machine and the Pareto front (``frontier.png``).
@@ -136,7 +136,7 @@ def _tier(args) -> int:
     imports_s = time.perf_counter() - t_start
     log = lambda m: print(m, flush=True)  # noqa: E731
     t_suite = report_s = 0.0
-    # check_ranx=False: re-scoring the saved run with ranx.evaluate is a self-test of eval.metrics
+    # check_ranx=False: re-scoring the saved run with ranx.evaluate is a self-test of qmdlab.eval.metrics
     # (tests/eval run it on every change, `qmdlab eval` on every run); on a new machine numba's first
     # compile of ranx's metrics alone took minutes here, for a check the demo never printed.
     if args.tier == 3:

@@ -3,7 +3,7 @@
 The BM25 stopwords, the query-piece pattern and the word extractors of the fake models, the GRPO
 reward and the learned fuser moved here from their own modules without any change in behaviour.
 The expected values below were CAPTURED FROM THE CODE BEFORE THE MOVE (``qmdlab.search.lexical``'s
-own ``QUESTION_STOPWORDS``/``_PIECE``/``_pieces``, ``qmdlab.models.fakes._TOKEN``, ``training.reward``'s
+own ``QUESTION_STOPWORDS``/``_PIECE``/``_pieces``, ``qmdlab.models.fakes._TOKEN``, ``qmdlab.training.reward``'s
 ``re.findall(r"\\w+", …)``) by running it on these inputs, and are hard-coded as regressions:
 a failure here means a tokenizer changed, and with it every metric.
 """

@@ -6,7 +6,7 @@ Stages (each resumable — a finished stage is skipped when the recipe is rerun)
 
 1. ``base``      — dequantise the packaged GGUF (SmolLM2-135M-Instruct by default) to HF weights;
 2. ``split``     — a fixed-seed train / held-out split of every labelled suite's judged queries
-   (``splits.json``; :mod:`training.splits`);
+   (``splits.json``; :mod:`qmdlab.training.splits`);
 3. ``synth``     — ``qmdlab train synth`` with the packaged Qwen2.5-Coder-0.5B as teacher over each suite's
    collection (passages only: no query, no label), reported as examples/hour;
 4. ``sft``       — seed data + synthetic examples, at least one epoch;
@@ -121,7 +121,7 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
 
 
 def sft_data(cfg: RecipeConfig, out: Path) -> dict:
-    """Seed + synthetic examples → ``data/`` (train.jsonl etc., :func:`training.data.prepare`)."""
+    """Seed + synthetic examples → ``data/`` (train.jsonl etc., :func:`qmdlab.training.data.prepare`)."""
     from qmdlab.training.data import load_examples, prepare, write_examples
 
     examples = load_examples(cfg.seed_data)
@@ -240,7 +240,7 @@ def write_report(out: Path, summary: dict) -> dict:
 class RecipeRun(NamedTuple):
     """What a finished recipe run shows (the train notebook's "CPU recipe" section).
 
-    ``results`` is ``{suite: {variant: result}}`` (:func:`training.evaluate.run_evaluate`'s
+    ``results`` is ``{suite: {variant: result}}`` (:func:`qmdlab.training.evaluate.run_evaluate`'s
     results), ``heldout`` ``{suite: number of held-out queries}``, ``rewards_png`` and
     ``heldout_png`` the two plots in the run directory.
     """
@@ -258,7 +258,7 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
 
     The held-out results are ``summary.json``'s ``evaluate``; a suite missing there is read from
     ``evaluate/<suite>/metrics.jsonl`` (the last line per variant). A missing plot is drawn into the
-    run directory with :mod:`training.plots`, as the recipe's ``report`` stage draws it.
+    run directory with :mod:`qmdlab.training.plots`, as the recipe's ``report`` stage draws it.
     """
     from qmdlab.training.plots import plot_heldout, plot_rewards
 

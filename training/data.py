@@ -12,7 +12,7 @@ Dedupe is by :func:`normalise_query`; the split is seeded and stable.
 :func:`to_sft_records` gives TRL *conversational prompt/completion* records, so SFT's loss
 covers completion tokens only (TRL's ``completion_only_loss``), and each record carries
 ``chat_template_kwargs={"enable_thinking": False}`` so the prompt renders exactly as at
-inference (:mod:`training.render`).
+inference (:mod:`qmdlab.training.render`).
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ Variants compared on one labelled suite (default: the embedded corpus in ``data/
 - each named expander (``trained``, ``base``, …) — the same pipeline, same embedder, same
   reranker setting, with that expander.
 
-The rule score is :func:`training.reward.score_expansion`, the very function GRPO
-optimises. Each variant is recorded through :func:`eval.record.record` (the suite's own
-index and the trace cache shared with ``qmdlab eval``), and nDCG@10 is :mod:`eval.metrics`'
+The rule score is :func:`qmdlab.training.reward.score_expansion`, the very function GRPO
+optimises. Each variant is recorded through :func:`qmdlab.eval.record.record` (the suite's own
+index and the trace cache shared with ``qmdlab eval``), and nDCG@10 is :mod:`qmdlab.eval.metrics`'
 (checked against ranx in the tests) on the suite's graded qrels. Results: ``metrics.jsonl`` (one line per variant),
 ``per_query.jsonl`` and ``README.md`` in ``output_dir``.
 """
@@ -34,10 +34,10 @@ class EvaluateConfig:
 
     expander: str | None = field(default=None, metadata={"help": "Trained GGUF (from `train export`)."})
     base_expander: str | None = field(default=None, metadata={"help": "Comparison expander: GGUF path or model ref."})
-    suite: str = field(default="data", metadata={"help": "Labelled suite directory (eval.loaders format)."})
+    suite: str = field(default="data", metadata={"help": "Labelled suite directory (qmdlab.eval.loaders format)."})
     collection: str = field(default="default", metadata={"help": "Collection name the suite's docids live under."})
     index: str = field(default="runs/eval-index", metadata={
-        "help": "Unused: variants are recorded in the suite's own index (eval.record); kept so old configs load."})
+        "help": "Unused: variants are recorded in the suite's own index (qmdlab.eval.record); kept so old configs load."})
     examples_file: str | None = field(default=None, metadata={"help": "Held-out examples for the rule score."})
     models_preset: str = field(default="offline", metadata={"help": "Embedder (and reranker) preset."})
     rerank: bool = field(default=False, metadata={"help": "Rerank (slow on CPU; off compares expansion alone)."})
@@ -45,7 +45,7 @@ class EvaluateConfig:
     compare: list[str] = field(default_factory=list, metadata={
         "help": "More expanders as NAME=REF (a GGUF path or model ref), e.g. sft=runs/x/sft.gguf."})
     splits_file: str | None = field(default=None, metadata={
-        "help": "splits.json (training.splits): evaluate only the suite's held-out queries."})
+        "help": "splits.json (qmdlab.training.splits): evaluate only the suite's held-out queries."})
     prompt_qids_file: str | None = field(default=None, metadata={
         "help": "A GRPO run's prompt_qids.json: evaluation refuses a held-out query that was a training prompt."})
     time_queries: int = field(default=10, metadata={
@@ -94,7 +94,7 @@ def ensure_index(index_dir: str | Path, corpus_dir: str | Path, collection: str,
 
 
 def ndcg_table(trace, qrels: dict[str, dict[str, int]]) -> list[dict]:
-    """Per-query nDCG@10 (:mod:`eval.metrics`) and the number of kept expansion lines of a trace."""
+    """Per-query nDCG@10 (:mod:`qmdlab.eval.metrics`) and the number of kept expansion lines of a trace."""
     import polars as pl
 
     from qmdlab.eval.metrics import per_query
@@ -108,7 +108,7 @@ def ndcg_table(trace, qrels: dict[str, dict[str, int]]) -> list[dict]:
 
 
 def lab_traces(lab, rows: list[dict], *, expand: bool):
-    """The traces of ``rows`` through an injected lab (tests); :func:`eval.record.record` otherwise."""
+    """The traces of ``rows`` through an injected lab (tests); :func:`qmdlab.eval.record.record` otherwise."""
     from qmdlab.pipeline.trace import Trace
 
     return Trace.concat([lab.query(r["query"], intent=r.get("intent"), qid=r["qid"], expand=expand) for r in rows])
@@ -250,7 +250,7 @@ def format_results(results: dict) -> str:
 
 def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
     """The suite's held-out qids from ``splits_file`` (None without one), checked against the GRPO
-    run's prompts when ``prompt_qids_file`` is given (:class:`training.splits.LeakError` on overlap)."""
+    run's prompts when ``prompt_qids_file`` is given (:class:`qmdlab.training.splits.LeakError` on overlap)."""
     if not cfg.splits_file:
         return None
     from qmdlab.training.splits import assert_disjoint, load_splits, tag

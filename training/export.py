@@ -85,7 +85,7 @@ def prompt_parts(tokenizer) -> dict:
     """The rendered prompt around the user turn: ``{"prefix", "suffix"}``.
 
     ``prefix + user_message(query, intent) + suffix`` is exactly what
-    :func:`training.render.render_prompt` gives for that query.
+    :func:`qmdlab.training.render.render_prompt` gives for that query.
     """
     msgs = prompt_messages("q")
     msgs[0]["content"] = _MARK
@@ -173,7 +173,7 @@ def run_export(cfg: ExportConfig) -> dict:
     common.write_model_card(out, "qmdlab query expander — GGUF", f"""
 Source: `{src}` (chat family `{family}`). Files: {', '.join(f'`{Path(v).name}`' for v in files.values())}.
 Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get('Q4_K_M', f16)} qmdlab query "…"`, or
-`training.export.load_expander(path)` (which also applies the exact training prompt from the
+`qmdlab.training.export.load_expander(path)` (which also applies the exact training prompt from the
 `.prompt.json` sidecar). Evaluate: `qmdlab train evaluate --expander {files.get('Q4_K_M', f16)}`.
 """)
     common.mark_done(out, res)

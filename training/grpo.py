@@ -6,7 +6,7 @@ default is 0, which would drop the KL term and the reference model), lr 5e-7.
 
 Rewards (weights are config):
 
-- ``rule``: :func:`training.reward.rule_reward`, the same function evaluation uses;
+- ``rule``: :func:`qmdlab.training.reward.rule_reward`, the same function evaluation uses;
 - ``retrieval``: ΔnDCG@10 of the qmdlab pipeline with the completion's expansions vs. no
   expansion, for prompts whose query has relevance labels (None elsewhere, which TRL skips);
 - ``rule_format`` … ``rule_entities``: the rule score's parts, weight 0 — logged per step
@@ -41,7 +41,7 @@ class GRPORunConfig:
     prompts_file: str = field(default="data/training/seed.jsonl",
                               metadata={"help": "Examples (JSONL schema); only the queries are used."})
     suite: str | None = field(default=None, metadata={
-        "help": "Labelled suite dir (eval.loaders format, e.g. data/) whose queries carry the retrieval term."})
+        "help": "Labelled suite dir (qmdlab.eval.loaders format, e.g. data/) whose queries carry the retrieval term."})
     collection: str = field(default="default", metadata={"help": "Collection name of the suite's docids."})
     labelled_file: str | None = field(
         default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'})
@@ -50,7 +50,7 @@ class GRPORunConfig:
         "help": "Suites (default, cisi, a dir) whose *train-split* judged queries are prompts with the retrieval "
                 "term, searched in the suite's own index exactly as evaluation searches it; needs splits_file."})
     splits_file: str | None = field(default=None, metadata={
-        "help": "splits.json (training.splits): only `train` qids become prompts; a held-out qid is an error."})
+        "help": "splits.json (qmdlab.training.splits): only `train` qids become prompts; a held-out qid is an error."})
     unlabelled_prompts: bool = field(default=True, metadata={
         "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."})
     models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
@@ -117,7 +117,7 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
 
 def split_rows(cfg: GRPORunConfig) -> list[dict]:
     """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
-    the suite's own docnos. Raises :class:`training.splits.LeakError` if a held-out query is among them."""
+    the suite's own docnos. Raises :class:`qmdlab.training.splits.LeakError` if a held-out query is among them."""
     from qmdlab.eval.metrics import qrels_dict
     from qmdlab.eval.suites import get_suite
 
@@ -206,7 +206,7 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
 
 class RoutedRetrieval:
     """The retrieval term of several suites: a ``suite:qid`` prompt is scored by its suite's
-    :class:`~training.reward.RetrievalReward` (same interface, so GRPO and tests use either)."""
+    :class:`~qmdlab.training.reward.RetrievalReward` (same interface, so GRPO and tests use either)."""
 
     def __init__(self, by_suite: dict[str, RetrievalReward]):
         self.by_suite = by_suite
@@ -227,8 +227,8 @@ class RoutedRetrieval:
 
 def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     """ΔnDCG@10 per ``labelled_suites`` suite, searched through the suite's own index and pipeline
-    configuration (:func:`eval.record.suite_config`, rerank off) — the pipeline evaluation uses — with
-    the completion passed through the engine's parser and expansion filter (:func:`training.reward.engine_scorer`)."""
+    configuration (:func:`qmdlab.eval.record.suite_config`, rerank off) — the pipeline evaluation uses — with
+    the completion passed through the engine's parser and expansion filter (:func:`qmdlab.training.reward.engine_scorer`)."""
     from qmdlab.eval.record import open_lab, suite_config
     from qmdlab.eval.suites import get_suite
     from qmdlab.models import ModelSet, load_models

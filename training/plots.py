@@ -1,7 +1,7 @@
 """Plots of an expander run: GRPO reward curves and the held-out nDCG@10 table (matplotlib, PNG).
 
 Both take what the run directory already holds (``metrics.jsonl``, the evaluation results), so the
-train notebook and :mod:`training.cpu_run` draw the same figures.
+train notebook and :mod:`qmdlab.training.cpu_run` draw the same figures.
 """
 from __future__ import annotations
 

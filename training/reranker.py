@@ -6,10 +6,10 @@
 
 Recipe (chosen for a 2-core CPU; each part measured, see the issue-14 notes):
 
-1. **Record** the suite through the pipeline once (:func:`eval.runner.run_suite`, traces cached
+1. **Record** the suite through the pipeline once (:func:`qmdlab.eval.runner.run_suite`, traces cached
    per query; expansion and rerank off by default, so the fused order is BM25 + vector RRF).
    Each query's top ``candidate_limit`` fused documents, and its relevant documents, are
-   represented by the chunk the pipeline would send the reranker (:mod:`training.reranker_data`).
+   represented by the chunk the pipeline would send the reranker (:mod:`qmdlab.training.reranker_data`).
 2. **In-collection pretraining, once** (``weak``): heading/title → section text pairs with a
    BM25-mined negative, :class:`~sentence_transformers.cross_encoder.losses.MultipleNegativesRankingLoss`.
    No query and no judgment is read, so it cannot leak a held-out label; it gives the new
@@ -22,7 +22,7 @@ Recipe (chosen for a 2-core CPU; each part measured, see the issue-14 notes):
    is then reranked once. No held-out query reaches fit or tune: checked on the texts given to
    the trainer (:func:`assert_disjoint`), and by a test.
 4. **Report** on held-out queries only: nDCG@10 etc. of the fused order vs each blend, paired
-   t and Fisher p (:func:`eval.significance.compare_to_baseline`), the AUC of the reranker's
+   t and Fisher p (:func:`qmdlab.eval.significance.compare_to_baseline`), the AUC of the reranker's
    scores; TREC run files with the collection's ids (``fused-heldout.trec``,
    ``rerank-<blend>-heldout.trec``, ``qrels.txt``) so anyone can re-score them.
 5. **Final model** (``final``) on all labelled queries, with its tuned blend in ``blend.yaml``:
@@ -144,7 +144,7 @@ class Recorded(NamedTuple):
 
     suite: object
     table: pl.DataFrame          # training_data.CANDIDATE_SCHEMA
-    study: object                # eval.study.Study of the recorded traces
+    study: object                # qmdlab.eval.study.Study of the recorded traces
     index: object
     queries: pl.DataFrame        # qid, query
     config: object               # PipelineConfig used for recording (rerank off)

@@ -1,6 +1,6 @@
 """A finished ``qmdlab train reranker`` run's held-out scores as a Study (the tune notebook's rerank source).
 
-The K-fold run (:mod:`training.reranker`) reranks every labelled query once, with the model of the
+The K-fold run (:mod:`qmdlab.training.reranker`) reranks every labelled query once, with the model of the
 fold that never saw it, and stores those scores in ``<out>/heldout_scores.parquet`` next to the
 traces it recorded (``<out>/recorded``). :func:`load_heldout_study` puts the two together: the
 recorded fused traces with the held-out scores as their rerank table, restricted to the queries
@@ -35,7 +35,7 @@ class HeldOutStudy(NamedTuple):
         The run directory.
     suite : str
         The suite the run was trained and evaluated on.
-    study : eval.study.Study
+    study : qmdlab.eval.study.Study
         Recorded fused traces whose rerank table is the held-out scores; held-out queries only.
     fused : qmdlab.pipeline.config.PipelineConfig
         The recorded configuration with rerank off and ``candidate_limit`` = the run's rerank

@@ -241,7 +241,7 @@ Scorer = Callable[[str, "Sequence[tuple[str, str]] | None"], Sequence[str]]
 
 
 def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:
-    """nDCG@k of one ranked list against graded labels: :mod:`eval.metrics`' ``ndcg@k`` (the one
+    """nDCG@k of one ranked list against graded labels: :mod:`qmdlab.eval.metrics`' ``ndcg@k`` (the one
     definition, checked against ranx), with a document counted once, at its best rank.
 
     >>> ndcg_at_k(["a", "b", "c"], {"a": 1})

@@ -2,7 +2,7 @@
 
 qmd's published recipe: LoRA r 16 / α 32 on q, k, v, o, gate, up, down; lr 2e-4 cosine
 with 3 % warmup; 5 epochs; effective batch 16; max length 512; bf16 where the hardware
-has it. The data are conversational prompt/completion records (:mod:`training.data`), so
+has it. The data are conversational prompt/completion records (:mod:`qmdlab.training.data`), so
 the loss covers completion tokens only, and every prompt is rendered with
 ``enable_thinking=False`` exactly as at inference.
 

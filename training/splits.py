@@ -89,7 +89,7 @@ def assert_disjoint(train: Iterable[str], heldout: Iterable[str], *, where: str)
     >>> assert_disjoint(["cisi:1", "cisi:2"], ["cisi:2"], where="GRPO prompts")
     Traceback (most recent call last):
     ...
-    training.splits.LeakError: held-out queries reached GRPO prompts: ['cisi:2']
+    qmdlab.training.splits.LeakError: held-out queries reached GRPO prompts: ['cisi:2']
     """
     leaked = sorted(set(train) & set(heldout))
     if leaked:

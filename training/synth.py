@@ -7,8 +7,8 @@
 3. ask the teacher to expand each query in the ``hyde:``/``lex:``/``vec:`` format (few-shot
    from the seed data, the passage as context);
 4. keep an example only when the expansion passes the reward's hard gate and scores at least
-   ``min_score`` with :func:`training.reward.score_expansion` (the same rubric GRPO uses);
-5. write the schema of :mod:`training.data` (``category: "synth"``, ``source: docno``).
+   ``min_score`` with :func:`qmdlab.training.reward.score_expansion` (the same rubric GRPO uses);
+5. write the schema of :mod:`qmdlab.training.data` (``category: "synth"``, ``source: docno``).
 
 A *teacher* is any callable ``teacher(prompt: str) -> str``; :func:`llama_teacher` makes one
 from a GGUF model reference (``pkg:…``, ``hf:…`` or a path) through llama-cpp-python, and an

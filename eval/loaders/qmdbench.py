@@ -15,7 +15,7 @@ expected file that matches no file of the corpus stays a judged document nobody 
 (:func:`unmatched_expected` lists them).
 
 ``type`` becomes the query's ``category`` (qmd groups its report by it) and the per-query ``k``
-is kept in :attr:`BenchFixture.queries` for :mod:`eval.qmdbench`'s hit-within-k measures.
+is kept in :attr:`BenchFixture.queries` for :mod:`qmdlab.eval.qmdbench`'s hit-within-k measures.
 """
 from __future__ import annotations
 

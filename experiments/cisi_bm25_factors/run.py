@@ -10,7 +10,7 @@ A. **Raw FTS5 factor table** (CISI). The reference is the plainest FTS5 setup: a
    and a body that repeats the title as a ``# heading`` line — queried the way qmdlab's builder
    did before the query-term-frequency change (prefix terms, stopwords dropped, duplicate words once, weights 1.5/4/1).
    Each row changes exactly one factor, either added to the reference or removed from the
-   emulation, and is scored with :mod:`eval.metrics` (ranx definitions) with paired t /
+   emulation, and is scored with :mod:`qmdlab.eval.metrics` (ranx definitions) with paired t /
    Fisher p-values against its starting point.
 
 C. **Choosing the defaults** (``--part c``): every combination of the boolean knobs and a few

@@ -1,6 +1,6 @@
 """How much can *any* expansion help this pipeline? ΔnDCG@10 of simple, model-free expansions on the
 TRAIN split of each labelled suite (never the held-out side), scored exactly as the GRPO reward scores a
-completion (training.reward.engine_scorer: the engine's filter, strong-signal skip and fusion).
+completion (qmdlab.training.reward.engine_scorer: the engine's filter, strong-signal skip and fusion).
 
 ``python experiments/expansion_headroom/run.py --splits runs/cpu-small/splits.json``
 

@@ -7,7 +7,7 @@ Usage::
 
 ``SUITE`` must be recorded already (``qmdlab eval SUITE --no-expand --no-rerank``) and
 ``LEARNED_DIR`` written by ``qmdlab tune SUITE --no-expand --no-rerank --learn --out LEARNED_DIR``.
-Prints the median milliseconds of :meth:`eval.study.Study.final` (the slider path: fuse,
+Prints the median milliseconds of :meth:`qmdlab.eval.study.Study.final` (the slider path: fuse,
 candidates, blend, finish) for the whole suite per method, and of one relex of all BM25 lists
 (per query). The machine is shared: report ``uptime`` with the numbers.
 """

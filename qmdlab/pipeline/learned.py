@@ -27,7 +27,7 @@ The score is ``prior_scale · rrf`` plus the trees' output (``PipelineConfig.lea
 saved beside the model by ``qmdlab tune --learn``): the model learns corrections to plain RRF,
 so a model with nothing to learn ranks like RRF.
 
-The model file is LightGBM's text format, written by ``qmdlab tune --learn`` (:mod:`eval.learn`)
+The model file is LightGBM's text format, written by ``qmdlab tune --learn`` (:mod:`qmdlab.eval.learn`)
 and named by ``PipelineConfig.learned_model``; it is loaded once per file version. Its feature
 names must be :data:`FEATURES` (a model of another feature set is refused with the fix).
 """

@@ -6,7 +6,7 @@ lexical knobs of :class:`~qmdlab.pipeline.config.PipelineConfig` (``bm25_weight_
 themselves, so :func:`relex` re-runs every recorded ``fts`` list (the original query and each
 ``lex`` line, with the recorded sub-query text) against the index and swaps the new hits in;
 the vector lists, expansions and rerank scores are kept. Then :func:`qmdlab.retune` /
-:class:`eval.study.Study` re-fuse as usual.
+:class:`qmdlab.eval.study.Study` re-fuse as usual.
 
 One BM25 call per recorded list: on CISI (1,460 abstracts, long queries) about 15 ms per query,
 on the default corpus about 2 ms, against ~0.1–0.3 ms per query for a re-fusion

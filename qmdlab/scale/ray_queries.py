@@ -1,6 +1,6 @@
 """``qmdlab eval SUITE --ray``: pipeline traces computed by Ray actors.
 
-:class:`RayQueries` is the ``remote`` of :func:`eval.record.record`: given the judged queries
+:class:`RayQueries` is the ``remote`` of :func:`qmdlab.eval.record.record`: given the judged queries
 that are not in the trace cache and the driver's :class:`qmdlab.Lab`, it starts a pool of
 :class:`QueryActor` s — each opens the same index directory (which therefore must be on a
 filesystem every node sees, at the same path), loads its models **once** from explicit
@@ -88,7 +88,7 @@ class QueryActor:
 
 
 class RayQueries:
-    """``remote`` for :func:`eval.record.record`: traces of query rows from a pool of actors.
+    """``remote`` for :func:`qmdlab.eval.record.record`: traces of query rows from a pool of actors.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""qmdlab.eval.ablation, eval.distributions, eval.thresholds on synthetic traces (no models)."""
+"""qmdlab.eval.ablation, qmdlab.eval.distributions, qmdlab.eval.thresholds on synthetic traces (no models)."""
 from __future__ import annotations
 
 import math

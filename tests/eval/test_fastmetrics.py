@@ -1,4 +1,4 @@
-"""CodedScorer (the slider path's metrics) against eval.metrics.Scorer and ranx.evaluate, and
+"""CodedScorer (the slider path's metrics) against qmdlab.eval.metrics.Scorer and ranx.evaluate, and
 Study's fast path against its polars path, on random traces with ties."""
 from __future__ import annotations
 

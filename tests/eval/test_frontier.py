@@ -200,6 +200,8 @@ def test_recorded_seconds_price_cached_answers_at_the_measured_speed(qmdlab_home
     # query 1 was computed when recorded: its own stage times; query 2 came from the LLM cache: no measurement yet
     assert recorded_seconds(trace, "1", None, models) == pytest.approx(5.01)
     assert recorded_seconds(trace, "2", None, models) is None
+    # earlier recordings' medians (expansion 3 s a query, rerank 0.5 s a document) stand in for no running mean
+    assert recorded_seconds(trace, "2", None, models, ([2.0, 3.0, 9.0], [0.5])) == pytest.approx(0.011 + 3.0 + 1.0)
     speed.observe(expander, "expand", 4.0)
     speed.observe(reranker, "rerank", 3.0, 2)  # 1.5 s a pair
     # 10 ms retrieval + 1 ms (cache lookup) replaced by 4 s + 1 ms lookup + 2 pairs at 1.5 s

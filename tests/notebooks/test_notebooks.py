@@ -118,7 +118,7 @@ def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_cal
     report = defs["cv_report"]
     assert report.folds.height == 2 and report.held_out.height == len(defs["study"].qids)
     assert defs["get_start"]() == report.config  # what the controls are rebuilt from
-    # what the notebook shows is eval.optimise's cross-validation, not something of its own: the
+    # what the notebook shows is qmdlab.eval.optimise's cross-validation, not something of its own: the
     # same call gives the same held-out scores, gain, p-values and tuned config
     direct = cross_validate(defs["study"], base=defs["defaults"], method="coordinate", trials=20, folds=2)
     assert report.held_out.equals(direct.held_out) and report.folds.equals(direct.folds)
@@ -225,7 +225,7 @@ def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
 # -- train -----------------------------------------------------------------------------
 @pytest.fixture
 def run_dir(tmp_path):
-    """A run directory in the format SFT/GRPO write (training.common.append_metrics)."""
+    """A run directory in the format SFT/GRPO write (qmdlab.training.common.append_metrics)."""
     from qmdlab.training import common
 
     run = tmp_path / "runs" / "sft-grpo"
@@ -240,7 +240,7 @@ def run_dir(tmp_path):
 
 @pytest.fixture
 def evaluation_dir(nb_env, tmp_path):
-    """An expander evaluation written by training.evaluate with a rule-based expander."""
+    """An expander evaluation written by qmdlab.training.evaluate with a rule-based expander."""
     from qmdlab.eval.suites import get_suite
     from qmdlab.models.fakes import RuleExpander
     from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
@@ -269,7 +269,7 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     assert 0 <= defs["rule"].total <= 1 and defs["rule"].gate is None
     assert defs["rule"].total == score_expansion(defs["reward_text"], defs["completion"]).total
     # the retrieval term is ΔnDCG@10 of the pipeline searching with the typed lines vs the query
-    # alone (rerank off), recomputed here from the lab and eval.metrics
+    # alone (rerank off), recomputed here from the lab and qmdlab.eval.metrics
     from qmdlab.eval.metrics import per_query
     from qmdlab.pipeline.expand import parse_query_document
 

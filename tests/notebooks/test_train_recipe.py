@@ -14,7 +14,7 @@ RESULTS = {"none": {"ndcg@10": 0.70, "n_queries": 3},
 
 
 def _recipe_run(root, *, summary_evaluate: bool):
-    """A finished recipe run directory as training.cpu_run writes it (no plots yet)."""
+    """A finished recipe run directory as qmdlab.training.cpu_run writes it (no plots yet)."""
     from qmdlab.training import common
 
     run = root / "cpu-small"
@@ -44,7 +44,7 @@ def test_train_notebook_shows_the_recipes_heldout_tables_and_plots(nb_env, monke
     shown = _shown(defs)
     assert shown.run_dir == run
     assert shown.results == {"cisi": RESULTS} and shown.heldout == {"cisi": 3}
-    # the table is the recipe README's (training.evaluate.format_results), the plots are drawn once
+    # the table is the recipe README's (qmdlab.training.evaluate.format_results), the plots are drawn once
     assert "| sft+grpo | 0.7500 | +0.0500 | 0.040 / 0.050 | 2/0 | 0.90 |" in format_results(shown.results["cisi"])
     for png in (run / "rewards.png", run / "heldout.png"):
         assert png.read_bytes()[:8] == PNG

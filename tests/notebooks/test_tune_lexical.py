@@ -1,5 +1,5 @@
 """The tune notebook's BM25 controls: a change re-runs the recorded BM25 lists
-(eval.lexical.LexicalStudy) and the numbers shown are that study's, with no model call."""
+(qmdlab.eval.lexical.LexicalStudy) and the numbers shown are that study's, with no model call."""
 from __future__ import annotations
 
 import marimo as mo

@@ -1,4 +1,4 @@
-"""The ``--ray`` plumbing that needs no Ray: the trace hook of eval.record, the actors' classes run
+"""The ``--ray`` plumbing that needs no Ray: the trace hook of qmdlab.eval.record, the actors' classes run
 in-process, the install hint, the option checks. (tests/scale/test_ray_*.py run the same on Ray.)"""
 from __future__ import annotations
 

