@@ -327,7 +327,7 @@ class Lab:
         the pairs not cached, judged from the reranker's measured speed — and time the pairs computed."""
         from qmdlab.pipeline import speed
 
-        limit_s = cfg.stage_budget_s
+        limit_s, deadline = cfg.stage_budget_s, False
         texts = selected["text"].to_list()
         peek = getattr(self.reranker, "peek_cached", None)
         if cfg.budget_s > 0 and self.reranker is not None and texts and (peek is None or peek(query, texts) is None):
@@ -337,6 +337,7 @@ class Lab:
                 run.note("budget", fit.note)
                 run.note("rerank", "rerank skipped (--budget): fusion order kept")
                 return empty("rerank")
+            deadline = not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
             limit_s = fit.cap_s
         t0 = time.perf_counter()
         res = rerank(self.reranker, query, selected, qid=qid, budget_s=limit_s)
@@ -349,6 +350,9 @@ class Lab:
             speed.observe(self.reranker, "rerank", seconds, computed, persist=cfg.budget_s > 0)
         elif self.reranker is not None and texts and not table.height and limit_s and seconds >= limit_s:
             speed.observe(self.reranker, "rerank", seconds, len(texts), persist=cfg.budget_s > 0)  # at least
+            if deadline:
+                run.note("budget", f"rerank cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s budget "
+                                   "(--budget): fusion order kept")
         return table
 
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:

@@ -86,6 +86,18 @@ def test_rerank_that_would_not_fit_is_skipped_before_it_starts(small_index):
     assert saved["test:slow-reranker"]["rerank"][1] >= 6
 
 
+def test_rerank_never_measured_is_cut_at_the_deadline(small_index):
+    idx, emb = small_index
+    rr = SlowReranker()
+    lab = lab_for(idx, emb, reranker=rr, expand=False, candidate_limit=5, budget_s=0.1)
+    t0 = time.perf_counter()
+    trace = lab.query("git rebase")  # 5 pairs take ~0.25 s; the deadline stops the call at ~0.1 s
+    assert time.perf_counter() - t0 < 0.25 and trace.rerank.height == 0
+    assert any(n.startswith("rerank cut at") and "of the 0.1 s budget (--budget)" in n for n in trace.notes_for("budget"))
+    assert speed.estimate(rr, "rerank") is not None  # a lower bound, so the next query judges before it starts
+    time.sleep(0.3)
+
+
 def test_expansion_judged_and_cut_by_the_deadline(small_index):
     idx, emb = small_index
     ex = SlowExpander(0.3)
