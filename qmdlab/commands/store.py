@@ -13,7 +13,7 @@ import click
 
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
-from qmdlab.output import build_rows
+from qmdlab.output import build_rows, printable
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
 from qmdlab.store.refs import split_address, split_range, strip_scheme
@@ -303,7 +303,7 @@ def register(group: click.Group) -> None:
         if docs.height == 0:
             click.echo("No documents.")
         for docno, docid, title in zip(docs["docno"], docs["docid"], docs["title"]):
-            click.echo(f"{docno}\t#{docid}\t{title}")
+            click.echo(f"{printable(docno)}\t#{docid}\t{printable(title)}")  # format characters escaped
 
     @group.command("cleanup")
     @click.option("--cache", is_flag=True, help="Also clear the LLM cache (expansions, rerank scores).")

@@ -55,3 +55,19 @@ def test_a_path_longer_than_path_max_is_reported_as_skipped(tmp_path):
         rep = idx.update()
     assert rep.new == 1 and rep.skipped >= 1 and rep.skip_counts().get("unreadable", 0) >= 1, rep
     assert any(reason == "unreadable" and docno.startswith("notes/ddd") for docno, reason in rep.skipped_paths)
+
+
+def test_ls_escapes_format_characters(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from qmdlab.cli import cli
+
+    monkeypatch.setenv("QMDLAB_HOME", str(tmp_path / "home"))
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "invoice\u202efdp.md").write_text("# Bill\n\ntotal\n")
+    with Index.open(str(tmp_path / "idx")) as idx:
+        idx.add_collection("notes", root)
+        idx.update()
+    res = CliRunner().invoke(cli, ["--index", str(tmp_path / "idx"), "ls"])
+    assert res.exit_code == 0 and "\u202e" not in res.stdout and "notes/invoice\\u202efdp.md" in res.stdout
