@@ -120,6 +120,24 @@ def time_queries(lab, queries: pl.DataFrame) -> list[float]:
     return out
 
 
+def time_interleaved(labs: dict, queries: pl.DataFrame, warmup: int = 2) -> dict[str, list[float]]:
+    """Wall seconds of each query through each lab, the labs taken in a rotating order per query so
+    that a change of the machine's load during the run falls on all of them alike; each lab first
+    answers ``warmup`` queries untimed (first-call costs: imports, caches, a model's load)."""
+    rows = list(queries.iter_rows(named=True))
+    for lab in labs.values():
+        for r in rows[:warmup]:
+            lab.query(r["query"], intent=r.get("intent") or None, qid=str(r["qid"]))
+    names = list(labs)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for i, r in enumerate(rows):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            labs[name].query(r["query"], intent=r.get("intent") or None, qid=str(r["qid"]))
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
 def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any = None,
                      measured: tuple[Sequence[float], Sequence[float]] = ((), ())) -> float | None:
     """Seconds of one recorded query's stages (all when ``stages`` is None); a model stage answered
@@ -261,11 +279,8 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     runs = {"bm25": hybrid.replace(vector=False), "bm25+vector": hybrid}
     if learned_cfg is not None:
         runs["learned fusion"] = learned_cfg
-    seconds = {}
-    for name, cfg in runs.items():
-        lab = Lab(rec.lab.index, retrieval_models, cfg)
-        lab.query(str(timed["query"][0]))  # warm: first-call costs (imports, caches) are not a query's
-        seconds[name] = _median(time_queries(lab, timed))
+    labs = {name: Lab(rec.lab.index, retrieval_models, cfg) for name, cfg in runs.items()}
+    seconds = {name: _median(v) for name, v in time_interleaved(labs, timed).items()}
     for p in points:
         p.seconds = seconds.get(p.timed_as)
     # trained rerankers of this suite (`qmdlab train reranker` runs): their held-out k-fold scores, timed live
@@ -569,4 +584,4 @@ def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delt
 
 
 __all__ = ["Point", "Frontier", "frontier", "format_table", "plot", "figure", "pick", "parse_pick", "write_pick",
-           "time_queries", "recorded_seconds", "LLM_ROWS"]
+           "time_queries", "time_interleaved", "recorded_seconds", "LLM_ROWS"]

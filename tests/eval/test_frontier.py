@@ -208,3 +208,22 @@ def test_recorded_seconds_price_cached_answers_at_the_measured_speed(qmdlab_home
     assert recorded_seconds(trace, "2", None, models) == pytest.approx(0.010 + 4.0 + 0.001 + 3.0)
     assert recorded_seconds(trace, "2", ["retrieve", "expand"], models) == pytest.approx(4.010)
     speed.reset()
+
+
+def test_timing_interleaves_the_runs_after_a_warm_up():
+    from qmdlab.eval.frontier import time_interleaved
+
+    calls = []
+
+    class Lab:
+        def __init__(self, name):
+            self.name = name
+
+        def query(self, text, **kw):
+            calls.append((self.name, text))
+
+    queries = pl.DataFrame({"qid": ["1", "2", "3"], "query": ["a", "b", "c"], "intent": [None] * 3})
+    out = time_interleaved({"x": Lab("x"), "y": Lab("y")}, queries, warmup=1)
+    assert calls == [("x", "a"), ("y", "a"),                          # warm-up, untimed
+                     ("x", "a"), ("y", "a"), ("y", "b"), ("x", "b"), ("x", "c"), ("y", "c")]
+    assert {k: len(v) for k, v in out.items()} == {"x": 3, "y": 3}
