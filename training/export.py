@@ -28,7 +28,7 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError, ModelError
 
-from qmdlab.training import common
+from qmdlab.training import hardware, rundir
 from qmdlab.training.render import prompt_messages
 
 QUANT_TYPES = ("Q4_K_M", "Q8_0", "Q4_0", "Q5_K_M", "Q6_K", "F16")
@@ -56,7 +56,7 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path) -> Path:
         return out
     model = AutoPeftModelForCausalLM.from_pretrained(str(adapter_dir))
     model.merge_and_unload().save_pretrained(str(out))
-    common.load_tokenizer(adapter_dir).save_pretrained(str(out))
+    hardware.load_tokenizer(adapter_dir).save_pretrained(str(out))
     return out
 
 
@@ -147,17 +147,17 @@ def run_export(cfg: ExportConfig) -> dict:
         ``gguf`` (the f16 file), ``quants`` (type → path), ``family``, sizes in bytes.
     """
     out = Path(cfg.output_dir)
-    done = common.done_result(out)
+    done = rundir.done_result(out)
     if done:
         return done
     src = Path(cfg.model)
     if not src.is_dir():
         raise ConfigError(f"{src} is not a model directory (pass a merged/ or adapter/ folder of a run)")
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     if (src / "adapter_config.json").exists() and not (src / "config.json").exists():
         src = merge_adapter(src, out / "merged")
     family = cfg.family or guess_family(src)
-    tok = common.load_tokenizer(src)
+    tok = hardware.load_tokenizer(src)
     parts = prompt_parts(tok)
     f16 = convert_to_gguf(src, out / f"{cfg.name}-{family}-{cfg.outtype.upper()}.gguf", cfg.outtype)
     files = {cfg.outtype.upper(): f16}
@@ -169,14 +169,14 @@ def run_export(cfg: ExportConfig) -> dict:
         Path(str(path) + ".prompt.json").write_text(json.dumps({**parts, "family": family}, indent=1))
     res = {"gguf": str(f16), "quants": {k: str(v) for k, v in files.items()}, "family": family,
            "sizes": {k: Path(v).stat().st_size for k, v in files.items()}, "source": str(src)}
-    common.append_metrics(out, {"stage": "export", **res})
-    common.write_model_card(out, "qmdlab query expander — GGUF", f"""
+    rundir.append_metrics(out, {"stage": "export", **res})
+    rundir.write_model_card(out, "qmdlab query expander — GGUF", f"""
 Source: `{src}` (chat family `{family}`). Files: {', '.join(f'`{Path(v).name}`' for v in files.values())}.
 Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get('Q4_K_M', f16)} qmdlab query "…"`, or
 `qmdlab.training.export.load_expander(path)` (which also applies the exact training prompt from the
 `.prompt.json` sidecar). Evaluate: `qmdlab train evaluate --expander {files.get('Q4_K_M', f16)}`.
 """)
-    common.mark_done(out, res)
+    rundir.mark_done(out, res)
     return res
 
 
@@ -217,9 +217,9 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.export [--config export.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((ExportConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(ExportConfig, argv)
     return run_export(cfg)
 
 

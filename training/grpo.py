@@ -25,7 +25,7 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from qmdlab.training import common
+from qmdlab.training import hardware, rundir
 from qmdlab.training.data import dedupe, load_examples, to_grpo_record
 from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
 from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
@@ -271,8 +271,8 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = Non
     from trl.import_utils import is_vllm_available
 
     out = Path(cfg.output_dir)
-    flags = common.precision_flags(cfg.precision)
-    tok = common.load_tokenizer(cfg.base)
+    flags = hardware.precision_flags(cfg.precision)
+    tok = hardware.load_tokenizer(cfg.base)
     tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if flags["bf16"] else torch.float32)
     if retrieval is None:
@@ -302,29 +302,29 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = Non
         use_vllm=use_vllm,
         dataloader_num_workers=0,
         **flags,
-        **common.device_flags(),
+        **hardware.device_flags(),
     )
     peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                              target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=build_dataset(cfg),
                           processing_class=tok, peft_config=peft_config,
-                          callbacks=[common.metrics_callback(out, "grpo"), *callbacks])
+                          callbacks=[rundir.metrics_callback(out, "grpo"), *callbacks])
     return trainer, tok
 
 
 def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) -> dict:
     """Train (resuming from the newest checkpoint), save the adapter and merged weights."""
     out = Path(cfg.output_dir)
-    done = common.done_result(out)
+    done = rundir.done_result(out)
     if done:
         return done
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     if retrieval is None:
         retrieval = pipeline_retrieval(cfg)
     trainer, tok = build_trainer(cfg, retrieval=retrieval)
     prompt_qids = sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
     (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
-    result = trainer.train(resume_from_checkpoint=common.last_checkpoint(out / "checkpoints"))
+    result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
     trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
     if not trainer.accelerator.is_main_process:
         return {}
@@ -335,28 +335,28 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
         trainer.model.merge_and_unload().save_pretrained(str(merged_dir))
         tok.padding_side = "right"
         tok.save_pretrained(str(merged_dir))
-    logs = [m for m in common.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
+    logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
     res = {"adapter": str(out / "adapter"), "merged": str(merged_dir) if merged_dir else None,
            "steps": int(result.global_step), "train_loss": float(result.training_loss),
            "first_reward": logs[0]["reward"] if logs else None, "last_reward": logs[-1]["reward"] if logs else None,
            "retrieval_term": retrieval is not None}
-    common.append_metrics(out, {"stage": "grpo", "final": True, **res})
-    common.write_model_card(out, "qmdlab query expander — GRPO", f"""
+    rundir.append_metrics(out, {"stage": "grpo", "final": True, **res})
+    rundir.write_model_card(out, "qmdlab query expander — GRPO", f"""
 Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {', '.join(cfg.lora_targets)}.
 β={cfg.beta}, {cfg.num_generations} generations, max completion {cfg.max_completion_length}, lr {cfg.learning_rate}.
 Reward: rule score × {cfg.rule_weight}{f' + ΔnDCG@10 × {cfg.retrieval_weight}' if retrieval else ' (no retrieval term)'}.
 {res['steps']} steps; mean reward first/last logged step: {res['first_reward']} / {res['last_reward']}.
 Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
 """)
-    common.mark_done(out, res)
+    rundir.mark_done(out, res)
     return res
 
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.grpo [--config grpo.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((GRPORunConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(GRPORunConfig, argv)
     return run_grpo(cfg)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from qmdlab.training import common
+from qmdlab.training import rundir
 
 #: metrics.jsonl keys drawn by :func:`plot_rewards` (TRL logs one mean per reward function).
 REWARD_KEYS = {"rewards/rule/mean": "rule score", "rewards/retrieval/mean": "ΔnDCG@10 (retrieval)",
@@ -23,7 +23,7 @@ def reward_series(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     import math
 
     series: dict[str, list[tuple[int, float]]] = {k: [] for k in REWARD_KEYS}
-    for m in common.read_metrics(run_dir):
+    for m in rundir.read_metrics(run_dir):
         if m.get("stage") != "grpo" or "step" not in m:
             continue
         for k in REWARD_KEYS:

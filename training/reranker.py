@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
-from qmdlab.training import common
+from qmdlab.training import hardware, rundir
 from qmdlab.training.reranker_data import candidate_table, collection_pairs, pair_rows, query_lists
 
 LOSSES = ("lambda", "listnet", "ranknet", "bce")
@@ -302,12 +302,12 @@ def fit(model, rows: list[dict], loss, run_dir: Path, *, stage: str, learning_ra
         per_device_train_batch_size=batch_size, learning_rate=learning_rate, lr_scheduler_type="linear",
         warmup_steps=0.1, seed=seed, data_seed=seed, logging_steps=logging_steps, save_steps=save_steps,
         save_total_limit=1, report_to=[], disable_tqdm=not progress, dataloader_num_workers=0,
-        **({"batch_sampler": "no_duplicates"} if no_duplicates else {}), **common.device_flags())
+        **({"batch_sampler": "no_duplicates"} if no_duplicates else {}), **hardware.device_flags())
     trainer = _trainer_class()(model=model, args=args, train_dataset=dataset, loss=loss,
-                               callbacks=[common.metrics_callback(run_dir.parent, stage)])
+                               callbacks=[rundir.metrics_callback(run_dir.parent, stage)])
     trainer.head_lr = head_lr
     t0 = time.perf_counter()
-    out = trainer.train(resume_from_checkpoint=common.last_checkpoint(run_dir / "checkpoints"))
+    out = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(run_dir / "checkpoints"))
     seconds = time.perf_counter() - t0
     model.save_pretrained(str(run_dir / "model"))
     steps = int(out.global_step)
@@ -473,7 +473,7 @@ def splits(qids: Sequence[str], folds: int, tune_fraction: float, seed: int) -> 
 
 def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tuple[Path, dict]:
     run = Path(cfg.out) / "weak"
-    done = common.done_result(run)
+    done = rundir.done_result(run)
     if done:
         return Path(done["model_dir"]), done
     pairs = collection_pairs(rec.index, [rec.suite.collection], max_pairs=cfg.weak_max_pairs,
@@ -496,15 +496,15 @@ def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tup
     info = {"model_dir": str(res.model_dir), "pairs": len(pairs), "pair_evals": res.pairs, "steps": res.steps,
             "seconds": round(res.seconds, 1), "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
             "train_loss": res.train_loss}
-    common.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
-    common.mark_done(run, info)
+    rundir.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
+    rundir.mark_done(run, info)
     return res.model_dir, info
 
 
 def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path, fit_q: Sequence[str],
                 tune_q: Sequence[str], heldout: Sequence[str], teacher, stage: str, log) -> dict:
     """Fine-tune from ``init_dir`` on ``fit_q``; calibrate + tune the blend on ``tune_q``."""
-    done = common.done_result(run)
+    done = rundir.done_result(run)
     if done:
         return done
     lists = query_lists(rec.table, fit_q, list_size=cfg.list_size, max_positives=cfg.max_positives,
@@ -546,8 +546,8 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
             "lists": len(lists), "pair_evals": res.pairs, "steps": res.steps, "seconds": round(res.seconds, 1),
             "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2), "train_loss": res.train_loss,
             "calibration": list(calib), "blend": _blend_dict(blend_cfg), "tune_ndcg@10": tune_score}
-    common.append_metrics(cfg.out, {"stage": stage, "final": True, **info})
-    common.mark_done(run, info)
+    rundir.append_metrics(cfg.out, {"stage": stage, "final": True, **info})
+    rundir.mark_done(run, info)
     log(f"{stage}: {res.steps} steps, {info['pairs_per_s']} pairs/s, loss {res.train_loss:.4f}, "
         f"blend {info['blend']}")
     return info
@@ -653,7 +653,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
     if not 0 <= cfg.tune_fraction < 1:
         raise ConfigError(f"tune_fraction must be in [0, 1), got {cfg.tune_fraction}")
     out = Path(cfg.out)
-    done = common.done_result(out)
+    done = rundir.done_result(out)
     if done:
         return done
     t0 = time.perf_counter()
@@ -662,7 +662,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         import torch
 
         torch.set_num_threads(cfg.n_threads)
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     rec = record(cfg, log)
     teacher = teacher_scores(cfg.distill)
     qids = sorted(rec.table.filter(pl.col("grade") >= 1)["qid"].unique().to_list())
@@ -729,7 +729,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
     result["model"] = model_ref
     result["seconds"] = round(time.perf_counter() - t0, 1)
     _model_card(cfg, result, out)
-    common.mark_done(out, result)
+    rundir.mark_done(out, result)
     return result
 
 
@@ -738,7 +738,7 @@ def _model_card(cfg: RerankerRunConfig, result: dict, out: Path) -> None:
     if result.get("heldout"):
         table = "```\n" + format_table(pl.DataFrame(result["heldout"])) + "\n```\n"
     auc_line = ", ".join(f"{k} {v:.3f}" for k, v in (result.get("auc") or {}).items() if v is not None)
-    common.write_model_card(out, f"qmdlab cross-encoder reranker — {result['suite']}", f"""
+    rundir.write_model_card(out, f"qmdlab cross-encoder reranker — {result['suite']}", f"""
 Base: `{cfg.base}`; max {cfg.max_length} tokens per pair; loss `{cfg.loss}`; seed {cfg.seed}.
 In-collection pretraining (no labels): {'yes' if cfg.weak else 'no'}.
 Held-out evaluation: {cfg.folds}-fold over {result['queries']} queries (each fold's model never saw its queries;
@@ -766,7 +766,7 @@ class Report(NamedTuple):
 def load_report(out: str | Path) -> Report | None:
     """The stored result of a finished ``qmdlab train reranker`` run directory, or None."""
     d = Path(out)
-    res = common.done_result(d)
+    res = rundir.done_result(d)
     if res is None:
         return None
     held = pl.read_csv(d / "heldout.csv") if (d / "heldout.csv").is_file() else None
@@ -776,9 +776,9 @@ def load_report(out: str | Path) -> Report | None:
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.reranker [--config reranker.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((RerankerRunConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(RerankerRunConfig, argv)
     res = run_reranker(cfg)
     print(json.dumps({k: res.get(k) for k in ("suite", "model", "auc", "seconds")}, indent=1, default=str))
     return res

@@ -20,7 +20,7 @@ import polars as pl
 import yaml
 
 from qmdlab.errors import QmdlabError
-from qmdlab.training import common
+from qmdlab.training import rundir
 
 SCORES = "heldout_scores.parquet"
 RECORDED = "recorded"
@@ -57,12 +57,12 @@ class HeldOutStudy(NamedTuple):
 def is_finished_run(out: str | Path) -> bool:
     """True when ``out`` is a finished reranker run with held-out scores and recorded traces."""
     d = Path(out)
-    return common.done_result(d) is not None and (d / SCORES).is_file() and (d / RECORDED).is_dir()
+    return rundir.done_result(d) is not None and (d / SCORES).is_file() and (d / RECORDED).is_dir()
 
 
 def run_suite_name(out: str | Path) -> str | None:
     """The suite a finished run used (from its ``DONE`` result), or None."""
-    res = common.done_result(out)
+    res = rundir.done_result(out)
     return None if res is None else res.get("suite")
 
 

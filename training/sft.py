@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qmdlab.training import common
+from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, load_examples, to_sft_record
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -70,9 +70,9 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     from trl import SFTConfig, SFTTrainer
 
     out = Path(cfg.output_dir)
-    flags = common.precision_flags(cfg.precision)
+    flags = hardware.precision_flags(cfg.precision)
     dtype = torch.bfloat16 if flags["bf16"] else torch.float32
-    tok = common.load_tokenizer(cfg.base)
+    tok = hardware.load_tokenizer(cfg.base)
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=dtype)
     train = _dataset(load_examples(cfg.train_file))
     evald = _dataset(load_examples(cfg.eval_file)) if cfg.eval_file else None
@@ -97,13 +97,13 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
         **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
         dataloader_num_workers=0,
         **flags,
-        **common.device_flags(),
+        **hardware.device_flags(),
     )
     peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                              target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
                          processing_class=tok, peft_config=peft_config,
-                         callbacks=[common.metrics_callback(out, "sft"), *callbacks])
+                         callbacks=[rundir.metrics_callback(out, "sft"), *callbacks])
     return trainer, tok
 
 
@@ -116,12 +116,12 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         ``adapter``, ``merged`` (paths), ``train_loss``, ``steps``; also stored in ``DONE``.
     """
     out = Path(cfg.output_dir)
-    done = common.done_result(out)
+    done = rundir.done_result(out)
     if done:
         return done
-    common.save_config(cfg, out)
+    rundir.save_config(cfg, out)
     trainer, tok = build_trainer(cfg)
-    resume = common.last_checkpoint(out / "checkpoints")
+    resume = rundir.last_checkpoint(out / "checkpoints")
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
     if not trainer.accelerator.is_main_process:
@@ -136,8 +136,8 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     res = {"adapter": str(out / "adapter"), "merged": str(merged_dir) if merged_dir else None,
            "train_loss": float(result.training_loss), "steps": int(result.global_step),
            "world_size": int(trainer.accelerator.num_processes)}
-    common.append_metrics(out, {"stage": "sft", "final": True, **res})
-    common.write_model_card(out, "qmdlab query expander — SFT", f"""
+    rundir.append_metrics(out, {"stage": "sft", "final": True, **res})
+    rundir.write_model_card(out, "qmdlab query expander — SFT", f"""
 Base model: `{cfg.base}`. Data: `{cfg.train_file}`.
 LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {', '.join(cfg.lora_targets)}; lr {cfg.learning_rate}
 {cfg.lr_scheduler_type}; {res['steps']} optimizer steps; final training loss {res['train_loss']:.4f}.
@@ -145,15 +145,15 @@ Prompt: `/no_think Expand this search query: {{query}}` (Qwen3 chat template, th
 completion: one `hyde:` line, then `lex:` lines, then `vec:` lines.
 Next: `qmdlab train grpo --base {merged_dir or out / 'adapter'}` or `qmdlab train export`.
 """)
-    common.mark_done(out, res)
+    rundir.mark_done(out, res)
     return res
 
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.sft [--config sft.yaml] [--field value ...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((SFTRunConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(SFTRunConfig, argv)
     return run_sft(cfg)
 
 

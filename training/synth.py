@@ -26,7 +26,7 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 
-from qmdlab.training import common
+from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, check_record, load_examples, normalise_query, write_examples
 from qmdlab.training.reward import parse_completion, score_expansion
 
@@ -174,7 +174,7 @@ def hf_teacher(model_dir: str, *, max_tokens: int = 256) -> Teacher:
     """A teacher over a local HF causal-LM directory (greedy decoding with its chat template)."""
     from transformers import AutoModelForCausalLM
 
-    tok = common.load_tokenizer(model_dir)
+    tok = hardware.load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
 
     def teach(prompt: str) -> str:
@@ -217,16 +217,16 @@ def run_synth(cfg: SynthConfig, *, teacher: Teacher | None = None, index=None) -
         for e in kept:
             fh.write(json.dumps({"query": e.query, "source": e.extra.get("source")}, ensure_ascii=False) + "\n")
     stats["total_in_file"] = len(rows)
-    common.save_config(cfg, out.parent)
-    common.append_metrics(out.parent, {"stage": "synth", **stats})
+    rundir.save_config(cfg, out.parent)
+    rundir.append_metrics(out.parent, {"stage": "synth", **stats})
     return stats
 
 
 def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.synth [--config synth.yaml] --collection NAME [...]``."""
-    from trl import TrlParser
+    from qmdlab.training.config import parse_args
 
-    (cfg,) = TrlParser((SynthConfig,)).parse_args_and_config(argv)
+    cfg = parse_args(SynthConfig, argv)
     return run_synth(cfg)
 
 

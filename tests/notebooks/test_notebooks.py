@@ -225,16 +225,16 @@ def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
 # -- train -----------------------------------------------------------------------------
 @pytest.fixture
 def run_dir(tmp_path):
-    """A run directory in the format SFT/GRPO write (qmdlab.training.common.append_metrics)."""
-    from qmdlab.training import common
+    """A run directory in the format SFT/GRPO write (qmdlab.training.rundir.append_metrics)."""
+    from qmdlab.training import rundir
 
     run = tmp_path / "runs" / "sft-grpo"
     for step in range(1, 6):
-        common.append_metrics(run, {"stage": "sft", "step": step, "loss": 2.0 / step, "learning_rate": 2e-4})
+        rundir.append_metrics(run, {"stage": "sft", "step": step, "loss": 2.0 / step, "learning_rate": 2e-4})
     for step in range(1, 4):
-        common.append_metrics(run, {"stage": "grpo", "step": step, "loss": 0.01 * step, "reward": 0.5 + 0.1 * step,
+        rundir.append_metrics(run, {"stage": "grpo", "step": step, "loss": 0.01 * step, "reward": 0.5 + 0.1 * step,
                                     "kl": 0.001 * step})
-    common.append_metrics(run, {"stage": "grpo", "final": True, "train_runtime": 12.5})
+    rundir.append_metrics(run, {"stage": "grpo", "final": True, "train_runtime": 12.5})
     return run
 
 

@@ -15,14 +15,14 @@ RESULTS = {"none": {"ndcg@10": 0.70, "n_queries": 3},
 
 def _recipe_run(root, *, summary_evaluate: bool):
     """A finished recipe run directory as qmdlab.training.cpu_run writes it (no plots yet)."""
-    from qmdlab.training import common
+    from qmdlab.training import rundir
 
     run = root / "cpu-small"
     for step in range(1, 4):
-        common.append_metrics(run / "grpo", {"stage": "grpo", "step": step, "reward": 0.1 * step,
+        rundir.append_metrics(run / "grpo", {"stage": "grpo", "step": step, "reward": 0.1 * step,
                                              "rewards/rule/mean": 0.2, "rewards/retrieval/mean": 0.01 * step})
-    common.append_metrics(run / "evaluate" / "cisi", {"stage": "evaluate", "variant": "none", **RESULTS["none"]})
-    common.append_metrics(run / "evaluate" / "cisi", {"stage": "evaluate", "variant": "sft+grpo",
+    rundir.append_metrics(run / "evaluate" / "cisi", {"stage": "evaluate", "variant": "none", **RESULTS["none"]})
+    rundir.append_metrics(run / "evaluate" / "cisi", {"stage": "evaluate", "variant": "sft+grpo",
                                                       **RESULTS["sft+grpo"]})
     summary = {"base": "smollm2", "splits": {"cisi": {"train": 3, "heldout": 3}},
                "evaluate": {"cisi": RESULTS} if summary_evaluate else {}}

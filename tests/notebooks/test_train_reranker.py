@@ -7,7 +7,7 @@ from .conftest import NB_ARGS, NOTEBOOKS, run_notebook
 
 
 def test_train_notebook_shows_the_heldout_reranker_table(nb_env, monkeypatch, tmp_path):
-    from qmdlab.training import common
+    from qmdlab.training import rundir
 
     run = tmp_path / "rr"
     run.mkdir()
@@ -15,7 +15,7 @@ def test_train_notebook_shows_the_heldout_reranker_table(nb_env, monkeypatch, tm
                           "p_ttest": [1.0, 0.03], "p_fisher": [1.0, 0.04], "wins": [0, 9], "ties": [10, 3],
                           "losses": [0, 2]})
     table.write_csv(run / "heldout.csv")
-    common.mark_done(run, {"suite": "default", "queries": 12, "auc": {"rerank_pooled": 0.8, "fused_pooled": 0.7},
+    rundir.mark_done(run, {"suite": "default", "queries": 12, "auc": {"rerank_pooled": 0.8, "fused_pooled": 0.7},
                            "folds": [], "model": "cross-encoder:/somewhere/model"})
     _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--reranker", str(run), monkeypatch=monkeypatch)
     report = defs["reranker_report"]

@@ -25,7 +25,7 @@ def reranker_run(nb_env, tmp_path):
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.store import Index
-    from qmdlab.training import common
+    from qmdlab.training import rundir
     from qmdlab.training.reranker_data import candidate_table
 
     out = tmp_path / "runs" / "rr"
@@ -44,7 +44,7 @@ def reranker_run(nb_env, tmp_path):
     cands.select("qid", "docno", "chunk_id").with_columns(
         logit=pl.Series(score), rerank_score=pl.Series(score)).write_parquet(out / "heldout_scores.parquet")
     (out / "config.yaml").write_text("suite: default\ncandidates: 20\n", encoding="utf-8")
-    common.mark_done(out, {"suite": "default", "queries": len(held), "model": None})
+    rundir.mark_done(out, {"suite": "default", "queries": len(held), "model": None})
     return out, held
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qmdlab.training import common
+from qmdlab.training import rundir
 from qmdlab.training.data import prepare
 from qmdlab.training.render import qwen3_prompt
 from qmdlab.training.reward import RetrievalReward
@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _metrics(run: Path, stage: str) -> list[dict]:
-    return [m for m in common.read_metrics(run) if m.get("stage") == stage]
+    return [m for m in rundir.read_metrics(run) if m.get("stage") == stage]
 
 
 def _steer_generation(monkeypatch, model_dir, text: str) -> None:

@@ -64,7 +64,7 @@ def test_config_errors_are_user_errors(cli, tmp_path, monkeypatch, args, needle)
 
 def test_set_values_are_yaml_typed_and_coerced(tmp_path):
     from qmdlab.training.commands import _sets
-    from qmdlab.training.common import load_config
+    from qmdlab.training.config import load_config
     from qmdlab.training.sft import SFTRunConfig
 
     sets = _sets(("learning_rate=1e-4", "lora-targets=[q_proj, v_proj]", "merge=false"))
@@ -79,7 +79,7 @@ def test_set_values_are_yaml_typed_and_coerced(tmp_path):
 def test_shipped_configs_load_into_their_dataclasses():
     import yaml
 
-    from qmdlab.training.common import load_config
+    from qmdlab.training.config import load_config
     from qmdlab.training.evaluate import EvaluateConfig
     from qmdlab.training.export import ExportConfig
     from qmdlab.training.grpo import GRPORunConfig

@@ -1,0 +1,47 @@
+"""What a training step needs to know about the machine: precision and device flags for TRL, and
+the tokenizer a step loads (with a pad token, which causal models often lack)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from qmdlab.errors import ConfigError
+
+
+def precision_flags(choice: str = "auto") -> dict[str, bool]:
+    """``bf16``/``fp16`` flags for TRL configs from the hardware (TRL defaults to bf16,
+    which fails on a CPU-only machine).
+
+    >>> precision_flags("fp32")
+    {'bf16': False, 'fp16': False}
+    """
+    if choice == "fp32":
+        return {"bf16": False, "fp16": False}
+    if choice == "bf16":
+        return {"bf16": True, "fp16": False}
+    if choice == "fp16":
+        return {"bf16": False, "fp16": True}
+    if choice != "auto":
+        raise ConfigError(f"precision must be auto|bf16|fp16|fp32, not {choice!r}")
+    import torch
+
+    if torch.cuda.is_available():
+        bf16 = torch.cuda.is_bf16_supported()
+        return {"bf16": bf16, "fp16": not bf16}
+    return {"bf16": False, "fp16": False}
+
+
+def device_flags() -> dict[str, bool]:
+    """``use_cpu`` for TRL configs: on a machine without CUDA the trainer must be told, or an
+    ``accelerate launch`` of several processes would not form a (gloo) process group."""
+    import torch
+
+    return {"use_cpu": not torch.cuda.is_available()}
+
+
+def load_tokenizer(path: str | Path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
