@@ -218,6 +218,7 @@ def register(group: click.Group) -> None:
             from qmdlab.pipeline.config import PipelineConfig
 
             ann_cfg = PipelineConfig(vector_index="hnsw", **({"ann_ef_search": ann_ef} if ann_ef else {})).ann()
+        query = query.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
         hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint,
                              limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None,
                              ann=ann_cfg)

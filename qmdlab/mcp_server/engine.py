@@ -421,6 +421,7 @@ class Engine:
             emb = self.models.embedder
             if emb is None:
                 raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
+            text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
             return vector_search(self.index, emb.embed_query(text), fingerprint=emb.fingerprint, limit=n,
                                  collections=colls, ann=self.config.ann())
 
