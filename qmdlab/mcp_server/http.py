@@ -17,7 +17,8 @@ Security (DNS-rebinding and cross-site protection for a server on a developer ma
 - a ``POST`` whose ``Content-Type`` is not ``application/json`` gets **415**, so a page cannot
   send one cross-site as a "simple" request (a form or ``text/plain``).
 
-Limits (:class:`HttpLimits`): request bodies over :data:`MAX_BODY_BYTES` get **413**, a body
+Limits (:class:`HttpLimits`): request heads over :data:`MAX_HEADER_BYTES` get **431**, request
+bodies over :data:`MAX_BODY_BYTES` **413**, a body
 not received within :data:`BODY_TIMEOUT_S` **408**; a connection that has not sent a whole
 request head within :data:`HEADER_TIMEOUT_S` is closed, an idle kept-alive one after
 :data:`KEEP_ALIVE_S`; an MCP session with no request for :data:`SESSION_IDLE_S` is closed, and
@@ -66,6 +67,8 @@ MAX_BODY_BYTES = 1 << 20
 """Largest request body accepted on any endpoint (bytes); a query is capped far below it."""
 BODY_TIMEOUT_S = 30.0
 """Seconds a request body may take to arrive."""
+MAX_HEADER_BYTES = 16 * 1024
+"""Largest request head accepted (all header names and values); larger ones get 431."""
 HEADER_TIMEOUT_S = 10.0
 """Seconds a connection may take to send a whole request head."""
 KEEP_ALIVE_S = 5
@@ -180,6 +183,11 @@ class OriginHostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            raw = scope.get("headers", [])
+            if sum(len(k) + len(v) + 4 for k, v in raw) > MAX_HEADER_BYTES:
+                await PlainTextResponse(f"request headers over {MAX_HEADER_BYTES} bytes", status_code=431,
+                                        headers={"connection": "close"})(scope, receive, send)
+                return
             headers: dict[str, list[str]] = {}
             for k, v in scope.get("headers", []):
                 headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
@@ -372,7 +380,7 @@ def uvicorn_config(app: ASGIApp, *, host: str, port: int, log_level: str = "warn
     limits = limits or HttpLimits()
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                           http=header_timeout_protocol(limits.header_timeout_s),
-                          timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=16 * 1024)
+                          timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=MAX_HEADER_BYTES)
 
 
 def serve_http(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning") -> None:

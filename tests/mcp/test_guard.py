@@ -106,3 +106,11 @@ def test_two_origin_or_host_headers_and_non_json_posts_are_refused(guard):
         assert _call(guard, headers) == 415, ctype
     assert _call(guard, [host, ("content-type", "application/json; charset=utf-8")]) is None
     assert _call(guard, [host], method="GET") is None  # /health carries no body
+
+
+def test_an_oversized_request_head_gets_431(guard):
+    from qmdlab.mcp_server.http import MAX_HEADER_BYTES
+
+    host = ("host", f"127.0.0.1:{PORT}")
+    assert _call(guard, [host, ("x-big", "a" * (MAX_HEADER_BYTES + 1))], method="GET") == 431
+    assert _call(guard, [host, ("x-ok", "a" * 1000)], method="GET") is None
