@@ -27,7 +27,8 @@ row with a lower median s/query, on the same queries): paired t-test and Fisher 
 by running each query through a fresh :class:`qmdlab.Lab` now (``bm25``: vectors off; every hybrid,
 vector and tuned row: BM25 + vectors — ``timed as`` says which run a row's time is); the LLM rows
 from the LLM recording's stage timings (expansion and the expansion lists for the ``+lex…`` rows,
-the whole pipeline for ``+rerank``). A stage whose answer came from the LLM cache when it was
+the whole pipeline for ``+rerank``; snippet building left out, the recording built it for its
+evaluation depth of 100 results). A stage whose answer came from the LLM cache when it was
 recorded is priced at the model's measured speed instead (:mod:`qmdlab.pipeline.speed`, else the
 medians of earlier recordings with the same models); with no measurement the row has no time and
 stays off the plot. Before the LLM recording runs, its cost is estimated the way the tune notebook
@@ -279,7 +280,9 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     runs = {"bm25": hybrid.replace(vector=False), "bm25+vector": hybrid}
     if learned_cfg is not None:
         runs["learned fusion"] = learned_cfg
-    labs = {name: Lab(rec.lab.index, retrieval_models, cfg) for name, cfg in runs.items()}
+    # timed at a query's own result count (10), not the recording's evaluation depth: snippets are built per result
+    shown = PipelineConfig().limit
+    labs = {name: Lab(rec.lab.index, retrieval_models, cfg.replace(limit=shown)) for name, cfg in runs.items()}
     seconds = {name: _median(v) for name, v in time_interleaved(labs, timed).items()}
     for p in points:
         p.seconds = seconds.get(p.timed_as)
@@ -310,12 +313,14 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
                                             has_expansion=bool(lists.filter(~ORIGINAL).height),
                                             has_rerank=bool(s2.trace.rerank.drop_nulls("rerank_score").height))
                         if v.name in LLM_ROWS]
-            stages_no_rerank = [s for s in s2.trace.timings["stage"].unique().to_list() if s not in ("select", "rerank")]
+            # the recording built snippets for its evaluation depth (100 results), a query shows 10: left out
+            stages_all = [s for s in s2.trace.timings["stage"].unique().to_list() if s != "snippets"]
+            stages_no_rerank = [s for s in stages_all if s not in ("select", "rerank")]
             _, exp_s, rr_s = _measured_seconds(suite, model_fingerprints(models))
             for v in llm_rows:
                 ev = s2.evaluate(s2.config.replace(**v.overrides), lists=v.lists)
                 rerank_row = v.name == "+rerank"
-                secs = _median([recorded_seconds(s2.trace, q, None if rerank_row else stages_no_rerank, models,
+                secs = _median([recorded_seconds(s2.trace, q, stages_all if rerank_row else stages_no_rerank, models,
                                                  (exp_s, rr_s)) for q in s2.qids])
                 cfg = {"+lex+vec+hyde": s2.config.replace(rerank=False), "+rerank": s2.config}.get(v.name)
                 points.append(Point(v.name, v.description + f" ({n_llm} queries)", ev.per_query.select("qid", metric),
@@ -368,7 +373,8 @@ def _trained_reranker(run: Path, rec, retrieval_models, hybrid: PipelineConfig, 
     if ref:
         log(f"frontier: timing the trained reranker {ref}")
         model = load_models(preset, expand="none", rerank=str(ref)).reranker
-        cfg = hybrid.replace(rerank=True, candidate_limit=held.fused.candidate_limit, blend=held.start.blend)
+        cfg = hybrid.replace(rerank=True, candidate_limit=held.fused.candidate_limit, blend=held.start.blend,
+                             limit=PipelineConfig().limit)
         lab = Lab(rec.lab.index, ModelSet(retrieval_models.embedder, None, model), cfg)
         lab.reranker = model  # every pair computed: the LLM cache would answer repeats for free
         secs = _median(time_queries(lab, timed))
