@@ -37,7 +37,9 @@ def test_import_cli_loads_no_command_area():
 
 def test_search_verb_loads_no_heavy_library(tmp_path):
     """``qmdlab search`` on an (empty) index: resolving the verb, opening the index and running BM25."""
-    code = ("from qmdlab.cli import main\n"
+    code = ("from qmdlab.store import Index\n"
+            f"Index.open({str(tmp_path / 'idx')!r}).close()\n"  # reading verbs open existing indexes only
+            "from qmdlab.cli import main\n"
             f"rc = main(['--index', {str(tmp_path / 'idx')!r}, 'search', 'anything'])\n"
             "assert rc == 0, rc")
     assert _loaded_after(code) == []
