@@ -37,5 +37,6 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_TEST_KILL_AT": "Testing: kill the process at the named transaction event (the crash harness).",
     "QMDLAB_REQUIRE_ALL": "Testing: a missing optional prerequisite fails its tests instead of skipping them (CI sets it).",
     "QMDLAB_FUZZ_PROFILE": "Testing: `deep` runs the fuzz and crash tests at full size (`make fuzz`).",
+    "QMDLAB_TEST_RAY_ADDRESS": "Testing: the Ray cluster the scale tests use instead of starting a local one.",
     "QMDLAB_UPDATE_SCREENSHOT": "Testing: `1` lets the browser test rewrite `docs/img/tune-live.png`.",
 }

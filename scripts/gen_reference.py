@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import re
 import sys
 from dataclasses import MISSING, fields
@@ -35,7 +36,7 @@ CONFIG_GROUPS: dict[str, tuple[str, ...]] = {
     "Chunk selection": ("candidate_limit", "intent_term_bonus", "df_filter", "chunker"),
     "Blend": ("blend", "blend_bands", "blend_weights"),
     "Finish": ("min_score", "min_score_fallback", "fallback_max", "limit", "dedupe_content", "tags", "tag_lift"),
-    "Budget": ("stage_budget_s",),
+    "Budget": ("stage_budget_s", "budget_s"),
 }
 
 
@@ -123,16 +124,26 @@ def page_cli() -> str:
 
 
 def page_mcp() -> str:
+    import os
+    import tempfile
+
     from qmdlab.mcp_server.engine import Engine
     from qmdlab.mcp_server.server import build_server
+    from qmdlab.store import Index
 
-    server = build_server(Engine.__new__(Engine))
-    tools = asyncio.run(server.list_tools())
+    with tempfile.TemporaryDirectory() as tmp:  # an empty index and the fake models: the tool list only
+        os.environ["QMDLAB_HOME"] = tmp
+        idx = Index.open(Path(tmp) / "index")
+        try:
+            server = build_server(Engine(idx, preset="fake"))
+            tools = asyncio.run(server.list_tools())
+        finally:
+            idx.close()
     out = ["# MCP tools", "", "The tools `qmdlab mcp` serves (generated from the server's own tool list).", ""]
     for t in sorted(tools, key=lambda t: t.name):
-        out += [f"## `{t.name}`", "", (t.description or "").strip(), ""]
-        props = (t.inputSchema or {}).get("properties", {})
-        required = set((t.inputSchema or {}).get("required", []))
+        out += [f"## `{t.name}`", "", inspect.cleandoc(t.description or ""), ""]
+        props = (t.input_schema or {}).get("properties", {})
+        required = set((t.input_schema or {}).get("required", []))
         if props:
             out += ["| argument | type | required | description |", "|---|---|---|---|"]
             for name, spec in props.items():
