@@ -181,7 +181,7 @@ RECORDED_VARIANTS: dict[str, RecordedVariant] = {
     "no-skip": RecordedVariant("no strong-signal skip", {"strong_signal": False},
                                "own recording: every query expanded (skip off)", _skip_inert),
 }
-"""Recorded variants by ``--variants`` name (see the module table)."""
+"""RecordingInfo variants by ``--variants`` name (see the module table)."""
 
 
 def check_variant(name: str, flag: str = "--variants") -> str:
@@ -298,7 +298,7 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
     chunkers : dict of name → Evaluation, optional
         Rows evaluated on other recordings (:func:`chunker_evaluations`), compared per query.
     recorded : dict of row → RecordedRow, optional
-        Recorded-variant rows (:func:`variant_evaluations`), compared per query the same way.
+        RecordingInfo-variant rows (:func:`variant_evaluations`), compared per query the same way.
 
     Returns
     -------

@@ -4,7 +4,7 @@
 knobs (``bm25_weight_*``, ``bm25_prefix``, ``bm25_stopwords``, ``bm25_query_tf``, ``bm25_mode``,
 ``bm25_min_match``) cannot change anything there. :class:`LexicalStudy` wraps a study and the
 suite's index: a config whose lexical knobs differ from the recorded ones gets its BM25 lists
-re-run by :func:`qmdlab.pipeline.relex.relex` (once per knob setting, for every query; cached),
+re-run by :func:`qmdlab.pipeline.rerun_bm25.rerun_bm25` (once per knob setting, for every query; cached),
 then the usual re-fusion. It has the interface the optimiser and the tune notebook use
 (``qids``, ``config``, ``evaluate``, ``score``, ``subset``), so lexical knobs can be tuned with
 the same cross-validation (:data:`LEXICAL_SPACE`).
@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.relex import RelexCache, lexical_key, relex
+from qmdlab.pipeline.rerun_bm25 import Bm25RerunCache, lexical_key, rerun_bm25
 
 from .optimise import Param
 from .study import Evaluation, Study
@@ -41,14 +41,14 @@ class LexicalStudy:
     ----------
     study : Study
     index : qmdlab.store.Index
-    cache : RelexCache, optional
+    cache : Bm25RerunCache, optional
         Shared between a study and its :meth:`subset` s (cross-validation folds).
     """
 
-    def __init__(self, study: Study, index: Any, cache: RelexCache | None = None):
+    def __init__(self, study: Study, index: Any, cache: Bm25RerunCache | None = None):
         self.study = study
         self.index = index
-        self.cache = cache if cache is not None else RelexCache(maxsize=64)
+        self.cache = cache if cache is not None else Bm25RerunCache(maxsize=64)
         self._studies: dict[tuple, Study] = {}
         self._source: tuple["LexicalStudy", list[str]] | None = None  # (parent, qids) of a subset
 
@@ -79,7 +79,7 @@ class LexicalStudy:
                 parent, keep = self._source
                 self._studies[key] = parent.for_config(config).subset(keep)
             else:
-                lists = relex(self.study.trace.lists, self.index, config, cache=self.cache)
+                lists = rerun_bm25(self.study.trace.lists, self.index, config, cache=self.cache)
                 trace = dataclasses.replace(self.study.trace, lists=lists)
                 self._studies[key] = Study(trace, self.study.qrels, metrics=self.study.metrics,
                                            config=self.study.config, docs=self.study.docs)

@@ -103,7 +103,7 @@ class Recording(NamedTuple):
     lab: Any = None
 
 
-class Recorded(NamedTuple):
+class RecordingInfo(NamedTuple):
     """One recording in a suite's trace cache (see :func:`recorded`).
 
     Attributes
@@ -261,38 +261,6 @@ def open_lab(suite: Suite, models: Any = None, config: PipelineConfig | None = N
     idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log,
                         chunker=config.chunker)
     return Lab(idx, models, config)
-
-
-class Tier(NamedTuple):
-    """A recording a front end offers (:func:`tiers`): a config and the model roles it needs.
-
-    Attributes
-    ----------
-    name : str
-    config : PipelineConfig
-    roles : dict
-        ``load_models`` per-role overrides (``{"expand": "none", "rerank": "none"}`` for retrieval).
-    """
-
-    name: str
-    config: PipelineConfig
-    roles: dict
-
-
-def tiers(suite: Suite) -> list[Tier]:
-    """What can be recorded for ``suite``, cheapest first: the retrieval tier (BM25 + vectors, no
-    LLM; what ``make demo`` records on every query), the demo's LLM tier (expansion + rerank of
-    the top 5) and the suite's full pipeline. The same config and model roles give the same
-    cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
-
-    >>> [t.name for t in tiers(__import__("qmdlab.eval.suites").eval.suites.get_suite("default"))][0]
-    'retrieval: BM25 + vectors, no LLM'
-    """
-    base = suite_config(suite)
-    return [Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False),
-                 {"expand": "none", "rerank": "none"}),
-            Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
-            Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {})]
 
 
 def depth_config(config: PipelineConfig, depth: int = EVAL_DEPTH) -> PipelineConfig:
@@ -531,7 +499,7 @@ def describe(config: PipelineConfig, models: Sequence[str] | None = None) -> str
     return "+".join(parts)
 
 
-def recorded(suite: Suite) -> list[Recorded]:
+def recorded(suite: Suite) -> list[RecordingInfo]:
     """The recordings of ``suite`` in its trace cache that are still valid (same suite content,
     trace schema and config options), most queries first, then the richest."""
     root = cache_root(suite)
@@ -551,24 +519,8 @@ def recorded(suite: Suite) -> list[Recorded]:
         if not qids:
             continue
         label = f"{describe(config, models)} · {len(qids)} queries" + (f" · {info['name']}" if info.get("name") else "")
-        out.append(Recorded(key, config, models, qids, label, info.get("name", ""), manifest.stat().st_mtime))
+        out.append(RecordingInfo(key, config, models, qids, label, info.get("name", ""), manifest.stat().st_mtime))
     return sorted(out, key=lambda r: (-len(r.qids), -len(describe(r.config, r.models)), -r.mtime))
-
-
-def picker_choices(available: list[Recorded], new_key: str | None = None) -> tuple[dict[str, str], str | None]:
-    """``({label: key}, label to preselect)`` for a recording picker: the one just recorded
-    (``new_key``), else the first of :func:`recorded`'s order (most queries: after ``make demo``,
-    its retrieval tier on every query), else ``None`` when nothing is recorded.
-
-    >>> a = Recorded("k1", PipelineConfig(), [], ["1", "2"], "A · 2 queries", "", 0.0)
-    >>> b = Recorded("k2", PipelineConfig(), [], ["1"], "B · 1 queries", "", 0.0)
-    >>> picker_choices([a, b], "k2")
-    ({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'B · 1 queries')
-    >>> picker_choices([a, b]), picker_choices([])
-    (({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'A · 2 queries'), ({}, None))
-    """
-    chosen = next((r.label for r in available if r.key == new_key), None)
-    return {r.label: r.key for r in available}, chosen or (available[0].label if available else None)
 
 
 def outdated(suite: Suite) -> int:

@@ -60,7 +60,7 @@ class Evaluation(NamedTuple):
 
 
 class Study:
-    """Recorded traces + qrels, evaluated under new configs without models.
+    """RecordingInfo traces + qrels, evaluated under new configs without models.
 
     Parameters
     ----------

@@ -25,7 +25,7 @@ with app.setup:
 
     from qmdlab.eval.ablation import ablate
     from qmdlab.eval.distributions import score_distributions, summary
-    from qmdlab.eval import record
+    from qmdlab.eval import choices, record
     from qmdlab.eval.study import Study
     from qmdlab.eval import suites
     from qmdlab.eval.thresholds import best_threshold, threshold_curve
@@ -64,7 +64,7 @@ def _(limit, preset, suite_picker):
     # Recording the suite's full pipeline is an explicit choice; its cost is shown first.
     suite = suites.get_suite(suite_picker.value)
     suite.check()
-    tier = record.tiers(suite)[-1]
+    tier = choices.tiers(suite)[-1]
     tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
     cost = record.estimate(suite, tier_models, tier.config, limit=limit)
     record_button = mo.ui.run_button(label=f"Record {tier.name} ({cost.to_run} queries)", kind="warn",
@@ -95,7 +95,7 @@ def _(new_key, suite):
 
 @app.cell
 def _(available, new_key):
-    _choices, _chosen = record.picker_choices(available, new_key)
+    _choices, _chosen = choices.picker_choices(available, new_key)
     recording_picker = mo.ui.dropdown(_choices, value=_chosen, label="recording")
     return (recording_picker,)
 

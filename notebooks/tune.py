@@ -37,7 +37,7 @@ with app.setup(hide_code=True):
     from matplotlib.figure import Figure
 
     from qmdlab.eval import optimise
-    from qmdlab.eval import record
+    from qmdlab.eval import choices, record
     from qmdlab.eval.lexical import LexicalStudy
     from qmdlab.eval.study import Study
     from qmdlab.eval import suites
@@ -318,8 +318,8 @@ def _(limit, reranker_arg, suite_picker):
     # dependency order, whatever their place on the page).
     suite = suites.get_suite(suite_picker.value)
     suite.check()
-    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(record.tiers(suite))},
-                                 value=record.tiers(suite)[-1].name, label="record")
+    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(choices.tiers(suite))},
+                                 value=choices.tiers(suite)[-1].name, label="record")
     record_queries = mo.ui.number(1, record.judged_queries(suite).height, step=1,
                                   value=limit or record.judged_queries(suite).height, label="queries")
     # Trained cross-encoder runs of this suite (runs/* and --reranker DIR) offered as the rerank source.
@@ -334,7 +334,7 @@ def _(limit, reranker_arg, suite_picker):
 @app.cell
 def _(preset, record_queries, suite, tier_picker):
     # Recording is an explicit choice: what it costs is shown before anything runs.
-    tier = record.tiers(suite)[tier_picker.value]
+    tier = choices.tiers(suite)[tier_picker.value]
     tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
     cost = record.estimate(suite, tier_models, tier.config, limit=int(record_queries.value))
     record_button = mo.ui.run_button(label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load",
@@ -350,7 +350,7 @@ def _(new_key, suite):
 
 @app.cell
 def _(available, new_key):
-    _choices, _chosen = record.picker_choices(available, new_key)
+    _choices, _chosen = choices.picker_choices(available, new_key)
     recording_picker = mo.ui.dropdown(_choices, value=_chosen, label="recording")
     return (recording_picker,)
 

@@ -8,7 +8,7 @@
 ``fuse``       fusion methods (``qmd_rrf``, ``rrf``, ``norm_sum``, ``gated_rrf``,
                ``wsum_minmax``, ``combmnz``, ``learned``) → ``fused``; candidates
 ``learned``    ``fusion=learned``: trace features and the LightGBM lambdarank model
-``relex``      re-run recorded BM25 lists under other lexical knobs (index needed)
+``rerun_bm25``      re-run recorded BM25 lists under other lexical knobs (index needed)
 ``select``     best chunk per candidate for the reranker
 ``rerank``     cached, fail-open reranking → ``rerank``
 ``blend``      blend methods (``position``, ``score``, ``rerank_only``, ``none``) → ``final``

@@ -31,7 +31,7 @@ base config gives a ``tag_lift`` (``qmdlab query --prefer-tag``, the MCP ``query
 ``preferTags``, the explore notebook): :meth:`PipelineConfig.tag_preference`."""
 LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
              "original_trigram")
-KEY_OPTIONAL = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
+OMITTED_AT_DEFAULT = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
                           "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search",
                           "weight_original_heading", "budget_s"})
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
@@ -281,7 +281,7 @@ class PipelineConfig:
             from qmdlab.store.chunkers import check_chunker
 
             check_chunker(self.chunker, "option 'chunker':")
-        for name in sorted(KEY_OPTIONAL):
+        for name in sorted(OMITTED_AT_DEFAULT):
             if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "
                                   f"got {getattr(self, name)!r}")
@@ -447,7 +447,7 @@ class PipelineConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (tuples become lists) so it round-trips through YAML/JSON.
 
-        Options in :data:`KEY_OPTIONAL` are left out while they hold their default (the
+        Options in :data:`OMITTED_AT_DEFAULT` are left out while they hold their default (the
         trace-cache key of older configs must not change).
 
         >>> PipelineConfig.from_dict(PipelineConfig().to_dict()) == PipelineConfig()
@@ -458,7 +458,7 @@ class PipelineConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in KEY_OPTIONAL and value == f.default:
+            if f.name in OMITTED_AT_DEFAULT and value == f.default:
                 continue
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
@@ -562,4 +562,4 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 __all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS",
-           "KEY_OPTIONAL", "DEFAULT_TAG_LIFT"]
+           "OMITTED_AT_DEFAULT", "DEFAULT_TAG_LIFT"]

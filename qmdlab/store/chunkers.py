@@ -3,7 +3,7 @@
 =====================  ==================================================================================
 chunker                what a chunk is
 =====================  ==================================================================================
-``breakpoints``        qmd's chunker (:func:`qmdlab.store.chunking.chunk_spans`): a cut near every
+``breakpoints``        qmd's chunker (:func:`qmdlab.store.breakpoints.chunk_spans`): a cut near every
                        ``max_chars`` at the best-scoring break point, 15 % overlap. The default.
 ``headings``           one section (a heading line up to the next heading of any level, outside code
                        fences); a section shorter than ``min_chars`` joins the next one (a title heading
@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 
 from qmdlab.errors import ConfigError
-from qmdlab.store.chunking import (CHUNK_OVERLAP_CHARS, CHUNK_SIZE_CHARS, CHUNK_WINDOW_CHARS, chunk_spans,
+from qmdlab.store.breakpoints import (CHUNK_OVERLAP_CHARS, CHUNK_SIZE_CHARS, CHUNK_WINDOW_CHARS, chunk_spans,
                                    find_code_fences, find_tables, heading_paths)
 
 CHUNKERS = ("breakpoints", "headings", "fences-and-tables")

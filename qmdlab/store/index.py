@@ -26,7 +26,7 @@ The class is assembled from one module per concern, each a mixin this module com
 - :mod:`qmdlab.store.content` — content-addressed text, chunks, garbage collection;
 - :mod:`qmdlab.store.documents` — reading: ``documents``, ``get``, ``chunks``, :class:`Document`;
 - :mod:`qmdlab.store.vectors` — storing and loading vectors, :class:`VectorMatrix`;
-- :mod:`qmdlab.store.capacity` — counts against :mod:`qmdlab.store.limits`.
+- :mod:`qmdlab.store.usage` — counts against :mod:`qmdlab.store.limits`.
 
 This module keeps the connection, the write transaction and ``status``.
 """
@@ -45,7 +45,7 @@ from qmdlab.paths import resolve_index_dir
 from qmdlab.terms import space_cjk
 from qmdlab.store import schema, testhooks
 from qmdlab.store.cache import LLMCache
-from qmdlab.store.capacity import CapacityMixin
+from qmdlab.store.usage import UsageMixin
 from qmdlab.store.catalog import CatalogMixin
 from qmdlab.store.content import ContentMixin
 from qmdlab.store.documents import Document, DocumentsMixin, docid_of
@@ -98,7 +98,7 @@ def no_index_message(directory: Path, name_or_path: object = None) -> str:
             "`qmdlab collection add PATH`")
 
 
-class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, CapacityMixin):
+class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, UsageMixin):
     """An index directory; open it with :meth:`Index.open`."""
 
     def __init__(self, directory: Path):

@@ -2,7 +2,7 @@
 
 :class:`VectorsMixin` is one part of :class:`~qmdlab.store.Index` (it uses the index's
 ``conn``, ``_lock``, ``transaction``, ``_coll_clause`` and the capacity check of
-:mod:`qmdlab.store.capacity`); the in-memory matrices live in ``Index._vectors`` until the next
+:mod:`qmdlab.store.usage`); the in-memory matrices live in ``Index._vectors`` until the next
 write.
 
 A vector belongs to the chunk it was computed from: it is stored only for a chunk that exists

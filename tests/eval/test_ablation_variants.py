@@ -1,4 +1,4 @@
-"""Recorded-variant ablation rows (``qmdlab eval --ablate --variants``): each feature that changes what is
+"""RecordingInfo-variant ablation rows (``qmdlab eval --ablate --variants``): each feature that changes what is
 retrieved is the same queries recorded again with its config overrides (fake models, a ten-document suite)."""
 from __future__ import annotations
 

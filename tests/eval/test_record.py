@@ -6,7 +6,7 @@ import shutil
 import polars as pl
 import pytest
 
-from qmdlab.eval import record
+from qmdlab.eval import choices, record
 from qmdlab.eval.study import Study
 from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
@@ -62,7 +62,7 @@ def test_study_for_suite_is_the_same_door(suite, qmdlab_home):
 
 
 def test_tiers_share_keys_with_the_demo_configs(suite):
-    names = [t.name for t in record.tiers(suite)]
+    names = [t.name for t in choices.tiers(suite)]
     assert names[0].startswith("retrieval") and len(names) == 3
-    assert record.tiers(suite)[0].config == PipelineConfig(expand=False, rerank=False)
-    assert record.tiers(suite)[1].config == PipelineConfig(candidate_limit=5)
+    assert choices.tiers(suite)[0].config == PipelineConfig(expand=False, rerank=False)
+    assert choices.tiers(suite)[1].config == PipelineConfig(candidate_limit=5)

@@ -334,7 +334,7 @@ def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, mo
     the retrieval tier on every query by default and offers the LLM tier, without a model call."""
     import importlib.util
 
-    from qmdlab.eval import record
+    from qmdlab.eval import choices, record
     from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import PipelineConfig
 
@@ -362,6 +362,6 @@ def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, mo
     assert len(picked["study"].qids) == 3 and picked["defaults"].candidate_limit == 5
     assert picked["study"].trace.rerank.height > 0  # the LLM tier's rerank scores, from the cache
     # the demo's LLM tier is one of the notebook's tiers: recording more of it extends the same cache
-    tier = next(t for t in record.tiers(get_suite("default")) if t.config.candidate_limit == 5)
+    tier = next(t for t in choices.tiers(get_suite("default")) if t.config.candidate_limit == 5)
     assert record.cache_key(get_suite("default"), record.depth_config(tier.config),
                             __import__("qmdlab.models", fromlist=["load_models"]).load_models("fake")) == llm.key

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from qmdlab.store import Index
-from qmdlab.store.chunking import find_code_fences
+from qmdlab.store.breakpoints import find_code_fences
 
 from .conftest import check_consistency, checksums, cli_cmd, cli_env
 

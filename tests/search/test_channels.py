@@ -9,7 +9,7 @@ import json
 import pytest
 
 from qmdlab.models.base import ModelSet
-from qmdlab.pipeline.config import KEY_OPTIONAL, PipelineConfig
+from qmdlab.pipeline.config import OMITTED_AT_DEFAULT, PipelineConfig
 from qmdlab.pipeline.lab import Lab
 from qmdlab.search import SearchFilters, bm25_search
 from qmdlab.search import channels as ch
@@ -123,7 +123,7 @@ def test_heading_channel_counts_query_terms_in_section_headings(tmp_path):
 
 def test_new_options_stay_out_of_the_trace_cache_key_while_default():
     keys = set(PipelineConfig().to_dict())
-    assert not keys & KEY_OPTIONAL and keys | KEY_OPTIONAL == set(PipelineConfig.field_names())
+    assert not keys & OMITTED_AT_DEFAULT and keys | OMITTED_AT_DEFAULT == set(PipelineConfig.field_names())
     on = PipelineConfig(weight_original_trigram=1.0)
     assert on.to_dict()["weight_original_trigram"] == 1.0 and PipelineConfig.from_dict(on.to_dict()) == on
     assert PipelineConfig.from_dict({"weight_original_like": 2}).weight_original_like == 2.0
@@ -135,7 +135,7 @@ def test_new_options_stay_out_of_the_trace_cache_key_while_default():
     payload = json.dumps(PipelineConfig().to_dict(), sort_keys=True)
     assert hashlib.sha256(payload.encode()).hexdigest()[:16] == DEFAULT_KEY, (
         "PipelineConfig().to_dict() changed: every cached eval trace is invalidated. A new option must be "
-        "left out of to_dict() while it holds its default (add it to KEY_OPTIONAL).")
+        "left out of to_dict() while it holds its default (add it to OMITTED_AT_DEFAULT).")
 
 
 DEFAULT_KEY = "34c056a43ae878a1"

@@ -11,7 +11,7 @@ import pytest
 from qmdlab.errors import ConfigError
 from qmdlab.store.chunkers import (CHUNKERS, HEADING_MIN_CHARS, LEGACY_FINGERPRINT, check_chunker,
                                    chunker_fingerprint, spans)
-from qmdlab.store.chunking import (CHUNK_SIZE_CHARS, chunk_spans, find_code_fences, find_tables,
+from qmdlab.store.breakpoints import (CHUNK_SIZE_CHARS, chunk_spans, find_code_fences, find_tables,
                                    heading_paths)
 from qmdlab.store.content import chunk_text
 from qmdlab.store.frontmatter import parse_front_matter

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from qmdlab.store.chunking import (
+from qmdlab.store.breakpoints import (
     CHUNK_OVERLAP_CHARS,
     CHUNK_SIZE_CHARS,
     CHUNK_WINDOW_CHARS,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from qmdlab.store.chunking import chunk_spans, find_tables
+from qmdlab.store.breakpoints import chunk_spans, find_tables
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 

@@ -1,6 +1,6 @@
 """Capacity of an index against :mod:`qmdlab.store.limits`: documents, chunks, vector bytes.
 
-:class:`CapacityMixin` is one part of :class:`~qmdlab.store.Index`; the counts are kept in
+:class:`UsageMixin` is one part of :class:`~qmdlab.store.Index`; the counts are kept in
 ``Index._capacity`` until this object's next write or another connection's commit (``PRAGMA
 data_version``), which also drops the in-memory vector matrices.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from qmdlab.store import limits
 
 
-class CapacityMixin:
+class UsageMixin:
     """Counts against the limits, cached until the data changes."""
 
     def _drop_stale_caches(self) -> None:

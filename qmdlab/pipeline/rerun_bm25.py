@@ -3,7 +3,7 @@
 :func:`qmdlab.retune` never touches the index, so it cannot change what BM25 returned. The
 lexical knobs of :class:`~qmdlab.pipeline.config.PipelineConfig` (``bm25_weight_*``,
 ``bm25_prefix``, ``bm25_stopwords``, ``bm25_mode``, ``bm25_min_match``) change the BM25 lists
-themselves, so :func:`relex` re-runs every recorded ``fts`` list (the original query and each
+themselves, so :func:`rerun_bm25` re-runs every recorded ``fts`` list (the original query and each
 ``lex`` line, with the recorded sub-query text) against the index and swaps the new hits in;
 the vector lists, expansions and rerank scores are kept. Then :func:`qmdlab.retune` /
 :class:`qmdlab.eval.study.Study` re-fuse as usual.
@@ -11,7 +11,7 @@ the vector lists, expansions and rerank scores are kept. Then :func:`qmdlab.retu
 One BM25 call per recorded list: on CISI (1,460 abstracts, long queries) about 15 ms per query,
 on the default corpus about 2 ms, against ~0.1–0.3 ms per query for a re-fusion
 (``experiments/refuse_timing/``)
-(``tests/pipeline/test_relex.py`` checks equality with a fresh pipeline run). A :class:`RelexCache`
+(``tests/pipeline/test_rerun_bm25.py`` checks equality with a fresh pipeline run). A :class:`Bm25RerunCache`
 remembers the lists per knob setting, so moving a fusion slider after a lexical one costs
 nothing.
 """
@@ -28,7 +28,7 @@ from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 LEXICAL_FIELDS = ("bm25_mode", "bm25_min_match", "bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body",
                   "bm25_prefix", "bm25_stopwords", "bm25_query_tf")
-"""The :class:`PipelineConfig` fields that change BM25 results (and need :func:`relex`)."""
+"""The :class:`PipelineConfig` fields that change BM25 results (and need :func:`rerun_bm25`)."""
 
 
 def lexical_key(config: PipelineConfig) -> tuple:
@@ -36,7 +36,7 @@ def lexical_key(config: PipelineConfig) -> tuple:
     return tuple(getattr(config, f) for f in LEXICAL_FIELDS) + (config.list_limit,)
 
 
-class RelexCache:
+class Bm25RerunCache:
     """``{lexical_key: lists}`` for one recorded ``lists`` table (the notebook keeps one)."""
 
     def __init__(self, maxsize: int = 32):
@@ -52,8 +52,8 @@ class RelexCache:
         self._store[key] = lists
 
 
-def relex(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, collections: Sequence[str] | None = None,
-          cache: RelexCache | None = None) -> pl.DataFrame:
+def rerun_bm25(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, collections: Sequence[str] | None = None,
+          cache: Bm25RerunCache | None = None) -> pl.DataFrame:
     """``lists`` with every ``fts`` list re-run by BM25 under ``config``'s lexical knobs.
 
     Parameters
@@ -66,7 +66,7 @@ def relex(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, collection
         Lexical knobs, ``list_limit`` and the list weights of the new lists.
     collections : sequence of str, optional
         Restrict the searches (as the recorded run did).
-    cache : RelexCache, optional
+    cache : Bm25RerunCache, optional
         Reuse the lists of a knob setting seen before.
 
     Returns
@@ -99,9 +99,9 @@ def relex(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, collection
     return out
 
 
-def relex_trace(trace: Trace, index: Any, config: PipelineConfig, **kwargs: Any) -> Trace:
-    """``trace`` with :func:`relex` lists (fused/final are stale until :func:`qmdlab.retune`)."""
-    return dataclasses.replace(trace, lists=relex(trace.lists, index, config, **kwargs))
+def rerun_bm25_trace(trace: Trace, index: Any, config: PipelineConfig, **kwargs: Any) -> Trace:
+    """``trace`` with :func:`rerun_bm25` lists (fused/final are stale until :func:`qmdlab.retune`)."""
+    return dataclasses.replace(trace, lists=rerun_bm25(trace.lists, index, config, **kwargs))
 
 
-__all__ = ["relex", "relex_trace", "RelexCache", "LEXICAL_FIELDS", "lexical_key"]
+__all__ = ["rerun_bm25", "rerun_bm25_trace", "Bm25RerunCache", "LEXICAL_FIELDS", "lexical_key"]

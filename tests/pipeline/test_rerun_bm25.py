@@ -8,7 +8,7 @@ from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.lab import Lab
-from qmdlab.pipeline.relex import LEXICAL_FIELDS, RelexCache, relex, relex_trace
+from qmdlab.pipeline.rerun_bm25 import LEXICAL_FIELDS, Bm25RerunCache, rerun_bm25, rerun_bm25_trace
 from qmdlab.pipeline.retune import retune
 
 RULES = {"git rebase branch": [("lex", "rebase commit onto branch"), ("vec", "merge branch commit")]}
@@ -22,8 +22,8 @@ def _lists(lists):
 
 
 @pytest.mark.parametrize("knobs", KNOBS)
-def test_relex_equals_a_fresh_run(small_index, knobs):
-    """relex(recorded lists, new knobs) == the lists a fresh pipeline run with those knobs records."""
+def test_rerun_bm25_equals_a_fresh_run(small_index, knobs):
+    """rerun_bm25(recorded lists, new knobs) == the lists a fresh pipeline run with those knobs records."""
     idx, emb = small_index
     models = ModelSet(emb, RuleExpander(RULES), None)
     base = PipelineConfig(rerank=False, strong_signal_min=2.0)  # never skip expansion: same routes in both runs
@@ -31,23 +31,23 @@ def test_relex_equals_a_fresh_run(small_index, knobs):
     new = base.replace(**knobs)
     fresh = Lab(idx, models, new).query("git rebase branch")
     assert set(recorded.lists["query_type"]) == {"original", "lex", "vec"}
-    got = relex(recorded.lists, idx, new)
+    got = rerun_bm25(recorded.lists, idx, new)
     assert _lists(got).equals(_lists(fresh.lists))
-    assert retune(relex_trace(recorded, idx, new), new).final.select("docno", "final_rank").equals(
+    assert retune(rerun_bm25_trace(recorded, idx, new), new).final.select("docno", "final_rank").equals(
         fresh.final.select("docno", "final_rank"))
 
 
-def test_relex_keeps_vector_rows_and_uses_the_cache(small_index):
+def test_rerun_bm25_keeps_vector_rows_and_uses_the_cache(small_index):
     idx, emb = small_index
     base = PipelineConfig(rerank=False, expand=False)
     trace = Lab(idx, ModelSet(emb, None, None), base).query("git rebase")
-    cache = RelexCache()
+    cache = Bm25RerunCache()
     cfg = base.replace(bm25_weight_title=0.0, bm25_weight_filepath=0.0)
-    a = relex(trace.lists, idx, cfg, cache=cache)
+    a = rerun_bm25(trace.lists, idx, cfg, cache=cache)
     assert a.filter(pl.col("source") == "vec").equals(trace.lists.filter(pl.col("source") == "vec"))
-    assert relex(trace.lists, idx, cfg, cache=cache) is a  # second call: from the cache
-    assert relex(trace.lists, idx, cfg.replace(rrf_k=5), cache=cache) is a  # not a lexical knob
-    assert relex(trace.lists, idx, base, cache=cache) is not a
+    assert rerun_bm25(trace.lists, idx, cfg, cache=cache) is a  # second call: from the cache
+    assert rerun_bm25(trace.lists, idx, cfg.replace(rrf_k=5), cache=cache) is a  # not a lexical knob
+    assert rerun_bm25(trace.lists, idx, base, cache=cache) is not a
 
 
 def test_lexical_fields_are_config_fields():

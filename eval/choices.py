@@ -1,0 +1,59 @@
+"""What the notebooks offer to record and open: the recording tiers of a suite and the recording
+picker's choices (the same for the tune and evaluate notebooks)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from qmdlab.eval.record import RecordingInfo, suite_config
+from qmdlab.eval.suites import Suite
+from qmdlab.pipeline.config import PipelineConfig
+
+
+class Tier(NamedTuple):
+    """A recording a front end offers (:func:`tiers`): a config and the model roles it needs.
+
+    Attributes
+    ----------
+    name : str
+    config : PipelineConfig
+    roles : dict
+        ``load_models`` per-role overrides (``{"expand": "none", "rerank": "none"}`` for retrieval).
+    """
+
+    name: str
+    config: PipelineConfig
+    roles: dict
+
+
+def tiers(suite: Suite) -> list[Tier]:
+    """What can be recorded for ``suite``, cheapest first: the retrieval tier (BM25 + vectors, no
+    LLM; what ``make demo`` records on every query), the demo's LLM tier (expansion + rerank of
+    the top 5) and the suite's full pipeline. The same config and model roles give the same
+    cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
+
+    >>> from qmdlab.eval.suites import get_suite
+    >>> [t.name for t in tiers(get_suite("default"))][0]
+    'retrieval: BM25 + vectors, no LLM'
+    """
+    base = suite_config(suite)
+    return [Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False),
+                 {"expand": "none", "rerank": "none"}),
+            Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
+            Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {})]
+
+
+def picker_choices(available: list[RecordingInfo], new_key: str | None = None) -> tuple[dict[str, str], str | None]:
+    """``({label: key}, label to preselect)`` for a recording picker: the one just recorded
+    (``new_key``), else the first of :func:`recorded`'s order (most queries: after ``make demo``,
+    its retrieval tier on every query), else ``None`` when nothing is recorded.
+
+    >>> from qmdlab.pipeline.config import PipelineConfig
+    >>> a = RecordingInfo("k1", PipelineConfig(), [], ["1", "2"], "A · 2 queries", "", 0.0)
+    >>> b = RecordingInfo("k2", PipelineConfig(), [], ["1"], "B · 1 queries", "", 0.0)
+    >>> picker_choices([a, b], "k2")
+    ({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'B · 1 queries')
+    >>> picker_choices([a, b]), picker_choices([])
+    (({'A · 2 queries': 'k1', 'B · 1 queries': 'k2'}, 'A · 2 queries'), ({}, None))
+    """
+    chosen = next((r.label for r in available if r.key == new_key), None)
+    return {r.label: r.key for r in available}, chosen or (available[0].label if available else None)
