@@ -20,6 +20,7 @@ are ``info``. The table is printed and written as JSON and markdown under ``--ou
 Groups (``--only``/``--skip``): bm25, bm25s, vector, retune, update, build, embed, rerank,
 expand, query, cli, memory. Absolute times are noisy on a shared machine; the ratios are the result.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # On a machine whose cores are already busy, OpenBLAS's (and llama.cpp's OpenMP) worker threads
 # spin-wait for each other: a 2-thread matvec or decode then runs several times slower, and
@@ -57,25 +59,68 @@ for p in (str(ROOT), str(HERE)):
 
 import bench_data  # noqa: E402
 
-GROUPS = ("bm25", "bm25s", "vector", "retune", "update", "build", "embed", "rerank", "expand", "query", "cli",
-          "memory")
+GROUPS = ("bm25", "bm25s", "vector", "retune", "update", "build", "embed", "rerank", "expand", "query", "cli", "memory")
 THREADS = 2  # llama.cpp threads: the machine has 2 cores
 
 # sizes per mode; "smoke" is for the test that only proves the script runs
 SIZES: dict[str, dict[str, Any]] = {
-    "smoke": dict(bm25=[200], queries=10, vector=[(2000, 64)], vec_queries=5, retune_queries=30,
-                  update=200, embed_texts=4, rerank_texts=2, query_docs=20, memory_docs=200, repeats=3,
-                  text_chars=400, offline_candidates=3, rerank_batch_texts=2, rerank_seqs=2, expand_queries=1,
-                  embed_short=8),
-    "quick": dict(bm25=[1000, 5000], queries=40, vector=[(10000, 384), (10000, 768)],
-                  vec_queries=20, retune_queries=300, update=2000, embed_texts=6, rerank_texts=2,
-                  query_docs=30, memory_docs=2000, repeats=5, text_chars=300, offline_candidates=3,
-                  rerank_batch_texts=8, rerank_seqs=4, expand_queries=2, embed_short=64),
-    "full": dict(bm25=[1000, 10000, 50000], queries=100,
-                 vector=[(n, d) for n in (10000, 50000, 200000) for d in (384, 768)],
-                 vec_queries=30, retune_queries=300, update=10000, embed_texts=16, rerank_texts=4,
-                 query_docs=60, memory_docs=10000, repeats=7, text_chars=600, offline_candidates=5,
-                 rerank_batch_texts=16, rerank_seqs=8, expand_queries=3, embed_short=128),
+    "smoke": dict(
+        bm25=[200],
+        queries=10,
+        vector=[(2000, 64)],
+        vec_queries=5,
+        retune_queries=30,
+        update=200,
+        embed_texts=4,
+        rerank_texts=2,
+        query_docs=20,
+        memory_docs=200,
+        repeats=3,
+        text_chars=400,
+        offline_candidates=3,
+        rerank_batch_texts=2,
+        rerank_seqs=2,
+        expand_queries=1,
+        embed_short=8,
+    ),
+    "quick": dict(
+        bm25=[1000, 5000],
+        queries=40,
+        vector=[(10000, 384), (10000, 768)],
+        vec_queries=20,
+        retune_queries=300,
+        update=2000,
+        embed_texts=6,
+        rerank_texts=2,
+        query_docs=30,
+        memory_docs=2000,
+        repeats=5,
+        text_chars=300,
+        offline_candidates=3,
+        rerank_batch_texts=8,
+        rerank_seqs=4,
+        expand_queries=2,
+        embed_short=64,
+    ),
+    "full": dict(
+        bm25=[1000, 10000, 50000],
+        queries=100,
+        vector=[(n, d) for n in (10000, 50000, 200000) for d in (384, 768)],
+        vec_queries=30,
+        retune_queries=300,
+        update=10000,
+        embed_texts=16,
+        rerank_texts=4,
+        query_docs=60,
+        memory_docs=10000,
+        repeats=7,
+        text_chars=600,
+        offline_candidates=5,
+        rerank_batch_texts=16,
+        rerank_seqs=8,
+        expand_queries=3,
+        embed_short=128,
+    ),
 }
 
 
@@ -85,13 +130,13 @@ class Row:
     group: str
     name: str
     size: str
-    value: float | None = None      # qmdlab's measurement (unit below)
-    base: float | None = None       # the bare engine's, same unit
-    unit: str = "s"                 # "s" (time per op), "/s" (throughput), "MiB", "calls"
+    value: float | None = None  # qmdlab's measurement (unit below)
+    base: float | None = None  # the bare engine's, same unit
+    unit: str = "s"  # "s" (time per op), "/s" (throughput), "MiB", "calls"
     ratio: float | None = None
-    ratio_kind: str = ""            # e.g. "qmdlab/raw", "raw/qmdlab", "speed-up"
+    ratio_kind: str = ""  # e.g. "qmdlab/raw", "raw/qmdlab", "speed-up"
     goal: str = ""
-    status: str = "info"            # meets | misses | info | skipped
+    status: str = "info"  # meets | misses | info | skipped
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -101,8 +146,11 @@ ROWS: list[Row] = []
 
 def add(row: Row) -> Row:
     ROWS.append(row)
-    print(f"  {row.status:7s} {row.group}: {row.name} [{row.size}] {fmt(row.value, row.unit)}"
-          f" vs {fmt(row.base, row.unit)} {fmt_ratio(row)} ({row.goal}) {row.note}", flush=True)
+    print(
+        f"  {row.status:7s} {row.group}: {row.name} [{row.size}] {fmt(row.value, row.unit)}"
+        f" vs {fmt(row.base, row.unit)} {fmt_ratio(row)} ({row.goal}) {row.note}",
+        flush=True,
+    )
     return row
 
 
@@ -141,7 +189,7 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int, warmup: int
     tb: list[float] = []
     gc.collect()
     for i in range(repeats):
-        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
             f = a if which == 0 else b
             t0 = time.perf_counter()
             f()
@@ -150,8 +198,9 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], repeats: int, warmup: int
     return statistics.median(ta), statistics.median(tb)
 
 
-def paired_units(a: list[Callable[[], Any]], b: list[Callable[[], Any]], repeats: int,
-                 warmup: int = 1) -> tuple[float, float]:
+def paired_units(
+    a: list[Callable[[], Any]], b: list[Callable[[], Any]], repeats: int, warmup: int = 1
+) -> tuple[float, float]:
     """Like :func:`paired` for batches of small units (one query each): ``a[i]`` and ``b[i]``
     run back to back (order flipped each time), so both sides of a unit see the same machine
     load. Returns the median over repeats of each side's total; ``LAST_MINS`` gets the sum over
@@ -168,10 +217,18 @@ def paired_units(a: list[Callable[[], Any]], b: list[Callable[[], Any]], repeats
     for r in range(repeats):
         for i in range(n):
             if (r + i) % 2 == 0:
-                t0 = pc(); a[i](); t1 = pc(); b[i](); t2 = pc()  # noqa: E702
+                t0 = pc()
+                a[i]()
+                t1 = pc()
+                b[i]()
+                t2 = pc()  # noqa: E702
                 ta[r, i], tb[r, i] = t1 - t0, t2 - t1
             else:
-                t0 = pc(); b[i](); t1 = pc(); a[i](); t2 = pc()  # noqa: E702
+                t0 = pc()
+                b[i]()
+                t1 = pc()
+                a[i]()
+                t2 = pc()  # noqa: E702
                 tb[r, i], ta[r, i] = t1 - t0, t2 - t1
     LAST_MINS[:] = [float(ta.min(axis=0).sum()), float(tb.min(axis=0).sum())]
     return float(np.median(ta.sum(axis=1))), float(np.median(tb.sum(axis=1)))
@@ -197,8 +254,22 @@ def ratio_row(group, name, size, stage_s, base_s, max_ratio, note="", **extra) -
     rmin = LAST_MINS[0] / LAST_MINS[1] if LAST_MINS[1] else None
     if rmin is not None:
         note = f"{note}; ratio of fastest repeats {rmin:.2f}×".lstrip("; ")
-    return add(Row(group, name, size, stage_s, base_s, "s", r, "qmdlab/raw", f"≤ {max_ratio:g}×",
-                   "meets" if r <= max_ratio else "misses", note, {**extra, "ratio_of_mins": rmin}))
+    return add(
+        Row(
+            group,
+            name,
+            size,
+            stage_s,
+            base_s,
+            "s",
+            r,
+            "qmdlab/raw",
+            f"≤ {max_ratio:g}×",
+            "meets" if r <= max_ratio else "misses",
+            note,
+            {**extra, "ratio_of_mins": rmin},
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- shared data
@@ -266,8 +337,10 @@ def bench_bm25(w: Work, sz: dict) -> None:
 
     queries = w.corpus.queries(sz["queries"])
     weights = ", ".join(str(x) for x in BM25_WEIGHTS)
-    raw_sql = (f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
-               "WHERE documents_fts MATCH ? ORDER BY s LIMIT 20")
+    raw_sql = (
+        f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
+        "WHERE documents_fts MATCH ? ORDER BY s LIMIT 20"
+    )
     for n in sz["bm25"]:
         idx, _, nbytes, _ = w.index(n)
         built = [build_fts_query(q, "or") for q in queries]
@@ -276,11 +349,20 @@ def bench_bm25(w: Work, sz: dict) -> None:
         stage = [lambda q=q: bm25_search(idx, q, limit=20, mode="or") for q in queries]
         raw = [lambda fq=fq: conn.execute(raw_sql, (fq,)).fetchall() for fq in built]
         s, b = paired_units(stage, raw, sz["repeats"])
-        hits = sum(conn.execute("SELECT count(*) FROM documents_fts WHERE documents_fts MATCH ?", (fq,)).fetchone()[0]
-                   for fq in built) / len(built)
-        ratio_row("bm25", "bm25_search vs raw FTS5 bm25() SQL", f"{n:,} docs, {len(queries)} q",
-                  s / len(queries), b / len(queries), 1.25,
-                  note=f"OR mode, top 20; mean {hits:,.0f} matching docs/query", matches=hits)
+        hits = sum(
+            conn.execute("SELECT count(*) FROM documents_fts WHERE documents_fts MATCH ?", (fq,)).fetchone()[0]
+            for fq in built
+        ) / len(built)
+        ratio_row(
+            "bm25",
+            "bm25_search vs raw FTS5 bm25() SQL",
+            f"{n:,} docs, {len(queries)} q",
+            s / len(queries),
+            b / len(queries),
+            1.25,
+            note=f"OR mode, top 20; mean {hits:,.0f} matching docs/query",
+            matches=hits,
+        )
         conn.close()
 
 
@@ -307,14 +389,27 @@ def bench_bm25s(w: Work, sz: dict) -> None:
 
     def theirs():  # one query at a time, as a search box issues them (tokenising included)
         for q in queries:
-            retriever.retrieve(bm25s.tokenize([q], stopwords="en", show_progress=False), k=20,
-                               show_progress=False, n_threads=1)
+            retriever.retrieve(
+                bm25s.tokenize([q], stopwords="en", show_progress=False), k=20, show_progress=False, n_threads=1
+            )
 
     s, b = paired(ours, theirs, sz["repeats"])
     qs, qb = len(queries) / s, len(queries) / b
-    add(Row("bm25s", "BM25 queries/s: qmdlab (FTS5) vs bm25s", f"{n:,} docs, {len(queries)} q", qs, qb, "/s",
-            qs / qb, "qmdlab/bm25s", "compare", "info",
-            f"bm25s {bm25s.__version__}, no stemmer, 1 query per call; bm25s indexing {t_index:.2f} s"))
+    add(
+        Row(
+            "bm25s",
+            "BM25 queries/s: qmdlab (FTS5) vs bm25s",
+            f"{n:,} docs, {len(queries)} q",
+            qs,
+            qb,
+            "/s",
+            qs / qb,
+            "qmdlab/bm25s",
+            "compare",
+            "info",
+            f"bm25s {bm25s.__version__}, no stemmer, 1 query per call; bm25s indexing {t_index:.2f} s",
+        )
+    )
 
 
 def bench_vector(w: Work, sz: dict) -> None:
@@ -329,20 +424,29 @@ def bench_vector(w: Work, sz: dict) -> None:
         qs = [rng.standard_normal(dim).astype(np.float32) for _ in range(sz["vec_queries"])]
         qs = [q / np.linalg.norm(q) for q in qs]
 
-        def raw_one(q):
+        def raw_one(q, m=m):
             s = m @ q
             p = np.argpartition(-s, 19)[:20]
             return p[np.argsort(-s[p])]
 
-        stage = [lambda q=q: vector_search(idx, q, fingerprint=fp, limit=20) for q in qs]
+        stage = [lambda q=q, idx=idx, fp=fp: vector_search(idx, q, fingerprint=fp, limit=20) for q in qs]
         raw = [lambda q=q: raw_one(q) for q in qs]
         s, b = paired_units(stage, raw, sz["repeats"])
         floor = m.nbytes / bw
-        ratio_row("vector", "vector_search vs numpy matvec+argpartition", f"{n:,}×{dim} ({ndocs:,} docs)",
-                  s / len(qs), b / len(qs), 1.25,
-                  note=f"bandwidth floor {fmt(floor, 's')} ({m.nbytes / 2**20:.0f} MiB at {bw / 1e9:.1f} GB/s); "
-                       f"raw = {b / len(qs) / floor:.1f}× floor; matrix load {load_s:.2f} s",
-                  floor_s=floor, copy_bandwidth=bw, matrix_bytes=m.nbytes, load_s=load_s)
+        ratio_row(
+            "vector",
+            "vector_search vs numpy matvec+argpartition",
+            f"{n:,}×{dim} ({ndocs:,} docs)",
+            s / len(qs),
+            b / len(qs),
+            1.25,
+            note=f"bandwidth floor {fmt(floor, 's')} ({m.nbytes / 2**20:.0f} MiB at {bw / 1e9:.1f} GB/s); "
+            f"raw = {b / len(qs) / floor:.1f}× floor; matrix load {load_s:.2f} s",
+            floor_s=floor,
+            copy_bandwidth=bw,
+            matrix_bytes=m.nbytes,
+            load_s=load_s,
+        )
         idx.close()
         del idx, vm, m
         shutil.rmtree(w.dir / f"vec{n}x{dim}", ignore_errors=True)
@@ -397,8 +501,7 @@ def bench_retune(w: Work, sz: dict) -> None:
         for qid, doc, sc in trace.lists.filter(pl.col("list_id") == lid).select("qid", "docno", "score").iter_rows():
             d.setdefault(qid, {})[doc] = sc
         runs.append(ranx.Run(d, name=f"list{lid}"))
-    rq = ranx.Qrels({q: dict(zip(g["docno"].to_list(), g["grade"].to_list()))
-                     for (q,), g in qrels.group_by("qid")})
+    rq = ranx.Qrels({q: dict(zip(g["docno"].to_list(), g["grade"].to_list())) for (q,), g in qrels.group_by("qid")})
 
     def baseline():
         fused = ranx.fuse(runs, method="rrf", params={"k": 60})
@@ -424,15 +527,34 @@ def bench_retune(w: Work, sz: dict) -> None:
     theirs = float(baseline())
     speed = b / s
     ok = s < 0.025 and speed >= 20
-    add(Row("retune", "re-fuse + re-blend + nDCG@10 (Study.score) vs ranx fuse+evaluate",
-            f"{nq} queries × 8 lists × 20", s, b, "s", speed, "speed-up", "< 25 ms and ≥ 20×",
+    add(
+        Row(
+            "retune",
+            "re-fuse + re-blend + nDCG@10 (Study.score) vs ranx fuse+evaluate",
+            f"{nq} queries × 8 lists × 20",
+            s,
+            b,
+            "s",
+            speed,
+            "speed-up",
+            "< 25 ms and ≥ 20×",
             "meets" if ok else "misses",
             f"fastest repeats {smin * 1e3:.2f} vs {bmin * 1e3:.2f} ms ({bmin / smin:.1f}×); ranx warm (first call "
             f"{compile_s:.1f} s); codes once per study {codes_s * 1e3:.0f} ms; the polars path {old * 1e3:.1f} ms "
             f"({old / s:.1f}× slower); plain-RRF nDCG@10 fast {ours:.10f} / polars {ref:.10f} / ranx {theirs:.10f}; "
             f"default-config final table identical: {same_default}",
-            {"ndcg_fast": ours, "ndcg_polars": ref, "ndcg_ranx": theirs, "ranx_first_call_s": compile_s,
-             "codes_s": codes_s, "polars_path_s": old, "ratio_of_mins": bmin / smin, "same_final": same_default}))
+            {
+                "ndcg_fast": ours,
+                "ndcg_polars": ref,
+                "ndcg_ranx": theirs,
+                "ranx_first_call_s": compile_s,
+                "codes_s": codes_s,
+                "polars_path_s": old,
+                "ratio_of_mins": bmin / smin,
+                "same_final": same_default,
+            },
+        )
+    )
     # the pipeline area's own retune benchmark shape (benchmarks/bench_retune.py): 8 lists, fusion only
     try:
         import bench_retune
@@ -449,9 +571,21 @@ def bench_retune(w: Work, sz: dict) -> None:
             d.setdefault(qid, {})[doc] = sc
         runs8.append(ranx.Run(d))
     s8, b8 = paired(lambda: retune(tr8, new), lambda: ranx_rrf(runs8, k=60), sz["repeats"])
-    add(Row("retune", "retune only vs ranx rrf fuse only (bench_retune shape)", f"{nq} queries × 8 lists × 20",
-            s8, b8, "s", b8 / s8, "speed-up", "< 50 ms", "meets" if s8 < 0.050 else "misses",
-            "scripts/bench_retune.synthetic_trace; retune = fuse + candidates + blend + finish"))
+    add(
+        Row(
+            "retune",
+            "retune only vs ranx rrf fuse only (bench_retune shape)",
+            f"{nq} queries × 8 lists × 20",
+            s8,
+            b8,
+            "s",
+            b8 / s8,
+            "speed-up",
+            "< 50 ms",
+            "meets" if s8 < 0.050 else "misses",
+            "scripts/bench_retune.synthetic_trace; retune = fuse + candidates + blend + finish",
+        )
+    )
     bench_learned(w, tr8, new, sz)
 
 
@@ -475,11 +609,20 @@ def bench_learned(w: Work, trace, base, sz: dict) -> None:
         return
     rng = np.random.default_rng(1)
     docnos = trace.lists["docno"].unique().sort()
-    docs = pl.DataFrame({"docno": docnos, "title_terms": [[f"t{i % 50}"] for i in range(len(docnos))],
-                         "heading_terms": [[] for _ in range(len(docnos))],
-                         "doc_len": rng.uniform(5, 9, len(docnos))},
-                        schema={"docno": pl.Utf8, "title_terms": pl.List(pl.Utf8), "heading_terms": pl.List(pl.Utf8),
-                                "doc_len": pl.Float64})
+    docs = pl.DataFrame(
+        {
+            "docno": docnos,
+            "title_terms": [[f"t{i % 50}"] for i in range(len(docnos))],
+            "heading_terms": [[] for _ in range(len(docnos))],
+            "doc_len": rng.uniform(5, 9, len(docnos)),
+        },
+        schema={
+            "docno": pl.Utf8,
+            "title_terms": pl.List(pl.Utf8),
+            "heading_terms": pl.List(pl.Utf8),
+            "doc_len": pl.Float64,
+        },
+    )
     frame = features(trace.lists, docs)
     frame = frame.with_columns(label=pl.Series((rng.random(frame.height) < 0.1).astype(np.int64))).sort("qid")
     booster = fit(frame, LearnConfig(n_estimators=100, num_leaves=7, select=False))
@@ -487,9 +630,15 @@ def bench_learned(w: Work, trace, base, sz: dict) -> None:
     booster.save_model(str(path))
     learned = base.replace(fusion="learned", learned_model=str(path))
     s, b = paired(lambda: retune(trace, learned, docs=docs), lambda: retune(trace, base), sz["repeats"])
-    ratio_row("retune", "retune fusion=learned vs fusion=qmd_rrf (same trace)", f"{trace.lists['qid'].n_unique()} "
-              f"queries × 8 lists × 20, 100 trees", s, b, 5.0,
-              "features + LightGBM predict replace the RRF sum; candidates, blend, finish are the same")
+    ratio_row(
+        "retune",
+        "retune fusion=learned vs fusion=qmd_rrf (same trace)",
+        f"{trace.lists['qid'].n_unique()} queries × 8 lists × 20, 100 trees",
+        s,
+        b,
+        5.0,
+        "features + LightGBM predict replace the RRF sum; candidates, blend, finish are the same",
+    )
 
 
 def bench_update(w: Work, sz: dict) -> None:
@@ -526,7 +675,7 @@ def bench_update(w: Work, sz: dict) -> None:
         f()
     gc.collect()
     for i in range(max(5, sz["repeats"])):
-        for k in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
+        for k in list(fns) if i % 2 == 0 else list(fns)[::-1]:
             t0 = time.perf_counter()
             fns[k]()
             t[k].append(time.perf_counter() - t0)
@@ -534,30 +683,87 @@ def bench_update(w: Work, sz: dict) -> None:
     mins = {k: min(v) for k, v in t.items()}
     speed = med["hash"] / med["update"]
     load = "load %.1f %.1f %.1f" % os.getloadavg()
-    add(Row("update", "update (unchanged) vs hashing every file", size, med["update"], med["hash"], "s", speed,
-            "speed-up", "≥ 3×", "meets" if speed >= 3 else "misses",
+    add(
+        Row(
+            "update",
+            "update (unchanged) vs hashing every file",
+            size,
+            med["update"],
+            med["hash"],
+            "s",
+            speed,
+            "speed-up",
+            "≥ 3×",
+            "meets" if speed >= 3 else "misses",
             f"stat-only path (qmdlab.store.scan.stat_files + one stored digest); ratio of fastest repeats "
             f"{mins['hash'] / mins['update']:.2f}×; {load}",
-            {"ratio_of_mins": mins["hash"] / mins["update"], "min_s": mins["update"], "base_min_s": mins["hash"]}))
-    add(Row("update", "floor: bare scandir + stat per file vs hashing", size, med["floor"], med["hash"], "s",
-            med["hash"] / med["floor"], "speed-up", "report", "info",
+            {"ratio_of_mins": mins["hash"] / mins["update"], "min_s": mins["update"], "base_min_s": mins["hash"]},
+        )
+    )
+    add(
+        Row(
+            "update",
+            "floor: bare scandir + stat per file vs hashing",
+            size,
+            med["floor"],
+            med["hash"],
+            "s",
+            med["hash"] / med["floor"],
+            "speed-up",
+            "report",
+            "info",
             f"the most a stat-based update can gain over hashing on these files (path-based stat; qmdlab stats "
             f"relative to a folder descriptor, ~10 % less CPU); ratio of fastest repeats "
-            f"{mins['hash'] / mins['floor']:.2f}×"))
-    add(Row("update", "update (unchanged) vs the bare scandir + stat floor", size, med["update"], med["floor"], "s",
-            med["update"] / med["floor"], "qmdlab/raw", "report", "info",
-            f"ratio of fastest repeats {mins['update'] / mins['floor']:.2f}×"))
+            f"{mins['hash'] / mins['floor']:.2f}×",
+        )
+    )
+    add(
+        Row(
+            "update",
+            "update (unchanged) vs the bare scandir + stat floor",
+            size,
+            med["update"],
+            med["floor"],
+            "s",
+            med["update"] / med["floor"],
+            "qmdlab/raw",
+            "report",
+            "info",
+            f"ratio of fastest repeats {mins['update'] / mins['floor']:.2f}×",
+        )
+    )
     # the file listing a changed collection goes through, against the Path.glob one it replaced
     from qmdlab.store.scan import list_files, list_files_glob
 
     coll = idx.collection("bench")
     if list(list_files(coll)) != list(list_files_glob(coll)):
-        add(Row("update", "list_files (scandir) vs Path.glob listing", size, status="error", goal="same entries",
-                note="the scandir listing differs from the Path.glob reference"))
+        add(
+            Row(
+                "update",
+                "list_files (scandir) vs Path.glob listing",
+                size,
+                status="error",
+                goal="same entries",
+                note="the scandir listing differs from the Path.glob reference",
+            )
+        )
         return
     s2, b2 = paired(lambda: list(list_files(coll)), lambda: list(list_files_glob(coll)), sz["repeats"])
-    add(Row("update", "list_files (scandir) vs Path.glob listing", size, s2, b2, "s", b2 / s2, "speed-up",
-            "report", "info", f"ratio of fastest repeats {LAST_MINS[1] / LAST_MINS[0]:.2f}×"))
+    add(
+        Row(
+            "update",
+            "list_files (scandir) vs Path.glob listing",
+            size,
+            s2,
+            b2,
+            "s",
+            b2 / s2,
+            "speed-up",
+            "report",
+            "info",
+            f"ratio of fastest repeats {LAST_MINS[1] / LAST_MINS[0]:.2f}×",
+        )
+    )
 
 
 def bench_build(w: Work, sz: dict) -> None:
@@ -595,9 +801,21 @@ def bench_build(w: Work, sz: dict) -> None:
             Path(str(d) + suffix).unlink(missing_ok=True)
 
     s, b = paired(stage, raw, max(3, sz["repeats"] // 2), warmup=0)
-    add(Row("build", "index build vs bare FTS5 insert of the files", f"{n:,} files, {nbytes / 2**20:.1f} MiB",
-            s, b, "s", s / b, "qmdlab/raw", "report", "info",
-            f"{n / s:,.0f} docs/s (content, chunks, front matter, FTS triggers)"))
+    add(
+        Row(
+            "build",
+            "index build vs bare FTS5 insert of the files",
+            f"{n:,} files, {nbytes / 2**20:.1f} MiB",
+            s,
+            b,
+            "s",
+            s / b,
+            "qmdlab/raw",
+            "report",
+            "info",
+            f"{n / s:,.0f} docs/s (content, chunks, front matter, FTS triggers)",
+        )
+    )
 
 
 def bench_embed(w: Work, sz: dict, models_ok: tuple) -> None:
@@ -613,8 +831,16 @@ def bench_embed(w: Work, sz: dict, models_ok: tuple) -> None:
     emb = build_model("embed", MINILM, n_threads=THREADS, idle_timeout=None, batch_size=32)
     emb1 = build_model("embed", MINILM, n_threads=THREADS, idle_timeout=None, batch_size=1)
     texts = [emb.template.document(t, x) for t, x in docs]
-    raw_llm = llama_cpp.Llama(model_path=str(paths["embed"]), embedding=True, n_ctx=512, n_batch=512, n_ubatch=512,
-                              n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    raw_llm = llama_cpp.Llama(
+        model_path=str(paths["embed"]),
+        embedding=True,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=THREADS,
+        n_threads_batch=THREADS,
+        verbose=False,
+    )
     ntok = sum(len(raw_llm.tokenize(t.encode())) for t in texts)
     reps = max(3, sz["repeats"] // 2)
     s, b = paired(lambda: emb.embed_documents(docs), lambda: raw_llm.embed(texts, truncate=True), reps)
@@ -623,22 +849,60 @@ def bench_embed(w: Work, sz: dict, models_ok: tuple) -> None:
     r /= np.linalg.norm(r, axis=1, keepdims=True)
     diff = float(np.abs(a - r).max())
     n = len(docs)
-    add(Row("embed", "embed_documents vs raw Llama.embed (same texts, model)", f"{n} chunks, {ntok / n:.0f} tok/chunk",
-            n / s, n / b, "/s", (n / s) / (n / b), "qmdlab/raw", "≥ 0.8×", "meets" if b / s >= 0.8 else "misses",
-            f"all-MiniLM-L6-v2 f16, {THREADS} threads; max |Δvec| {diff:.1e}", {"max_abs_diff": diff}))
+    add(
+        Row(
+            "embed",
+            "embed_documents vs raw Llama.embed (same texts, model)",
+            f"{n} chunks, {ntok / n:.0f} tok/chunk",
+            n / s,
+            n / b,
+            "/s",
+            (n / s) / (n / b),
+            "qmdlab/raw",
+            "≥ 0.8×",
+            "meets" if b / s >= 0.8 else "misses",
+            f"all-MiniLM-L6-v2 f16, {THREADS} threads; max |Δvec| {diff:.1e}",
+            {"max_abs_diff": diff},
+        )
+    )
     u, bb = paired(lambda: emb1.embed_documents(docs), lambda: emb.embed_documents(docs), reps, warmup=0)
-    add(Row("embed", "batched (32/call) vs unbatched (1/call)", f"{n} chunks", n / bb, n / u, "/s", u / bb,
-            "batched/unbatched", "≥ 1.5×", "meets" if u / bb >= 1.5 else "misses",
+    add(
+        Row(
+            "embed",
+            "batched (32/call) vs unbatched (1/call)",
+            f"{n} chunks",
+            n / bb,
+            n / u,
+            "/s",
+            u / bb,
+            "batched/unbatched",
+            "≥ 1.5×",
+            "meets" if u / bb >= 1.5 else "misses",
             "LlamaEmbedder batch_size 32 vs 1; both go through Llama.embed, which packs several sequences "
-            "into each llama_decode (up to n_batch tokens): the batching is there, the gain is not"))
+            "into each llama_decode (up to n_batch tokens): the batching is there, the gain is not",
+        )
+    )
     # the same on query-length texts, where a decode's fixed cost is a larger share
     short = [("", q) for q in w.corpus.queries(sz["embed_short"], seed=5)]
     u2, b2 = paired(lambda: emb1.embed_documents(short), lambda: emb.embed_documents(short), reps, warmup=1)
     d2 = float(np.abs(np.asarray(emb1.embed_documents(short)) - np.asarray(emb.embed_documents(short))).max())
     m = len(short)
-    add(Row("embed", "batched (32/call) vs unbatched (1/call), query-length texts", f"{m} texts of 2–4 words",
-            m / b2, m / u2, "/s", u2 / b2, "batched/unbatched", "≥ 1.5×", "meets" if u2 / b2 >= 1.5 else "misses",
-            f"max |Δvec| batched vs unbatched {d2:.1e}", {"max_abs_diff": d2}))
+    add(
+        Row(
+            "embed",
+            "batched (32/call) vs unbatched (1/call), query-length texts",
+            f"{m} texts of 2–4 words",
+            m / b2,
+            m / u2,
+            "/s",
+            u2 / b2,
+            "batched/unbatched",
+            "≥ 1.5×",
+            "meets" if u2 / b2 >= 1.5 else "misses",
+            f"max |Δvec| batched vs unbatched {d2:.1e}",
+            {"max_abs_diff": d2},
+        )
+    )
     for e in (emb, emb1):
         e.release()
     raw_llm.close()
@@ -660,8 +924,9 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     query = w.corpus.queries(1, seed=3)[0]
     texts = [x[: sz["text_chars"]] for _, x in w.corpus.documents(sz["rerank_texts"])]
     rr.score(query, texts[:1])  # load + answer ids
-    raw_llm = llama_cpp.Llama(model_path=str(paths["rerank"]), n_ctx=rr.n_ctx, n_threads=THREADS,
-                              n_threads_batch=THREADS, verbose=False)
+    raw_llm = llama_cpp.Llama(
+        model_path=str(paths["rerank"]), n_ctx=rr.n_ctx, n_threads=THREADS, n_threads_batch=THREADS, verbose=False
+    )
     prefix, suffix = rerank_prompt_parts(rr.family, query, rr.instruct)
     head = raw_llm.tokenize(prefix.encode(), add_bos=True, special=True)
     tail = raw_llm.tokenize(suffix.encode(), add_bos=False, special=True)
@@ -681,14 +946,22 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     raw_llm.reset()
     got: dict[str, list] = {}
     reps = 1 if sz["repeats"] <= 5 else 3
-    s, b = paired(lambda: got.__setitem__("ours", rr.score(query, texts)), lambda: got.__setitem__("raw", raw()),
-                  reps, warmup=0)
+    s, b = paired(
+        lambda: got.__setitem__("ours", rr.score(query, texts)), lambda: got.__setitem__("raw", raw()), reps, warmup=0
+    )
     diff = float(np.abs(np.array(got["ours"]) - np.array(got["raw"])).max())
     n = len(texts)
     ntok = sum(len(p) for p in prompts) / n
-    ratio_row("rerank", "LlamaReranker.score vs raw eval of the same prompt", f"{n} pairs, {ntok:.0f} tok/prompt",
-              s / n, b / n, 1.25, note=f"s/pair; Qwen2.5-Coder-0.5B Q4_K_M, {THREADS} threads; query prefix KV "
-              f"reused; max |ΔP(yes)| {diff:.1e}", max_abs_diff=diff)
+    ratio_row(
+        "rerank",
+        "LlamaReranker.score vs raw eval of the same prompt",
+        f"{n} pairs, {ntok:.0f} tok/prompt",
+        s / n,
+        b / n,
+        1.25,
+        note=f"s/pair; Qwen2.5-Coder-0.5B Q4_K_M, {THREADS} threads; query prefix KV reused; max |ΔP(yes)| {diff:.1e}",
+        max_abs_diff=diff,
+    )
     raw_llm.close()
     bench_cross_encoder(w, sz, llm_s_per_pair=s / n)
     # a repeated query through the LLM cache: zero model calls
@@ -700,8 +973,21 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     before = cr.calls
     t = timed(lambda: cr.score(query, texts), sz["repeats"], warmup=0)
     calls = cr.calls - before
-    add(Row("rerank", "repeated query: reranker model calls", f"{n} pairs", float(calls), None, "calls", None, "",
-            "0 calls", "meets" if calls == 0 else "misses", f"cached lookup {fmt(t, 's')} for {n} pairs"))
+    add(
+        Row(
+            "rerank",
+            "repeated query: reranker model calls",
+            f"{n} pairs",
+            float(calls),
+            None,
+            "calls",
+            None,
+            "",
+            "0 calls",
+            "meets" if calls == 0 else "misses",
+            f"cached lookup {fmt(t, 's')} for {n} pairs",
+        )
+    )
     idx.close()
     rr.release()
 
@@ -719,8 +1005,9 @@ def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
 
     exp = build_model("expand", QWEN_CODER, n_threads=THREADS, idle_timeout=None)
     queries = w.corpus.queries(sz["expand_queries"], seed=11)
-    raw_llm = llama_cpp.Llama(model_path=str(paths["rerank"]), n_ctx=2048, n_threads=THREADS,
-                              n_threads_batch=THREADS, verbose=False)  # the offline expander is the same GGUF
+    raw_llm = llama_cpp.Llama(
+        model_path=str(paths["rerank"]), n_ctx=2048, n_threads=THREADS, n_threads_batch=THREADS, verbose=False
+    )  # the offline expander is the same GGUF
     grammar = llama_cpp.LlamaGrammar.from_string(exp.grammar_text, verbose=False)
     sm = exp.sampling
     perf: dict[str, list] = {"ours": [], "raw": []}
@@ -744,8 +1031,16 @@ def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
             raw_llm.reset()
             llama_cpp.llama_perf_context_reset(raw_llm._ctx.ctx)
             toks = raw_llm.tokenize(exp.prompt(q).encode("utf-8"), add_bos=True, special=True)
-            out = raw_llm.create_completion(toks, max_tokens=sm.max_tokens, temperature=sm.temperature, top_k=sm.top_k,
-                                            top_p=sm.top_p, min_p=0.0, repeat_penalty=1.0, grammar=grammar)
+            out = raw_llm.create_completion(
+                toks,
+                max_tokens=sm.max_tokens,
+                temperature=sm.temperature,
+                top_k=sm.top_k,
+                top_p=sm.top_p,
+                min_p=0.0,
+                repeat_penalty=1.0,
+                grammar=grammar,
+            )
             texts["raw"].append(out["choices"][0]["text"])
             perf["raw"].append(perf_of(raw_llm))
 
@@ -759,12 +1054,22 @@ def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
     po, go, ntok = rates("ours")
     pr, gr, _ = rates("raw")
     nq = len(queries)
-    ratio_row("expand", "LlamaExpander.expand vs raw create_completion (same grammar, prompt, greedy)",
-              f"{nq} queries, {ntok:.0f} generated tok/query", s / nq, b / nq, 1.1,
-              note=f"s/query; prompt {po:.0f} vs {pr:.0f} tok/s, generation {go:.1f} vs {gr:.1f} tok/s "
-                   f"(qmdlab vs raw, llama.cpp perf counters); same text {same}; stops at the grammar's end "
-                   f"(≤ 6 lines) or {sm.max_tokens} tokens", same_text=same, prompt_tps=po, gen_tps=go,
-              raw_prompt_tps=pr, raw_gen_tps=gr)
+    ratio_row(
+        "expand",
+        "LlamaExpander.expand vs raw create_completion (same grammar, prompt, greedy)",
+        f"{nq} queries, {ntok:.0f} generated tok/query",
+        s / nq,
+        b / nq,
+        1.1,
+        note=f"s/query; prompt {po:.0f} vs {pr:.0f} tok/s, generation {go:.1f} vs {gr:.1f} tok/s "
+        f"(qmdlab vs raw, llama.cpp perf counters); same text {same}; stops at the grammar's end "
+        f"(≤ 6 lines) or {sm.max_tokens} tokens",
+        same_text=same,
+        prompt_tps=po,
+        gen_tps=go,
+        raw_prompt_tps=pr,
+        raw_gen_tps=gr,
+    )
     exp.release()
     raw_llm.close()
 
@@ -798,15 +1103,27 @@ def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) 
     docs = [x for _, x in w.corpus.documents(n)]
     texts = [(d + " ") * (1 + 2000 // max(1, len(d))) for d in docs]  # every pair truncated at 256 tokens
     query = w.corpus.queries(1, seed=3)[0]
-    ntok = float(np.mean([len(rr._load()[0](query, t, truncation="longest_first", max_length=256)["input_ids"])
-                          for t in texts]))
+    ntok = float(
+        np.mean([len(rr._load()[0](query, t, truncation="longest_first", max_length=256)["input_ids"]) for t in texts])
+    )
     t = timed(lambda: rr.score(query, texts), max(1, min(3, sz["repeats"])), warmup=1)
     rate = n / t
     llm_rate = 1.0 / llm_s_per_pair if llm_s_per_pair else None
-    add(Row("rerank", "cross-encoder reranker pairs/s at 256 tokens vs LLM reranker", f"{n} pairs, {ntok:.0f} tok/pair",
-            rate, llm_rate, "/s", rate / llm_rate if llm_rate else None, "speed-up", "≥ 200/s",
+    add(
+        Row(
+            "rerank",
+            "cross-encoder reranker pairs/s at 256 tokens vs LLM reranker",
+            f"{n} pairs, {ntok:.0f} tok/pair",
+            rate,
+            llm_rate,
+            "/s",
+            rate / llm_rate if llm_rate else None,
+            "speed-up",
+            "≥ 200/s",
             "meets" if rate >= 200 else "misses",
-            f"{which}; torch CPU fp32, {THREADS} threads, batch 32; LLM = Qwen2.5-Coder-0.5B P(yes), same run"))
+            f"{which}; torch CPU fp32, {THREADS} threads, batch 32; LLM = Qwen2.5-Coder-0.5B P(yes), same run",
+        )
+    )
     rr.release()
 
 
@@ -876,18 +1193,33 @@ def bench_query(w: Work, sz: dict, models_ok: tuple) -> None:
         if calls:  # say which role and which pairs missed the cache
             r0 = traces[0].rerank
             miss = r0.filter(~r0["cached"])["docno"].to_list() if r0.height else []
-            print(f"    model calls on repeats by role {by_role}; first repeat uncached rerank docs {miss}; "
-                  f"first-run candidates {first.rerank['docno'].to_list()}; notes "
-                  f"{traces[0].notes.select('stage', 'message').rows()}", flush=True)
+            print(
+                f"    model calls on repeats by role {by_role}; first repeat uncached rerank docs {miss}; "
+                f"first-run candidates {first.rerank['docno'].to_list()}; notes "
+                f"{traces[0].notes.select('stage', 'message').rows()}",
+                flush=True,
+            )
         tim = traces[-1].timings.group_by("stage", maintain_order=True).agg(pl_sum("ms"))
         slow = ", ".join(f"{s} {ms:.1f}" for s, ms in sorted(tim.iter_rows(), key=lambda r: -r[1])[:3])
         same = traces[-1].final["docno"].to_list() == first.final["docno"].to_list()
         sizes = f"lists {first.lists.height}, candidates {first.rerank.height}, final {first.final.height}"
-        add(Row("query", f"cached repeated query in-process, {preset} models", f"{n} docs, '{query}'", t, None, "s",
-                None, "", "< 5 ms", "meets" if t < 0.005 and calls == 0 else "misses",
+        add(
+            Row(
+                "query",
+                f"cached repeated query in-process, {preset} models",
+                f"{n} docs, '{query}'",
+                t,
+                None,
+                "s",
+                None,
+                "",
+                "< 5 ms",
+                "meets" if t < 0.005 and calls == 0 else "misses",
                 f"fastest {t_min * 1e3:.2f} ms; {sizes}; first run {cold:.2f} s; model calls on repeats {calls} "
                 f"{by_role}; same ranking {same}; top stages ms: {slow}; load {os.getloadavg()[0]:.1f}",
-                {"first_s": cold, "calls": calls, "calls_by_role": by_role, "min_s": t_min}))
+                {"first_s": cold, "calls": calls, "calls_by_role": by_role, "min_s": t_min},
+            )
+        )
         w.__dict__.setdefault("query_indexes", {})[preset] = (idx, query)
         for m in models:
             rel = getattr(m, "release", None)
@@ -920,20 +1252,52 @@ def bench_cli(w: Work, sz: dict, models_ok: tuple) -> None:
         cmd = exe + ["--index", str(idx.dir), "query", query, "--preset", preset]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode != 0:
-            add(Row("cli", f"qmdlab query cold start, {preset} models", "-", status="misses", goal="runs",
-                    note=f"exit {r.returncode}: {r.stderr.strip()[-200:]}"))
+            add(
+                Row(
+                    "cli",
+                    f"qmdlab query cold start, {preset} models",
+                    "-",
+                    status="misses",
+                    goal="runs",
+                    note=f"exit {r.returncode}: {r.stderr.strip()[-200:]}",
+                )
+            )
             continue
         t = timed(lambda: subprocess.run(cmd, capture_output=True, check=True, env=env), reps, warmup=0)
-        add(Row("cli", f"qmdlab query cold start (cached), {preset} models", "fresh process", t, bare, "s", t / bare,
-                "cli/python -c pass", "report", "info",
-                f"python start {fmt(bare, 's')}; `import qmdlab.cli` {fmt(imp, 's')}"))
+        add(
+            Row(
+                "cli",
+                f"qmdlab query cold start (cached), {preset} models",
+                "fresh process",
+                t,
+                bare,
+                "s",
+                t / bare,
+                "cli/python -c pass",
+                "report",
+                "info",
+                f"python start {fmt(bare, 's')}; `import qmdlab.cli` {fmt(imp, 's')}",
+            )
+        )
         if preset == "offline" and started:
             # the offline preset's default stages (BM25 + vectors + fusion: qmdlab.pipeline.stages), a fresh
             # process each, against `qmdlab search` on the same machine
             stages = r.stderr.splitlines()[0] if r.stderr else ""
-            add(Row("cli", "qmdlab query, offline preset defaults (warm)", "fresh process", t, started["search"], "s",
-                    t / started["search"], "query/search", "< 1 s", "meets" if t < 1.0 else "misses",
-                    f"{stages}; `qmdlab search` {fmt(started['search'], 's')} (another index size)"))
+            add(
+                Row(
+                    "cli",
+                    "qmdlab query, offline preset defaults (warm)",
+                    "fresh process",
+                    t,
+                    started["search"],
+                    "s",
+                    t / started["search"],
+                    "query/search",
+                    "< 1 s",
+                    "meets" if t < 1.0 else "misses",
+                    f"{stages}; `qmdlab search` {fmt(started['search'], 's')} (another index size)",
+                )
+            )
 
 
 def bench_cli_start(w: Work, sz: dict, exe: list[str], env: dict) -> None:
@@ -945,26 +1309,43 @@ def bench_cli_start(w: Work, sz: dict, exe: list[str], env: dict) -> None:
     # a user's interpreter caches bytecode; with PYTHONDONTWRITEBYTECODE set, every module edited
     # since its .pyc was written would be recompiled on each start and counted here
     env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    cmds = {"bare": [sys.executable, "-c", "pass"], "import": [sys.executable, "-c", "import qmdlab.cli"],
-            "search": exe + ["--index", str(idx.dir), "search", query, "-n", "10"]}
+    cmds = {
+        "bare": [sys.executable, "-c", "pass"],
+        "import": [sys.executable, "-c", "import qmdlab.cli"],
+        "search": exe + ["--index", str(idx.dir), "search", query, "-n", "10"],
+    }
     for c in cmds.values():  # warm-up (and a failing command is an error, not a time)
         subprocess.run(c, check=True, capture_output=True, env=env)
     t: dict[str, list[float]] = {k: [] for k in cmds}
     for i in range(max(7, sz["repeats"])):
-        for k in (list(cmds) if i % 2 == 0 else list(cmds)[::-1]):
+        for k in list(cmds) if i % 2 == 0 else list(cmds)[::-1]:
             t0 = time.perf_counter()
             subprocess.run(cmds[k], check=True, capture_output=True, env=env)
             t[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in t.items()}
     mn = {k: min(v) for k, v in t.items()}
     load = "load %.1f %.1f %.1f" % os.getloadavg()
-    for key, name, goal in (("import", "`import qmdlab.cli` cold start", 0.150),
-                            ("search", f"`qmdlab search` end to end ({n:,} docs)", 0.300)):
-        add(Row("cli", name, "fresh process", med[key], med["bare"], "s", med[key] / med["bare"], "cli/python -c pass",
-                f"< {goal * 1e3:.0f} ms", "meets" if med[key] < goal else "misses",
+    for key, name, goal in (
+        ("import", "`import qmdlab.cli` cold start", 0.150),
+        ("search", f"`qmdlab search` end to end ({n:,} docs)", 0.300),
+    ):
+        add(
+            Row(
+                "cli",
+                name,
+                "fresh process",
+                med[key],
+                med["bare"],
+                "s",
+                med[key] / med["bare"],
+                "cli/python -c pass",
+                f"< {goal * 1e3:.0f} ms",
+                "meets" if med[key] < goal else "misses",
                 f"min {fmt(mn[key], 's')} (python start min {fmt(mn['bare'], 's')}, above it "
                 f"{fmt(mn[key] - mn['bare'], 's')}); {len(t[key])} runs; {load}",
-                {"min_s": mn[key], "bare_min_s": mn["bare"]}))
+                {"min_s": mn[key], "bare_min_s": mn["bare"]},
+            )
+        )
     return med
 
 
@@ -982,7 +1363,9 @@ def peak_kb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 
-CHILD_BUILD = CHILD_PEAK + """
+CHILD_BUILD = (
+    CHILD_PEAK
+    + """
 import json, sys, time
 sys.path[:0] = [{root!r}]
 start = peak_kb()
@@ -993,8 +1376,11 @@ idx = Index({index!r}); idx.add_collection("bench", {corpus!r}); t0 = time.perf_
 print(json.dumps({{"start_kb": start, "base_kb": base, "peak_kb": peak_kb(),
                   "s": time.perf_counter() - t0}}))
 """
+)
 
-CHILD_QUERY = CHILD_PEAK + """
+CHILD_QUERY = (
+    CHILD_PEAK
+    + """
 import json, sys
 sys.path[:0] = [{root!r}]
 from qmdlab.store import Index
@@ -1013,6 +1399,7 @@ for q in {queries!r}:
     lab.query(q)
 print(json.dumps({{"base_kb": base, "open_kb": mid, "peak_kb": peak_kb()}}))
 """
+)
 
 
 def bench_memory(w: Work, sz: dict) -> None:
@@ -1031,18 +1418,41 @@ def bench_memory(w: Work, sz: dict) -> None:
     mib = lambda kb: kb / 1024  # noqa: E731
     grow = mib(b["peak_kb"] - b["base_kb"])
     limit = 256.0
-    add(Row("memory", "peak RSS of index build", f"{n:,} docs, {nbytes / 2**20:.1f} MiB", mib(b["peak_kb"]),
-            mib(b["base_kb"]), "MiB", None, "", f"≤ imports + {limit:.0f} MiB",
+    add(
+        Row(
+            "memory",
+            "peak RSS of index build",
+            f"{n:,} docs, {nbytes / 2**20:.1f} MiB",
+            mib(b["peak_kb"]),
+            mib(b["base_kb"]),
+            "MiB",
+            None,
+            "",
+            f"≤ imports + {limit:.0f} MiB",
             "meets" if grow <= limit else "misses",
-            f"+{grow:.0f} MiB over the imports ({b['s']:.1f} s build)"))
+            f"+{grow:.0f} MiB over the imports ({b['s']:.1f} s build)",
+        )
+    )
     queries = w.corpus.queries(5, seed=9)
     child(CHILD_QUERY.format(root=str(ROOT), index=str(index), queries=queries))  # embeds (fake) once
     q = child(CHILD_QUERY.format(root=str(ROOT), index=str(index), queries=queries))
     grow = mib(q["peak_kb"] - q["base_kb"])
     limit = 128.0
-    add(Row("memory", "peak RSS of a query (fake models)", f"{n:,} docs, 5 queries", mib(q["peak_kb"]),
-            mib(q["base_kb"]), "MiB", None, "", f"≤ imports + {limit:.0f} MiB",
-            "meets" if grow <= limit else "misses", f"+{grow:.0f} MiB over the imports"))
+    add(
+        Row(
+            "memory",
+            "peak RSS of a query (fake models)",
+            f"{n:,} docs, 5 queries",
+            mib(q["peak_kb"]),
+            mib(q["base_kb"]),
+            "MiB",
+            None,
+            "",
+            f"≤ imports + {limit:.0f} MiB",
+            "meets" if grow <= limit else "misses",
+            f"+{grow:.0f} MiB over the imports",
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- output
@@ -1050,9 +1460,20 @@ HEADER = ("#", "group", "row", "size", "qmdlab", "baseline", "ratio", "goal", "r
 
 
 def table_lines(rows: list[Row], markdown: bool = False) -> list[str]:
-    cells = [(str(i), r.group, r.name, r.size, fmt(r.value, r.unit), fmt(r.base, r.unit),
-              "-" if r.ratio is None else f"{r.ratio:.2f}× {r.ratio_kind}".strip(), r.goal, r.status)
-             for i, r in enumerate(rows, 1)]
+    cells = [
+        (
+            str(i),
+            r.group,
+            r.name,
+            r.size,
+            fmt(r.value, r.unit),
+            fmt(r.base, r.unit),
+            "-" if r.ratio is None else f"{r.ratio:.2f}× {r.ratio_kind}".strip(),
+            r.goal,
+            r.status,
+        )
+        for i, r in enumerate(rows, 1)
+    ]
     if markdown:
         out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
@@ -1070,10 +1491,17 @@ def table_lines(rows: list[Row], markdown: bool = False) -> list[str]:
 def environment() -> dict:
     import polars as pl
 
-    env = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-           "numpy": np.__version__, "polars": pl.__version__, "sqlite": sqlite3.sqlite_version,
-           "llama_threads": THREADS, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
-           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+        "polars": pl.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "llama_threads": THREADS,
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
     try:
         import llama_cpp
 
@@ -1090,11 +1518,22 @@ def environment() -> dict:
 def write_results(out: Path, mode: str, started: str, seconds: float, args: argparse.Namespace) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     stamp = started.replace(":", "").replace("-", "")
-    data = {"mode": mode, "started": started, "seconds": round(seconds, 1), "argv": sys.argv[1:],
-            "environment": environment(), "rows": [asdict(r) for r in ROWS]}
-    md = [f"# qmdlab benchmarks ({mode})", "",
-          f"{started} UTC, {seconds:.0f} s, {data['environment']['cpus']} CPUs, load {data['environment'].get('load_avg')}",
-          "", "Medians after warm-up; stage and baseline alternated in the same process.", ""]
+    data = {
+        "mode": mode,
+        "started": started,
+        "seconds": round(seconds, 1),
+        "argv": sys.argv[1:],
+        "environment": environment(),
+        "rows": [asdict(r) for r in ROWS],
+    }
+    md = [
+        f"# qmdlab benchmarks ({mode})",
+        "",
+        f"{started} UTC, {seconds:.0f} s, {data['environment']['cpus']} CPUs, load {data['environment'].get('load_avg')}",
+        "",
+        "Medians after warm-up; stage and baseline alternated in the same process.",
+        "",
+    ]
     md += table_lines(ROWS, markdown=True)
     jp, mp = out / f"bench-{mode}-{stamp}.json", out / f"bench-{mode}-{stamp}.md"
     jp.write_text(json.dumps(data, indent=2, default=str))
@@ -1105,8 +1544,9 @@ def write_results(out: Path, mode: str, started: str, seconds: float, args: argp
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes)")
     ap.add_argument("--smoke", action="store_true", help="minimal sizes: only proves the script runs")
     ap.add_argument("--only", default="", help=f"comma-separated groups: {','.join(GROUPS)}")
@@ -1131,12 +1571,17 @@ def main(argv: list[str] | None = None) -> int:
     w = Work(keep=args.keep)
     models_ok = model_status() if {"embed", "rerank", "expand", "query"} & set(groups) else (False, "", {})
     runners: dict[str, Callable[[], None]] = {
-        "bm25": lambda: bench_bm25(w, sz), "bm25s": lambda: bench_bm25s(w, sz),
-        "vector": lambda: bench_vector(w, sz), "retune": lambda: bench_retune(w, sz),
-        "update": lambda: bench_update(w, sz), "build": lambda: bench_build(w, sz),
-        "embed": lambda: bench_embed(w, sz, models_ok), "rerank": lambda: bench_rerank(w, sz, models_ok),
+        "bm25": lambda: bench_bm25(w, sz),
+        "bm25s": lambda: bench_bm25s(w, sz),
+        "vector": lambda: bench_vector(w, sz),
+        "retune": lambda: bench_retune(w, sz),
+        "update": lambda: bench_update(w, sz),
+        "build": lambda: bench_build(w, sz),
+        "embed": lambda: bench_embed(w, sz, models_ok),
+        "rerank": lambda: bench_rerank(w, sz, models_ok),
         "expand": lambda: bench_expand(w, sz, models_ok),
-        "query": lambda: bench_query(w, sz, models_ok), "cli": lambda: bench_cli(w, sz, models_ok),
+        "query": lambda: bench_query(w, sz, models_ok),
+        "cli": lambda: bench_cli(w, sz, models_ok),
         "memory": lambda: bench_memory(w, sz),
     }
     failed = 0

@@ -5,6 +5,7 @@ The corpus imitates notes: a ``# title`` line, 1–6 paragraphs, word counts log
 ~150 words (≈1 KB), word frequencies Zipf(1.07) over a 20k vocabulary of made-up words whose
 60 most frequent entries are English stopwords (so the OR-mode stopword handling is exercised).
 """
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ class Corpus:
         self.seed = seed
         self.words = make_vocab(vocab_size, seed)
         ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
-        p = 1.0 / ranks ** 1.07
+        p = 1.0 / ranks**1.07
         self.p = p / p.sum()
         self.mean_words = mean_words
 
@@ -123,12 +124,16 @@ def build_vector_index(directory: Path, n_chunks: int, dim: int, fingerprint: st
         total += k
     with idx.transaction() as c:
         c.executemany("INSERT INTO content(hash, body) VALUES (?, 'x')", [(f"h{d:07d}",) for d in range(len(per_doc))])
-        c.executemany("INSERT INTO documents(collection, path, title, hash, mtime, size, active) "
-                      "VALUES ('vec', ?, 't', ?, 0, 1, 1)",
-                      [(f"doc{d:07d}.md", f"h{d:07d}") for d in range(len(per_doc))])
-        c.executemany("INSERT INTO chunks(hash, seq, char_start, char_end, line_start, line_end, heading_path) "
-                      "VALUES (?, ?, 0, 1, 1, 1, '')",
-                      [(f"h{d:07d}", s) for d, k in enumerate(per_doc) for s in range(k)])
+        c.executemany(
+            "INSERT INTO documents(collection, path, title, hash, mtime, size, active) "
+            "VALUES ('vec', ?, 't', ?, 0, 1, 1)",
+            [(f"doc{d:07d}.md", f"h{d:07d}") for d in range(len(per_doc))],
+        )
+        c.executemany(
+            "INSERT INTO chunks(hash, seq, char_start, char_end, line_start, line_end, heading_path) "
+            "VALUES (?, ?, 0, 1, 1, 1, '')",
+            [(f"h{d:07d}", s) for d, k in enumerate(per_doc) for s in range(k)],
+        )
     ids = [r[0] for r in idx.conn.execute("SELECT id FROM chunks ORDER BY id")]
     step = 50000
     for i in range(0, len(ids), step):
@@ -140,8 +145,9 @@ def build_vector_index(directory: Path, n_chunks: int, dim: int, fingerprint: st
     return idx, vm, time.perf_counter() - t0, len(per_doc)
 
 
-def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len: int = 20, n_lists: int = 4,
-                    pool_size: int = 60):
+def synthetic_trace(
+    n_queries: int, seed: int = 5, n_docs: int = 5000, list_len: int = 20, n_lists: int = 4, pool_size: int = 60
+):
     """A cached multi-query :class:`~qmdlab.pipeline.trace.Trace` and its qrels.
 
     Per query: ``n_lists`` lists (four: fts/original, vec/original, fts/lex, vec/hyde; eight: two
@@ -157,8 +163,16 @@ def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len:
     from qmdlab.pipeline.trace import SCHEMAS, Trace
 
     rng = np.random.default_rng(seed)
-    kinds = [("fts", "original", 2.0), ("vec", "original", 2.0), ("fts", "lex", 1.0), ("vec", "hyde", 1.0),
-             ("fts", "lex", 1.0), ("vec", "vec", 1.0), ("vec", "vec", 1.0), ("vec", "hyde", 1.0)][:n_lists]
+    kinds = [
+        ("fts", "original", 2.0),
+        ("vec", "original", 2.0),
+        ("fts", "lex", 1.0),
+        ("vec", "hyde", 1.0),
+        ("fts", "lex", 1.0),
+        ("vec", "vec", 1.0),
+        ("vec", "vec", 1.0),
+        ("vec", "hyde", 1.0),
+    ][:n_lists]
     if len(kinds) != n_lists:
         raise ValueError(f"synthetic_trace: n_lists must be 1..8, got {n_lists}")
     cols: dict[str, list] = {c: [] for c in SCHEMAS["lists"]}
@@ -189,9 +203,13 @@ def synthetic_trace(n_queries: int, seed: int = 5, n_docs: int = 5000, list_len:
     lists = pl.DataFrame(cols, schema=SCHEMAS["lists"])
     cands = candidates(fuse(lists, PipelineConfig()), PipelineConfig().candidate_limit)
     rerank = cands.select("qid", "docno").with_columns(
-        chunk_id=pl.lit(None, dtype=pl.Int64), chunk_hash=pl.lit("h"),
-        rerank_score=pl.Series(rng.random(cands.height)), cached=pl.lit(True))
-    queries = pl.DataFrame({"qid": qids, "text": [f"query {q}" for q in qids], "intent": [None] * n_queries},
-                           schema=SCHEMAS["queries"])
+        chunk_id=pl.lit(None, dtype=pl.Int64),
+        chunk_hash=pl.lit("h"),
+        rerank_score=pl.Series(rng.random(cands.height)),
+        cached=pl.lit(True),
+    )
+    queries = pl.DataFrame(
+        {"qid": qids, "text": [f"query {q}" for q in qids], "intent": [None] * n_queries}, schema=SCHEMAS["queries"]
+    )
     trace = Trace(queries=queries, lists=lists, rerank=rerank)
     return trace, pl.DataFrame(qrows)

@@ -8,6 +8,7 @@ Target: 300 × 8 × 20 well under 50 ms. A benchmark, not a test.
 
     .venv/bin/python benchmarks/bench_retune.py [--queries 300 --lists 8 --hits 20 --reps 15]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,19 @@ from qmdlab.pipeline.blend import blend
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.finish import finish
 from qmdlab.pipeline.fuse import candidates, fuse
-from qmdlab.pipeline.trace import SCHEMAS, Trace
 from qmdlab.pipeline.retune import retune
+from qmdlab.pipeline.trace import SCHEMAS, Trace
 
-TYPES = [("fts", "original"), ("vec", "original"), ("fts", "lex"), ("fts", "lex"), ("vec", "vec"), ("vec", "vec"),
-         ("vec", "hyde"), ("vec", "hyde")]
+TYPES = [
+    ("fts", "original"),
+    ("vec", "original"),
+    ("fts", "lex"),
+    ("fts", "lex"),
+    ("vec", "vec"),
+    ("vec", "vec"),
+    ("vec", "hyde"),
+    ("vec", "hyde"),
+]
 
 
 def synthetic_trace(n_queries: int, n_lists: int, n_hits: int, n_docs: int = 2000, seed: int = 0) -> Trace:
@@ -38,16 +47,27 @@ def synthetic_trace(n_queries: int, n_lists: int, n_hits: int, n_docs: int = 200
             docs = rng.choice(n_docs, size=n_hits, replace=False)
             scores = np.sort(rng.random(n_hits))[::-1]
             for rank, (d, s) in enumerate(zip(docs, scores), 1):
-                cols["qid"].append(f"q{q}"); cols["list_id"].append(li); cols["source"].append(source)
-                cols["query_type"].append(qt); cols["subquery"].append(f"sub {li}"); cols["docno"].append(f"d{d}")
-                cols["chunk_id"].append(int(d)); cols["rank"].append(rank); cols["backend_score"].append(float(s))
-                cols["score"].append(float(s)); cols["weight"].append(cfg.list_weight(source, qt))
+                cols["qid"].append(f"q{q}")
+                cols["list_id"].append(li)
+                cols["source"].append(source)
+                cols["query_type"].append(qt)
+                cols["subquery"].append(f"sub {li}")
+                cols["docno"].append(f"d{d}")
+                cols["chunk_id"].append(int(d))
+                cols["rank"].append(rank)
+                cols["backend_score"].append(float(s))
+                cols["score"].append(float(s))
+                cols["weight"].append(cfg.list_weight(source, qt))
     lists = pl.DataFrame(cols, schema=SCHEMAS["lists"])
     fused = fuse(lists, cfg)
     # rerank scores for the top 60 fused documents (what a lab run with candidate_limit=60 records)
     docs = fused.filter(pl.col("fused_rank") <= 60).select("qid", "docno")
-    rerank = docs.with_columns(chunk_id=pl.lit(None, pl.Int64), chunk_hash=pl.lit(None, pl.String),
-                               rerank_score=pl.Series(rng.random(docs.height)), cached=pl.lit(True))
+    rerank = docs.with_columns(
+        chunk_id=pl.lit(None, pl.Int64),
+        chunk_hash=pl.lit(None, pl.String),
+        rerank_score=pl.Series(rng.random(docs.height)),
+        cached=pl.lit(True),
+    )
     final = finish(blend(candidates(fused, cfg.candidate_limit), rerank, cfg), cfg)
     return Trace(lists=lists, fused=fused, rerank=rerank, final=final, config=cfg.to_dict())
 

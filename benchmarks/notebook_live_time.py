@@ -10,6 +10,7 @@ and min/median at the end.
     .venv/bin/python benchmarks/notebook_live_time.py --mode edit --repeats 5
     .venv/bin/python benchmarks/notebook_live_time.py --mode run --home /tmp/demo-home
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,11 @@ CHEAP = "return document.querySelectorAll('marimo-slider').length > 0 && documen
 
 def _trace_files(home: Path) -> dict[str, tuple[int, int]]:
     root = home / "eval"
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file() and "traces" in p.parts}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() and "traces" in p.parts
+    }
 
 
 def once(mode: str, notebook: Path, home: Path, work: Path, poll: float, timeout: float) -> tuple[float, float, float]:
@@ -47,10 +51,27 @@ def once(mode: str, notebook: Path, home: Path, work: Path, poll: float, timeout
 
     before = _trace_files(home)
     port = free_port()
-    env = {**os.environ, "QMDLAB_HOME": str(home), "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    cmd = [sys.executable, "-m", "marimo", "-y", mode, str(notebook), "--headless", "--host", "127.0.0.1",
-           "--port", str(port), "--no-token", "--no-sandbox"]
+    env = {
+        **os.environ,
+        "QMDLAB_HOME": str(home),
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "marimo",
+        "-y",
+        mode,
+        str(notebook),
+        "--headless",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-token",
+        "--no-sandbox",
+    ]
     t0 = time.monotonic()
     with open(work / f"server-{port}.log", "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -75,15 +96,22 @@ def once(mode: str, notebook: Path, home: Path, work: Path, poll: float, timeout
         t1 = time.monotonic()
         driver.get(url)
         WebDriverWait(driver, timeout, poll_frequency=poll).until(
-            lambda d: d.execute_script(CHEAP) and any(v is not None for v in _sliders(d))
-            and "." in (_stat_text(d, "nDCG@10") or ""))
+            lambda d: (
+                d.execute_script(CHEAP)
+                and any(v is not None for v in _sliders(d))
+                and "." in (_stat_text(d, "nDCG@10") or "")
+            )
+        )
         t2 = time.monotonic()
         shown = _stat_text(driver, "nDCG@10")
         thumb = driver.execute_script(FIND, "marimo-slider", "original BM25")[0].shadow_root.find_element(
-            "css selector", "[role=slider]")
+            "css selector", "[role=slider]"
+        )
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", thumb)
         ActionChains(driver).send_keys(Keys.ARROW_RIGHT).perform()
-        WebDriverWait(driver, timeout, poll_frequency=poll).until(lambda d: (_stat_text(d, "nDCG@10") or shown) != shown)
+        WebDriverWait(driver, timeout, poll_frequency=poll).until(
+            lambda d: (_stat_text(d, "nDCG@10") or shown) != shown
+        )
         t3 = time.monotonic()
     finally:
         if driver is not None:
@@ -99,13 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=("edit", "run"), default="edit")
     ap.add_argument("--notebook", type=Path, default=REPO / "notebooks" / "tune.py")
-    ap.add_argument("--home", type=Path, default=None, help="QMDLAB_HOME with make demo's recordings "
-                    "(default: $QMDLAB_HOME or ~/.cache/qmdlab)")
+    ap.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="QMDLAB_HOME with make demo's recordings (default: $QMDLAB_HOME or ~/.cache/qmdlab)",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between page probes")
     ap.add_argument("--timeout", type=float, default=400)
-    ap.add_argument("--work", type=Path, default=Path("/tmp/qmdlab-notebook-live-time"),
-                    help="server logs and browser profiles")
+    ap.add_argument(
+        "--work", type=Path, default=Path("/tmp/qmdlab-notebook-live-time"), help="server logs and browser profiles"
+    )
     args = ap.parse_args(argv)
     home = args.home or Path(os.environ.get("QMDLAB_HOME") or Path.home() / ".cache" / "qmdlab")
     if not (home / "eval").is_dir():
@@ -116,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         load = os.getloadavg()[0]
         page, command, move = once(args.mode, args.notebook.resolve(), home, args.work, args.poll, args.timeout)
         rows.append((page, command, move))
-        print(f"{i + 1}/{args.repeats} marimo {args.mode} {args.notebook.name}: page load -> sliders {page:.1f} s, "
-              f"command -> sliders {command:.1f} s, slider move -> new nDCG {move:.1f} s "
-              f"(1-min load {load:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
+        print(
+            f"{i + 1}/{args.repeats} marimo {args.mode} {args.notebook.name}: page load -> sliders {page:.1f} s, "
+            f"command -> sliders {command:.1f} s, slider move -> new nDCG {move:.1f} s "
+            f"(1-min load {load:.1f} -> {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
     for j, name in enumerate(("page load -> sliders", "command -> sliders", "slider move -> new nDCG")):
         values = [r[j] for r in rows]
         print(f"{name}: min {min(values):.1f} s, median {statistics.median(values):.1f} s, max {max(values):.1f} s")

@@ -30,6 +30,7 @@ The machine this was run on is shared: every row records the 1-minute load avera
 and end; compare rows of one run, not absolute numbers across runs. Results: ``<out>/scale.json``
 and ``<out>/scale.png``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,7 +88,7 @@ def _doc(i: int, words: list[str], cum_weights: list[float], n_words: int, rng: 
     # cumulative weights, computed once: ``choices(weights=...)`` re-accumulates the whole
     # vocabulary on every call (it made writing 100k notes take 20 min); same draws either way
     body = rng.choices(words, cum_weights=cum_weights, k=n_words)
-    lines = [" ".join(body[j:j + 16]) for j in range(0, n_words, 16)]
+    lines = [" ".join(body[j : j + 16]) for j in range(0, n_words, 16)]
     return f"# Note {i} {body[0]}\n\n" + "\n".join(lines) + "\n"
 
 
@@ -130,9 +131,7 @@ class _Timer:
 def bench_size(n: int, cfg: BenchConfig) -> dict:
     from qmdlab.search import bm25_search
     from qmdlab.search.vector import vector_search
-    from qmdlab.store import Index
-
-    from qmdlab.store import limits
+    from qmdlab.store import Index, limits
 
     # The documents cap (250,000 by default, docs/RELIABILITY.md) would index only the first 250k
     # notes of a 1M-note corpus and time that instead; a user with that many notes raises it the
@@ -165,8 +164,11 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
     with _Timer() as t:
         idx.update(["bench"])
     row["update_unchanged_s"], row["update_unchanged_cpu_s"] = t.wall, t.cpu
-    print(f"[{n}] update 1%: {row['update_changed_s']:.1f} s, unchanged: {row['update_unchanged_s']:.2f} s",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{n}] update 1%: {row['update_changed_s']:.1f} s, unchanged: {row['update_unchanged_s']:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
     mid = words[200:5000]  # neither stop-word-frequent nor unseen
     queries = [(idx, " ".join(rng.sample(mid, 3))) for _ in range(cfg.queries)]
@@ -178,14 +180,16 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
     row["vectors"] = cfg.vectors
     with _Timer() as t:
         for s in range(0, len(ids), 10_000):
-            idx.store_vectors(ids[s:s + 10_000], vecs[s:s + 10_000], FINGERPRINT)
+            idx.store_vectors(ids[s : s + 10_000], vecs[s : s + 10_000], FINGERPRINT)
     row["store_vectors_s"], row["store_vectors_cpu_s"] = t.wall, t.cpu
     del vecs
     qvecs = [(idx, q) for q in qmat]
     with _Timer() as t:
         vector_search(idx, qvecs[0][1], fingerprint=FINGERPRINT, limit=10)
     row["vector_load_s"], row["vector_load_cpu_s"] = t.wall, t.cpu
-    row["vector_ms"], row["vector_cpu_ms"] = _median_ms(lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+    row["vector_ms"], row["vector_cpu_ms"] = _median_ms(
+        lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs
+    )
     if cfg.ann:  # the shipped ANN path: vector_search(ann=...) with PipelineConfig(vector_index="hnsw")'s defaults
         from qmdlab.pipeline.config import PipelineConfig
 
@@ -204,10 +208,18 @@ def bench_size(n: int, cfg: BenchConfig) -> dict:
             rec.append(len(want & {h.docno for h in got}) / 10)
         row["ann_ms"], row["ann_ms_min"] = statistics.median(walls), min(walls)
         row["ann_recall"] = statistics.fmean(rec)
-        print(f"[{n}] ann build {row['ann_build_s']:.1f} s, query {row['ann_ms']:.2f} ms, "
-              f"recall@10 {row['ann_recall']:.3f}", file=sys.stderr, flush=True)
-    print(f"[{n}] bm25 {row['bm25_ms']:.1f} ms, vector {row['vector_ms']:.1f} ms "
-          f"(matrix load {row['vector_load_s']:.1f} s)", file=sys.stderr, flush=True)
+        print(
+            f"[{n}] ann build {row['ann_build_s']:.1f} s, query {row['ann_ms']:.2f} ms, "
+            f"recall@10 {row['ann_recall']:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"[{n}] bm25 {row['bm25_ms']:.1f} ms, vector {row['vector_ms']:.1f} ms "
+        f"(matrix load {row['vector_load_s']:.1f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     row["rss_mb"] = _rss_mb()
     row["db_mb"] = sum(p.stat().st_size for p in index_dir.glob("index.sqlite*")) / 2**20
     row["load_end"] = _load()
@@ -245,12 +257,16 @@ def bench_vectors_only(n: int, cfg: BenchConfig) -> dict:
     idx = _MatrixOnly(vm)
     qvecs = [(idx, rng.standard_normal(DIM, dtype=np.float32)) for _ in range(cfg.queries)]
     row["vector_ms"], row["vector_cpu_ms"] = _median_ms(
-        lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs)
+        lambda i, q: vector_search(i, q, fingerprint=FINGERPRINT, limit=10), qvecs
+    )
     row["matrix_mb"] = mat.nbytes / 2**20
     row["rss_mb"] = _rss_mb()
     row["load_end"] = _load()
-    print(f"[{n}] vectors only: exact vector {row['vector_ms']:.1f} ms wall, {row['vector_cpu_ms']:.1f} ms CPU",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{n}] vectors only: exact vector {row['vector_ms']:.1f} ms wall, {row['vector_cpu_ms']:.1f} ms CPU",
+        file=sys.stderr,
+        flush=True,
+    )
     return row
 
 
@@ -326,8 +342,7 @@ class _Ann:
         elif lib == "usearch":
             from usearch.index import Index
 
-            self.ix = Index(ndim=dim, metric="ip", dtype="f32", connectivity=ANN_M,
-                            expansion_add=ANN_EF_CONSTRUCTION)
+            self.ix = Index(ndim=dim, metric="ip", dtype="f32", connectivity=ANN_M, expansion_add=ANN_EF_CONSTRUCTION)
         elif lib == "faiss":
             import faiss
 
@@ -395,10 +410,22 @@ def bench_ann(n: int, kind: str, libs: list[str], cfg: BenchConfig, efs=ANN_EFS,
         wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
     base = {"n": n, "vectors": kind, "queries": len(qs)}
-    rows = [{**base, "method": "exact", "ef": None, "build_s": 0.0, "build_cpu_s": 0.0,
-             "mem_mb": x.nbytes / 2**20, "file_mb": None, "query_ms_min": min(wall),
-             "query_ms_median": statistics.median(wall), "query_cpu_ms_median": statistics.median(cpu),
-             "recall": 1.0, "load": _load()}]
+    rows = [
+        {
+            **base,
+            "method": "exact",
+            "ef": None,
+            "build_s": 0.0,
+            "build_cpu_s": 0.0,
+            "mem_mb": x.nbytes / 2**20,
+            "file_mb": None,
+            "query_ms_min": min(wall),
+            "query_ms_median": statistics.median(wall),
+            "query_cpu_ms_median": statistics.median(cpu),
+            "recall": 1.0,
+            "load": _load(),
+        }
+    ]
     print(f"[ann {kind} {n}] exact {rows[0]['query_ms_median']:.2f} ms", file=sys.stderr, flush=True)
     for lib in libs:
         gc.collect()
@@ -409,8 +436,11 @@ def bench_ann(n: int, kind: str, libs: list[str], cfg: BenchConfig, efs=ANN_EFS,
             ann.build(x)
         mem = _rss_now_mb() - rss0
         file_mb = ann.size_mb(cfg.work)
-        print(f"[ann {kind} {n}] {lib} build {t.wall:.1f} s ({t.cpu:.1f} s CPU), +{mem:.0f} MB",
-              file=sys.stderr, flush=True)
+        print(
+            f"[ann {kind} {n}] {lib} build {t.wall:.1f} s ({t.cpu:.1f} s CPU), +{mem:.0f} MB",
+            file=sys.stderr,
+            flush=True,
+        )
         for ef in efs:
             ann.set_ef(max(ef, k))
             ann.query(qs[0], k)  # warm-up
@@ -421,12 +451,28 @@ def bench_ann(n: int, kind: str, libs: list[str], cfg: BenchConfig, efs=ANN_EFS,
                 wall.append((time.perf_counter() - t0) * 1000)
                 cpu.append((time.process_time() - c0) * 1000)
                 rec.append(len(want & {int(i) for i in got}) / k)
-            rows.append({**base, "method": lib, "ef": ef, "build_s": t.wall, "build_cpu_s": t.cpu, "mem_mb": mem,
-                         "file_mb": file_mb, "query_ms_min": min(wall), "query_ms_median": statistics.median(wall),
-                         "query_cpu_ms_median": statistics.median(cpu), "recall": statistics.fmean(rec),
-                         "load": (load0 + _load()) / 2})
-            print(f"[ann {kind} {n}] {lib} ef={ef}: {rows[-1]['query_ms_median']:.3f} ms, "
-                  f"recall@{k} {rows[-1]['recall']:.3f}", file=sys.stderr, flush=True)
+            rows.append(
+                {
+                    **base,
+                    "method": lib,
+                    "ef": ef,
+                    "build_s": t.wall,
+                    "build_cpu_s": t.cpu,
+                    "mem_mb": mem,
+                    "file_mb": file_mb,
+                    "query_ms_min": min(wall),
+                    "query_ms_median": statistics.median(wall),
+                    "query_cpu_ms_median": statistics.median(cpu),
+                    "recall": statistics.fmean(rec),
+                    "load": (load0 + _load()) / 2,
+                }
+            )
+            print(
+                f"[ann {kind} {n}] {lib} ef={ef}: {rows[-1]['query_ms_median']:.3f} ms, "
+                f"recall@{k} {rows[-1]['recall']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
         del ann
     return rows
 
@@ -437,6 +483,7 @@ def plot(rows: list[dict], path: Path, vec_rows: list[dict] = (), ann_rows: list
 
     ``cpu``: plot the CPU seconds of the process (the ``*_cpu_*`` keys) instead of wall time — what
     a shared, loaded machine distorts least; the HNSW query has wall time only and says so."""
+
     def key_of(k: str) -> str:
         if not cpu or k == "ann_ms":
             return k
@@ -451,20 +498,33 @@ def plot(rows: list[dict], path: Path, vec_rows: list[dict] = (), ann_rows: list
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.2))
     a, b = axes[0], axes[1]
     ns = [r["n"] for r in rows]
-    for key, label in (("build_s", "build (s)"), ("update_changed_s", "update, 1% changed (s)"),
-                       ("update_unchanged_s", "update, unchanged (s)"), ("store_vectors_s", "store vectors (s)"),
-                       ("vector_load_s", "vector matrix load (s)"), ("ann_build_s", "HNSW graph build (s)")):
+    for key, label in (
+        ("build_s", "build (s)"),
+        ("update_changed_s", "update, 1% changed (s)"),
+        ("update_unchanged_s", "update, unchanged (s)"),
+        ("store_vectors_s", "store vectors (s)"),
+        ("vector_load_s", "vector matrix load (s)"),
+        ("ann_build_s", "HNSW graph build (s)"),
+    ):
         pts = [(r["n"], r[key_of(key)]) for r in rows if r.get(key_of(key)) is not None]
         if pts:
             a.plot(*zip(*pts), marker="o", label=label)
-    for key, label in (("bm25_ms", "BM25 query"), ("vector_ms", "exact vector query"),
-                       ("ann_ms", "HNSW vector query (ef 512)")):
+    for key, label in (
+        ("bm25_ms", "BM25 query"),
+        ("vector_ms", "exact vector query"),
+        ("ann_ms", "HNSW vector query (ef 512)"),
+    ):
         pts = [(r["n"], r[key_of(key)]) for r in rows if r.get(key_of(key)) is not None]
         if pts:
             b.plot(*zip(*pts), marker="o", label=label + (" (wall)" if cpu and key == "ann_ms" else ""))
     if vec_rows:
-        b.plot([r["n"] for r in vec_rows], [r["vector_cpu_ms"] for r in vec_rows], marker="s", linestyle="--",
-               label="exact vector query, in memory (CPU ms)")
+        b.plot(
+            [r["n"] for r in vec_rows],
+            [r["vector_cpu_ms"] for r in vec_rows],
+            marker="s",
+            linestyle="--",
+            label="exact vector query, in memory (CPU ms)",
+        )
     b.axhline(100, color="grey", linestyle=":", label="100 ms (interactive)")
     clock = "CPU of the process" if cpu else "wall"
     for ax, title, unit in ((a, f"index work ({clock})", "seconds"), (b, f"query latency (median, {clock})", "ms")):
@@ -477,11 +537,15 @@ def plot(rows: list[dict], path: Path, vec_rows: list[dict] = (), ann_rows: list
     if ann_rows:
         c = axes[2]
         n_max = max(r["n"] for r in ann_rows)
-        for (lib, kind), marker in zip(sorted({(r["method"], r["vectors"]) for r in ann_rows
-                                               if r["n"] == n_max and r["method"] != "exact"}),
-                                       "ov^sD<>pP*x+"):
-            pts = sorted((r["query_ms_median"], r["recall"]) for r in ann_rows
-                         if r["n"] == n_max and r["method"] == lib and r["vectors"] == kind)
+        for (lib, kind), marker in zip(
+            sorted({(r["method"], r["vectors"]) for r in ann_rows if r["n"] == n_max and r["method"] != "exact"}),
+            "ov^sD<>pP*x+",
+        ):
+            pts = sorted(
+                (r["query_ms_median"], r["recall"])
+                for r in ann_rows
+                if r["n"] == n_max and r["method"] == lib and r["vectors"] == kind
+            )
             c.plot(*zip(*pts), marker=marker, label=f"{lib}, {kind}")
         for r in ann_rows:
             if r["n"] == n_max and r["method"] == "exact":
@@ -505,36 +569,72 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=BenchConfig.work)
     p.add_argument("--queries", type=int, default=BenchConfig.queries)
     p.add_argument("--no-plot", action="store_true", help="Skip the matplotlib figure.")
-    p.add_argument("--plot-only", action="store_true",
-                   help="Only draw the figure from <out>/scale.json, scale-vectors.json and ann.json.")
+    p.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="Only draw the figure from <out>/scale.json, scale-vectors.json and ann.json.",
+    )
     p.add_argument("--png", type=Path, default=None, help="Where the figure goes (default <out>/scale.png).")
     p.add_argument("--cpu", action="store_true", help="Plot CPU seconds of the process instead of wall time.")
     p.add_argument("--keep", action="store_true", help="Keep the corpora and indexes under --work.")
     p.add_argument("--append", action="store_true", help="Add to the rows already in <out>/scale.json.")
-    p.add_argument("--vectors-only", type=int, nargs="*", default=[], metavar="N",
-                   help="Also time exact vector_search over N in-memory random vectors (no index build).")
-    p.add_argument("--vectors", default=BenchConfig.vectors, choices=["random", "clustered", "cisi"],
-                   help="Vectors stored in the --sizes indexes (see ann_vectors).")
+    p.add_argument(
+        "--vectors-only",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="Also time exact vector_search over N in-memory random vectors (no index build).",
+    )
+    p.add_argument(
+        "--vectors",
+        default=BenchConfig.vectors,
+        choices=["random", "clustered", "cisi"],
+        help="Vectors stored in the --sizes indexes (see ann_vectors).",
+    )
     p.add_argument("--no-ann", action="store_true", help="--sizes: skip the vector_search(ann=...) timing.")
-    p.add_argument("--ann", type=int, nargs="*", default=[], metavar="N",
-                   help="Exact vs ANN (build, memory, latency, recall@10) over N in-memory vectors per --ann-vectors.")
-    p.add_argument("--ann-vectors", nargs="*", default=["random", "clustered"], metavar="KIND",
-                   help="Vector sets for --ann: random (worst case), clustered, cisi (MiniLM spectrum; needs the "
-                        "CISI eval index).")
-    p.add_argument("--ann-libs", nargs="*", default=list(ANN_LIBS), metavar="LIB",
-                   help=f"ANN libraries for --ann (of {', '.join(ANN_LIBS)}).")
-    p.add_argument("--ann-efs", type=int, nargs="*", default=list(ANN_EFS), metavar="EF",
-                   help="Search breadths (ef) swept for each ANN index.")
+    p.add_argument(
+        "--ann",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="Exact vs ANN (build, memory, latency, recall@10) over N in-memory vectors per --ann-vectors.",
+    )
+    p.add_argument(
+        "--ann-vectors",
+        nargs="*",
+        default=["random", "clustered"],
+        metavar="KIND",
+        help="Vector sets for --ann: random (worst case), clustered, cisi (MiniLM spectrum; needs the "
+        "CISI eval index).",
+    )
+    p.add_argument(
+        "--ann-libs",
+        nargs="*",
+        default=list(ANN_LIBS),
+        metavar="LIB",
+        help=f"ANN libraries for --ann (of {', '.join(ANN_LIBS)}).",
+    )
+    p.add_argument(
+        "--ann-efs",
+        type=int,
+        nargs="*",
+        default=list(ANN_EFS),
+        metavar="EF",
+        help="Search breadths (ef) swept for each ANN index.",
+    )
     a = p.parse_args(argv)
-    cfg = BenchConfig(sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep,
-                      vectors=a.vectors, ann=not a.no_ann)
+    cfg = BenchConfig(
+        sizes=a.sizes, out=a.out, work=a.work, queries=a.queries, keep=a.keep, vectors=a.vectors, ann=not a.no_ann
+    )
     cfg.out.mkdir(parents=True, exist_ok=True)
     rows = json.loads((cfg.out / "scale.json").read_text())["rows"] if a.append else []
     for n in cfg.sizes:
         rows.append(bench_size(n, cfg))
-        (cfg.out / "scale.json").write_text(json.dumps({"config": {**asdict(cfg), "out": str(cfg.out),
-                                                                   "work": str(cfg.work)},
-                                                        "rows": rows}, indent=1))
+        (cfg.out / "scale.json").write_text(
+            json.dumps({"config": {**asdict(cfg), "out": str(cfg.out), "work": str(cfg.work)}, "rows": rows}, indent=1)
+        )
     vec_rows = []
     for n in a.vectors_only:
         vec_rows.append(bench_vectors_only(n, cfg))
@@ -543,15 +643,17 @@ def main(argv: list[str] | None = None) -> int:
     for n in a.ann:
         for kind in a.ann_vectors:
             ann_rows.extend(bench_ann(n, kind, a.ann_libs, cfg, efs=a.ann_efs))
-            (cfg.out / "ann.json").write_text(json.dumps({"rows": ann_rows, "m": ANN_M,
-                                                          "ef_construction": ANN_EF_CONSTRUCTION}, indent=1))
+            (cfg.out / "ann.json").write_text(
+                json.dumps({"rows": ann_rows, "m": ANN_M, "ef_construction": ANN_EF_CONSTRUCTION}, indent=1)
+            )
     rows.sort(key=lambda r: r["n"])
     if a.plot_only:
         rows = json.loads((cfg.out / "scale.json").read_text())["rows"]
         for name in ("scale-vectors.json", "ann.json"):
             if (cfg.out / name).exists():
                 (vec_rows if name.startswith("scale") else ann_rows).extend(
-                    json.loads((cfg.out / name).read_text())["rows"])
+                    json.loads((cfg.out / name).read_text())["rows"]
+                )
     if rows and not a.no_plot:
         plot(sorted(rows, key=lambda r: r["n"]), a.png or cfg.out / "scale.png", vec_rows, ann_rows, cpu=a.cpu)
     rows = rows + vec_rows + ann_rows

@@ -70,9 +70,11 @@ cannot show what the skipped queries would have gained, so the row is left out t
 recorded variant ``no-skip`` measures it instead: every query recorded again with the skip off); with
 expansion off the skip has nothing to skip and the row is left out too.
 """
+
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import polars as pl
 
@@ -110,8 +112,14 @@ def strong_signal_qids(notes: pl.DataFrame) -> list[str]:
     return sorted(set(hit["qid"].to_list()))
 
 
-def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: bool = True,
-             has_rerank: bool = True, skip_qids: Sequence[str] | None = None) -> list[Variant]:
+def variants(
+    config: PipelineConfig,
+    *,
+    has_vector: bool = True,
+    has_expansion: bool = True,
+    has_rerank: bool = True,
+    skip_qids: Sequence[str] | None = None,
+) -> list[Variant]:
     """The ablation rows that the recorded trace supports (see the module table).
 
     ``skip_qids`` (:func:`strong_signal_qids` of the trace) adds the ``strong-signal skip`` row
@@ -120,22 +128,38 @@ def variants(config: PipelineConfig, *, has_vector: bool = True, has_expansion: 
     off = {"rerank": False}
     out = [Variant("bm25", (pl.col("source") == "fts") & ORIGINAL, off, "BM25 of the original query")]
     if has_vector:
-        out += [Variant("vector", (pl.col("source") == "vec") & ORIGINAL, off, "vector search of the original query"),
-                Variant("bm25+vector", ORIGINAL, off, f"{config.fusion} of the two original-query lists")]
+        out += [
+            Variant("vector", (pl.col("source") == "vec") & ORIGINAL, off, "vector search of the original query"),
+            Variant("bm25+vector", ORIGINAL, off, f"{config.fusion} of the two original-query lists"),
+        ]
     if has_expansion:
         out += [Variant("+lex", ORIGINAL | (pl.col("query_type") == "lex"), off, "+ lex expansion lists (BM25)")]
         if has_vector:
-            out += [Variant("+lex+vec", pl.col("query_type") != "hyde", off, "+ vec expansion lists"),
-                    Variant("+lex+vec+hyde", None, off, "+ hyde lists: full retrieval, no rerank")]
+            out += [
+                Variant("+lex+vec", pl.col("query_type") != "hyde", off, "+ vec expansion lists"),
+                Variant("+lex+vec+hyde", None, off, "+ hyde lists: full retrieval, no rerank"),
+            ]
     if has_rerank:
         out.append(Variant("+rerank", None, {"rerank": True}, f"full pipeline, {config.blend} blend"))
     if has_expansion and skip_qids is not None:
         keep = ORIGINAL | ~pl.col("qid").is_in(list(skip_qids))
-        out.append(Variant("strong-signal skip", keep, {"rerank": has_rerank and config.rerank, "strong_signal": True},
-                           f"full pipeline, expansion skipped for the {len(skip_qids)} strong-signal queries"))
+        out.append(
+            Variant(
+                "strong-signal skip",
+                keep,
+                {"rerank": has_rerank and config.rerank, "strong_signal": True},
+                f"full pipeline, expansion skipped for the {len(skip_qids)} strong-signal queries",
+            )
+        )
     for m in FUSION_METHODS:
-        out.append(Variant(f"fusion={m}", None, {"fusion": m, "rerank": has_rerank and config.rerank},
-                           "full pipeline with this fusion"))
+        out.append(
+            Variant(
+                f"fusion={m}",
+                None,
+                {"fusion": m, "rerank": has_rerank and config.rerank},
+                "full pipeline with this fusion",
+            )
+        )
     if has_rerank:
         for m in BLEND_METHODS:
             out.append(Variant(f"blend={m}", None, {"blend": m, "rerank": True}, "full pipeline with this blend"))
@@ -164,22 +188,30 @@ def _skip_inert(config: PipelineConfig, study, models) -> str:
 
 
 RECORDED_VARIANTS: dict[str, RecordedVariant] = {
-    "phrase": RecordedVariant("+phrase list", {"weight_original_phrase": 1.0},
-                              "own recording: + verbatim whole-query phrase list (weight 1)"),
-    "like": RecordedVariant("+like list", {"weight_original_like": 1.0},
-                            "own recording: + substring LIKE list (weight 1)"),
-    "trigram": RecordedVariant("+trigram list", {"weight_original_trigram": 1.0},
-                               "own recording: + CJK trigram list (weight 1)"),
-    "heading": RecordedVariant("+heading list", {"weight_original_heading": 1.0},
-                               "own recording: + section-heading list (weight 1)"),
-    "two-unit-gate": RecordedVariant("two-unit gate", {"bm25_mode": "msm", "bm25_min_match": 2.0},
-                                     "own recording: BM25 needs 2 query terms (msm)"),
+    "phrase": RecordedVariant(
+        "+phrase list", {"weight_original_phrase": 1.0}, "own recording: + verbatim whole-query phrase list (weight 1)"
+    ),
+    "like": RecordedVariant(
+        "+like list", {"weight_original_like": 1.0}, "own recording: + substring LIKE list (weight 1)"
+    ),
+    "trigram": RecordedVariant(
+        "+trigram list", {"weight_original_trigram": 1.0}, "own recording: + CJK trigram list (weight 1)"
+    ),
+    "heading": RecordedVariant(
+        "+heading list", {"weight_original_heading": 1.0}, "own recording: + section-heading list (weight 1)"
+    ),
+    "two-unit-gate": RecordedVariant(
+        "two-unit gate", {"bm25_mode": "msm", "bm25_min_match": 2.0}, "own recording: BM25 needs 2 query terms (msm)"
+    ),
     # the values of eval/configs/content-first-fields.yaml (tests/eval/test_ablation_variants.py pins them)
-    "field-weights": RecordedVariant("field weights", {"bm25_weight_filepath": 0.25, "bm25_weight_title": 0.5,
-                                                       "bm25_weight_body": 1.0},
-                                     "own recording: content-first BM25 columns 0.25/0.5/1"),
-    "no-skip": RecordedVariant("no strong-signal skip", {"strong_signal": False},
-                               "own recording: every query expanded (skip off)", _skip_inert),
+    "field-weights": RecordedVariant(
+        "field weights",
+        {"bm25_weight_filepath": 0.25, "bm25_weight_title": 0.5, "bm25_weight_body": 1.0},
+        "own recording: content-first BM25 columns 0.25/0.5/1",
+    ),
+    "no-skip": RecordedVariant(
+        "no strong-signal skip", {"strong_signal": False}, "own recording: every query expanded (skip off)", _skip_inert
+    ),
 }
 """RecordingInfo variants by ``--variants`` name (see the module table)."""
 
@@ -201,8 +233,9 @@ def check_variant(name: str, flag: str = "--variants") -> str:
     return name
 
 
-def recorded_evaluation(study, suite, models, overrides: dict, *, name: str, progress: bool = False, log=print,
-                        remote=None):
+def recorded_evaluation(
+    study, suite, models, overrides: dict, *, name: str, progress: bool = False, log=print, remote=None
+):
     """``study``'s queries recorded again under ``study.config.replace(**overrides)`` (its own trace
     cache entry) and evaluated as recorded; the study itself when the overrides change nothing."""
     from .record import record
@@ -226,8 +259,9 @@ class RecordedRow(NamedTuple):
     description: str
 
 
-def variant_evaluations(study, suite, models, names: Sequence[str], *, progress: bool = False, log=print,
-                        remote=None) -> dict:
+def variant_evaluations(
+    study, suite, models, names: Sequence[str], *, progress: bool = False, log=print, remote=None
+) -> dict:
     """``{row: RecordedRow}`` of each recorded variant in ``names`` (:data:`RECORDED_VARIANTS`): the
     main recording's queries recorded under ``study.config`` with the variant's overrides, evaluated as
     recorded. A variant that cannot change the main recording (its overrides already hold, or its
@@ -243,13 +277,18 @@ def variant_evaluations(study, suite, models, names: Sequence[str], *, progress:
         if reason:
             out[v.row] = RecordedRow(study.evaluate(study.config), f"= the main recording ({reason})")
         else:
-            out[v.row] = RecordedRow(recorded_evaluation(study, suite, models, v.overrides, name=v.row,
-                                                         progress=progress, log=log, remote=remote), v.description)
+            out[v.row] = RecordedRow(
+                recorded_evaluation(
+                    study, suite, models, v.overrides, name=v.row, progress=progress, log=log, remote=remote
+                ),
+                v.description,
+            )
     return out
 
 
-def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progress: bool = False, log=print,
-                        remote=None) -> dict:
+def chunker_evaluations(
+    study, suite, models, chunkers: Sequence[str], *, progress: bool = False, log=print, remote=None
+) -> dict:
     """``{"chunker=<c>": Evaluation}``: each chunker's own recording of ``study``'s queries under
     ``study.config`` with ``chunker: c`` (its own index and trace cache), evaluated as recorded. The
     chunker the study was recorded with is the study itself (no second recording).
@@ -274,14 +313,28 @@ def chunker_evaluations(study, suite, models, chunkers: Sequence[str], *, progre
             out[f"chunker={name}"] = study.evaluate(study.config)
             continue
         out[f"chunker={name}"] = recorded_evaluation(
-            study, suite, models, {"chunker": "" if name == DEFAULT_CHUNKER else name}, name=f"chunker={name}",
-            progress=progress, log=log, remote=remote)
+            study,
+            suite,
+            models,
+            {"chunker": "" if name == DEFAULT_CHUNKER else name},
+            name=f"chunker={name}",
+            progress=progress,
+            log=log,
+            remote=remote,
+        )
     return out
 
 
-def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: Sequence[Variant] | None = None,
-           extra: dict[str, PipelineConfig] | None = None, chunkers: dict | None = None,
-           recorded: dict | None = None) -> pl.DataFrame:
+def ablate(
+    study,
+    *,
+    baseline: str = "best-leg",
+    metric: str = HEADLINE,
+    rows: Sequence[Variant] | None = None,
+    extra: dict[str, PipelineConfig] | None = None,
+    chunkers: dict | None = None,
+    recorded: dict | None = None,
+) -> pl.DataFrame:
     """Evaluate every ablation row of ``study`` and compare each with ``baseline``.
 
     Parameters
@@ -307,11 +360,17 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
         unscored, baseline`` — one row per configuration.
     """
     lists = study.trace.lists
-    rows = list(rows) if rows is not None else variants(
-        study.config, has_vector=bool(lists.filter(pl.col("source") == "vec").height),
-        has_expansion=bool(lists.filter(~ORIGINAL).height),
-        has_rerank=bool(study.trace.rerank.drop_nulls("rerank_score").height),
-        skip_qids=None if study.config.strong_signal else strong_signal_qids(study.trace.notes))
+    rows = (
+        list(rows)
+        if rows is not None
+        else variants(
+            study.config,
+            has_vector=bool(lists.filter(pl.col("source") == "vec").height),
+            has_expansion=bool(lists.filter(~ORIGINAL).height),
+            has_rerank=bool(study.trace.rerank.drop_nulls("rerank_score").height),
+            skip_qids=None if study.config.strong_signal else strong_signal_qids(study.trace.notes),
+        )
+    )
     evals, desc = {}, {}
     for v in rows:
         evals[v.name] = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
@@ -328,11 +387,22 @@ def ablate(study, *, baseline: str = "best-leg", metric: str = HEADLINE, rows: S
         legs = [n for n in ("bm25", "vector") if n in evals]
         baseline = max(legs, key=lambda n: evals[n].metrics[metric])
     sig = compare_to_baseline({n: e.per_query for n, e in evals.items()}, baseline, metric)
-    means = pl.DataFrame([{"config": n, "description": desc[n], **e.metrics, "unscored": e.unscored}
-                          for n, e in evals.items()])
+    means = pl.DataFrame(
+        [{"config": n, "description": desc[n], **e.metrics, "unscored": e.unscored} for n, e in evals.items()]
+    )
     table = means.join(sig.drop("mean").rename({"run": "config"}), on="config", how="left", maintain_order="left")
-    cols = ["config", "description", *study.metrics, "delta", "p_ttest", "p_fisher", "wins", "ties", "losses",
-            "unscored"]
+    cols = [
+        "config",
+        "description",
+        *study.metrics,
+        "delta",
+        "p_ttest",
+        "p_fisher",
+        "wins",
+        "ties",
+        "losses",
+        "unscored",
+    ]
     return table.select(cols).with_columns(pl.lit(baseline).alias("baseline"))
 
 
@@ -344,11 +414,15 @@ def format_table(table: pl.DataFrame, metric: str = HEADLINE) -> str:
         return "<0.001" if value == 0 else f"{value:.3g}"
 
     width = max([22, *(len(c) for c in table["config"].to_list())]) if table.height else 22
-    lines = [f"{'configuration':<{width}} {metric:>8} {'Δ':>7} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}  "
-             f"(baseline: {base})"]
+    lines = [
+        f"{'configuration':<{width}} {metric:>8} {'Δ':>7} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}  "
+        f"(baseline: {base})"
+    ]
     for r in table.iter_rows(named=True):
         star = "*" if r["p_ttest"] < 0.05 and r["config"] != base else " "
-        lines.append(f"{r['config']:<{width}} {r[metric]:>8.4f} {r['delta']:>+7.4f} {r['p_ttest']:>8.3g} "
-                     f"{p(r['p_fisher']):>9} {r['wins']:>3}/{r['ties']}/{r['losses']:<3}{star}"
-                     + (f"  ({r['unscored']} unscored)" if r["unscored"] else ""))
+        lines.append(
+            f"{r['config']:<{width}} {r[metric]:>8.4f} {r['delta']:>+7.4f} {r['p_ttest']:>8.3g} "
+            f"{p(r['p_fisher']):>9} {r['wins']:>3}/{r['ties']}/{r['losses']:<3}{star}"
+            + (f"  ({r['unscored']} unscored)" if r["unscored"] else "")
+        )
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """What the notebooks offer to record and open: the recording tiers of a suite and the recording
 picker's choices (the same for the tune and evaluate notebooks)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -36,10 +37,15 @@ def tiers(suite: Suite) -> list[Tier]:
     'retrieval: BM25 + vectors, no LLM'
     """
     base = suite_config(suite)
-    return [Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False),
-                 {"expand": "none", "rerank": "none"}),
-            Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
-            Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {})]
+    return [
+        Tier(
+            "retrieval: BM25 + vectors, no LLM",
+            base.replace(expand=False, rerank=False),
+            {"expand": "none", "rerank": "none"},
+        ),
+        Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
+        Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {}),
+    ]
 
 
 def picker_choices(available: list[RecordingInfo], new_key: str | None = None) -> tuple[dict[str, str], str | None]:

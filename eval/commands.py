@@ -4,14 +4,15 @@ Both are thin front ends over :mod:`eval` (suites, runner, ablation, optimise). 
 above the core, and reach ``qmdlab/cli.py`` through the ``qmdlab.commands`` entry points in
 ``pyproject.toml`` (one per verb), so the core never imports :mod:`eval`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
 
+from qmdlab.errors import ConfigError
 from qmdlab.scale.cli_options import ray_options, ray_options_from
-from qmdlab.errors import ConfigError, QmdlabError
 
 
 def _suite(name: str, fmt: str | None, corpus: str | None = None, grades: str | None = None):
@@ -43,38 +44,58 @@ def _models(preset: str | None, no_expand: bool, no_rerank: bool):
 
 
 _FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl", "qmd-bench"]
-_GRADES_HELP = ("How a SMART collection's relevance codes are read: gain (the code is the gain; default, or "
-                "$QMDLAB_SMART_GRADES) or rank (1 = complete answer: gain = max_code + 1 - code, codes < 1 not "
-                "relevant).")
-_CORPUS_HELP = ("With --format qmd-bench: the markdown folder the fixture's expected_files are relative to "
-                "(default: the qmdlab collection the fixture names).")
+_GRADES_HELP = (
+    "How a SMART collection's relevance codes are read: gain (the code is the gain; default, or "
+    "$QMDLAB_SMART_GRADES) or rank (1 = complete answer: gain = max_code + 1 - code, codes < 1 not "
+    "relevant)."
+)
+_CORPUS_HELP = (
+    "With --format qmd-bench: the markdown folder the fixture's expected_files are relative to "
+    "(default: the qmdlab collection the fixture names)."
+)
 
 
-def _tune_learn(suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None,
-                limit: int) -> None:
+def _tune_learn(
+    suite, study, *, folds: int, seed: int, metric: str, out: str, explain_qid: str | None, limit: int
+) -> None:
     """``qmdlab tune --learn``: cross-validated learned fusion (all logic in :mod:`qmdlab.eval.learn`)."""
-    from qmdlab.eval.learn import (LearnConfig, cross_validate_learned, explain_query, format_explain, save, suite_docs,
-                            timing)
+    from qmdlab.eval.learn import (
+        LearnConfig,
+        cross_validate_learned,
+        explain_query,
+        format_explain,
+        save,
+        suite_docs,
+        timing,
+    )
 
     study.docs = suite_docs(suite)
     cfg = LearnConfig(folds=folds, seed=seed)
     report = cross_validate_learned(study, cfg=cfg, metric=metric, progress=lambda m: click.echo(m, err=True))
     click.echo(report.folds)
     click.echo(report.summary(metric))
-    header = (f"qmdlab tune {suite.name} --learn: {report.summary(metric)}\n"
-              f"LightGBM lambdarank, {folds} folds, seed {seed}; model trained on all judged queries")
+    header = (
+        f"qmdlab tune {suite.name} --learn: {report.summary(metric)}\n"
+        f"LightGBM lambdarank, {folds} folds, seed {seed}; model trained on all judged queries"
+    )
     # evaluation ran deeper (recall@100); the written config keeps the user's limit
     paths = save(report, out, study.config.replace(limit=limit), cfg=cfg, header=header, docid=suite.docid)
-    click.echo(f"re-fusion of all {len(study.qids)} queries: {timing(study, report.booster, study.config, prior_scale=report.prior_scale):.1f} ms "
-               "(features + predict + blend)")
+    click.echo(
+        f"re-fusion of all {len(study.qids)} queries: {timing(study, report.booster, study.config, prior_scale=report.prior_scale):.1f} ms "
+        "(features + predict + blend)"
+    )
     click.echo(f"wrote {paths['model']}, {paths['config']} (use: qmdlab eval {suite.name} --config {paths['config']})")
     click.echo(f"held-out run: {paths['heldout']}  default run: {paths['default']}  (collection ids)")
     if explain_qid is not None:
-        click.echo(format_explain(explain_query(study, report.booster, explain_qid, prior_scale=report.prior_scale),
-                                  explain_qid))
+        click.echo(
+            format_explain(
+                explain_query(study, report.booster, explain_qid, prior_scale=report.prior_scale), explain_qid
+            )
+        )
     if report.gain <= 0:
-        click.echo("note: learned fusion did not improve held-out queries; the default config is the safer choice",
-                   err=True)
+        click.echo(
+            "note: learned fusion did not improve held-out queries; the default config is the safer choice", err=True
+        )
 
 
 def _chunkers(value: str | None, ablate: bool) -> tuple[str, ...]:
@@ -111,15 +132,37 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
     return tuple(check_variant(v.strip(), "--variants") for v in value.split(",") if v.strip())
 
 
-def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress, llm_queries,
-              candidates, folds, seed, write_config_path, pick_rule, extra, *, ablate: bool,
-              reranker_runs=(), limit: int | None = None) -> None:
+def _frontier(
+    suite,
+    fmt,
+    corpus,
+    grades,
+    config_path,
+    no_expand,
+    no_rerank,
+    preset,
+    out,
+    progress,
+    llm_queries,
+    candidates,
+    folds,
+    seed,
+    write_config_path,
+    pick_rule,
+    extra,
+    *,
+    ablate: bool,
+    reranker_runs=(),
+    limit: int | None = None,
+) -> None:
     """``qmdlab eval SUITE --frontier``: all logic in :mod:`qmdlab.eval.frontier`."""
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
 
     if ablate:
-        raise click.UsageError("--frontier runs its own configurations: drop --ablate/--chunkers/--variants "
-                               "(--llm-queries N limits the LLM rows, --limit N every row)")
+        raise click.UsageError(
+            "--frontier runs its own configurations: drop --ablate/--chunkers/--variants "
+            "(--llm-queries N limits the LLM rows, --limit N every row)"
+        )
     rule, delta = parse_pick(pick_rule, extra)
     if extra and rule != "fastest-within" or len(extra) > 1:
         raise click.UsageError(f"Got unexpected extra argument(s) ({' '.join(extra)})")
@@ -137,70 +180,173 @@ def _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, pre
     s = _suite(suite, fmt, corpus, grades)
     click.echo(f"suite {s.name}: frontier, {s.grades_note()}")
     cfg, _ = _config(s, config_path, False, False)
-    res = frontier(s, preset, base=cfg, llm_queries=n_llm, candidates=candidates, folds=folds, seed=seed,
-                   out=out, progress=progress, log=lambda m: click.echo(m, err=True), reranker_runs=reranker_runs,
-                   limit=limit)
+    res = frontier(
+        s,
+        preset,
+        base=cfg,
+        llm_queries=n_llm,
+        candidates=candidates,
+        folds=folds,
+        seed=seed,
+        out=out,
+        progress=progress,
+        log=lambda m: click.echo(m, err=True),
+        reranker_runs=reranker_runs,
+        limit=limit,
+    )
     click.echo(format_table(res))
     click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
     if write_config_path:
         chosen = pick(res, rule, delta)
         path = write_pick(res, chosen, write_config_path, rule, delta)
-        click.echo(f"picked {chosen.name} ({'best' if rule == 'best' else f'fastest within {delta:g}'}): wrote {path} "
-                   f"(use: qmdlab query --config {path})")
+        click.echo(
+            f"picked {chosen.name} ({'best' if rule == 'best' else f'fastest within {delta:g}'}): wrote {path} "
+            f"(use: qmdlab query --config {path})"
+        )
 
 
 def register(group: click.Group) -> None:
     @group.command("eval", context_settings={"allow_extra_args": True})
     @click.argument("suite")
-    @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None,
-                  help="Format of a suite directory (detected when omitted); qmd-bench: a qmd bench fixture file.")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(_FORMATS),
+        default=None,
+        help="Format of a suite directory (detected when omitted); qmd-bench: a qmd bench fixture file.",
+    )
     @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
     @click.option("--grades", type=click.Choice(["gain", "rank"]), default=None, help=_GRADES_HELP)
-    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                  help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.")
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.",
+    )
     @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
     @click.option("--no-rerank", is_flag=True, help="Skip the LLM reranker.")
     @click.option("--ablate", is_flag=True, help="Also print the ablation matrix (cut from the same traces).")
-    @click.option("--baseline", default="best-leg", show_default=True,
-                  help="Ablation row the p-values compare against (best-leg = the better of bm25/vector; "
-                       "chunker=breakpoints with --chunkers).")
-    @click.option("--chunkers", default=None, metavar="all|NAME,…",
-                  help="With --ablate: a row per chunker (breakpoints, headings, fences-and-tables), each from its "
-                       "own index and recording of the same queries.")
-    @click.option("--variants", "variant_names", default=None, metavar="all|NAME,…",
-                  help="With --ablate: a row per feature that changes retrieval (phrase, like, trigram, heading, "
-                       "two-unit-gate, field-weights, no-skip), each the same queries recorded again with it.")
-    @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-                  help="Write <run>.trec files, metrics.json, traces, … into this directory.")
-    @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")
+    @click.option(
+        "--baseline",
+        default="best-leg",
+        show_default=True,
+        help="Ablation row the p-values compare against (best-leg = the better of bm25/vector; "
+        "chunker=breakpoints with --chunkers).",
+    )
+    @click.option(
+        "--chunkers",
+        default=None,
+        metavar="all|NAME,…",
+        help="With --ablate: a row per chunker (breakpoints, headings, fences-and-tables), each from its "
+        "own index and recording of the same queries.",
+    )
+    @click.option(
+        "--variants",
+        "variant_names",
+        default=None,
+        metavar="all|NAME,…",
+        help="With --ablate: a row per feature that changes retrieval (phrase, like, trigram, heading, "
+        "two-unit-gate, field-weights, no-skip), each the same queries recorded again with it.",
+    )
+    @click.option(
+        "--out",
+        "out",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Write <run>.trec files, metrics.json, traces, … into this directory.",
+    )
+    @click.option(
+        "--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+    )
     @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
-    @click.option("--frontier", is_flag=True,
-                  help="The quality-latency frontier: BM25, vector, hybrid under each fusion, tuned and learned "
-                       "fusion (k-fold), +lex/+vec/+hyde and +rerank; held-out nDCG@10, paired p against the best "
-                       "cheaper row, median s/query on this machine, the Pareto front (frontier.png).")
-    @click.option("--llm-queries", default="10", show_default=True, metavar="N|all",
-                  help="With --frontier: judged queries of the LLM rows (expansion, rerank); 0 leaves them out.")
-    @click.option("--candidates", type=int, default=None,
-                  help="With --frontier: documents reranked per query in the LLM rows [default: the config's "
-                       "candidate_limit].")
-    @click.option("--folds", type=int, default=5, show_default=True,
-                  help="With --frontier: folds of the tuned and learned rows (as `qmdlab tune`).")
+    @click.option(
+        "--frontier",
+        is_flag=True,
+        help="The quality-latency frontier: BM25, vector, hybrid under each fusion, tuned and learned "
+        "fusion (k-fold), +lex/+vec/+hyde and +rerank; held-out nDCG@10, paired p against the best "
+        "cheaper row, median s/query on this machine, the Pareto front (frontier.png).",
+    )
+    @click.option(
+        "--llm-queries",
+        default="10",
+        show_default=True,
+        metavar="N|all",
+        help="With --frontier: judged queries of the LLM rows (expansion, rerank); 0 leaves them out.",
+    )
+    @click.option(
+        "--candidates",
+        type=int,
+        default=None,
+        help="With --frontier: documents reranked per query in the LLM rows [default: the config's candidate_limit].",
+    )
+    @click.option(
+        "--folds",
+        type=int,
+        default=5,
+        show_default=True,
+        help="With --frontier: folds of the tuned and learned rows (as `qmdlab tune`).",
+    )
     @click.option("--seed", type=int, default=0, show_default=True, help="With --frontier: the folds' seed.")
-    @click.option("--reranker-run", "reranker_runs", multiple=True, type=click.Path(file_okay=False),
-                  help="With --frontier: a finished `qmdlab train reranker` run to add as a row (runs/* of the "
-                       "suite are added anyway).")
-    @click.option("--write-config", "write_config_path", type=click.Path(dir_okay=False), default=None,
-                  help="With --frontier: write the --pick configuration for `qmdlab query --config`.")
-    @click.option("--pick", "pick_rule", default="best", show_default=True, metavar="best|fastest-within D",
-                  help="With --write-config: the highest held-out nDCG@10, or the fastest row within D of it "
-                       "(--pick fastest-within 0.005).")
+    @click.option(
+        "--reranker-run",
+        "reranker_runs",
+        multiple=True,
+        type=click.Path(file_okay=False),
+        help="With --frontier: a finished `qmdlab train reranker` run to add as a row (runs/* of the "
+        "suite are added anyway).",
+    )
+    @click.option(
+        "--write-config",
+        "write_config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="With --frontier: write the --pick configuration for `qmdlab query --config`.",
+    )
+    @click.option(
+        "--pick",
+        "pick_rule",
+        default="best",
+        show_default=True,
+        metavar="best|fastest-within D",
+        help="With --write-config: the highest held-out nDCG@10, or the fastest row within D of it "
+        "(--pick fastest-within 0.005).",
+    )
     @ray_options
     @click.pass_context
-    def eval_cmd(ctx, suite, fmt, corpus, grades, config_path, no_expand, no_rerank, ablate, baseline, chunkers,
-                 variant_names, out, preset, limit, per_query, progress, frontier, llm_queries, candidates, folds, seed,
-                 reranker_runs, write_config_path, pick_rule, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+    def eval_cmd(
+        ctx,
+        suite,
+        fmt,
+        corpus,
+        grades,
+        config_path,
+        no_expand,
+        no_rerank,
+        ablate,
+        baseline,
+        chunkers,
+        variant_names,
+        out,
+        preset,
+        limit,
+        per_query,
+        progress,
+        frontier,
+        llm_queries,
+        candidates,
+        folds,
+        seed,
+        reranker_runs,
+        write_config_path,
+        pick_rule,
+        ray_address,
+        ray_actors,
+        ray_cpus,
+        ray_gpus,
+    ) -> None:
         """Run every judged query of SUITE (a registered suite — default, cisi — or a directory)
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics).
@@ -210,9 +356,28 @@ def register(group: click.Group) -> None:
 
         extra = list(ctx.args)
         if frontier:
-            _frontier(suite, fmt, corpus, grades, config_path, no_expand, no_rerank, preset, out, progress,
-                      llm_queries, candidates, folds, seed, write_config_path, pick_rule, extra,
-                      reranker_runs=reranker_runs, limit=limit, ablate=ablate or bool(chunkers) or bool(variant_names))
+            _frontier(
+                suite,
+                fmt,
+                corpus,
+                grades,
+                config_path,
+                no_expand,
+                no_rerank,
+                preset,
+                out,
+                progress,
+                llm_queries,
+                candidates,
+                folds,
+                seed,
+                write_config_path,
+                pick_rule,
+                extra,
+                reranker_runs=reranker_runs,
+                limit=limit,
+                ablate=ablate or bool(chunkers) or bool(variant_names),
+            )
             return
         if extra:
             raise click.UsageError(f"Got unexpected extra argument{'s' if len(extra) > 1 else ''} ({' '.join(extra)})")
@@ -230,14 +395,28 @@ def register(group: click.Group) -> None:
 
             spec = ModelSpec.resolve(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
             remote = RayQueries(spec, ray_opts, models=models, progress=progress)
-        res = run_suite(s, models, cfg, out=out, name=run_name(cfg, path), ablate=ablate, baseline=baseline,
-                        limit=limit, progress=progress, log=lambda m: click.echo(m, err=True), remote=remote,
-                        chunkers=names, recorded_variants=recorded_variants)
+        res = run_suite(
+            s,
+            models,
+            cfg,
+            out=out,
+            name=run_name(cfg, path),
+            ablate=ablate,
+            baseline=baseline,
+            limit=limit,
+            progress=progress,
+            log=lambda m: click.echo(m, err=True),
+            remote=remote,
+            chunkers=names,
+            recorded_variants=recorded_variants,
+        )
         if per_query:
             click.echo(res.per_query.filter(res.per_query["run"] == res.name).drop("run"))
         n = res.timings["queries"]
-        click.echo(f"suite {s.name}: {n} judged queries, {s.grades_note()} ({res.timings['queries_cached']} traces "
-                   f"from cache), {res.timings['query_s']:.1f} s")
+        click.echo(
+            f"suite {s.name}: {n} judged queries, {s.grades_note()} ({res.timings['queries_cached']} traces "
+            f"from cache), {res.timings['query_s']:.1f} s"
+        )
         for metric, value in res.metrics[res.name].items():
             click.echo(f"{res.name:<24} {metric:<12} {value:.4f}")
         if s.format == "qmd-bench":
@@ -254,32 +433,76 @@ def register(group: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(_FORMATS), default=None, help="Format of a suite directory.")
     @click.option("--corpus", type=click.Path(file_okay=False), default=None, help=_CORPUS_HELP)
     @click.option("--grades", type=click.Choice(["gain", "rank"]), default=None, help=_GRADES_HELP)
-    @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-                  help="Starting pipeline config (the traces are recorded with it).")
+    @click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Starting pipeline config (the traces are recorded with it).",
+    )
     @click.option("--trials", type=int, default=200, show_default=True, help="Objective evaluations per search.")
     @click.option("--folds", type=int, default=5, show_default=True, help="Cross-validation folds over queries.")
-    @click.option("--method", type=click.Choice(["coordinate", "random", "grid", "tpe"]), default="coordinate",
-                  show_default=True, help="Search method (tpe needs Optuna: pip install 'qmdlab[tune]').")
+    @click.option(
+        "--method",
+        type=click.Choice(["coordinate", "random", "grid", "tpe"]),
+        default="coordinate",
+        show_default=True,
+        help="Search method (tpe needs Optuna: pip install 'qmdlab[tune]').",
+    )
     @click.option("--metric", default="ndcg@10", show_default=True, help="Objective metric.")
     @click.option("--seed", type=int, default=0, show_default=True)
     @click.option("--no-expand", is_flag=True, help="Record and tune without query expansion.")
     @click.option("--no-rerank", is_flag=True, help="Record and tune without the reranker.")
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @click.option("--out", "out", type=click.Path(), default=None,
-                  help="Where to write the tuned config (default config.yaml; read by `qmdlab query --config` "
-                       "and `qmdlab eval --config`). With --learn: a directory (default learned/) for the model, "
-                       "config.yaml, learned-heldout.trec and default.trec.")
-    @click.option("--learn", is_flag=True,
-                  help="Train fusion=learned (LightGBM lambdarank over trace features) with k-fold CV over queries "
-                       "instead of searching knobs (needs: pip install 'qmdlab[learn]').")
-    @click.option("--lexical", is_flag=True,
-                  help="Also tune the BM25 column weights (bm25_weight_title/body/filepath); each new setting "
-                       "re-runs the recorded BM25 lists against the suite's index (slower).")
-    @click.option("--explain", "explain_qid", default=None, metavar="QID",
-                  help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.")
+    @click.option(
+        "--out",
+        "out",
+        type=click.Path(),
+        default=None,
+        help="Where to write the tuned config (default config.yaml; read by `qmdlab query --config` "
+        "and `qmdlab eval --config`). With --learn: a directory (default learned/) for the model, "
+        "config.yaml, learned-heldout.trec and default.trec.",
+    )
+    @click.option(
+        "--learn",
+        is_flag=True,
+        help="Train fusion=learned (LightGBM lambdarank over trace features) with k-fold CV over queries "
+        "instead of searching knobs (needs: pip install 'qmdlab[learn]').",
+    )
+    @click.option(
+        "--lexical",
+        is_flag=True,
+        help="Also tune the BM25 column weights (bm25_weight_title/body/filepath); each new setting "
+        "re-runs the recorded BM25 lists against the suite's index (slower).",
+    )
+    @click.option(
+        "--explain",
+        "explain_qid",
+        default=None,
+        metavar="QID",
+        help="With --learn: print each feature's contribution (pred_contrib) to the top results of query QID.",
+    )
     @click.option("--progress/--no-progress", default=True)
-    def tune_cmd(suite, fmt, corpus, grades, config_path, trials, folds, method, metric, seed, no_expand, no_rerank, preset, out,
-                 learn, lexical, explain_qid, progress) -> None:
+    def tune_cmd(
+        suite,
+        fmt,
+        corpus,
+        grades,
+        config_path,
+        trials,
+        folds,
+        method,
+        metric,
+        seed,
+        no_expand,
+        no_rerank,
+        preset,
+        out,
+        learn,
+        lexical,
+        explain_qid,
+        progress,
+    ) -> None:
         """Tune fusion weights, rrf_k, bonuses, candidate limit and blend bands on SUITE with
         k-fold cross-validation; print the held-out gain and write the best config.
         With --learn, train a learned fusion model instead (same folds, held-out report)."""
@@ -297,12 +520,19 @@ def register(group: click.Group) -> None:
         s = _suite(suite, fmt, corpus, grades)
         click.echo(f"suite {s.name}: {s.grades_note()}", err=True)
         cfg, _ = _config(s, config_path, no_expand, no_rerank)
-        res = run_suite(s, _models(preset, no_expand, no_rerank), cfg, name="tune-base", progress=progress,
-                        log=lambda m: click.echo(m, err=True))
+        res = run_suite(
+            s,
+            _models(preset, no_expand, no_rerank),
+            cfg,
+            name="tune-base",
+            progress=progress,
+            log=lambda m: click.echo(m, err=True),
+        )
         study = Study(res.trace, res.qrels, metrics=[metric])  # the recorded config (eval depth 100)
         if learn:
-            _tune_learn(s, study, folds=folds, seed=seed, metric=metric, out=out, explain_qid=explain_qid,
-                        limit=cfg.limit)
+            _tune_learn(
+                s, study, folds=folds, seed=seed, metric=metric, out=out, explain_qid=explain_qid, limit=cfg.limit
+            )
             return
         space = None
         if lexical:
@@ -312,16 +542,28 @@ def register(group: click.Group) -> None:
 
             study = LexicalStudy(study, Index.open(s.workdir() / "index"))
             space = default_space(study.config) + LEXICAL_SPACE
-        report = cross_validate(study, base=study.config, space=space, method=method, trials=trials, folds=folds,
-                                seed=seed, metric=metric, progress=lambda m: click.echo(m, err=True))
+        report = cross_validate(
+            study,
+            base=study.config,
+            space=space,
+            method=method,
+            trials=trials,
+            folds=folds,
+            seed=seed,
+            metric=metric,
+            progress=lambda m: click.echo(m, err=True),
+        )
         click.echo(report.folds)
         click.echo(report.summary(metric))
-        header = (f"qmdlab tune {s.name}: {report.summary(metric)}\n"
-                  f"method {method}, {trials} trials, {folds} folds, seed {seed}")
+        header = (
+            f"qmdlab tune {s.name}: {report.summary(metric)}\n"
+            f"method {method}, {trials} trials, {folds} folds, seed {seed}"
+        )
         tuned = report.config.replace(limit=cfg.limit)  # evaluation ran deeper (recall@100); keep the user's limit
         write_config(tuned, Path(out), header=header)
         click.echo(f"changed options:\n{tuned.diff(cfg)}")
         click.echo(f"wrote {out}  (use: qmdlab eval {suite} --config {out})")
         if report.gain <= 0:
-            click.echo("note: tuning did not improve held-out queries; the default config is the safer choice",
-                       err=True)
+            click.echo(
+                "note: tuning did not improve held-out queries; the default config is the safer choice", err=True
+            )

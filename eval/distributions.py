@@ -5,12 +5,13 @@ thresholded (the fused #1 always scores ≥ 0.75), a rerank probability or a nor
 fusion score may be. :func:`score_distributions` gathers every score a trace recorded, one
 row per (stage, query, document); :func:`summary` condenses it.
 """
+
 from __future__ import annotations
 
 import polars as pl
 
 _STAGES = (
-    ("lists", "score"),          # normalised backend score, one stage per source/query_type
+    ("lists", "score"),  # normalised backend score, one stage per source/query_type
     ("fused", "fused_score"),
     ("rerank", "rerank_score"),
     ("final", "final_score"),
@@ -53,8 +54,16 @@ def score_distributions(trace, qrels: pl.DataFrame) -> pl.DataFrame:
         stage = (pl.col("source") + "/" + pl.col("query_type")) if table == "lists" else pl.lit(table)
         parts.append(df.select(stage.alias("stage"), "qid", "docno", pl.col(col).cast(pl.Float64).alias("score")))
     if not parts:
-        return pl.DataFrame(schema={"stage": pl.Utf8, "qid": pl.Utf8, "docno": pl.Utf8, "score": pl.Float64,
-                                    "grade": pl.Int64, "relevant": pl.Boolean})
+        return pl.DataFrame(
+            schema={
+                "stage": pl.Utf8,
+                "qid": pl.Utf8,
+                "docno": pl.Utf8,
+                "score": pl.Float64,
+                "grade": pl.Int64,
+                "relevant": pl.Boolean,
+            }
+        )
     out = pl.concat(parts).drop_nulls("score").join(qids, on="qid", how="semi")
     out = out.join(judged, on=["qid", "docno"], how="left").with_columns(pl.col("grade").fill_null(0))
     return out.with_columns((pl.col("grade") >= 1).alias("relevant"))
@@ -69,14 +78,22 @@ def summary(dist: pl.DataFrame) -> pl.DataFrame:
     [0.875]
     """
     stats = dist.group_by("stage", "relevant").agg(
-        pl.len().alias("n"), pl.col("score").mean().alias("mean"),
-        pl.col("score").quantile(0.1).alias("p10"), pl.col("score").median().alias("median"),
-        pl.col("score").quantile(0.9).alias("p90"))
+        pl.len().alias("n"),
+        pl.col("score").mean().alias("mean"),
+        pl.col("score").quantile(0.1).alias("p10"),
+        pl.col("score").median().alias("median"),
+        pl.col("score").quantile(0.9).alias("p90"),
+    )
     ranked = dist.with_columns(pl.col("score").rank("average").over("stage").alias("_r"))
     auc = ranked.group_by("stage").agg(
         pl.col("_r").filter(pl.col("relevant")).sum().alias("_rs"),
-        pl.col("relevant").sum().alias("_np"), (~pl.col("relevant")).sum().alias("_nn"))
-    auc = auc.with_columns(pl.when((pl.col("_np") > 0) & (pl.col("_nn") > 0)).then(
-        (pl.col("_rs") - pl.col("_np") * (pl.col("_np") + 1) / 2) / (pl.col("_np") * pl.col("_nn")))
-        .otherwise(None).alias("auc")).select("stage", "auc")
+        pl.col("relevant").sum().alias("_np"),
+        (~pl.col("relevant")).sum().alias("_nn"),
+    )
+    auc = auc.with_columns(
+        pl.when((pl.col("_np") > 0) & (pl.col("_nn") > 0))
+        .then((pl.col("_rs") - pl.col("_np") * (pl.col("_np") + 1) / 2) / (pl.col("_np") * pl.col("_nn")))
+        .otherwise(None)
+        .alias("auc")
+    ).select("stage", "auc")
     return stats.join(auc, on="stage", how="left").sort(["stage", "relevant"], descending=[False, True])

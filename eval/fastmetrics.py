@@ -6,6 +6,7 @@ strings). The definitions are :class:`qmdlab.eval.metrics.Scorer`'s (ranx's): th
 of relevant documents are taken from a ``Scorer`` of the same qrels, and
 ``tests/eval/test_fastmetrics.py`` checks every metric against ``Scorer`` and ``ranx.evaluate``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,8 +39,11 @@ class CodedScorer:
         self.qids = qids
         ideal = scorer.ideal  # one row per judged qid, sorted by qid
         self.nrel = ideal["_nrel"].to_numpy().astype(np.float64)
-        self.ideal = {i: ideal[f"_i{i}"].to_numpy().astype(np.float64)
-                      for i, m in enumerate(self.metrics) if m.kind in ("ndcg", "ndcg_burges")}
+        self.ideal = {
+            i: ideal[f"_i{i}"].to_numpy().astype(np.float64)
+            for i, m in enumerate(self.metrics)
+            if m.kind in ("ndcg", "ndcg_burges")
+        }
         rel = scorer.rel
         if rel.select(pl.struct("qid", "docno").is_duplicated().any()).item():
             self.reason = "the qrels judge one (query, document) pair twice"
@@ -50,8 +54,13 @@ class CodedScorer:
         # grade of each pair (0: not relevant)
         self.grade = np.zeros(fast.n_pairs)
         if fast.n_pairs and rel.height:
-            pairs = pl.DataFrame({"qid": fast.qids.gather(fast.pair_query), "docno": fast.docnos.gather(fast.pair_doc),
-                                  "_p": np.arange(fast.n_pairs)})
+            pairs = pl.DataFrame(
+                {
+                    "qid": fast.qids.gather(fast.pair_query),
+                    "docno": fast.docnos.gather(fast.pair_doc),
+                    "_p": np.arange(fast.n_pairs),
+                }
+            )
             got = pairs.join(rel.select("qid", "docno", "grade"), on=["qid", "docno"], how="inner")
             self.grade[got["_p"].to_numpy()] = got["grade"].to_numpy()
 
@@ -68,7 +77,7 @@ class CodedScorer:
         for i, m in enumerate(self.metrics):
             cut = rel & (pos <= m.k) if m.k else rel
             if m.kind in ("ndcg", "ndcg_burges"):
-                gain = grade if m.kind == "ndcg" else 2.0 ** grade - 1.0
+                gain = grade if m.kind == "ndcg" else 2.0**grade - 1.0
                 dcg = np.bincount(j[cut], weights=gain[cut] / logs[cut], minlength=nq)
                 ideal = self.ideal[i]
                 with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,8 +100,10 @@ class CodedScorer:
     def per_query(self, r: Ranked) -> pl.DataFrame:
         """``qid`` plus one column per metric, as :meth:`Scorer.score` returns it."""
         vals = self.values(r)
-        return pl.DataFrame({"qid": self.qids, **{m.name: vals[m.name] for m in self.metrics}},
-                            schema={"qid": pl.String, **{m.name: pl.Float64 for m in self.metrics}})
+        return pl.DataFrame(
+            {"qid": self.qids, **{m.name: vals[m.name] for m in self.metrics}},
+            schema={"qid": pl.String, **{m.name: pl.Float64 for m in self.metrics}},
+        )
 
     def mean(self, r: Ranked, metric: str) -> float:
         """The mean of one metric over the judged queries (0.0 when none is judged)."""

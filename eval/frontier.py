@@ -39,14 +39,16 @@ on). :func:`pick` chooses ``best`` (highest nDCG@10) or ``fastest-within D`` (th
 ``D`` of the best) among rows a query config can express, and :func:`write_pick` writes it for
 ``qmdlab query --config``.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -132,15 +134,20 @@ def time_interleaved(labs: dict, queries: pl.DataFrame, warmup: int = 2) -> dict
     names = list(labs)
     out: dict[str, list[float]] = {n: [] for n in names}
     for i, r in enumerate(rows):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             t0 = time.perf_counter()
             labs[name].query(r["query"], intent=r.get("intent") or None, qid=str(r["qid"]))
             out[name].append(time.perf_counter() - t0)
     return out
 
 
-def recorded_seconds(trace, qid: str, stages: Sequence[str] | None, models: Any = None,
-                     measured: tuple[Sequence[float], Sequence[float]] = ((), ())) -> float | None:
+def recorded_seconds(
+    trace,
+    qid: str,
+    stages: Sequence[str] | None,
+    models: Any = None,
+    measured: tuple[Sequence[float], Sequence[float]] = ((), ()),
+) -> float | None:
     """Seconds of one recorded query's stages (all when ``stages`` is None); a model stage answered
     from the LLM cache when it was recorded is priced at the model's measured speed — this process's
     and ``speeds.json``'s running mean (:mod:`qmdlab.pipeline.speed`), else ``measured``: the medians of
@@ -179,11 +186,26 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 # -- the frontier ----------------------------------------------------------------------------------
-def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = None, llm_queries: int | None = 10,
-             candidates: int | None = None, folds: int = 5, seed: int = 0, trials: int = 200, learned: bool = True,
-             time_limit: int = 50, metric: str = HEADLINE, out: str | Path | None = None, progress: bool = False,
-             log: Callable[[str], None] = print, load_models: Callable | None = None,
-             reranker_runs: Sequence[str | Path] | None = (), limit: int | None = None) -> Frontier:
+def frontier(
+    suite,
+    preset: str | None = None,
+    *,
+    base: PipelineConfig | None = None,
+    llm_queries: int | None = 10,
+    candidates: int | None = None,
+    folds: int = 5,
+    seed: int = 0,
+    trials: int = 200,
+    learned: bool = True,
+    time_limit: int = 50,
+    metric: str = HEADLINE,
+    out: str | Path | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    load_models: Callable | None = None,
+    reranker_runs: Sequence[str | Path] | None = (),
+    limit: int | None = None,
+) -> Frontier:
     """Record, evaluate and time every configuration of the module table on ``suite``.
 
     Parameters
@@ -225,35 +247,58 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     trained_runs = _reranker_runs(suite, reranker_runs)  # a bad --reranker-run fails before any work
     retrieval_models = load_models(preset, expand="none", rerank="none")
     retrieval_cfg = base.replace(expand=False, rerank=False)
-    rec = record(suite, retrieval_models, retrieval_cfg, limit=limit, name="frontier-retrieval", progress=progress,
-                 log=log)
+    rec = record(
+        suite, retrieval_models, retrieval_cfg, limit=limit, name="frontier-retrieval", progress=progress, log=log
+    )
     if limit and (llm_queries is None or llm_queries > limit):
         llm_queries = limit
     study = Study.from_recording(rec, metrics=[metric])
     hybrid = study.config
     has_vector = bool(study.trace.lists.filter(pl.col("source") == "vec").height)
     points: list[Point] = []
-    rows = [v for v in variants(hybrid, has_vector=has_vector, has_expansion=False, has_rerank=False)
-            if v.name in ("bm25", "vector")]
+    rows = [
+        v
+        for v in variants(hybrid, has_vector=has_vector, has_expansion=False, has_rerank=False)
+        if v.name in ("bm25", "vector")
+    ]
     if has_vector:
-        rows += [Variant(f"hybrid {m}", ORIGINAL, {"fusion": m, "rerank": False}, f"BM25 + vectors, {m} fusion")
-                 for m in FUSION_METHODS]
+        rows += [
+            Variant(f"hybrid {m}", ORIGINAL, {"fusion": m, "rerank": False}, f"BM25 + vectors, {m} fusion")
+            for m in FUSION_METHODS
+        ]
     else:
         notes.append("no vectors in the suite's index (no embedder?): vector and hybrid rows left out")
     configs = {"bm25": hybrid.replace(vector=False), "vector": None}
     for v in rows:
         ev = study.evaluate(hybrid.replace(**v.overrides), lists=v.lists)
         cfg = configs.get(v.name, hybrid.replace(**v.overrides))
-        points.append(Point(v.name, v.description, ev.per_query.select("qid", metric), "all queries (nothing fitted)",
-                            cfg, "bm25" if v.name == "bm25" else "bm25+vector", None))
+        points.append(
+            Point(
+                v.name,
+                v.description,
+                ev.per_query.select("qid", metric),
+                "all queries (nothing fitted)",
+                cfg,
+                "bm25" if v.name == "bm25" else "bm25+vector",
+                None,
+            )
+        )
     # k-fold rows: tuned knobs and learned fusion, each query scored by a model fitted without it
     from .optimise import cross_validate
 
     log(f"frontier: tuning {len(study.qids)} queries ({folds} folds, {trials} trials, seed {seed})")
     report = cross_validate(study, base=hybrid, trials=trials, folds=folds, seed=seed, metric=metric)
-    points.append(Point("tuned", f"knobs tuned by `qmdlab tune` ({folds}-fold)",
-                        report.held_out.select("qid", pl.col("tuned").alias(metric)), f"{folds}-fold",
-                        report.config, "bm25+vector", None))
+    points.append(
+        Point(
+            "tuned",
+            f"knobs tuned by `qmdlab tune` ({folds}-fold)",
+            report.held_out.select("qid", pl.col("tuned").alias(metric)),
+            f"{folds}-fold",
+            report.config,
+            "bm25+vector",
+            None,
+        )
+    )
     learned_cfg = None
     if learned:
         try:
@@ -267,12 +312,27 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
             study.docs = suite_docs(suite)
             lcfg = LearnConfig(folds=folds, seed=seed)
             lrep = cross_validate_learned(study, base=hybrid, cfg=lcfg, metric=metric)
-            paths = save(lrep, out_dir / "learned", hybrid, cfg=lcfg, docid=suite.docid,
-                         header=f"qmdlab eval {suite.name} --frontier: learned fusion, {lrep.summary(metric)}")
+            paths = save(
+                lrep,
+                out_dir / "learned",
+                hybrid,
+                cfg=lcfg,
+                docid=suite.docid,
+                header=f"qmdlab eval {suite.name} --frontier: learned fusion, {lrep.summary(metric)}",
+            )
             learned_cfg = PipelineConfig.from_file(paths["config"])
-            points.append(Point("learned fusion", f"LightGBM lambdarank fusion ({folds}-fold)",
-                                lrep.held_out.select("qid", pl.col("learned").alias(metric)), f"{folds}-fold",
-                                learned_cfg, "learned fusion", None, files={"config": paths["config"]}))
+            points.append(
+                Point(
+                    "learned fusion",
+                    f"LightGBM lambdarank fusion ({folds}-fold)",
+                    lrep.held_out.select("qid", pl.col("learned").alias(metric)),
+                    f"{folds}-fold",
+                    learned_cfg,
+                    "learned fusion",
+                    None,
+                    files={"config": paths["config"]},
+                )
+            )
     # timing the retrieval rows, now, on this machine
     timed = judged_queries(suite).join(study.trace.queries.select("qid"), on="qid", how="semi").head(time_limit)
     from qmdlab.pipeline.lab import Lab
@@ -304,15 +364,22 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
 
             cost = estimate(suite, models, llm_cfg, limit=llm_queries or None)
             log(f"frontier: LLM recording, {llm_queries or 'all'} queries, top {cands} reranked: {cost.summary()}")
-            rec2 = record(suite, models, llm_cfg, limit=llm_queries or None, name="frontier-llm", progress=progress,
-                          log=log)
+            rec2 = record(
+                suite, models, llm_cfg, limit=llm_queries or None, name="frontier-llm", progress=progress, log=log
+            )
             s2 = Study.from_recording(rec2, metrics=[metric])
             n_llm = len(s2.qids)
             lists = s2.trace.lists
-            llm_rows = [v for v in variants(s2.config, has_vector=has_vector,
-                                            has_expansion=bool(lists.filter(~ORIGINAL).height),
-                                            has_rerank=bool(s2.trace.rerank.drop_nulls("rerank_score").height))
-                        if v.name in LLM_ROWS]
+            llm_rows = [
+                v
+                for v in variants(
+                    s2.config,
+                    has_vector=has_vector,
+                    has_expansion=bool(lists.filter(~ORIGINAL).height),
+                    has_rerank=bool(s2.trace.rerank.drop_nulls("rerank_score").height),
+                )
+                if v.name in LLM_ROWS
+            ]
             # the recording built snippets for its evaluation depth (100 results), a query shows 10: left out
             stages_all = [s for s in s2.trace.timings["stage"].unique().to_list() if s != "snippets"]
             stages_no_rerank = [s for s in stages_all if s not in ("select", "rerank")]
@@ -320,13 +387,27 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
             for v in llm_rows:
                 ev = s2.evaluate(s2.config.replace(**v.overrides), lists=v.lists)
                 rerank_row = v.name == "+rerank"
-                secs = _median([recorded_seconds(s2.trace, q, stages_all if rerank_row else stages_no_rerank, models,
-                                                 (exp_s, rr_s)) for q in s2.qids])
+                secs = _median(
+                    [
+                        recorded_seconds(
+                            s2.trace, q, stages_all if rerank_row else stages_no_rerank, models, (exp_s, rr_s)
+                        )
+                        for q in s2.qids
+                    ]
+                )
                 cfg = {"+lex+vec+hyde": s2.config.replace(rerank=False), "+rerank": s2.config}.get(v.name)
-                points.append(Point(v.name, v.description + f" ({n_llm} queries)", ev.per_query.select("qid", metric),
-                                    "all queries (nothing fitted)", cfg,
-                                    "recorded pipeline" if rerank_row else "recorded, rerank stages left out", secs,
-                                    recording="llm"))
+                points.append(
+                    Point(
+                        v.name,
+                        v.description + f" ({n_llm} queries)",
+                        ev.per_query.select("qid", metric),
+                        "all queries (nothing fitted)",
+                        cfg,
+                        "recorded pipeline" if rerank_row else "recorded, rerank stages left out",
+                        secs,
+                        recording="llm",
+                    )
+                )
             if not llm_rows:
                 notes.append("the LLM recording has no expansion or rerank output (see its notes)")
             elif models.expander is not None and not lists.filter(~ORIGINAL).height:
@@ -335,7 +416,8 @@ def frontier(suite, preset: str | None = None, *, base: PipelineConfig | None = 
     result = Frontier(suite.name, metric, points, table, n_llm, len(study.qids), out_dir, notes, cands)
     table.write_csv(out_dir / "frontier.csv")
     pl.concat([p.per_query.with_columns(pl.lit(p.name).alias("config")) for p in points]).write_parquet(
-        out_dir / "per_query.parquet")
+        out_dir / "per_query.parquet"
+    )
     plot(result, out_dir / "frontier.png")
     return result
 
@@ -350,14 +432,25 @@ def _reranker_runs(suite, extra: Sequence[str | Path] | None) -> list[Path]:
     found = reranker_study.finished_runs(suite.name, extra=extra)
     for e in extra:
         if Path(e).resolve() not in {f.resolve() for f in found}:
-            raise ConfigError(f"--reranker-run {e}: not a finished `qmdlab train reranker` run of suite "
-                              f"{suite.name!r} (needs DONE, heldout_scores.parquet and recorded/); train one with "
-                              f"`qmdlab train reranker --suite {suite.name} --out {e} --folds 5`, or drop the flag")
+            raise ConfigError(
+                f"--reranker-run {e}: not a finished `qmdlab train reranker` run of suite "
+                f"{suite.name!r} (needs DONE, heldout_scores.parquet and recorded/); train one with "
+                f"`qmdlab train reranker --suite {suite.name} --out {e} --folds 5`, or drop the flag"
+            )
     return found
 
 
-def _trained_reranker(run: Path, rec, retrieval_models, hybrid: PipelineConfig, timed: pl.DataFrame, preset,
-                      load_models: Callable, metric: str, log: Callable[[str], None]) -> Point | None:
+def _trained_reranker(
+    run: Path,
+    rec,
+    retrieval_models,
+    hybrid: PipelineConfig,
+    timed: pl.DataFrame,
+    preset,
+    load_models: Callable,
+    metric: str,
+    log: Callable[[str], None],
+) -> Point | None:
     """The row of a trained reranker run: held-out scores (each query reranked by the fold model that never
     saw it, qmd's position blend) and the live s/query of retrieval + the trained model on ``timed``."""
     from qmdlab.models.base import ModelSet
@@ -373,22 +466,37 @@ def _trained_reranker(run: Path, rec, retrieval_models, hybrid: PipelineConfig, 
     if ref:
         log(f"frontier: timing the trained reranker {ref}")
         model = load_models(preset, expand="none", rerank=str(ref)).reranker
-        cfg = hybrid.replace(rerank=True, candidate_limit=held.fused.candidate_limit, blend=held.start.blend,
-                             limit=PipelineConfig().limit)
+        cfg = hybrid.replace(
+            rerank=True,
+            candidate_limit=held.fused.candidate_limit,
+            blend=held.start.blend,
+            limit=PipelineConfig().limit,
+        )
         lab = Lab(rec.lab.index, ModelSet(retrieval_models.embedder, None, model), cfg)
         lab.reranker = model  # every pair computed: the LLM cache would answer repeats for free
         secs = _median(time_queries(lab, timed))
         timed_as = f"trained reranker, {timed.height} queries"
-    return Point("trained reranker", f"{run} (held-out folds, position blend; QMDLAB_RERANK_MODEL={ref})",
-                 ev.per_query.select("qid", metric), "k-fold (trained)", None, timed_as, secs, recording="trained")
+    return Point(
+        "trained reranker",
+        f"{run} (held-out folds, position blend; QMDLAB_RERANK_MODEL={ref})",
+        ev.per_query.select("qid", metric),
+        "k-fold (trained)",
+        None,
+        timed_as,
+        secs,
+        recording="trained",
+    )
 
 
 def _table(points: list[Point], metric: str) -> pl.DataFrame:
     """Per point: n, mean, s/query, the best cheaper point, Δ and paired p-values against it, front."""
     rows = []
     for p in points:
-        cheaper = [c for c in points if c is not p and c.seconds is not None and p.seconds is not None
-                   and c.seconds < p.seconds]
+        cheaper = [
+            c
+            for c in points
+            if c is not p and c.seconds is not None and p.seconds is not None and c.seconds < p.seconds
+        ]
         best, common = None, None
         for c in cheaper:
             qids = sorted(set(p.per_query["qid"]) & set(c.per_query["qid"]))
@@ -402,14 +510,39 @@ def _table(points: list[Point], metric: str) -> pl.DataFrame:
             b = p.per_query.filter(pl.col("qid").is_in(common)).sort("qid")[metric].to_numpy()
             p_t, p_f = paired_pvalues(a, b)
             delta = float(b.mean() - a.mean())
-        rows.append({"config": p.name, "n": p.n, metric: p.mean(metric), "held_out": p.held_out,
-                     "s_per_query": p.seconds, "timed_as": p.timed_as, "vs_cheaper": best.name if best else None,
-                     "delta": delta, "p_ttest": p_t, "p_fisher": p_f, "pareto": _on_front(p, points, metric),
-                     "writable": p.config is not None})
-    return pl.DataFrame(rows, schema={"config": pl.String, "n": pl.Int64, metric: pl.Float64, "held_out": pl.String,
-                                      "s_per_query": pl.Float64, "timed_as": pl.String, "vs_cheaper": pl.String,
-                                      "delta": pl.Float64, "p_ttest": pl.Float64, "p_fisher": pl.Float64,
-                                      "pareto": pl.Boolean, "writable": pl.Boolean})
+        rows.append(
+            {
+                "config": p.name,
+                "n": p.n,
+                metric: p.mean(metric),
+                "held_out": p.held_out,
+                "s_per_query": p.seconds,
+                "timed_as": p.timed_as,
+                "vs_cheaper": best.name if best else None,
+                "delta": delta,
+                "p_ttest": p_t,
+                "p_fisher": p_f,
+                "pareto": _on_front(p, points, metric),
+                "writable": p.config is not None,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "config": pl.String,
+            "n": pl.Int64,
+            metric: pl.Float64,
+            "held_out": pl.String,
+            "s_per_query": pl.Float64,
+            "timed_as": pl.String,
+            "vs_cheaper": pl.String,
+            "delta": pl.Float64,
+            "p_ttest": pl.Float64,
+            "p_fisher": pl.Float64,
+            "pareto": pl.Boolean,
+            "writable": pl.Boolean,
+        },
+    )
 
 
 def _on_front(p: Point, points: list[Point], metric: str) -> bool:
@@ -435,22 +568,30 @@ def format_table(result: Frontier) -> str:
     m = result.metric
     t = result.table
     width = max([16, *(len(c) for c in t["config"].to_list())])
-    lines = [f"{'configuration':<{width}} {'n':>4} {m + ' (held-out)':>18} {'s/query':>9}  {'vs best cheaper':<22}"
-             f" {'Δ':>7} {'p(t)':>7} {'p(F)':>7}  front"]
+    lines = [
+        f"{'configuration':<{width}} {'n':>4} {m + ' (held-out)':>18} {'s/query':>9}  {'vs best cheaper':<22}"
+        f" {'Δ':>7} {'p(t)':>7} {'p(F)':>7}  front"
+    ]
     for r in t.iter_rows(named=True):
         secs = "—" if r["s_per_query"] is None else _secs(r["s_per_query"])
         vs = r["vs_cheaper"] or "— (fastest)"
         d = "" if r["delta"] is None else f"{r['delta']:+.4f}"
         pt = "" if r["p_ttest"] is None else f"{r['p_ttest']:.3g}"
         pf = "" if r["p_fisher"] is None else ("<0.001" if r["p_fisher"] == 0 else f"{r['p_fisher']:.3g}")
-        lines.append(f"{r['config']:<{width}} {r['n']:>4} {r[m]:>18.4f} {secs:>9}  {vs:<22} {d:>7} {pt:>7} {pf:>7}  "
-                     f"{'*' if r['pareto'] else ''}")
-    lines.append(f"held-out: rows with nothing fitted score every query; tuned/learned rows are k-fold. p: paired "
-                 f"t-test / Fisher against the best cheaper row on the same queries. s/query: median, this machine "
-                 f"(retrieval rows timed now; LLM rows from their recording). * = on the Pareto front.")
+        lines.append(
+            f"{r['config']:<{width}} {r['n']:>4} {r[m]:>18.4f} {secs:>9}  {vs:<22} {d:>7} {pt:>7} {pf:>7}  "
+            f"{'*' if r['pareto'] else ''}"
+        )
+    lines.append(
+        "held-out: rows with nothing fitted score every query; tuned/learned rows are k-fold. p: paired "
+        "t-test / Fisher against the best cheaper row on the same queries. s/query: median, this machine "
+        "(retrieval rows timed now; LLM rows from their recording). * = on the Pareto front."
+    )
     if result.llm_queries:
-        lines.append(f"LLM rows (+lex … +rerank) stand on the first {result.llm_queries} of {result.queries} judged "
-                     f"queries (--llm-queries), top {result.candidates} fused documents reranked (--candidates).")
+        lines.append(
+            f"LLM rows (+lex … +rerank) stand on the first {result.llm_queries} of {result.queries} judged "
+            f"queries (--llm-queries), top {result.candidates} fused documents reranked (--candidates)."
+        )
     lines += result.notes
     return "\n".join(lines)
 
@@ -488,23 +629,46 @@ def figure(table: pl.DataFrame, metric: str = HEADLINE, *, title: str = ""):
     for r in rows:
         llm = r["n"] < most  # a row on fewer queries (the LLM recording, a trained reranker's folds)
         on = bool(r["pareto"])
-        ax.scatter([r["s_per_query"]], [r[metric]], s=60 if on else 30, marker="s" if llm else "o",
-                   color="tab:red" if on else "tab:gray", zorder=3)
+        ax.scatter(
+            [r["s_per_query"]],
+            [r[metric]],
+            s=60 if on else 30,
+            marker="s" if llm else "o",
+            color="tab:red" if on else "tab:gray",
+            zorder=3,
+        )
         if on:
-            ax.annotate(r["config"] + (f" (n={r['n']})" if llm else ""), (r["s_per_query"], r[metric]),
-                        textcoords="offset points", xytext=(5, 4), fontsize=7, color="tab:red")
+            ax.annotate(
+                r["config"] + (f" (n={r['n']})" if llm else ""),
+                (r["s_per_query"], r[metric]),
+                textcoords="offset points",
+                xytext=(5, 4),
+                fontsize=7,
+                color="tab:red",
+            )
         else:  # rows timed by the same run share an x: one label for them
             groups.setdefault((r["s_per_query"], llm), []).append(r)
     for (secs, llm), rs in groups.items():
         top = max(rs, key=lambda r: r[metric])
         heads = {r["config"].split()[0] for r in rs}
-        label = (rs[0]["config"] if len(rs) == 1 else f"{heads.pop()} ×{len(rs)}" if len(heads) == 1 else
-                 f"{len(rs)} rows: " + ", ".join(r["config"] for r in rs))
+        label = (
+            rs[0]["config"]
+            if len(rs) == 1
+            else f"{heads.pop()} ×{len(rs)}"
+            if len(heads) == 1
+            else f"{len(rs)} rows: " + ", ".join(r["config"] for r in rs)
+        )
         label += f" (n={rs[0]['n']})" if llm else ""
         ax.annotate(label, (secs, top[metric]), textcoords="offset points", xytext=(5, -10), fontsize=7, color="0.35")
     front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["s_per_query"])
-    ax.plot([r["s_per_query"] for r in front], [r[metric] for r in front], color="tab:red", lw=1, zorder=2,
-            label="Pareto front")
+    ax.plot(
+        [r["s_per_query"] for r in front],
+        [r[metric] for r in front],
+        color="tab:red",
+        lw=1,
+        zorder=2,
+        label="Pareto front",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("median seconds per query (this machine, log scale)")
     ax.set_ylabel(f"{metric} (held-out)")
@@ -534,8 +698,9 @@ def parse_pick(value: str, extra: Sequence[str] = ()) -> tuple[str, float]:
     try:
         delta = float(text)
     except ValueError:
-        raise ConfigError(f"--pick fastest-within needs the nDCG@10 it may give up, e.g. --pick fastest-within "
-                          f"0.005 (got {text!r})") from None
+        raise ConfigError(
+            f"--pick fastest-within needs the nDCG@10 it may give up, e.g. --pick fastest-within 0.005 (got {text!r})"
+        ) from None
     if not delta >= 0:
         raise ConfigError(f"--pick fastest-within {text}: the amount must be >= 0")
     return rule, delta
@@ -558,8 +723,14 @@ def pick(result: Frontier, rule: str = "best", delta: float = 0.0) -> Point:
     cands = [p for p in result.points if p.config is not None and p.seconds is not None and not math.isnan(p.mean(m))]
     if not cands:
         raise ConfigError("no configuration of the frontier can be written as a query config")
-    order = sorted(cands, key=functools.cmp_to_key(lambda a, b: (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0)
-                                                   or (b.seconds > a.seconds) - (b.seconds < a.seconds)))
+    order = sorted(
+        cands,
+        key=functools.cmp_to_key(
+            lambda a, b: (
+                (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0) or (b.seconds > a.seconds) - (b.seconds < a.seconds)
+            )
+        ),
+    )
     best = order[-1]
     if rule == "best":
         return best
@@ -573,21 +744,39 @@ def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delt
 
     row = result.table.filter(pl.col("config") == point.name).row(0, named=True)
     how = "best" if rule == "best" else f"fastest within {delta:g} of the best"
-    header = (f"qmdlab eval {result.suite} --frontier --pick {rule}{'' if rule == 'best' else f' {delta:g}'}: "
-              f"{point.name} ({how})\n{result.metric} {row[result.metric]:.4f} held-out ({point.held_out}, "
-              f"{point.n} queries), median {_secs(point.seconds)} per query on the machine that measured it")
+    header = (
+        f"qmdlab eval {result.suite} --frontier --pick {rule}{'' if rule == 'best' else f' {delta:g}'}: "
+        f"{point.name} ({how})\n{result.metric} {row[result.metric]:.4f} held-out ({point.held_out}, "
+        f"{point.n} queries), median {_secs(point.seconds)} per query on the machine that measured it"
+    )
     cfg = point.config.replace(limit=PipelineConfig().limit)
     if cfg.fusion == "learned" and point.files.get("config"):
-        cfg = cfg.replace(learned_model=str(Path(point.files["config"]).parent.resolve() / Path(cfg.learned_model).name))
+        cfg = cfg.replace(
+            learned_model=str(Path(point.files["config"]).parent.resolve() / Path(cfg.learned_model).name)
+        )
     path = Path(path)
     write_config(cfg, path, header=header)
     # the stage switches are written even at their default: the preset's default must not decide them
     text = path.read_text(encoding="utf-8")
-    extra = "".join(f"{k}: {str(getattr(cfg, k)).lower()}\n" for k in ("expand", "rerank")
-                    if f"\n{k}:" not in "\n" + text)
+    extra = "".join(
+        f"{k}: {str(getattr(cfg, k)).lower()}\n" for k in ("expand", "rerank") if f"\n{k}:" not in "\n" + text
+    )
     path.write_text(text.replace("{}\n", "") + extra, encoding="utf-8")
     return path
 
 
-__all__ = ["Point", "Frontier", "frontier", "format_table", "plot", "figure", "pick", "parse_pick", "write_pick",
-           "time_queries", "time_interleaved", "recorded_seconds", "LLM_ROWS"]
+__all__ = [
+    "Point",
+    "Frontier",
+    "frontier",
+    "format_table",
+    "plot",
+    "figure",
+    "pick",
+    "parse_pick",
+    "write_pick",
+    "time_queries",
+    "time_interleaved",
+    "recorded_seconds",
+    "LLM_ROWS",
+]

@@ -19,12 +19,14 @@ Nothing is tuned on the reported folds: the LightGBM settings are chosen from a 
 (:data:`GRID`) by an inner cross-validation over each fold's training queries (nested CV), and
 the number of trees is never early-stopped on test data.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -44,8 +46,12 @@ from .significance import paired_pvalues
 
 MODEL_FILE = "learned.lgb.txt"
 
-GRID = tuple({"n_estimators": n, "num_leaves": leaves, "prior_scale": p}
-             for p in (60.0, 600.0) for n in (50, 200) for leaves in (3, 7))
+GRID = tuple(
+    {"n_estimators": n, "num_leaves": leaves, "prior_scale": p}
+    for p in (60.0, 600.0)
+    for n in (50, 200)
+    for leaves in (3, 7)
+)
 """The settings the inner cross-validation chooses from (8; fixed for a run — this grid itself was
 revised once after earlier CISI cross-validation runs, so CISI's held-out number for it is not a
 first look: see the issue-16 notes)."""
@@ -87,12 +93,22 @@ class LearnConfig:
     inner_folds: int = 4
 
     def params(self, max_grade: int) -> dict:
-        return {"objective": "lambdarank", "metric": "ndcg", "ndcg_eval_at": [10], "num_leaves": self.num_leaves,
-                "learning_rate": self.learning_rate, "min_data_in_leaf": self.min_data_in_leaf,
-                "feature_fraction": self.feature_fraction, "feature_fraction_seed": self.seed,
-                "lambdarank_truncation_level": self.truncation_level,
-                "label_gain": [float(g) for g in range(max(max_grade, 1) + 1)],  # Järvelin gains, as ndcg@k here
-                "seed": self.seed, "deterministic": True, "num_threads": 1, "verbose": -1}
+        return {
+            "objective": "lambdarank",
+            "metric": "ndcg",
+            "ndcg_eval_at": [10],
+            "num_leaves": self.num_leaves,
+            "learning_rate": self.learning_rate,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction,
+            "feature_fraction_seed": self.seed,
+            "lambdarank_truncation_level": self.truncation_level,
+            "label_gain": [float(g) for g in range(max(max_grade, 1) + 1)],  # Järvelin gains, as ndcg@k here
+            "seed": self.seed,
+            "deterministic": True,
+            "num_threads": 1,
+            "verbose": -1,
+        }
 
 
 def training_frame(study, base: PipelineConfig) -> pl.DataFrame:
@@ -114,14 +130,25 @@ def fit(frame: pl.DataFrame, cfg: LearnConfig):
     frame = frame.sort("qid", maintain_order=True)
     groups = frame.group_by("qid", maintain_order=True).len()["len"].to_numpy()
     y = frame["label"].to_numpy()
-    data = lgb.Dataset(matrix(frame), label=y, group=groups, feature_name=list(FEATURES),
-                       init_score=prior(frame, cfg.prior_scale),
-                       free_raw_data=False)
+    data = lgb.Dataset(
+        matrix(frame),
+        label=y,
+        group=groups,
+        feature_name=list(FEATURES),
+        init_score=prior(frame, cfg.prior_scale),
+        free_raw_data=False,
+    )
     return lgb.train(cfg.params(int(y.max()) if len(y) else 1), data, num_boost_round=cfg.n_estimators)
 
 
-def finals(lists: pl.DataFrame, frame: pl.DataFrame, booster, config: PipelineConfig,
-           scores: pl.DataFrame | None = None, prior_scale: float = 60.0) -> pl.DataFrame:
+def finals(
+    lists: pl.DataFrame,
+    frame: pl.DataFrame,
+    booster,
+    config: PipelineConfig,
+    scores: pl.DataFrame | None = None,
+    prior_scale: float = 60.0,
+) -> pl.DataFrame:
     """The ``final`` table of the queries in ``frame`` fused by ``booster``, then candidates, blend
     (with the recorded rerank ``scores`` when ``config.rerank``) and finish, as for any fusion."""
     qids = frame["qid"].unique().to_list()
@@ -130,8 +157,15 @@ def finals(lists: pl.DataFrame, frame: pl.DataFrame, booster, config: PipelineCo
     return finish(blend(candidates(fused, config.candidate_limit), scores if config.rerank else None, config), config)
 
 
-def select(frame: pl.DataFrame, lists: pl.DataFrame, base: PipelineConfig, cfg: LearnConfig, scorer: Scorer,
-           metric: str, scores: pl.DataFrame | None = None) -> tuple[LearnConfig, pl.DataFrame]:
+def select(
+    frame: pl.DataFrame,
+    lists: pl.DataFrame,
+    base: PipelineConfig,
+    cfg: LearnConfig,
+    scorer: Scorer,
+    metric: str,
+    scores: pl.DataFrame | None = None,
+) -> tuple[LearnConfig, pl.DataFrame]:
     """The :data:`GRID` setting with the best mean inner-fold ``metric`` on ``frame``'s queries
     (an inner k-fold over them; ties keep the earlier, smaller setting). Returns it and the
     table ``setting, mean``. Only ``frame``'s queries are used."""
@@ -146,8 +180,9 @@ def select(frame: pl.DataFrame, lists: pl.DataFrame, base: PipelineConfig, cfg: 
         for fold in inner:
             booster = fit(frame.filter(pl.col("qid").is_in(list(fold.train))), trial)
             test = frame.filter(pl.col("qid").is_in(list(fold.test)))
-            pq = scorer.score(finals(lists, test, booster, base, scores, trial.prior_scale)
-                              .rename({"final_rank": "rank"}))
+            pq = scorer.score(
+                finals(lists, test, booster, base, scores, trial.prior_scale).rename({"final_rank": "rank"})
+            )
             values.extend(pq.filter(pl.col("qid").is_in(list(fold.test)))[metric].to_list())
         mean = float(np.mean(values))
         rows.append((i, str(over), mean))
@@ -205,15 +240,22 @@ class LearnReport(NamedTuple):
 
     def summary(self, metric: str = HEADLINE) -> str:
         base, learned = self.held_out["base"].mean(), self.held_out["learned"].mean()
-        return (f"{metric}: base {base:.4f} -> learned (held-out folds) {learned:.4f} (gain {self.gain:+.4f}, "
-                f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
-                f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)")
+        return (
+            f"{metric}: base {base:.4f} -> learned (held-out folds) {learned:.4f} (gain {self.gain:+.4f}, "
+            f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
+            f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)"
+        )
 
 
-def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: LearnConfig = LearnConfig(),
-                           metric: str = HEADLINE, progress: Callable[[str], None] | None = None,
-                           _train_filter: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None
-                           ) -> LearnReport:
+def cross_validate_learned(
+    study,
+    *,
+    base: PipelineConfig | None = None,
+    cfg: LearnConfig = LearnConfig(),
+    metric: str = HEADLINE,
+    progress: Callable[[str], None] | None = None,
+    _train_filter: Callable[[Sequence[str], Sequence[str]], Sequence[str]] | None = None,
+) -> LearnReport:
     """k-fold cross-validated learned fusion of ``study`` (needs ``study.docs``).
 
     ``_train_filter(train_qids, test_qids) -> qids`` exists for the leak test only: it lets a
@@ -249,22 +291,45 @@ def cross_validate_learned(study, *, base: PipelineConfig | None = None, cfg: Le
         held.append(pq.with_columns(fold=pl.lit(i)))
         rows.append((i, len(seen), len(fold.test), float(pq["base"].mean()), float(pq["learned"].mean())))
         if progress:
-            progress(f"fold {i + 1}/{cfg.folds}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
-                     f"({len(seen)} training queries; {chosen[-1]})")
+            progress(
+                f"fold {i + 1}/{cfg.folds}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
+                f"({len(seen)} training queries; {chosen[-1]})"
+            )
     held_out = pl.concat(held).select("qid", "fold", "base", "learned").sort("qid")
     p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["learned"].to_numpy())
     final_cfg = select(frame, lists, base, cfg, scorer, metric, scores)[0] if cfg.select else cfg
     chosen.append({k: getattr(final_cfg, k) for k in GRID[0]})
     booster = fit(frame, final_cfg)
-    in_sample = scorer.score(finals(lists, frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"}))[metric].mean()
+    in_sample = scorer.score(
+        finals(lists, frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"})
+    )[metric].mean()
     table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "test_base", "test_learned"], orient="row")
-    return LearnReport(booster, table, held_out, pl.concat(finals_), base_final, trained_on, tested_on,
-                       float((held_out["learned"] - held_out["base"]).mean()), p_t, p_f,
-                       float(in_sample - base_pq["base"].mean()), time.perf_counter() - t0, chosen)
+    return LearnReport(
+        booster,
+        table,
+        held_out,
+        pl.concat(finals_),
+        base_final,
+        trained_on,
+        tested_on,
+        float((held_out["learned"] - held_out["base"]).mean()),
+        p_t,
+        p_f,
+        float(in_sample - base_pq["base"].mean()),
+        time.perf_counter() - t0,
+        chosen,
+    )
 
 
-def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg: LearnConfig = LearnConfig(),
-         header: str = "", docid: Callable[[str], str] = lambda d: d) -> dict[str, Path]:
+def save(
+    report: LearnReport,
+    out_dir: str | Path,
+    base: PipelineConfig,
+    *,
+    cfg: LearnConfig = LearnConfig(),
+    header: str = "",
+    docid: Callable[[str], str] = lambda d: d,
+) -> dict[str, Path]:
     """Write into ``out_dir``: the model (:data:`MODEL_FILE`), ``config.yaml`` (``fusion: learned``,
     ``learned_model`` relative to it), ``learned-heldout.trec`` (the held-out folds' rankings) and
     ``default.trec`` (the base config on the same queries), both with the collection's ids
@@ -283,15 +348,29 @@ def save(report: LearnReport, out_dir: str | Path, base: PipelineConfig, *, cfg:
     write_config(learned_cfg, cfg_path, header=header)
     write_trec_run(report.heldout_final, out / "learned-heldout.trec", "learned-heldout", docid)
     write_trec_run(report.base_final, out / "default.trec", "default", docid)
-    summary = {"learn": asdict(cfg), "features": list(FEATURES), "folds": report.folds.to_dicts(),
-               "held_out_mean": {"base": float(report.held_out["base"].mean()),
-                                 "learned": float(report.held_out["learned"].mean())},
-               "gain": report.gain, "p_ttest": report.p_ttest, "p_fisher": report.p_fisher,
-               "in_sample_gain": report.in_sample_gain, "chosen": report.chosen,
-               "trained_on": [list(t) for t in report.trained_on], "tested_on": [list(t) for t in report.tested_on]}
+    summary = {
+        "learn": asdict(cfg),
+        "features": list(FEATURES),
+        "folds": report.folds.to_dicts(),
+        "held_out_mean": {
+            "base": float(report.held_out["base"].mean()),
+            "learned": float(report.held_out["learned"].mean()),
+        },
+        "gain": report.gain,
+        "p_ttest": report.p_ttest,
+        "p_fisher": report.p_fisher,
+        "in_sample_gain": report.in_sample_gain,
+        "chosen": report.chosen,
+        "trained_on": [list(t) for t in report.trained_on],
+        "tested_on": [list(t) for t in report.tested_on],
+    }
     (out / "learn.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    return {"model": model, "config": cfg_path, "heldout": out / "learned-heldout.trec",
-            "default": out / "default.trec"}
+    return {
+        "model": model,
+        "config": cfg_path,
+        "heldout": out / "learned-heldout.trec",
+        "default": out / "default.trec",
+    }
 
 
 def suite_docs(suite) -> pl.DataFrame:
@@ -309,20 +388,31 @@ def suite_docs(suite) -> pl.DataFrame:
         idx.close()
 
 
-def explain_query(study, booster, qid: str, *, base: PipelineConfig | None = None, top: int = 5,
-                  prior_scale: float = 60.0) -> pl.DataFrame:
+def explain_query(
+    study, booster, qid: str, *, base: PipelineConfig | None = None, top: int = 5, prior_scale: float = 60.0
+) -> pl.DataFrame:
     """Per-feature contributions (LightGBM ``pred_contrib``) of ``booster``'s top ``top`` documents
     for one query: ``rank, docno, feature, value, contribution`` (contributions sum to the score)."""
     base = base or study.config
     lists = ablate(reweight(study.trace.lists.filter(pl.col("qid") == str(qid)), base), base)
     if lists.height == 0:
-        raise ConfigError(f"--explain {qid!r}: no recorded lists for that query id; pick one of the suite's "
-                          f"judged qids (e.g. {', '.join(study.qids[:5])})")
+        raise ConfigError(
+            f"--explain {qid!r}: no recorded lists for that query id; pick one of the suite's "
+            f"judged qids (e.g. {', '.join(study.qids[:5])})"
+        )
     contrib = contributions(lists, base.replace(learned_prior=prior_scale), study.docs, booster=booster)
-    scores = contrib.group_by("docno").agg(pl.col("contribution").sum().alias("score")) \
-        .sort(["score", "docno"], descending=[True, False]).head(top).with_row_index("rank", offset=1)
-    return scores.join(contrib, on="docno").sort(["rank", pl.col("contribution").abs()], descending=[False, True]) \
+    scores = (
+        contrib.group_by("docno")
+        .agg(pl.col("contribution").sum().alias("score"))
+        .sort(["score", "docno"], descending=[True, False])
+        .head(top)
+        .with_row_index("rank", offset=1)
+    )
+    return (
+        scores.join(contrib, on="docno")
+        .sort(["rank", pl.col("contribution").abs()], descending=[False, True])
         .select("rank", "docno", "score", "feature", "value", "contribution")
+    )
 
 
 def format_explain(table: pl.DataFrame, qid: str, *, per_doc: int = 8) -> str:
@@ -355,5 +445,19 @@ def timing(study, booster, base: PipelineConfig, repeats: int = 5, prior_scale: 
     return float(np.median(times))
 
 
-__all__ = ["LearnConfig", "LearnReport", "GRID", "select", "training_frame", "fit", "finals", "cross_validate_learned", "save", "suite_docs",
-           "explain_query", "format_explain", "timing", "MODEL_FILE"]
+__all__ = [
+    "LearnConfig",
+    "LearnReport",
+    "GRID",
+    "select",
+    "training_frame",
+    "fit",
+    "finals",
+    "cross_validate_learned",
+    "save",
+    "suite_docs",
+    "explain_query",
+    "format_explain",
+    "timing",
+    "MODEL_FILE",
+]

@@ -13,10 +13,12 @@ Cost: one BM25 call per recorded BM25 list per new knob setting — measured by
 ``experiments/refuse_timing/run.py`` (CISI: about 15 ms per query on the shared 2-core machine, load
 average ~11; the default corpus: about 2 ms).
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import polars as pl
 
@@ -27,7 +29,8 @@ from .optimise import Param
 from .study import Evaluation, Study
 
 LEXICAL_SPACE = (
-    Param("bm25_weight_title", 0.0, 10.0), Param("bm25_weight_body", 0.25, 4.0),
+    Param("bm25_weight_title", 0.0, 10.0),
+    Param("bm25_weight_body", 0.25, 4.0),
     Param("bm25_weight_filepath", 0.0, 4.0),
 )
 """The numeric lexical knobs ``qmdlab tune --lexical`` adds to the search space (the switches
@@ -50,7 +53,7 @@ class LexicalStudy:
         self.index = index
         self.cache = cache if cache is not None else Bm25RerunCache(maxsize=64)
         self._studies: dict[tuple, Study] = {}
-        self._source: tuple["LexicalStudy", list[str]] | None = None  # (parent, qids) of a subset
+        self._source: tuple[LexicalStudy, list[str]] | None = None  # (parent, qids) of a subset
 
     # the Study interface the optimiser and notebooks use
     @property
@@ -81,18 +84,21 @@ class LexicalStudy:
             else:
                 lists = rerun_bm25(self.study.trace.lists, self.index, config, cache=self.cache)
                 trace = dataclasses.replace(self.study.trace, lists=lists)
-                self._studies[key] = Study(trace, self.study.qrels, metrics=self.study.metrics,
-                                           config=self.study.config, docs=self.study.docs)
+                self._studies[key] = Study(
+                    trace, self.study.qrels, metrics=self.study.metrics, config=self.study.config, docs=self.study.docs
+                )
         return self._studies[key]
 
     def evaluate(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Evaluation:
         cfg = config or self.study.config
         return self.for_config(cfg).evaluate(cfg, lists)
 
-    def score(self, config: PipelineConfig | None = None, metric: str = "ndcg@10", lists: pl.Expr | None = None) -> float:
+    def score(
+        self, config: PipelineConfig | None = None, metric: str = "ndcg@10", lists: pl.Expr | None = None
+    ) -> float:
         return self.evaluate(config, lists).metrics[metric]
 
-    def subset(self, qids: Iterable[str]) -> "LexicalStudy":
+    def subset(self, qids: Iterable[str]) -> LexicalStudy:
         """The same study on some queries; BM25 re-runs are shared with this one (they are per
         query, so a fold never sees another fold's judgments through them)."""
         keep = list(qids)

@@ -16,18 +16,19 @@ Definitions (relevant = grade ≥ 1; position = 1-based position in the run):
 is scored — one missing from the run scores 0 — and queries only in the run are ignored
 (ranx's ``make_comparable``).
 """
+
 from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import polars as pl
 
 DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "p@5")
 HEADLINE = "ndcg@10"
-_KINDS = {"ndcg": "ndcg", "ndcg_burges": "ndcg_burges", "mrr": "mrr", "recall": "recall",
-          "p": "p", "precision": "p"}
+_KINDS = {"ndcg": "ndcg", "ndcg_burges": "ndcg_burges", "mrr": "mrr", "recall": "recall", "p": "p", "precision": "p"}
 _NAME = re.compile(r"^([a-z_]+)(?:@(\d+))?$")
 
 
@@ -58,15 +59,23 @@ def parse_metric(name: str) -> Metric:
 
 def _positions(run: pl.DataFrame, doc_col: str) -> pl.DataFrame:
     """Rows ``qid, docno, pos``: 1-based positions by ascending ``rank`` (ties keep row order)."""
-    frame = run.select(pl.col("qid").cast(pl.Utf8), pl.col(doc_col).cast(pl.Utf8).alias("docno"),
-                       pl.col("rank"))
-    return (frame.with_row_index("_row").sort(["qid", "rank", "_row"])
-            .with_columns(pl.int_range(1, pl.len() + 1).over("qid").alias("pos"))
-            .select("qid", "docno", "pos"))
+    frame = run.select(pl.col("qid").cast(pl.Utf8), pl.col(doc_col).cast(pl.Utf8).alias("docno"), pl.col("rank"))
+    return (
+        frame.with_row_index("_row")
+        .sort(["qid", "rank", "_row"])
+        .with_columns(pl.int_range(1, pl.len() + 1).over("qid").alias("pos"))
+        .select("qid", "docno", "pos")
+    )
 
 
-def per_query(run: pl.DataFrame, qrels: pl.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS,
-              *, doc_col: str = "docno", qrels_doc_col: str = "docno") -> pl.DataFrame:
+def per_query(
+    run: pl.DataFrame,
+    qrels: pl.DataFrame,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    doc_col: str = "docno",
+    qrels_doc_col: str = "docno",
+) -> pl.DataFrame:
     """Score every judged query.
 
     Parameters
@@ -108,13 +117,15 @@ class Scorer:
 
     def __init__(self, qrels: pl.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS, *, doc_col: str = "docno"):
         self.metrics = [parse_metric(m) for m in metrics]
-        judged = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col(doc_col).cast(pl.Utf8).alias("docno"),
-                              pl.col("grade").cast(pl.Float64))
+        judged = qrels.select(
+            pl.col("qid").cast(pl.Utf8), pl.col(doc_col).cast(pl.Utf8).alias("docno"), pl.col("grade").cast(pl.Float64)
+        )
         self.qids = judged.select("qid").unique().sort("qid")
         self.rel = judged.filter(pl.col("grade") >= 1)
         self.max_k = 0 if any(m.k == 0 for m in self.metrics) else max(m.k for m in self.metrics)
         ideal = self.rel.sort(["qid", "grade"], descending=[False, True]).with_columns(
-            pl.int_range(1, pl.len() + 1).over("qid").alias("pos"))
+            pl.int_range(1, pl.len() + 1).over("qid").alias("pos")
+        )
         aggs = [pl.len().alias("_nrel")]
         for i, m in enumerate(self.metrics):
             if m.kind in ("ndcg", "ndcg_burges"):
@@ -138,15 +149,17 @@ class Scorer:
             cut = (pl.col("pos") <= m.k) if m.k else (pl.col("pos") >= 1)  # a literal would sum to 1, not the hit count
             if m.kind in ("ndcg", "ndcg_burges"):
                 run_aggs.append(self._gain(m).filter(cut).sum().alias(f"_d{i}"))
-                finals.append(pl.when(pl.col(f"_i{i}") > 0).then(pl.col(f"_d{i}") / pl.col(f"_i{i}"))
-                              .otherwise(0.0).alias(m.name))
+                finals.append(
+                    pl.when(pl.col(f"_i{i}") > 0).then(pl.col(f"_d{i}") / pl.col(f"_i{i}")).otherwise(0.0).alias(m.name)
+                )
             elif m.kind == "mrr":
                 run_aggs.append((1.0 / pl.col("pos")).filter(cut).max().alias(f"_d{i}"))
                 finals.append(pl.col(f"_d{i}").alias(m.name))
             elif m.kind == "recall":
                 run_aggs.append(cut.sum().cast(pl.Float64).alias(f"_d{i}"))
-                finals.append(pl.when(pl.col("_nrel") > 0).then(pl.col(f"_d{i}") / pl.col("_nrel"))
-                              .otherwise(0.0).alias(m.name))
+                finals.append(
+                    pl.when(pl.col("_nrel") > 0).then(pl.col(f"_d{i}") / pl.col("_nrel")).otherwise(0.0).alias(m.name)
+                )
             else:  # precision: hits / k, or hits / run length when k is 0
                 run_aggs.append(cut.sum().cast(pl.Float64).alias(f"_d{i}"))
                 finals.append(pl.col(f"_d{i}").alias(m.name))

@@ -16,12 +16,14 @@ training folds, scores the held-out fold with the tuned and with the base config
 reports the per-query held-out gain — the number that says whether tuning generalises or
 only fits the queries it saw. The config it returns is tuned on all queries.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
 import time
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -64,13 +66,21 @@ class Param(NamedTuple):
 
 
 FUSION_SPACE = (
-    Param("weight_original_fts", 0.0, 4.0), Param("weight_original_vec", 0.0, 4.0),
-    Param("weight_lex", 0.0, 3.0), Param("weight_vec", 0.0, 3.0), Param("weight_hyde", 0.0, 3.0),
-    Param("rrf_k", 1, 120, "int"), Param("bonus_rank1", 0.0, 0.1), Param("bonus_rank23", 0.0, 0.05),
+    Param("weight_original_fts", 0.0, 4.0),
+    Param("weight_original_vec", 0.0, 4.0),
+    Param("weight_lex", 0.0, 3.0),
+    Param("weight_vec", 0.0, 3.0),
+    Param("weight_hyde", 0.0, 3.0),
+    Param("rrf_k", 1, 120, "int"),
+    Param("bonus_rank1", 0.0, 0.1),
+    Param("bonus_rank23", 0.0, 0.05),
 )
 BLEND_SPACE = (
-    Param("blend_weight_1", 0.0, 1.0), Param("blend_weight_2", 0.0, 1.0), Param("blend_weight_3", 0.0, 1.0),
-    Param("blend_band_1", 1, 5, "int"), Param("blend_band_2", 5, 20, "int"),
+    Param("blend_weight_1", 0.0, 1.0),
+    Param("blend_weight_2", 0.0, 1.0),
+    Param("blend_weight_3", 0.0, 1.0),
+    Param("blend_band_1", 1, 5, "int"),
+    Param("blend_band_2", 5, 20, "int"),
 )
 
 
@@ -113,8 +123,16 @@ class SearchResult(NamedTuple):
     history: pl.DataFrame
 
 
-def search(objective: Callable[[dict], float], space: Sequence[Param], start: dict, *,
-           method: str = "coordinate", trials: int = 200, points: int = 7, seed: int = 0) -> SearchResult:
+def search(
+    objective: Callable[[dict], float],
+    space: Sequence[Param],
+    start: dict,
+    *,
+    method: str = "coordinate",
+    trials: int = 200,
+    points: int = 7,
+    seed: int = 0,
+) -> SearchResult:
     """Maximise ``objective`` over ``space`` starting from ``start`` (always evaluated first).
 
     ``trials`` bounds the objective calls (``grid`` refuses a grid larger than that).
@@ -144,8 +162,10 @@ def search(objective: Callable[[dict], float], space: Sequence[Param], start: di
         grids = [p.grid(points) for p in space]
         size = math.prod(len(g) for g in grids)
         if size > trials:
-            raise ConfigError(f"a grid of {points} points over {len(space)} knobs has {size} combinations, "
-                              f"more than trials={trials}; use fewer knobs or points, or method 'coordinate'")
+            raise ConfigError(
+                f"a grid of {points} points over {len(space)} knobs has {size} combinations, "
+                f"more than trials={trials}; use fewer knobs or points, or method 'coordinate'"
+            )
         for combo in itertools.product(*grids):
             run(dict(zip(names, combo)))
     elif method == "random":
@@ -168,19 +188,28 @@ def search(objective: Callable[[dict], float], space: Sequence[Param], start: di
     return SearchResult(best["params"], best["value"], frame)
 
 
-def _tpe(run: Callable[[dict], float], space: Sequence[Param], start: dict, trials: int, seed: int,
-         history: list) -> None:
+def _tpe(
+    run: Callable[[dict], float], space: Sequence[Param], start: dict, trials: int, seed: int, history: list
+) -> None:
     try:
         import optuna
     except ImportError:
-        raise ConfigError("method 'tpe' needs Optuna: pip install 'qmdlab[tune]' (or use method 'coordinate')") from None
+        raise ConfigError(
+            "method 'tpe' needs Optuna: pip install 'qmdlab[tune]' (or use method 'coordinate')"
+        ) from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.enqueue_trial({p.name: start[p.name] for p in space})
 
     def objective(trial):
-        params = {p.name: (trial.suggest_int(p.name, int(p.low), int(p.high)) if p.kind == "int"
-                           else trial.suggest_float(p.name, p.low, p.high)) for p in space}
+        params = {
+            p.name: (
+                trial.suggest_int(p.name, int(p.low), int(p.high))
+                if p.kind == "int"
+                else trial.suggest_float(p.name, p.low, p.high)
+            )
+            for p in space
+        }
         return run(params)
 
     study.optimize(objective, n_trials=max(trials - len(history), 1))
@@ -250,14 +279,26 @@ class CVReport(NamedTuple):
 
     def summary(self, metric: str = HEADLINE) -> str:
         base, tuned = self.held_out["base"].mean(), self.held_out["tuned"].mean()
-        return (f"{metric}: base {base:.4f} -> cross-validated {tuned:.4f} (held-out gain {self.gain:+.4f}, "
-                f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
-                f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)")
+        return (
+            f"{metric}: base {base:.4f} -> cross-validated {tuned:.4f} (held-out gain {self.gain:+.4f}, "
+            f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
+            f"{self.in_sample_gain:+.4f} over {self.folds.height} folds)"
+        )
 
 
-def cross_validate(study, *, base: PipelineConfig | None = None, space: Sequence[Param] | None = None,
-                   method: str = "coordinate", trials: int = 200, folds: int = 5, points: int = 7,
-                   seed: int = 0, metric: str = HEADLINE, progress: Callable[[str], None] | None = None) -> CVReport:
+def cross_validate(
+    study,
+    *,
+    base: PipelineConfig | None = None,
+    space: Sequence[Param] | None = None,
+    method: str = "coordinate",
+    trials: int = 200,
+    folds: int = 5,
+    points: int = 7,
+    seed: int = 0,
+    metric: str = HEADLINE,
+    progress: Callable[[str], None] | None = None,
+) -> CVReport:
     """k-fold cross-validated tuning of ``study`` (an :class:`qmdlab.eval.study.Study`)."""
     t0 = time.perf_counter()
     base = base or study.config
@@ -265,8 +306,15 @@ def cross_validate(study, *, base: PipelineConfig | None = None, space: Sequence
     start = params_of(base, space)
 
     def tune(sub) -> tuple[PipelineConfig, float]:
-        res = search(lambda p: sub.score(apply_params(base, p), metric), space, start,
-                     method=method, trials=trials, points=points, seed=seed)
+        res = search(
+            lambda p: sub.score(apply_params(base, p), metric),
+            space,
+            start,
+            method=method,
+            trials=trials,
+            points=points,
+            seed=seed,
+        )
         return apply_params(base, res.params), res.value
 
     rows, held = [], []
@@ -276,25 +324,46 @@ def cross_validate(study, *, base: PipelineConfig | None = None, space: Sequence
         b = test.evaluate(base).per_query.select("qid", pl.col(metric).alias("base"))
         t = test.evaluate(tuned).per_query.select("qid", pl.col(metric).alias("tuned"))
         held.append(b.join(t, on="qid").with_columns(pl.lit(i).alias("fold")))
-        rows.append((i, len(fold.train), len(fold.test), train.score(base, metric), train_value,
-                     float(b["base"].mean()), float(t["tuned"].mean())))
+        rows.append(
+            (
+                i,
+                len(fold.train),
+                len(fold.test),
+                train.score(base, metric),
+                train_value,
+                float(b["base"].mean()),
+                float(t["tuned"].mean()),
+            )
+        )
         if progress:
-            progress(f"fold {i + 1}/{folds}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
-                     f"held-out {rows[-1][5]:.4f}->{rows[-1][6]:.4f}")
+            progress(
+                f"fold {i + 1}/{folds}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
+                f"held-out {rows[-1][5]:.4f}->{rows[-1][6]:.4f}"
+            )
     held_out = pl.concat(held).select("qid", "fold", "base", "tuned").sort("qid")
     p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["tuned"].to_numpy())
     final, final_value = tune(study)
-    table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "train_base", "train_tuned", "test_base",
-                                       "test_tuned"], orient="row")
-    return CVReport(final, table, held_out, float((held_out["tuned"] - held_out["base"]).mean()), p_t, p_f,
-                    final_value - study.score(base, metric), time.perf_counter() - t0)
+    table = pl.DataFrame(
+        rows, schema=["fold", "n_train", "n_test", "train_base", "train_tuned", "test_base", "test_tuned"], orient="row"
+    )
+    return CVReport(
+        final,
+        table,
+        held_out,
+        float((held_out["tuned"] - held_out["base"]).mean()),
+        p_t,
+        p_f,
+        final_value - study.score(base, metric),
+        time.perf_counter() - t0,
+    )
 
 
 def write_config(config: PipelineConfig, path, *, header: str = "") -> None:
     """Write the options of ``config`` that differ from the defaults as YAML
     (``qmdlab query --config`` and ``PipelineConfig.from_yaml`` read it)."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     defaults = PipelineConfig().to_dict()
     changed = {k: v for k, v in config.to_dict().items() if k not in defaults or v != defaults[k]}

@@ -16,6 +16,7 @@ Means are plain averages over queries, per ``type`` and overall, as ``qmd bench`
 summary. nDCG@10/MRR@10 with ranx come from the ordinary suite evaluation beside it
 (:func:`qmdlab.eval.runner.run_suite`).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ import polars as pl
 from .loaders.qmdbench import BenchFixture, BenchQuery, paths_match
 
 MEASURES = ("P@k", "R@1", "R@3", "R@5", "MRR", "F1")
-_COLUMNS = {"P@k": "precision_at_k", "R@1": "recall_at_1", "R@3": "recall_at_3", "R@5": "recall_at_5",
-            "MRR": "mrr", "F1": "f1"}
+_COLUMNS = {
+    "P@k": "precision_at_k",
+    "R@1": "recall_at_1",
+    "R@3": "recall_at_3",
+    "R@5": "recall_at_5",
+    "MRR": "mrr",
+    "F1": "f1",
+}
 
 
 def _hits(results: list[str], expected: tuple[str, ...], k: int) -> int:
@@ -44,19 +51,24 @@ def score_query(results: list[str], query: BenchQuery) -> dict[str, float]:
     >>> s["hits_at_k"], s["precision_at_k"], s["recall_at_1"], round(s["recall_at_3"], 4), s["mrr"]
     (1, 0.5, 0.0, 0.6667, 0.5)
     """
-    results = results[:max(query.k, 10)]
+    results = results[: max(query.k, 10)]
     n = len(query.expected_files)
     hits = _hits(results, query.expected_files, query.k)
     matched = sum(any(paths_match(r, e) for r in results) for e in query.expected_files)
-    mrr = next((1.0 / i for i, r in enumerate(results, 1) if any(paths_match(r, e) for e in query.expected_files)),
-               0.0)
+    mrr = next((1.0 / i for i, r in enumerate(results, 1) if any(paths_match(r, e) for e in query.expected_files)), 0.0)
     p = hits / min(query.k, n)
     recall = matched / n
-    return {"hits_at_k": hits, "total_expected": n, "precision_at_k": p, "recall": recall,
-            "recall_at_1": _hits(results, query.expected_files, 1) / n,
-            "recall_at_3": _hits(results, query.expected_files, 3) / n,
-            "recall_at_5": _hits(results, query.expected_files, 5) / n,
-            "mrr": mrr, "f1": 2 * p * recall / (p + recall) if p + recall > 0 else 0.0}
+    return {
+        "hits_at_k": hits,
+        "total_expected": n,
+        "precision_at_k": p,
+        "recall": recall,
+        "recall_at_1": _hits(results, query.expected_files, 1) / n,
+        "recall_at_3": _hits(results, query.expected_files, 3) / n,
+        "recall_at_5": _hits(results, query.expected_files, 5) / n,
+        "mrr": mrr,
+        "f1": 2 * p * recall / (p + recall) if p + recall > 0 else 0.0,
+    }
 
 
 def rankings_from_final(final: pl.DataFrame, docid) -> dict[str, list[str]]:
@@ -83,8 +95,16 @@ def per_query(fixture: BenchFixture, rankings: dict[str, list[str]], run: str = 
     no results scores 0 everywhere)."""
     rows = []
     for q in fixture.queries:
-        rows.append({"run": run, "qid": q.id, "type": q.type or "(none)", "query": q.query, "k": q.k,
-                     **score_query(rankings.get(q.id, []), q)})
+        rows.append(
+            {
+                "run": run,
+                "qid": q.id,
+                "type": q.type or "(none)",
+                "query": q.query,
+                "k": q.k,
+                **score_query(rankings.get(q.id, []), q),
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -94,14 +114,17 @@ def summary(table: pl.DataFrame) -> pl.DataFrame:
     Columns: ``run, type, queries, hits, expected`` (sums of ``hits@k`` and ``min(k, |E|)``)
     and the mean of each of :data:`MEASURES`.
     """
-    aggs = [pl.len().alias("queries"), pl.col("hits_at_k").sum().alias("hits"),
-            pl.min_horizontal("k", "total_expected").sum().alias("expected"),
-            *[pl.col(c).mean().alias(m) for m, c in _COLUMNS.items()]]
+    aggs = [
+        pl.len().alias("queries"),
+        pl.col("hits_at_k").sum().alias("hits"),
+        pl.min_horizontal("k", "total_expected").sum().alias("expected"),
+        *[pl.col(c).mean().alias(m) for m, c in _COLUMNS.items()],
+    ]
     by_type = table.group_by("run", "type", maintain_order=True).agg(aggs)
     overall = table.group_by("run", maintain_order=True).agg(aggs).with_columns(pl.lit("all").alias("type"))
     return pl.concat([by_type, overall.select(by_type.columns)]).sort(
-        pl.col("run").cast(pl.Enum(table["run"].unique(maintain_order=True).to_list())),
-        pl.col("type") == "all", "type")
+        pl.col("run").cast(pl.Enum(table["run"].unique(maintain_order=True).to_list())), pl.col("type") == "all", "type"
+    )
 
 
 def format_summary(summ: pl.DataFrame) -> str:
@@ -110,8 +133,9 @@ def format_summary(summ: pl.DataFrame) -> str:
     lines = ["qmd bench measures (hit within expected_in_top_k = P@k):", "-" * 70]
     for r in summ.iter_rows(named=True):
         vals = " ".join(f"{m}={r[m]:6.3f}" for m in MEASURES)
-        lines.append(f"  {r['run']:<24} {r['type']:<12} {vals}  hits {r['hits']}/{r['expected']}"
-                     f" in {r['queries']} queries")
+        lines.append(
+            f"  {r['run']:<24} {r['type']:<12} {vals}  hits {r['hits']}/{r['expected']} in {r['queries']} queries"
+        )
     return "\n".join(lines)
 
 
@@ -131,8 +155,7 @@ def runs_in(out_dir: str | Path, main: str) -> dict[str, dict[str, list[str]]]:
 def write_report(out_dir: str | Path, table: pl.DataFrame, summ: pl.DataFrame) -> Path:
     """``qmd-bench.json`` (summary rows and per-query rows) in the results directory."""
     path = Path(out_dir) / "qmd-bench.json"
-    path.write_text(json.dumps({"summary": summ.to_dicts(), "per_query": table.to_dicts()}, indent=1),
-                    encoding="utf-8")
+    path.write_text(json.dumps({"summary": summ.to_dicts(), "per_query": table.to_dicts()}, indent=1), encoding="utf-8")
     return path
 
 
@@ -153,6 +176,8 @@ def print_bench(suite, res, echo=print, warn=None) -> Path:
     echo(format_summary(pl.concat([main, others])))
     missing = unmatched_expected(fixture, corpus_files(suite.corpus_dir(), suite.mask, suite.ignore))
     if missing:
-        (warn or echo)(f"warning: {len(missing)} expected file(s) match no file of {suite.corpus_dir()} and count "
-                       "as misses: " + ", ".join(f"{q}: {f}" for q, f in missing[:5]))
+        (warn or echo)(
+            f"warning: {len(missing)} expected file(s) match no file of {suite.corpus_dir()} and count "
+            "as misses: " + ", ".join(f"{q}: {f}" for q, f in missing[:5])
+        )
     return write_report(res.out_dir, table, summ)

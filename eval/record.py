@@ -23,6 +23,7 @@ from earlier recordings with the same models) before anything is started.
 Imports point down: this module knows suites, the pipeline and the store, not
 :class:`qmdlab.eval.study.Study` (which is built from a :class:`Recording`) nor the runner.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import polars as pl
@@ -202,8 +204,15 @@ def index_dir(suite: Suite, chunker: str = "") -> Path:
     return suite.workdir() / ("index" if name == DEFAULT_CHUNKER else f"index-{name}")
 
 
-def prepare_index(suite: Suite, embedder: Any = None, *, progress: bool = True, batch_size: int = 32,
-                  log: Callable[[str], None] = print, chunker: str = ""):
+def prepare_index(
+    suite: Suite,
+    embedder: Any = None,
+    *,
+    progress: bool = True,
+    batch_size: int = 32,
+    log: Callable[[str], None] = print,
+    chunker: str = "",
+):
     """Write/refresh the suite corpus, update the suite's index (:func:`index_dir` of ``chunker``,
     re-chunked if its chunks were made otherwise) and embed missing chunks."""
     from qmdlab.store import Index
@@ -232,8 +241,9 @@ def prepare_index(suite: Suite, embedder: Any = None, *, progress: bool = True, 
     return idx
 
 
-def embed_missing(idx, embedder, collections: Sequence[str] | None = None, *, progress: bool = True,
-                  batch_size: int = 32) -> int:
+def embed_missing(
+    idx, embedder, collections: Sequence[str] | None = None, *, progress: bool = True, batch_size: int = 32
+) -> int:
     """Embed the chunks of ``collections`` that have no vector for ``embedder`` (resumable: one
     transaction per batch). Returns the number of chunks embedded."""
     from tqdm import tqdm
@@ -245,21 +255,26 @@ def embed_missing(idx, embedder, collections: Sequence[str] | None = None, *, pr
     ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
     with tqdm(total=n, unit="chunk", desc="embed", disable=not progress) as bar:
         for i in range(0, n, batch_size):
-            mat = embedder.embed_documents(list(zip(titles[i:i + batch_size], texts[i:i + batch_size])))
-            idx.store_vectors(ids[i:i + batch_size], mat, embedder.fingerprint)
+            mat = embedder.embed_documents(list(zip(titles[i : i + batch_size], texts[i : i + batch_size])))
+            idx.store_vectors(ids[i : i + batch_size], mat, embedder.fingerprint)
             bar.update(len(mat))
     return n
 
 
-def open_lab(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, progress: bool = False,
-             log: Callable[[str], None] = print):
+def open_lab(
+    suite: Suite,
+    models: Any = None,
+    config: PipelineConfig | None = None,
+    *,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+):
     """The suite's index (built and embedded on first use) in a :class:`qmdlab.Lab` with ``models``."""
     from qmdlab.pipeline.lab import Lab
 
     config = config or suite_config(suite)
     embedder = models[0] if models is not None else None
-    idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log,
-                        chunker=config.chunker)
+    idx = prepare_index(suite, embedder if config.vector else None, progress=progress, log=log, chunker=config.chunker)
     return Lab(idx, models, config)
 
 
@@ -276,8 +291,10 @@ def judged_queries(suite: Suite, limit: int | None = None, qids: Sequence[str] |
         wanted = [str(q) for q in qids]
         missing = sorted(set(wanted) - set(queries["qid"].cast(pl.Utf8).to_list()))
         if missing:
-            raise ValueError(f"suite {suite.name!r} has no judged queries {missing[:5]}"
-                             f"{' …' if len(missing) > 5 else ''} (check the split file's suite and qids)")
+            raise ValueError(
+                f"suite {suite.name!r} has no judged queries {missing[:5]}"
+                f"{' …' if len(missing) > 5 else ''} (check the split file's suite and qids)"
+            )
         queries = queries.filter(pl.col("qid").cast(pl.Utf8).is_in(wanted))
     return queries.head(limit) if limit else queries
 
@@ -289,7 +306,11 @@ def model_fingerprints(models: Any) -> list[str]:
 
 
 def _fingerprint(model: Any) -> str:
-    return "none" if model is None else str(getattr(model, "fingerprint", None) or getattr(model, "model_id", type(model).__name__))
+    return (
+        "none"
+        if model is None
+        else str(getattr(model, "fingerprint", None) or getattr(model, "model_id", type(model).__name__))
+    )
 
 
 def cache_key(suite: Suite, config: PipelineConfig, models: Any) -> str:
@@ -302,8 +323,9 @@ def _key(suite: Suite | str, config: PipelineConfig, fingerprints: Sequence[str]
     """The cache key; ``suite`` may be given as its content fingerprint (computed once by callers)."""
     schema = {t: {c: str(d) for c, d in cols.items()} for t, cols in SCHEMAS.items()}
     suite_fp = suite if isinstance(suite, str) else suite.fingerprint()
-    payload = json.dumps({"suite": suite_fp, "config": config.to_dict(), "schema": schema,
-                          "models": list(fingerprints)}, sort_keys=True)
+    payload = json.dumps(
+        {"suite": suite_fp, "config": config.to_dict(), "schema": schema, "models": list(fingerprints)}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -313,10 +335,20 @@ def cache_root(suite: Suite) -> Path:
 
 
 # -- recording -------------------------------------------------------------------------------
-def record(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
-           limit: int | None = None, qids: Sequence[str] | None = None, name: str = "",
-           on_progress: Callable[[Progress], None] | None = None,
-           progress: bool = False, log: Callable[[str], None] = print, remote: Callable | None = None) -> Recording:
+def record(
+    suite: Suite,
+    models: Any = None,
+    config: PipelineConfig | None = None,
+    *,
+    depth: int = EVAL_DEPTH,
+    limit: int | None = None,
+    qids: Sequence[str] | None = None,
+    name: str = "",
+    on_progress: Callable[[Progress], None] | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+    remote: Callable | None = None,
+) -> Recording:
     """Index the suite and run (or load from the trace cache) every judged query.
 
     Parameters
@@ -355,8 +387,9 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
     cache_dir = cache_root(suite) / cache_key(suite, config, models)
     _write_manifest(cache_dir, suite, config, models, name)
     t1 = time.perf_counter()
-    trace, cached = query_traces(suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress,
-                                 remote=remote)
+    trace, cached = query_traces(
+        suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress, remote=remote
+    )
     timings["query_s"] = time.perf_counter() - t1
     timings["queries"], timings["queries_cached"] = queries.height, cached
     if on_progress:
@@ -365,9 +398,16 @@ def record(suite: Suite, models: Any = None, config: PipelineConfig | None = Non
     return Recording(suite, trace, qrels, queries, config, cache_dir, timings, lab)
 
 
-def query_traces(suite: Suite, lab, queries: pl.DataFrame, cache_dir: Path, *, progress: bool = True,
-                 on_progress: Callable[[Progress], None] | None = None,
-                 remote: Callable | None = None) -> tuple[Trace, int]:
+def query_traces(
+    suite: Suite,
+    lab,
+    queries: pl.DataFrame,
+    cache_dir: Path,
+    *,
+    progress: bool = True,
+    on_progress: Callable[[Progress], None] | None = None,
+    remote: Callable | None = None,
+) -> tuple[Trace, int]:
     """Run (or load from ``cache_dir``) the trace of every query; returns the concatenation and
     how many came from the cache (``remote``: see :func:`record`)."""
     with _no_query_budget():
@@ -415,9 +455,15 @@ def _store_trace(cache_dir: Path, qid: str, t: Trace) -> None:
     tmp.rename(qdir)
 
 
-def _query_traces(suite: Suite, lab, rows: list[dict], cache_dir: Path, progress: bool,
-                  on_progress: Callable[[Progress], None] | None = None,
-                  remote: Callable | None = None) -> tuple[Trace, int]:
+def _query_traces(
+    suite: Suite,
+    lab,
+    rows: list[dict],
+    cache_dir: Path,
+    progress: bool,
+    on_progress: Callable[[Progress], None] | None = None,
+    remote: Callable | None = None,
+) -> tuple[Trace, int]:
     from tqdm import tqdm
 
     loaded = {str(r["qid"]): _load_cached(_qdir(cache_dir, r["qid"])) for r in rows}
@@ -461,8 +507,9 @@ def degraded_queries(trace: Trace) -> pl.DataFrame:
     ['2']
     """
     expected = r"(?i)disabled|^strong signal|^no embedder"  # the config or the model set asked for it
-    return trace.notes.filter(pl.col("message").str.contains(_DEGRADED)
-                              & ~pl.col("message").str.contains(expected)).select("qid", "stage", "message")
+    return trace.notes.filter(
+        pl.col("message").str.contains(_DEGRADED) & ~pl.col("message").str.contains(expected)
+    ).select("qid", "stage", "message")
 
 
 # -- what is recorded ------------------------------------------------------------------------
@@ -472,8 +519,12 @@ def _write_manifest(cache_dir: Path, suite: Suite, config: PipelineConfig, model
     old = {}
     with contextlib.suppress(OSError, ValueError):
         old = json.loads(path.read_text(encoding="utf-8"))
-    info = {"suite": suite.name, "config": config.to_dict(), "models": model_fingerprints(models),
-            "name": name or old.get("name", "")}
+    info = {
+        "suite": suite.name,
+        "config": config.to_dict(),
+        "models": model_fingerprints(models),
+        "name": name or old.get("name", ""),
+    }
     if info != old:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=1), encoding="utf-8")
@@ -488,7 +539,7 @@ def describe(config: PipelineConfig, models: Sequence[str] | None = None) -> str
     >>> describe(PipelineConfig(candidate_limit=5), ["e", "x", "none"])
     'bm25+vector+expand'
     """
-    has = (lambda i: models is None or models[i] != "none")  # noqa: E731
+    has = lambda i: models is None or models[i] != "none"  # noqa: E731
     parts = ["bm25"]
     if config.vector and has(0):
         parts.append("vector")
@@ -540,8 +591,9 @@ def _unquote(name: str) -> str:
     return unquote(name)
 
 
-def load_recorded(suite: Suite, key: str, *, limit: int | None = None,
-                  on_progress: Callable[[Progress], None] | None = None) -> Recording:
+def load_recorded(
+    suite: Suite, key: str, *, limit: int | None = None, on_progress: Callable[[Progress], None] | None = None
+) -> Recording:
     """Open a recording of :func:`recorded` from the trace cache — no model, no index.
 
     Only queries whose trace is complete are loaded; ``limit`` keeps the first ``limit``
@@ -551,24 +603,36 @@ def load_recorded(suite: Suite, key: str, *, limit: int | None = None,
 
     rec = next((r for r in recorded(suite) if r.key == key), None)
     if rec is None:
-        raise QmdlabError(f"no recording {key!r} of suite {suite.name!r} under {cache_root(suite)}; "
-                          "record it first (qmdlab eval, make demo, or the notebook's Record button)")
+        raise QmdlabError(
+            f"no recording {key!r} of suite {suite.name!r} under {cache_root(suite)}; "
+            "record it first (qmdlab eval, make demo, or the notebook's Record button)"
+        )
     queries = judged_queries(suite, limit)
     queries = queries.filter(pl.col("qid").cast(pl.Utf8).is_in(rec.qids))
     cache_dir = cache_root(suite) / key
     t0 = time.perf_counter()
     traces = [t for t in (_load_cached(_qdir(cache_dir, q)) for q in queries["qid"].to_list()) if t is not None]
     trace = Trace.concat(traces)
-    timings = {"index_s": 0.0, "query_s": time.perf_counter() - t0, "queries": len(traces),
-               "queries_cached": len(traces)}
+    timings = {
+        "index_s": 0.0,
+        "query_s": time.perf_counter() - t0,
+        "queries": len(traces),
+        "queries_cached": len(traces),
+    }
     if on_progress:
         on_progress(Progress("done", 0, 0))
     qrels = suite.qrels_docnos().join(queries.select("qid"), on="qid", how="semi")
     return Recording(suite, trace, qrels, queries, rec.config, cache_dir, timings, None)
 
 
-def estimate(suite: Suite, models: Any, config: PipelineConfig | None = None, *, depth: int = EVAL_DEPTH,
-             limit: int | None = None) -> Estimate:
+def estimate(
+    suite: Suite,
+    models: Any,
+    config: PipelineConfig | None = None,
+    *,
+    depth: int = EVAL_DEPTH,
+    limit: int | None = None,
+) -> Estimate:
     """What :func:`record` would cost: queries not yet in the cache and their expected time.
 
     The time is measured, not guessed: per-stage medians of earlier recordings of this suite made
@@ -586,12 +650,15 @@ def estimate(suite: Suite, models: Any, config: PipelineConfig | None = None, *,
     if not todo:
         return Estimate(len(qids), len(done), 0.0, "measured")
     per_query, expand_s, rerank_s = _measured_seconds(suite, prints)
-    need = [s for s, on, i in (("expand", config.expand, 1), ("rerank", config.rerank, 2)) if on and prints[i] != "none"]
+    need = [
+        s for s, on, i in (("expand", config.expand, 1), ("rerank", config.rerank, 2)) if on and prints[i] != "none"
+    ]
     missing = [s for s, vals in (("expand", expand_s), ("rerank", rerank_s)) if s in need and not vals]
     if not per_query or missing:
         what = ", ".join(missing) or "any stage"
-        return Estimate(len(qids), len(done), None,
-                        f"{what} never timed here with these models (cache hits do not count)")
+        return Estimate(
+            len(qids), len(done), None, f"{what} never timed here with these models (cache hits do not count)"
+        )
     each = statistics.median(per_query)
     if "expand" in need:
         each += statistics.median(expand_s)

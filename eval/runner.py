@@ -14,24 +14,31 @@
    ``config.yaml``, ``run.json`` (suite, models, timings) and the concatenated trace under
    ``traces/`` (what :meth:`qmdlab.eval.study.Study.from_run_dir` loads).
 """
+
 from __future__ import annotations
 
 import json
 import re
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import Trace
 
-from .ablation import ablate as ablate_fn, chunker_evaluations, strong_signal_qids, variant_evaluations, variants
+from .ablation import ablate as ablate_fn
+from .ablation import chunker_evaluations, strong_signal_qids, variant_evaluations, variants
 from .metrics import DEFAULT_METRICS, mean_scores, parse_metric, per_query
-from .record import (EVAL_DEPTH, cache_key, degraded_queries, embed_missing,  # noqa: F401 — re-exported
-                     load_run_dir, model_fingerprints, prepare_index, query_traces, record)
+from .record import (
+    degraded_queries,
+    embed_missing,  # noqa: F401 — re-exported
+    model_fingerprints,
+    record,
+)
 from .study import Study
 from .suites import Suite
 
@@ -102,12 +109,25 @@ def write_trec_run(final: pl.DataFrame, path: Path, name: str, docid: Callable[[
     path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
 
 
-def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = None, *,
-              out: str | Path | None = None, name: str | None = None, ablate: bool = False,
-              baseline: str = "best-leg", metrics: Sequence[str] = DEFAULT_METRICS, limit: int | None = None,
-              progress: bool = True, complete_rerank: bool = True, check_ranx: bool = True,
-              log: Callable[[str], None] = print, remote: Callable | None = None,
-              chunkers: Sequence[str] = (), recorded_variants: Sequence[str] = ()) -> RunResult:
+def run_suite(
+    suite: Suite,
+    models: Any = None,
+    config: PipelineConfig | None = None,
+    *,
+    out: str | Path | None = None,
+    name: str | None = None,
+    ablate: bool = False,
+    baseline: str = "best-leg",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    limit: int | None = None,
+    progress: bool = True,
+    complete_rerank: bool = True,
+    check_ranx: bool = True,
+    log: Callable[[str], None] = print,
+    remote: Callable | None = None,
+    chunkers: Sequence[str] = (),
+    recorded_variants: Sequence[str] = (),
+) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
     Parameters
@@ -146,14 +166,18 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     config, trace, qrels, queries, timings = rec.config, rec.trace, rec.qrels, rec.queries, dict(rec.timings)
     degraded = degraded_queries(trace)
     if degraded.height:
-        log(f"warning: {degraded['qid'].n_unique()} of {queries.height} queries ran degraded (a stage was skipped "
-            f"or failed; see degraded.csv), e.g. {degraded['qid'][0]}: {degraded['message'][0]}")
+        log(
+            f"warning: {degraded['qid'].n_unique()} of {queries.height} queries ran degraded (a stage was skipped "
+            f"or failed; see degraded.csv), e.g. {degraded['qid'][0]}: {degraded['message'][0]}"
+        )
 
     out_dir = Path(out) if out else suite.workdir() / "results" / name
     out_dir.mkdir(parents=True, exist_ok=True)
     if config.fusion == "learned":
-        log("note: fusion=learned scores whatever it is given; on the queries its model was trained on these are "
-            "in-sample numbers (`qmdlab tune SUITE --learn` reports held-out ones)")
+        log(
+            "note: fusion=learned scores whatever it is given; on the queries its model was trained on these are "
+            "in-sample numbers (`qmdlab tune SUITE --learn` reports held-out ones)"
+        )
     runs = {name: per_query(trace.final.rename({"final_rank": "rank"}), qrels, metrics)}
     finals = {name: trace.final}
     table = None
@@ -165,18 +189,27 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
 
             docs = suite_docs(suite)
         study = Study.from_recording(rec, metrics=metrics, complete_rerank=complete_rerank, docs=docs)
-        chunk_rows = chunker_evaluations(study, suite, models, chunkers, progress=progress, log=log,
-                                         remote=remote) if chunkers else {}
-        variant_rows = variant_evaluations(study, suite, models, recorded_variants, progress=progress, log=log,
-                                           remote=remote) if recorded_variants else {}
+        chunk_rows = (
+            chunker_evaluations(study, suite, models, chunkers, progress=progress, log=log, remote=remote)
+            if chunkers
+            else {}
+        )
+        variant_rows = (
+            variant_evaluations(study, suite, models, recorded_variants, progress=progress, log=log, remote=remote)
+            if recorded_variants
+            else {}
+        )
         table = ablate_fn(study, baseline=baseline, chunkers=chunk_rows, recorded=variant_rows)
         for row, ev in [*chunk_rows.items(), *((r, v.evaluation) for r, v in variant_rows.items())]:
             runs[row], finals[row] = ev.per_query, ev.final
-        for v in variants(config, has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
-                          has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
-                          has_rerank=bool(trace.rerank.height),
-                          # recorded with the skip off: the "strong-signal skip" row measures it
-                          skip_qids=None if config.strong_signal else strong_signal_qids(trace.notes)):
+        for v in variants(
+            config,
+            has_vector=bool(trace.lists.filter(pl.col("source") == "vec").height),
+            has_expansion=bool(trace.lists.filter(pl.col("query_type") != "original").height),
+            has_rerank=bool(trace.rerank.height),
+            # recorded with the skip off: the "strong-signal skip" row measures it
+            skip_qids=None if config.strong_signal else strong_signal_qids(trace.notes),
+        ):
             ev = study.evaluate(config.replace(**v.overrides), lists=v.lists)
             runs[v.name], finals[v.name] = ev.per_query, ev.final
         trace = study.trace  # with any rerank scores the ablation added
@@ -188,8 +221,9 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     (out_dir / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, d, g in qrels_c.iter_rows()), encoding="utf-8")
     means = {run: mean_scores(t) for run, t in runs.items()}
     t_ranx = time.perf_counter()
-    ranx_means = ranx_check(out_dir / "qrels.txt", out_dir / f"{_file_safe(name)}.trec", means[name]) \
-        if check_ranx else None
+    ranx_means = (
+        ranx_check(out_dir / "qrels.txt", out_dir / f"{_file_safe(name)}.trec", means[name]) if check_ranx else None
+    )
     timings["ranx_check_s"] = time.perf_counter() - t_ranx  # numba compiles ranx's metrics on a first use
     (out_dir / "metrics.json").write_text(json.dumps(means, indent=1), encoding="utf-8")
     pq = pl.concat([t.with_columns(pl.lit(r).alias("run")).select("run", *t.columns) for r, t in runs.items()])
@@ -200,16 +234,25 @@ def run_suite(suite: Suite, models: Any = None, config: PipelineConfig | None = 
     import yaml
 
     grades_note = suite.grades_note() if hasattr(suite, "grades_note") else "grades: gain (as coded)"
-    (out_dir / "config.yaml").write_text(f"# suite {suite.name} ({suite.format}), {grades_note}\n"
-                                         + yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    (out_dir / "config.yaml").write_text(
+        f"# suite {suite.name} ({suite.format}), {grades_note}\n" + yaml.safe_dump(config.to_dict(), sort_keys=False),
+        encoding="utf-8",
+    )
     shutil.rmtree(out_dir / "traces", ignore_errors=True)
     trace.to_parquet(out_dir / "traces")
     qrels.write_parquet(out_dir / "qrels.parquet")
-    info = {"suite": suite.name, "path": str(suite.path), "format": suite.format,
-            "grades": getattr(suite, "grades", "gain"), "run": name,
-            "models": model_fingerprints(models), "timings": timings,
-            "trace_cache": str(rec.cache_dir), "ranx_check": ranx_means,
-            "degraded_queries": degraded["qid"].n_unique()}
+    info = {
+        "suite": suite.name,
+        "path": str(suite.path),
+        "format": suite.format,
+        "grades": getattr(suite, "grades", "gain"),
+        "run": name,
+        "models": model_fingerprints(models),
+        "timings": timings,
+        "trace_cache": str(rec.cache_dir),
+        "ranx_check": ranx_means,
+        "degraded_queries": degraded["qid"].n_unique(),
+    }
     (out_dir / "run.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return RunResult(name, trace, qrels, pq, means, table, out_dir, timings)
 
@@ -222,8 +265,13 @@ def ranx_check(qrels_path: Path, run_path: Path, ours: dict[str, float]) -> dict
     from ``ours`` by more than 1e-9 (that would be a bug in :mod:`qmdlab.eval.metrics` or the writer)."""
     from ranx import Qrels, Run, evaluate
 
-    names = {m: (RANX_NAMES.get(parse_metric(m).kind, parse_metric(m).kind)
-                 + (f"@{parse_metric(m).k}" if parse_metric(m).k else "")) for m in ours}
+    names = {
+        m: (
+            RANX_NAMES.get(parse_metric(m).kind, parse_metric(m).kind)
+            + (f"@{parse_metric(m).k}" if parse_metric(m).k else "")
+        )
+        for m in ours
+    }
     qrels = Qrels.from_file(str(qrels_path), kind="trec")
     if not run_path.read_text(encoding="utf-8").strip():
         # ranx cannot evaluate an empty run (max() of an empty sequence), so give every judged

@@ -13,19 +13,29 @@ Two tests, the pair ``ranx.compare`` offers:
 Only the bookkeeping differs from ranx: one row per run against a chosen baseline, instead
 of ranx's all-pairs report.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import polars as pl
 
-SCHEMA = {"run": pl.Utf8, "mean": pl.Float64, "delta": pl.Float64, "p_ttest": pl.Float64,
-          "p_fisher": pl.Float64, "wins": pl.Int64, "ties": pl.Int64, "losses": pl.Int64}
+SCHEMA = {
+    "run": pl.Utf8,
+    "mean": pl.Float64,
+    "delta": pl.Float64,
+    "p_ttest": pl.Float64,
+    "p_fisher": pl.Float64,
+    "wins": pl.Int64,
+    "ties": pl.Int64,
+    "losses": pl.Int64,
+}
 
 
-def fisher_randomization(baseline: np.ndarray, treatment: np.ndarray, *, n_permutations: int = 1000,
-                         seed: int = 42) -> float:
+def fisher_randomization(
+    baseline: np.ndarray, treatment: np.ndarray, *, n_permutations: int = 1000, seed: int = 42
+) -> float:
     """Two-sided paired randomisation test p-value: the share of swap patterns whose
     |mean difference| is at least the observed one.
 
@@ -54,9 +64,9 @@ def fisher_randomization(baseline: np.ndarray, treatment: np.ndarray, *, n_permu
     if n == 0:
         return 1.0
     observed = abs(d.mean())
-    exact = n <= 20 and 2 ** n <= n_permutations
+    exact = n <= 20 and 2**n <= n_permutations
     if exact:
-        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        patterns = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
     else:
         patterns = np.random.default_rng(seed).integers(0, 2, size=(n_permutations, n)) * 2 - 1
     means = np.abs((patterns * d).mean(axis=1))
@@ -67,8 +77,9 @@ def fisher_randomization(baseline: np.ndarray, treatment: np.ndarray, *, n_permu
     return (extreme + 1) / (len(patterns) + 1)
 
 
-def paired_pvalues(baseline: np.ndarray, treatment: np.ndarray, *, n_permutations: int = 1000,
-                   seed: int = 42) -> tuple[float, float]:
+def paired_pvalues(
+    baseline: np.ndarray, treatment: np.ndarray, *, n_permutations: int = 1000, seed: int = 42
+) -> tuple[float, float]:
     """Two-sided paired t-test (ranx's) and Fisher randomisation (:func:`fisher_randomization`) p-values.
 
     Identical score vectors give ``(1.0, 1.0)`` (scipy's t-test would return NaN).
@@ -89,8 +100,14 @@ def paired_pvalues(baseline: np.ndarray, treatment: np.ndarray, *, n_permutation
     return (1.0 if np.isnan(p_t) else p_t), float(p_f)
 
 
-def compare_to_baseline(scores: Mapping[str, pl.DataFrame], baseline: str, metric: str = "ndcg@10",
-                        *, n_permutations: int = 1000, seed: int = 42) -> pl.DataFrame:
+def compare_to_baseline(
+    scores: Mapping[str, pl.DataFrame],
+    baseline: str,
+    metric: str = "ndcg@10",
+    *,
+    n_permutations: int = 1000,
+    seed: int = 42,
+) -> pl.DataFrame:
     """One row per run: mean ``metric``, difference to ``baseline``, p-values, wins/ties/losses.
 
     Parameters
@@ -117,6 +134,16 @@ def compare_to_baseline(scores: Mapping[str, pl.DataFrame], baseline: str, metri
             raise ValueError(f"run {name!r} is scored on different queries than the baseline")
         a, b = base[metric].to_numpy(), table[metric].to_numpy()
         p_t, p_f = paired_pvalues(a, b, n_permutations=n_permutations, seed=seed)
-        rows.append((name, float(b.mean()) if b.size else 0.0, float(b.mean() - a.mean()) if b.size else 0.0,
-                     p_t, p_f, int((b > a).sum()), int((b == a).sum()), int((b < a).sum())))
+        rows.append(
+            (
+                name,
+                float(b.mean()) if b.size else 0.0,
+                float(b.mean() - a.mean()) if b.size else 0.0,
+                p_t,
+                p_f,
+                int((b > a).sum()),
+                int((b == a).sum()),
+                int((b < a).sum()),
+            )
+        )
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")

@@ -19,11 +19,13 @@ reranked keep a null rerank score (the blend falls back to their position score)
 :attr:`Evaluation.unscored` counts how many final results that affects, so a tuned config
 that relies on them is visible.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import polars as pl
 
@@ -91,10 +93,17 @@ class Study:
     1.0
     """
 
-    def __init__(self, trace: Trace, qrels: pl.DataFrame, *, metrics: Sequence[str] = DEFAULT_METRICS,
-                 config: PipelineConfig | None = None, rerank_fn=None, docs: pl.DataFrame | None = None):
-        qrels = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8),
-                             pl.col("grade").cast(pl.Int64))
+    def __init__(
+        self,
+        trace: Trace,
+        qrels: pl.DataFrame,
+        *,
+        metrics: Sequence[str] = DEFAULT_METRICS,
+        config: PipelineConfig | None = None,
+        rerank_fn=None,
+        docs: pl.DataFrame | None = None,
+    ):
+        qrels = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8), pl.col("grade").cast(pl.Int64))
         self.qrels = qrels
         self.metrics = tuple(metrics)
         self.config = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
@@ -110,7 +119,7 @@ class Study:
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def from_recording(cls, recording: Recording, *, complete_rerank: bool = False, **kwargs) -> "Study":
+    def from_recording(cls, recording: Recording, *, complete_rerank: bool = False, **kwargs) -> Study:
         """The study of a :func:`qmdlab.eval.record.record` (or :func:`qmdlab.eval.record.load_recorded`) result.
 
         With ``complete_rerank`` (and a recording that has its lab and a reranker), candidates
@@ -123,15 +132,25 @@ class Study:
         return cls(recording.trace, recording.qrels, config=recording.config, rerank_fn=rfn, **kwargs)
 
     @classmethod
-    def from_run_dir(cls, directory: str | Path, **kwargs) -> "Study":
+    def from_run_dir(cls, directory: str | Path, **kwargs) -> Study:
         """Load a run directory written by :func:`qmdlab.eval.runner.run_suite` (``traces/`` + ``qrels.parquet``)."""
         trace, qrels, config = load_run_dir(directory)
         return cls(trace, qrels, config=config, **kwargs)
 
     @classmethod
-    def for_suite(cls, suite: "str | Suite" = "default", models=None, config: PipelineConfig | None = None,
-                  *, depth: int = EVAL_DEPTH, limit: int | None = None, progress: bool = True,
-                  on_progress=None, log=print, **unused) -> "Study":
+    def for_suite(
+        cls,
+        suite: str | Suite = "default",
+        models=None,
+        config: PipelineConfig | None = None,
+        *,
+        depth: int = EVAL_DEPTH,
+        limit: int | None = None,
+        progress: bool = True,
+        on_progress=None,
+        log=print,
+        **unused,
+    ) -> Study:
         """Record (or load from the per-query trace cache) a suite and return its Study.
 
         ``models`` defaults to ``qmdlab.models.load_models()``, ``config`` to the suite's own.
@@ -141,21 +160,29 @@ class Study:
         if unused:
             from qmdlab.errors import QmdlabError
 
-            raise QmdlabError(f"Study.for_suite: unknown option(s) {sorted(unused)}; "
-                              "valid: depth, limit, progress, on_progress, log")
+            raise QmdlabError(
+                f"Study.for_suite: unknown option(s) {sorted(unused)}; valid: depth, limit, progress, on_progress, log"
+            )
         if models is None:
             from qmdlab.models import load_models
 
             models = load_models()
         s = suite if isinstance(suite, Suite) else get_suite(suite)
-        return cls.from_recording(record(s, models, config, depth=depth, limit=limit, progress=progress,
-                                         on_progress=on_progress, log=log))
+        return cls.from_recording(
+            record(s, models, config, depth=depth, limit=limit, progress=progress, on_progress=on_progress, log=log)
+        )
 
-    def subset(self, qids: Iterable[str]) -> "Study":
+    def subset(self, qids: Iterable[str]) -> Study:
         """The same study restricted to some queries (cross-validation folds use this)."""
         keep = set(qids)
-        return Study(self.trace, self.qrels.filter(pl.col("qid").is_in(list(keep))),
-                     metrics=self.metrics, config=self.config, rerank_fn=self.rerank_fn, docs=self.docs)
+        return Study(
+            self.trace,
+            self.qrels.filter(pl.col("qid").is_in(list(keep))),
+            metrics=self.metrics,
+            config=self.config,
+            rerank_fn=self.rerank_fn,
+            docs=self.docs,
+        )
 
     # -- evaluation -----------------------------------------------------------------------
     def retuned(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Trace:
@@ -173,7 +200,7 @@ class Study:
             self._coded = None
         return out
 
-    def _fast_ranked(self, cfg: PipelineConfig, lists: pl.Expr | None) -> "tuple[Ranked, FastRetune, CodedScorer] | None":
+    def _fast_ranked(self, cfg: PipelineConfig, lists: pl.Expr | None) -> tuple[Ranked, FastRetune, CodedScorer] | None:
         """The numpy slider path (:class:`~qmdlab.pipeline.fastretune.FastRetune`), or ``None`` when
         ``cfg`` needs the polars stages (learned fusion, tag lift, a ``rerank_fn`` to call)."""
         if not self.fast or (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
@@ -240,8 +267,9 @@ class Study:
             unscored = final.filter(pl.col("rerank_score").is_null()).height
         return Evaluation(mean_scores(table), table, final, unscored)
 
-    def score(self, config: PipelineConfig | None = None, metric: str = HEADLINE,
-              lists: pl.Expr | None = None) -> float:
+    def score(
+        self, config: PipelineConfig | None = None, metric: str = HEADLINE, lists: pl.Expr | None = None
+    ) -> float:
         """The mean of one metric under ``config`` (the optimisers' objective)."""
         cfg = config or self.config
         got = self._fast_ranked(cfg, lists)
@@ -253,6 +281,8 @@ class Study:
 def _restrict(trace: Trace, qids: set[str]) -> Trace:
     """Keep only the rows of ``qids`` in every table of ``trace``."""
     keep = list(qids)
-    tables = {name: getattr(trace, name).filter(pl.col("qid").is_in(keep))
-              for name in ("queries", "expansions", "lists", "fused", "rerank", "final", "results", "notes")}
+    tables = {
+        name: getattr(trace, name).filter(pl.col("qid").is_in(keep))
+        for name in ("queries", "expansions", "lists", "fused", "rerank", "final", "results", "notes")
+    }
     return Trace(**tables, timings=trace.timings, config=trace.config)

@@ -19,14 +19,15 @@ suite whose documents come inline (SMART, BEIR, JSONL, TREC SGML) is written out
 ``cisi/17.md`` maps back to the collection id ``17``. :meth:`Suite.docid` and
 :meth:`Suite.docno` are the two directions; run files always carry the collection's ids.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 from urllib.parse import quote, unquote
 
 import polars as pl
@@ -111,8 +112,10 @@ class Suite:
             if not self.path.is_file():
                 raise SuiteUnavailable(f"suite {self.name!r}: fixture {self.path} not found")
             if self.corpus is None or not Path(self.corpus).is_dir():
-                raise SuiteUnavailable(f"suite {self.name!r}: corpus folder {self.corpus} not found; pass "
-                                       "--corpus DIR (the folder the fixture's expected_files are relative to)")
+                raise SuiteUnavailable(
+                    f"suite {self.name!r}: corpus folder {self.corpus} not found; pass "
+                    "--corpus DIR (the folder the fixture's expected_files are relative to)"
+                )
             return
         if not self.path.is_dir():
             hint = " (set QMDLAB_CISI_DIR to the directory holding CISI.ALL/.QRY/.REL)" if self.name == "cisi" else ""
@@ -165,8 +168,9 @@ class Suite:
     def qrels_docnos(self) -> pl.DataFrame:
         """The qrels with qmdlab docnos: ``qid, docno, grade``."""
         q = self.data().qrels
-        return q.with_columns(pl.col("docid").map_elements(self.docno, return_dtype=pl.Utf8).alias("docno")) \
-            .select("qid", "docno", "grade")
+        return q.with_columns(pl.col("docid").map_elements(self.docno, return_dtype=pl.Utf8).alias("docno")).select(
+            "qid", "docno", "grade"
+        )
 
     def write_corpus(self) -> Path:
         """Write inline documents as ``<docid>.md`` files (idempotent: unchanged files are not rewritten)."""
@@ -223,8 +227,9 @@ REGISTRY: dict[str, Callable[[], Suite]] = {"default": _default, "cisi": _cisi}
 QMD_BENCH = "qmd-bench"
 
 
-def bench_corpus(fixture: Path, corpus: str | os.PathLike | None = None,
-                 index: str | os.PathLike | None = None) -> tuple[Path, str, tuple[str, ...]]:
+def bench_corpus(
+    fixture: Path, corpus: str | os.PathLike | None = None, index: str | os.PathLike | None = None
+) -> tuple[Path, str, tuple[str, ...]]:
     """The folder, mask and ignore globs a qmd bench fixture is scored against: ``corpus`` when
     given, else the collection the fixture names in the qmdlab index ``index`` (``--index``,
     ``$QMDLAB_INDEX`` or the default; read from its ``collections.yaml``, nothing written)."""
@@ -236,23 +241,34 @@ def bench_corpus(fixture: Path, corpus: str | os.PathLike | None = None,
     if corpus is not None:
         path = Path(corpus).expanduser()
         if not path.is_dir():
-            raise QmdlabError(f"--corpus {corpus}: not a folder; pass the folder the fixture's expected_files "
-                              "are relative to")
+            raise QmdlabError(
+                f"--corpus {corpus}: not a folder; pass the folder the fixture's expected_files are relative to"
+            )
         return path.resolve(), "**/*.md", ()
     name = read_fixture(fixture).collection
     if not name:
-        raise QmdlabError(f"{fixture}: the fixture names no collection; pass --corpus DIR (the folder its "
-                          "expected_files are relative to)")
+        raise QmdlabError(
+            f"{fixture}: the fixture names no collection; pass --corpus DIR (the folder its "
+            "expected_files are relative to)"
+        )
     conf_path = resolve_index_dir(index) / CONFIG_NAME
     for c in store_config.load(conf_path).collections:
         if c.name == name:
             return Path(c.root), c.mask, tuple(c.ignore)
-    raise QmdlabError(f"{fixture}: collection {name!r} is not in the qmdlab index ({conf_path}); pass --corpus DIR "
-                      f"or register it (`qmdlab collection add PATH --name {name}` or `qmdlab collection import-qmd`)")
+    raise QmdlabError(
+        f"{fixture}: collection {name!r} is not in the qmdlab index ({conf_path}); pass --corpus DIR "
+        f"or register it (`qmdlab collection add PATH --name {name}` or `qmdlab collection import-qmd`)"
+    )
 
 
-def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus: str | os.PathLike | None = None,
-              index: str | os.PathLike | None = None, grades: str | None = None) -> Suite:
+def get_suite(
+    name_or_path: str | os.PathLike,
+    fmt: str | None = None,
+    *,
+    corpus: str | os.PathLike | None = None,
+    index: str | os.PathLike | None = None,
+    grades: str | None = None,
+) -> Suite:
     """A registered suite by name, a suite directory (format detected when ``fmt`` is None), or
     a qmd bench fixture file (``fmt`` ``qmd-bench``, or a ``.json`` file; ``corpus``/``index``:
     :func:`bench_corpus`). ``grades`` (``gain``/``rank``; default ``$QMDLAB_SMART_GRADES``, else
@@ -271,15 +287,18 @@ def get_suite(name_or_path: str | os.PathLike, fmt: str | None = None, *, corpus
     if fmt == QMD_BENCH:
         raise QmdlabError(f"{text}: not a file; --format qmd-bench reads a qmd bench fixture (a .json file)")
     if corpus is not None:
-        raise QmdlabError("--corpus is for a qmd bench fixture (--format qmd-bench); a suite directory holds "
-                          "its own documents")
+        raise QmdlabError(
+            "--corpus is for a qmd bench fixture (--format qmd-bench); a suite directory holds its own documents"
+        )
     if text in REGISTRY and fmt is None and not Path(text).is_dir():
         suite = REGISTRY[text]()
     else:
         path = Path(text).expanduser()
         if not path.is_dir():
-            raise QmdlabError(f"unknown suite {text!r}: not a registered suite ({', '.join(REGISTRY)}) "
-                              "and not a directory; pass a suite name or a directory with --format")
+            raise QmdlabError(
+                f"unknown suite {text!r}: not a registered suite ({', '.join(REGISTRY)}) "
+                "and not a directory; pass a suite name or a directory with --format"
+            )
         if fmt is not None and fmt not in FORMATS:
             raise QmdlabError(f"unknown suite format {fmt!r}; choose one of {', '.join(FORMATS)}")
         suite = Suite(path.resolve().name, path.resolve(), fmt or detect_format(path))
@@ -297,8 +316,10 @@ def _set_grades(suite: Suite, grades: str | None) -> None:
     if grades is not None:
         check_grades(grades)
         if suite.format != "smart" and grades != "gain":
-            raise QmdlabError(f"--grades {grades}: suite {suite.name!r} is in format {suite.format!r}; reading codes "
-                              "as ranks is for SMART collections (--format smart); drop --grades")
+            raise QmdlabError(
+                f"--grades {grades}: suite {suite.name!r} is in format {suite.format!r}; reading codes "
+                "as ranks is for SMART collections (--format smart); drop --grades"
+            )
         suite.grades = grades
     elif suite.format == "smart" and os.environ.get(GRADES_ENV):
         suite.grades = check_grades(os.environ[GRADES_ENV], f"${GRADES_ENV}")

@@ -5,16 +5,18 @@ kept results that are relevant, ``recall(t)`` the share of all judged-relevant d
 are kept. Use it on a score that means the same across queries (a rerank probability, a
 normalised fusion score), then set ``min_score`` in the pipeline config.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
 
 
-def threshold_curve(run: pl.DataFrame, qrels: pl.DataFrame, *, score_col: str = "final_score",
-                    thresholds: Sequence[float] | None = None) -> pl.DataFrame:
+def threshold_curve(
+    run: pl.DataFrame, qrels: pl.DataFrame, *, score_col: str = "final_score", thresholds: Sequence[float] | None = None
+) -> pl.DataFrame:
     """Precision/recall/F1 of the rule "keep results with ``score_col`` ≥ t".
 
     Parameters
@@ -40,11 +42,14 @@ def threshold_curve(run: pl.DataFrame, qrels: pl.DataFrame, *, score_col: str = 
     """
     judged = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8), pl.col("grade"))
     total_rel = judged.filter(pl.col("grade") >= 1).height
-    scored = (run.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8), pl.col(score_col).alias("s"))
-              .drop_nulls("s").join(judged.select("qid").unique(), on="qid", how="semi")
-              .join(judged, on=["qid", "docno"], how="left"))
+    scored = (
+        run.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8), pl.col(score_col).alias("s"))
+        .drop_nulls("s")
+        .join(judged.select("qid").unique(), on="qid", how="semi")
+        .join(judged, on=["qid", "docno"], how="left")
+    )
     s = scored["s"].to_numpy()
-    rel = (scored["grade"].fill_null(0).to_numpy() >= 1)
+    rel = scored["grade"].fill_null(0).to_numpy() >= 1
     ts = np.unique(s) if thresholds is None else np.asarray(sorted(thresholds), dtype=float)
     kept = np.array([(s >= t).sum() for t in ts], dtype=np.int64)
     hit = np.array([(rel & (s >= t)).sum() for t in ts], dtype=np.int64)
@@ -52,8 +57,16 @@ def threshold_curve(run: pl.DataFrame, qrels: pl.DataFrame, *, score_col: str = 
     recall = hit / total_rel if total_rel else np.zeros(len(ts))
     denom = precision + recall
     f1 = np.divide(2 * precision * recall, denom, out=np.zeros(len(ts)), where=denom > 0)
-    return pl.DataFrame({"threshold": ts.astype(float), "kept": kept, "relevant_kept": hit,
-                         "precision": precision, "recall": recall, "f1": f1})
+    return pl.DataFrame(
+        {
+            "threshold": ts.astype(float),
+            "kept": kept,
+            "relevant_kept": hit,
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+        }
+    )
 
 
 def best_threshold(curve: pl.DataFrame, by: str = "f1", min_recall: float = 0.0) -> float:

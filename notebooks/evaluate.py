@@ -23,13 +23,12 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
+    from qmdlab import models as qmodels
+    from qmdlab.eval import choices, record, suites
     from qmdlab.eval.ablation import ablate
     from qmdlab.eval.distributions import score_distributions, summary
-    from qmdlab.eval import choices, record
     from qmdlab.eval.study import Study
-    from qmdlab.eval import suites
     from qmdlab.eval.thresholds import best_threshold, threshold_curve
-    from qmdlab import models as qmodels
 
 
 @app.cell(hide_code=True)
@@ -67,8 +66,9 @@ def _(limit, preset, suite_picker):
     tier = choices.tiers(suite)[-1]
     tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
     cost = record.estimate(suite, tier_models, tier.config, limit=limit)
-    record_button = mo.ui.run_button(label=f"Record {tier.name} ({cost.to_run} queries)", kind="warn",
-                                     disabled=not cost.to_run)
+    record_button = mo.ui.run_button(
+        label=f"Record {tier.name} ({cost.to_run} queries)", kind="warn", disabled=not cost.to_run
+    )
     return cost, record_button, suite, tier, tier_models
 
 
@@ -76,14 +76,17 @@ def _(limit, preset, suite_picker):
 def _(auto_record, cost, limit, record_button, suite, tier, tier_models):
     new_key = None
     if record_button.value or auto_record:
-        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
-                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
+        with mo.status.progress_bar(
+            total=max(cost.to_run, 1), title=f"Recording {tier.name}", subtitle=cost.summary(), remove_on_exit=True
+        ) as _bar:
+
             def _step(p):
                 if p.phase == "query" and p.qid is not None:
                     _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
 
-            new_key = record.record(suite, tier_models, tier.config, limit=limit, on_progress=_step,
-                                    log=lambda _msg: None).cache_dir.name
+            new_key = record.record(
+                suite, tier_models, tier.config, limit=limit, on_progress=_step, log=lambda _msg: None
+            ).cache_dir.name
     return (new_key,)
 
 
@@ -102,8 +105,12 @@ def _(available, new_key):
 
 @app.cell
 def _(cost, record_button, recording_picker, suite_picker):
-    mo.vstack([mo.hstack([suite_picker, recording_picker], justify="start"),
-               mo.hstack([record_button, mo.md(f"_{cost.summary()}_")], justify="start")])
+    mo.vstack(
+        [
+            mo.hstack([suite_picker, recording_picker], justify="start"),
+            mo.hstack([record_button, mo.md(f"_{cost.summary()}_")], justify="start"),
+        ]
+    )
     return
 
 
@@ -152,8 +159,9 @@ def _(metric_picker, study):
 @app.cell
 def _(ablation_best_leg):
     # Any row the recorded trace supports can be the baseline; "best-leg" = the better of bm25/vector.
-    baseline_picker = mo.ui.dropdown(["best-leg", *ablation_best_leg["config"].to_list()], value="best-leg",
-                                     label="baseline")
+    baseline_picker = mo.ui.dropdown(
+        ["best-leg", *ablation_best_leg["config"].to_list()], value="best-leg", label="baseline"
+    )
     return (baseline_picker,)
 
 
@@ -177,12 +185,31 @@ def _(ablation_best_leg, baseline_picker, metric_picker, study):
 def _(ablation, metric_picker):
     _metric = metric_picker.value
     _shown = ablation.with_columns(
-        pl.when(pl.col("config") == pl.col("baseline")).then(pl.lit("baseline"))
-        .when(pl.col("p_ttest") < 0.05).then(pl.lit("p < 0.05")).otherwise(pl.lit("")).alias("significant"))
-    mo.ui.table(_shown.select("config", _metric, "delta", "p_ttest", "p_fisher", "wins", "ties", "losses", "significant",
-                              "unscored", "description"),
-                selection=None, page_size=25, format_mapping={_metric: "{:.4f}", "delta": "{:+.4f}",
-                                                              "p_ttest": "{:.3g}", "p_fisher": "{:.3g}"})
+        pl.when(pl.col("config") == pl.col("baseline"))
+        .then(pl.lit("baseline"))
+        .when(pl.col("p_ttest") < 0.05)
+        .then(pl.lit("p < 0.05"))
+        .otherwise(pl.lit(""))
+        .alias("significant")
+    )
+    mo.ui.table(
+        _shown.select(
+            "config",
+            _metric,
+            "delta",
+            "p_ttest",
+            "p_fisher",
+            "wins",
+            "ties",
+            "losses",
+            "significant",
+            "unscored",
+            "description",
+        ),
+        selection=None,
+        page_size=25,
+        format_mapping={_metric: "{:.4f}", "delta": "{:+.4f}", "p_ttest": "{:.3g}", "p_fisher": "{:.3g}"},
+    )
     return
 
 
@@ -191,12 +218,16 @@ def _(ablation, metric_picker):
     _metric = metric_picker.value
     _fig = Figure(figsize=(10, 0.32 * ablation.height + 1.2), layout="constrained")
     _ax = _fig.subplots()
-    _colors = ["tab:grey" if c == b else ("tab:green" if p < 0.05 and d > 0 else "tab:red" if p < 0.05 else "tab:blue")
-               for c, b, p, d in ablation.select("config", "baseline", "p_ttest", "delta").iter_rows()]
+    _colors = [
+        "tab:grey" if c == b else ("tab:green" if p < 0.05 and d > 0 else "tab:red" if p < 0.05 else "tab:blue")
+        for c, b, p, d in ablation.select("config", "baseline", "p_ttest", "delta").iter_rows()
+    ]
     _ax.barh(ablation["config"].to_list(), ablation[_metric].to_list(), color=_colors)
     _ax.invert_yaxis()
-    _ax.set(xlabel=_metric, title=f"{_metric} per configuration (green/red: significant vs "
-                                  f"{ablation['baseline'][0]}, p < 0.05)")
+    _ax.set(
+        xlabel=_metric,
+        title=f"{_metric} per configuration (green/red: significant vs {ablation['baseline'][0]}, p < 0.05)",
+    )
     _fig
     return
 
@@ -235,7 +266,7 @@ def _(distributions):
                 _ax.hist(_vals, bins=30, alpha=0.55, density=True, label=_label, color=_color)
         _ax.set_title(_stage, fontsize=9)
         _ax.tick_params(labelsize=7)
-    for _ax in _axes[len(_stages):]:
+    for _ax in _axes[len(_stages) :]:
         _ax.set_visible(False)
     if _stages:
         _axes[0].legend(fontsize=7)
@@ -245,8 +276,12 @@ def _(distributions):
 
 @app.cell
 def _(dist_summary):
-    mo.ui.table(dist_summary, selection=None, page_size=30,
-                format_mapping={c: "{:.4f}" for c in ("mean", "p10", "median", "p90", "auc")})
+    mo.ui.table(
+        dist_summary,
+        selection=None,
+        page_size=30,
+        format_mapping={c: "{:.4f}" for c in ("mean", "p10", "median", "p90", "auc")},
+    )
     return
 
 
@@ -264,8 +299,11 @@ def _():
 
 @app.cell
 def _():
-    score_picker = mo.ui.dropdown({"final (blended)": "final", "rerank probability": "rerank",
-                                   "fused score": "fused"}, value="rerank probability", label="score")
+    score_picker = mo.ui.dropdown(
+        {"final (blended)": "final", "rerank probability": "rerank", "fused score": "fused"},
+        value="rerank probability",
+        label="score",
+    )
     return (score_picker,)
 
 
@@ -284,8 +322,14 @@ def _(threshold_full):
     _ts = threshold_full["threshold"].to_list()
     _steps = sorted({round(t, 6) for t in _ts[:: max(1, len(_ts) // 200)]} | {round(_ts[0], 6)})
     suggested = best_threshold(threshold_full, by="f1")
-    threshold = mo.ui.slider(steps=_steps, value=min(_steps, key=lambda t: abs(t - suggested)), debounce=True,
-                             show_value=True, label="min score t", full_width=True)
+    threshold = mo.ui.slider(
+        steps=_steps,
+        value=min(_steps, key=lambda t: abs(t - suggested)),
+        debounce=True,
+        show_value=True,
+        label="min score t",
+        full_width=True,
+    )
     return suggested, threshold
 
 
@@ -298,15 +342,20 @@ def _(score_picker, threshold):
 @app.cell
 def _(study, suggested, threshold, threshold_col, threshold_run):
     _point = threshold_curve(threshold_run, study.qrels, score_col=threshold_col, thresholds=[threshold.value]).row(
-        0, named=True)
-    mo.hstack([
-        mo.stat(f"{_point['precision']:.3f}", label="precision", bordered=True),
-        mo.stat(f"{_point['recall']:.3f}", label="recall", bordered=True),
-        mo.stat(f"{_point['f1']:.3f}", label="F1", bordered=True),
-        mo.stat(f"{_point['kept']}", label="results kept", caption=f"{_point['relevant_kept']} relevant",
-                bordered=True),
-        mo.stat(f"{suggested:.4f}", label="best-F1 threshold", bordered=True),
-    ], justify="start")
+        0, named=True
+    )
+    mo.hstack(
+        [
+            mo.stat(f"{_point['precision']:.3f}", label="precision", bordered=True),
+            mo.stat(f"{_point['recall']:.3f}", label="recall", bordered=True),
+            mo.stat(f"{_point['f1']:.3f}", label="F1", bordered=True),
+            mo.stat(
+                f"{_point['kept']}", label="results kept", caption=f"{_point['relevant_kept']} relevant", bordered=True
+            ),
+            mo.stat(f"{suggested:.4f}", label="best-F1 threshold", bordered=True),
+        ],
+        justify="start",
+    )
     return
 
 

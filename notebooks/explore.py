@@ -24,9 +24,8 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from qmdlab.eval import record
-    from qmdlab.eval import suites
     from qmdlab import models as qmodels
+    from qmdlab.eval import record, suites
     from qmdlab.pipeline.config import BM25_MODES, DEFAULT_TAG_LIFT, PipelineConfig
     from qmdlab.pipeline.fuse import contributions
     from qmdlab.pipeline.stages import plan_stages, preset_name
@@ -94,8 +93,9 @@ def _(chunker_picker, open_lab, preset, suite_picker):
 def _(labelled, query_arg):
     _options = {f"{qid}: {text}": text for qid, text in labelled.select("qid", "query").iter_rows()}
     _initial = next((k for k, v in _options.items() if v == query_arg), None)
-    labelled_picker = mo.ui.dropdown(_options, value=_initial, label="labelled query", searchable=True,
-                                     allow_select_none=True)
+    labelled_picker = mo.ui.dropdown(
+        _options, value=_initial, label="labelled query", searchable=True, allow_select_none=True
+    )
     return (labelled_picker,)
 
 
@@ -108,8 +108,7 @@ def _(labelled, labelled_picker, query_arg):
 
 @app.cell
 def _(default_query):
-    query_form = mo.ui.text(value=default_query, label="query", full_width=True).form(
-        submit_button_label="Explain")
+    query_form = mo.ui.text(value=default_query, label="query", full_width=True).form(submit_button_label="Explain")
     return (query_form,)
 
 
@@ -129,24 +128,27 @@ def _(lab):
         value = getattr(_c, name)
         return mo.ui.slider(lo, max(hi, value), step=step, value=value, debounce=True, show_value=True, label=label)
 
-    pipeline_options = mo.ui.dictionary({
-        "expand": mo.ui.switch(value=_c.expand, label="query expansion (LLM)"),
-        "rerank": mo.ui.switch(value=_c.rerank, label="rerank (LLM)"),
-        "weight_original_phrase": _slider("weight_original_phrase", 0.0, 4.0, 0.1, "channel: verbatim phrase"),
-        "weight_original_like": _slider("weight_original_like", 0.0, 4.0, 0.1, "channel: substring (LIKE)"),
-        "weight_original_trigram": _slider("weight_original_trigram", 0.0, 4.0, 0.1, "channel: CJK trigram"),
-        "weight_original_heading": _slider("weight_original_heading", 0.0, 4.0, 0.1, "channel: headings"),
-        "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=_c.bm25_mode, label="BM25 mode"),
-        "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
-        "strong_signal": mo.ui.switch(value=_c.strong_signal, label="strong-signal skip"),
-        "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
-        "min_score_fallback": _slider("min_score_fallback", 0.0, 1.0, 0.01, "fallback: this far below min score"),
-        "fallback_max": _slider("fallback_max", 0, 10, 1, "fallback: results at most"),
-        "require_tags": mo.ui.text(value="", label="require tags (all; comma-separated)"),
-        "prefer_tags": mo.ui.text(value=", ".join(_c.tags), label="prefer tags (comma-separated)"),
-        "tag_lift": mo.ui.slider(0, 20, step=1, value=_c.tag_lift or DEFAULT_TAG_LIFT, show_value=True,
-                                 label="tag lift (places)"),
-    })
+    pipeline_options = mo.ui.dictionary(
+        {
+            "expand": mo.ui.switch(value=_c.expand, label="query expansion (LLM)"),
+            "rerank": mo.ui.switch(value=_c.rerank, label="rerank (LLM)"),
+            "weight_original_phrase": _slider("weight_original_phrase", 0.0, 4.0, 0.1, "channel: verbatim phrase"),
+            "weight_original_like": _slider("weight_original_like", 0.0, 4.0, 0.1, "channel: substring (LIKE)"),
+            "weight_original_trigram": _slider("weight_original_trigram", 0.0, 4.0, 0.1, "channel: CJK trigram"),
+            "weight_original_heading": _slider("weight_original_heading", 0.0, 4.0, 0.1, "channel: headings"),
+            "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=_c.bm25_mode, label="BM25 mode"),
+            "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
+            "strong_signal": mo.ui.switch(value=_c.strong_signal, label="strong-signal skip"),
+            "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
+            "min_score_fallback": _slider("min_score_fallback", 0.0, 1.0, 0.01, "fallback: this far below min score"),
+            "fallback_max": _slider("fallback_max", 0, 10, 1, "fallback: results at most"),
+            "require_tags": mo.ui.text(value="", label="require tags (all; comma-separated)"),
+            "prefer_tags": mo.ui.text(value=", ".join(_c.tags), label="prefer tags (comma-separated)"),
+            "tag_lift": mo.ui.slider(
+                0, 20, step=1, value=_c.tag_lift or DEFAULT_TAG_LIFT, show_value=True, label="tag lift (places)"
+            ),
+        }
+    )
     return (pipeline_options,)
 
 
@@ -161,19 +163,32 @@ def _(lab, pipeline_options, stage_base):
     _require = tuple(t.strip() for t in _o.pop("require_tags").split(",") if t.strip())
     _prefer = [t.strip() for t in _o.pop("prefer_tags").split(",") if t.strip()]
     _lift = _o.pop("tag_lift")
-    query_overrides = {**_o, "fallback_max": int(_o["fallback_max"]),
-                       **lab.config.tag_preference(_prefer, _lift if _prefer else None)}
+    query_overrides = {
+        **_o,
+        "fallback_max": int(_o["fallback_max"]),
+        **lab.config.tag_preference(_prefer, _lift if _prefer else None),
+    }
     query_config = lab.config.replace(**query_overrides)
     query_filters = SearchFilters(_require) if _require else None
     return query_config, query_filters, query_overrides, query_plan
 
 
 @app.cell
-def _(chunker_picker, intent_box, lab, labelled_picker, pipeline_options, query_config, query_form,
-      suite_picker):
-    mo.vstack([mo.hstack([suite_picker, chunker_picker, labelled_picker], justify="start"), query_form, intent_box,
-               mo.accordion({"pipeline options": mo.vstack([
-                   pipeline_options, mo.md(f"vs the suite's config:\n```\n{query_config.diff(lab.config)}\n```")])})])
+def _(chunker_picker, intent_box, lab, labelled_picker, pipeline_options, query_config, query_form, suite_picker):
+    mo.vstack(
+        [
+            mo.hstack([suite_picker, chunker_picker, labelled_picker], justify="start"),
+            query_form,
+            intent_box,
+            mo.accordion(
+                {
+                    "pipeline options": mo.vstack(
+                        [pipeline_options, mo.md(f"vs the suite's config:\n```\n{query_config.diff(lab.config)}\n```")]
+                    )
+                }
+            ),
+        ]
+    )
     return
 
 
@@ -187,8 +202,14 @@ def _(default_query, query_form):
 def _(intent_box, lab, query_filters, query_overrides, query_plan, query_text):
     mo.stop(not query_text, mo.md("_Type a query and press **Explain**._"))
     with mo.status.spinner(title="Running the pipeline", subtitle=query_text):
-        trace = lab.query(query_text, intent=intent_box.value.strip() or None, qid="q", filters=query_filters,
-                          plan=query_plan, **query_overrides)
+        trace = lab.query(
+            query_text,
+            intent=intent_box.value.strip() or None,
+            qid="q",
+            filters=query_filters,
+            plan=query_plan,
+            **query_overrides,
+        )
     return (trace,)
 
 
@@ -212,16 +233,26 @@ def _(trace):
 @app.cell
 def _(trace):
     _lists = trace.lists.with_columns(
-        (pl.col("source") + "/" + pl.col("query_type") + " #" + pl.col("list_id").cast(pl.Utf8)).alias("list"))
-    _meta = _lists.group_by("list", maintain_order=True).agg(pl.first("subquery"), pl.first("weight"), pl.len().alias("hits"))
-    side_by_side = (_lists.select("list", "rank", pl.format("{} ({})", "docno", pl.col("score").round(3)).alias("hit"))
-                    .pivot(on="list", index="rank", values="hit").sort("rank"))
-    mo.vstack([
-        mo.md(f"## Retrieval lists\n\n{_meta.height} lists; one column per list, one row per rank "
-              "(document and normalised score)."),
-        mo.ui.table(_meta, selection=None, page_size=12),
-        mo.ui.table(side_by_side, selection=None, page_size=20),
-    ])
+        (pl.col("source") + "/" + pl.col("query_type") + " #" + pl.col("list_id").cast(pl.Utf8)).alias("list")
+    )
+    _meta = _lists.group_by("list", maintain_order=True).agg(
+        pl.first("subquery"), pl.first("weight"), pl.len().alias("hits")
+    )
+    side_by_side = (
+        _lists.select("list", "rank", pl.format("{} ({})", "docno", pl.col("score").round(3)).alias("hit"))
+        .pivot(on="list", index="rank", values="hit")
+        .sort("rank")
+    )
+    mo.vstack(
+        [
+            mo.md(
+                f"## Retrieval lists\n\n{_meta.height} lists; one column per list, one row per rank "
+                "(document and normalised score)."
+            ),
+            mo.ui.table(_meta, selection=None, page_size=12),
+            mo.ui.table(side_by_side, selection=None, page_size=20),
+        ]
+    )
     return
 
 
@@ -229,7 +260,8 @@ def _(trace):
 def _(lab, trace):
     _cfg = PipelineConfig.from_dict(trace.config) if trace.config else lab.config
     contrib = contributions(trace.lists, _cfg).with_columns(
-        (pl.col("source") + "/" + pl.col("query_type")).alias("list_type"))
+        (pl.col("source") + "/" + pl.col("query_type")).alias("list_type")
+    )
     return (contrib,)
 
 
@@ -247,9 +279,13 @@ def _():
 def _(contrib, trace):
     _top = trace.fused.sort("fused_rank").head(15)
     _docs = _top["docno"].to_list()
-    _by_type = (contrib.filter(pl.col("docno").is_in(_docs))
-                .group_by("docno", "list_type").agg(pl.col("contribution").sum())
-                .pivot(on="list_type", index="docno", values="contribution").fill_null(0.0))
+    _by_type = (
+        contrib.filter(pl.col("docno").is_in(_docs))
+        .group_by("docno", "list_type")
+        .agg(pl.col("contribution").sum())
+        .pivot(on="list_type", index="docno", values="contribution")
+        .fill_null(0.0)
+    )
     _by_type = _top.select("docno", "bonus").join(_by_type, on="docno", how="left").fill_null(0.0)
     _fig = Figure(figsize=(10, 0.35 * max(len(_docs), 4) + 1.2), layout="constrained")
     _ax = _fig.subplots()
@@ -273,10 +309,19 @@ def _(trace):
 
 @app.cell
 def _(trace):
-    mo.vstack([mo.md(f"## Rerank\n\n{trace.rerank.height} candidates scored "
-                     f"({trace.rerank.filter(pl.col('cached')).height} from the cache)."),
-               mo.ui.table(trace.rerank.drop("qid").sort("rerank_score", descending=True, nulls_last=True),
-                           selection=None, page_size=15)])
+    mo.vstack(
+        [
+            mo.md(
+                f"## Rerank\n\n{trace.rerank.height} candidates scored "
+                f"({trace.rerank.filter(pl.col('cached')).height} from the cache)."
+            ),
+            mo.ui.table(
+                trace.rerank.drop("qid").sort("rerank_score", descending=True, nulls_last=True),
+                selection=None,
+                page_size=15,
+            ),
+        ]
+    )
     return
 
 
@@ -316,10 +361,14 @@ def _(lab, trace):
     # the heading breadcrumb of each snippet's line (qmdlab.search.navigate, as on the CLI)
     _rows = trace.result_rows()
     _crumb = dict(zip([r.docno for r in _rows], breadcrumbs(lab.index, _rows)))
-    results_table = trace.results.drop("qid").sort("final_rank").with_columns(
-        breadcrumb=pl.col("docno").replace_strict(_crumb, default="", return_dtype=pl.Utf8))
-    mo.vstack([mo.md("## Results"),
-               mo.ui.table(results_table, selection=None, page_size=10, wrapped_columns=["snippet"])])
+    results_table = (
+        trace.results.drop("qid")
+        .sort("final_rank")
+        .with_columns(breadcrumb=pl.col("docno").replace_strict(_crumb, default="", return_dtype=pl.Utf8))
+    )
+    mo.vstack(
+        [mo.md("## Results"), mo.ui.table(results_table, selection=None, page_size=10, wrapped_columns=["snippet"])]
+    )
     return (results_table,)
 
 

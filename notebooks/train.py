@@ -28,9 +28,8 @@ with app.setup:
     import polars as pl
     from matplotlib.figure import Figure
 
-    from qmdlab.eval import record
-    from qmdlab.eval import suites
     from qmdlab import models as qmodels
+    from qmdlab.eval import record, suites
     from qmdlab.paths import home
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.training import rundir
@@ -84,10 +83,20 @@ def _(data_arg):
 def _(data_path):
     examples = load_examples(data_path.value)
     example_lines = pl.DataFrame(
-        [{"example": i, "query": ex.query, "type": t, "text": text, "chars": len(text), "words": len(text.split())}
-         for i, ex in enumerate(examples) for t, text in ex.output],
-        schema={"example": pl.Int64, "query": pl.Utf8, "type": pl.Utf8, "text": pl.Utf8, "chars": pl.Int64,
-                "words": pl.Int64})
+        [
+            {"example": i, "query": ex.query, "type": t, "text": text, "chars": len(text), "words": len(text.split())}
+            for i, ex in enumerate(examples)
+            for t, text in ex.output
+        ],
+        schema={
+            "example": pl.Int64,
+            "query": pl.Utf8,
+            "type": pl.Utf8,
+            "text": pl.Utf8,
+            "chars": pl.Int64,
+            "words": pl.Int64,
+        },
+    )
     return example_lines, examples
 
 
@@ -95,8 +104,9 @@ def _(data_path):
 def _(data_path, examples):
     # Rule score of every example's target completion.
     _rows = []
-    for _ex in mo.status.progress_bar(examples, title="Scoring examples", subtitle=data_path.value,
-                                      remove_on_exit=True):
+    for _ex in mo.status.progress_bar(
+        examples, title="Scoring examples", subtitle=data_path.value, remove_on_exit=True
+    ):
         _s = score_expansion(_ex.query, _ex.completion)
         _rows.append({"query": _ex.query, "total": _s.total, "gate": _s.gate, **_s.parts})
     rewards = pl.DataFrame(_rows)
@@ -105,16 +115,28 @@ def _(data_path, examples):
 
 @app.cell
 def _(example_lines, rewards):
-    _counts = example_lines.group_by("type").agg(pl.len().alias("lines"), pl.col("chars").mean().alias("mean_chars"),
-                                                 pl.col("words").mean().alias("mean_words")).sort("type")
+    _counts = (
+        example_lines.group_by("type")
+        .agg(
+            pl.len().alias("lines"),
+            pl.col("chars").mean().alias("mean_chars"),
+            pl.col("words").mean().alias("mean_words"),
+        )
+        .sort("type")
+    )
     _fig = Figure(figsize=(11, 3.2), layout="constrained")
     _a1, _a2, _a3 = _fig.subplots(1, 3)
     _color = {"hyde": "tab:purple", "lex": "tab:blue", "vec": "tab:orange"}
     _a1.bar(_counts["type"].to_list(), _counts["lines"].to_list(), color=[_color[t] for t in _counts["type"]])
     _a1.set(title="lines per type", ylabel="lines")
     for _t in _counts["type"].to_list():
-        _a2.hist(example_lines.filter(pl.col("type") == _t)["chars"].to_numpy(), bins=25, alpha=0.6, label=_t,
-                 color=_color[_t])
+        _a2.hist(
+            example_lines.filter(pl.col("type") == _t)["chars"].to_numpy(),
+            bins=25,
+            alpha=0.6,
+            label=_t,
+            color=_color[_t],
+        )
     _a2.set(title="line length", xlabel="characters")
     _a2.legend(fontsize=8)
     _a3.hist(rewards["total"].to_numpy(), bins=20, range=(0, 1), color="tab:green")
@@ -125,13 +147,25 @@ def _(example_lines, rewards):
 
 @app.cell
 def _(example_lines, examples, rewards):
-    mo.vstack([
-        mo.md(f"**{len(examples)} examples**, {example_lines.height} lines; "
-              f"{rewards.filter(pl.col('gate').is_not_null()).height} targets fail the format gate."),
-        mo.ui.table(example_lines.group_by("type").agg(pl.len().alias("lines"), pl.col("chars").mean().alias("mean_chars"),
-                                                       pl.col("words").mean().alias("mean_words")).sort("type"),
-                    selection=None, format_mapping={"mean_chars": "{:.1f}", "mean_words": "{:.1f}"}),
-    ])
+    mo.vstack(
+        [
+            mo.md(
+                f"**{len(examples)} examples**, {example_lines.height} lines; "
+                f"{rewards.filter(pl.col('gate').is_not_null()).height} targets fail the format gate."
+            ),
+            mo.ui.table(
+                example_lines.group_by("type")
+                .agg(
+                    pl.len().alias("lines"),
+                    pl.col("chars").mean().alias("mean_chars"),
+                    pl.col("words").mean().alias("mean_words"),
+                )
+                .sort("type"),
+                selection=None,
+                format_mapping={"mean_chars": "{:.1f}", "mean_words": "{:.1f}"},
+            ),
+        ]
+    )
     return
 
 
@@ -161,8 +195,9 @@ def _():
         suite = suites.get_suite(suite_name)
         suite.check()
         models = qmodels.load_models(preset)
-        with mo.status.progress_bar(total=1, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding",
-                                    remove_on_exit=True) as bar:
+        with mo.status.progress_bar(
+            total=1, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding", remove_on_exit=True
+        ) as bar:
             # Rerank off: the retrieval term measures the expansion, as in training.
             lab = record.open_lab(suite, models, PipelineConfig(rerank=False), log=lambda _msg: None)
             bar.update()
@@ -182,9 +217,12 @@ def _(open_suite, preset, suite_arg):
 
 @app.cell
 def _(labelled):
-    reward_query = mo.ui.dropdown({f"{q}: {t}": q for q, t in labelled.select("qid", "query").iter_rows()},
-                                  value=f"{labelled['qid'][0]}: {labelled['query'][0]}", searchable=True,
-                                  label="labelled query")
+    reward_query = mo.ui.dropdown(
+        {f"{q}: {t}": q for q, t in labelled.select("qid", "query").iter_rows()},
+        value=f"{labelled['qid'][0]}: {labelled['query'][0]}",
+        searchable=True,
+        label="labelled query",
+    )
     return (reward_query,)
 
 
@@ -193,8 +231,11 @@ def _(labelled, reward_query):
     _text = labelled.filter(pl.col("qid") == reward_query.value)["query"][0]
     expansion_box = mo.ui.text_area(
         value=f"lex: {_text}\nvec: how to {_text}\nhyde: A note explaining {_text} step by step, with the commands "
-              "and settings involved.",
-        rows=6, full_width=True, label="expansion").form(submit_button_label="Score")
+        "and settings involved.",
+        rows=6,
+        full_width=True,
+        label="expansion",
+    ).form(submit_button_label="Score")
     return (expansion_box,)
 
 
@@ -222,8 +263,11 @@ def _(rule):
     _parts = pl.DataFrame({"part": list(rule.parts), "points": [float(v) for v in rule.parts.values()]})
     _fig = Figure(figsize=(7, 2.8), layout="constrained")
     _ax = _fig.subplots()
-    _ax.barh(_parts["part"].to_list(), _parts["points"].to_list(),
-             color=["tab:red" if v < 0 else "tab:green" for v in _parts["points"].to_list()])
+    _ax.barh(
+        _parts["part"].to_list(),
+        _parts["points"].to_list(),
+        color=["tab:red" if v < 0 else "tab:green" for v in _parts["points"].to_list()],
+    )
     _ax.invert_yaxis()
     _ax.set(xlabel="points", title="rule score parts")
     _fig
@@ -232,13 +276,21 @@ def _(rule):
 
 @app.cell
 def _(retrieval, rule, total):
-    mo.hstack([
-        mo.stat(f"{rule.total:.3f}", label="rule score", caption=rule.gate or "passes the format gate",
-                bordered=True),
-        mo.stat("—" if retrieval is None else f"{retrieval:+.4f}", label="retrieval term (ΔnDCG@10)",
-                caption="undefined: gate failed" if retrieval is None else "vs the query alone", bordered=True),
-        mo.stat(f"{total:.3f}", label="combined reward", bordered=True),
-    ], justify="start")
+    mo.hstack(
+        [
+            mo.stat(
+                f"{rule.total:.3f}", label="rule score", caption=rule.gate or "passes the format gate", bordered=True
+            ),
+            mo.stat(
+                "—" if retrieval is None else f"{retrieval:+.4f}",
+                label="retrieval term (ΔnDCG@10)",
+                caption="undefined: gate failed" if retrieval is None else "vs the query alone",
+                bordered=True,
+            ),
+            mo.stat(f"{total:.3f}", label="combined reward", bordered=True),
+        ],
+        justify="start",
+    )
     return
 
 
@@ -252,23 +304,41 @@ def _():
 
 @app.cell
 def _(run_arg):
-    _found = sorted({str(p.parent) for root in (Path("runs"), Path(run_arg) if run_arg else None) if root
-                     for p in (list(root.glob("**/metrics.jsonl")) if root.is_dir() else [])})
-    run_picker = mo.ui.dropdown(_found, value=run_arg if run_arg in _found else (_found[0] if _found else None),
-                                label="run directory", allow_select_none=True)
+    _found = sorted(
+        {
+            str(p.parent)
+            for root in (Path("runs"), Path(run_arg) if run_arg else None)
+            if root
+            for p in (list(root.glob("**/metrics.jsonl")) if root.is_dir() else [])
+        }
+    )
+    run_picker = mo.ui.dropdown(
+        _found,
+        value=run_arg if run_arg in _found else (_found[0] if _found else None),
+        label="run directory",
+        allow_select_none=True,
+    )
     run_picker
     return (run_picker,)
 
 
 @app.cell
 def _(run_picker):
-    mo.stop(not run_picker.value, mo.md("_No run directory with a `metrics.jsonl` found: train with "
-                                        "`qmdlab train sft` / `grpo`, or pass `--run DIR`._"))
+    mo.stop(
+        not run_picker.value,
+        mo.md(
+            "_No run directory with a `metrics.jsonl` found: train with "
+            "`qmdlab train sft` / `grpo`, or pass `--run DIR`._"
+        ),
+    )
     _records = rundir.read_metrics(run_picker.value)
     curves = pl.DataFrame([r for r in _records if "step" in r and not r.get("final")], infer_schema_length=None)
     final_records = [r for r in _records if r.get("final")]
-    curve_metrics = [c for c, t in curves.schema.items()
-                     if t.is_numeric() and c not in ("step", "time", "epoch") and curves[c].drop_nulls().len() > 0]
+    curve_metrics = [
+        c
+        for c, t in curves.schema.items()
+        if t.is_numeric() and c not in ("step", "time", "epoch") and curves[c].drop_nulls().len() > 0
+    ]
     return curve_metrics, curves, final_records
 
 
@@ -301,8 +371,9 @@ def _(curve_picker, curves):
 
 @app.cell
 def _(final_records):
-    mo.accordion({"final results": mo.md("```json\n" + json.dumps(final_records, indent=1, default=str) + "\n```")}
-                 ) if final_records else None
+    mo.accordion(
+        {"final results": mo.md("```json\n" + json.dumps(final_records, indent=1, default=str) + "\n```")}
+    ) if final_records else None
     return
 
 
@@ -320,8 +391,7 @@ def _():
 
 @app.cell
 def _(expander_arg):
-    expander_ref = mo.ui.text(value=expander_arg, label="expander (GGUF path or model reference)",
-                              full_width=True)
+    expander_ref = mo.ui.text(value=expander_arg, label="expander (GGUF path or model reference)", full_width=True)
     return (expander_ref,)
 
 
@@ -349,10 +419,18 @@ def _(evaluate_button, expander_ref, limit, preset, set_eval_dir, suite):
     mo.stop(not evaluate_button.value or not expander_ref.value.strip())
     evaluated_dir = home() / "train" / "notebook-evaluate"
     with mo.status.spinner(title="Evaluating", subtitle=f"{expander_ref.value} on suite {suite.name!r}"):
-        evaluated = run_evaluate(EvaluateConfig(expander=expander_ref.value.strip(), suite=str(suite.path),
-                                                collection=suite.collection, index=str(suite.workdir() / "index"),
-                                                models_preset=preset or "offline", rerank=False,
-                                                max_queries=limit, output_dir=str(evaluated_dir)))
+        evaluated = run_evaluate(
+            EvaluateConfig(
+                expander=expander_ref.value.strip(),
+                suite=str(suite.path),
+                collection=suite.collection,
+                index=str(suite.workdir() / "index"),
+                models_preset=preset or "offline",
+                rerank=False,
+                max_queries=limit,
+                output_dir=str(evaluated_dir),
+            )
+        )
     set_eval_dir(evaluated_dir)
     return evaluated, evaluated_dir
 
@@ -360,11 +438,16 @@ def _(evaluate_button, expander_ref, limit, preset, set_eval_dir, suite):
 @app.cell
 def _(get_eval_dir):
     eval_dir = get_eval_dir()
-    mo.stop(eval_dir is None or not (Path(eval_dir) / "per_query.jsonl").exists(),
-            mo.md("_No evaluation yet: pass `--evaluation DIR` or evaluate an expander above._"))
+    mo.stop(
+        eval_dir is None or not (Path(eval_dir) / "per_query.jsonl").exists(),
+        mo.md("_No evaluation yet: pass `--evaluation DIR` or evaluate an expander above._"),
+    )
     eval_variants = pl.DataFrame([r for r in rundir.read_metrics(eval_dir) if r.get("stage") == "evaluate"])
-    _rows = [json.loads(line) for line in (Path(eval_dir) / "per_query.jsonl").read_text(encoding="utf-8").splitlines()
-             if line.strip()]
+    _rows = [
+        json.loads(line)
+        for line in (Path(eval_dir) / "per_query.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     eval_per_query = pl.DataFrame([r for r in _rows if "ndcg@10" in r]).select("variant", "qid", "ndcg@10")
     return eval_dir, eval_per_query, eval_variants
 
@@ -378,20 +461,34 @@ def _(eval_per_query):
     for _ax, _v in zip(_axes, _others):
         _ax.scatter(_wide["none"].to_list(), _wide[_v].to_list(), s=14, alpha=0.7)
         _ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-        _ax.set(xlabel="nDCG@10, no expansion", ylabel=f"nDCG@10, {_v}", title=f"{_v} vs none (per query)",
-                xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+        _ax.set(
+            xlabel="nDCG@10, no expansion",
+            ylabel=f"nDCG@10, {_v}",
+            title=f"{_v} vs none (per query)",
+            xlim=(-0.02, 1.02),
+            ylim=(-0.02, 1.02),
+        )
     _fig
     return
 
 
 @app.cell
 def _(eval_dir, eval_variants):
-    _cols = [c for c in ("variant", "ndcg@10", "delta_vs_none", "wins", "losses", "rule_score", "gate_failures",
-                         "n_queries") if c in eval_variants.columns]
-    mo.vstack([mo.md(f"From `{eval_dir}`:"),
-               mo.ui.table(eval_variants.select(_cols), selection=None,
-                           format_mapping={c: "{:.4f}" for c in ("ndcg@10", "delta_vs_none", "rule_score")
-                                           if c in _cols})])
+    _cols = [
+        c
+        for c in ("variant", "ndcg@10", "delta_vs_none", "wins", "losses", "rule_score", "gate_failures", "n_queries")
+        if c in eval_variants.columns
+    ]
+    mo.vstack(
+        [
+            mo.md(f"From `{eval_dir}`:"),
+            mo.ui.table(
+                eval_variants.select(_cols),
+                selection=None,
+                format_mapping={c: "{:.4f}" for c in ("ndcg@10", "delta_vs_none", "rule_score") if c in _cols},
+            ),
+        ]
+    )
     return
 
 
@@ -415,16 +512,27 @@ def _():
 
     reranker_arg = str(mo.cli_args().get("reranker") or "runs/reranker")
     reranker_report = load_report(reranker_arg)
-    mo.stop(reranker_report is None or reranker_report.heldout is None,
-            mo.md(f"_No finished reranker run in `{reranker_arg}`: run `make train-reranker` "
-                  "(or `qmdlab train reranker --suite default --out runs/reranker`), or pass `--reranker DIR`._"))
-    mo.vstack([
-        mo.md(f"From `{reranker_arg}`; serving model `{reranker_report.model}`"),
-        mo.ui.table(reranker_report.heldout, selection=None,
-                    format_mapping={c: "{:.4f}" for c in ("mean", "delta", "p_ttest", "p_fisher")}),
-        mo.md("AUC on held-out candidates: " + ", ".join(f"{k} **{v:.3f}**" for k, v in reranker_report.auc.items()
-                                                           if v is not None)),
-    ])
+    mo.stop(
+        reranker_report is None or reranker_report.heldout is None,
+        mo.md(
+            f"_No finished reranker run in `{reranker_arg}`: run `make train-reranker` "
+            "(or `qmdlab train reranker --suite default --out runs/reranker`), or pass `--reranker DIR`._"
+        ),
+    )
+    mo.vstack(
+        [
+            mo.md(f"From `{reranker_arg}`; serving model `{reranker_report.model}`"),
+            mo.ui.table(
+                reranker_report.heldout,
+                selection=None,
+                format_mapping={c: "{:.4f}" for c in ("mean", "delta", "p_ttest", "p_fisher")},
+            ),
+            mo.md(
+                "AUC on held-out candidates: "
+                + ", ".join(f"{k} **{v:.3f}**" for k, v in reranker_report.auc.items() if v is not None)
+            ),
+        ]
+    )
     return format_table, load_report, reranker_arg, reranker_report
 
 
@@ -442,8 +550,9 @@ def _():
 
 @app.cell
 def _():
-    recipe_dir = mo.ui.text(value=str(mo.cli_args().get("recipe") or "runs/cpu-small"), label="recipe run directory",
-                            full_width=True)
+    recipe_dir = mo.ui.text(
+        value=str(mo.cli_args().get("recipe") or "runs/cpu-small"), label="recipe run directory", full_width=True
+    )
     recipe_dir
     return (recipe_dir,)
 
@@ -454,14 +563,22 @@ def _(recipe_dir):
     from qmdlab.training.evaluate import format_results
 
     recipe_run = load_run(recipe_dir.value.strip() or "runs/cpu-small")
-    mo.stop(recipe_run is None,
-            mo.md(f"_No finished recipe run in `{recipe_dir.value}` (no `summary.json`): run `make train-demo` "
-                  "(or `python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
-                  "or type another run directory._"))
-    mo.vstack([mo.md(f"From `{recipe_run.run_dir}`, base `{recipe_run.summary.get('base')}`.")]
-              + [mo.md(f"### {_s} ({recipe_run.heldout.get(_s) or '?'} held-out queries)\n\n" + format_results(_r))
-                 for _s, _r in recipe_run.results.items()]
-              + [mo.image(str(recipe_run.rewards_png)), mo.image(str(recipe_run.heldout_png))])
+    mo.stop(
+        recipe_run is None,
+        mo.md(
+            f"_No finished recipe run in `{recipe_dir.value}` (no `summary.json`): run `make train-demo` "
+            "(or `python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
+            "or type another run directory._"
+        ),
+    )
+    mo.vstack(
+        [mo.md(f"From `{recipe_run.run_dir}`, base `{recipe_run.summary.get('base')}`.")]
+        + [
+            mo.md(f"### {_s} ({recipe_run.heldout.get(_s) or '?'} held-out queries)\n\n" + format_results(_r))
+            for _s, _r in recipe_run.results.items()
+        ]
+        + [mo.image(str(recipe_run.rewards_png)), mo.image(str(recipe_run.heldout_png))]
+    )
     return format_results, load_run, recipe_run
 
 

@@ -36,16 +36,14 @@ with app.setup(hide_code=True):
     import polars as pl
     from matplotlib.figure import Figure
 
-    from qmdlab.eval import optimise
-    from qmdlab.eval import choices, record
+    from qmdlab import models as qmodels
+    from qmdlab.eval import choices, optimise, record, suites
     from qmdlab.eval.lexical import LexicalStudy
     from qmdlab.eval.study import Study
-    from qmdlab.eval import suites
-    from qmdlab.training import reranker_study
-    from qmdlab import models as qmodels
     from qmdlab.paths import home
     from qmdlab.pipeline.config import BLEND_METHODS, BM25_MODES, FUSION_METHODS
     from qmdlab.store import Index
+    from qmdlab.training import reranker_study
 
 
 @app.cell(hide_code=True)
@@ -72,23 +70,42 @@ def _():
 @app.cell(hide_code=True)
 def _(available, cost, record_button, record_queries, recording_picker, rerank_source, suite, tier_picker):
     _old = 0 if available else record.outdated(suite)
-    mo.vstack([
-        mo.hstack([recording_picker, rerank_source], justify="start"),
-        mo.accordion({"record more (model calls)": mo.vstack([
-            mo.hstack([tier_picker, record_queries, record_button], justify="start"),
-            mo.md(f"_{cost.summary()}_"),
-        ])}, lazy=False) if available else mo.vstack([
-            mo.callout(mo.md(
-                (f"{_old} recording(s) of this suite are from an older qmdlab (its pipeline options "
-                 "changed), so they cannot be reused. " if _old else
-                 "Nothing is recorded for this suite yet. ")
-                + "`make demo` records the retrieval tier on every query in about a minute (its LLM tier "
-                  "replays from the LLM cache when the models already answered); or pick what to record here."),
-                kind="info"),
-            mo.hstack([tier_picker, record_queries, record_button], justify="start"),
-            mo.md(f"_{cost.summary()}_"),
-        ]),
-    ])
+    mo.vstack(
+        [
+            mo.hstack([recording_picker, rerank_source], justify="start"),
+            mo.accordion(
+                {
+                    "record more (model calls)": mo.vstack(
+                        [
+                            mo.hstack([tier_picker, record_queries, record_button], justify="start"),
+                            mo.md(f"_{cost.summary()}_"),
+                        ]
+                    )
+                },
+                lazy=False,
+            )
+            if available
+            else mo.vstack(
+                [
+                    mo.callout(
+                        mo.md(
+                            (
+                                f"{_old} recording(s) of this suite are from an older qmdlab (its pipeline options "
+                                "changed), so they cannot be reused. "
+                                if _old
+                                else "Nothing is recorded for this suite yet. "
+                            )
+                            + "`make demo` records the retrieval tier on every query in about a minute (its LLM tier "
+                            "replays from the LLM cache when the models already answered); or pick what to record here."
+                        ),
+                        kind="info",
+                    ),
+                    mo.hstack([tier_picker, record_queries, record_button], justify="start"),
+                    mo.md(f"_{cost.summary()}_"),
+                ]
+            ),
+        ]
+    )
     return
 
 
@@ -97,16 +114,24 @@ def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models
     # Runs only on the button (or --record in a headless run); traces go to the shared cache.
     new_key = None
     if record_button.value or auto_record:
-        with mo.status.progress_bar(total=max(cost.to_run, 1), title=f"Recording {tier.name}",
-                                    subtitle=cost.summary(), remove_on_exit=True) as _bar:
+        with mo.status.progress_bar(
+            total=max(cost.to_run, 1), title=f"Recording {tier.name}", subtitle=cost.summary(), remove_on_exit=True
+        ) as _bar:
+
             def _step(p):
                 if p.phase == "index":
                     _bar.update(increment=0, subtitle="indexing and embedding the suite")
                 elif p.phase == "query" and p.qid is not None:
                     _bar.update(subtitle=f"query {p.qid} ({p.done}/{p.total})")
 
-            new_key = record.record(suite, tier_models, tier.config, limit=int(record_queries.value),
-                                    on_progress=_step, log=lambda _msg: None).cache_dir.name
+            new_key = record.record(
+                suite,
+                tier_models,
+                tier.config,
+                limit=int(record_queries.value),
+                on_progress=_step,
+                log=lambda _msg: None,
+            ).cache_dir.name
     return (new_key,)
 
 
@@ -115,24 +140,48 @@ def _(baseline, baseline_label, config, defaults, evaluation, heldout, study):
     def _stat(metric, label):
         now, then = evaluation.metrics[metric], baseline.metrics[metric]
         delta = now - then
-        return mo.stat(f"{now:.4f}", label=label, caption=f"{delta:+.4f} vs {baseline_label}", bordered=True,
-                       direction=None if abs(delta) < 1e-12 else ("increase" if delta > 0 else "decrease"))
+        return mo.stat(
+            f"{now:.4f}",
+            label=label,
+            caption=f"{delta:+.4f} vs {baseline_label}",
+            bordered=True,
+            direction=None if abs(delta) < 1e-12 else ("increase" if delta > 0 else "decrease"),
+        )
 
-    _cards = mo.hstack([_stat("ndcg@10", "nDCG@10"), _stat("mrr@10", "MRR@10"), _stat("recall@10", "recall@10")],
-                       justify="start")
+    _cards = mo.hstack(
+        [_stat("ndcg@10", "nDCG@10"), _stat("mrr@10", "MRR@10"), _stat("recall@10", "recall@10")], justify="start"
+    )
     _notes = []
     if evaluation.unscored:
-        _notes.append(mo.callout(mo.md(
-            f"{evaluation.unscored} results were never reranked (this config promotes documents outside the "
-            "recorded candidates); their blend uses the position score alone."), kind="warn"))
+        _notes.append(
+            mo.callout(
+                mo.md(
+                    f"{evaluation.unscored} results were never reranked (this config promotes documents outside the "
+                    "recorded candidates); their blend uses the position score alone."
+                ),
+                kind="warn",
+            )
+        )
     if heldout is not None:
-        _notes.insert(0, mo.callout(mo.md(
-            f"Rerank scores: the trained cross-encoder of `{heldout.out}` on **held-out queries only** — each of "
-            f"these {len(heldout.qids)} queries was scored by the fold model that never saw it. Deltas are against "
-            "the fused order of the same traces; the blend controls (method, bands, weights) act on these scores."),
-            kind="info"))
-    mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes,
-               mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")})])
+        _notes.insert(
+            0,
+            mo.callout(
+                mo.md(
+                    f"Rerank scores: the trained cross-encoder of `{heldout.out}` on **held-out queries only** — each of "
+                    f"these {len(heldout.qids)} queries was scored by the fold model that never saw it. Deltas are against "
+                    "the fused order of the same traces; the blend controls (method, bands, weights) act on these scores."
+                ),
+                kind="info",
+            ),
+        )
+    mo.vstack(
+        [
+            _cards,
+            mo.md(f"{len(study.qids)} labelled queries"),
+            *_notes,
+            mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")}),
+        ]
+    )
     return
 
 
@@ -148,12 +197,20 @@ def _(baseline, evaluation, queries):
     )
     _changed = per_query_delta.filter(pl.col("delta").abs() > 1e-12)
     _better = _changed.filter(pl.col("delta") > 0).height
-    mo.vstack([
-        mo.md(f"**Per query:** {_better} better, {_changed.height - _better} worse, "
-              f"{per_query_delta.height - _changed.height} unchanged (nDCG@10)."),
-        mo.ui.table(_changed if _changed.height else per_query_delta, selection=None, page_size=10,
-                    format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")}),
-    ])
+    mo.vstack(
+        [
+            mo.md(
+                f"**Per query:** {_better} better, {_changed.height - _better} worse, "
+                f"{per_query_delta.height - _changed.height} unchanged (nDCG@10)."
+            ),
+            mo.ui.table(
+                _changed if _changed.height else per_query_delta,
+                selection=None,
+                page_size=10,
+                format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")},
+            ),
+        ]
+    )
     return (per_query_delta,)
 
 
@@ -163,8 +220,13 @@ def _(per_query_delta):
     _ax1, _ax2 = _fig.subplots(1, 2)
     _ax1.scatter(per_query_delta["ndcg_default"], per_query_delta["ndcg_now"], s=14, alpha=0.7)
     _ax1.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-    _ax1.set(xlabel="nDCG@10, defaults", ylabel="nDCG@10, current", title="per query (above the line = better)",
-             xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+    _ax1.set(
+        xlabel="nDCG@10, defaults",
+        ylabel="nDCG@10, current",
+        title="per query (above the line = better)",
+        xlim=(-0.02, 1.02),
+        ylim=(-0.02, 1.02),
+    )
     _ax2.hist(per_query_delta["delta"].to_numpy(), bins=21, range=(-1, 1), color="tab:green")
     _ax2.axvline(0, color="grey", lw=1)
     _ax2.set(xlabel="nDCG@10 gain", ylabel="queries", title="distribution of gains")
@@ -180,63 +242,109 @@ def _(defaults, rerank_source, start, suite_picker):
     def _slider(name, lo, hi, step, label):
         return mo.ui.slider(lo, hi, step=step, value=start.flat(name), debounce=True, show_value=True, label=label)
 
-    knobs = mo.ui.dictionary({
-        "fusion": mo.ui.dropdown(list(FUSION_METHODS), value=start.fusion, label="fusion method"),
-        "rrf_k": _slider("rrf_k", 0, 200, 1, "RRF k"),
-        "weight_original_fts": _slider("weight_original_fts", 0.0, 4.0, 0.1, "weight: original BM25"),
-        "weight_original_vec": _slider("weight_original_vec", 0.0, 4.0, 0.1, "weight: original vector"),
-        "weight_lex": _slider("weight_lex", 0.0, 4.0, 0.1, "weight: lex lines"),
-        "weight_vec": _slider("weight_vec", 0.0, 4.0, 0.1, "weight: vec lines"),
-        "weight_hyde": _slider("weight_hyde", 0.0, 4.0, 0.1, "weight: hyde lines"),
-        "bonus_rank1": _slider("bonus_rank1", 0.0, 0.2, 0.005, "bonus: rank 1"),
-        "bonus_rank23": _slider("bonus_rank23", 0.0, 0.2, 0.005, "bonus: rank 2–3"),
-        # Only the recorded candidates have rerank scores, so the limit cannot grow past them.
-        "candidate_limit": mo.ui.slider(1, defaults.candidate_limit, step=1,
-                                        value=min(start.candidate_limit, defaults.candidate_limit), debounce=True,
-                                        show_value=True, label="candidates reranked"),
-        "norm_weight_fts": _slider("norm_weight_fts", 0.0, 2.0, 0.05, "norm_sum: BM25 channel"),
-        "norm_weight_vec": _slider("norm_weight_vec", 0.0, 2.0, 0.05, "norm_sum: vector channel"),
-        "gate_margin": _slider("gate_margin", 0.0, 1.0, 0.01, "gated_rrf: cosine margin"),
-        "gate_max_take": _slider("gate_max_take", 1, 40, 1, "gated_rrf: max vector hits"),
-        "blend": mo.ui.dropdown(list(BLEND_METHODS), value=start.blend, label="blend method"),
-        "blend_band_1": _slider("blend_band_1", 1, 20, 1, "band 1 ends at fused rank"),
-        "blend_band_2": _slider("blend_band_2", 1, 40, 1, "band 2 ends at fused rank"),
-        "blend_weight_1": _slider("blend_weight_1", 0.0, 1.0, 0.05, "position weight, band 1"),
-        "blend_weight_2": _slider("blend_weight_2", 0.0, 1.0, 0.05, "position weight, band 2"),
-        "blend_weight_3": _slider("blend_weight_3", 0.0, 1.0, 0.05, "position weight, band 3"),
-        "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
-        "expand": mo.ui.switch(value=start.expand, label="expansion lists"),
-        "hyde": mo.ui.switch(value=start.hyde, label="hyde lists"),
-        "vector": mo.ui.switch(value=start.vector, label="vector lists"),
-        "rerank": mo.ui.switch(value=start.rerank, label="rerank"),
-        # BM25 knobs: changing one re-runs the recorded BM25 lists against the suite's index
-        # (qmdlab.eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
-        "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
-        "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
-        "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),
-        "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
-        "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
-        "bm25_query_tf": mo.ui.switch(value=start.bm25_query_tf, label="repeated words count again"),
-        "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=start.bm25_mode, label="mode"),
-        "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
-    })
+    knobs = mo.ui.dictionary(
+        {
+            "fusion": mo.ui.dropdown(list(FUSION_METHODS), value=start.fusion, label="fusion method"),
+            "rrf_k": _slider("rrf_k", 0, 200, 1, "RRF k"),
+            "weight_original_fts": _slider("weight_original_fts", 0.0, 4.0, 0.1, "weight: original BM25"),
+            "weight_original_vec": _slider("weight_original_vec", 0.0, 4.0, 0.1, "weight: original vector"),
+            "weight_lex": _slider("weight_lex", 0.0, 4.0, 0.1, "weight: lex lines"),
+            "weight_vec": _slider("weight_vec", 0.0, 4.0, 0.1, "weight: vec lines"),
+            "weight_hyde": _slider("weight_hyde", 0.0, 4.0, 0.1, "weight: hyde lines"),
+            "bonus_rank1": _slider("bonus_rank1", 0.0, 0.2, 0.005, "bonus: rank 1"),
+            "bonus_rank23": _slider("bonus_rank23", 0.0, 0.2, 0.005, "bonus: rank 2–3"),
+            # Only the recorded candidates have rerank scores, so the limit cannot grow past them.
+            "candidate_limit": mo.ui.slider(
+                1,
+                defaults.candidate_limit,
+                step=1,
+                value=min(start.candidate_limit, defaults.candidate_limit),
+                debounce=True,
+                show_value=True,
+                label="candidates reranked",
+            ),
+            "norm_weight_fts": _slider("norm_weight_fts", 0.0, 2.0, 0.05, "norm_sum: BM25 channel"),
+            "norm_weight_vec": _slider("norm_weight_vec", 0.0, 2.0, 0.05, "norm_sum: vector channel"),
+            "gate_margin": _slider("gate_margin", 0.0, 1.0, 0.01, "gated_rrf: cosine margin"),
+            "gate_max_take": _slider("gate_max_take", 1, 40, 1, "gated_rrf: max vector hits"),
+            "blend": mo.ui.dropdown(list(BLEND_METHODS), value=start.blend, label="blend method"),
+            "blend_band_1": _slider("blend_band_1", 1, 20, 1, "band 1 ends at fused rank"),
+            "blend_band_2": _slider("blend_band_2", 1, 40, 1, "band 2 ends at fused rank"),
+            "blend_weight_1": _slider("blend_weight_1", 0.0, 1.0, 0.05, "position weight, band 1"),
+            "blend_weight_2": _slider("blend_weight_2", 0.0, 1.0, 0.05, "position weight, band 2"),
+            "blend_weight_3": _slider("blend_weight_3", 0.0, 1.0, 0.05, "position weight, band 3"),
+            "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
+            "expand": mo.ui.switch(value=start.expand, label="expansion lists"),
+            "hyde": mo.ui.switch(value=start.hyde, label="hyde lists"),
+            "vector": mo.ui.switch(value=start.vector, label="vector lists"),
+            "rerank": mo.ui.switch(value=start.rerank, label="rerank"),
+            # BM25 knobs: changing one re-runs the recorded BM25 lists against the suite's index
+            # (qmdlab.eval.lexical.LexicalStudy; ~2 ms per query on the default corpus, ~15 ms on CISI).
+            "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
+            "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
+            "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),
+            "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
+            "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
+            "bm25_query_tf": mo.ui.switch(value=start.bm25_query_tf, label="repeated words count again"),
+            "bm25_mode": mo.ui.dropdown(list(BM25_MODES), value=start.bm25_mode, label="mode"),
+            "bm25_min_match": _slider("bm25_min_match", 0.0, 5.0, 0.1, "msm: terms to match (share if < 1)"),
+        }
+    )
 
     def _k(*names):
         return [knobs[n] for n in names]
 
-    mo.sidebar([
-        mo.md("### Suite"), suite_picker,
-        mo.md("### Fusion"), *_k("fusion", "rrf_k", "weight_original_fts", "weight_original_vec", "weight_lex",
-                                 "weight_vec", "weight_hyde", "bonus_rank1", "bonus_rank23", "candidate_limit"),
-        mo.accordion({"other fusion methods": mo.vstack(_k("norm_weight_fts", "norm_weight_vec", "gate_margin",
-                                                           "gate_max_take"))}),
-        mo.md("### Blend"), rerank_source, *_k("blend", "blend_band_1", "blend_band_2", "blend_weight_1",
-                                               "blend_weight_2", "blend_weight_3", "min_score"),
-        mo.md("### Stages"), *_k("expand", "hyde", "vector", "rerank"),
-        mo.md("### BM25 (re-runs BM25 on the index)"),
-        *_k("bm25_weight_title", "bm25_weight_body", "bm25_weight_filepath", "bm25_prefix", "bm25_stopwords",
-            "bm25_query_tf", "bm25_mode", "bm25_min_match"),
-    ], width="22rem")
+    mo.sidebar(
+        [
+            mo.md("### Suite"),
+            suite_picker,
+            mo.md("### Fusion"),
+            *_k(
+                "fusion",
+                "rrf_k",
+                "weight_original_fts",
+                "weight_original_vec",
+                "weight_lex",
+                "weight_vec",
+                "weight_hyde",
+                "bonus_rank1",
+                "bonus_rank23",
+                "candidate_limit",
+            ),
+            mo.accordion(
+                {
+                    "other fusion methods": mo.vstack(
+                        _k("norm_weight_fts", "norm_weight_vec", "gate_margin", "gate_max_take")
+                    )
+                }
+            ),
+            mo.md("### Blend"),
+            rerank_source,
+            *_k(
+                "blend",
+                "blend_band_1",
+                "blend_band_2",
+                "blend_weight_1",
+                "blend_weight_2",
+                "blend_weight_3",
+                "min_score",
+            ),
+            mo.md("### Stages"),
+            *_k("expand", "hyde", "vector", "rerank"),
+            mo.md("### BM25 (re-runs BM25 on the index)"),
+            *_k(
+                "bm25_weight_title",
+                "bm25_weight_body",
+                "bm25_weight_filepath",
+                "bm25_prefix",
+                "bm25_stopwords",
+                "bm25_query_tf",
+                "bm25_mode",
+                "bm25_min_match",
+            ),
+        ],
+        width="22rem",
+    )
     return (knobs,)
 
 
@@ -249,32 +357,46 @@ def _():
     and scores the held-out fold, so the reported gain is one the tuned config did not see.
     The config tuned on all queries is then loaded into the controls.
     """)
-    optimise_method = mo.ui.dropdown(["coordinate", "random", "grid", "tpe"], value="coordinate",
-                                     label="search method")
+    optimise_method = mo.ui.dropdown(["coordinate", "random", "grid", "tpe"], value="coordinate", label="search method")
     optimise_folds = mo.ui.slider(2, 10, step=1, value=5, debounce=True, show_value=True, label="folds")
     optimise_trials = mo.ui.number(10, 2000, step=10, value=120, label="trials per fold")
     optimise_button = mo.ui.run_button(label="Optimise", kind="success")
-    mo.vstack([_intro, mo.hstack([optimise_method, optimise_folds, optimise_trials, optimise_button],
-                                 justify="start")])
+    mo.vstack([_intro, mo.hstack([optimise_method, optimise_folds, optimise_trials, optimise_button], justify="start")])
     return optimise_button, optimise_folds, optimise_method, optimise_trials
 
 
 @app.cell
 def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trials, set_start, study):
     mo.stop(not optimise_button.value, mo.md("_Press the button to run the optimiser._"))
-    with mo.status.progress_bar(total=optimise_folds.value + 1, title="Cross-validated tuning",
-                                subtitle=f"{optimise_folds.value} folds", remove_on_exit=True) as _bar:
+    with mo.status.progress_bar(
+        total=optimise_folds.value + 1,
+        title="Cross-validated tuning",
+        subtitle=f"{optimise_folds.value} folds",
+        remove_on_exit=True,
+    ) as _bar:
         cv_report = optimise.cross_validate(
-            study, base=defaults, method=optimise_method.value, trials=int(optimise_trials.value),
-            folds=optimise_folds.value, progress=lambda msg: _bar.update(subtitle=msg))
+            study,
+            base=defaults,
+            method=optimise_method.value,
+            trials=int(optimise_trials.value),
+            folds=optimise_folds.value,
+            progress=lambda msg: _bar.update(subtitle=msg),
+        )
         _bar.update(subtitle="done")
     set_start(cv_report.config)
-    mo.vstack([
-        mo.md(f"**{cv_report.summary()}** — tuned on all queries and loaded into the controls "
-              f"({cv_report.seconds:.1f} s)."),
-        mo.ui.table(cv_report.folds, selection=None,
-                    format_mapping={c: "{:.4f}" for c in ("train_base", "train_tuned", "test_base", "test_tuned")}),
-    ])
+    mo.vstack(
+        [
+            mo.md(
+                f"**{cv_report.summary()}** — tuned on all queries and loaded into the controls "
+                f"({cv_report.seconds:.1f} s)."
+            ),
+            mo.ui.table(
+                cv_report.folds,
+                selection=None,
+                format_mapping={c: "{:.4f}" for c in ("train_base", "train_tuned", "test_base", "test_tuned")},
+            ),
+        ]
+    )
     return (cv_report,)
 
 
@@ -285,10 +407,17 @@ def _(suite):
 
     _csv = suite.workdir() / "results" / "frontier" / "frontier.csv"
     frontier_table = pl.read_csv(_csv) if _csv.is_file() else None
-    _fig = None if frontier_table is None else _frontier.figure(frontier_table, title=f"{suite.name}: quality vs latency")
-    mo.vstack([mo.md("## Quality against latency (the frontier)"),
-               mo.md(f"_No frontier yet: `qmdlab eval {suite.name} --frontier` measures it._") if _fig is None else
-               mo.vstack([_fig, mo.ui.table(frontier_table, selection=None, page_size=20)])])
+    _fig = (
+        None if frontier_table is None else _frontier.figure(frontier_table, title=f"{suite.name}: quality vs latency")
+    )
+    mo.vstack(
+        [
+            mo.md("## Quality against latency (the frontier)"),
+            mo.md(f"_No frontier yet: `qmdlab eval {suite.name} --frontier` measures it._")
+            if _fig is None
+            else mo.vstack([_fig, mo.ui.table(frontier_table, selection=None, page_size=20)]),
+        ]
+    )
     return (frontier_table,)
 
 
@@ -305,9 +434,14 @@ def _(config, evaluation, save_button, save_path, suite_picker):
     mo.stop(not save_button.value)
     saved_to = Path(save_path.value).expanduser()
     saved_to.parent.mkdir(parents=True, exist_ok=True)
-    optimise.write_config(config, saved_to, header=(
-        f"qmdlab tuned config (notebooks/tune.py), suite {suite_picker.value}: "
-        f"nDCG@10 {evaluation.metrics['ndcg@10']:.4f}"))
+    optimise.write_config(
+        config,
+        saved_to,
+        header=(
+            f"qmdlab tuned config (notebooks/tune.py), suite {suite_picker.value}: "
+            f"nDCG@10 {evaluation.metrics['ndcg@10']:.4f}"
+        ),
+    )
     mo.callout(mo.md(f"Saved to `{saved_to}` — use it with `qmdlab query --config {saved_to}`."), kind="success")
     return (saved_to,)
 
@@ -318,15 +452,27 @@ def _(limit, reranker_arg, suite_picker):
     # dependency order, whatever their place on the page).
     suite = suites.get_suite(suite_picker.value)
     suite.check()
-    tier_picker = mo.ui.dropdown({t.name: i for i, t in enumerate(choices.tiers(suite))},
-                                 value=choices.tiers(suite)[-1].name, label="record")
-    record_queries = mo.ui.number(1, record.judged_queries(suite).height, step=1,
-                                  value=limit or record.judged_queries(suite).height, label="queries")
+    tier_picker = mo.ui.dropdown(
+        {t.name: i for i, t in enumerate(choices.tiers(suite))}, value=choices.tiers(suite)[-1].name, label="record"
+    )
+    record_queries = mo.ui.number(
+        1,
+        record.judged_queries(suite).height,
+        step=1,
+        value=limit or record.judged_queries(suite).height,
+        label="queries",
+    )
     # Trained cross-encoder runs of this suite (runs/* and --reranker DIR) offered as the rerank source.
     _runs = reranker_study.finished_runs(suite.name, extra=[reranker_arg] if reranker_arg else [])
     _opts = {"recorded traces": "", **{f"trained reranker, held-out: {p}": str(p) for p in _runs}}
-    _picked = next((label for label, p in _opts.items()
-                    if p and reranker_arg and Path(p).resolve() == Path(reranker_arg).resolve()), "recorded traces")
+    _picked = next(
+        (
+            label
+            for label, p in _opts.items()
+            if p and reranker_arg and Path(p).resolve() == Path(reranker_arg).resolve()
+        ),
+        "recorded traces",
+    )
     rerank_source = mo.ui.dropdown(_opts, value=_picked, label="rerank source")
     return record_queries, rerank_source, suite, tier_picker
 
@@ -337,8 +483,9 @@ def _(preset, record_queries, suite, tier_picker):
     tier = choices.tiers(suite)[tier_picker.value]
     tier_models = qmodels.load_models(preset, **tier.roles)  # lazy: no weights loaded here
     cost = record.estimate(suite, tier_models, tier.config, limit=int(record_queries.value))
-    record_button = mo.ui.run_button(label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load",
-                                     kind="warn" if cost.to_run else "neutral")
+    record_button = mo.ui.run_button(
+        label=f"Record ({cost.to_run} queries)" if cost.to_run else "Load", kind="warn" if cost.to_run else "neutral"
+    )
     return cost, record_button, tier, tier_models
 
 

@@ -8,6 +8,7 @@ The entry points most people need:
 
 Heavy submodules import lazily so ``import qmdlab`` stays fast for the CLI.
 """
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

@@ -19,10 +19,12 @@ Traceback (most recent call last):
 ...
 qmdlab.cancel.CallStopped: the model call was stopped (its time budget ran out)
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from qmdlab.errors import ModelError
 

@@ -7,6 +7,7 @@ discovered through the ``qmdlab.commands`` entry-point group (name = verb, value
 ``register(group)``), so the core never imports them. User errors (:class:`QmdlabError`)
 print one line and exit 1; ``--debug`` shows the traceback.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,11 +28,28 @@ COMMAND_MODULES = ("store", "navigate", "models", "query", "mcp", "doctor")
 # missing here and from the entry points still works (every area is loaded to find it);
 # ``tests/test_cli_startup.py`` checks that this table matches what the areas register.
 COMMAND_VERBS = {
-    "collection": "store", "context": "store", "get": "store", "ls": "store", "multi-get": "store",
-    "search": "store", "status": "store", "update": "store", "cleanup": "store", "trust": "store", "init": "store",
-    "refs": "navigate", "jump": "navigate", "chunks": "navigate",
-    "embed": "models", "models": "models", "pull": "models", "vsearch": "models",
-    "query": "query", "mcp": "mcp", "skill": "mcp", "doctor": "doctor",
+    "collection": "store",
+    "context": "store",
+    "get": "store",
+    "ls": "store",
+    "multi-get": "store",
+    "search": "store",
+    "status": "store",
+    "update": "store",
+    "cleanup": "store",
+    "trust": "store",
+    "init": "store",
+    "refs": "navigate",
+    "jump": "navigate",
+    "chunks": "navigate",
+    "embed": "models",
+    "models": "models",
+    "pull": "models",
+    "vsearch": "models",
+    "query": "query",
+    "mcp": "mcp",
+    "skill": "mcp",
+    "doctor": "doctor",
 }
 
 #: Entry-point group of verbs registered from outside the core (see ``pyproject.toml``).
@@ -103,9 +121,12 @@ class _Group(click.Group):
             if cmd_name not in self.commands:
                 self.load_all()
             if cmd_name not in self.commands and not self._plugin_verbs():
-                click.echo(f"note: no '{ENTRY_POINT_GROUP}' entry points are installed, so the verbs of the "
-                           "packages above the core are missing; the install predates them: re-run "
-                           "`pip install -e .` in the qmdlab checkout", err=True)
+                click.echo(
+                    f"note: no '{ENTRY_POINT_GROUP}' entry points are installed, so the verbs of the "
+                    "packages above the core are missing; the install predates them: re-run "
+                    "`pip install -e .` in the qmdlab checkout",
+                    err=True,
+                )
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx):
@@ -133,9 +154,14 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--index", "index_name", envvar="QMDLAB_INDEX", default=None,
-              help="Index name or directory (default: $QMDLAB_INDEX, else the project's .qmdlab/ made by "
-                   "`qmdlab init`, else 'default').")
+@click.option(
+    "--index",
+    "index_name",
+    envvar="QMDLAB_INDEX",
+    default=None,
+    help="Index name or directory (default: $QMDLAB_INDEX, else the project's .qmdlab/ made by "
+    "`qmdlab init`, else 'default').",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(package_name="qmdlab")
 @click.pass_context

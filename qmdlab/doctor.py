@@ -19,6 +19,7 @@ A child that dies by a signal becomes one message (:mod:`qmdlab.subproc`): which
 signal, what it usually means, and the exact rebuild command for this CPU (:func:`rebuild_commands`).
 The parent process never imports ``llama_cpp`` itself, so it always lives to say so.
 """
+
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -32,23 +33,59 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from qmdlab.subproc import ChildDied, ChildFailed, call_in_child
 
 LLAMA_DIST = "llama-cpp-python"
 LLAMA_VERSION = "0.3.36"
 #: Distributions whose versions the report lists (absent ones are reported as ``None``).
-VERSION_DISTS = ("qmdlab", "llama-cpp-python", "numpy", "polars", "ranx", "torch", "transformers",
-                 "sentence-transformers", "peft", "trl", "lightgbm", "optuna", "marimo", "mcp")
+VERSION_DISTS = (
+    "qmdlab",
+    "llama-cpp-python",
+    "numpy",
+    "polars",
+    "ranx",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "peft",
+    "trl",
+    "lightgbm",
+    "optuna",
+    "marimo",
+    "mcp",
+)
 #: ggml's feature names (``llama_print_system_info``) → the Linux ``/proc/cpuinfo`` flag that allows them.
-X86_FEATURES = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX_VNNI": "avx_vnni", "AVX2": "avx2",
-                "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
-                "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AMX_TILE": "amx_tile",
-                "AMX_INT8": "amx_int8", "AMX_BF16": "amx_bf16"}
-ARM_FEATURES = {"NEON": "asimd", "ARM_FMA": "asimd", "FP16_VA": "asimdhp", "DOTPROD": "asimddp",
-                "MATMUL_INT8": "i8mm", "SVE": "sve", "SME": "sme", "SME2": "sme2"}
+X86_FEATURES = {
+    "SSE3": "pni",
+    "SSSE3": "ssse3",
+    "AVX": "avx",
+    "AVX_VNNI": "avx_vnni",
+    "AVX2": "avx2",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "BMI2": "bmi2",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_TILE": "amx_tile",
+    "AMX_INT8": "amx_int8",
+    "AMX_BF16": "amx_bf16",
+}
+ARM_FEATURES = {
+    "NEON": "asimd",
+    "ARM_FMA": "asimd",
+    "FP16_VA": "asimdhp",
+    "DOTPROD": "asimddp",
+    "MATMUL_INT8": "i8mm",
+    "SVE": "sve",
+    "SME": "sme",
+    "SME2": "sme2",
+}
 #: Where ``make setup`` keeps built llama-cpp-python wheels (see the Makefile).
 WHEELHOUSE_ENV = "QMDLAB_WHEELHOUSE"
 
@@ -64,10 +101,12 @@ BENCH_TEXT = (
     "complement to subject indexing, since references made by authors link documents that share no "
     "index terms. The cost of indexing is estimated per document and set against the cost of "
     "searching, and the paper closes with recommendations for libraries that plan to mechanise their "
-    "catalogues and for the training of indexers in the use of thesauri and authority lists.")
+    "catalogues and for the training of indexers in the use of thesauri and authority lists."
+)
 
 
 # --- versions, CPU ------------------------------------------------------------------------------
+
 
 def versions(dists: tuple[str, ...] = VERSION_DISTS) -> dict[str, Optional[str]]:
     """Python's version and each distribution's installed version (``None`` if absent).
@@ -142,8 +181,13 @@ def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
     try:
         model, flags = parse_cpuinfo(cpuinfo.read_text(errors="replace"))
     except OSError:
-        return CpuInfo(machine, platform.processor(), count, None,
-                       f"{cpuinfo} is not readable on {platform.system()}: the CPU's features are unknown")
+        return CpuInfo(
+            machine,
+            platform.processor(),
+            count,
+            None,
+            f"{cpuinfo} is not readable on {platform.system()}: the CPU's features are unknown",
+        )
     if flags is None:
         return CpuInfo(machine, model, count, None, f"{cpuinfo} lists no flags/Features line")
     return CpuInfo(machine, model, count, flags, str(cpuinfo))
@@ -169,6 +213,7 @@ def amx_granted() -> Optional[bool]:
 
 
 # --- the llama.cpp build --------------------------------------------------------------------------
+
 
 def parse_system_info(text: str) -> dict[str, str]:
     """The CPU backend's ``NAME = value`` features from ``llama_print_system_info()``.
@@ -266,8 +311,12 @@ def makefile_cmake_args(repo: Optional[Path] = None) -> Optional[str]:
     if not (repo / "Makefile").is_file() or not shutil.which("make"):
         return None
     try:
-        proc = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(repo), "llama-cmake-args"],
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            ["make", "-s", "--no-print-directory", "-C", str(repo), "llama-cmake-args"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = proc.stdout.strip()
@@ -302,15 +351,18 @@ class Rebuild(NamedTuple):
 
     def text(self) -> str:
         """The fix, as printed after a crash."""
-        return ("rebuild llama-cpp-python for this CPU, then check again:\n"
-                f"    {self.make}\n"
-                "  or, without the Makefile:\n"
-                f"    {self.pip}\n"
-                "    qmdlab doctor")
+        return (
+            "rebuild llama-cpp-python for this CPU, then check again:\n"
+            f"    {self.make}\n"
+            "  or, without the Makefile:\n"
+            f"    {self.pip}\n"
+            "    qmdlab doctor"
+        )
 
 
-def rebuild_commands(cpu: Optional[CpuInfo] = None, *, default_args: Optional[str] = None,
-                     wheel: Optional[LlamaWheel] = None) -> Rebuild:
+def rebuild_commands(
+    cpu: Optional[CpuInfo] = None, *, default_args: Optional[str] = None, wheel: Optional[LlamaWheel] = None
+) -> Rebuild:
     """The exact rebuild commands for this machine.
 
     The flags are the Makefile's portable set (or the installed wheel's ``CMAKE_ARGS.txt``,
@@ -332,12 +384,15 @@ def rebuild_commands(cpu: Optional[CpuInfo] = None, *, default_args: Optional[st
     args = fit_cmake_args(default_args, cpu.flags, cpu.machine)
     make = "make rebuild-llama" if args == default_args else f'make rebuild-llama LLAMA_CMAKE_ARGS="{args}"'
     python = shlex.quote(sys.executable)
-    pip = (f'CMAKE_ARGS="{args}" {python} -m pip install --force-reinstall --no-deps --no-cache-dir '
-           f"--no-binary {LLAMA_DIST} {LLAMA_DIST}=={LLAMA_VERSION}")
+    pip = (
+        f'CMAKE_ARGS="{args}" {python} -m pip install --force-reinstall --no-deps --no-cache-dir '
+        f"--no-binary {LLAMA_DIST} {LLAMA_DIST}=={LLAMA_VERSION}"
+    )
     return Rebuild(args, make, pip)
 
 
 # --- models ---------------------------------------------------------------------------------------
+
 
 class ModelFile(NamedTuple):
     """One role's model file: reference, path, presence, size and sha256 (with where it came from)."""
@@ -394,6 +449,7 @@ def model_files(preset: Optional[str] = None, *, hash_files: bool = True) -> tup
 
 # --- checks in child processes -----------------------------------------------------------------
 
+
 def child_library() -> dict:
     """(Child) import llama.cpp and return its system info and files."""
     from qmdlab.models._llama import import_llama_cpp
@@ -429,8 +485,13 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
         from qmdlab.models.llama_expand import SamplingConfig
 
         n = 4 if smoke else 24
-        exp = build_model("expand", ref, idle_timeout=None, n_threads=n_threads,
-                          sampling=SamplingConfig(temperature=0.0, max_tokens=n))
+        exp = build_model(
+            "expand",
+            ref,
+            idle_timeout=None,
+            n_threads=n_threads,
+            sampling=SamplingConfig(temperature=0.0, max_tokens=n),
+        )
         t0 = time.perf_counter()
         res = exp.expand(QUERY)
         first = time.perf_counter() - t0
@@ -445,8 +506,12 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
             exp.expand(QUERY)
             dt = time.perf_counter() - t0
             prompt_s = max(first - load - dt, 1e-6)
-            out.update(bench_s=dt, tokens_per_s=gen / dt if gen else 0.0, prompt_s=prompt_s,
-                       prompt_tokens_per_s=prompt / prompt_s)
+            out.update(
+                bench_s=dt,
+                tokens_per_s=gen / dt if gen else 0.0,
+                prompt_s=prompt_s,
+                prompt_tokens_per_s=prompt / prompt_s,
+            )
     elif role == "rerank":
         rr = build_model("rerank", ref, idle_timeout=None, n_threads=n_threads)
         t0 = time.perf_counter()
@@ -497,8 +562,9 @@ class Check(NamedTuple):
     error: Optional[str]
 
 
-def _run_check(name: str, ref: Optional[str], target: str, args: tuple, what: str,
-               fix: Callable[[], str], timeout: float) -> Check:
+def _run_check(
+    name: str, ref: Optional[str], target: str, args: tuple, what: str, fix: Callable[[], str], timeout: float
+) -> Check:
     t0 = time.perf_counter()
     try:
         res = call_in_child(target, *args, what=what, hint=None, timeout=timeout)
@@ -516,9 +582,15 @@ def _run_check(name: str, ref: Optional[str], target: str, args: tuple, what: st
         return Check(name, ref, False, time.perf_counter() - t0, {}, None, f"error: {what} failed: {err}")
 
 
-def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: float = 300.0,
-               progress: Optional[Callable[[Check], None]] = None, fix: Optional[Callable[[], str]] = None,
-               n_threads: Optional[int] = None) -> list[Check]:
+def run_checks(
+    preset: Optional[str] = None,
+    *,
+    smoke: bool = True,
+    timeout: float = 300.0,
+    progress: Optional[Callable[[Check], None]] = None,
+    fix: Optional[Callable[[], str]] = None,
+    n_threads: Optional[int] = None,
+) -> list[Check]:
     """Import llama.cpp, then run each distinct (role, model) of the preset, each in its own child.
 
     Fake and disabled roles are skipped. If the library check dies, the model checks are not run
@@ -528,8 +600,11 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
 
     fix = fix or (lambda: rebuild_commands().text())
     name, refs = resolve_refs(preset)
-    real = {role: str(ref) for role, ref in refs.items()
-            if isinstance(ref, (str, os.PathLike)) and not str(ref).startswith("fake:")}
+    real = {
+        role: str(ref)
+        for role, ref in refs.items()
+        if isinstance(ref, (str, os.PathLike)) and not str(ref).startswith("fake:")
+    }
     checks: list[Check] = []
 
     def done(c: Check) -> Check:
@@ -540,8 +615,17 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
 
     if not real:
         return checks
-    lib = done(_run_check("library", None, "qmdlab.doctor:child_library", (),
-                          "importing llama.cpp (llama_cpp / libggml-cpu)", fix, timeout))
+    lib = done(
+        _run_check(
+            "library",
+            None,
+            "qmdlab.doctor:child_library",
+            (),
+            "importing llama.cpp (llama_cpp / libggml-cpu)",
+            fix,
+            timeout,
+        )
+    )
     if not lib.ok:
         return checks
     from qmdlab.models.registry import ref_status
@@ -552,9 +636,18 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
         except Exception:  # noqa: BLE001 - e.g. an unknown pkg: name; the child would fail the same way
             ready = True
         if not ready:  # never download or assemble from here: say what to run instead
-            done(Check(role, ref, False, 0.0, {"missing": True}, None,
-                       f"error: the {role} model {ref} is not present; run `qmdlab pull --preset {name}` "
-                       f"(or fix QMDLAB_{role.upper()}_MODEL)"))
+            done(
+                Check(
+                    role,
+                    ref,
+                    False,
+                    0.0,
+                    {"missing": True},
+                    None,
+                    f"error: the {role} model {ref} is not present; run `qmdlab pull --preset {name}` "
+                    f"(or fix QMDLAB_{role.upper()}_MODEL)",
+                )
+            )
             continue
         what = f"the {role} model {ref} ({'smoke check' if smoke else 'speed check'})"
         done(_run_check(role, ref, "qmdlab.doctor:child_model", (role, ref, smoke, n_threads), what, fix, timeout))
@@ -562,6 +655,7 @@ def run_checks(preset: Optional[str] = None, *, smoke: bool = True, timeout: flo
 
 
 # --- the whole report -------------------------------------------------------------------------------
+
 
 class Report(NamedTuple):
     """Everything :func:`diagnose` found; :meth:`to_dict` is the ``--json`` output."""
@@ -584,17 +678,31 @@ class Report(NamedTuple):
         cpu = self.cpu._asdict()
         cpu["flags"] = None if self.cpu.flags is None else sorted(self.cpu.flags)
         return {
-            "ok": self.ok, "problems": self.problems, "warnings": self.warnings, "versions": self.versions,
+            "ok": self.ok,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "versions": self.versions,
             "platform": {"system": platform.system(), "release": platform.release()},
-            "cpu": cpu, "amx_granted": self.amx_granted, "llama_build": self.build,
-            "models": {"preset": self.preset, "cache_dir": str(self.model_cache),
-                       "files": [{**m._asdict(), "path": None if m.path is None else str(m.path)} for m in self.models]},
-            "checks": [c._asdict() for c in self.checks], "rebuild": self.rebuild._asdict(),
+            "cpu": cpu,
+            "amx_granted": self.amx_granted,
+            "llama_build": self.build,
+            "models": {
+                "preset": self.preset,
+                "cache_dir": str(self.model_cache),
+                "files": [{**m._asdict(), "path": None if m.path is None else str(m.path)} for m in self.models],
+            },
+            "checks": [c._asdict() for c in self.checks],
+            "rebuild": self.rebuild._asdict(),
         }
 
 
-def diagnose(preset: Optional[str] = None, *, smoke: bool = False, timeout: float = 300.0,
-             progress: Optional[Callable[[Check], None]] = None) -> Report:
+def diagnose(
+    preset: Optional[str] = None,
+    *,
+    smoke: bool = False,
+    timeout: float = 300.0,
+    progress: Optional[Callable[[Check], None]] = None,
+) -> Report:
     """Versions, CPU, llama.cpp build, model files and the child-process checks (see module docs)."""
     from qmdlab.paths import model_cache_dir
 
@@ -608,31 +716,43 @@ def diagnose(preset: Optional[str] = None, *, smoke: bool = False, timeout: floa
     features = parse_system_info(lib.result["system_info"]) if lib else {}
     missing = missing_features(features, cpu.flags, cpu.machine)
     if missing:
-        problems.append(f"the llama.cpp build uses {', '.join(missing)}, which this CPU does not advertise; "
-                        f"{rebuild.text()}")
+        problems.append(
+            f"the llama.cpp build uses {', '.join(missing)}, which this CPU does not advertise; {rebuild.text()}"
+        )
     amx = amx_granted() if cpu.flags and "amx_tile" in cpu.flags else None
     if any(f.startswith("AMX") for f in features) and amx is False:
-        problems.append("the llama.cpp build uses AMX but this process is not granted AMX tile state; "
-                        + rebuild.text())
+        problems.append(
+            "the llama.cpp build uses AMX but this process is not granted AMX tile state; " + rebuild.text()
+        )
     if cpu.flags is None:
         warnings.append(f"CPU features unknown ({cpu.source}); the build's features cannot be compared")
     if wheel.version and wheel.wheel is None:
-        warnings.append(f"the installed llama-cpp-python {wheel.version} matches no wheel in {wheelhouse()} "
-                        "(installed some other way?); its CMAKE_ARGS are unknown — `make rebuild-llama` "
-                        "installs the portable build")
+        warnings.append(
+            f"the installed llama-cpp-python {wheel.version} matches no wheel in {wheelhouse()} "
+            "(installed some other way?); its CMAKE_ARGS are unknown — `make rebuild-llama` "
+            "installs the portable build"
+        )
     for f in files:
         if f.ref and not f.ready:
             problems.append(f"{f.role} model {f.ref} is not ready; run `qmdlab pull --preset {name}`")
         if f.sha256_ok is False:
-            problems.append(f"{f.role} model {f.path} has sha256 {f.sha256}, not the expected one; delete it "
-                            f"and run `qmdlab pull --preset {name}`")
-    build = {"version": wheel.version, "package_dir": _s(wheel.package_dir), "cpu_library": _s(wheel.cpu_library),
-             "wheel": _s(wheel.wheel), "cmake_args": wheel.cmake_args,
-             "system_info": lib.result["system_info"] if lib else None,
-             "features": sorted(f for f, v in features.items() if v not in ("0", "")),
-             "not_advertised_by_cpu": missing}
-    return Report(not problems, problems, warnings, versions(), cpu, amx, build, name, model_cache_dir(),
-                  files, checks, rebuild)
+            problems.append(
+                f"{f.role} model {f.path} has sha256 {f.sha256}, not the expected one; delete it "
+                f"and run `qmdlab pull --preset {name}`"
+            )
+    build = {
+        "version": wheel.version,
+        "package_dir": _s(wheel.package_dir),
+        "cpu_library": _s(wheel.cpu_library),
+        "wheel": _s(wheel.wheel),
+        "cmake_args": wheel.cmake_args,
+        "system_info": lib.result["system_info"] if lib else None,
+        "features": sorted(f for f, v in features.items() if v not in ("0", "")),
+        "not_advertised_by_cpu": missing,
+    }
+    return Report(
+        not problems, problems, warnings, versions(), cpu, amx, build, name, model_cache_dir(), files, checks, rebuild
+    )
 
 
 def _s(p: Optional[Path]) -> Optional[str]:
@@ -640,6 +760,7 @@ def _s(p: Optional[Path]) -> Optional[str]:
 
 
 # --- text output --------------------------------------------------------------------------------------
+
 
 def format_check(c: Check) -> str:
     """One line per check.
@@ -658,8 +779,10 @@ def format_check(c: Check) -> str:
     if "chunks_per_s" in r:
         line += f"; {r['chunks_per_s']:.1f} chunks/s ({r['chunks']} chunks)"
     if "tokens_per_s" in r:
-        line += (f"; {r['tokens_per_s']:.1f} tokens/s generated ({r['generated_tokens']} tokens), "
-                 f"prompt {r['prompt_tokens']} tokens at {r['prompt_tokens_per_s']:.0f} tokens/s")
+        line += (
+            f"; {r['tokens_per_s']:.1f} tokens/s generated ({r['generated_tokens']} tokens), "
+            f"prompt {r['prompt_tokens']} tokens at {r['prompt_tokens_per_s']:.0f} tokens/s"
+        )
     if "pairs_per_s" in r:
         line += f"; {r['pairs_per_s']:.2f} pairs/s ({r['pairs']} pairs, {r['doc_tokens']} document tokens each)"
     return line
@@ -690,17 +813,26 @@ def format_report(rep: Report) -> str:
     if b["cmake_args"]:
         lines.append(f"           CMAKE_ARGS {b['cmake_args']}")
     if b["system_info"] is not None and cpu.flags is not None:
-        lines.append("           every compiled feature is advertised by this CPU" if not b["not_advertised_by_cpu"]
-                     else "           NOT advertised by this CPU: " + " ".join(b["not_advertised_by_cpu"]))
+        lines.append(
+            "           every compiled feature is advertised by this CPU"
+            if not b["not_advertised_by_cpu"]
+            else "           NOT advertised by this CPU: " + " ".join(b["not_advertised_by_cpu"])
+        )
     lines.append(f"models     preset {rep.preset}, cache {rep.model_cache}")
     for f in rep.models:
         if f.path is None:
             lines.append(f"  {f.role:<7}  {f.ref or 'none'}")
             continue
-        sha = "" if f.sha256 is None else f" sha256 {f.sha256[:12]}" + (
-            "" if f.sha256_ok is None else (" (verified)" if f.sha256_ok else " (MISMATCH)"))
-        lines.append(f"  {f.role:<7}  {f.ref}  {'present' if f.ready else 'MISSING'}  "
-                     f"{f.size / 2**20:.1f} MiB{sha}\n           {f.path}")
+        sha = (
+            ""
+            if f.sha256 is None
+            else f" sha256 {f.sha256[:12]}"
+            + ("" if f.sha256_ok is None else (" (verified)" if f.sha256_ok else " (MISMATCH)"))
+        )
+        lines.append(
+            f"  {f.role:<7}  {f.ref}  {'present' if f.ready else 'MISSING'}  "
+            f"{f.size / 2**20:.1f} MiB{sha}\n           {f.path}"
+        )
     lines.append("checks (each in its own child process)")
     lines.extend("  " + format_check(c) for c in rep.checks)
     for w in rep.warnings:

@@ -3,12 +3,13 @@
 ``docs/reference/environment.md`` is generated from :data:`ENVIRONMENT`, and
 ``tests/test_reference.py`` fails when the code reads a variable that is not listed here.
 """
+
 from __future__ import annotations
 
 ENVIRONMENT: dict[str, str] = {
     "QMDLAB_HOME": "Where indexes, collections and recordings live (default `~/.cache/qmdlab`).",
     "QMDLAB_INDEX": "The index used when no `--index` is given (a name under `$QMDLAB_HOME/indexes` or a path); "
-                    "without it, a project's `.qmdlab/` (`qmdlab init`) in the current folder or above, else `default`.",
+    "without it, a project's `.qmdlab/` (`qmdlab init`) in the current folder or above, else `default`.",
     "QMDLAB_CACHE": "Downloaded and assembled model files (default `~/.cache/qmdlab/models`).",
     "QMDLAB_PRESET": "The model preset (`offline`, `qmd`, `tiny`, `fake`) when neither `--preset` nor the config names one.",
     "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path or `pkg:NAME`), over the preset's.",
@@ -24,9 +25,9 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated).",
     "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`).",
     "QMDLAB_EDITOR_URI": "Editor link template for clickable result paths on a terminal (`{path}`, `{line}`, `{col}`); "
-                         "over `QMD_EDITOR_URI` and the index's `editor_uri`.",
+    "over `QMD_EDITOR_URI` and the index's `editor_uri`.",
     "QMDLAB_TRUST_UPDATE_HOOKS": "`1`: run every collection's update command without `qmdlab trust` approval "
-                                 "(unattended CI).",
+    "(unattended CI).",
     "QMDLAB_CISI_DIR": "Folder of the CISI collection (`CISI.ALL`, `.QRY`, `.REL`) for the `cisi` suite.",
     "QMDLAB_SMART_GRADES": "How SMART relevance codes read: `gain` (higher is better) or `rank` (1 is best).",
     "QMDLAB_SMART_QRELS_IDS": "How SMART qrels name documents: `position` or `ids`.",

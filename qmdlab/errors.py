@@ -5,6 +5,7 @@ Every error a person can cause (a bad flag, a missing file, a malformed line) is
 CLI prints it as one line and exits 1 (``--debug`` shows the traceback). Anything
 else escaping is a bug.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,13 +6,14 @@ Build :class:`~qmdlab.pipeline.results.ResultRow` values with
 same fields as qmd's JSON: docid, score, file, line, title, context, snippet. ``file`` is the
 docno (``collection/path``); ``line`` is the 1-based line where the snippet starts.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import json
 import os
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import ResultRow, Snippet, build_rows, query_terms, snippet  # noqa: F401 — re-exported
@@ -36,8 +37,18 @@ def printable(text: str) -> str:
 
 
 def _dicts(rows: Iterable[ResultRow], contexts: Sequence | None = None) -> list[dict]:
-    out = [{"docid": f"#{r.docid}", "score": round(r.score, 4), "file": r.docno, "line": r.line, "title": r.title,
-            "context": r.context, "snippet": r.snippet} for r in rows]
+    out = [
+        {
+            "docid": f"#{r.docid}",
+            "score": round(r.score, 4),
+            "file": r.docno,
+            "line": r.line,
+            "title": r.title,
+            "context": r.context,
+            "snippet": r.snippet,
+        }
+        for r in rows
+    ]
     if contexts is not None:
         for d, hc in zip(out, contexts):
             shown = hc.as_dict() if hc is not None else {"parent": None, "siblings": []}
@@ -83,8 +94,12 @@ def editor_link(template: str, path: str, line: int = 1, col: int = 1) -> str:
     """
     from urllib.parse import quote
 
-    return (template.replace("{path}", quote(path)).replace("{line}", str(line))
-            .replace("{column}", str(col)).replace("{col}", str(col)))
+    return (
+        template.replace("{path}", quote(path))
+        .replace("{line}", str(line))
+        .replace("{column}", str(col))
+        .replace("{col}", str(col))
+    )
 
 
 def hyperlink(text: str, uri: str | None) -> str:
@@ -97,8 +112,14 @@ def hyperlink(text: str, uri: str | None) -> str:
     return f"{esc}]8;;{uri}{esc}\\{text}{esc}]8;;{esc}\\" if uri else text
 
 
-def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Sequence[str] | None = None,
-                   contexts: Sequence | None = None, links: Sequence[str | None] | None = None) -> str:
+def format_results(
+    rows: Sequence[ResultRow],
+    fmt: str = "cli",
+    *,
+    crumbs: Sequence[str] | None = None,
+    contexts: Sequence | None = None,
+    links: Sequence[str | None] | None = None,
+) -> str:
     """Render rows; the text ends without a trailing newline (``click.echo`` adds one).
 
     ``crumbs`` (one ``"A > B"`` heading breadcrumb per row, :func:`qmdlab.search.navigate.breadcrumbs`)
@@ -141,8 +162,10 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
 
         out = ["<results>"]
         for r in rows:
-            out.append(f"  <result docid={quoteattr('#' + r.docid)} score=\"{r.score:.4f}\" file={quoteattr(r.docno)} "
-                       f"line=\"{r.line}\">")
+            out.append(
+                f'  <result docid={quoteattr("#" + r.docid)} score="{r.score:.4f}" file={quoteattr(r.docno)} '
+                f'line="{r.line}">'
+            )
             out.append(f"    <title>{escape(r.title)}</title>")
             if r.context:
                 out.append(f"    <context>{escape(r.context)}</context>")
@@ -156,8 +179,10 @@ def format_results(rows: Sequence[ResultRow], fmt: str = "cli", *, crumbs: Seque
         out = []
         for i, r in enumerate(rows, 1):
             crumb = f" · § {crumbs[i - 1]}" if crumbs is not None and crumbs[i - 1] else ""
-            out.append(f"## {i}. {printable(r.title)}\n\n`{printable(r.docno)}:{r.line}` · #{r.docid} · "
-                       f"score {r.score:.4f}{crumb}\n")
+            out.append(
+                f"## {i}. {printable(r.title)}\n\n`{printable(r.docno)}:{r.line}` · #{r.docid} · "
+                f"score {r.score:.4f}{crumb}\n"
+            )
             if contexts is not None and _context_lines(contexts[i - 1]):
                 out.append("".join(f"- {line}\n" for line in _context_lines(contexts[i - 1])))
             if r.context:

@@ -7,6 +7,7 @@
 - ``QMDLAB_CACHE`` (default ``~/.cache/qmdlab/models``): downloaded / assembled model files.
   Deliberately *not* under ``QMDLAB_HOME`` so tests that isolate the index still find the models.
 """
+
 from __future__ import annotations
 
 import os

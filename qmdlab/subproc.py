@@ -23,6 +23,7 @@ Examples
 >>> print(death_message("the demo's LLM tier", -signal.SIGKILL).splitlines()[0])
 error: the demo's LLM tier died from signal SIGKILL (killed).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,31 +34,45 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
 from qmdlab.errors import QmdlabError
 
 #: What a death by each signal usually means here.
 CAUSES = {
-    "SIGILL": ("this usually means the llama.cpp build (libggml-cpu) uses CPU instructions this machine "
-               "does not allow: a build tuned for another CPU (-march=native elsewhere), or AVX-512/AMX "
-               "code on a machine that advertises those features but does not grant them to the process."),
+    "SIGILL": (
+        "this usually means the llama.cpp build (libggml-cpu) uses CPU instructions this machine "
+        "does not allow: a build tuned for another CPU (-march=native elsewhere), or AVX-512/AMX "
+        "code on a machine that advertises those features but does not grant them to the process."
+    ),
     "SIGSEGV": "native code (llama.cpp, torch or another C extension) crashed on a bad memory access.",
     "SIGBUS": "native code hit a bus error: often a model file truncated or changed while memory-mapped.",
     "SIGABRT": "native code aborted (a failed assertion in llama.cpp/ggml, or an uncaught C++ exception).",
     "SIGFPE": "native code hit an arithmetic fault (integer division by zero).",
-    "SIGKILL": ("the process was killed: usually by the kernel's out-of-memory killer (see `dmesg`), "
-                "else by a timeout or another process."),
+    "SIGKILL": (
+        "the process was killed: usually by the kernel's out-of-memory killer (see `dmesg`), "
+        "else by a timeout or another process."
+    ),
     "SIGTERM": "the process was asked to stop from outside.",
     "SIGINT": "the process was interrupted (Ctrl-C).",
 }
 #: The fix printed after a death by signal when the caller gives none.
-DEFAULT_HINT = ("run `qmdlab doctor` (in the repo: `.venv/bin/qmdlab doctor`): it checks the llama.cpp\n"
-                "  build and each model on this machine and prints the rebuild command for this CPU.")
-_DESCRIPTIONS = {"SIGILL": "illegal instruction", "SIGSEGV": "segmentation fault", "SIGBUS": "bus error",
-                 "SIGABRT": "aborted", "SIGFPE": "floating-point exception", "SIGKILL": "killed",
-                 "SIGTERM": "terminated", "SIGINT": "interrupted"}
+DEFAULT_HINT = (
+    "run `qmdlab doctor` (in the repo: `.venv/bin/qmdlab doctor`): it checks the llama.cpp\n"
+    "  build and each model on this machine and prints the rebuild command for this CPU."
+)
+_DESCRIPTIONS = {
+    "SIGILL": "illegal instruction",
+    "SIGSEGV": "segmentation fault",
+    "SIGBUS": "bus error",
+    "SIGABRT": "aborted",
+    "SIGFPE": "floating-point exception",
+    "SIGKILL": "killed",
+    "SIGTERM": "terminated",
+    "SIGINT": "interrupted",
+}
 _RESULT_ENV = "QMDLAB_CHILD_IO"
 
 
@@ -158,9 +173,17 @@ def death_message(what: str, returncode: int, *, hint: Optional[str] = None, out
     return "\n".join(lines)
 
 
-def run_child(argv: Sequence[str], *, what: str, hint: Optional[str] = None, capture: bool = False,
-              timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-              cwd: Optional[os.PathLike] = None, check_signal: bool = True) -> ChildResult:
+def run_child(
+    argv: Sequence[str],
+    *,
+    what: str,
+    hint: Optional[str] = None,
+    capture: bool = False,
+    timeout: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    cwd: Optional[os.PathLike] = None,
+    check_signal: bool = True,
+) -> ChildResult:
     """Run ``argv`` in a child process; raise :class:`ChildDied` if a signal kills it.
 
     Parameters
@@ -189,8 +212,9 @@ def run_child(argv: Sequence[str], *, what: str, hint: Optional[str] = None, cap
     full_env.update(env or {})
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(list(argv), capture_output=capture, text=True, timeout=timeout, env=full_env,
-                              cwd=cwd, errors="replace")
+        proc = subprocess.run(
+            list(argv), capture_output=capture, text=True, timeout=timeout, env=full_env, cwd=cwd, errors="replace"
+        )
         rc, out, err = proc.returncode, proc.stdout or "", proc.stderr or ""
     except subprocess.TimeoutExpired as exc:  # subprocess.run killed it (SIGKILL)
         rc = -int(signal.SIGKILL)
@@ -198,8 +222,12 @@ def run_child(argv: Sequence[str], *, what: str, hint: Optional[str] = None, cap
         err = _text(exc.stderr) + f"\n(qmdlab: killed after the {timeout:g} s timeout)"
     res = ChildResult(rc, signal_name(rc) if rc < 0 else None, out, err, time.perf_counter() - t0)
     if res.signal and check_signal:
-        raise ChildDied(death_message(what, rc, hint=hint, output_tail=err if capture else ""),
-                        what=what, signal_name=res.signal, returncode=rc)
+        raise ChildDied(
+            death_message(what, rc, hint=hint, output_tail=err if capture else ""),
+            what=what,
+            signal_name=res.signal,
+            returncode=rc,
+        )
     return res
 
 
@@ -209,9 +237,16 @@ def _text(data: Any) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
 
 
-def call_in_child(target: str, *args: Any, what: str, hint: Optional[str] = None,
-                  timeout: Optional[float] = None, env: Optional[Mapping[str, str]] = None,
-                  capture: bool = True, **kwargs: Any) -> Any:
+def call_in_child(
+    target: str,
+    *args: Any,
+    what: str,
+    hint: Optional[str] = None,
+    timeout: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    capture: bool = True,
+    **kwargs: Any,
+) -> Any:
     """Call ``target(*args, **kwargs)`` in a fresh Python process and return its result.
 
     Parameters
@@ -239,16 +274,24 @@ def call_in_child(target: str, *args: Any, what: str, hint: Optional[str] = None
     with tempfile.TemporaryDirectory(prefix="qmdlab-child-") as tmp:
         io_in, io_out = Path(tmp) / "call.json", Path(tmp) / "result.json"
         io_in.write_text(json.dumps({"target": target, "args": list(args), "kwargs": kwargs}), encoding="utf-8")
-        res = run_child([sys.executable, "-m", "qmdlab.subproc"], what=what, hint=hint, capture=capture,
-                        timeout=timeout, env={**(env or {}), _RESULT_ENV: f"{io_in}{os.pathsep}{io_out}"})
+        res = run_child(
+            [sys.executable, "-m", "qmdlab.subproc"],
+            what=what,
+            hint=hint,
+            capture=capture,
+            timeout=timeout,
+            env={**(env or {}), _RESULT_ENV: f"{io_in}{os.pathsep}{io_out}"},
+        )
         if io_out.is_file():
             data = json.loads(io_out.read_text(encoding="utf-8"))
             if "error" in data:
                 raise ChildFailed(data["error"], kind=data.get("kind", ""), returncode=res.returncode)
             return data["value"]
     tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-12:])
-    raise ChildFailed(f"{what} exited with status {res.returncode} and no result"
-                      + (f"; its last output:\n{tail}" if tail else ""), returncode=res.returncode)
+    raise ChildFailed(
+        f"{what} exited with status {res.returncode} and no result" + (f"; its last output:\n{tail}" if tail else ""),
+        returncode=res.returncode,
+    )
 
 
 def _child_main() -> int:
@@ -265,8 +308,7 @@ def _child_main() -> int:
         pass
     spec = os.environ.get(_RESULT_ENV, "")
     if os.pathsep not in spec:
-        print(f"qmdlab.subproc: run through qmdlab.subproc.call_in_child (${_RESULT_ENV} is not set)",
-              file=sys.stderr)
+        print(f"qmdlab.subproc: run through qmdlab.subproc.call_in_child (${_RESULT_ENV} is not set)", file=sys.stderr)
         return 2
     io_in, io_out = (Path(p) for p in spec.split(os.pathsep, 1))
     call = json.loads(io_in.read_text(encoding="utf-8"))

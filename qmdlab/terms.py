@@ -32,6 +32,7 @@ differences are deliberate (changing one would change tokens, and so metrics):
 - :data:`QUESTION_STOPWORDS` (short, question function words) and :data:`BM25_STOPWORDS` (the longer
   list dropped from ``or``/``msm`` BM25 queries).
 """
+
 from __future__ import annotations
 
 import re
@@ -233,7 +234,7 @@ def terms(text: str, *, stopwords: bool = True) -> list[str]:
     out: list[str] = []
     pos = 0
     for m in CJK_RUN.finditer(text):
-        out += words(text[pos:m.start()])
+        out += words(text[pos : m.start()])
         out += bigrams(m.group(0))
         pos = m.end()
     out += words(text[pos:])
@@ -243,5 +244,19 @@ def terms(text: str, *, stopwords: bool = True) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-__all__ = ["CJK_CLASS", "CJK_RUN", "WORD", "ALNUM_PATTERN", "QUERY_PIECE", "QUESTION_STOPWORDS", "BM25_STOPWORDS",
-           "has_cjk", "space_cjk", "bigrams", "words", "folded_words", "query_pieces", "terms"]
+__all__ = [
+    "CJK_CLASS",
+    "CJK_RUN",
+    "WORD",
+    "ALNUM_PATTERN",
+    "QUERY_PIECE",
+    "QUESTION_STOPWORDS",
+    "BM25_STOPWORDS",
+    "has_cjk",
+    "space_cjk",
+    "bigrams",
+    "words",
+    "folded_words",
+    "query_pieces",
+    "terms",
+]

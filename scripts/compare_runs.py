@@ -13,6 +13,7 @@ ranks, scores within ``--tol``; the files carry 9 decimals), every number in ``m
 except timings, and every per-query metric in ``per_query.parquet`` (full float64). Exit status 1
 when anything differs, so a script can chain it.
 """
+
 from __future__ import annotations
 
 import argparse

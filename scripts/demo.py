@@ -33,6 +33,7 @@ it (SIGILL from a llama.cpp build that does not fit this CPU, the OOM killer…)
 prints what died, the cause and the `qmdlab doctor` hint, and exits 1 — never silently. Traces
 of the queries finished before the crash stay cached and are reused by the next run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,15 +52,31 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="offline")
     ap.add_argument("--limit", type=int, default=None, help="retrieval tier: only the first N judged queries")
-    ap.add_argument("--llm-queries", type=int, default=5,
-                    help="LLM tier: the first N queries through expansion + rerank (0 skips the tier)")
-    ap.add_argument("--candidates", type=int, default=5,
-                    help="LLM tier: fused documents reranked per query (the pipeline default is 40)")
+    ap.add_argument(
+        "--llm-queries",
+        type=int,
+        default=5,
+        help="LLM tier: the first N queries through expansion + rerank (0 skips the tier)",
+    )
+    ap.add_argument(
+        "--candidates",
+        type=int,
+        default=5,
+        help="LLM tier: fused documents reranked per query (the pipeline default is 40)",
+    )
     ap.add_argument("--out", default=None, help="results directory (default under $QMDLAB_HOME/eval/default/results)")
-    ap.add_argument("--complete-rerank", action="store_true",
-                    help="rerank documents that other fusion/blend rows promote (more model calls)")
-    ap.add_argument("--tier", type=int, choices=(1, 2, 3), default=None,
-                    help="run only this tier (3: the frontier), in this process (what each child process runs)")
+    ap.add_argument(
+        "--complete-rerank",
+        action="store_true",
+        help="rerank documents that other fusion/blend rows promote (more model calls)",
+    )
+    ap.add_argument(
+        "--tier",
+        type=int,
+        choices=(1, 2, 3),
+        default=None,
+        help="run only this tier (3: the frontier), in this process (what each child process runs)",
+    )
     ap.add_argument("--no-frontier", action="store_true", help="skip the quality-latency frontier at the end")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
@@ -72,20 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="qmdlab-demo-times-") as tmp:
         times_dir = Path(tmp)
         walls: dict[int, float] = {}
-        tiers = {1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
-                 2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)"}
+        tiers = {
+            1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
+            2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)",
+        }
         for tier, what in tiers.items():
             if tier == 2 and not args.llm_queries:
                 break
             t_child = time.perf_counter()
             try:
-                res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", str(tier)],
-                                what=what, env={"PYTHONFAULTHANDLER": "1",
-                                                "QMDLAB_DEMO_TIMES": str(times_dir / f"tier{tier}.json")})
+                res = run_child(
+                    [sys.executable, str(Path(__file__).resolve()), *argv, "--tier", str(tier)],
+                    what=what,
+                    env={"PYTHONFAULTHANDLER": "1", "QMDLAB_DEMO_TIMES": str(times_dir / f"tier{tier}.json")},
+                )
             except ChildDied as err:
                 print(f"\n{err}", file=sys.stderr)
-                print("note: the traces of every query finished before the crash are cached on disk; "
-                      "`make demo` reuses them after the fix.", file=sys.stderr)
+                print(
+                    "note: the traces of every query finished before the crash are cached on disk; "
+                    "`make demo` reuses them after the fix.",
+                    file=sys.stderr,
+                )
                 return 1
             walls[tier] = time.perf_counter() - t_child
             if res.returncode:
@@ -96,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_frontier:
             t_child = time.perf_counter()
             try:
-                res = run_child([sys.executable, str(Path(__file__).resolve()), *argv, "--tier", "3"],
-                                what="the demo's frontier (tier 3: every configuration, held-out and timed)",
-                                env={"PYTHONFAULTHANDLER": "1", "QMDLAB_DEMO_TIMES": str(times_dir / "tier3.json")})
+                res = run_child(
+                    [sys.executable, str(Path(__file__).resolve()), *argv, "--tier", "3"],
+                    what="the demo's frontier (tier 3: every configuration, held-out and timed)",
+                    env={"PYTHONFAULTHANDLER": "1", "QMDLAB_DEMO_TIMES": str(times_dir / "tier3.json")},
+                )
             except ChildDied as err:
                 print(f"\n{err}", file=sys.stderr)
                 return 1
@@ -124,11 +150,11 @@ def _tier(args) -> int:
     t_start = time.perf_counter()
     faulthandler.enable()
 
+    from qmdlab.errors import QmdlabError
     from qmdlab.eval.ablation import format_table
     from qmdlab.eval.distributions import score_distributions, summary
     from qmdlab.eval.runner import run_suite
     from qmdlab.eval.suites import get_suite
-    from qmdlab.errors import QmdlabError
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import PipelineConfig
 
@@ -147,23 +173,44 @@ def _tier(args) -> int:
             print(f"models ({args.preset}): embed {retrieval_models.embedder.model_id}", flush=True)
             print("\n== tier 1: retrieval (BM25 + vectors, every fusion method), all queries ==", flush=True)
             t_suite = time.perf_counter()
-            last = run_suite(suite, retrieval_models, PipelineConfig(expand=False, rerank=False),
-                             out=_sub(args.out, "retrieval"), name="demo-retrieval", ablate=True,
-                             limit=args.limit, complete_rerank=False, check_ranx=False, log=log)
+            last = run_suite(
+                suite,
+                retrieval_models,
+                PipelineConfig(expand=False, rerank=False),
+                out=_sub(args.out, "retrieval"),
+                name="demo-retrieval",
+                ablate=True,
+                limit=args.limit,
+                complete_rerank=False,
+                check_ranx=False,
+                log=log,
+            )
             t_suite = time.perf_counter() - t_suite
             t_rep = time.perf_counter()
             _report(last, format_table)
             report_s = time.perf_counter() - t_rep
         else:
             models = load_models(args.preset)
-            print(f"\n== tier 2: full pipeline (expand {models.expander.model_id if models.expander else '-'}, "
-                  f"rerank {models.reranker.model_id if models.reranker else '-'}, top {args.candidates} "
-                  f"candidates), first {args.llm_queries} queries ==", flush=True)
+            print(
+                f"\n== tier 2: full pipeline (expand {models.expander.model_id if models.expander else '-'}, "
+                f"rerank {models.reranker.model_id if models.reranker else '-'}, top {args.candidates} "
+                f"candidates), first {args.llm_queries} queries ==",
+                flush=True,
+            )
             config = PipelineConfig(candidate_limit=args.candidates)
             t_suite = time.perf_counter()
-            last = run_suite(suite, models, config, out=_sub(args.out, "full"), name="demo-full", ablate=True,
-                             limit=args.llm_queries, complete_rerank=args.complete_rerank, check_ranx=False,
-                             log=log)
+            last = run_suite(
+                suite,
+                models,
+                config,
+                out=_sub(args.out, "full"),
+                name="demo-full",
+                ablate=True,
+                limit=args.llm_queries,
+                complete_rerank=args.complete_rerank,
+                check_ranx=False,
+                log=log,
+            )
             t_suite = time.perf_counter() - t_suite
             t_rep = time.perf_counter()
             _report(last, format_table)
@@ -176,8 +223,10 @@ def _tier(args) -> int:
         t_rep = time.perf_counter()
         dist = summary(score_distributions(last.trace, last.qrels))
         sep = dist.select("stage", "auc").unique("stage").sort("auc", descending=True, nulls_last=True)
-        print("\nscore separation (AUC, relevant vs non-relevant) per stage: "
-              + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None))
+        print(
+            "\nscore separation (AUC, relevant vs non-relevant) per stage: "
+            + ", ".join(f"{s} {a:.2f}" for s, a in sep.iter_rows() if a is not None)
+        )
         report_s += time.perf_counter() - t_rep
     print(f"\ntier {args.tier} results, run files and traces: {last.out_dir}", flush=True)
     _write_times(args.tier, imports_s, t_suite, last, time.perf_counter() - t_start, report_s)
@@ -191,21 +240,33 @@ def _frontier_tier(args, t_start: float) -> int:
     from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import PipelineConfig
 
-    print("\n== the quality-latency frontier: every configuration, held-out nDCG@10, median s/query here ==",
-          flush=True)
+    print(
+        "\n== the quality-latency frontier: every configuration, held-out nDCG@10, median s/query here ==", flush=True
+    )
     try:
         # the tiers' configs exactly (retrieval: expansion and rerank off; LLM: top --candidates reranked on the
         # first --llm-queries queries), so both recordings come from the trace cache
-        res = frontier(get_suite("default"), args.preset, base=PipelineConfig(), llm_queries=args.llm_queries,
-                       candidates=args.candidates, limit=args.limit, out=_sub(args.out, "frontier"), log=lambda m: print(m, flush=True))
+        res = frontier(
+            get_suite("default"),
+            args.preset,
+            base=PipelineConfig(),
+            llm_queries=args.llm_queries,
+            candidates=args.candidates,
+            limit=args.limit,
+            out=_sub(args.out, "frontier"),
+            log=lambda m: print(m, flush=True),
+        )
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(format_table(res))
     print(f"plot: {res.out_dir / 'frontier.png'}")
-    print(f"write the configuration you pick: qmdlab eval default --frontier --llm-queries {args.llm_queries} "
-          f"--candidates {args.candidates} --write-config picked.yaml --pick fastest-within 0.005 "
-          "(then qmdlab query --config picked.yaml)", flush=True)
+    print(
+        f"write the configuration you pick: qmdlab eval default --frontier --llm-queries {args.llm_queries} "
+        f"--candidates {args.candidates} --write-config picked.yaml --pick fastest-within 0.005 "
+        "(then qmdlab query --config picked.yaml)",
+        flush=True,
+    )
     path = os.environ.get("QMDLAB_DEMO_TIMES")
     if path:
         Path(path).write_text(json.dumps({"tier": 3, "tier_s": time.perf_counter() - t_start}), encoding="utf-8")
@@ -221,12 +282,25 @@ def _write_times(tier: int, imports_s: float, suite_s: float, res, tier_s: float
     stages: dict[str, float] = {}
     for stage, ms in res.trace.timings.select("stage", "ms").iter_rows():
         stages[stage] = stages.get(stage, 0.0) + ms / 1e3
-    Path(path).write_text(json.dumps({
-        "tier": tier, "imports_s": imports_s, "suite_s": suite_s, "tier_s": tier_s,
-        "index_s": t.get("index_s", 0.0), "query_s": t.get("query_s", 0.0), "ablation_s": t.get("ablation_s", 0.0),
-        "ranx_s": t.get("ranx_check_s", 0.0), "report_s": report_s,
-        "queries": t.get("queries", 0), "queries_cached": t.get("queries_cached", 0), "stages": stages}),
-        encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(
+            {
+                "tier": tier,
+                "imports_s": imports_s,
+                "suite_s": suite_s,
+                "tier_s": tier_s,
+                "index_s": t.get("index_s", 0.0),
+                "query_s": t.get("query_s", 0.0),
+                "ablation_s": t.get("ablation_s", 0.0),
+                "ranx_s": t.get("ranx_check_s", 0.0),
+                "report_s": report_s,
+                "queries": t.get("queries", 0),
+                "queries_cached": t.get("queries_cached", 0),
+                "stages": stages,
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
 def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_s: float, total: float) -> str:
@@ -267,8 +341,9 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
             lines.append("    (no timings written by the child)")
             continue
         start = wall - r["tier_s"]
-        row("    start-up + imports", start + r["imports_s"],
-            f"process start {start:.1f}, imports {r['imports_s']:.1f}")
+        row(
+            "    start-up + imports", start + r["imports_s"], f"process start {start:.1f}, imports {r['imports_s']:.1f}"
+        )
         row("    index + embedding", r["index_s"])
         n, cached = r["queries"], r["queries_cached"]
         if cached:
@@ -276,8 +351,11 @@ def time_summary(walls: dict[int, float], reports: dict[int, dict | None], rows_
         else:
             parts = sorted(r["stages"].items(), key=lambda kv: -kv[1])
             other = r["query_s"] - sum(v for _, v in parts)
-            row(f"    {n} queries", r["query_s"],
-                ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + f", other {other:.1f}")
+            row(
+                f"    {n} queries",
+                r["query_s"],
+                ", ".join(f"{k} {v:.1f}" for k, v in parts if v >= 0.05) + f", other {other:.1f}",
+            )
         row("    ablation", r["ablation_s"])
         ranx = r.get("ranx_s", 0.0)
         row("    saving runs + traces", r["suite_s"] - r["index_s"] - r["query_s"] - r["ablation_s"] - ranx)
@@ -300,11 +378,15 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
 
     report = load_report(run_dir)
     if report is None or report.heldout is None:
-        print("\ntrained cross-encoder reranker: none yet. `make train-reranker` trains one on the labelled "
-              "queries (5-fold) and adds its held-out rerank rows here.")
+        print(
+            "\ntrained cross-encoder reranker: none yet. `make train-reranker` trains one on the labelled "
+            "queries (5-fold) and adds its held-out rerank rows here."
+        )
         return
-    print(f"\n== trained cross-encoder reranker ({run_dir}): held-out folds, each query reranked by a "
-          "model that never saw it ==")
+    print(
+        f"\n== trained cross-encoder reranker ({run_dir}): held-out folds, each query reranked by a "
+        "model that never saw it =="
+    )
     print(format_table(report.heldout))
     print("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in report.auc.items() if v is not None))
     # Only recommend the model when a blend beats the fused order on held-out queries (paired t and
@@ -313,12 +395,18 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
     helps = rows.filter((pl.col("delta") > 0) & (pl.col("p_ttest") < 0.05) & (pl.col("p_fisher") < 0.05))
     if helps.height:
         best = helps.sort("delta", descending=True).row(0, named=True)
-        print(f"{best['run']} beats the fused order on held-out queries (Δ {best['delta']:+.4f}, "
-              f"p(t) {best['p_ttest']:.3g}); use it: QMDLAB_RERANK_MODEL={report.model}", flush=True)
+        print(
+            f"{best['run']} beats the fused order on held-out queries (Δ {best['delta']:+.4f}, "
+            f"p(t) {best['p_ttest']:.3g}); use it: QMDLAB_RERANK_MODEL={report.model}",
+            flush=True,
+        )
     else:
         best = rows.sort("delta", descending=True).row(0, named=True)
-        print(f"no blend beats the fused order on held-out queries (best {best['run']} Δ {best['delta']:+.4f}, "
-              f"p(t) {best['p_ttest']:.3g}): this reranker does not help; keep rerank off.", flush=True)
+        print(
+            f"no blend beats the fused order on held-out queries (best {best['run']} Δ {best['delta']:+.4f}, "
+            f"p(t) {best['p_ttest']:.3g}): this reranker does not help; keep rerank off.",
+            flush=True,
+        )
 
 
 def _sub(out: str | None, name: str) -> str | None:
@@ -327,11 +415,16 @@ def _sub(out: str | None, name: str) -> str | None:
 
 def _report(res, format_table) -> None:
     n, cached = res.timings["queries"], res.timings["queries_cached"]
-    print(f"\n{n} labelled queries ({cached} traces from cache), pipeline {res.timings['query_s']:.0f} s, "
-          f"ablation {res.timings.get('ablation_s', 0):.1f} s")
+    print(
+        f"\n{n} labelled queries ({cached} traces from cache), pipeline {res.timings['query_s']:.0f} s, "
+        f"ablation {res.timings.get('ablation_s', 0):.1f} s"
+    )
     print(format_table(res.ablation))
-    print("  p(t): paired t-test, p(Fisher): randomisation test, both against the baseline row; "
-          "* = p < 0.05; W/T/L = queries won/tied/lost", flush=True)
+    print(
+        "  p(t): paired t-test, p(Fisher): randomisation test, both against the baseline row; "
+        "* = p < 0.05; W/T/L = queries won/tied/lost",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Fixtures shared by every test area. Area-specific fixtures live in tests/<area>/conftest.py."""
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@
 Structural, not timed: each check runs a fresh interpreter and looks at ``sys.modules``
 (timings are in ``benchmarks/bench.py`` and the README's performance section).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -13,14 +14,26 @@ import sys
 import click
 from click.testing import CliRunner
 
-HEAVY = ("polars", "numpy", "torch", "llama_cpp", "marimo", "transformers", "lightgbm", "sentence_transformers",
-         "ranx", "mcp")
+HEAVY = (
+    "polars",
+    "numpy",
+    "torch",
+    "llama_cpp",
+    "marimo",
+    "transformers",
+    "lightgbm",
+    "sentence_transformers",
+    "ranx",
+    "mcp",
+)
 
 
 def _loaded_after(code: str) -> list[str]:
     """Top-level packages from :data:`HEAVY` in ``sys.modules`` after running ``code`` in a child."""
-    probe = (f"import sys\n{code}\nimport json\n"
-             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))")
+    probe = (
+        f"import sys\n{code}\nimport json\n"
+        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({list(HEAVY)!r}))))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -30,18 +43,22 @@ def test_import_cli_loads_no_heavy_library():
 
 
 def test_import_cli_loads_no_command_area():
-    code = ("import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')\n"
-            "            or m.startswith(('qmdlab.eval', 'qmdlab.training')) or m == 'importlib.metadata'], sys.modules")
+    code = (
+        "import qmdlab.cli\nassert not [m for m in sys.modules if m.startswith('qmdlab.commands.')\n"
+        "            or m.startswith(('qmdlab.eval', 'qmdlab.training')) or m == 'importlib.metadata'], sys.modules"
+    )
     assert _loaded_after(code) == []
 
 
 def test_search_verb_loads_no_heavy_library(tmp_path):
     """``qmdlab search`` on an (empty) index: resolving the verb, opening the index and running BM25."""
-    code = ("from qmdlab.store import Index\n"
-            f"Index.open({str(tmp_path / 'idx')!r}).close()\n"  # reading verbs open existing indexes only
-            "from qmdlab.cli import main\n"
-            f"rc = main(['--index', {str(tmp_path / 'idx')!r}, 'search', 'anything'])\n"
-            "assert rc == 0, rc")
+    code = (
+        "from qmdlab.store import Index\n"
+        f"Index.open({str(tmp_path / 'idx')!r}).close()\n"  # reading verbs open existing indexes only
+        "from qmdlab.cli import main\n"
+        f"rc = main(['--index', {str(tmp_path / 'idx')!r}, 'search', 'anything'])\n"
+        "assert rc == 0, rc"
+    )
     assert _loaded_after(code) == []
 
 
@@ -90,19 +107,29 @@ def test_core_imports_nothing_above_it():
     bad = []
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            bad += [f"{path.relative_to(root.parent)}:{node.lineno}: {n}" for n in names
-                    if n.split(".")[0] in ("eval", "training") or n.startswith(("qmdlab.eval", "qmdlab.training"))]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            bad += [
+                f"{path.relative_to(root.parent)}:{node.lineno}: {n}"
+                for n in names
+                if n.split(".")[0] in ("eval", "training") or n.startswith(("qmdlab.eval", "qmdlab.training"))
+            ]
     assert not bad, bad
 
 
 def test_eval_verb_loads_only_its_area():
     """Looking up ``qmdlab eval`` registers the eval area through its entry point and no core area."""
-    code = ("import click\nfrom qmdlab.cli import cli\n"
-            "assert cli.get_command(click.Context(cli), 'eval') is not None\n"
-            "assert 'qmdlab.eval.commands' in sys.modules and 'qmdlab.training.commands' not in sys.modules\n"
-            "assert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sorted(sys.modules)")
+    code = (
+        "import click\nfrom qmdlab.cli import cli\n"
+        "assert cli.get_command(click.Context(cli), 'eval') is not None\n"
+        "assert 'qmdlab.eval.commands' in sys.modules and 'qmdlab.training.commands' not in sys.modules\n"
+        "assert not [m for m in sys.modules if m.startswith('qmdlab.commands.')], sorted(sys.modules)"
+    )
     assert _loaded_after(code) == []
 
 

@@ -1,6 +1,7 @@
 """`make demo` ends with where its time went (scripts/demo.py): each tier child writes its
 timings to ``$QMDLAB_DEMO_TIMES`` and the parent prints them per tier and stage. Fast: the tier
 children are bare interpreters writing a JSON file."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,9 +19,20 @@ def _demo():
 
 
 def _report(tier: int, cached: int) -> dict:
-    return {"tier": tier, "imports_s": 1.0, "suite_s": 9.0, "tier_s": 10.6, "index_s": 4.0, "query_s": 3.0,
-            "ablation_s": 1.5, "ranx_s": 0.25, "report_s": 0.5, "queries": 5, "queries_cached": cached,
-            "stages": {"expand": 1.25, "rerank": 1.5, "fuse": 0.01}}
+    return {
+        "tier": tier,
+        "imports_s": 1.0,
+        "suite_s": 9.0,
+        "tier_s": 10.6,
+        "index_s": 4.0,
+        "query_s": 3.0,
+        "ablation_s": 1.5,
+        "ranx_s": 0.25,
+        "report_s": 0.5,
+        "queries": 5,
+        "queries_cached": cached,
+        "stages": {"expand": 1.25, "rerank": 1.5, "fuse": 0.01},
+    }
 
 
 def _flat(text: str) -> list[str]:
@@ -69,7 +81,7 @@ def test_main_reads_what_each_tier_child_wrote(monkeypatch, capsys):
     assert demo.main(["--llm-queries", "2"]) == 0
     assert seen == ["tier1.json", "tier2.json", "tier3.json"]  # tier 3: the frontier
     out = capsys.readouterr().out
-    summary = _flat(out[out.index("where the time went"):])
+    summary = _flat(out[out.index("where the time went") :])
     assert summary.count("index + embedding 4.0 s") == 2
     assert summary.count("5 queries 3.0 s (rerank 1.5, expand 1.2, other 0.2)") == 2
     assert "(no timings written by the child)" not in summary

@@ -1,5 +1,6 @@
 """docs/design.md names each pipeline constant as its PipelineConfig field: every ``field = value``
 written in backticks there must be that field's default, and every field named must exist."""
+
 from __future__ import annotations
 
 import ast

@@ -3,6 +3,7 @@
 An experiment is a one-off study, but its script must keep working for the next person who wants
 to reproduce its README's figures: a renamed helper in the library fails here, not months later.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(REPO.glob("experiments/*/run.py")) + sorted(REPO.glob("benchmarks/*.py")) \
-    + sorted(REPO.glob("scripts/*.py"))
+SCRIPTS = (
+    sorted(REPO.glob("experiments/*/run.py")) + sorted(REPO.glob("benchmarks/*.py")) + sorted(REPO.glob("scripts/*.py"))
+)
 
 
 def test_every_experiment_has_a_readme():

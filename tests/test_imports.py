@@ -5,6 +5,7 @@ another) is otherwise found by a user. A module whose *third-party* optional dep
 installed is skipped with the missing package named — except under CI (``$CI`` set), where
 every extra is installed and a missing one is a failure.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -58,8 +59,9 @@ def _from_imports(name: str):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.ImportFrom):
             continue
-        target = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level \
-            else node.module
+        target = (
+            importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+        )
         if target and target.split(".")[0] in OURS:
             for alias in node.names:
                 yield node.lineno, target, alias.name

@@ -7,6 +7,7 @@ results page under ``docs/results/`` (and in the benchmark and experiment record
 them). Systems qmdlab borrows from are named by what they do, and defined once in
 ``docs/design.md``'s prior-art table.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,9 +27,11 @@ HISTORY = [
     (r"/tmp/i20", "a path on one machine"),
 ]
 PRIOR_NAMES = (r"\b(AI Helper|super-pi|KnowDB|KBFold)\b", "a prior system's private name (say what it does)")
-LOAD = (r"\b1-minute load\b|\bload average\b|\bload ~\d|\bat load [~\d]|\bunder load\b"
-        r"|\bload \d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?! ?s\b)(?=[ ,;)]|$)",
-        "a load narrative (it belongs on a docs/results page)")
+LOAD = (
+    r"\b1-minute load\b|\bload average\b|\bload ~\d|\bat load [~\d]|\bunder load\b"
+    r"|\bload \d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?! ?s\b)(?=[ ,;)]|$)",
+    "a load narrative (it belongs on a docs/results page)",
+)
 TMP_IN_DATA = (r"\"/tmp/", "a machine path in committed data")
 
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".json", ".txt", ".cfg", ".sh"}
@@ -93,17 +96,35 @@ def test_committed_data_holds_no_machine_paths():
     assert not bad, f"{TMP_IN_DATA[1]}:\n" + "\n".join(bad[:30])
 
 
-@pytest.mark.parametrize("line,pattern", [
-    ("see issue 16 for why", HISTORY[0][0]), ("Issue #3", HISTORY[0][0]), ("in session 4", HISTORY[1][0]),
-    ("DESIGN §3 step 2", HISTORY[2][0]), ("the lead's CLI", HISTORY[3][0]), ("KBFold's leg", PRIOR_NAMES[0]),
-    ("at load ~17", LOAD[0]), ("nice 19, load 3.6–3.9)", LOAD[0]), ("with 2 threads at load 12 on 2", LOAD[0]),
-    ('"out": "/tmp/scale-out"', TMP_IN_DATA[0]),
-])
+@pytest.mark.parametrize(
+    "line,pattern",
+    [
+        ("see issue 16 for why", HISTORY[0][0]),
+        ("Issue #3", HISTORY[0][0]),
+        ("in session 4", HISTORY[1][0]),
+        ("DESIGN §3 step 2", HISTORY[2][0]),
+        ("the lead's CLI", HISTORY[3][0]),
+        ("KBFold's leg", PRIOR_NAMES[0]),
+        ("at load ~17", LOAD[0]),
+        ("nice 19, load 3.6–3.9)", LOAD[0]),
+        ("with 2 threads at load 12 on 2", LOAD[0]),
+        ('"out": "/tmp/scale-out"', TMP_IN_DATA[0]),
+    ],
+)
 def test_patterns_catch_what_they_name(line, pattern):
     assert re.search(pattern, line)
 
 
-@pytest.mark.parametrize("line", ["the issues command", "a session cookie", "tissue 3", "download ~2 GB",
-                                  "load 0.50 s, first call 1.00 s", "called at load time only"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the issues command",
+        "a session cookie",
+        "tissue 3",
+        "download ~2 GB",
+        "load 0.50 s, first call 1.00 s",
+        "called at load time only",
+    ],
+)
 def test_patterns_leave_product_words_alone(line):
     assert not any(re.search(p, line) for p, _ in HISTORY + [PRIOR_NAMES, LOAD])

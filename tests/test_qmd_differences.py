@@ -5,6 +5,7 @@
 ``(command line after "qmd", the document's row for it or None)``. A row names a deviation even
 when the command parses (a default that differs, say), so a row key may sit on an accepted command.
 """
+
 from __future__ import annotations
 
 import re

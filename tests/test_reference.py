@@ -1,6 +1,7 @@
 """docs/reference/ is generated from the code and kept complete: every PipelineConfig field has a
 description and a stage group, every QMDLAB_* variable the code reads is listed, and the committed
 pages equal what scripts/gen_reference.py writes now."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,15 +36,21 @@ def test_every_config_field_has_a_stage_group():
 
 
 def test_every_environment_variable_read_is_listed():
-    files = subprocess.run(["git", "ls-files", "qmdlab", "eval", "training", "notebooks", "scripts", "Makefile",
-                            ".ci/run", "tests"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "qmdlab", "eval", "training", "notebooks", "scripts", "Makefile", ".ci/run", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     if not files:
         pytest.skip("not a git checkout: the tracked files cannot be listed")
     seen: dict[str, str] = {}
     for f in files:
         path = REPO / f
         if path.is_file() and path.suffix in (".py", "") and f != "qmdlab/environment.py":
-            for name in re.findall(r"QMDLAB_[A-Z][A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8", errors="ignore")):
+            for name in re.findall(
+                r"QMDLAB_[A-Z][A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8", errors="ignore")
+            ):
                 seen.setdefault(name, f)
     missing = {n: f for n, f in seen.items() if n not in ENVIRONMENT}
     assert not missing, f"list these in qmdlab/environment.py ENVIRONMENT: {missing}"
@@ -51,7 +58,10 @@ def test_every_environment_variable_read_is_listed():
 
 def test_committed_reference_pages_are_current():
     pages = gen.render()
-    stale = [n for n, text in pages.items()
-             if not (REPO / "docs" / "reference" / n).is_file()
-             or (REPO / "docs" / "reference" / n).read_text(encoding="utf-8") != text]
+    stale = [
+        n
+        for n, text in pages.items()
+        if not (REPO / "docs" / "reference" / n).is_file()
+        or (REPO / "docs" / "reference" / n).read_text(encoding="utf-8") != text
+    ]
     assert not stale, f"docs/reference out of date: {stale}; run python scripts/gen_reference.py"

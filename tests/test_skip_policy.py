@@ -3,6 +3,7 @@ CI (``$CI``) or ``QMDLAB_REQUIRE_ALL=1`` — at module level, in a fixture and i
 
 The real conftest is copied next to three small test files and run in a pytest subprocess.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 CASES = {
-    "test_module_level.py": '''
+    "test_module_level.py": """
 import pytest
 
 @pytest.fixture(scope="module", autouse=True)
@@ -24,8 +25,8 @@ def _prerequisites(require):
 
 def test_a():
     pass
-''',
-    "test_in_fixture.py": '''
+""",
+    "test_in_fixture.py": """
 import pytest
 
 @pytest.fixture
@@ -34,15 +35,15 @@ def thing(require):
 
 def test_b(thing):
     pass
-''',
-    "test_in_test.py": '''
+""",
+    "test_in_test.py": """
 def test_c(require):
     require.module("qmdlab_no_such_module_xyz", "needs xyz")
 
 def test_present(require):
     assert require.module("json", "stdlib").dumps(1) == "1"
     require(True, "never shown")
-''',
+""",
 }
 
 
@@ -55,8 +56,26 @@ def _run(tmp_path: Path, **env: str) -> tuple[int, dict[str, int], str]:
             (d / name).write_text(text, encoding="utf-8")
     full = {k: v for k, v in os.environ.items() if k not in ("CI", "QMDLAB_REQUIRE_ALL", "PYTEST_ADDOPTS")}
     full.update(env)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--rootdir", str(d),
-                          "-c", os.devnull, str(d)], capture_output=True, text=True, env=full, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(d),
+            "-c",
+            os.devnull,
+            str(d),
+        ],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+    )
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed|errors?)", res.stdout.splitlines()[-1])}
     counts["errors"] = counts.pop("error", 0) + counts.pop("errors", 0)
     return res.returncode, counts, res.stdout

@@ -7,6 +7,7 @@ dequantises it to float32, and :func:`dequantize_gguf` saves that as plain HF we
 tokenizer. Quantisation noise stays in the weights; that is fine for a CPU demonstration
 and not a substitute for the real base model.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -52,7 +53,9 @@ def dequantize_gguf(gguf: str | Path, out_dir: str | Path) -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     if [m for m in missing if "lm_head" not in m] or unexpected:
-        raise ModelError(f"dequantised weights do not match the architecture: missing={missing} unexpected={unexpected}")
+        raise ModelError(
+            f"dequantised weights do not match the architecture: missing={missing} unexpected={unexpected}"
+        )
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model.generation_config.eos_token_id = tok.eos_token_id

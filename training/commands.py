@@ -9,6 +9,7 @@ newest checkpoint. Training needs the ``train`` extra (``pip install 'qmdlab[tra
 Registered with ``qmdlab/cli.py`` through the ``qmdlab.commands`` entry point ``train`` in
 ``pyproject.toml`` (the core never imports :mod:`training`).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,13 @@ def _echo(result: dict) -> None:
     click.echo(json.dumps(result, indent=1, ensure_ascii=False, default=str))
 
 
-_config_opt = click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None,
-                           help="YAML file with the step's config fields.")
+_config_opt = click.option(
+    "--config",
+    "config",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="YAML file with the step's config fields.",
+)
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config field.")
 
 
@@ -50,8 +56,14 @@ def register(group: click.Group) -> None:
         """Fine-tune a query expander (prepare → sft → grpo → export → evaluate, synth) or a reranker."""
 
     @train.command("prepare")
-    @click.option("--data", "data", default="data/training/seed.jsonl", show_default=True,
-                  type=click.Path(dir_okay=False), help="Examples (JSONL schema).")
+    @click.option(
+        "--data",
+        "data",
+        default="data/training/seed.jsonl",
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="Examples (JSONL schema).",
+    )
     @click.option("--out", "out", default="runs/data", show_default=True, help="Output directory.")
     @click.option("--eval-fraction", default=0.1, show_default=True, type=float)
     @click.option("--seed", default=0, show_default=True, type=int)
@@ -76,8 +88,20 @@ def register(group: click.Group) -> None:
         """Supervised fine-tuning with LoRA (TRL SFTTrainer)."""
         from qmdlab.training.sft import SFTRunConfig, run_sft
 
-        _echo(run_sft(_config(SFTRunConfig, config, sets, base=base, train_file=train_file, eval_file=eval_file,
-                              output_dir=output_dir, max_steps=max_steps)))
+        _echo(
+            run_sft(
+                _config(
+                    SFTRunConfig,
+                    config,
+                    sets,
+                    base=base,
+                    train_file=train_file,
+                    eval_file=eval_file,
+                    output_dir=output_dir,
+                    max_steps=max_steps,
+                )
+            )
+        )
 
     @train.command("grpo")
     @_config_opt
@@ -92,8 +116,21 @@ def register(group: click.Group) -> None:
         """GRPO with the rule + retrieval reward (TRL GRPOTrainer)."""
         from qmdlab.training.grpo import GRPORunConfig, run_grpo
 
-        _echo(run_grpo(_config(GRPORunConfig, config, sets, base=base, prompts_file=prompts_file, suite=suite,
-                               index=index_dir, output_dir=output_dir, max_steps=max_steps)))
+        _echo(
+            run_grpo(
+                _config(
+                    GRPORunConfig,
+                    config,
+                    sets,
+                    base=base,
+                    prompts_file=prompts_file,
+                    suite=suite,
+                    index=index_dir,
+                    output_dir=output_dir,
+                    max_steps=max_steps,
+                )
+            )
+        )
 
     @train.command("export")
     @_config_opt
@@ -105,8 +142,11 @@ def register(group: click.Group) -> None:
         """Merge, convert to GGUF, quantise; the GGUF is then usable as the engine's expander."""
         from qmdlab.training.export import ExportConfig, run_export
 
-        _echo(run_export(_config(ExportConfig, config, sets, model=model, output_dir=output_dir,
-                                 quants=list(quants) or None)))
+        _echo(
+            run_export(
+                _config(ExportConfig, config, sets, model=model, output_dir=output_dir, quants=list(quants) or None)
+            )
+        )
 
     @train.command("evaluate")
     @_config_opt
@@ -118,21 +158,37 @@ def register(group: click.Group) -> None:
     @click.option("--max-queries", type=int, default=None)
     @click.option("--output-dir", default=None)
     @_set_opt
-    def evaluate_cmd(config, expander, base_expander, suite, index_dir, examples_file, max_queries, output_dir,
-                     sets) -> None:
+    def evaluate_cmd(
+        config, expander, base_expander, suite, index_dir, examples_file, max_queries, output_dir, sets
+    ) -> None:
         """nDCG@10 with each expander vs no expansion, and the rule score."""
         from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
 
-        _echo(run_evaluate(_config(EvaluateConfig, config, sets, expander=expander, base_expander=base_expander,
-                                   suite=suite, index=index_dir, examples_file=examples_file,
-                                   max_queries=max_queries, output_dir=output_dir)))
+        _echo(
+            run_evaluate(
+                _config(
+                    EvaluateConfig,
+                    config,
+                    sets,
+                    expander=expander,
+                    base_expander=base_expander,
+                    suite=suite,
+                    index=index_dir,
+                    examples_file=examples_file,
+                    max_queries=max_queries,
+                    output_dir=output_dir,
+                )
+            )
+        )
 
     @train.command("reranker")
     @_config_opt
     @click.option("--suite", default=None, help="Labelled suite: name (default, cisi) or directory.")
     @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
     @click.option("--out", default=None, help="Run directory (default runs/reranker).")
-    @click.option("--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name.")
+    @click.option(
+        "--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name."
+    )
     @click.option("--folds", type=int, default=None, help="K-fold held-out evaluation (0: none; default 5).")
     @click.option("--seed", type=int, default=None)
     @click.option("--loss", default=None, help="lambda (default) | listnet | ranknet | bce.")
@@ -142,9 +198,22 @@ def register(group: click.Group) -> None:
         """Train a cross-encoder reranker on a suite's labelled queries; report it on held-out folds."""
         from qmdlab.training.reranker import RerankerRunConfig, run_reranker
 
-        res = run_reranker(_config(RerankerRunConfig, config, sets, suite=suite, format=fmt, out=out, base=base,
-                                   folds=folds, seed=seed, loss=loss, n_threads=n_threads),
-                           log=lambda m: click.echo(m, err=True))
+        res = run_reranker(
+            _config(
+                RerankerRunConfig,
+                config,
+                sets,
+                suite=suite,
+                format=fmt,
+                out=out,
+                base=base,
+                folds=folds,
+                seed=seed,
+                loss=loss,
+                n_threads=n_threads,
+            ),
+            log=lambda m: click.echo(m, err=True),
+        )
         _echo({k: res.get(k) for k in ("suite", "queries", "model", "auc", "heldout", "seconds")})
 
     @train.command("synth")
@@ -160,5 +229,17 @@ def register(group: click.Group) -> None:
         from qmdlab.training.synth import SynthConfig, run_synth
 
         index = (ctx.obj or {}).get("index")
-        _echo(run_synth(_config(SynthConfig, config, sets, collection=collection, teacher=teacher,
-                                n_passages=n_passages, output=output, index=index)))
+        _echo(
+            run_synth(
+                _config(
+                    SynthConfig,
+                    config,
+                    sets,
+                    collection=collection,
+                    teacher=teacher,
+                    n_passages=n_passages,
+                    output=output,
+                    index=index,
+                )
+            )
+        )

@@ -6,12 +6,14 @@
 number, ``[q, v]`` a list, ``true`` a bool) and coerced to the dataclass field's type the same
 way, and an unknown key is an error that lists the known ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -119,8 +121,9 @@ def parse_args(cls: type[T], argv: Sequence[str] | None = None) -> T:
     while i < len(args):
         arg = args[i]
         if not arg.startswith("--") or arg == "--":
-            raise ConfigError(f"unexpected argument {arg!r}: options are --config FILE and --FIELD VALUE "
-                              f"(fields: {', '.join(names)})")
+            raise ConfigError(
+                f"unexpected argument {arg!r}: options are --config FILE and --FIELD VALUE (fields: {', '.join(names)})"
+            )
         key, eq, value = arg[2:].partition("=")
         key = key.replace("-", "_")
         if not eq:

@@ -18,6 +18,7 @@ Stages (each resumable — a finished stage is skipped when the recipe is rerun)
    seconds per query; the GRPO prompts are checked against the held-out qids (``LeakError``);
 8. ``report``    — ``README.md``, ``summary.json``, ``rewards.png`` and ``heldout.png`` in the run directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,7 +83,6 @@ class Stages:
 
 def make_splits(cfg: RecipeConfig, out: Path) -> dict:
     from qmdlab.eval.suites import get_suite
-
     from qmdlab.training.splits import load_splits, save_splits, split_queries
 
     path = out / "splits.json"
@@ -100,7 +100,6 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
     """Synthetic examples from every suite's collection into ``data/synth.jsonl`` (resumable per suite)."""
     from qmdlab.eval.record import prepare_index
     from qmdlab.eval.suites import get_suite
-
     from qmdlab.training.synth import SynthConfig, llama_teacher, run_synth
 
     stats, teacher = {}, None
@@ -114,8 +113,9 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
         idx = prepare_index(suite, None, progress=False, log=lambda _m: None)
         collection = idx.collections()[0].name
         scfg.collection = collection
-        teacher = teacher or llama_teacher(scfg.teacher, max_tokens=scfg.max_tokens, n_threads=scfg.n_threads,
-                                           seed=scfg.seed)
+        teacher = teacher or llama_teacher(
+            scfg.teacher, max_tokens=scfg.max_tokens, n_threads=scfg.n_threads, seed=scfg.seed
+        )
         stats[name] = run_synth(scfg, teacher=teacher, index=idx)
         done.write_text(json.dumps(stats[name]))
     return stats
@@ -172,32 +172,85 @@ def run_recipe(cfg: RecipeConfig) -> dict:
     splits = stage("split", lambda: make_splits(cfg, out))
     synth = stage("synth", lambda: run_synth_all(cfg, out)) if cfg.synth else {}
     data = stage("data", lambda: sft_data(cfg, out))
-    sft = stage("sft", lambda: run_sft(load_config(
-        SFTRunConfig, cfg.sft, base=base, train_file=str(out / "data/train.jsonl"), output_dir=str(out / "sft"),
-        seed=cfg.seed)))
-    grpo = stage("grpo", lambda: run_grpo(load_config(
-        GRPORunConfig, cfg.grpo, base=sft["merged"], labelled_suites=list(cfg.suites),
-        splits_file=str(out / "splits.json"), output_dir=str(out / "grpo"), seed=cfg.seed)))
+    sft = stage(
+        "sft",
+        lambda: run_sft(
+            load_config(
+                SFTRunConfig,
+                cfg.sft,
+                base=base,
+                train_file=str(out / "data/train.jsonl"),
+                output_dir=str(out / "sft"),
+                seed=cfg.seed,
+            )
+        ),
+    )
+    grpo = stage(
+        "grpo",
+        lambda: run_grpo(
+            load_config(
+                GRPORunConfig,
+                cfg.grpo,
+                base=sft["merged"],
+                labelled_suites=list(cfg.suites),
+                splits_file=str(out / "splits.json"),
+                output_dir=str(out / "grpo"),
+                seed=cfg.seed,
+            )
+        ),
+    )
     models = {}
     if not cfg.skip_base:
-        models["base"] = stage("export_base", lambda: run_export(ExportConfig(
-            model=base, output_dir=str(out / "export-base"), quants=["Q4_K_M"], name="base")))["quants"]["Q4_K_M"]
-    models["sft"] = stage("export_sft", lambda: run_export(ExportConfig(
-        model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")))["quants"]["Q4_K_M"]
-    models["sft+grpo"] = stage("export_grpo", lambda: run_export(ExportConfig(
-        model=grpo["merged"], output_dir=str(out / "export"), quants=["Q4_K_M", "Q8_0"],
-        name="expander")))["quants"]["Q4_K_M"]
+        models["base"] = stage(
+            "export_base",
+            lambda: run_export(
+                ExportConfig(model=base, output_dir=str(out / "export-base"), quants=["Q4_K_M"], name="base")
+            ),
+        )["quants"]["Q4_K_M"]
+    models["sft"] = stage(
+        "export_sft",
+        lambda: run_export(
+            ExportConfig(model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")
+        ),
+    )["quants"]["Q4_K_M"]
+    models["sft+grpo"] = stage(
+        "export_grpo",
+        lambda: run_export(
+            ExportConfig(
+                model=grpo["merged"], output_dir=str(out / "export"), quants=["Q4_K_M", "Q8_0"], name="expander"
+            )
+        ),
+    )["quants"]["Q4_K_M"]
     if cfg.teacher_row:
         models["qwen2.5-coder-0.5b"] = TEACHER
     results = {}
     for name in cfg.suites:
-        results[name] = stage(f"evaluate_{name}", lambda name=name: run_evaluate(load_config(
-            EvaluateConfig, cfg.evaluate, suite=name, splits_file=str(out / "splits.json"),
-            prompt_qids_file=str(out / "grpo" / "prompt_qids.json"), output_dir=str(out / "evaluate" / name),
-            examples_file=str(out / "data" / "eval.jsonl"),
-            compare=[f"{k}={v}" for k, v in models.items()])))
-    summary = {"base": cfg.base, "splits": splits, "synth": synth, "data": data, "sft": sft, "grpo": grpo,
-               "models": models, "evaluate": results, "seconds": stage.seconds}
+        results[name] = stage(
+            f"evaluate_{name}",
+            lambda name=name: run_evaluate(
+                load_config(
+                    EvaluateConfig,
+                    cfg.evaluate,
+                    suite=name,
+                    splits_file=str(out / "splits.json"),
+                    prompt_qids_file=str(out / "grpo" / "prompt_qids.json"),
+                    output_dir=str(out / "evaluate" / name),
+                    examples_file=str(out / "data" / "eval.jsonl"),
+                    compare=[f"{k}={v}" for k, v in models.items()],
+                )
+            ),
+        )
+    summary = {
+        "base": cfg.base,
+        "splits": splits,
+        "synth": synth,
+        "data": data,
+        "sft": sft,
+        "grpo": grpo,
+        "models": models,
+        "evaluate": results,
+        "seconds": stage.seconds,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     stage("report", lambda: write_report(out, summary))
     return summary
@@ -217,23 +270,41 @@ def write_report(out: Path, summary: dict) -> dict:
     from qmdlab.training.evaluate import format_results
     from qmdlab.training.plots import plot_heldout, plot_rewards
 
-    pngs = {"rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
-            "heldout": str(plot_heldout(summary["evaluate"], out / "heldout.png"))}
-    lines = [f"# CPU recipe — {summary['base']}", "",
-             "Held-out queries only (fixed-seed split in `splits.json`; GRPO prompts came from the train side, "
-             "checked against the held-out ids). nDCG@10 through the engine (rerank off); p-values paired "
-             "against no expansion (t-test / Fisher randomisation); s/query = one uncached expansion on this machine.",
-             ""]
+    pngs = {
+        "rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
+        "heldout": str(plot_heldout(summary["evaluate"], out / "heldout.png")),
+    }
+    lines = [
+        f"# CPU recipe — {summary['base']}",
+        "",
+        "Held-out queries only (fixed-seed split in `splits.json`; GRPO prompts came from the train side, "
+        "checked against the held-out ids). nDCG@10 through the engine (rerank off); p-values paired "
+        "against no expansion (t-test / Fisher randomisation); s/query = one uncached expansion on this machine.",
+        "",
+    ]
     for suite, res in summary["evaluate"].items():
         n = summary["splits"].get(suite, {}).get("heldout", "?")
         lines += [f"## {suite} ({n} held-out queries)", "", format_results(res), ""]
     work = stage_seconds(out)
-    lines += ["## Stage times (s)", "", "Each stage's time when it did its work (a resumed run skips finished "
-              "stages in ~0 s; the largest logged time per stage is the one that did the work).", "",
-              "| stage | seconds |", "|---|---|"]
+    lines += [
+        "## Stage times (s)",
+        "",
+        "Each stage's time when it did its work (a resumed run skips finished "
+        "stages in ~0 s; the largest logged time per stage is the one that did the work).",
+        "",
+        "| stage | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in work.items()]
-    lines += ["", f"Total: {sum(work.values()):.0f} s ({sum(work.values()) / 60:.1f} min).", "",
-              "![rewards](rewards.png)", "", "![held-out nDCG@10](heldout.png)", ""]
+    lines += [
+        "",
+        f"Total: {sum(work.values()):.0f} s ({sum(work.values()) / 60:.1f} min).",
+        "",
+        "![rewards](rewards.png)",
+        "",
+        "![held-out nDCG@10](heldout.png)",
+        "",
+    ]
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
     return pngs
 
@@ -273,8 +344,9 @@ def load_run(run_dir: str | Path) -> RecipeRun | None:
     for suite in suites:
         if not results.get(suite):
             rows = [m for m in rundir.read_metrics(out / "evaluate" / suite) if m.get("stage") == "evaluate"]
-            results[suite] = {m["variant"]: {k: v for k, v in m.items() if k not in ("stage", "variant", "time")}
-                              for m in rows}
+            results[suite] = {
+                m["variant"]: {k: v for k, v in m.items() if k not in ("stage", "variant", "time")} for m in rows
+            }
     results = {s: r for s, r in results.items() if r}
     heldout = {s: (summary.get("splits") or {}).get(s, {}).get("heldout") for s in results}
     rewards_png, heldout_png = out / "rewards.png", out / "heldout.png"

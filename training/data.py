@@ -14,6 +14,7 @@ covers completion tokens only (TRL's ``completion_only_loss``), and each record 
 ``chat_template_kwargs={"enable_thinking": False}`` so the prompt renders exactly as at
 inference (:mod:`qmdlab.training.render`).
 """
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import DataFormatError
-
 from qmdlab.training.render import CHAT_TEMPLATE_KWARGS, format_completion, order_lines, prompt_messages
 
 TYPES = ("lex", "vec", "hyde")
@@ -129,8 +129,9 @@ def load_examples(path: str | Path) -> list[Example]:
         raw = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise DataFormatError(path, line, f"not UTF-8 text ({err.reason} at byte {err.start})",
-                              "re-encode the file as UTF-8") from None
+        raise DataFormatError(
+            path, line, f"not UTF-8 text ({err.reason} at byte {err.start})", "re-encode the file as UTF-8"
+        ) from None
     for lineno, line in enumerate(io.StringIO(raw, newline=None), start=1):  # universal newlines, as open()
         if not line.strip():
             continue
@@ -140,8 +141,9 @@ def load_examples(path: str | Path) -> list[Example]:
             raise DataFormatError(path, lineno, f"invalid JSON ({err.msg})", "one JSON object per line") from None
         problem = check_record(obj)
         if problem:
-            raise DataFormatError(path, lineno, problem,
-                                  'schema: {"query": str, "output": [["lex"|"vec"|"hyde", str], ...]}')
+            raise DataFormatError(
+                path, lineno, problem, 'schema: {"query": str, "output": [["lex"|"vec"|"hyde", str], ...]}'
+            )
         examples.append(example_from_record(obj))
     return examples
 
@@ -172,8 +174,9 @@ def dedupe(examples: list[Example]) -> list[Example]:
     return out
 
 
-def split(examples: list[Example], *, eval_fraction: float = 0.1, seed: int = 0,
-          min_eval: int = 1) -> tuple[list[Example], list[Example]]:
+def split(
+    examples: list[Example], *, eval_fraction: float = 0.1, seed: int = 0, min_eval: int = 1
+) -> tuple[list[Example], list[Example]]:
     """Seeded shuffle, then the last ``eval_fraction`` (at least ``min_eval``) for evaluation.
 
     >>> exs = [Example(f"q{i}", (("lex", f"q{i}"),)) for i in range(20)]
@@ -190,7 +193,7 @@ def split(examples: list[Example], *, eval_fraction: float = 0.1, seed: int = 0,
     n_eval = max(min_eval, round(len(examples) * eval_fraction)) if eval_fraction > 0 else 0
     n_eval = min(n_eval, len(examples) - 1)
     shuffled = [examples[i] for i in order]
-    return shuffled[: len(shuffled) - n_eval], shuffled[len(shuffled) - n_eval:]
+    return shuffled[: len(shuffled) - n_eval], shuffled[len(shuffled) - n_eval :]
 
 
 def to_sft_record(ex: Example) -> dict:
@@ -237,5 +240,11 @@ def prepare(path: str | Path, out_dir: str | Path, *, eval_fraction: float = 0.1
         with (out / name).open("w", encoding="utf-8") as fh:
             for ex in part:
                 fh.write(json.dumps(to_sft_record(ex), ensure_ascii=False) + "\n")
-    return {"source": str(path), "n_read": len(examples), "n_duplicates": len(examples) - len(unique),
-            "n_train": len(train), "n_eval": len(ev), "seed": seed}
+    return {
+        "source": str(path),
+        "n_read": len(examples),
+        "n_duplicates": len(examples) - len(unique),
+        "n_train": len(train),
+        "n_eval": len(ev),
+        "seed": seed,
+    }

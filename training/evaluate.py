@@ -12,18 +12,18 @@ index and the trace cache shared with ``qmdlab eval``), and nDCG@10 is :mod:`qmd
 (checked against ranx in the tests) on the suite's graded qrels. Results: ``metrics.jsonl`` (one line per variant),
 ``per_query.jsonl`` and ``README.md`` in ``output_dir``.
 """
+
 from __future__ import annotations
 
 import json
 import statistics
 import sys
-
-import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qmdlab.errors import ConfigError
+import numpy as np
 
+from qmdlab.errors import ConfigError
 from qmdlab.training import rundir
 from qmdlab.training.reward import score_expansion
 
@@ -36,20 +36,34 @@ class EvaluateConfig:
     base_expander: str | None = field(default=None, metadata={"help": "Comparison expander: GGUF path or model ref."})
     suite: str = field(default="data", metadata={"help": "Labelled suite directory (qmdlab.eval.loaders format)."})
     collection: str = field(default="default", metadata={"help": "Collection name the suite's docids live under."})
-    index: str = field(default="runs/eval-index", metadata={
-        "help": "Unused: variants are recorded in the suite's own index (qmdlab.eval.record); kept so old configs load."})
+    index: str = field(
+        default="runs/eval-index",
+        metadata={
+            "help": "Unused: variants are recorded in the suite's own index (qmdlab.eval.record); kept so old configs load."
+        },
+    )
     examples_file: str | None = field(default=None, metadata={"help": "Held-out examples for the rule score."})
     models_preset: str = field(default="offline", metadata={"help": "Embedder (and reranker) preset."})
     rerank: bool = field(default=False, metadata={"help": "Rerank (slow on CPU; off compares expansion alone)."})
     max_queries: int | None = None
-    compare: list[str] = field(default_factory=list, metadata={
-        "help": "More expanders as NAME=REF (a GGUF path or model ref), e.g. sft=runs/x/sft.gguf."})
-    splits_file: str | None = field(default=None, metadata={
-        "help": "splits.json (qmdlab.training.splits): evaluate only the suite's held-out queries."})
-    prompt_qids_file: str | None = field(default=None, metadata={
-        "help": "A GRPO run's prompt_qids.json: evaluation refuses a held-out query that was a training prompt."})
-    time_queries: int = field(default=10, metadata={
-        "help": "Held-out queries expanded again without any cache to time each expander (0: skip)."})
+    compare: list[str] = field(
+        default_factory=list,
+        metadata={"help": "More expanders as NAME=REF (a GGUF path or model ref), e.g. sft=runs/x/sft.gguf."},
+    )
+    splits_file: str | None = field(
+        default=None,
+        metadata={"help": "splits.json (qmdlab.training.splits): evaluate only the suite's held-out queries."},
+    )
+    prompt_qids_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A GRPO run's prompt_qids.json: evaluation refuses a held-out query that was a training prompt."
+        },
+    )
+    time_queries: int = field(
+        default=10,
+        metadata={"help": "Held-out queries expanded again without any cache to time each expander (0: skip)."},
+    )
     max_rule_queries: int = 40
     n_threads: int = 2
     max_tokens: int = 200
@@ -70,7 +84,9 @@ def suite_rows(suite_dir: str | Path, collection: str) -> list[dict]:
 
     from qmdlab.eval.metrics import qrels_dict
 
-    qrels = qrels_dict(data.qrels.with_columns((pl.lit(f"{collection}/") + pl.col("docid").cast(pl.Utf8)).alias("docno")))
+    qrels = qrels_dict(
+        data.qrels.with_columns((pl.lit(f"{collection}/") + pl.col("docid").cast(pl.Utf8)).alias("docno"))
+    )
     rows = []
     for r in data.judged_queries().iter_rows(named=True):
         rows.append({"qid": r["qid"], "query": r["query"], "intent": r.get("intent"), "qrels": qrels[r["qid"]]})
@@ -80,9 +96,8 @@ def suite_rows(suite_dir: str | Path, collection: str) -> list[dict]:
 def ensure_index(index_dir: str | Path, corpus_dir: str | Path, collection: str, embedder, *, batch_size: int = 32):
     """Open ``index_dir``; add ``corpus_dir`` as ``collection`` when missing; update; embed
     chunks lacking vectors for ``embedder`` (resumable)."""
-    from qmdlab.store import Index
-
     from qmdlab.eval.record import embed_missing
+    from qmdlab.store import Index
 
     idx = Index.open(str(Path(index_dir).resolve()))
     if collection not in [c.name for c in idx.collections()]:
@@ -99,8 +114,10 @@ def ndcg_table(trace, qrels: dict[str, dict[str, int]]) -> list[dict]:
 
     from qmdlab.eval.metrics import per_query
 
-    judged = pl.DataFrame([{"qid": q, "docno": d, "grade": g} for q, docs in qrels.items() for d, g in docs.items()],
-                          schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64})
+    judged = pl.DataFrame(
+        [{"qid": q, "docno": d, "grade": g} for q, docs in qrels.items() for d, g in docs.items()],
+        schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64},
+    )
     scores = per_query(trace.final.rename({"final_rank": "rank"}), judged, ["ndcg@10"])
     kept = trace.expansions.filter(pl.col("kept")).group_by("qid").len()
     table = scores.join(kept, on="qid", how="left").fill_null(0).sort("qid")
@@ -162,9 +179,8 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         rows = rows[: cfg.max_queries]
     qrels = {r["qid"]: r["qrels"] for r in rows}
     if lab_factory is None:
-        from qmdlab.models import ModelSet, load_models
-
         from qmdlab.eval.record import judged_queries, record, suite_config
+        from qmdlab.models import ModelSet, load_models
 
         suite = _suite(cfg.suite)
         base = load_models(cfg.models_preset, n_threads=cfg.n_threads)
@@ -174,19 +190,29 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
 
         qids = [str(r["qid"]) for r in rows]
         # The suite's own docnos (its collection name).
-        qrels = qrels_dict(suite.qrels_docnos().join(judged_queries(suite, None, qids).select("qid"), on="qid", how="semi"))
+        qrels = qrels_dict(
+            suite.qrels_docnos().join(judged_queries(suite, None, qids).select("qid"), on="qid", how="semi")
+        )
 
         def traces_of(expander):
-            return record(suite, ModelSet(base.embedder, expander, reranker), config.replace(expand=expander is not None),
-                          qids=qids, log=lambda _m: None).trace
+            return record(
+                suite,
+                ModelSet(base.embedder, expander, reranker),
+                config.replace(expand=expander is not None),
+                qids=qids,
+                log=lambda _m: None,
+            ).trace
     else:
+
         def traces_of(expander):
             return lab_traces(lab_factory(expander), rows, expand=expander is not None)
 
     results, per_query = {}, []
     none_rows = ndcg_table(traces_of(None), qrels)
-    results["none"] = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in none_rows) if rows else None,
-                       "n_queries": len(rows)}
+    results["none"] = {
+        "ndcg@10": statistics.fmean(r["ndcg@10"] for r in none_rows) if rows else None,
+        "n_queries": len(rows),
+    }
     per_query += [{"variant": "none", **r} for r in none_rows]
     rule_queries = []
     if cfg.examples_file:
@@ -204,8 +230,9 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
             res["wins"] = sum(a["ndcg@10"] > b["ndcg@10"] for a, b in zip(table, none_rows))
             res["losses"] = sum(a["ndcg@10"] < b["ndcg@10"] for a, b in zip(table, none_rows))
             assert [a["qid"] for a in table] == [b["qid"] for b in none_rows], "paired tests need the same queries"
-            res["p_t"], res["p_fisher"] = paired_pvalues(np.array([b["ndcg@10"] for b in none_rows]),
-                                                         np.array([a["ndcg@10"] for a in table]))
+            res["p_t"], res["p_fisher"] = paired_pvalues(
+                np.array([b["ndcg@10"] for b in none_rows]), np.array([a["ndcg@10"] for a in table])
+            )
         if cfg.time_queries and rows:
             res["s_per_query"] = seconds_per_query(expander, [r["query"] for r in rows[: cfg.time_queries]])
         if rule_queries:
@@ -220,9 +247,12 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         for r in per_query:
             fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
     scope = "held-out" if heldout is not None else "judged"
-    rundir.write_model_card(out, "Expander evaluation", f"Suite `{cfg.suite}` ({len(rows)} {scope} queries), "
-                            f"rerank {'on' if cfg.rerank else 'off'}, preset `{cfg.models_preset}`.\n\n"
-                            + format_results(results))
+    rundir.write_model_card(
+        out,
+        "Expander evaluation",
+        f"Suite `{cfg.suite}` ({len(rows)} {scope} queries), "
+        f"rerank {'on' if cfg.rerank else 'off'}, preset `{cfg.models_preset}`.\n\n" + format_results(results),
+    )
     return results
 
 
@@ -238,13 +268,17 @@ def format_results(results: dict) -> str:
     | x | 0.6000 | +0.1000 | 0.500 / 0.490 | 1/0 | 0.80 | — |
     """
     fmt = lambda v, f="{:.4f}": "—" if v is None else f.format(v)  # noqa: E731
-    lines = ["| variant | nDCG@10 | Δ vs none | p (t / Fisher) | W/L | s/query | rule score |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | nDCG@10 | Δ vs none | p (t / Fisher) | W/L | s/query | rule score |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         wl = f"{r['wins']}/{r['losses']}" if "wins" in r else "—"
         p = f"{r['p_t']:.3f} / {r['p_fisher']:.3f}" if "p_t" in r else "—"
-        lines.append(f"| {name} | {fmt(r.get('ndcg@10'))} | {fmt(r.get('delta_vs_none'), '{:+.4f}')} | {p} | {wl} | "
-                     f"{fmt(r.get('s_per_query'), '{:.2f}')} | {fmt(r.get('rule_score'))} |")
+        lines.append(
+            f"| {name} | {fmt(r.get('ndcg@10'))} | {fmt(r.get('delta_vs_none'), '{:+.4f}')} | {p} | {wl} | "
+            f"{fmt(r.get('s_per_query'), '{:.2f}')} | {fmt(r.get('rule_score'))} |"
+        )
     return "\n".join(lines)
 
 
@@ -264,8 +298,10 @@ def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
         try:
             prompts = json.loads(Path(cfg.prompt_qids_file).read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(f"--prompt_qids_file {cfg.prompt_qids_file} does not exist (GRPO writes prompt_qids.json "
-                              "in its output_dir when training starts; pass that file, or drop the flag)") from None
+            raise ConfigError(
+                f"--prompt_qids_file {cfg.prompt_qids_file} does not exist (GRPO writes prompt_qids.json "
+                "in its output_dir when training starts; pass that file, or drop the flag)"
+            ) from None
         assert_disjoint(prompts, {tag(name, q) for q in held}, where=f"the GRPO prompts of {cfg.prompt_qids_file}")
     return held
 

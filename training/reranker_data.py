@@ -17,19 +17,28 @@ Three sources, each a plain list of rows the sentence-transformers trainer reads
 :func:`candidate_table` is the one table all three evaluation and training steps read:
 ``qid, query, docno, fused_rank, fused_score, candidate, chunk_id, text, grade``.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from qmdlab.errors import QmdlabError
 
-CANDIDATE_SCHEMA = {"qid": pl.Utf8, "query": pl.Utf8, "docno": pl.Utf8, "fused_rank": pl.Int64,
-                    "fused_score": pl.Float64, "candidate": pl.Boolean, "chunk_id": pl.Int64, "text": pl.Utf8,
-                    "grade": pl.Int64}
+CANDIDATE_SCHEMA = {
+    "qid": pl.Utf8,
+    "query": pl.Utf8,
+    "docno": pl.Utf8,
+    "fused_rank": pl.Int64,
+    "fused_score": pl.Float64,
+    "candidate": pl.Boolean,
+    "chunk_id": pl.Int64,
+    "text": pl.Utf8,
+    "grade": pl.Int64,
+}
 
 
 def candidate_table(trace, qrels: pl.DataFrame, queries: pl.DataFrame, index, config) -> pl.DataFrame:
@@ -38,7 +47,7 @@ def candidate_table(trace, qrels: pl.DataFrame, queries: pl.DataFrame, index, co
     Parameters
     ----------
     trace : qmdlab.pipeline.trace.Trace
-        Recorded traces (their ``fused`` table gives the candidates and fused ranks).
+        RecordingInfo traces (their ``fused`` table gives the candidates and fused ranks).
     qrels : pl.DataFrame
         ``qid, docno, grade`` (qmdlab docnos).
     queries : pl.DataFrame
@@ -87,9 +96,16 @@ def candidate_table(trace, qrels: pl.DataFrame, queries: pl.DataFrame, index, co
     return pl.DataFrame(rows, schema=CANDIDATE_SCHEMA)
 
 
-def query_lists(table: pl.DataFrame, qids: Iterable[str], *, list_size: int = 16, max_positives: int = 8,
-                lists_per_query: int = 1, seed: int = 0,
-                teacher: Mapping[tuple[str, str], float] | None = None) -> list[dict]:
+def query_lists(
+    table: pl.DataFrame,
+    qids: Iterable[str],
+    *,
+    list_size: int = 16,
+    max_positives: int = 8,
+    lists_per_query: int = 1,
+    seed: int = 0,
+    teacher: Mapping[tuple[str, str], float] | None = None,
+) -> list[dict]:
     """Listwise training rows ``{"qid", "query", "docs", "labels"}`` for ``qids``.
 
     Each list holds up to ``max_positives`` relevant documents (sampled, label = grade) and
@@ -135,8 +151,9 @@ def query_lists(table: pl.DataFrame, qids: Iterable[str], *, list_size: int = 16
                 label = 0.0 if teacher is None else float(teacher.get((qid, d), 0.0))
                 docs.append((t, label))
             order = rng.permutation(len(docs))
-            out.append({"qid": qid, "query": query, "docs": [docs[i][0] for i in order],
-                        "labels": [docs[i][1] for i in order]})
+            out.append(
+                {"qid": qid, "query": query, "docs": [docs[i][0] for i in order], "labels": [docs[i][1] for i in order]}
+            )
     return out
 
 
@@ -148,8 +165,11 @@ def pair_rows(lists: Sequence[dict]) -> list[dict]:
     [{'qid': '1', 'query': 'q', 'passage': 'a', 'label': 1.0}, {'qid': '1', 'query': 'q', 'passage': 'b', 'label': 0.0}]
     """
     top = max((max(r["labels"]) for r in lists if r["labels"]), default=1.0) or 1.0
-    return [{"qid": r["qid"], "query": r["query"], "passage": d, "label": min(1.0, float(lab) / top)}
-            for r in lists for d, lab in zip(r["docs"], r["labels"])]
+    return [
+        {"qid": r["qid"], "query": r["query"], "passage": d, "label": min(1.0, float(lab) / top)}
+        for r in lists
+        for d, lab in zip(r["docs"], r["labels"])
+    ]
 
 
 _HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
@@ -170,8 +190,15 @@ def strip_heading(text: str, heading: str) -> str:
     return "\n".join(keep).strip()
 
 
-def collection_pairs(index, collections: Sequence[str] | None = None, *, max_pairs: int = 2000,
-                     hard_negatives: int = 1, min_chars: int = 80, seed: int = 0) -> list[dict]:
+def collection_pairs(
+    index,
+    collections: Sequence[str] | None = None,
+    *,
+    max_pairs: int = 2000,
+    hard_negatives: int = 1,
+    min_chars: int = 80,
+    seed: int = 0,
+) -> list[dict]:
     """Inverse-cloze pairs from the collection itself: ``{"anchor", "positive", "negative_1", …}``.
 
     The anchor is a chunk's innermost heading (or the document title for a chunk with none),

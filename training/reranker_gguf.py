@@ -23,6 +23,7 @@ Tokens come from the model's own Hugging Face tokenizer (same ids as the GGUF vo
 exactly as the torch backend does. Result and the backend decision: see the notes in
 :mod:`qmdlab.models.cross_encoder`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,10 @@ def stage(model_dir: Path, stage_dir: Path) -> Path:
             shutil.copy(model_dir / f, stage_dir / f)
     cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     sd = load_file(str(model_dir / "model.safetensors"))
-    sd = {("classifier.dense." + k.rsplit(".", 1)[1] if k.startswith("bert.pooler.dense.") else k): v
-          for k, v in sd.items()}
+    sd = {
+        ("classifier.dense." + k.rsplit(".", 1)[1] if k.startswith("bert.pooler.dense.") else k): v
+        for k, v in sd.items()
+    }
     word, types = sd["bert.embeddings.word_embeddings.weight"], sd["bert.embeddings.token_type_embeddings.weight"]
     sd["bert.embeddings.word_embeddings.weight"] = torch.cat([word, word + (types[1] - types[0])]).contiguous()
     cfg["vocab_size"] = 2 * int(cfg["vocab_size"])
@@ -73,20 +76,31 @@ class RankScorer:
 
         self._llama_cpp = llama_cpp
         self.vocab_size, self.n_seq = vocab_size, n_seq
-        self.llm = llama_cpp.Llama(str(gguf), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK,
-                                   n_ctx=n_tokens * n_seq, n_batch=n_tokens * n_seq, n_ubatch=n_tokens * n_seq,
-                                   n_seq_max=n_seq, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+        self.llm = llama_cpp.Llama(
+            str(gguf),
+            embedding=True,
+            pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK,
+            n_ctx=n_tokens * n_seq,
+            n_batch=n_tokens * n_seq,
+            n_ubatch=n_tokens * n_seq,
+            n_seq_max=n_seq,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            verbose=False,
+        )
 
     def ids(self, enc) -> list[list[int]]:
         """Token ids of a padded HF pair encoding; segment-B tokens moved to the doubled vocabulary."""
-        return [[int(t) + (self.vocab_size if s else 0) for t, s, m in zip(row, seg, mask) if m]
-                for row, seg, mask in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"])]
+        return [
+            [int(t) + (self.vocab_size if s else 0) for t, s, m in zip(row, seg, mask) if m]
+            for row, seg, mask in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"])
+        ]
 
     def logits(self, ids: list[list[int]]) -> np.ndarray:
         out = []
         llm = self.llm
         for start in range(0, len(ids), self.n_seq):
-            chunk = ids[start:start + self.n_seq]
+            chunk = ids[start : start + self.n_seq]
             llm._batch.reset()
             llm._ctx.kv_cache_clear()
             for i, toks in enumerate(chunk):
@@ -122,11 +136,19 @@ def main(argv: list[str] | None = None) -> dict:
     max_length = a.max_length or (json.loads(meta_f.read_text())["max_length"] if meta_f.is_file() else 256)
     tok = AutoTokenizer.from_pretrained(str(a.model_dir))
     model = AutoModelForSequenceClassification.from_pretrained(str(a.model_dir)).eval()
-    docs = [Path(p).read_text(encoding="utf-8")[:2000] for p in sorted(glob.glob("data/corpus/**/*.md", recursive=True))]
+    docs = [
+        Path(p).read_text(encoding="utf-8")[:2000] for p in sorted(glob.glob("data/corpus/**/*.md", recursive=True))
+    ]
     queries = ["how do I back up postgres", "kubernetes pod restarts", "git rebase vs merge", "cron syntax"]
-    pairs = [(q, d) for q in queries for d in docs][:a.pairs]
-    enc = tok([p[0] for p in pairs], [p[1] for p in pairs], truncation="longest_first", max_length=max_length,
-              padding=True, return_tensors="pt")
+    pairs = [(q, d) for q in queries for d in docs][: a.pairs]
+    enc = tok(
+        [p[0] for p in pairs],
+        [p[1] for p in pairs],
+        truncation="longest_first",
+        max_length=max_length,
+        padding=True,
+        return_tensors="pt",
+    )
     with torch.inference_mode():
         ref = model(**enc).logits[:, 0].double().numpy()
     scorer = RankScorer(out, model.config.vocab_size, n_threads=a.threads, n_tokens=max_length)
@@ -145,10 +167,20 @@ def main(argv: list[str] | None = None) -> dict:
             t = time.perf_counter()
             fn()
             rates[name].append(len(pairs) / (time.perf_counter() - t))
-        print(f"round {r}: torch {rates['torch'][-1]:.2f} pairs/s, gguf {rates['gguf'][-1]:.2f} pairs/s, "
-              f"load {os.getloadavg()}", flush=True)
-    res = {"max_abs_diff": diff, "torch_pairs_s": max(rates["torch"]), "gguf_pairs_s": max(rates["gguf"]),
-           "threads": a.threads, "max_length": max_length, "pairs": len(pairs), "load": os.getloadavg()}
+        print(
+            f"round {r}: torch {rates['torch'][-1]:.2f} pairs/s, gguf {rates['gguf'][-1]:.2f} pairs/s, "
+            f"load {os.getloadavg()}",
+            flush=True,
+        )
+    res = {
+        "max_abs_diff": diff,
+        "torch_pairs_s": max(rates["torch"]),
+        "gguf_pairs_s": max(rates["gguf"]),
+        "threads": a.threads,
+        "max_length": max_length,
+        "pairs": len(pairs),
+        "load": os.getloadavg(),
+    }
     print(json.dumps(res), flush=True)
     return res
 

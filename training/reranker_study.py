@@ -11,10 +11,12 @@ directories a front end can offer for a suite.
 >>> finished_runs("default", roots=["/nonexistent"])
 []
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import polars as pl
 import yaml
@@ -36,7 +38,7 @@ class HeldOutStudy(NamedTuple):
     suite : str
         The suite the run was trained and evaluated on.
     study : qmdlab.eval.study.Study
-        Recorded fused traces whose rerank table is the held-out scores; held-out queries only.
+        RecordingInfo fused traces whose rerank table is the held-out scores; held-out queries only.
     fused : qmdlab.pipeline.config.PipelineConfig
         The recorded configuration with rerank off and ``candidate_limit`` = the run's rerank
         depth: the fused order the reranker is compared against.
@@ -109,9 +111,11 @@ def load_heldout_study(out: str | Path) -> HeldOutStudy:
 
     d = Path(out)
     if not is_finished_run(d):
-        raise QmdlabError(f"{d}: not a finished `qmdlab train reranker` run with held-out scores (needs DONE, "
-                          f"{SCORES} and {RECORDED}/); train one with `make train-reranker` or "
-                          f"`qmdlab train reranker --suite NAME --out {d} --folds 5`")
+        raise QmdlabError(
+            f"{d}: not a finished `qmdlab train reranker` run with held-out scores (needs DONE, "
+            f"{SCORES} and {RECORDED}/); train one with `make train-reranker` or "
+            f"`qmdlab train reranker --suite NAME --out {d} --folds 5`"
+        )
     cfg_path = d / "config.yaml"
     run_cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
     scores = pl.read_parquet(d / SCORES)

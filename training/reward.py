@@ -33,6 +33,7 @@ nDCG@10 of the pipeline searching with the completion's expansions minus nDCG@10
 pipeline without expansion; ``None`` where the query has no labels (TRL then ignores it).
 The pipeline is reached through an injectable *scorer* so this module stays pure.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,8 +46,18 @@ from qmdlab.terms import QUESTION_STOPWORDS, folded_words, has_cjk, terms  # noq
 
 TYPES = ("lex", "vec", "hyde")
 MAX_POINTS = 120.0
-LEAK_PATTERNS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|assistant|>", "<|user|>",
-                 "<|system|>", "<|eot_id|>", "<|start_header_id|>", "</s>", "<s>")
+LEAK_PATTERNS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|assistant|>",
+    "<|user|>",
+    "<|system|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "</s>",
+    "<s>",
+)
 ROLE_LINE = re.compile(r"^\s*(assistant|user|system)\s*$", re.I)
 THINK = re.compile(r"</?think>", re.I)
 PREFIX = re.compile(r"^(lex|vec|hyde):\s*(.*)$")
@@ -259,11 +270,14 @@ def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> 
 
     ranked = list(dict.fromkeys(ranking))
     metric = f"ndcg@{k}"
-    run = pl.DataFrame({"qid": ["q"] * len(ranked), "docno": ranked, "rank": list(range(1, len(ranked) + 1))},
-                       schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64})
-    judged = pl.DataFrame({"qid": ["q"] * len(qrels), "docno": [str(d) for d in qrels],
-                           "grade": [int(g) for g in qrels.values()]},
-                          schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64})
+    run = pl.DataFrame(
+        {"qid": ["q"] * len(ranked), "docno": ranked, "rank": list(range(1, len(ranked) + 1))},
+        schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64},
+    )
+    judged = pl.DataFrame(
+        {"qid": ["q"] * len(qrels), "docno": [str(d) for d in qrels], "grade": [int(g) for g in qrels.values()]},
+        schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64},
+    )
     scores = per_query(run, judged, [metric])[metric]
     return float(scores[0]) if len(scores) else 0.0
 
@@ -379,8 +393,9 @@ def engine_scorer(lab, *, limit: int = 10) -> Scorer:
     return score
 
 
-def combined_reward(query: str, completion, *, retrieval: float | None, rule_weight: float = 1.0,
-                    retrieval_weight: float = 1.0) -> float:
+def combined_reward(
+    query: str, completion, *, retrieval: float | None, rule_weight: float = 1.0, retrieval_weight: float = 1.0
+) -> float:
     """Weighted sum used for reporting: rule score, plus the retrieval term where defined.
     A completion that fails the gate scores 0 whatever retrieval says.
 

@@ -6,6 +6,7 @@ JSON object per logged step or result) and ``README.md`` (a model card). A step 
 finds its ``DONE`` marker returns the stored result instead of redoing the work; a
 training step that finds checkpoints resumes from the newest one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 
 DONE = "DONE"
 

@@ -13,6 +13,7 @@ Outputs in ``output_dir``: ``checkpoints/`` (resumable), ``adapter/`` (the LoRA)
 Run it as ``qmdlab train sft --config training/configs/sft.yaml`` or
 ``python -m qmdlab.training.sft --config training/configs/sft.yaml [--field value ...]``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -99,11 +100,22 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
         **flags,
         **hardware.device_flags(),
     )
-    peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                             target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=train, eval_dataset=evald,
-                         processing_class=tok, peft_config=peft_config,
-                         callbacks=[rundir.metrics_callback(out, "sft"), *callbacks])
+    peft_config = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evald,
+        processing_class=tok,
+        peft_config=peft_config,
+        callbacks=[rundir.metrics_callback(out, "sft"), *callbacks],
+    )
     return trainer, tok
 
 
@@ -133,18 +145,26 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(str(merged_dir))
         tok.save_pretrained(str(merged_dir))
-    res = {"adapter": str(out / "adapter"), "merged": str(merged_dir) if merged_dir else None,
-           "train_loss": float(result.training_loss), "steps": int(result.global_step),
-           "world_size": int(trainer.accelerator.num_processes)}
+    res = {
+        "adapter": str(out / "adapter"),
+        "merged": str(merged_dir) if merged_dir else None,
+        "train_loss": float(result.training_loss),
+        "steps": int(result.global_step),
+        "world_size": int(trainer.accelerator.num_processes),
+    }
     rundir.append_metrics(out, {"stage": "sft", "final": True, **res})
-    rundir.write_model_card(out, "qmdlab query expander — SFT", f"""
+    rundir.write_model_card(
+        out,
+        "qmdlab query expander — SFT",
+        f"""
 Base model: `{cfg.base}`. Data: `{cfg.train_file}`.
-LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {', '.join(cfg.lora_targets)}; lr {cfg.learning_rate}
-{cfg.lr_scheduler_type}; {res['steps']} optimizer steps; final training loss {res['train_loss']:.4f}.
+LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {", ".join(cfg.lora_targets)}; lr {cfg.learning_rate}
+{cfg.lr_scheduler_type}; {res["steps"]} optimizer steps; final training loss {res["train_loss"]:.4f}.
 Prompt: `/no_think Expand this search query: {{query}}` (Qwen3 chat template, thinking off);
 completion: one `hyde:` line, then `lex:` lines, then `vec:` lines.
-Next: `qmdlab train grpo --base {merged_dir or out / 'adapter'}` or `qmdlab train export`.
-""")
+Next: `qmdlab train grpo --base {merged_dir or out / "adapter"}` or `qmdlab train export`.
+""",
+    )
     rundir.mark_done(out, res)
     return res
 

@@ -8,6 +8,7 @@ reaching training is an error, not a silently inflated number.
 Queries are addressed across suites as ``"suite:qid"`` (:func:`tag`), because suites reuse qids
 (CISI's ``"1"`` and another collection's ``"1"`` are different queries).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,13 +53,14 @@ def split_queries(suite: str, qids: Iterable[str], *, heldout_fraction: float = 
     if not 0.0 < heldout_fraction < 1.0:
         raise ConfigError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
     if len(ids) < 2:
-        raise ConfigError(f"suite {suite!r} has {len(ids)} judged quer{'y' if len(ids) == 1 else 'ies'}; "
-                          "a train/held-out split needs at least 2")
+        raise ConfigError(
+            f"suite {suite!r} has {len(ids)} judged quer{'y' if len(ids) == 1 else 'ies'}; "
+            "a train/held-out split needs at least 2"
+        )
     shuffled = list(ids)
     random.Random(seed).shuffle(shuffled)
     n_held = min(max(1, round(len(ids) * heldout_fraction)), len(ids) - 1)
-    return QuerySplit(suite, tuple(sorted(shuffled[n_held:])), tuple(sorted(shuffled[:n_held])), seed,
-                      heldout_fraction)
+    return QuerySplit(suite, tuple(sorted(shuffled[n_held:])), tuple(sorted(shuffled[:n_held])), seed, heldout_fraction)
 
 
 def tag(suite: str, qid: str) -> str:
@@ -100,8 +102,15 @@ def save_splits(splits: Sequence[QuerySplit], path: str | Path) -> Path:
     """Write ``{suite: {"train": [...], "heldout": [...], "seed": s, "heldout_fraction": f}}``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {s.suite: {"train": list(s.train), "heldout": list(s.heldout), "seed": s.seed,
-                      "heldout_fraction": s.heldout_fraction} for s in splits}
+    data = {
+        s.suite: {
+            "train": list(s.train),
+            "heldout": list(s.heldout),
+            "seed": s.seed,
+            "heldout_fraction": s.heldout_fraction,
+        }
+        for s in splits
+    }
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -117,8 +126,9 @@ def load_splits(path: str | Path) -> dict[str, QuerySplit]:
         raise ConfigError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from None
     out = {}
     for suite, d in data.items():
-        s = QuerySplit(suite, tuple(d["train"]), tuple(d["heldout"]), int(d.get("seed", 0)),
-                       float(d.get("heldout_fraction", 0.5)))
+        s = QuerySplit(
+            suite, tuple(d["train"]), tuple(d["heldout"]), int(d.get("seed", 0)), float(d.get("heldout_fraction", 0.5))
+        )
         assert_disjoint(s.train, s.heldout, where=f"the training side of {path} ({suite})")
         out[suite] = s
     return out

@@ -14,6 +14,7 @@ A *teacher* is any callable ``teacher(prompt: str) -> str``; :func:`llama_teache
 from a GGUF model reference (``pkg:…``, ``hf:…`` or a path) through llama-cpp-python, and an
 HF directory works through :func:`hf_teacher`.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import ConfigError
-
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, check_record, load_examples, normalise_query, write_examples
 from qmdlab.training.reward import parse_completion, score_expansion
@@ -51,8 +51,10 @@ class SynthConfig:
 
     collection: str = field(default="", metadata={"help": "Collection of the index to sample from."})
     index: str | None = field(default=None, metadata={"help": "Index name or dir (default: $QMDLAB_INDEX)."})
-    teacher: str = field(default="pkg:qwen2.5-coder-0.5b-instruct-q4_k_m",
-                         metadata={"help": "Teacher: GGUF ref (pkg:/hf:/path) or HF model directory."})
+    teacher: str = field(
+        default="pkg:qwen2.5-coder-0.5b-instruct-q4_k_m",
+        metadata={"help": "Teacher: GGUF ref (pkg:/hf:/path) or HF model directory."},
+    )
     n_passages: int = 20
     queries_per_passage: int = 2
     min_score: float = 0.6
@@ -84,7 +86,7 @@ def parse_queries(text: str, k: int) -> list[str]:
     """
     out = []
     for line in text.splitlines():
-        q = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip().strip('"\'`').strip()
+        q = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip().strip("\"'`").strip()
         if q and 1 <= len(q.split()) <= 12 and not q.endswith((":", "!")) and len(q) <= 120:
             out.append(q)
     return out[:k]
@@ -113,9 +115,16 @@ def few_shot_block(examples: list[Example]) -> str:
     return "".join(f"Query: {e.query}\n{e.completion}\n\n" for e in examples)
 
 
-def synthesize(teacher: Teacher, passages: list[dict], *, queries_per_passage: int = 2, min_score: float = 0.6,
-               shots: list[Example] = (), existing: set[str] = frozenset(),
-               max_passage_chars: int = 1200) -> tuple[list[Example], dict]:
+def synthesize(
+    teacher: Teacher,
+    passages: list[dict],
+    *,
+    queries_per_passage: int = 2,
+    min_score: float = 0.6,
+    shots: list[Example] = (),
+    existing: set[str] = frozenset(),
+    max_passage_chars: int = 1200,
+) -> tuple[list[Example], dict]:
     """Run the teacher over ``passages``; return kept examples and counts of what was dropped
     (plus ``seconds`` and ``examples_per_hour``)."""
     import time
@@ -126,8 +135,9 @@ def synthesize(teacher: Teacher, passages: list[dict], *, queries_per_passage: i
     examples = few_shot_block(list(shots))
     for p in passages:
         passage = p["text"].strip()[:max_passage_chars]
-        for q in parse_queries(teacher(QUERY_PROMPT.format(passage=passage, k=queries_per_passage)),
-                               queries_per_passage):
+        for q in parse_queries(
+            teacher(QUERY_PROMPT.format(passage=passage, k=queries_per_passage)), queries_per_passage
+        ):
             stats["queries"] += 1
             key = normalise_query(q)
             if key in seen:
@@ -163,8 +173,13 @@ def llama_teacher(ref: str, *, max_tokens: int = 256, n_threads: int = 2, seed: 
 
     def teach(prompt: str) -> str:
         with lazy.use() as llm:
-            out = llm.create_chat_completion(messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
-                                             temperature=0.3, top_p=0.9, seed=seed)
+            out = llm.create_chat_completion(
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=max_tokens,
+                temperature=0.3,
+                top_p=0.9,
+                seed=seed,
+            )
         return out["choices"][0]["message"]["content"] or ""
 
     return teach
@@ -178,10 +193,15 @@ def hf_teacher(model_dir: str, *, max_tokens: int = 256) -> Teacher:
     model = AutoModelForCausalLM.from_pretrained(model_dir)
 
     def teach(prompt: str) -> str:
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True, enable_thinking=False)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+            enable_thinking=False,
+        )
         out = model.generate(**ids, max_new_tokens=max_tokens, do_sample=False)
-        return tok.decode(out[0][ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        return tok.decode(out[0][ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
     return teach
 
@@ -196,8 +216,11 @@ def run_synth(cfg: SynthConfig, *, teacher: Teacher | None = None, index=None) -
 
         index = Index.open(cfg.index)
     if teacher is None:
-        teacher = (hf_teacher(cfg.teacher, max_tokens=cfg.max_tokens) if Path(cfg.teacher).is_dir()
-                   else llama_teacher(cfg.teacher, max_tokens=cfg.max_tokens, n_threads=cfg.n_threads, seed=cfg.seed))
+        teacher = (
+            hf_teacher(cfg.teacher, max_tokens=cfg.max_tokens)
+            if Path(cfg.teacher).is_dir()
+            else llama_teacher(cfg.teacher, max_tokens=cfg.max_tokens, n_threads=cfg.n_threads, seed=cfg.seed)
+        )
     out = Path(cfg.output)
     existing = load_examples(out) if out.exists() else []
     shots = []
@@ -205,10 +228,15 @@ def run_synth(cfg: SynthConfig, *, teacher: Teacher | None = None, index=None) -
         seeds = load_examples(cfg.seed_file)
         shots = random.Random(cfg.seed).sample(seeds, min(cfg.few_shot, len(seeds)))
     passages = sample_passages(index, cfg.collection, cfg.n_passages, cfg.seed)
-    kept, stats = synthesize(teacher, passages, queries_per_passage=cfg.queries_per_passage,
-                             min_score=cfg.min_score, shots=shots,
-                             existing={normalise_query(e.query) for e in existing},
-                             max_passage_chars=cfg.max_passage_chars)
+    kept, stats = synthesize(
+        teacher,
+        passages,
+        queries_per_passage=cfg.queries_per_passage,
+        min_score=cfg.min_score,
+        shots=shots,
+        existing={normalise_query(e.query) for e in existing},
+        max_passage_chars=cfg.max_passage_chars,
+    )
     rows = existing + kept
     out.parent.mkdir(parents=True, exist_ok=True)
     write_examples(rows, out)

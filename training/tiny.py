@@ -12,6 +12,7 @@ The chat template is set to the Qwen3 template TRL ships (``trl/chat_templates/
 qwen3.jinja``), which renders the same text as the tokenizer's own but is the one
 TRL recognises (``assistant_only_loss``, response parsing).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -50,7 +51,9 @@ def trl_qwen3_chat_template() -> str:
     spec = importlib.util.find_spec("trl")
     if spec is None or not spec.submodule_search_locations:
         raise ModelError("TRL is not installed (pip install 'qmdlab[train]')")
-    return (Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / "qwen3.jinja").read_text(encoding="utf-8")
+    return (Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / "qwen3.jinja").read_text(
+        encoding="utf-8"
+    )
 
 
 def load_qwen3_tokenizer():
@@ -62,8 +65,7 @@ def load_qwen3_tokenizer():
     return tok
 
 
-def build_tiny_qwen3(out_dir: str | Path, *, hidden_size: int = 64, num_layers: int = 2,
-                     seed: int = 0) -> Path:
+def build_tiny_qwen3(out_dir: str | Path, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:
     """Write a tiny random Qwen3 causal LM and the real Qwen3 tokenizer to ``out_dir``.
 
     Parameters

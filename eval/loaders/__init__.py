@@ -4,10 +4,11 @@ Formats: ``qmdlab`` (the default corpus layout), ``smart``, ``trec``, ``beir``, 
 ``qmd-bench`` (a qmd bench fixture file beside a markdown folder; :mod:`.qmdbench`).
 :func:`detect_format` guesses the format of a directory from the files it holds.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from qmdlab.errors import DataFormatError
 
@@ -64,5 +65,16 @@ def load(directory: str | Path, fmt: str | None = None, **options) -> SuiteData:
     return LOADERS[fmt](Path(directory), **options)
 
 
-__all__ = ["SuiteData", "FORMATS", "LOADERS", "detect_format", "load", "load_beir", "load_default",
-           "load_jsonl", "load_qmd_bench", "load_smart", "load_trec"]
+__all__ = [
+    "SuiteData",
+    "FORMATS",
+    "LOADERS",
+    "detect_format",
+    "load",
+    "load_beir",
+    "load_default",
+    "load_jsonl",
+    "load_qmd_bench",
+    "load_smart",
+    "load_trec",
+]

@@ -5,12 +5,13 @@ Every loader returns a :class:`SuiteData` whose ids are the collection's *own* i
 corpus root), so run files written from it score against the original qrels with any
 external tool.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import polars as pl
 
@@ -56,9 +57,11 @@ def queries_frame(rows: list[dict]) -> pl.DataFrame:
     >>> queries_frame([{"qid": "1", "query": "cats"}]).row(0)
     ('1', 'cats', None, None)
     """
-    return pl.DataFrame(
-        [{k: r.get(k) for k in QUERY_SCHEMA} for r in rows], schema=QUERY_SCHEMA, orient="row"
-    ) if rows else pl.DataFrame(schema=QUERY_SCHEMA)
+    return (
+        pl.DataFrame([{k: r.get(k) for k in QUERY_SCHEMA} for r in rows], schema=QUERY_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=QUERY_SCHEMA)
+    )
 
 
 def qrels_frame(rows: list[tuple[str, str, int]]) -> pl.DataFrame:
@@ -87,8 +90,9 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
             for n, line in enumerate(fh, start=1):
                 yield n, line.rstrip("\r\n")
     except UnicodeDecodeError as err:
-        raise DataFormatError(path, None, f"not UTF-8 text ({err.reason} at byte {err.start})",
-                              "re-encode the file as UTF-8") from None
+        raise DataFormatError(
+            path, None, f"not UTF-8 text ({err.reason} at byte {err.start})", "re-encode the file as UTF-8"
+        ) from None
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -105,11 +109,13 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DataFormatError(path, n, f"invalid JSON ({err.msg} at column {err.colno})",
-                                  "write one JSON object per line") from None
+            raise DataFormatError(
+                path, n, f"invalid JSON ({err.msg} at column {err.colno})", "write one JSON object per line"
+            ) from None
         if not isinstance(obj, dict):
-            raise DataFormatError(path, n, f"expected a JSON object, got {type(obj).__name__}",
-                                  "write one JSON object per line")
+            raise DataFormatError(
+                path, n, f"expected a JSON object, got {type(obj).__name__}", "write one JSON object per line"
+            )
         yield n, obj
 
 
@@ -119,12 +125,14 @@ def field(obj: dict, names: tuple[str, ...], path: Path, line: int, *, required:
         if name in obj and obj[name] is not None:
             value = obj[name]
             if isinstance(value, (dict, list)):
-                raise DataFormatError(path, line, f"field {name!r} must be a string or number",
-                                      f"write {name!r} as a string")
+                raise DataFormatError(
+                    path, line, f"field {name!r} must be a string or number", f"write {name!r} as a string"
+                )
             return str(value)
     if required:
-        raise DataFormatError(path, line, f"missing field {names[0]!r}",
-                              f"add {' or '.join(repr(n) for n in names)} to the object")
+        raise DataFormatError(
+            path, line, f"missing field {names[0]!r}", f"add {' or '.join(repr(n) for n in names)} to the object"
+        )
     return None
 
 
@@ -141,13 +149,18 @@ def read_trec_qrels(path: Path) -> pl.DataFrame:
             continue
         parts = text.split()
         if len(parts) != 4:
-            raise DataFormatError(path, n, f"expected 4 fields 'qid 0 docno grade', got {len(parts)}",
-                                  "write TREC qrels lines: qid 0 docno grade")
+            raise DataFormatError(
+                path,
+                n,
+                f"expected 4 fields 'qid 0 docno grade', got {len(parts)}",
+                "write TREC qrels lines: qid 0 docno grade",
+            )
         try:
             grade = int(float(parts[3]))
         except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
-            raise DataFormatError(path, n, f"grade {parts[3]!r} is not a number",
-                                  "the 4th field is the integer relevance grade") from None
+            raise DataFormatError(
+                path, n, f"grade {parts[3]!r} is not a number", "the 4th field is the integer relevance grade"
+            ) from None
         rows.append((parts[0], parts[2], grade))
     if not rows:
         raise DataFormatError(path, None, "no judgments found", "add lines 'qid 0 docno grade'")
@@ -161,7 +174,15 @@ def find_one(directory: Path, patterns: tuple[str, ...], what: str, fmt: str) ->
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
-            raise DataFormatError(directory, None, f"several {what} files match {pattern!r}: "
-                                  + ", ".join(p.name for p in found), "keep exactly one")
-    raise DataFormatError(directory, None, f"no {what} file ({' or '.join(patterns)}) for format {fmt!r}",
-                          f"check the directory or pass the right --format")
+            raise DataFormatError(
+                directory,
+                None,
+                f"several {what} files match {pattern!r}: " + ", ".join(p.name for p in found),
+                "keep exactly one",
+            )
+    raise DataFormatError(
+        directory,
+        None,
+        f"no {what} file ({' or '.join(patterns)}) for format {fmt!r}",
+        "check the directory or pass the right --format",
+    )

@@ -4,6 +4,7 @@
 ``{"_id", "text"}``; the qrels TSV has a header (``query-id corpus-id score``) and one
 judgment per line. Only queries with judgments in the chosen split are kept.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,12 @@ def read_beir_qrels(path: Path) -> list[tuple[str, str, int]]:
         if n == 1 and parts and parts[0].strip().lower() in {"query-id", "query_id", "qid"}:
             continue
         if len(parts) != 3:
-            raise DataFormatError(path, n, f"expected 3 fields 'query-id corpus-id score', got {len(parts)}",
-                                  "write one tab-separated judgment per line")
+            raise DataFormatError(
+                path,
+                n,
+                f"expected 3 fields 'query-id corpus-id score', got {len(parts)}",
+                "write one tab-separated judgment per line",
+            )
         try:
             grade = int(float(parts[2]))
         except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
@@ -43,23 +48,39 @@ def load_beir(directory: str | Path, split: str = "test") -> SuiteData:
     directory = Path(directory)
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (directory / name).is_file():
-            raise DataFormatError(directory / name, None, "file missing", "a BEIR directory has corpus.jsonl, "
-                                  "queries.jsonl and qrels/<split>.tsv")
+            raise DataFormatError(
+                directory / name,
+                None,
+                "file missing",
+                "a BEIR directory has corpus.jsonl, queries.jsonl and qrels/<split>.tsv",
+            )
     qrels_path = directory / "qrels" / f"{split}.tsv"
     if not qrels_path.is_file():
         found = sorted((directory / "qrels").glob("*.tsv")) if (directory / "qrels").is_dir() else []
         if len(found) != 1:
-            raise DataFormatError(qrels_path, None, "qrels split missing",
-                                  f"choose one of: {', '.join(p.stem for p in found) or '(none)'}")
+            raise DataFormatError(
+                qrels_path,
+                None,
+                "qrels split missing",
+                f"choose one of: {', '.join(p.stem for p in found) or '(none)'}",
+            )
         qrels_path = found[0]
     docs = []
     for n, obj in read_jsonl(directory / "corpus.jsonl"):
-        docs.append((field(obj, ("_id", "id"), directory / "corpus.jsonl", n),
-                     field(obj, ("title",), directory / "corpus.jsonl", n, required=False) or "",
-                     field(obj, ("text",), directory / "corpus.jsonl", n)))
-    queries = [{"qid": field(obj, ("_id", "id"), directory / "queries.jsonl", n),
-                "query": field(obj, ("text", "query"), directory / "queries.jsonl", n)}
-               for n, obj in read_jsonl(directory / "queries.jsonl")]
+        docs.append(
+            (
+                field(obj, ("_id", "id"), directory / "corpus.jsonl", n),
+                field(obj, ("title",), directory / "corpus.jsonl", n, required=False) or "",
+                field(obj, ("text",), directory / "corpus.jsonl", n),
+            )
+        )
+    queries = [
+        {
+            "qid": field(obj, ("_id", "id"), directory / "queries.jsonl", n),
+            "query": field(obj, ("text", "query"), directory / "queries.jsonl", n),
+        }
+        for n, obj in read_jsonl(directory / "queries.jsonl")
+    ]
     qrels = qrels_frame(read_beir_qrels(qrels_path))
     data = SuiteData(queries=queries_frame(queries), qrels=qrels, docs=docs_frame(docs))
     return SuiteData(queries=data.judged_queries(), qrels=qrels, docs=data.docs)

@@ -4,6 +4,7 @@
 ``queries.jsonl`` (``qid, query, category[, intent]``) and ``qrels.txt``
 (``qid 0 docno grade`` with docno the path relative to ``corpus/``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,6 +29,10 @@ def load_default(directory: str | Path) -> SuiteData:
     qrels = read_trec_qrels(rpath)
     missing = sorted(d for d in qrels["docid"].unique().to_list() if not (corpus / d).is_file())
     if missing:
-        raise DataFormatError(rpath, None, f"{len(missing)} judged documents are not in corpus/: "
-                              + ", ".join(missing[:5]), "fix the docno (a path relative to corpus/)")
+        raise DataFormatError(
+            rpath,
+            None,
+            f"{len(missing)} judged documents are not in corpus/: " + ", ".join(missing[:5]),
+            "fix the docno (a path relative to corpus/)",
+        )
     return SuiteData(queries=queries_frame(queries), qrels=qrels, corpus_dir=corpus)

@@ -8,14 +8,14 @@ documents (docid = path relative to ``corpus/``).
 with optional ``category`` and ``intent``; a ``qrels.txt`` in TREC format may replace the
 inline ``qrels`` objects.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from ._common import (SuiteData, docs_frame, field, qrels_frame, queries_frame, read_jsonl,
-                      read_trec_qrels)
+from ._common import SuiteData, docs_frame, field, qrels_frame, queries_frame, read_jsonl, read_trec_qrels
 
 
 def read_queries_jsonl(path: Path) -> tuple[list[dict], list[tuple[str, str, int]]]:
@@ -24,21 +24,30 @@ def read_queries_jsonl(path: Path) -> tuple[list[dict], list[tuple[str, str, int
     for n, obj in read_jsonl(path):
         qid = field(obj, ("qid", "id", "_id"), path, n)
         if qid in seen:
-            raise DataFormatError(path, n, f"duplicate qid {qid!r} (first at line {seen[qid]})",
-                                  "give every query its own id")
+            raise DataFormatError(
+                path, n, f"duplicate qid {qid!r} (first at line {seen[qid]})", "give every query its own id"
+            )
         seen[qid] = n
-        queries.append({"qid": qid, "query": field(obj, ("query", "text"), path, n),
-                        "category": field(obj, ("category",), path, n, required=False),
-                        "intent": field(obj, ("intent",), path, n, required=False)})
+        queries.append(
+            {
+                "qid": qid,
+                "query": field(obj, ("query", "text"), path, n),
+                "category": field(obj, ("category",), path, n, required=False),
+                "intent": field(obj, ("intent",), path, n, required=False),
+            }
+        )
         judged = obj.get("qrels")
         if judged is None:
             continue
         if not isinstance(judged, dict):
-            raise DataFormatError(path, n, "'qrels' must be an object {docid: grade}",
-                                  'write e.g. "qrels": {"d1": 1}')
+            raise DataFormatError(path, n, "'qrels' must be an object {docid: grade}", 'write e.g. "qrels": {"d1": 1}')
         for docid, grade in judged.items():
-            if isinstance(grade, bool) or not isinstance(grade, (int, float)) or grade != grade \
-                    or grade in (float("inf"), float("-inf")):  # NaN / Infinity are valid JSON to Python
+            if (
+                isinstance(grade, bool)
+                or not isinstance(grade, (int, float))
+                or grade != grade
+                or grade in (float("inf"), float("-inf"))
+            ):  # NaN / Infinity are valid JSON to Python
                 raise DataFormatError(path, n, f"grade of {docid!r} is not a number", "use integer grades")
             qrels.append((qid, str(docid), int(grade)))
     return queries, qrels
@@ -62,6 +71,12 @@ def load_jsonl(directory: str | Path) -> SuiteData:
     dpath = directory / "docs.jsonl"
     if not dpath.is_file():
         raise DataFormatError(dpath, None, "file missing", "add docs.jsonl or a corpus/ directory")
-    docs = [(field(o, ("id", "docid", "_id"), dpath, n), field(o, ("title",), dpath, n, required=False) or "",
-             field(o, ("text", "body"), dpath, n)) for n, o in read_jsonl(dpath)]
+    docs = [
+        (
+            field(o, ("id", "docid", "_id"), dpath, n),
+            field(o, ("title",), dpath, n, required=False) or "",
+            field(o, ("text", "body"), dpath, n),
+        )
+        for n, o in read_jsonl(dpath)
+    ]
     return SuiteData(queries=queries_frame(queries), qrels=qrels, docs=docs_frame(docs))

@@ -17,6 +17,7 @@ expected file that matches no file of the corpus stays a judged document nobody 
 ``type`` becomes the query's ``category`` (qmd groups its report by it) and the per-query ``k``
 is kept in :attr:`BenchFixture.queries` for :mod:`qmdlab.eval.qmdbench`'s hit-within-k measures.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,7 @@ def normalize_path(path: str) -> str:
     ('docs/readme.md', 'a/b')
     """
     if path.startswith("qmd://"):
-        rest = path[len("qmd://"):]
+        rest = path[len("qmd://") :]
         path = rest.split("/", 1)[1] if "/" in rest else rest
     return path.lower().strip("/")
 
@@ -89,18 +90,21 @@ def read_fixture(path: str | Path) -> BenchFixture:
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise DataFormatError(path, None, f"cannot read ({err.strerror or err})", "pass a readable fixture file") \
-            from None
+        raise DataFormatError(
+            path, None, f"cannot read ({err.strerror or err})", "pass a readable fixture file"
+        ) from None
     except UnicodeDecodeError:
         raise DataFormatError(path, None, "not UTF-8 text", "re-encode the fixture as UTF-8") from None
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as err:
-        raise DataFormatError(path, err.lineno, f"invalid JSON ({err.msg} at column {err.colno})",
-                              "fix the fixture's JSON") from None
+        raise DataFormatError(
+            path, err.lineno, f"invalid JSON ({err.msg} at column {err.colno})", "fix the fixture's JSON"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("queries"), list):
-        raise DataFormatError(path, None, "not a qmd bench fixture: missing 'queries' array",
-                              'write {"version": 1, "queries": [...]}')
+        raise DataFormatError(
+            path, None, "not a qmd bench fixture: missing 'queries' array", 'write {"version": 1, "queries": [...]}'
+        )
     version = data.get("version", 1)
     if version != 1:
         raise DataFormatError(path, None, f"fixture version {version!r} is not supported", "write version 1")
@@ -119,14 +123,30 @@ def read_fixture(path: str | Path) -> BenchFixture:
         seen.add(qid)
         files = q.get("expected_files")
         if not isinstance(files, list) or not files or not all(isinstance(f, str) and f.strip() for f in files):
-            raise DataFormatError(path, None, f"{where}: 'expected_files' must be a non-empty list of paths",
-                                  'write e.g. "expected_files": ["docs/readme.md"]')
+            raise DataFormatError(
+                path,
+                None,
+                f"{where}: 'expected_files' must be a non-empty list of paths",
+                'write e.g. "expected_files": ["docs/readme.md"]',
+            )
         k = q.get("expected_in_top_k", 10)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise DataFormatError(path, None, f"{where}: 'expected_in_top_k' must be a whole number >= 1",
-                                  'write e.g. "expected_in_top_k": 3')
-        queries.append(BenchQuery(qid, _text(q, "query", path, where), _text(q, "type", path, where, False) or "",
-                                  _text(q, "description", path, where, False), tuple(files), k))
+            raise DataFormatError(
+                path,
+                None,
+                f"{where}: 'expected_in_top_k' must be a whole number >= 1",
+                'write e.g. "expected_in_top_k": 3',
+            )
+        queries.append(
+            BenchQuery(
+                qid,
+                _text(q, "query", path, where),
+                _text(q, "type", path, where, False) or "",
+                _text(q, "description", path, where, False),
+                tuple(files),
+                k,
+            )
+        )
     if not queries:
         raise DataFormatError(path, None, "no queries", "add at least one query")
     return BenchFixture(path, 1, str(data.get("description") or ""), collection, tuple(queries))
@@ -157,13 +177,18 @@ def unmatched_expected(fixture: BenchFixture, docids: list[str]) -> list[tuple[s
     return [(q.id, f) for q in fixture.queries for f in q.expected_files if not match_expected(f, docids)]
 
 
-def load_qmd_bench(path: str | Path, corpus: str | Path | None = None, mask: str = "**/*.md",
-                   ignore: tuple[str, ...] = ()) -> SuiteData:
+def load_qmd_bench(
+    path: str | Path, corpus: str | Path | None = None, mask: str = "**/*.md", ignore: tuple[str, ...] = ()
+) -> SuiteData:
     """Load a fixture against the markdown folder ``corpus`` (see the module notes)."""
     fixture = read_fixture(path)
     if corpus is None or not Path(corpus).is_dir():
-        raise DataFormatError(path, None, f"corpus folder {corpus} not found" if corpus else "no corpus folder",
-                              "pass --corpus DIR, the folder its expected_files are relative to")
+        raise DataFormatError(
+            path,
+            None,
+            f"corpus folder {corpus} not found" if corpus else "no corpus folder",
+            "pass --corpus DIR, the folder its expected_files are relative to",
+        )
     docids = corpus_files(Path(corpus), mask, ignore)
     rows = []
     for q in fixture.queries:

@@ -22,6 +22,7 @@ a warning) or ``qrels_ids="ids"`` (the ``.REL`` numbers are ``.I`` ids). Outside
 same choice is ``$QMDLAB_SMART_QRELS_IDS=position|ids``. CISI is not affected: its ``.I`` ids
 are exactly 1..112 in order, so positions and ids agree.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,9 @@ def _norm_id(text: str, path: Path, line: int) -> str:
     """
     text = text.strip()
     if not text.isdigit():
-        raise DataFormatError(path, line, f"record id {text!r} is not a number",
-                              "SMART records start with '.I <number>'")
+        raise DataFormatError(
+            path, line, f"record id {text!r} is not a number", "SMART records start with '.I <number>'"
+        )
     return str(int(text))
 
 
@@ -69,15 +71,18 @@ def read_records(path: Path) -> list[tuple[str, dict[str, str]]]:
         if m and m.group(1) == "I":
             rid = _norm_id(m.group(2), path, n)
             if rid in seen:
-                raise DataFormatError(path, n, f"duplicate record id {rid} (first at line {seen[rid]})",
-                                      "give every record its own '.I' number")
+                raise DataFormatError(
+                    path,
+                    n,
+                    f"duplicate record id {rid} (first at line {seen[rid]})",
+                    "give every record its own '.I' number",
+                )
             seen[rid] = n
             current, letter = {}, None
             records.append((rid, current))
         elif m and (not m.group(2).strip() or line[2:3] in (" ", "\t")):  # ".T" or ".T text", not ".Net"
             if current is None:
-                raise DataFormatError(path, n, "field before the first '.I' record",
-                                      "start the file with '.I <id>'")
+                raise DataFormatError(path, n, "field before the first '.I' record", "start the file with '.I <id>'")
             letter = m.group(1)
             current.setdefault(letter, [])
             if m.group(2).strip():
@@ -86,16 +91,18 @@ def read_records(path: Path) -> list[tuple[str, dict[str, str]]]:
             if current is None:
                 if not line.strip():
                     continue
-                raise DataFormatError(path, n, "text before the first '.I' record",
-                                      "start the file with '.I <id>'")
+                raise DataFormatError(path, n, "text before the first '.I' record", "start the file with '.I <id>'")
             if letter is None:
                 if line.strip():
-                    raise DataFormatError(path, n, "text after '.I' without a field marker",
-                                          "put '.T' or '.W' on its own line before the text")
+                    raise DataFormatError(
+                        path,
+                        n,
+                        "text after '.I' without a field marker",
+                        "put '.T' or '.W' on its own line before the text",
+                    )
                 continue
             current[letter].append(line.strip())
-    return [(rid, {k: " ".join(x for x in v if x).strip() for k, v in fields.items()})
-            for rid, fields in records]
+    return [(rid, {k: " ".join(x for x in v if x).strip() for k, v in fields.items()}) for rid, fields in records]
 
 
 def read_rel(path: Path) -> list[tuple[str, str, int]]:
@@ -106,8 +113,9 @@ def read_rel(path: Path) -> list[tuple[str, str, int]]:
         if not parts:
             continue
         if len(parts) < 2 or len(parts) > 4:
-            raise DataFormatError(path, n, f"expected 2-4 fields 'qid docid [..]', got {len(parts)}",
-                                  "write 'qid docid' per line")
+            raise DataFormatError(
+                path, n, f"expected 2-4 fields 'qid docid [..]', got {len(parts)}", "write 'qid docid' per line"
+            )
         rows.append((n, parts))
     if not rows:
         raise DataFormatError(path, None, "no judgments found", "add lines 'qid docid'")
@@ -125,8 +133,7 @@ def read_rel(path: Path) -> list[tuple[str, str, int]]:
         try:
             grade = int(float(grade_text))
         except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
-            raise DataFormatError(path, n, f"grade {grade_text!r} is not a number",
-                                  "use an integer grade") from None
+            raise DataFormatError(path, n, f"grade {grade_text!r} is not a number", "use an integer grade") from None
         out.append((_norm_id(qid, path, n), _norm_id(docid, path, n), grade))
     return out
 
@@ -135,8 +142,9 @@ QRELS_IDS = ("auto", "ids", "position")
 QRELS_IDS_ENV = "QMDLAB_SMART_QRELS_IDS"
 
 
-def map_rel_queries(rels: list[tuple[str, str, int]], qry_ids: list[str], rel_path: Path,
-                    qrels_ids: str = "auto") -> list[tuple[str, str, int]]:
+def map_rel_queries(
+    rels: list[tuple[str, str, int]], qry_ids: list[str], rel_path: Path, qrels_ids: str = "auto"
+) -> list[tuple[str, str, int]]:
     """Check (and, with ``qrels_ids="position"``, remap) the query ids of ``.REL`` rows.
 
     Parameters
@@ -165,8 +173,12 @@ def map_rel_queries(rels: list[tuple[str, str, int]], qry_ids: list[str], rel_pa
     qmdlab.errors.DataFormatError: T.REL: query ids of the judgments do not match the .QRY '.I' ids: 1 judged query id(s) are not '.I' ids (3)...the .QRY file has 3 records with '.I' ids 1..4 with 1 gap(s)...
     """
     if qrels_ids not in QRELS_IDS:
-        raise DataFormatError(rel_path, None, f"unknown qrels_ids {qrels_ids!r}",
-                              f"use one of {', '.join(QRELS_IDS)} (or ${QRELS_IDS_ENV})")
+        raise DataFormatError(
+            rel_path,
+            None,
+            f"unknown qrels_ids {qrels_ids!r}",
+            f"use one of {', '.join(QRELS_IDS)} (or ${QRELS_IDS_ENV})",
+        )
     rel_qids = sorted({q for q, _, _ in rels}, key=int)
     known = set(qry_ids)
     by_position = {str(k + 1): qid for k, qid in enumerate(qry_ids)}
@@ -174,33 +186,51 @@ def map_rel_queries(rels: list[tuple[str, str, int]], qry_ids: list[str], rel_pa
     if all(by_position.get(q) == q for q in rel_qids):
         return rels  # ids and positions agree on every judged query
     dense = set(rel_qids) == set(by_position) and list(by_position) != qry_ids
-    how = (f"the .QRY file has {len(qry_ids)} records with '.I' ids {_span(qry_ids)}; the judgments use "
-           f"query numbers {_span(rel_qids)}")
+    how = (
+        f"the .QRY file has {len(qry_ids)} records with '.I' ids {_span(qry_ids)}; the judgments use "
+        f"query numbers {_span(rel_qids)}"
+    )
     if qrels_ids == "auto":
         if unknown or dense:
-            why = (f"{len(unknown)} judged query id(s) are not '.I' ids ({', '.join(unknown[:5])}"
-                   f"{', …' if len(unknown) > 5 else ''})" if unknown else
-                   "the judgments number the queries exactly 1..N while the '.I' ids are not 1..N in file order")
+            why = (
+                f"{len(unknown)} judged query id(s) are not '.I' ids ({', '.join(unknown[:5])}"
+                f"{', …' if len(unknown) > 5 else ''})"
+                if unknown
+                else "the judgments number the queries exactly 1..N while the '.I' ids are not 1..N in file order"
+            )
             raise DataFormatError(
-                rel_path, None, f"query ids of the judgments do not match the .QRY '.I' ids: {why}; {how}",
+                rel_path,
+                None,
+                f"query ids of the judgments do not match the .QRY '.I' ids: {why}; {how}",
                 f"choose how to read them: qrels_ids='position' (query k = the k-th .QRY record) or "
                 f"qrels_ids='ids' (numbers are '.I' ids) — load_smart(..., qrels_ids=...) or "
-                f"${QRELS_IDS_ENV}=position|ids")
+                f"${QRELS_IDS_ENV}=position|ids",
+            )
         return rels
     if qrels_ids == "ids":
         if unknown:
-            raise DataFormatError(rel_path, None, f"{len(unknown)} judged query id(s) are not .QRY '.I' ids "
-                                  f"({', '.join(unknown[:5])}); {how}",
-                                  f"use qrels_ids='position' (${QRELS_IDS_ENV}=position) if the numbers are positions")
+            raise DataFormatError(
+                rel_path,
+                None,
+                f"{len(unknown)} judged query id(s) are not .QRY '.I' ids ({', '.join(unknown[:5])}); {how}",
+                f"use qrels_ids='position' (${QRELS_IDS_ENV}=position) if the numbers are positions",
+            )
         return rels
     beyond = [q for q in rel_qids if q not in by_position]
     if beyond:
-        raise DataFormatError(rel_path, None, f"judged query number(s) {', '.join(beyond[:5])} exceed the "
-                              f"{len(qry_ids)} .QRY records, so they cannot be positions; {how}",
-                              f"use qrels_ids='ids' (${QRELS_IDS_ENV}=ids)")
+        raise DataFormatError(
+            rel_path,
+            None,
+            f"judged query number(s) {', '.join(beyond[:5])} exceed the "
+            f"{len(qry_ids)} .QRY records, so they cannot be positions; {how}",
+            f"use qrels_ids='ids' (${QRELS_IDS_ENV}=ids)",
+        )
     moved = sum(by_position[q] != q for q in rel_qids)
-    warnings.warn(f"{rel_path}: judgments mapped to queries by position (query k = the k-th .QRY record); "
-                  f"{moved} of {len(rel_qids)} judged queries get another id than their number", stacklevel=3)
+    warnings.warn(
+        f"{rel_path}: judgments mapped to queries by position (query k = the k-th .QRY record); "
+        f"{moved} of {len(rel_qids)} judged queries get another id than their number",
+        stacklevel=3,
+    )
     return [(by_position[q], d, g) for q, d, g in rels]
 
 
@@ -225,8 +255,10 @@ def check_grades(grades: str, where: str = "--grades") -> str:
     if grades not in GRADES:
         from qmdlab.errors import QmdlabError
 
-        raise QmdlabError(f"{where} {grades!r}: unknown grade reading; use gain (the code is the gain) or rank "
-                          f"(1 = most relevant: gain = max_code + 1 - code)")
+        raise QmdlabError(
+            f"{where} {grades!r}: unknown grade reading; use gain (the code is the gain) or rank "
+            f"(1 = most relevant: gain = max_code + 1 - code)"
+        )
     return grades
 
 

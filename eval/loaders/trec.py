@@ -9,6 +9,7 @@ A TREC suite directory holds
   it) or TREC SGML files ``*.trec`` / ``docs*`` (``<DOC><DOCNO>id</DOCNO> … </DOC>``; an
   optional ``<TITLE>`` becomes the title, the rest of the text the body).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,7 @@ def read_topics(path: Path) -> list[dict]:
                 continue
             parts = line.split("\t")
             if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
-                raise DataFormatError(path, n, "expected 'qid<TAB>query'",
-                                      "separate the id and the query with one tab")
+                raise DataFormatError(path, n, "expected 'qid<TAB>query'", "separate the id and the query with one tab")
             rows.append({"qid": parts[0].strip(), "query": parts[1].strip()})
         return rows
     rows: list[dict] = []
@@ -42,7 +42,7 @@ def read_topics(path: Path) -> list[dict]:
         pos = 0
         for m in _TAG.finditer(line):
             if current is not None and tag is not None:
-                current.setdefault(tag, []).append(line[pos:m.start()])
+                current.setdefault(tag, []).append(line[pos : m.start()])
             closing, name = m.group(1), m.group(2).lower()
             if name == "top":
                 if closing:
@@ -52,8 +52,9 @@ def read_topics(path: Path) -> list[dict]:
                     current, tag = None, None
                 else:
                     if current is not None:
-                        raise DataFormatError(path, n, "'<top>' inside an open topic",
-                                              "close the previous topic with '</top>'")
+                        raise DataFormatError(
+                            path, n, "'<top>' inside an open topic", "close the previous topic with '</top>'"
+                        )
                     current, tag = {"_line": n}, None
             elif current is None:
                 raise DataFormatError(path, n, f"'<{name}>' outside '<top>'", "wrap each topic in <top> … </top>")
@@ -118,8 +119,12 @@ def load_trec(directory: str | Path) -> SuiteData:
         return SuiteData(queries=queries, qrels=qrels_df, corpus_dir=corpus)
     doc_files = sorted(p for p in list(directory.glob("*.trec")) + list(directory.glob("docs*")) if p.is_file())
     if not doc_files:
-        raise DataFormatError(directory, None, "no documents: neither corpus/ nor *.trec / docs* files",
-                              "add the documents as corpus/*.md or TREC SGML <DOC> files")
+        raise DataFormatError(
+            directory,
+            None,
+            "no documents: neither corpus/ nor *.trec / docs* files",
+            "add the documents as corpus/*.md or TREC SGML <DOC> files",
+        )
     rows = []
     for p in dict.fromkeys(doc_files):
         rows.extend(read_trec_docs(p))

@@ -29,14 +29,16 @@ Usage::
 The CISI index is the eval suite's own (``$QMDLAB_HOME/eval/cisi/index``, built on first use,
 no embedding needed).
 """
+
 from __future__ import annotations
 
 import argparse
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -67,8 +69,9 @@ class Variant(NamedTuple):
 
 
 REFERENCE = Variant()
-EMULATED = Variant(filepath=True, title_in_body=True, prefix=True, stopwords=True, dedupe=True, w_filepath=1.5,
-                   min_chars=1)
+EMULATED = Variant(
+    filepath=True, title_in_body=True, prefix=True, stopwords=True, dedupe=True, w_filepath=1.5, min_chars=1
+)
 
 
 def _stopwords() -> frozenset[str]:
@@ -119,8 +122,11 @@ def run_variant(docs, queries: dict[str, str], v: Variant, stop, depth: int = 10
         q = build_query(text, v, stop)
         if q is None:
             continue
-        rows = conn.execute(f"SELECT rowid, bm25(t, {v.w_filepath}, {v.w_title}, {v.w_body}) AS s FROM t "
-                            "WHERE t MATCH ? ORDER BY s, rowid LIMIT ?", (q, depth)).fetchall()
+        rows = conn.execute(
+            f"SELECT rowid, bm25(t, {v.w_filepath}, {v.w_title}, {v.w_body}) AS s FROM t "
+            "WHERE t MATCH ? ORDER BY s, rowid LIMIT ?",
+            (q, depth),
+        ).fetchall()
         out += [(qid, str(rid), rank) for rank, (rid, _) in enumerate(rows, 1)]
     return pl.DataFrame(out, schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64}, orient="row")
 
@@ -160,13 +166,15 @@ def part_a(log: Callable[[str], None]) -> list[Row]:
     log(f"CISI: {len(docs)} documents, {len(queries)} judged queries")
     ref = score(run_variant(docs, queries, REFERENCE, stop), qrels)
     emu = score(run_variant(docs, queries, EMULATED, stop), qrels)
-    rows = [_row("reference (plain FTS5: title+abstract, 4/1, quoted OR)", "-", ref, ref),
-            _row("qmdlab without query tf (emulated)", "reference", emu, ref)]
+    rows = [
+        _row("reference (plain FTS5: title+abstract, 4/1, quoted OR)", "-", ref, ref),
+        _row("qmdlab without query tf (emulated)", "reference", emu, ref),
+    ]
     factors: list[tuple[str, dict, dict]] = [
         ("filepath column, weight 1.5", dict(filepath=True, w_filepath=1.5), dict(filepath=False, w_filepath=0.0)),
         ("filepath weight 0 (column kept)", dict(filepath=True, w_filepath=0.0), dict(w_filepath=0.0)),
         ("title repeated in body (# heading)", dict(title_in_body=True), dict(title_in_body=False)),
-        ("prefix terms \"w\"*", dict(prefix=True), dict(prefix=False)),
+        ('prefix terms "w"*', dict(prefix=True), dict(prefix=False)),
         ("stopword list", dict(stopwords=True), dict(stopwords=False)),
         ("duplicate query words once", dict(dedupe=True), dict(dedupe=False)),
         ("one-character words kept", dict(min_chars=1), dict(min_chars=2)),
@@ -188,10 +196,9 @@ def part_a(log: Callable[[str], None]) -> list[Row]:
 
 def _suite_runner(suite_name: str, log):
     """``run(config) -> (per-query ndcg@10 table, ms per query)``: the real bm25_search on a suite's index."""
+    from qmdlab.eval.record import prepare_index
     from qmdlab.eval.suites import get_suite
     from qmdlab.search import bm25_search
-
-    from qmdlab.eval.record import prepare_index
 
     suite = get_suite(suite_name)
     suite.check()
@@ -206,8 +213,9 @@ def _suite_runner(suite_name: str, log):
             for h in bm25_search(idx, text, limit=100, **cfg.lexical()):
                 out.append((qid, h.docno, h.rank))
         ms = (time.perf_counter() - t0) * 1000 / max(queries.height, 1)
-        return score(pl.DataFrame(out, schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64},
-                                  orient="row"), qrels), ms
+        return score(
+            pl.DataFrame(out, schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64}, orient="row"), qrels
+        ), ms
 
     return run
 
@@ -221,20 +229,37 @@ def _knob_rows(suite_name: str, log) -> list[Row]:
     base, ms = run(default)
     rows = [_row(f"{suite_name}: defaults ({ms:.2f} ms/query)", "-", base, base)]
     knobs = [
-        dict(bm25_weight_filepath=0.0), dict(bm25_weight_filepath=1.5), dict(bm25_weight_title=1.0),
-        dict(bm25_weight_title=8.0), dict(bm25_weight_body=2.0), dict(bm25_prefix=not default.bm25_prefix),
-        dict(bm25_stopwords=not default.bm25_stopwords), dict(bm25_query_tf=not default.bm25_query_tf),
-        dict(bm25_mode="and"), dict(bm25_mode="msm", bm25_min_match=2.0), dict(bm25_mode="msm", bm25_min_match=0.3),
-        dict(bm25_weight_filepath=1.5, bm25_prefix=True, bm25_stopwords=True,  # the pre-issue-16 defaults
-             bm25_query_tf=False),
+        dict(bm25_weight_filepath=0.0),
+        dict(bm25_weight_filepath=1.5),
+        dict(bm25_weight_title=1.0),
+        dict(bm25_weight_title=8.0),
+        dict(bm25_weight_body=2.0),
+        dict(bm25_prefix=not default.bm25_prefix),
+        dict(bm25_stopwords=not default.bm25_stopwords),
+        dict(bm25_query_tf=not default.bm25_query_tf),
+        dict(bm25_mode="and"),
+        dict(bm25_mode="msm", bm25_min_match=2.0),
+        dict(bm25_mode="msm", bm25_min_match=0.3),
+        dict(
+            bm25_weight_filepath=1.5,
+            bm25_prefix=True,
+            bm25_stopwords=True,  # the pre-issue-16 defaults
+            bm25_query_tf=False,
+        ),
     ]
     for k in knobs:
         cfg = default.replace(**k)
         if cfg == default:
             continue
         t, ms = run(cfg)
-        rows.append(_row(f"{suite_name}: " + ", ".join(f"{a}={b}" for a, b in k.items()) + f" ({ms:.2f} ms/q)",
-                         "defaults", t, base))
+        rows.append(
+            _row(
+                f"{suite_name}: " + ", ".join(f"{a}={b}" for a, b in k.items()) + f" ({ms:.2f} ms/q)",
+                "defaults",
+                t,
+                base,
+            )
+        )
     return rows
 
 
@@ -250,19 +275,25 @@ def part_c(log) -> str:
 
     dflt, cisi = _suite_runner("default", log), _suite_runner("cisi", log)
     grid = []
-    for prefix, stop, qtf, wf, wt in itertools.product([False, True], [False, True], [False, True], [0.0, 1.5],
-                                                       [1.0, 4.0, 8.0]):
-        cfg = PipelineConfig(bm25_prefix=prefix, bm25_stopwords=stop, bm25_query_tf=qtf, bm25_weight_filepath=wf,
-                             bm25_weight_title=wt)
+    for prefix, stop, qtf, wf, wt in itertools.product(
+        [False, True], [False, True], [False, True], [0.0, 1.5], [1.0, 4.0, 8.0]
+    ):
+        cfg = PipelineConfig(
+            bm25_prefix=prefix, bm25_stopwords=stop, bm25_query_tf=qtf, bm25_weight_filepath=wf, bm25_weight_title=wt
+        )
         table, _ = dflt(cfg)
         grid.append((float(table["ndcg@10"].mean()), cfg))
     grid.sort(key=lambda x: -x[0])
-    lines = ["| rank | prefix | stopwords | query_tf | w filepath | w title | default corpus nDCG@10 | CISI nDCG@10 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rank | prefix | stopwords | query_tf | w filepath | w title | default corpus nDCG@10 | CISI nDCG@10 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for i, (v, cfg) in enumerate(grid, 1):
         c, _ = cisi(cfg)
-        lines.append(f"| {i} | {cfg.bm25_prefix} | {cfg.bm25_stopwords} | {cfg.bm25_query_tf} | "
-                     f"{cfg.bm25_weight_filepath} | {cfg.bm25_weight_title} | {v:.4f} | {float(c['ndcg@10'].mean()):.4f} |")
+        lines.append(
+            f"| {i} | {cfg.bm25_prefix} | {cfg.bm25_stopwords} | {cfg.bm25_query_tf} | "
+            f"{cfg.bm25_weight_filepath} | {cfg.bm25_weight_title} | {v:.4f} | {float(c['ndcg@10'].mean()):.4f} |"
+        )
     return "\n".join(lines)
 
 
@@ -285,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     if "b" in args.part:
         text.append("### B. qmdlab lexical knobs, one at a time from the defaults\n\n" + format_rows(part_b(log)))
     if "c" in args.part:
-        text.append("### C. Every knob combination on the default corpus (selection), CISI beside it "
-                    "(held-out, not used to choose)\n\n" + part_c(log))
+        text.append(
+            "### C. Every knob combination on the default corpus (selection), CISI beside it "
+            "(held-out, not used to choose)\n\n" + part_c(log)
+        )
     out = "\n\n".join(text)
     print(out)
     if args.out:

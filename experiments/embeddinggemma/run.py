@@ -10,11 +10,11 @@ losses. Nothing is tuned, so every query is a held-out query. Also recorded: chu
 seconds spent embedding the suite's index with each model (CPU, this machine). Writes
 ``<out>/<suite>.json`` (the table and every query's nDCG@10) and prints the table.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -68,10 +68,20 @@ def compare(suite_name: str) -> dict:
         x, y = np.array([a[q] for q in qids]), np.array([b[q] for q in qids])
         p_t, p_f = paired_pvalues(x, y)
         d = y - x
-        out["rows"].append({"row": row, "queries": len(qids), "minilm": float(x.mean()), "embeddinggemma": float(y.mean()),
-                            "delta": float(d.mean()), "p_ttest": float(p_t), "p_fisher": float(p_f),
-                            "wins": int((d > 1e-12).sum()), "ties": int((abs(d) <= 1e-12).sum()),
-                            "losses": int((d < -1e-12).sum())})
+        out["rows"].append(
+            {
+                "row": row,
+                "queries": len(qids),
+                "minilm": float(x.mean()),
+                "embeddinggemma": float(y.mean()),
+                "delta": float(d.mean()),
+                "p_ttest": float(p_t),
+                "p_fisher": float(p_f),
+                "wins": int((d > 1e-12).sum()),
+                "ties": int((abs(d) <= 1e-12).sum()),
+                "losses": int((d < -1e-12).sum()),
+            }
+        )
         out["per_query"][row] = {q: {"minilm": a[q], "embeddinggemma": b[q]} for q in qids}
     out["bm25"] = float(np.mean(list(runs["offline"]["bm25"].values())))
     return out
@@ -84,12 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in args.suites:
         res = compare(name)
-        print(f"{name}: BM25 {res['bm25']:.4f}; index build with embedding: MiniLM {res['offline_index_s']} s, "
-              f"EmbeddingGemma {res['offline-gemma_index_s']} s")
+        print(
+            f"{name}: BM25 {res['bm25']:.4f}; index build with embedding: MiniLM {res['offline_index_s']} s, "
+            f"EmbeddingGemma {res['offline-gemma_index_s']} s"
+        )
         for r in res["rows"]:
-            print(f"  {r['row']:<12} MiniLM {r['minilm']:.4f}  EmbeddingGemma {r['embeddinggemma']:.4f}  "
-                  f"Δ {r['delta']:+.4f}  p {r['p_ttest']:.3g} / {r['p_fisher']:.3g}  "
-                  f"W/T/L {r['wins']}/{r['ties']}/{r['losses']}  ({r['queries']} queries)")
+            print(
+                f"  {r['row']:<12} MiniLM {r['minilm']:.4f}  EmbeddingGemma {r['embeddinggemma']:.4f}  "
+                f"Δ {r['delta']:+.4f}  p {r['p_ttest']:.3g} / {r['p_fisher']:.3g}  "
+                f"W/T/L {r['wins']}/{r['ties']}/{r['losses']}  ({r['queries']} queries)"
+            )
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n")

@@ -7,6 +7,7 @@ Per model: seconds to expand one query (chat prompt → up to 96 greedy tokens; 
 warm-up), tokens/s generated, and with ``--train`` one forward+backward of a batch of 8 × 160-token
 sequences through a LoRA r=8 adapter (fp32, torch threads = ``--threads``). Prints one JSON line per model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,11 @@ import json
 import time
 from pathlib import Path
 
-QUERIES = ["information retrieval evaluation measures", "TP-3001 Retry-After",
-           "How can actually pertinent data, as opposed to references or entire articles, be retrieved automatically?"]
+QUERIES = [
+    "information retrieval evaluation measures",
+    "TP-3001 Retry-After",
+    "How can actually pertinent data, as opposed to references or entire articles, be retrieved automatically?",
+]
 
 
 def gen_speed(gguf: Path, threads: int) -> dict:
@@ -30,8 +34,11 @@ def gen_speed(gguf: Path, threads: int) -> dict:
         out = llm.create_chat_completion(messages=msgs(q), max_tokens=96, temperature=0.0)
         secs.append(time.perf_counter() - t0)
         toks.append(out["usage"]["completion_tokens"])
-    return {"s_per_query": round(sum(secs) / len(secs), 2), "tokens_per_s": round(sum(toks) / sum(secs), 1),
-            "mean_tokens": round(sum(toks) / len(toks), 1)}
+    return {
+        "s_per_query": round(sum(secs) / len(secs), 2),
+        "tokens_per_s": round(sum(toks) / sum(secs), 1),
+        "mean_tokens": round(sum(toks) / len(toks), 1),
+    }
 
 
 def train_step(gguf: Path, threads: int) -> dict:
@@ -49,8 +56,10 @@ def train_step(gguf: Path, threads: int) -> dict:
         d = dequantize_gguf(gguf, Path(tmp) / "hf")
         model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
     n_params = sum(p.numel() for p in model.parameters())
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                                             task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        model,
+        LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], task_type="CAUSAL_LM"),
+    )
     ids = torch.randint(100, 1000, (8, 160))
     times = []
     for _ in range(3):
@@ -69,8 +78,10 @@ def main() -> None:
     args = ap.parse_args()
     from qmdlab.models import packaged
 
-    models = {"smollm2-135m-instruct-q4_1": packaged.target_path(packaged.get("smollm2-135m-instruct-q4_1")),
-              "qwen2.5-coder-0.5b-instruct-q4_k_m": packaged.target_path(packaged.get("qwen2.5-coder-0.5b-instruct-q4_k_m"))}
+    models = {
+        "smollm2-135m-instruct-q4_1": packaged.target_path(packaged.get("smollm2-135m-instruct-q4_1")),
+        "qwen2.5-coder-0.5b-instruct-q4_k_m": packaged.target_path(packaged.get("qwen2.5-coder-0.5b-instruct-q4_k_m")),
+    }
     if args.gemma:
         models["gemma3-270m-base-q4_k_m"] = Path(args.gemma)
     for name, path in models.items():

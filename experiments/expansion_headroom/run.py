@@ -9,6 +9,7 @@ document frequency), ``vec-first-sentence`` (the first sentence, for multi-sente
 ``oracle-title`` (lex + vec = the title/first line of a relevant document: an upper bound that reads labels,
 never usable at inference). Prints mean Δ and wins/ties/losses per suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,7 +70,8 @@ def main() -> None:
                     deltas.setdefault(name, []).append(d)
         print(f"## {suite} ({len(srows)} train queries)")
         for name, ds in deltas.items():
-            w = sum(d > 0 for d in ds); l_ = sum(d < 0 for d in ds)
+            w = sum(d > 0 for d in ds)
+            l_ = sum(d < 0 for d in ds)
             print(f"{name:20s} n={len(ds):3d} mean Δ {statistics.fmean(ds):+.4f}  W/T/L {w}/{len(ds) - w - l_}/{l_}")
         del lab_index
 

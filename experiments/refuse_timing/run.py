@@ -1,5 +1,5 @@
 """How fast is re-fusing recorded traces (every fusion method, and ``fusion=learned``) and
-re-running the BM25 lists under other lexical knobs (:func:`qmdlab.pipeline.relex.relex`)?
+re-running the BM25 lists under other lexical knobs (:func:`qmdlab.pipeline.rerun_bm25.rerun_bm25`)?
 
 Usage::
 
@@ -8,9 +8,10 @@ Usage::
 ``SUITE`` must be recorded already (``qmdlab eval SUITE --no-expand --no-rerank``) and
 ``LEARNED_DIR`` written by ``qmdlab tune SUITE --no-expand --no-rerank --learn --out LEARNED_DIR``.
 Prints the median milliseconds of :meth:`qmdlab.eval.study.Study.final` (the slider path: fuse,
-candidates, blend, finish) for the whole suite per method, and of one relex of all BM25 lists
+candidates, blend, finish) for the whole suite per method, and of one rerun_bm25 of all BM25 lists
 (per query). The machine is shared: report ``uptime`` with the numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,20 @@ def main(argv=None) -> int:
     from qmdlab.eval.study import Study
     from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
-    from qmdlab.pipeline.relex import relex
+    from qmdlab.pipeline.rerun_bm25 import rerun_bm25
     from qmdlab.store import Index
 
     suite = get_suite(args.suite)
     learned = PipelineConfig.from_yaml(Path(args.learned_dir) / "config.yaml")
     want = learned.replace(fusion="qmd_rrf", learned_model="", limit=100)
-    rec = next((r for r in recorded(suite) if r.config.replace(limit=100) == want.replace(
-        learned_prior=r.config.learned_prior)), None)
+    rec = next(
+        (
+            r
+            for r in recorded(suite)
+            if r.config.replace(limit=100) == want.replace(learned_prior=r.config.learned_prior)
+        ),
+        None,
+    )
     if rec is None:
         raise SystemExit(f"no recording of {suite.name} with the learned config's base; run qmdlab eval first")
     got = load_recorded(suite, rec.key)
@@ -66,8 +73,8 @@ def main(argv=None) -> int:
         print(f"| {m} | {ms:.1f} | {ms / n:.2f} |")
     idx = Index.open(suite.workdir() / "index")
     lex = got.config.replace(bm25_weight_title=2.0)
-    ms = _median_ms(lambda: relex(study.trace.lists, idx, lex), args.repeats)
-    print(f"| relex (all BM25 lists re-run, title weight 2) | {ms:.1f} | {ms / n:.2f} |")
+    ms = _median_ms(lambda: rerun_bm25(study.trace.lists, idx, lex), args.repeats)
+    print(f"| rerun_bm25 (all BM25 lists re-run, title weight 2) | {ms:.1f} | {ms / n:.2f} |")
     return 0
 
 

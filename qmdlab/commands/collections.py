@@ -5,6 +5,7 @@ index).
 Registered by :mod:`qmdlab.commands.store` (the ``collection`` group lives there); the logic is
 in :mod:`qmdlab.store.catalog`, :mod:`qmdlab.store.trust` and :mod:`qmdlab.store.qmdimport`.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -52,9 +53,16 @@ def git_pull(idx, names: list[str] | None) -> None:
             continue
         from qmdlab.store.config import Collection
 
-        probe = subprocess.run(["git", "-C", str(coll.root), "rev-parse", "--is-inside-work-tree"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL) \
-            if shutil.which("git") else None
+        probe = (
+            subprocess.run(
+                ["git", "-C", str(coll.root), "rev-parse", "--is-inside-work-tree"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
+            if shutil.which("git")
+            else None
+        )
         if probe is None or probe.returncode != 0:
             click.echo(f"{coll.name}: not a git checkout; nothing to pull", err=True)
             continue
@@ -63,8 +71,10 @@ def git_pull(idx, names: list[str] | None) -> None:
         click.echo(f"{coll.name}: git pull --ff-only", err=True)
         ok, message = trust.run_update_command(Collection(coll.name, coll.root, update_cmd="git pull --ff-only"))
         if not ok:
-            raise ConfigError(f"{message.replace('update command', 'git pull')}; nothing was re-indexed — fix the "
-                              "checkout, or update without --pull")
+            raise ConfigError(
+                f"{message.replace('update command', 'git pull')}; nothing was re-indexed — fix the "
+                "checkout, or update without --pull"
+            )
         if message:
             click.echo(message, err=True)
 
@@ -85,8 +95,10 @@ def run_update_commands(idx, names: list[str] | None) -> None:
         click.echo(f"{coll.name}: running update command: {coll.update_cmd}", err=True)
         ok, message = trust.run_update_command(coll)
         if not ok:
-            raise ConfigError(f"{message}; nothing was re-indexed — fix the command, or clear it with "
-                              f"`qmdlab collection update-cmd {coll.name}`")
+            raise ConfigError(
+                f"{message}; nothing was re-indexed — fix the command, or clear it with "
+                f"`qmdlab collection update-cmd {coll.name}`"
+            )
         if message:
             click.echo(message, err=True)
 
@@ -98,8 +110,10 @@ def register_collection_verbs(collection: click.Group) -> None:
         idx = _open(ctx)
         idx.update_collection(name, include=include)
         scope = idx.default_collections()
-        click.echo(f"collection {name}: {'included in' if include else 'excluded from'} queries that name no "
-                   f"collection (they search: {'all collections' if scope is None else ', '.join(scope) or 'none'})")
+        click.echo(
+            f"collection {name}: {'included in' if include else 'excluded from'} queries that name no "
+            f"collection (they search: {'all collections' if scope is None else ', '.join(scope) or 'none'})"
+        )
 
     @collection.command("include")
     @click.argument("name")
@@ -131,8 +145,9 @@ def register_collection_verbs(collection: click.Group) -> None:
         click.echo(f"ignore:     {', '.join(c.ignore) if c.ignore else '(none)'}")
         click.echo(f"include:    {'yes' if c.include else 'no (only searched with -c ' + name + ')'}")
         if c.update_cmd:
-            state = "approved" if trust.is_approved(idx.config_path, c) else \
-                f"not approved (run `qmdlab trust -c {name}`)"
+            state = (
+                "approved" if trust.is_approved(idx.config_path, c) else f"not approved (run `qmdlab trust -c {name}`)"
+            )
             click.echo(f"update:     {c.update_cmd}  [{state}]")
         else:
             click.echo("update:     (none)")
@@ -183,15 +198,25 @@ def register_collection_verbs(collection: click.Group) -> None:
 
     @collection.command("import-qmd")
     @click.argument("config", required=False, type=click.Path(path_type=Path))
-    @click.option("--qmd-index", "qmd_index", default=None, metavar="NAME",
-                  help="A named qmd index: read NAME.yml from qmd's config folder.")
+    @click.option(
+        "--qmd-index",
+        "qmd_index",
+        default=None,
+        metavar="NAME",
+        help="A named qmd index: read NAME.yml from qmd's config folder.",
+    )
     @click.option("--dry-run", is_flag=True, help="Print what would be mapped; register nothing.")
-    @click.option("--models/--no-models", default=True, show_default=True,
-                  help="Copy qmd's models.embed/rerank/generate into $QMDLAB_HOME/models.yaml.")
+    @click.option(
+        "--models/--no-models",
+        default=True,
+        show_default=True,
+        help="Copy qmd's models.embed/rerank/generate into $QMDLAB_HOME/models.yaml.",
+    )
     @click.option("--no-update", is_flag=True, help="Register only; index later with `qmdlab update`.")
     @click.pass_context
-    def collection_import_qmd(ctx, config: Path | None, qmd_index: str | None, dry_run: bool, models: bool,
-                              no_update: bool) -> None:
+    def collection_import_qmd(
+        ctx, config: Path | None, qmd_index: str | None, dry_run: bool, models: bool, no_update: bool
+    ) -> None:
         """Register the collections, contexts, model overrides and editor link of a qmd config
         (CONFIG; default: a project-local .qmd/index.yml, else index.yml in $QMD_CONFIG_DIR,
         $XDG_CONFIG_HOME/qmd or ~/.config/qmd). qmd's files are only read."""
@@ -211,7 +236,7 @@ def register_collection_verbs(collection: click.Group) -> None:
             for line in res.skipped:
                 click.echo(f"  {line}")
         if res.pending_commands and not dry_run:
-            click.echo(f"update commands wait for approval: `qmdlab trust` (shows them first)")
+            click.echo("update commands wait for approval: `qmdlab trust` (shows them first)")
         if res.registered and not dry_run and not no_update:
             from qmdlab.commands.store import print_report
 
@@ -236,15 +261,19 @@ def register(group: click.Group) -> None:
         colls = [idx.collection(n) for n in names] if names else idx.collections()
         todo = trust.pending(idx.config_path, colls)
         if not todo:
-            click.echo("nothing to approve: no update command is waiting" + (" for " + ", ".join(names) if names else ""))
+            click.echo(
+                "nothing to approve: no update command is waiting" + (" for " + ", ".join(names) if names else "")
+            )
             return
         click.echo(f"update commands in {idx.config_path}:")
         for c in todo:
             click.echo(f"  {c.name} (runs in {c.root}): {c.update_cmd}")
         if not yes:
             if not sys.stdin.isatty():
-                raise ConfigError("not approved: no terminal to ask on; re-run `qmdlab trust --yes` to approve "
-                                  "the commands listed above")
+                raise ConfigError(
+                    "not approved: no terminal to ask on; re-run `qmdlab trust --yes` to approve "
+                    "the commands listed above"
+                )
             if not click.confirm("approve these commands?", default=False):
                 click.echo("nothing approved")
                 return
@@ -294,11 +323,16 @@ def register(group: click.Group) -> None:
             target.mkdir(exist_ok=True)
             ignore = target / ".gitignore"
             if not ignore.exists():
-                ignore.write_text("# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
-                                  "index.sqlite*\n*.tmp\n", encoding="utf-8")
+                ignore.write_text(
+                    "# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
+                    "index.sqlite*\n*.tmp\n",
+                    encoding="utf-8",
+                )
         except OSError as err:
-            raise ConfigError(f"{target}: cannot create the project index ({err.strerror or err}); run "
-                              "`qmdlab init` in a folder you can write to") from None
+            raise ConfigError(
+                f"{target}: cannot create the project index ({err.strerror or err}); run "
+                "`qmdlab init` in a folder you can write to"
+            ) from None
         with Index.open(target) as idx:
             if not (target / "collections.yaml").is_file():
                 from qmdlab.store import config as store_config
@@ -312,5 +346,7 @@ def register(group: click.Group) -> None:
                     from qmdlab.commands.store import print_report
 
                     print_report(idx.update([coll.name], progress=True))
-        click.echo(f"qmdlab now uses it in {root} and below (no --index needed); "
-                   "add collections with `qmdlab collection add PATH --name NAME`")
+        click.echo(
+            f"qmdlab now uses it in {root} and below (no --index needed); "
+            "add collections with `qmdlab collection add PATH --name NAME`"
+        )

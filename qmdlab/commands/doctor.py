@@ -3,6 +3,7 @@
 All logic lives in :mod:`qmdlab.doctor`; this verb only prints. Exit status 1 when a check fails
 (a child died by a signal, a model is missing, the build uses a feature the CPU lacks).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,11 @@ def register(group: click.Group) -> None:
 
     @group.command("doctor")
     @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
-    @click.option("--smoke", is_flag=True,
-                  help="Only the child-process checks, without speed measurements (fast; `make setup` runs it).")
+    @click.option(
+        "--smoke",
+        is_flag=True,
+        help="Only the child-process checks, without speed measurements (fast; `make setup` runs it).",
+    )
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--timeout", default=300.0, show_default=True, help="Seconds allowed per child process.")
     @click.pass_context
@@ -28,8 +32,9 @@ def register(group: click.Group) -> None:
 
         if smoke and not as_json:
             click.echo("smoke check: each model of the preset runs in its own child process")
-            checks = dr.run_checks(preset, smoke=True, timeout=timeout,
-                                   progress=lambda c: click.echo("  " + dr.format_check(c)))
+            checks = dr.run_checks(
+                preset, smoke=True, timeout=timeout, progress=lambda c: click.echo("  " + dr.format_check(c))
+            )
             failed = [c for c in checks if not c.ok]
             for c in failed:
                 click.echo(c.error, err=True)
@@ -40,8 +45,11 @@ def register(group: click.Group) -> None:
             ctx.exit(1 if failed else 0)
         if smoke:
             checks = dr.run_checks(preset, smoke=True, timeout=timeout)
-            click.echo(json.dumps({"ok": all(c.ok for c in checks), "checks": [c._asdict() for c in checks]},
-                                  indent=2, default=str))
+            click.echo(
+                json.dumps(
+                    {"ok": all(c.ok for c in checks), "checks": [c._asdict() for c in checks]}, indent=2, default=str
+                )
+            )
             ctx.exit(0 if all(c.ok for c in checks) else 1)
         progress = None if as_json else (lambda c: click.echo("  " + dr.format_check(c), err=True))
         if not as_json:

@@ -1,5 +1,6 @@
 """``qmdlab mcp``: serve the index to agents over MCP (stdio, or Streamable HTTP + REST; ``--daemon``
 in the background, ``--stop``); ``qmdlab skill``: the agent skill (show, install)."""
+
 from __future__ import annotations
 
 import click
@@ -11,20 +12,49 @@ def register(group: click.Group) -> None:
 
 
 @click.command("mcp")
-@click.option("--http", "use_http", is_flag=True, help="Serve Streamable HTTP (POST /mcp), POST /query and GET /health instead of stdio.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind with --http (loopback by default).")
+@click.option(
+    "--http",
+    "use_http",
+    is_flag=True,
+    help="Serve Streamable HTTP (POST /mcp), POST /query and GET /health instead of stdio.",
+)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind with --http (loopback by default)."
+)
 @click.option("--port", default=8181, show_default=True, type=click.IntRange(0, 65535), help="Port for --http.")
-@click.option("--preset", envvar="QMDLAB_PRESET", default=None,
-              help="Model preset (offline, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).")
-@click.option("--daemon", is_flag=True, help="Run the HTTP server (--http implied) in the background; its PID "
-              "goes to $QMDLAB_HOME/mcp.pid, its output to $QMDLAB_HOME/mcp.log.")
+@click.option(
+    "--preset",
+    envvar="QMDLAB_PRESET",
+    default=None,
+    help="Model preset (offline, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).",
+)
+@click.option(
+    "--daemon",
+    is_flag=True,
+    help="Run the HTTP server (--http implied) in the background; its PID "
+    "goes to $QMDLAB_HOME/mcp.pid, its output to $QMDLAB_HOME/mcp.log.",
+)
 @click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background server started with --daemon.")
 @click.argument("action", required=False, type=click.Choice(["stop"]), metavar="[stop]")
 @click.pass_context
-def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset: str | None,
-                config_file: str | None, daemon: bool, stop_daemon: bool, action: str | None) -> None:
+def mcp_command(
+    ctx: click.Context,
+    use_http: bool,
+    host: str,
+    port: int,
+    preset: str | None,
+    config_file: str | None,
+    daemon: bool,
+    stop_daemon: bool,
+    action: str | None,
+) -> None:
     """Serve the index to agents: read-only tools query/get/multi_get/status/outline/read_section/parent.
 
     With --http, requests whose Origin is not loopback or whose Host is not the bound
@@ -45,8 +75,10 @@ def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset
 
         extra = (["--preset", preset] if preset else []) + (["--config", config_file] if config_file else [])
         info = start(extra, host=host, port=port, index=(ctx.obj or {}).get("index"))
-        click.echo(f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file {pid_file()}, "
-                   f"log {log_file()}); stop it with `qmdlab mcp --stop`")
+        click.echo(
+            f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file {pid_file()}, "
+            f"log {log_file()}); stop it with `qmdlab mcp --stop`"
+        )
         return
     try:
         from qmdlab.mcp_server.engine import Engine
@@ -57,7 +89,9 @@ def mcp_command(ctx: click.Context, use_http: bool, host: str, port: int, preset
         if (err.name or "").split(".")[0] not in ("mcp", "mcp_types", "uvicorn", "starlette", "anyio", "pydantic"):
             raise
 
-        raise QmdlabError(f"the MCP server needs the 'mcp' extra ({err.name} is missing): pip install 'qmdlab[mcp]'") from None
+        raise QmdlabError(
+            f"the MCP server needs the 'mcp' extra ({err.name} is missing): pip install 'qmdlab[mcp]'"
+        ) from None
     config = None
     if config_file:
         from qmdlab.pipeline.config import PipelineConfig
@@ -87,7 +121,9 @@ def skill_show() -> None:
 
 
 @skill_group.command("install")
-@click.option("--global", "global_", is_flag=True, help="Install into ~/.agents/skills/qmdlab instead of ./.agents/skills/qmdlab.")
+@click.option(
+    "--global", "global_", is_flag=True, help="Install into ~/.agents/skills/qmdlab instead of ./.agents/skills/qmdlab."
+)
 @click.option("--yes", "link_claude", is_flag=True, help="Also link .claude/skills/qmdlab to it.")
 @click.option("-f", "--force", is_flag=True, help="Replace an existing SKILL.md or link with other content.")
 def skill_install(global_: bool, link_claude: bool, force: bool) -> None:

@@ -8,15 +8,16 @@ the server whether an ``hf:`` model changed (a conditional GET) and downloads it
 current embedder fingerprint; ``--max-docs-per-batch`` and ``--max-batch-mb`` cap a batch
 (:func:`qmdlab.models.batching.plan_batches`).
 """
+
 from __future__ import annotations
 
 import time
 
 import click
 
-from qmdlab.scale.cli_options import ray_options, ray_options_from
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
+from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
 def _human(n: int) -> str:
@@ -36,10 +37,15 @@ def _human(n: int) -> str:
 
 def _model_options(fn):
     for role in ("rerank", "expand", "embed"):
-        fn = click.option(f"--{role}-model", f"{role}_model", default=None,
-                          help=f"Override the {role} model (hf:…, pkg:…, a .gguf path, or 'none').")(fn)
-    return click.option("--preset", default=None,
-                         help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline).")(fn)
+        fn = click.option(
+            f"--{role}-model",
+            f"{role}_model",
+            default=None,
+            help=f"Override the {role} model (hf:…, pkg:…, a .gguf path, or 'none').",
+        )(fn)
+    return click.option(
+        "--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+    )(fn)
 
 
 def _open_index(ctx: click.Context):
@@ -56,8 +62,9 @@ def _open_index(ctx: click.Context):
 def _embedder(preset, embed_model, threads=None, batch_size=32):
     from qmdlab.models import load_models
 
-    emb = load_models(preset, embed=embed_model, expand="none", rerank="none", n_threads=threads,
-                      batch_size=batch_size).embedder
+    emb = load_models(
+        preset, embed=embed_model, expand="none", rerank="none", n_threads=threads, batch_size=batch_size
+    ).embedder
     if emb is None:
         raise ModelError("the embed role is disabled ('none'); pick an embedder with --embed-model or --preset")
     return emb
@@ -84,8 +91,11 @@ def register(group: click.Group) -> None:
 
     @group.command("pull")
     @_model_options
-    @click.option("--refresh", is_flag=True,
-                  help="Check downloaded hf: models for a newer version (ETag) and fetch it if there is one.")
+    @click.option(
+        "--refresh",
+        is_flag=True,
+        help="Check downloaded hf: models for a newer version (ETag) and fetch it if there is one.",
+    )
     def pull(preset, embed_model, expand_model, rerank_model, refresh) -> None:
         """Download / assemble / convert the models of a preset (idempotent; files present are kept
         unless --refresh finds a newer one)."""
@@ -108,22 +118,57 @@ def register(group: click.Group) -> None:
     @group.command("embed")
     @click.option("-f", "--force", is_flag=True, help="Re-embed every chunk, not only those missing vectors.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
-    @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1),
-                  help="Chunks per model call and per transaction.")
-    @click.option("--max-docs-per-batch", type=click.IntRange(min=1), default=None,
-                  help="Also cap a batch at the chunks of this many documents.")
-    @click.option("--max-batch-mb", type=click.FloatRange(min=0, min_open=True), default=None,
-                  help="Also cap a batch at this many MB of chunk text (a larger chunk is a batch of its own).")
-    @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-                  help="Stop cleanly after this many seconds (between batches); run again to continue.")
-    @click.option("--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus)).")
+    @click.option(
+        "--batch-size",
+        default=32,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Chunks per model call and per transaction.",
+    )
+    @click.option(
+        "--max-docs-per-batch",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Also cap a batch at the chunks of this many documents.",
+    )
+    @click.option(
+        "--max-batch-mb",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Also cap a batch at this many MB of chunk text (a larger chunk is a batch of its own).",
+    )
+    @click.option(
+        "--timeout",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="SECONDS",
+        help="Stop cleanly after this many seconds (between batches); run again to continue.",
+    )
+    @click.option(
+        "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
+    )
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model (hf:…, pkg:…, or a .gguf path).")
     @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
     @ray_options
     @click.pass_context
-    def embed(ctx, force, collections, batch_size, max_docs_per_batch, max_batch_mb, timeout, threads, preset,
-              embed_model, progress, ray_address, ray_actors, ray_cpus, ray_gpus) -> None:
+    def embed(
+        ctx,
+        force,
+        collections,
+        batch_size,
+        max_docs_per_batch,
+        max_batch_mb,
+        timeout,
+        threads,
+        preset,
+        embed_model,
+        progress,
+        ray_address,
+        ray_actors,
+        ray_cpus,
+        ray_gpus,
+    ) -> None:
         """Embed chunks that have no vector for the current embedder (resumable).
         With --ray, Ray actors embed and this process stores the vectors (same fingerprint rules)."""
 
@@ -133,8 +178,9 @@ def register(group: click.Group) -> None:
 
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         if ray_opts is not None and (timeout is not None or max_docs_per_batch or max_batch_mb):
-            raise click.UsageError("--timeout, --max-docs-per-batch and --max-batch-mb apply to local embedding; "
-                                   "drop them or --ray")
+            raise click.UsageError(
+                "--timeout, --max-docs-per-batch and --max-batch-mb apply to local embedding; drop them or --ray"
+            )
         deadline = Deadline(timeout)
         idx = _open_index(ctx)
         emb = _embedder(preset, embed_model, threads, batch_size)
@@ -142,8 +188,12 @@ def register(group: click.Group) -> None:
         colls = list(collections) or None
         if force:
             docs = idx.documents(colls).select("docno", "title")
-            todo = (idx.chunks(docs["docno"].to_list()).join(docs, on="docno", how="left")
-                    .unique("chunk_id", keep="first", maintain_order=True).select("chunk_id", "docno", "title", "text"))
+            todo = (
+                idx.chunks(docs["docno"].to_list())
+                .join(docs, on="docno", how="left")
+                .unique("chunk_id", keep="first", maintain_order=True)
+                .select("chunk_id", "docno", "title", "text")
+            )
         else:
             todo = idx.chunks_needing_vectors(fp, colls)
         n = todo.height
@@ -157,12 +207,19 @@ def register(group: click.Group) -> None:
 
             spec = EmbedderSpec(str(resolve_refs(preset, {"embed": embed_model})[1]["embed"]), threads, batch_size)
             rep = embed_with_ray(idx, todo, spec, fp, ray_opts, progress=progress)
-            click.echo(f"embedded {rep.chunks} chunks with {emb.model_id} ({fp}) on Ray, {rep.actors} actors, "
-                       f"{rep.batches} write batches, in {rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/chunk)")
+            click.echo(
+                f"embedded {rep.chunks} chunks with {emb.model_id} ({fp}) on Ray, {rep.actors} actors, "
+                f"{rep.batches} write batches, in {rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/chunk)"
+            )
             return
         ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
-        batches = plan_batches(todo["docno"].to_list(), texts, batch_size=batch_size, max_docs=max_docs_per_batch,
-                               max_bytes=None if max_batch_mb is None else int(max_batch_mb * 1024 * 1024))
+        batches = plan_batches(
+            todo["docno"].to_list(),
+            texts,
+            batch_size=batch_size,
+            max_docs=max_docs_per_batch,
+            max_bytes=None if max_batch_mb is None else int(max_batch_mb * 1024 * 1024),
+        )
         # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
         # to load leaves only its one-line error on stderr
         bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress, delay=0.5)
@@ -179,12 +236,15 @@ def register(group: click.Group) -> None:
             bar.close()
         dt = time.perf_counter() - t0
         if done < n:
-            click.echo(f"stopped after {dt:.1f} s (--timeout {timeout:g}): embedded {done} of {n} chunks with "
-                       f"{emb.model_id} ({fp}); run `qmdlab embed` again to embed the other {n - done}")
+            click.echo(
+                f"stopped after {dt:.1f} s (--timeout {timeout:g}): embedded {done} of {n} chunks with "
+                f"{emb.model_id} ({fp}); run `qmdlab embed` again to embed the other {n - done}"
+            )
             return
-        click.echo(f"embedded {n} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
-                   f"({1000 * dt / n:.1f} ms/chunk, {len(batches)} batches)")
-
+        click.echo(
+            f"embedded {n} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
+            f"({1000 * dt / n:.1f} ms/chunk, {len(batches)} batches)"
+        )
 
     @group.command("vsearch")
     @click.argument("query")
@@ -194,13 +254,41 @@ def register(group: click.Group) -> None:
     @result_options()
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @click.option("--embed-model", default=None, help="Override the embed model.")
-    @click.option("--ann", is_flag=True, help="Approximate search through an HNSW graph kept next to the index "
-                  "(built on first use, rebuilt when vectors change; needs `pip install 'qmdlab[ann]'`).")
-    @click.option("--ann-ef", type=click.IntRange(min=1), default=None,
-                  help="With --ann: the search's candidate list (default 512; higher = better recall, slower).")
+    @click.option(
+        "--ann",
+        is_flag=True,
+        help="Approximate search through an HNSW graph kept next to the index "
+        "(built on first use, rebuilt when vectors change; needs `pip install 'qmdlab[ann]'`).",
+    )
+    @click.option(
+        "--ann-ef",
+        type=click.IntRange(min=1),
+        default=None,
+        help="With --ann: the search's candidate list (default 512; higher = better recall, slower).",
+    )
     @click.pass_context
-    def vsearch(ctx, query, limit, collections, min_score, fmt, as_json, as_csv, as_md, as_xml, as_files, all_results,
-                full, max_chars, line_numbers, context, preset, embed_model, ann, ann_ef) -> None:
+    def vsearch(
+        ctx,
+        query,
+        limit,
+        collections,
+        min_score,
+        fmt,
+        as_json,
+        as_csv,
+        as_md,
+        as_xml,
+        as_files,
+        all_results,
+        full,
+        max_chars,
+        line_numbers,
+        context,
+        preset,
+        embed_model,
+        ann,
+        ann_ef,
+    ) -> None:
         """Vector search: the query's embedding against the chunk vectors (run `qmdlab embed` first)."""
         from qmdlab.output import build_rows
         from qmdlab.search.vector import vector_search
@@ -219,9 +307,23 @@ def register(group: click.Group) -> None:
 
             ann_cfg = PipelineConfig(vector_index="hnsw", **({"ann_ef_search": ann_ef} if ann_ef else {})).ann()
         query = query.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
-        hits = vector_search(idx, emb.embed_query(query), fingerprint=emb.fingerprint,
-                             limit=ALL_LIMIT if all_results else limit, collections=list(collections) or None,
-                             ann=ann_cfg)
+        hits = vector_search(
+            idx,
+            emb.embed_query(query),
+            fingerprint=emb.fingerprint,
+            limit=ALL_LIMIT if all_results else limit,
+            collections=list(collections) or None,
+            ann=ann_cfg,
+        )
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers,
-                          max_chars=max_chars, context=context))
+        click.echo(
+            render(
+                idx,
+                build_rows(idx, hits, query),
+                fmt,
+                full=full,
+                line_numbers=line_numbers,
+                max_chars=max_chars,
+                context=context,
+            )
+        )

@@ -4,6 +4,7 @@ structure (thin front ends over :mod:`qmdlab.search.navigate`).
 A document is named as everywhere else (docno, path, ``#docid``, ``qmd://`` URI), optionally
 with ``#address`` for a section (addresses as ``qmdlab get FILE --outline`` prints them).
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ def register(group: click.Group) -> None:
             return
         crumb = " > ".join(j.heading_path) or "(whole document)"
         src = j.source + (f"#{j.source_address}" if j.source_address else "")
-        click.echo(f"{src} -> {j.docno}{'#' + j.address if j.address else ''} (#{j.docid}) § {crumb} "
-                   f"lines {j.line_start}-{j.line_end}")
+        click.echo(
+            f"{src} -> {j.docno}{'#' + j.address if j.address else ''} (#{j.docid}) § {crumb} "
+            f"lines {j.line_start}-{j.line_end}"
+        )
         click.echo("")
         click.echo(_numbered(j.text, j.line_start, j.truncated) if line_numbers else j.text)
 
@@ -77,12 +80,24 @@ def register(group: click.Group) -> None:
     @click.option("--full", is_flag=True, help="Each chunk's text (capped by --max-chars) instead of a preview.")
     @click.option("--chars", "preview_chars", default=240, show_default=True, help="Characters of a preview.")
     @click.option("--max-chars", default=4000, show_default=True, help="Cap on full/parent text (0 = no cap).")
-    @click.option("--parent", type=click.Choice(["section", "document"]), default=None,
-                  help="With one --id: print the section (or document) holding the chunk, its lines marked *.")
+    @click.option(
+        "--parent",
+        type=click.Choice(["section", "document"]),
+        default=None,
+        help="With one --id: print the section (or document) holding the chunk, its lines marked *.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @click.pass_context
-    def chunks(ctx, ref: str, chunk_ids: tuple[int, ...], full: bool, preview_chars: int, max_chars: int,
-               parent: str | None, as_json: bool) -> None:
+    def chunks(
+        ctx,
+        ref: str,
+        chunk_ids: tuple[int, ...],
+        full: bool,
+        preview_chars: int,
+        max_chars: int,
+        parent: str | None,
+        as_json: bool,
+    ) -> None:
         """The chunks of a document as previews (id, lines, breadcrumb), or — with --id N --parent — the
         chunk read in its parent section or document (child -> parent backfill)."""
         from qmdlab.search.navigate import backfill, read_chunks
@@ -90,8 +105,10 @@ def register(group: click.Group) -> None:
         idx = open_index(ctx)
         if parent is not None:
             if len(chunk_ids) != 1:
-                raise QmdlabError("--parent needs exactly one --id (the chunk to read in its parent); "
-                                  f"list the ids with `qmdlab chunks {ref}`")
+                raise QmdlabError(
+                    "--parent needs exactly one --id (the chunk to read in its parent); "
+                    f"list the ids with `qmdlab chunks {ref}`"
+                )
             b = backfill(idx, ref, chunk_ids[0], level=parent, max_chars=max_chars)
             if as_json:
                 d = b._asdict()
@@ -99,19 +116,24 @@ def register(group: click.Group) -> None:
                 click.echo(json.dumps(d, ensure_ascii=False, indent=2))
                 return
             crumb = " > ".join(b.heading_path) or "(whole document)"
-            click.echo(f"{b.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
-                       f"§ {crumb} lines {b.line_start}-{b.line_end}")
+            click.echo(
+                f"{b.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
+                f"§ {crumb} lines {b.line_start}-{b.line_end}"
+            )
             click.echo("")
             click.echo(b.marked())
             return
-        rows = read_chunks(idx, ref, list(chunk_ids) or None, preview_chars=preview_chars, full=full,
-                           max_chars=max_chars)
+        rows = read_chunks(
+            idx, ref, list(chunk_ids) or None, preview_chars=preview_chars, full=full, max_chars=max_chars
+        )
         if as_json:
             click.echo(json.dumps([c.as_dict() for c in rows], ensure_ascii=False, indent=2))
             return
         for c in rows:
             crumb = " > ".join(c.heading_path)
-            click.echo(f"chunk {c.chunk_id} (#{c.seq}) lines {c.line_start}-{c.line_end}, {c.chars} chars"
-                       + (f"  § {crumb}" if crumb else ""))
+            click.echo(
+                f"chunk {c.chunk_id} (#{c.seq}) lines {c.line_start}-{c.line_end}, {c.chars} chars"
+                + (f"  § {crumb}" if crumb else "")
+            )
             body = c.text.replace("\n", "\n  ") if full else c.text
             click.echo(f"  {body}")

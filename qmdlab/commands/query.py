@@ -4,6 +4,7 @@ The query is plain text or a qmd query document (``intent:``/``lex:``/``vec:``/`
 lines, e.g. ``$'lex: rebase\\nvec: rewrite history'``). Flags map one-to-one onto
 :class:`~qmdlab.pipeline.config.PipelineConfig` fields; ``--config FILE`` loads the rest.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,45 +24,111 @@ def register(group: click.Group) -> None:
     @click.option("-n", "limit", type=int, default=None, help="Number of results [default: 5, or the --config file's].")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--intent", default=None, help="Disambiguating context (disables the strong-signal skip).")
-    @click.option("--expand/--no-expand", "expand", default=None,
-                  help="Run query expansion, or skip it [default: the preset's — off for offline and tiny, "
-                       "on for qmd — unless the --config file sets 'expand'].")
-    @click.option("--rerank/--no-rerank", "rerank", default=None,
-                  help="Rerank the fused candidates with the LLM reranker, or keep the fusion order [default: "
-                       "the preset's — off for offline and tiny, on for qmd — unless the --config file sets "
-                       "'rerank'].")
+    @click.option(
+        "--expand/--no-expand",
+        "expand",
+        default=None,
+        help="Run query expansion, or skip it [default: the preset's — off for offline and tiny, "
+        "on for qmd — unless the --config file sets 'expand'].",
+    )
+    @click.option(
+        "--rerank/--no-rerank",
+        "rerank",
+        default=None,
+        help="Rerank the fused candidates with the LLM reranker, or keep the fusion order [default: "
+        "the preset's — off for offline and tiny, on for qmd — unless the --config file sets "
+        "'rerank'].",
+    )
     @click.option("-C", "--candidate-limit", type=int, default=None, help="Candidates reranked (default 40).")
-    @click.option("--budget", "budget", type=float, default=None, metavar="SECONDS",
-                  help="A deadline for the whole query: a model stage (expansion, rerank) that would not fit in "
-                       "what is left, judged from the model's measured speed on this machine, is skipped before it "
-                       "starts and noted; one that runs is cut at the deadline [default: none, or the config's "
-                       "budget_s].")
+    @click.option(
+        "--budget",
+        "budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="A deadline for the whole query: a model stage (expansion, rerank) that would not fit in "
+        "what is left, judged from the model's measured speed on this machine, is skipped before it "
+        "starts and noted; one that runs is cut at the deadline [default: none, or the config's "
+        "budget_s].",
+    )
     @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None, help="Fusion method (default qmd_rrf).")
     @click.option("--blend", type=click.Choice(BLEND_METHODS), default=None, help="Blend method (default position).")
     @click.option("--min-score", type=float, default=None, help="Drop results whose final score is below this.")
-    @click.option("--min-score-fallback", type=float, default=None,
-                  help="When nothing reaches --min-score, keep up to 3 results within this much below it "
-                       "(the fallback probe; noted in the trace).")
-    @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-                  help="Pipeline options from a YAML or TOML file (flags win).")
-    @click.option("--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET "
-                                                 "or offline).")
+    @click.option(
+        "--min-score-fallback",
+        type=float,
+        default=None,
+        help="When nothing reaches --min-score, keep up to 3 results within this much below it "
+        "(the fallback probe; noted in the trace).",
+    )
+    @click.option(
+        "--config",
+        "config_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Pipeline options from a YAML or TOML file (flags win).",
+    )
+    @click.option(
+        "--preset", default=None, help="Model preset: offline, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+    )
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
-    @click.option("--tag", "tags", multiple=True,
-                  help="Require a front-matter tag (repeatable; all required), as on `search`.")
-    @click.option("--prefer-tag", "prefer_tags", multiple=True,
-                  help="Lift results carrying this tag (repeatable) by --tag-lift places.")
-    @click.option("--tag-lift", type=int, default=None,
-                  help="Places a --prefer-tag result moves up [default: 3 with --prefer-tag, else the config's].")
+    @click.option(
+        "--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required), as on `search`."
+    )
+    @click.option(
+        "--prefer-tag",
+        "prefer_tags",
+        multiple=True,
+        help="Lift results carrying this tag (repeatable) by --tag-lift places.",
+    )
+    @click.option(
+        "--tag-lift",
+        type=int,
+        default=None,
+        help="Places a --prefer-tag result moves up [default: 3 with --prefer-tag, else the config's].",
+    )
     @click.option("--no-strong-signal", is_flag=True, help="Always expand (turn the strong-signal skip off).")
-    @click.option("--json", "as_json", is_flag=True, help="JSON with results, explanations, expansions and notes "
-                                                       "(--format json: the results only).")
+    @click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="JSON with results, explanations, expansions and notes (--format json: the results only).",
+    )
     @result_options(json_flag=False)
     @click.pass_context
-    def query(ctx, text, limit, collections, intent, expand, rerank, candidate_limit, budget, fusion, blend,
-              min_score, min_score_fallback, config_file, preset, explain, tags, prefer_tags, tag_lift,
-              no_strong_signal, as_json, fmt, as_csv, as_md, as_xml, as_files, all_results, full, max_chars,
-              line_numbers, context) -> None:
+    def query(
+        ctx,
+        text,
+        limit,
+        collections,
+        intent,
+        expand,
+        rerank,
+        candidate_limit,
+        budget,
+        fusion,
+        blend,
+        min_score,
+        min_score_fallback,
+        config_file,
+        preset,
+        explain,
+        tags,
+        prefer_tags,
+        tag_lift,
+        no_strong_signal,
+        as_json,
+        fmt,
+        as_csv,
+        as_md,
+        as_xml,
+        as_files,
+        all_results,
+        full,
+        max_chars,
+        line_numbers,
+        context,
+    ) -> None:
         """Hybrid search: BM25 + vectors, fusion, and — per preset or flag — expansion and rerank, with a trace.
 
         The first line on stderr says which stages ran and why (the preset's measured default, the
@@ -77,29 +144,49 @@ def register(group: click.Group) -> None:
 
         fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         if as_json and (context or max_chars):
-            raise QmdlabError("--context and --max-chars shape the result formats; --json prints the whole trace "
-                              "(use --format json for the results)")
+            raise QmdlabError(
+                "--context and --max-chars shape the result formats; --json prints the whole trace "
+                "(use --format json for the results)"
+            )
         check_flags(fmt, full=full, max_chars=max_chars, context=context)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
-        flags = {"limit": ALL_LIMIT if all_results else limit, "candidate_limit": candidate_limit, "fusion": fusion,
-                 "blend": blend, "min_score": min_score, "min_score_fallback": min_score_fallback,
-                 "strong_signal": False if no_strong_signal else None, "budget_s": budget}
-        cfg = base.replace(**{k: v for k, v in flags.items() if v is not None},
-                           **base.tag_preference(prefer_tags, tag_lift))
+        flags = {
+            "limit": ALL_LIMIT if all_results else limit,
+            "candidate_limit": candidate_limit,
+            "fusion": fusion,
+            "blend": blend,
+            "min_score": min_score,
+            "min_score_fallback": min_score_fallback,
+            "strong_signal": False if no_strong_signal else None,
+            "budget_s": budget,
+        }
+        cfg = base.replace(
+            **{k: v for k, v in flags.items() if v is not None}, **base.tag_preference(prefer_tags, tag_lift)
+        )
         cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank)
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None)
         ctx.call_on_close(idx.close)
         models = load_models(plan.preset, **model_roles(cfg))
         filters = SearchFilters(tuple(tags), None, None) if tags else None
-        trace = Lab(idx, models, cfg, plan=plan).query(text, intent=intent, collections=list(collections) or None,
-                                                       filters=filters)
+        trace = Lab(idx, models, cfg, plan=plan).query(
+            text, intent=intent, collections=list(collections) or None, filters=filters
+        )
         for line in trace.notes_for("stages")[:1]:
             click.echo(line, err=True)
         if as_json:
             click.echo(json.dumps(to_json(trace, cfg), ensure_ascii=False, indent=2))
             return
-        click.echo(render(idx, trace.result_rows(), fmt, full=full, line_numbers=line_numbers,
-                          max_chars=max_chars, context=context))
+        click.echo(
+            render(
+                idx,
+                trace.result_rows(),
+                fmt,
+                full=full,
+                line_numbers=line_numbers,
+                max_chars=max_chars,
+                context=context,
+            )
+        )
         if explain:
             click.echo("")
             click.echo(format_explain(trace, cfg))

@@ -9,9 +9,10 @@ Only flag plumbing lives here; the row transforms are :func:`qmdlab.pipeline.res
 and :func:`~qmdlab.pipeline.results.numbered_rows`, the hit context
 :func:`qmdlab.search.navigate.hit_contexts`.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
@@ -32,23 +33,38 @@ def result_options(*, json_flag: bool = True) -> Callable:
     """
 
     def deco(fn: Callable) -> Callable:
-        fn = click.option("--context", "context", is_flag=True,
-                          help="Under each hit, its parent section (title and a short summary) and the sibling "
-                               "section headings (cli, md and json formats).")(fn)
-        fn = click.option("--line-numbers", "line_numbers", is_flag=True,
-                          help="Number the snippet lines (the cli format always does).")(fn)
-        fn = click.option("--max-chars", "max_chars", type=click.IntRange(min=0), default=0,
-                          help="With --full: cap each document at N characters; a capped one ends with how many "
-                               "were left out and the `qmdlab get` that reads on [default: 0 = no cap].")(fn)
+        fn = click.option(
+            "--context",
+            "context",
+            is_flag=True,
+            help="Under each hit, its parent section (title and a short summary) and the sibling "
+            "section headings (cli, md and json formats).",
+        )(fn)
+        fn = click.option(
+            "--line-numbers",
+            "line_numbers",
+            is_flag=True,
+            help="Number the snippet lines (the cli format always does).",
+        )(fn)
+        fn = click.option(
+            "--max-chars",
+            "max_chars",
+            type=click.IntRange(min=0),
+            default=0,
+            help="With --full: cap each document at N characters; a capped one ends with how many "
+            "were left out and the `qmdlab get` that reads on [default: 0 = no cap].",
+        )(fn)
         fn = click.option("--full", is_flag=True, help="Show whole documents instead of snippets.")(fn)
-        fn = click.option("--all", "all_results", is_flag=True,
-                          help="Return every match instead of -n (combine with --min-score).")(fn)
+        fn = click.option(
+            "--all", "all_results", is_flag=True, help="Return every match instead of -n (combine with --min-score)."
+        )(fn)
         for name in reversed(SHORTHANDS):
             if name == "json" and not json_flag:
                 continue
             fn = click.option(f"--{name}", f"as_{name}", is_flag=True, help=f"Same as --format {name}.")(fn)
-        return click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                            help="Result format [default: cli].")(fn)
+        return click.option(
+            "--format", "fmt", type=click.Choice(FORMATS), default=None, help="Result format [default: cli]."
+        )(fn)
 
     return deco
 
@@ -87,12 +103,14 @@ def check_flags(fmt: str, *, full: bool = False, max_chars: int = 0, context: bo
     if max_chars and not full:
         raise QmdlabError("--max-chars caps the whole documents of --full (snippets are a few lines); add --full")
     if context and fmt not in CONTEXT_FORMATS:
-        raise QmdlabError(f"--context shows in the {', '.join(CONTEXT_FORMATS[:-1])} and {CONTEXT_FORMATS[-1]} "
-                          f"formats, not {fmt}")
+        raise QmdlabError(
+            f"--context shows in the {', '.join(CONTEXT_FORMATS[:-1])} and {CONTEXT_FORMATS[-1]} formats, not {fmt}"
+        )
 
 
-def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False, max_chars: int = 0,
-           context: bool = False) -> str:
+def render(
+    idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False, max_chars: int = 0, context: bool = False
+) -> str:
     """Apply ``--full`` (capped by ``--max-chars``), ``--line-numbers`` and ``--context`` to result
     rows and format them; the ``cli`` and ``md`` formats carry each snippet's heading breadcrumb
     (:func:`qmdlab.search.navigate.breadcrumbs`; not with ``--full``, which shows whole documents;
@@ -115,8 +133,9 @@ def render(idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = Fals
         rows = full_rows(idx, rows, max_chars=max_chars)
     if line_numbers and fmt not in ("cli", "files"):
         rows = numbered_rows(rows)
-    return format_results(rows, fmt, crumbs=crumbs, contexts=contexts,
-                          links=editor_links(idx, rows) if fmt == "cli" else None)
+    return format_results(
+        rows, fmt, crumbs=crumbs, contexts=contexts, links=editor_links(idx, rows) if fmt == "cli" else None
+    )
 
 
 def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | None:
@@ -140,5 +159,14 @@ def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | No
     return out
 
 
-__all__ = ["FORMATS", "SHORTHANDS", "ALL_LIMIT", "CONTEXT_FORMATS", "result_options", "pick_format", "check_flags",
-           "render", "editor_links"]
+__all__ = [
+    "FORMATS",
+    "SHORTHANDS",
+    "ALL_LIMIT",
+    "CONTEXT_FORMATS",
+    "result_options",
+    "pick_format",
+    "check_flags",
+    "render",
+    "editor_links",
+]

@@ -4,6 +4,7 @@
 Thin wrappers over :class:`qmdlab.store.Index` and :mod:`qmdlab.search`; the index comes from
 the global ``--index`` option (``ctx.obj["index"]``).
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
+from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.output import build_rows, printable
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
@@ -75,11 +76,16 @@ def register(group: click.Group) -> None:
     @click.option("--mask", default="**/*.md", show_default=True, help="Glob(s), comma-separated union.")
     @click.option("--ignore", multiple=True, help="Glob of paths to leave out (repeatable).")
     @click.option("--no-update", is_flag=True, help="Only register; index later with `qmdlab update`.")
-    @click.option("--chunker", type=click.Choice(CHUNKERS), default=None,
-                  help="Set the index's chunking strategy (it applies to every collection; see `update --chunker`).")
+    @click.option(
+        "--chunker",
+        type=click.Choice(CHUNKERS),
+        default=None,
+        help="Set the index's chunking strategy (it applies to every collection; see `update --chunker`).",
+    )
     @click.pass_context
-    def collection_add(ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool,
-                       chunker: str | None) -> None:
+    def collection_add(
+        ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool, chunker: str | None
+    ) -> None:
         """Register PATH as a collection and index it."""
         idx = open_index(ctx)
         coll = idx.add_collection(name or path.expanduser().resolve().name, path, mask, ignore)
@@ -101,8 +107,10 @@ def register(group: click.Group) -> None:
         if not st["collections"]:
             click.echo("No collections; add one with `qmdlab collection add PATH --name NAME`.")
         for c in st["collections"]:
-            click.echo(f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}"
-                       + ("\texcluded" if c['name'] in excluded else ""))
+            click.echo(
+                f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}"
+                + ("\texcluded" if c["name"] in excluded else "")
+            )
 
     @collection.command("remove")
     @click.argument("name")
@@ -155,17 +163,26 @@ def register(group: click.Group) -> None:
     @group.command("update")
     @click.option("-c", "--collection", "collections", multiple=True, help="Only these collections.")
     @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
-    @click.option("--chunker", type=click.Choice(CHUNKERS), default=None,
-                  help="Chunking strategy of the whole index (kept until changed; default breakpoints). "
-                       "A change re-chunks stored files; `qmdlab embed` then re-embeds the changed chunks.")
-    @click.option("--allow-vanish", is_flag=True,
-                  help="Let all (or most) of a collection's files vanish at once; without it such an update "
-                       "is refused (an unmounted or emptied folder).")
-    @click.option("--pull", is_flag=True, help="First run `git pull --ff-only` in each collection that is a git "
-                  "checkout.")
+    @click.option(
+        "--chunker",
+        type=click.Choice(CHUNKERS),
+        default=None,
+        help="Chunking strategy of the whole index (kept until changed; default breakpoints). "
+        "A change re-chunks stored files; `qmdlab embed` then re-embeds the changed chunks.",
+    )
+    @click.option(
+        "--allow-vanish",
+        is_flag=True,
+        help="Let all (or most) of a collection's files vanish at once; without it such an update "
+        "is refused (an unmounted or emptied folder).",
+    )
+    @click.option(
+        "--pull", is_flag=True, help="First run `git pull --ff-only` in each collection that is a git checkout."
+    )
     @click.pass_context
-    def update(ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool,
-               pull: bool) -> None:
+    def update(
+        ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool, pull: bool
+    ) -> None:
         """Re-scan collections: new, changed, moved and vanished files. A collection's approved update
         command (`qmdlab collection update-cmd`, `qmdlab trust`) runs first."""
         from qmdlab.commands.collections import git_pull, run_update_commands
@@ -186,40 +203,99 @@ def register(group: click.Group) -> None:
     @click.option("--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required).")
     @click.option("--since", default=None, help="Documents dated on/after YYYY-MM-DD.")
     @click.option("--before", default=None, help="Documents dated before YYYY-MM-DD.")
-    @click.option("--mode", type=click.Choice(BM25_MODES), default="or", show_default=True,
-                  help="and = qmd's all-terms prefix query; or = any term, ranked; msm = or, but a document "
-                       "must match at least --min-match of the terms.")
-    @click.option("--min-match", "min_match", type=float, default=PipelineConfig().bm25_min_match,
-                  show_default=True,
-                  help="--mode msm only: terms a document must match, a count (>= 1) or a share of the "
-                       "terms (below 1, rounded down, at least one); the pipeline's bm25_min_match.")
+    @click.option(
+        "--mode",
+        type=click.Choice(BM25_MODES),
+        default="or",
+        show_default=True,
+        help="and = qmd's all-terms prefix query; or = any term, ranked; msm = or, but a document "
+        "must match at least --min-match of the terms.",
+    )
+    @click.option(
+        "--min-match",
+        "min_match",
+        type=float,
+        default=PipelineConfig().bm25_min_match,
+        show_default=True,
+        help="--mode msm only: terms a document must match, a count (>= 1) or a share of the "
+        "terms (below 1, rounded down, at least one); the pipeline's bm25_min_match.",
+    )
     @result_options()
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this normalised score.")
     @click.pass_context
-    def search(ctx, query, limit, collections, tags, since, before, mode, min_match, fmt, as_json, as_csv, as_md,
-               as_xml, as_files, all_results, full, max_chars, line_numbers, context, min_score) -> None:
+    def search(
+        ctx,
+        query,
+        limit,
+        collections,
+        tags,
+        since,
+        before,
+        mode,
+        min_match,
+        fmt,
+        as_json,
+        as_csv,
+        as_md,
+        as_xml,
+        as_files,
+        all_results,
+        full,
+        max_chars,
+        line_numbers,
+        context,
+        min_score,
+    ) -> None:
         """BM25 full-text search."""
         from qmdlab.search import SearchFilters, bm25_search
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         check_flags(fmt, full=full, max_chars=max_chars, context=context)
         if min_match < 0:
-            raise click.BadParameter(f"{min_match!r}: must be >= 0 (a count >= 1 or a share below 1)",
-                                     param_hint="--min-match")
+            raise click.BadParameter(
+                f"{min_match!r}: must be >= 0 (a count >= 1 or a share below 1)", param_hint="--min-match"
+            )
         idx = open_index(ctx)
-        hits = bm25_search(idx, query, limit=ALL_LIMIT if all_results else limit, mode=mode, min_match=min_match,
-                           collections=list(collections) or None, filters=SearchFilters(tuple(tags), since, before))
+        hits = bm25_search(
+            idx,
+            query,
+            limit=ALL_LIMIT if all_results else limit,
+            mode=mode,
+            min_match=min_match,
+            collections=list(collections) or None,
+            filters=SearchFilters(tuple(tags), since, before),
+        )
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(render(idx, build_rows(idx, hits, query), fmt, full=full, line_numbers=line_numbers,
-                          max_chars=max_chars, context=context))
+        click.echo(
+            render(
+                idx,
+                build_rows(idx, hits, query),
+                fmt,
+                full=full,
+                line_numbers=line_numbers,
+                max_chars=max_chars,
+                context=context,
+            )
+        )
 
     @group.command("get")
     @click.argument("ref")
     @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
-    @click.option("--from", "from_line", type=click.IntRange(min=1), default=None,
-                  help="First line to print (1-based; overrides a :from suffix).")
-    @click.option("-l", "--max-lines", "max_lines", type=click.IntRange(min=0), default=None,
-                  help="Print at most this many lines (overrides a :count suffix).")
+    @click.option(
+        "--from",
+        "from_line",
+        type=click.IntRange(min=1),
+        default=None,
+        help="First line to print (1-based; overrides a :from suffix).",
+    )
+    @click.option(
+        "-l",
+        "--max-lines",
+        "max_lines",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Print at most this many lines (overrides a :count suffix).",
+    )
     @click.option("--outline", is_flag=True, help="Print the heading tree with each section's #address instead.")
     @click.pass_context
     def get(ctx, ref: str, line_numbers: bool, from_line: int | None, max_lines: int | None, outline: bool) -> None:
@@ -273,19 +349,26 @@ def register(group: click.Group) -> None:
     @group.command("multi-get")
     @click.argument("pattern")
     @click.option("--max-bytes", default=10240, show_default=True, help="Skip documents larger than this.")
-    @click.option("-l", "--max-lines", "max_lines", type=int, default=None,
-                  help="Show at most this many lines of each document.")
+    @click.option(
+        "-l", "--max-lines", "max_lines", type=int, default=None, help="Show at most this many lines of each document."
+    )
     @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
-    @click.option("--format", "fmt", type=click.Choice(["cli", "json", "csv", "md", "xml", "files"]), default=None,
-                  help="Output format [default: cli].")
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["cli", "json", "csv", "md", "xml", "files"]),
+        default=None,
+        help="Output format [default: cli].",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
     @click.option("--csv", "as_csv", is_flag=True, help="Same as --format csv.")
     @click.option("--md", "as_md", is_flag=True, help="Same as --format md.")
     @click.option("--xml", "as_xml", is_flag=True, help="Same as --format xml.")
     @click.option("--files", "as_files", is_flag=True, help="Same as --format files.")
     @click.pass_context
-    def multi_get(ctx, pattern: str, max_bytes: int, max_lines, line_numbers, fmt, as_json, as_csv, as_md, as_xml,
-                  as_files) -> None:
+    def multi_get(
+        ctx, pattern: str, max_bytes: int, max_lines, line_numbers, fmt, as_json, as_csv, as_md, as_xml, as_files
+    ) -> None:
         """Print several documents: a glob over docnos/paths (``*`` within a folder, ``**`` across),
         or a comma-separated list of refs (paths, #docids, qmd:// URIs)."""
         from qmdlab.store.multiget import collect, format_documents
@@ -327,17 +410,23 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps(st, indent=2))
             return
         click.echo(f"index: {st['index']}")
-        click.echo(f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}"
-                   + (f" ({st['chunker']})" if st.get("chunker") else ""))
+        click.echo(
+            f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}"
+            + (f" ({st['chunker']})" if st.get("chunker") else "")
+        )
         for c in st["collections"]:
-            click.echo(f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})"
-                       + ("  excluded from unscoped queries" if c["name"] in excluded else ""))
+            click.echo(
+                f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})"
+                + ("  excluded from unscoped queries" if c["name"] in excluded else "")
+            )
         for fp, v in st["vectors"].items():
             click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d")
             if v.get("mismatched") or v.get("unverified"):
-                click.echo(f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "
-                           f"{v.get('unverified', 0)} unverified (stored by an older qmdlab); `qmdlab embed` "
-                           "replaces the first, `qmdlab embed -f` re-computes all")
+                click.echo(
+                    f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "
+                    f"{v.get('unverified', 0)} unverified (stored by an older qmdlab); `qmdlab embed` "
+                    "replaces the first, `qmdlab embed -f` re-computes all"
+                )
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")
@@ -345,5 +434,7 @@ def register(group: click.Group) -> None:
 
         running = read_pid()
         if running is not None:
-            click.echo(f"MCP: running (PID {running['pid']}, http://{running['host']}:{running['port']}/mcp; "
-                       "`qmdlab mcp --stop` stops it)")
+            click.echo(
+                f"MCP: running (PID {running['pid']}, http://{running['host']}:{running['port']}/mcp; "
+                "`qmdlab mcp --stop` stops it)"
+            )

@@ -11,4 +11,5 @@ The server holds no retrieval logic: every tool calls qmdlab's own API through o
   ``qmdlab mcp --http``: ``POST /mcp``, ``POST /query``, ``GET /health``;
 - :mod:`qmdlab.store.outline` (shared with the CLI) — outline / section / parent over a document's headings.
 """
+
 from __future__ import annotations

@@ -6,6 +6,7 @@ output to ``$QMDLAB_HOME/mcp.log``), waits until ``GET /health`` answers, and wr
 (the server finishes its requests and exits), waits for it, and removes the file; a pid file
 whose process is gone — or is no longer a qmdlab MCP server — is removed as stale.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from qmdlab.errors import QmdlabError
 from qmdlab.paths import home
@@ -89,25 +90,33 @@ def _log_tail(n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
-def start(server_args: Sequence[str], *, host: str, port: int, index: str | None,
-          timeout: float = START_TIMEOUT_S) -> dict:
+def start(
+    server_args: Sequence[str], *, host: str, port: int, index: str | None, timeout: float = START_TIMEOUT_S
+) -> dict:
     """Start the background server (``server_args``: the ``mcp --http …`` options) and return the
     pid record; a :class:`QmdlabError` when one is running already or the child does not come up."""
     running = read_pid()
     if running is not None:
-        raise QmdlabError(f"an MCP server is already running (PID {running['pid']}, port {running['port']}); "
-                          "stop it with `qmdlab mcp --stop`")
+        raise QmdlabError(
+            f"an MCP server is already running (PID {running['pid']}, port {running['port']}); "
+            "stop it with `qmdlab mcp --stop`"
+        )
     home().mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "qmdlab.cli"] + (["--index", index] if index else []) + \
-        ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
+    argv = (
+        [sys.executable, "-m", "qmdlab.cli"]
+        + (["--index", index] if index else [])
+        + ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
+    )
     with open(log_file(), "wb") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True
+        )
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise QmdlabError(f"the MCP server exited at start (status {proc.returncode}): {_log_tail()}; "
-                              f"full log: {log_file()}")
+            raise QmdlabError(
+                f"the MCP server exited at start (status {proc.returncode}): {_log_tail()}; full log: {log_file()}"
+            )
         if _health(host, port):
             info = {"pid": proc.pid, "host": host, "port": port, "index": index}
             tmp = pid_file().with_name("mcp.pid.tmp")
@@ -116,8 +125,9 @@ def start(server_args: Sequence[str], *, host: str, port: int, index: str | None
             return info
         time.sleep(0.2)
     proc.terminate()
-    raise QmdlabError(f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; "
-                      f"see {log_file()}")
+    raise QmdlabError(
+        f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; see {log_file()}"
+    )
 
 
 def stop(timeout: float = STOP_TIMEOUT_S) -> str:
@@ -135,7 +145,8 @@ def stop(timeout: float = STOP_TIMEOUT_S) -> str:
     while time.monotonic() < end and _alive(pid):
         time.sleep(0.1)
     if _alive(pid):
-        raise QmdlabError(f"the MCP server (PID {pid}) did not stop within {timeout:g} s of SIGTERM; "
-                          f"stop it with `kill {pid}`")
+        raise QmdlabError(
+            f"the MCP server (PID {pid}) did not stop within {timeout:g} s of SIGTERM; stop it with `kill {pid}`"
+        )
     path.unlink(missing_ok=True)
     return f"stopped the MCP server (PID {pid}, port {info['port']})"

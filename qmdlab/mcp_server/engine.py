@@ -12,14 +12,16 @@ agent and a JSON-able dict with the full details (the MCP ``structuredContent``,
 REST response body). Retrieval itself is qmdlab's: this module only adapts arguments,
 checks that a requested file belongs to an indexed collection, and formats results.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.results import snippet as make_snippet
@@ -174,13 +176,19 @@ class Engine:
         if not ref:
             raise QmdlabError("empty document reference; give a path like 'collection/dir/file.md' or a '#docid'")
         if _is_traversal(ref):
-            raise QmdlabError(f"refusing {ref!r}: '..' path components are not allowed; only files of indexed collections are served")
+            raise QmdlabError(
+                f"refusing {ref!r}: '..' path components are not allowed; only files of indexed collections are served"
+            )
         try:
             doc = self.index.get(ref)
         except QmdlabError as err:
-            raise QmdlabError(f"no indexed document matches {ref!r} ({err}); only files of indexed collections are served") from None
+            raise QmdlabError(
+                f"no indexed document matches {ref!r} ({err}); only files of indexed collections are served"
+            ) from None
         except (KeyError, LookupError, FileNotFoundError, ValueError):
-            raise QmdlabError(f"no indexed document matches {ref!r}; only files of indexed collections are served") from None
+            raise QmdlabError(
+                f"no indexed document matches {ref!r}; only files of indexed collections are served"
+            ) from None
         abs_path = getattr(doc, "abs_path", None)
         if abs_path is not None and not self._inside_collections(Path(abs_path)):
             raise QmdlabError(f"refusing {ref!r}: it is outside every indexed collection")
@@ -205,8 +213,14 @@ class Engine:
         return info
 
     # -- tools ----------------------------------------------------------------------
-    def get(self, file: str, from_line: int | None = None, max_lines: int | None = None,
-            line_numbers: bool = False, max_chars: int = 0) -> tuple[str, dict[str, Any]]:
+    def get(
+        self,
+        file: str,
+        from_line: int | None = None,
+        max_lines: int | None = None,
+        line_numbers: bool = False,
+        max_chars: int = 0,
+    ) -> tuple[str, dict[str, Any]]:
         base, address, ref_start, ref_count = parse_ref(file)
         with self.lock:
             doc = self.document(base)
@@ -235,24 +249,39 @@ class Engine:
         if first > len(lines) and len(lines) > 0:
             raise QmdlabError(f"{doc.docno} has {len(lines)} lines; fromLine {first} is past the end")
         selected = lines[first - 1 : last]
-        capped = cap_text(_number(selected, first) if line_numbers else "\n".join(selected), max_chars,
-                          read_on=(doc.docno, first))
+        capped = cap_text(
+            _number(selected, first) if line_numbers else "\n".join(selected), max_chars, read_on=(doc.docno, first)
+        )
         text = capped.text
         shown = capped.text.count("\n") if capped.truncated else len(selected)  # the note is no line
-        data = dict(info, text=text, line_start=first, line_end=first + shown - 1,
-                    total_lines=len(lines), truncated=first > 1 or last < len(lines) or capped.truncated)
+        data = dict(
+            info,
+            text=text,
+            line_start=first,
+            line_end=first + shown - 1,
+            total_lines=len(lines),
+            truncated=first > 1 or last < len(lines) or capped.truncated,
+        )
         if address is not None:
             data["address"] = sec.address
             data["heading_path"] = list(sec.heading_path)
         header = f"{doc.docno} (#{info['docid']}) lines {data['line_start']}-{data['line_end']} of {len(lines)}"
         return f"{header}\n\n{text}", data
 
-    def multi_get(self, pattern: str, max_lines: int | None = None, max_bytes: int = DEFAULT_MULTI_GET_MAX_BYTES,
-                  line_numbers: bool = False, max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS,
-                  max_chars: int = 0) -> tuple[str, dict[str, Any]]:
+    def multi_get(
+        self,
+        pattern: str,
+        max_lines: int | None = None,
+        max_bytes: int = DEFAULT_MULTI_GET_MAX_BYTES,
+        line_numbers: bool = False,
+        max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS,
+        max_chars: int = 0,
+    ) -> tuple[str, dict[str, Any]]:
         pattern = (pattern or "").strip()
         if not pattern:
-            raise QmdlabError("empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids")
+            raise QmdlabError(
+                "empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids"
+            )
         with self.lock:
             if is_glob(pattern):
                 if _is_traversal(pattern):
@@ -263,7 +292,9 @@ class Engine:
             else:
                 refs = split_refs(pattern)
             if len(refs) > max_docs:
-                raise QmdlabError(f"{len(refs)} documents match {pattern!r}; at most {max_docs} per call — narrow the pattern")
+                raise QmdlabError(
+                    f"{len(refs)} documents match {pattern!r}; at most {max_docs} per call — narrow the pattern"
+                )
             documents, skipped, errors = [], [], []
             for ref in refs:
                 try:
@@ -281,10 +312,18 @@ class Engine:
                 if lines and lines[-1] == "" and len(lines) > 1:
                     lines = lines[:-1]
                 shown = lines[:max_lines] if max_lines else lines
-                capped = cap_text(_number(shown, 1) if line_numbers else "\n".join(shown), max_chars,
-                                  read_on=(doc.docno, 1))
-                documents.append(dict(info, size=size, text=capped.text, total_lines=len(lines),
-                                      truncated=len(shown) < len(lines) or capped.truncated))
+                capped = cap_text(
+                    _number(shown, 1) if line_numbers else "\n".join(shown), max_chars, read_on=(doc.docno, 1)
+                )
+                documents.append(
+                    dict(
+                        info,
+                        size=size,
+                        text=capped.text,
+                        total_lines=len(lines),
+                        truncated=len(shown) < len(lines) or capped.truncated,
+                    )
+                )
         parts = [f"--- {d['docno']} (#{d['docid']})\n{d['text']}" for d in documents]
         parts += [f"--- {s['docno']} skipped: {s['reason']}" for s in skipped]
         parts += [f"--- {e['ref']}: {e['error']}" for e in errors]
@@ -332,8 +371,9 @@ class Engine:
         crumb = " > ".join(par.heading_path) or "(document root)"
         return f"{doc.docno} § {crumb} [{par.address}] lines {par.line_start}-{par.line_end}\n\n{text}", data
 
-    def jump_to_ref(self, file: str, ref: str | int, address: str | None = None,
-                    maxChars: int = 4000) -> tuple[str, dict[str, Any]]:
+    def jump_to_ref(
+        self, file: str, ref: str | int, address: str | None = None, maxChars: int = 4000
+    ) -> tuple[str, dict[str, Any]]:
         """Follow a cross-reference of a section (:func:`qmdlab.search.navigate.jump_to_ref`);
         ``ref`` is its number, its target or its link text; with ``ref`` empty the section's
         references are listed."""
@@ -346,21 +386,44 @@ class Engine:
             if ref is None or str(ref).strip() == "":
                 refs = section_refs(self.index, doc.docno, addr or None)
                 data = {"docno": doc.docno, "address": addr or "", "refs": [r._asdict() for r in refs]}
-                lines = [f"{r.n}. {r.target} -> " + ((r.docno + (f"#{r.address}" if r.address else ""))
-                                                     if r.docno else f"cannot follow ({r.problem})") for r in refs]
+                lines = [
+                    f"{r.n}. {r.target} -> "
+                    + (
+                        (r.docno + (f"#{r.address}" if r.address else ""))
+                        if r.docno
+                        else f"cannot follow ({r.problem})"
+                    )
+                    for r in refs
+                ]
                 return f"{len(refs)} reference(s) in {doc.docno}#{addr or ''}\n" + "\n".join(lines), data
             j = jump_to_ref(self.index, doc.docno, ref, address=addr or None, max_chars=int(maxChars))
             info = self._doc_info(self.document(j.docno))
-        data = dict(info, address=j.address, heading_path=list(j.heading_path), line_start=j.line_start,
-                    line_end=j.line_end, text=j.text, truncated=j.truncated, ref=j.ref._asdict(),
-                    source={"docno": j.source, "address": j.source_address})
+        data = dict(
+            info,
+            address=j.address,
+            heading_path=list(j.heading_path),
+            line_start=j.line_start,
+            line_end=j.line_end,
+            text=j.text,
+            truncated=j.truncated,
+            ref=j.ref._asdict(),
+            source={"docno": j.source, "address": j.source_address},
+        )
         crumb = " > ".join(j.heading_path) or "(whole document)"
-        return (f"{j.source}#{j.source_address} ref {j.ref.n} ({j.ref.target}) -> {j.docno} § {crumb} "
-                f"[{j.address}] lines {j.line_start}-{j.line_end}\n\n{j.text}"), data
+        return (
+            f"{j.source}#{j.source_address} ref {j.ref.n} ({j.ref.target}) -> {j.docno} § {crumb} "
+            f"[{j.address}] lines {j.line_start}-{j.line_end}\n\n{j.text}"
+        ), data
 
-    def read_chunks(self, file: str, chunkIds: Sequence[int] | None = None, full: bool = False,
-                    previewChars: int = 240, maxChars: int = 4000,
-                    parent: str | None = None) -> tuple[str, dict[str, Any]]:
+    def read_chunks(
+        self,
+        file: str,
+        chunkIds: Sequence[int] | None = None,
+        full: bool = False,
+        previewChars: int = 240,
+        maxChars: int = 4000,
+        parent: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
         """Chunk previews of a document (or the chosen chunks' text); with ``parent`` and one
         chunk id, the section or document holding that chunk, its lines given as ``highlight``."""
         from qmdlab.search.navigate import backfill, read_chunks
@@ -373,20 +436,40 @@ class Engine:
                 if not chunkIds or len(chunkIds) != 1:
                     raise QmdlabError("parent needs exactly one chunk id in chunkIds (the chunk to read in its parent)")
                 b = backfill(self.index, doc.docno, int(chunkIds[0]), level=parent, max_chars=int(maxChars))
-                data = dict(info, chunk_id=b.chunk_id, level=b.level, address=b.address,
-                            heading_path=list(b.heading_path), line_start=b.line_start, line_end=b.line_end,
-                            highlight=list(b.highlight), text=b.text, truncated=b.truncated)
+                data = dict(
+                    info,
+                    chunk_id=b.chunk_id,
+                    level=b.level,
+                    address=b.address,
+                    heading_path=list(b.heading_path),
+                    line_start=b.line_start,
+                    line_end=b.line_end,
+                    highlight=list(b.highlight),
+                    text=b.text,
+                    truncated=b.truncated,
+                )
                 crumb = " > ".join(b.heading_path) or "(whole document)"
-                return (f"{doc.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
-                        f"§ {crumb} lines {b.line_start}-{b.line_end}\n\n{b.marked()}"), data
-            rows = read_chunks(self.index, doc.docno, list(chunkIds) if chunkIds else None,
-                               preview_chars=int(previewChars), full=bool(full), max_chars=int(maxChars))
+                return (
+                    f"{doc.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
+                    f"§ {crumb} lines {b.line_start}-{b.line_end}\n\n{b.marked()}"
+                ), data
+            rows = read_chunks(
+                self.index,
+                doc.docno,
+                list(chunkIds) if chunkIds else None,
+                preview_chars=int(previewChars),
+                full=bool(full),
+                max_chars=int(maxChars),
+            )
         data = dict(info, chunks=[c.as_dict() for c in rows])
         out = [f"{doc.docno}: {len(rows)} chunk(s)"]
         for c in rows:
             crumb = " > ".join(c.heading_path)
-            out.append(f"chunk {c.chunk_id} lines {c.line_start}-{c.line_end}" + (f" § {crumb}" if crumb else "")
-                       + f"\n   {c.text}")
+            out.append(
+                f"chunk {c.chunk_id} lines {c.line_start}-{c.line_end}"
+                + (f" § {crumb}" if crumb else "")
+                + f"\n   {c.text}"
+            )
         return "\n".join(out), data
 
     def status(self) -> tuple[str, dict[str, Any]]:
@@ -403,17 +486,35 @@ class Engine:
         return "\n".join(lines), summary
 
     # -- single-leg searches (qmd's ``search`` / ``vsearch`` tools) ----------------------
-    def search(self, query: str, limit: int = 10, minScore: float = 0.0, collection: str | None = None,
-               collections: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+    def search(
+        self,
+        query: str,
+        limit: int = 10,
+        minScore: float = 0.0,
+        collection: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> tuple[str, dict[str, Any]]:
         """BM25 only (no model): :func:`qmdlab.search.bm25_search` with the pipeline's BM25 knobs."""
         from qmdlab.search import bm25_search
 
-        return self._single("search", query, limit, minScore, collection, collections,
-                            lambda text, colls, n: bm25_search(self.index, text, limit=n, collections=colls,
-                                                               **self.config.lexical()))
+        return self._single(
+            "search",
+            query,
+            limit,
+            minScore,
+            collection,
+            collections,
+            lambda text, colls, n: bm25_search(self.index, text, limit=n, collections=colls, **self.config.lexical()),
+        )
 
-    def vsearch(self, query: str, limit: int = 10, minScore: float = 0.0, collection: str | None = None,
-                collections: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+    def vsearch(
+        self,
+        query: str,
+        limit: int = 10,
+        minScore: float = 0.0,
+        collection: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> tuple[str, dict[str, Any]]:
         """Vectors only: the query's embedding against the chunk vectors (one best chunk per document)."""
         from qmdlab.search.vector import vector_search
 
@@ -422,13 +523,27 @@ class Engine:
             if emb is None:
                 raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
             text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
-            return vector_search(self.index, emb.embed_query(text), fingerprint=emb.fingerprint, limit=n,
-                                 collections=colls, ann=self.config.ann())
+            return vector_search(
+                self.index,
+                emb.embed_query(text),
+                fingerprint=emb.fingerprint,
+                limit=n,
+                collections=colls,
+                ann=self.config.ann(),
+            )
 
         return self._single("vsearch", query, limit, minScore, collection, collections, run)
 
-    def _single(self, tool: str, query: str, limit: int, min_score: float, collection: str | None,
-                collections: Sequence[str] | None, run: Any) -> tuple[str, dict[str, Any]]:
+    def _single(
+        self,
+        tool: str,
+        query: str,
+        limit: int,
+        min_score: float,
+        collection: str | None,
+        collections: Sequence[str] | None,
+        run: Any,
+    ) -> tuple[str, dict[str, Any]]:
         from qmdlab.pipeline.results import build_rows
 
         text = (query or "").strip()
@@ -446,27 +561,51 @@ class Engine:
                     info = self._doc_info(doc)
                 except QmdlabError:
                     continue
-                hit_ctx = context_of(DocumentOutline.parse(doc.body or "", info["title"]), r.docno,
-                                     snippet_hit_line(r.line, r.snippet))
-                results.append(dict(info, rank=rank, score=float(r.score), chunk_id=r.chunk_id, line=r.line,
-                                    snippet=r.snippet, **hit_ctx.as_dict()))
+                hit_ctx = context_of(
+                    DocumentOutline.parse(doc.body or "", info["title"]), r.docno, snippet_hit_line(r.line, r.snippet)
+                )
+                results.append(
+                    dict(
+                        info,
+                        rank=rank,
+                        score=float(r.score),
+                        chunk_id=r.chunk_id,
+                        line=r.line,
+                        snippet=r.snippet,
+                        **hit_ctx.as_dict(),
+                    )
+                )
         data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
         out = [f"{len(results)} result(s) for {text!r} ({tool})"]
         for r in results:
             crumb = " > ".join(r["heading_path"])
-            out.append(f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
-                       + (f"  [{crumb}]" if crumb else "") + (f"\n   {r['title']}" if r.get("title") else ""))
+            out.append(
+                f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                + (f"  [{crumb}]" if crumb else "")
+                + (f"\n   {r['title']}" if r.get("title") else "")
+            )
             if r.get("snippet"):
                 out.append("   " + r["snippet"].replace("\n", "\n   "))
         return "\n".join(out), data
 
     # -- query ------------------------------------------------------------------------
-    def query(self, query: str | None = None, searches: Sequence[dict[str, str]] | None = None,
-              collections: Sequence[str] | None = None, intent: str | None = None, limit: int = 10,
-              minScore: float = 0.0, candidateLimit: int = 40, rerank: bool | None = None,
-              explain: bool = False, tags: Sequence[str] | None = None, preferTags: Sequence[str] | None = None,
-              tagLift: int | None = None, expand: bool | None = None,
-              budget: float | None = None) -> tuple[str, dict[str, Any]]:
+    def query(
+        self,
+        query: str | None = None,
+        searches: Sequence[dict[str, str]] | None = None,
+        collections: Sequence[str] | None = None,
+        intent: str | None = None,
+        limit: int = 10,
+        minScore: float = 0.0,
+        candidateLimit: int = 40,
+        rerank: bool | None = None,
+        explain: bool = False,
+        tags: Sequence[str] | None = None,
+        preferTags: Sequence[str] | None = None,
+        tagLift: int | None = None,
+        expand: bool | None = None,
+        budget: float | None = None,
+    ) -> tuple[str, dict[str, Any]]:
         """The hybrid pipeline; ``tags`` are required front-matter tags (all of them, as
         ``qmdlab query --tag``), ``preferTags``/``tagLift`` the tag rank-lift (``--prefer-tag``/
         ``--tag-lift``: :meth:`~qmdlab.pipeline.config.PipelineConfig.tag_preference`).
@@ -489,11 +628,18 @@ class Engine:
                 raise QmdlabError(f"tagLift must be 0 or more, got {tagLift}")
             from qmdlab.pipeline.stages import plan_stages, preset_name
 
-            staged, plan = plan_stages(self.config, preset_name(self.preset, models_given=self._given_models), expand=expand, rerank=rerank)
-            overrides = {"limit": int(limit), "min_score": float(minScore),
-                         "candidate_limit": int(candidateLimit), "expand": staged.expand, "rerank": staged.rerank,
-                         **({"budget_s": float(budget)} if budget is not None else {}),
-                         **self.config.tag_preference(list(preferTags or ()), tagLift)}
+            staged, plan = plan_stages(
+                self.config, preset_name(self.preset, models_given=self._given_models), expand=expand, rerank=rerank
+            )
+            overrides = {
+                "limit": int(limit),
+                "min_score": float(minScore),
+                "candidate_limit": int(candidateLimit),
+                "expand": staged.expand,
+                "rerank": staged.rerank,
+                **({"budget_s": float(budget)} if budget is not None else {}),
+                **self.config.tag_preference(list(preferTags or ()), tagLift),
+            }
             cfg = self.config.replace(**overrides)  # what Lab.query runs with
             filters = None
             if tags:
@@ -523,21 +669,40 @@ class Engine:
         out = [f"{len(results)} result(s) for {head!r}"]
         for r in results:
             crumb = " > ".join(r["heading_path"])
-            out.append(f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
-                       + (f"  [{crumb}]" if crumb else "") + (f"\n   {r['title']}" if r.get("title") else ""))
+            out.append(
+                f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                + (f"  [{crumb}]" if crumb else "")
+                + (f"\n   {r['title']}" if r.get("title") else "")
+            )
             if r.get("snippet"):
                 out.append("   " + r["snippet"].replace("\n", "\n   "))
         return "\n".join(out), data
 
-    def _run(self, text: str, searches: list[dict[str, str]], collections: list[str] | None,
-             intent: str | None, overrides: dict[str, Any], filters: Any = None, plan: Any = None):
+    def _run(
+        self,
+        text: str,
+        searches: list[dict[str, str]],
+        collections: list[str] | None,
+        intent: str | None,
+        overrides: dict[str, Any],
+        filters: Any = None,
+        plan: Any = None,
+    ):
         """Run the pipeline through qmdlab's API (the only place that calls the Lab)."""
-        return self.lab().query(text, intent=intent or None, qid="q", collections=collections, filters=filters,
-                                searches=[(s["type"], s["query"]) for s in searches] or None, plan=plan,
-                                **overrides)
+        return self.lab().query(
+            text,
+            intent=intent or None,
+            qid="q",
+            collections=collections,
+            filters=filters,
+            searches=[(s["type"], s["query"]) for s in searches] or None,
+            plan=plan,
+            **overrides,
+        )
 
-    def _results(self, trace: Any, query_text: str, intent: str | None, explain: bool,
-                 config: Any = None) -> list[dict[str, Any]]:
+    def _results(
+        self, trace: Any, query_text: str, intent: str | None, explain: bool, config: Any = None
+    ) -> list[dict[str, Any]]:
         """Format the trace's finished rows: snippet and line come from the pipeline's ``results``
         table; the heading breadcrumb and section address are those of the snippet's line."""
         final = trace.final.sort("final_rank")
@@ -564,8 +729,14 @@ class Engine:
                 body = doc.body or ""
             except QmdlabError:  # deleted since the search ran
                 collection, _, path = docno.partition("/")
-                info = {"docno": docno, "docid": done.get("docid"), "collection": collection, "path": path,
-                        "uri": resource_uri(docno), "title": done.get("title") or ""}
+                info = {
+                    "docno": docno,
+                    "docid": done.get("docid"),
+                    "collection": collection,
+                    "path": path,
+                    "uri": resource_uri(docno),
+                    "title": done.get("title") or "",
+                }
                 body = ""
             line, snippet = done.get("line"), done.get("snippet")
             if line is None and body:  # not in the pipeline's results table: the same snippet rule
@@ -574,11 +745,18 @@ class Engine:
             hit_ctx = None
             if body and line:
                 # the snippet opens one context line above its best line (none at the top)
-                hit_ctx = context_of(DocumentOutline.parse(body, info["title"]), docno,
-                                     snippet_hit_line(int(line), snippet or ""))
-            result = dict(info, rank=int(row["final_rank"]), score=float(row["final_score"]),
-                          chunk_id=chunk_of.get(docno), line=line, snippet=snippet or "",
-                          **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT))
+                hit_ctx = context_of(
+                    DocumentOutline.parse(body, info["title"]), docno, snippet_hit_line(int(line), snippet or "")
+                )
+            result = dict(
+                info,
+                rank=int(row["final_rank"]),
+                score=float(row["final_score"]),
+                chunk_id=chunk_of.get(docno),
+                line=line,
+                snippet=snippet or "",
+                **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT),
+            )
             if explain:
                 result["stages"] = blocks[docno]
             results.append(result)

@@ -36,6 +36,7 @@ waits for a running query.
 >>> g.host_ok("127.0.0.1.attacker.example:8181"), g.host_ok("[::1]:8181")
 (False, True)
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -43,8 +44,9 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -147,11 +149,20 @@ def _origin_host(origin: str) -> str | None:
 class OriginHostGuard:
     """ASGI middleware: 403 for a foreign ``Origin`` or an unexpected ``Host`` (see module doc)."""
 
-    def __init__(self, app: ASGIApp, *, host: str, port: int, allowed_origins: Sequence[str] | None = None,
-                 allowed_hosts: Sequence[str] | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        host: str,
+        port: int,
+        allowed_origins: Sequence[str] | None = None,
+        allowed_hosts: Sequence[str] | None = None,
+    ):
         self.app = app
         self.host, self.port = host.strip("[]").lower(), int(port)
-        self.allowed_origins = tuple(allowed_origins if allowed_origins is not None else _env_list("QMDLAB_ALLOWED_ORIGINS"))
+        self.allowed_origins = tuple(
+            allowed_origins if allowed_origins is not None else _env_list("QMDLAB_ALLOWED_ORIGINS")
+        )
         self.allowed_hosts = tuple(allowed_hosts if allowed_hosts is not None else _env_list("QMDLAB_ALLOWED_HOSTS"))
 
     def origin_ok(self, origin: str | None) -> bool:
@@ -185,8 +196,9 @@ class OriginHostGuard:
         if scope["type"] == "http":
             raw = scope.get("headers", [])
             if sum(len(k) + len(v) + 4 for k, v in raw) > MAX_HEADER_BYTES:
-                await PlainTextResponse(f"request headers over {MAX_HEADER_BYTES} bytes", status_code=431,
-                                        headers={"connection": "close"})(scope, receive, send)
+                await PlainTextResponse(
+                    f"request headers over {MAX_HEADER_BYTES} bytes", status_code=431, headers={"connection": "close"}
+                )(scope, receive, send)
                 return
             headers: dict[str, list[str]] = {}
             for k, v in scope.get("headers", []):
@@ -207,8 +219,9 @@ class OriginHostGuard:
             if scope.get("method") == "POST":
                 ctype = (headers.get("content-type") or [""])[0].split(";")[0].strip().lower()
                 if ctype != "application/json":
-                    await PlainTextResponse(f"unsupported Content-Type {ctype or 'none'!r}: send application/json",
-                                            status_code=415)(scope, receive, send)
+                    await PlainTextResponse(
+                        f"unsupported Content-Type {ctype or 'none'!r}: send application/json", status_code=415
+                    )(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -244,8 +257,11 @@ class BodyLimit:
                 if not message.get("more_body"):
                     break
         if scope_timer.cancelled_caught:
-            await JSONResponse({"error": f"request body not received within {self.timeout_s:g} s"},
-                               status_code=408, headers={"connection": "close"})(scope, receive, send)
+            await JSONResponse(
+                {"error": f"request body not received within {self.timeout_s:g} s"},
+                status_code=408,
+                headers={"connection": "close"},
+            )(scope, receive, send)
             return
         replayed = False
 
@@ -259,13 +275,20 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await JSONResponse({"error": f"request body over {self.max_bytes} bytes"}, status_code=413,
-                           headers={"connection": "close"})(scope, receive, send)
+        await JSONResponse(
+            {"error": f"request body over {self.max_bytes} bytes"}, status_code=413, headers={"connection": "close"}
+        )(scope, receive, send)
 
 
-def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-              allowed_origins: Sequence[str] | None = None, allowed_hosts: Sequence[str] | None = None,
-              limits: HttpLimits | None = None) -> ASGIApp:
+def build_app(
+    engine: Engine,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    allowed_origins: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    limits: HttpLimits | None = None,
+) -> ASGIApp:
     """The ASGI app: ``/mcp`` (Streamable HTTP), ``/query`` (REST), ``/health``, behind the guard
     and the body limit (:class:`HttpLimits`)."""
     limits = limits or HttpLimits()
@@ -277,7 +300,9 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
             with idx._lock:
                 return int(idx.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0])
 
-        return JSONResponse({"status": "ok", "version": qmdlab.__version__, "documents": await anyio.to_thread.run_sync(count)})
+        return JSONResponse(
+            {"status": "ok", "version": qmdlab.__version__, "documents": await anyio.to_thread.run_sync(count)}
+        )
 
     async def query(request: Request) -> JSONResponse:
         try:
@@ -287,7 +312,7 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
         except ValueError as err:
             return JSONResponse({"error": f"request body is not JSON: {err}"}, status_code=400)
         if not isinstance(payload, dict):
-            return JSONResponse({"error": "request body must be a JSON object like {\"query\": \"...\"}"}, status_code=400)
+            return JSONResponse({"error": 'request body must be a JSON object like {"query": "..."}'}, status_code=400)
         try:
             req = QueryRequest.model_validate(payload)
         except ValidationError as err:
@@ -296,12 +321,15 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
                 + ("unknown parameter" if e["type"] == "extra_forbidden" else e["msg"])
                 for e in err.errors()
             )
-            return JSONResponse({"error": f"invalid query request: {problems}",
-                                 "accepted": sorted(QueryRequest.model_fields)}, status_code=400)
+            return JSONResponse(
+                {"error": f"invalid query request: {problems}", "accepted": sorted(QueryRequest.model_fields)},
+                status_code=400,
+            )
         try:
             with anyio.fail_after(limits.query_timeout_s):
-                _, data = await anyio.to_thread.run_sync(lambda: engine.query(**req.engine_kwargs()),
-                                                         abandon_on_cancel=True)
+                _, data = await anyio.to_thread.run_sync(
+                    lambda: engine.query(**req.engine_kwargs()), abandon_on_cancel=True
+                )
         except QmdlabError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         except sqlite3.DatabaseError as err:  # a damaged index, or a search too large for SQLite
@@ -309,8 +337,10 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
 
             return JSONResponse({"error": str(as_user_error(err, engine.index))}, status_code=503)
         except TimeoutError:
-            return JSONResponse({"error": f"the query took longer than {limits.query_timeout_s:g} s; "
-                                          "shorten it or retry"}, status_code=503)
+            return JSONResponse(
+                {"error": f"the query took longer than {limits.query_timeout_s:g} s; shorten it or retry"},
+                status_code=503,
+            )
         return JSONResponse(data)
 
     mcp.custom_route("/query", methods=["POST"])(query)
@@ -327,8 +357,7 @@ def build_app(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     app.state.engine = engine
     app.state.mcp = mcp
     limited = BodyLimit(app, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
-    return OriginHostGuard(limited, host=host, port=port, allowed_origins=allowed_origins,
-                           allowed_hosts=allowed_hosts)
+    return OriginHostGuard(limited, host=host, port=port, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
 
 
 def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S) -> type:
@@ -372,18 +401,28 @@ def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S) -> type:
     return HeaderTimeoutProtocol
 
 
-def uvicorn_config(app: ASGIApp, *, host: str, port: int, log_level: str = "warning",
-                   limits: HttpLimits | None = None) -> Any:
+def uvicorn_config(
+    app: ASGIApp, *, host: str, port: int, log_level: str = "warning", limits: HttpLimits | None = None
+) -> Any:
     """The uvicorn configuration of :func:`serve_http` (timeouts from ``limits``)."""
     import uvicorn
 
     limits = limits or HttpLimits()
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                          http=header_timeout_protocol(limits.header_timeout_s),
-                          timeout_keep_alive=limits.keep_alive_s, h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        http=header_timeout_protocol(limits.header_timeout_s),
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+    )
 
 
-def serve_http(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning") -> None:
+def serve_http(
+    engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning"
+) -> None:
     """Serve until SIGINT/SIGTERM, then shut down gracefully (in-flight requests finish) and return.
 
     uvicorn re-raises the stop signal after its graceful shutdown, so the process would

@@ -4,6 +4,7 @@ An agent connecting to the server learns what it can search before its first cal
 how many documents, which collections (and their contexts), whether some chunks still
 lack embeddings (vector search then misses them), and how to use the tools.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -73,28 +74,30 @@ def build_instructions(engine: Any) -> str:
     if s["documents"] == 0:
         lines.append("The index is empty: add a collection and run `qmdlab update` before searching.")
     if s["chunks_without_vectors"]:
-        lines.append(f"Note: {s['chunks_without_vectors']} chunk(s) have no embedding yet, so vector search misses "
-                     "them (run `qmdlab embed`); keyword search still finds them.")
+        lines.append(
+            f"Note: {s['chunks_without_vectors']} chunk(s) have no embedding yet, so vector search misses "
+            "them (run `qmdlab embed`); keyword search still finds them."
+        )
     lines += TOOL_GUIDE
     return "\n".join(lines)
 
 
 #: How to use the MCP tools: the fixed part of the server's instructions (and of the agent skill).
 TOOL_GUIDE = [
-        "Search tools (qmd's names): `search` is fast BM25 keyword search (exact words, names, code), `vsearch` is "
-        "vector search (the idea in your own words), `query` is the best and slowest: hybrid with expansion and "
-        "rerank. "
-        "`query` takes a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
-        "question, hyde: a short passage that would answer it; `tags` keeps documents with all those front-matter "
-        "tags, `preferTags` ranks documents with any of them higher; `explain: true` returns each result's stage "
-        "scores). "
-        "Results carry a docno, a heading breadcrumb, a section `address`, the parent section's title and "
-        "summary, and sibling sections.",
-        "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "
-        "comma-separated list), and move through a document with `outline`, `read_section` and `parent`; "
-        "`read_chunks` skims a document's chunks (or reads a chunk hit in its parent section), `jump_to_ref` "
-        "follows a cross-reference ('see howto/x.md') written in a section. "
-        "`status` reports the index.",
+    "Search tools (qmd's names): `search` is fast BM25 keyword search (exact words, names, code), `vsearch` is "
+    "vector search (the idea in your own words), `query` is the best and slowest: hybrid with expansion and "
+    "rerank. "
+    "`query` takes a plain `query`, or typed `searches` — lex: keywords, vec: a natural-language "
+    "question, hyde: a short passage that would answer it; `tags` keeps documents with all those front-matter "
+    "tags, `preferTags` ranks documents with any of them higher; `explain: true` returns each result's stage "
+    "scores). "
+    "Results carry a docno, a heading breadcrumb, a section `address`, the parent section's title and "
+    "summary, and sibling sections.",
+    "Read with `get` (path or #docid, optional `:from:count` suffix or `path#address`), `multi_get` (glob or "
+    "comma-separated list), and move through a document with `outline`, `read_section` and `parent`; "
+    "`read_chunks` skims a document's chunks (or reads a chunk hit in its parent section), `jump_to_ref` "
+    "follows a cross-reference ('see howto/x.md') written in a section. "
+    "`status` reports the index.",
 ]
 
 SKILL_NAME = "qmdlab"

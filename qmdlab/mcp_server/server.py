@@ -15,13 +15,15 @@ The search tools carry qmd's names: ``search`` (BM25 only), ``vsearch`` (vectors
 >>> sorted(ALIASES)
 ['qmd_query', 'qmd_search', 'qmd_vsearch']
 """
+
 from __future__ import annotations
 
 import functools
 import json
 import logging
 import sqlite3
-from typing import Annotated, Any, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -38,8 +40,19 @@ from qmdlab.mcp_server.instructions import build_instructions
 
 log = logging.getLogger(__name__)
 
-TOOL_NAMES = ("search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent",
-              "jump_to_ref", "read_chunks")
+TOOL_NAMES = (
+    "search",
+    "vsearch",
+    "query",
+    "get",
+    "multi_get",
+    "status",
+    "outline",
+    "read_section",
+    "parent",
+    "jump_to_ref",
+    "read_chunks",
+)
 ALIASES = {"qmd_search": "search", "qmd_vsearch": "vsearch", "qmd_query": "query"}
 """qmd 1.x tool names → the tool they stand for (same parameters and results)."""
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -73,7 +86,7 @@ class QueryRequest(BaseModel):
     tagLift: Annotated[int | None, Field(ge=0)] = None
 
     @model_validator(mode="after")
-    def _need_something(self) -> "QueryRequest":
+    def _need_something(self) -> QueryRequest:
         if not (self.query or "").strip() and not self.searches:
             raise ValueError("give a non-empty 'query' or 1-10 typed 'searches'")
         return self
@@ -117,15 +130,21 @@ def _strict(tool: Tool) -> Tool:
             unknown = sorted(set(data) - set(accepted))
             if unknown:
                 raise PydanticCustomError(
-                    "unknown_parameter", "unknown parameter(s) {unknown} for tool '{tool}'; accepted: {accepted}",
-                    {"unknown": ", ".join(map(repr, unknown)), "tool": tool_name, "accepted": ", ".join(accepted)})
+                    "unknown_parameter",
+                    "unknown parameter(s) {unknown} for tool '{tool}'; accepted: {accepted}",
+                    {"unknown": ", ".join(map(repr, unknown)), "tool": tool_name, "accepted": ", ".join(accepted)},
+                )
         return data
 
-    Strict = type(base.__name__, (base,), {
-        "__module__": __name__,
-        "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
-        "_reject_unknown": model_validator(mode="before")(classmethod(reject_unknown)),
-    })
+    Strict = type(
+        base.__name__,
+        (base,),
+        {
+            "__module__": __name__,
+            "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
+            "_reject_unknown": model_validator(mode="before")(classmethod(reject_unknown)),
+        },
+    )
     tool.fn_metadata.arg_model = Strict
     tool.parameters = Strict.model_json_schema(by_alias=True)
     return tool
@@ -155,31 +174,81 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
 
     def query(
         query: Annotated[str | None, Field(description="A plain search query (expanded, fused and reranked).")] = None,
-        searches: Annotated[list[SubSearch] | None, Field(min_length=1, max_length=10, description=(
-            "Typed sub-queries used instead of model expansion: lex = keywords (BM25), vec = a question "
-            "(vectors), hyde = a passage resembling the answer (vectors)."))] = None,
+        searches: Annotated[
+            list[SubSearch] | None,
+            Field(
+                min_length=1,
+                max_length=10,
+                description=(
+                    "Typed sub-queries used instead of model expansion: lex = keywords (BM25), vec = a question "
+                    "(vectors), hyde = a passage resembling the answer (vectors)."
+                ),
+            ),
+        ] = None,
         collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
-        intent: Annotated[str | None, Field(description="What the searcher is trying to do; steers expansion and chunk choice.")] = None,
+        intent: Annotated[
+            str | None, Field(description="What the searcher is trying to do; steers expansion and chunk choice.")
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
         minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results scoring below this.")] = 0.0,
-        candidateLimit: Annotated[int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")] = 40,
-        rerank: Annotated[bool | None, Field(description=(
-            "Rerank candidates with the LLM reranker (default: the server's preset — off for offline/tiny, "
-            "on for qmd)."))] = None,
-        expand: Annotated[bool | None, Field(description=(
-            "Expand the query with the LLM expander (default: the server's preset — off for offline/tiny, "
-            "on for qmd)."))] = None,
-        budget: Annotated[float | None, Field(ge=0.0, description=(
-            "A deadline in seconds for the whole query: expansion or rerank that would not fit, judged from the "
-            "model's measured speed, is skipped before it starts (noted); default: the server's config."))] = None,
+        candidateLimit: Annotated[
+            int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")
+        ] = 40,
+        rerank: Annotated[
+            bool | None,
+            Field(
+                description=(
+                    "Rerank candidates with the LLM reranker (default: the server's preset — off for offline/tiny, "
+                    "on for qmd)."
+                )
+            ),
+        ] = None,
+        expand: Annotated[
+            bool | None,
+            Field(
+                description=(
+                    "Expand the query with the LLM expander (default: the server's preset — off for offline/tiny, "
+                    "on for qmd)."
+                )
+            ),
+        ] = None,
+        budget: Annotated[
+            float | None,
+            Field(
+                ge=0.0,
+                description=(
+                    "A deadline in seconds for the whole query: expansion or rerank that would not fit, judged from the "
+                    "model's measured speed, is skipped before it starts (noted); default: the server's config."
+                ),
+            ),
+        ] = None,
         explain: Annotated[bool, Field(description="Include every result's per-stage scores from the trace.")] = False,
-        tags: Annotated[list[str] | None, Field(description=(
-            "Only documents carrying every one of these front-matter tags (a filter, as `qmdlab query --tag`)."))] = None,
-        preferTags: Annotated[list[str] | None, Field(description=(
-            "Move results carrying any of these front-matter tags up by tagLift places (no filter; as "
-            "`qmdlab query --prefer-tag`)."))] = None,
-        tagLift: Annotated[int | None, Field(ge=0, description=(
-            "Places a preferTags result moves up (default: the server's configured lift, else 3 with preferTags)."))] = None,
+        tags: Annotated[
+            list[str] | None,
+            Field(
+                description=(
+                    "Only documents carrying every one of these front-matter tags (a filter, as `qmdlab query --tag`)."
+                )
+            ),
+        ] = None,
+        preferTags: Annotated[
+            list[str] | None,
+            Field(
+                description=(
+                    "Move results carrying any of these front-matter tags up by tagLift places (no filter; as "
+                    "`qmdlab query --prefer-tag`)."
+                )
+            ),
+        ] = None,
+        tagLift: Annotated[
+            int | None,
+            Field(
+                ge=0,
+                description=(
+                    "Places a preferTags result moves up (default: the server's configured lift, else 3 with preferTags)."
+                ),
+            ),
+        ] = None,
     ) -> CallToolResult:
         """Best-quality search: hybrid BM25 + vector retrieval and RRF fusion, plus query expansion and LLM
         rerank where the server's preset turns them on (offline: off, measured not to help; qmd: on) or
@@ -192,15 +261,31 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
         section address for read_section/parent, the parent section (title and a short summary) and the
         nearest sibling sections.
         """
-        return _user_errors(engine.query)(query=query, searches=[s.model_dump() for s in searches or []],
-                                          collections=collections, intent=intent, limit=limit, minScore=minScore,
-                                          candidateLimit=candidateLimit, rerank=rerank, explain=explain,
-                                          tags=tags, preferTags=preferTags, tagLift=tagLift, expand=expand, budget=budget)
+        return _user_errors(engine.query)(
+            query=query,
+            searches=[s.model_dump() for s in searches or []],
+            collections=collections,
+            intent=intent,
+            limit=limit,
+            minScore=minScore,
+            candidateLimit=candidateLimit,
+            rerank=rerank,
+            explain=explain,
+            tags=tags,
+            preferTags=preferTags,
+            tagLift=tagLift,
+            expand=expand,
+            budget=budget,
+        )
 
     def search(
-        query: Annotated[str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")],
+        query: Annotated[
+            str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")
+        ],
         limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
-        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results whose normalised BM25 score is below this.")] = 0.0,
+        minScore: Annotated[
+            float, Field(ge=0.0, le=1.0, description="Drop results whose normalised BM25 score is below this.")
+        ] = 0.0,
         collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
         collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
     ) -> CallToolResult:
@@ -210,9 +295,13 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
         return _user_errors(engine.search)(query, limit, minScore, collection, collections)
 
     def vsearch(
-        query: Annotated[str, Field(min_length=1, description="A natural-language description of what you are looking for.")],
+        query: Annotated[
+            str, Field(min_length=1, description="A natural-language description of what you are looking for.")
+        ],
         limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
-        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results whose cosine similarity is below this.")] = 0.0,
+        minScore: Annotated[
+            float, Field(ge=0.0, le=1.0, description="Drop results whose cosine similarity is below this.")
+        ] = 0.0,
         collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
         collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
     ) -> CallToolResult:
@@ -222,25 +311,47 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
         return _user_errors(engine.vsearch)(query, limit, minScore, collection, collections)
 
     def get(
-        file: Annotated[str, Field(description="Path ('collection/dir/file.md' or collection-relative), '#docid'; "
-                                               "optional ':from:count' suffix or '#address' section.")],
+        file: Annotated[
+            str,
+            Field(
+                description="Path ('collection/dir/file.md' or collection-relative), '#docid'; "
+                "optional ':from:count' suffix or '#address' section."
+            ),
+        ],
         fromLine: Annotated[int | None, Field(ge=1, description="First line (1-based).")] = None,
         maxLines: Annotated[int | None, Field(ge=1, description="Lines to return at most.")] = None,
         lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
-        maxChars: Annotated[int, Field(ge=0, description="Cap on the returned text (0 = no cap); a capped text ends "
-                                                         "with how much was left out and where to read on.")] = 0,
+        maxChars: Annotated[
+            int,
+            Field(
+                ge=0,
+                description="Cap on the returned text (0 = no cap); a capped text ends "
+                "with how much was left out and where to read on.",
+            ),
+        ] = 0,
     ) -> CallToolResult:
         """Read one indexed document (or a line range, or one section). `maxChars` caps the text: past the cap it
         ends with a line saying how many characters were left out and the line to read on from."""
         return _user_errors(engine.get)(file, fromLine, maxLines, lineNumbers, maxChars)
 
     def multi_get(
-        pattern: Annotated[str, Field(description="A glob over docnos/paths ('notes/**/*.md') or a comma-separated list of paths/#docids.")],
+        pattern: Annotated[
+            str,
+            Field(description="A glob over docnos/paths ('notes/**/*.md') or a comma-separated list of paths/#docids."),
+        ],
         maxLines: Annotated[int | None, Field(ge=1, description="Lines per document at most.")] = None,
-        maxBytes: Annotated[int, Field(ge=1, description="Skip documents larger than this (bytes).")] = DEFAULT_MULTI_GET_MAX_BYTES,
+        maxBytes: Annotated[
+            int, Field(ge=1, description="Skip documents larger than this (bytes).")
+        ] = DEFAULT_MULTI_GET_MAX_BYTES,
         lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
-        maxChars: Annotated[int, Field(ge=0, description="Cap on each document's text (0 = no cap); a capped text "
-                                                         "ends with how much was left out and where to read on.")] = 0,
+        maxChars: Annotated[
+            int,
+            Field(
+                ge=0,
+                description="Cap on each document's text (0 = no cap); a capped text "
+                "ends with how much was left out and where to read on.",
+            ),
+        ] = 0,
     ) -> CallToolResult:
         """Read several indexed documents at once (size-capped; `maxChars` caps each document's text, saying how
         much was left out)."""
@@ -258,7 +369,9 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
 
     def read_section(
         file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
-        address: Annotated[str, Field(description="Section address from outline or a search result ('' = whole document).")],
+        address: Annotated[
+            str, Field(description="Section address from outline or a search result ('' = whole document).")
+        ],
     ) -> CallToolResult:
         """The full text of one section (with its subsections)."""
         return _user_errors(engine.read_section)(file, address)
@@ -271,10 +384,20 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
         return _user_errors(engine.parent)(file, address)
 
     def jump_to_ref(
-        file: Annotated[str, Field(description="Path, '#docid' or qmd:// URI of the document holding the reference; "
-                                               "optional '#address' for the section.")],
-        ref: Annotated[str, Field(description="Which reference: its number (as listed with ref ''), its target "
-                                              "('howto/x.md#setup') or its link text. '' lists the section's references.")] = "",
+        file: Annotated[
+            str,
+            Field(
+                description="Path, '#docid' or qmd:// URI of the document holding the reference; "
+                "optional '#address' for the section."
+            ),
+        ],
+        ref: Annotated[
+            str,
+            Field(
+                description="Which reference: its number (as listed with ref ''), its target "
+                "('howto/x.md#setup') or its link text. '' lists the section's references."
+            ),
+        ] = "",
         address: Annotated[str | None, Field(description="Section address (overrides '#address' in file).")] = None,
         maxChars: Annotated[int, Field(ge=0, description="Cap on the returned text (0 = no cap).")] = 4000,
     ) -> CallToolResult:
@@ -285,26 +408,51 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
     def read_chunks(
         file: Annotated[str, Field(description="Path, '#docid' or qmd:// URI of an indexed document.")],
         chunkIds: Annotated[list[int] | None, Field(description="Only these chunks (a result's chunk_id).")] = None,
-        full: Annotated[bool, Field(description="Each chunk's text (capped by maxChars) instead of a preview.")] = False,
+        full: Annotated[
+            bool, Field(description="Each chunk's text (capped by maxChars) instead of a preview.")
+        ] = False,
         previewChars: Annotated[int, Field(ge=1, le=4000, description="Characters of each preview.")] = 240,
         maxChars: Annotated[int, Field(ge=0, description="Cap on full or parent text (0 = no cap).")] = 4000,
-        parent: Annotated[Literal["section", "document"] | None, Field(description=(
-            "With one chunk id: return the section (or whole document) holding that chunk, with the chunk's "
-            "lines as 'highlight' (read a chunk hit in its context)."))] = None,
+        parent: Annotated[
+            Literal["section", "document"] | None,
+            Field(
+                description=(
+                    "With one chunk id: return the section (or whole document) holding that chunk, with the chunk's "
+                    "lines as 'highlight' (read a chunk hit in its context)."
+                )
+            ),
+        ] = None,
     ) -> CallToolResult:
         """A document's chunks as short previews with their lines and heading breadcrumbs (cheap skim before
         reading), the chosen chunks' text, or one chunk read in its parent section/document."""
         return _user_errors(engine.read_chunks)(file, chunkIds, full, previewChars, maxChars, parent)
 
-    fns = {"search": search, "vsearch": vsearch, "query": query, "get": get, "multi_get": multi_get,
-           "status": status, "outline": outline, "read_section": read_section, "parent": parent,
-           "jump_to_ref": jump_to_ref, "read_chunks": read_chunks}
+    fns = {
+        "search": search,
+        "vsearch": vsearch,
+        "query": query,
+        "get": get,
+        "multi_get": multi_get,
+        "status": status,
+        "outline": outline,
+        "read_section": read_section,
+        "parent": parent,
+        "jump_to_ref": jump_to_ref,
+        "read_chunks": read_chunks,
+    }
     tools = [_strict(Tool.from_function(fns[name], annotations=READ_ONLY)) for name in TOOL_NAMES]
     for alias, target in ALIASES.items():
-        tools.append(_strict(Tool.from_function(
-            fns[target], name=alias, annotations=READ_ONLY,
-            description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
-                        + (fns[target].__doc__ or "").split("\n")[0].strip())))
+        tools.append(
+            _strict(
+                Tool.from_function(
+                    fns[target],
+                    name=alias,
+                    annotations=READ_ONLY,
+                    description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
+                    + (fns[target].__doc__ or "").split("\n")[0].strip(),
+                )
+            )
+        )
     if deadline_s:
         tools = [_with_deadline(t, deadline_s) for t in tools]
     server: MCPServer = MCPServer(
@@ -332,12 +480,23 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
         docs = engine.index.documents()
     for row in docs.select("docno", "title").iter_rows(named=True):
         docno = row["docno"]
-        server.add_resource(FunctionResource.from_function(
-            functools.partial(read_doc, docno), uri=resource_uri(docno), name=docno,
-            title=row["title"] or None, description=f"indexed markdown document {docno}", mime_type="text/markdown"))
+        server.add_resource(
+            FunctionResource.from_function(
+                functools.partial(read_doc, docno),
+                uri=resource_uri(docno),
+                name=docno,
+                title=row["title"] or None,
+                description=f"indexed markdown document {docno}",
+                mime_type="text/markdown",
+            )
+        )
 
-    @server.resource("qmd://{collection}/{+path}", name="document", mime_type="text/markdown",
-                     description="An indexed markdown document: qmd://<collection>/<path>")
+    @server.resource(
+        "qmd://{collection}/{+path}",
+        name="document",
+        mime_type="text/markdown",
+        description="An indexed markdown document: qmd://<collection>/<path>",
+    )
     def document(collection: str, path: str) -> str:
         return read_doc(f"{collection}/{path}")
 
@@ -366,8 +525,11 @@ def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
         return None, None
 
     def error(code: int, message: str, request_id: Any = None) -> tuple[None, dict[str, Any]]:
-        return None, {"jsonrpc": "2.0", "id": request_id if _valid_id(request_id) else None,
-                      "error": {"code": code, "message": message}}
+        return None, {
+            "jsonrpc": "2.0",
+            "id": request_id if _valid_id(request_id) else None,
+            "error": {"code": code, "message": message},
+        }
 
     try:
         data = json.loads(line)
@@ -480,10 +642,10 @@ def serve_stdio(engine: Engine) -> None:
     duplicate), so nothing a library prints can corrupt the protocol stream; fd 0 points
     at the null device.
     """
-    import anyio
     import os
     import sys
 
+    import anyio
     from mcp.server.stdio import stdio_server
 
     engine.warm()  # models load once, before the first request, and stay warm
@@ -495,7 +657,7 @@ def serve_stdio(engine: Engine) -> None:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    stdin = open(wire_in, "r", encoding="utf-8", errors="replace", newline="\n")
+    stdin = open(wire_in, encoding="utf-8", errors="replace", newline="\n")
     stdout = open(wire_out, "w", encoding="utf-8", newline="\n")
 
     async def main() -> None:

@@ -4,6 +4,7 @@ for skills: ``./.agents/skills/qmdlab/SKILL.md`` (a project) or ``~/.agents/skil
 
 An existing ``SKILL.md`` with other content is never replaced without ``force``.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ def install_skill(base: Path, *, force: bool = False, link_claude: bool = False)
     try:
         return _install(base, force, link_claude)
     except OSError as err:
-        raise ConfigError(f"{err.filename or base}: cannot install the skill ({err.strerror or err}); "
-                          "run it in a folder you can write to, or use --global") from None
+        raise ConfigError(
+            f"{err.filename or base}: cannot install the skill ({err.strerror or err}); "
+            "run it in a folder you can write to, or use --global"
+        ) from None
 
 
 def _install(base: Path, force: bool, link_claude: bool) -> SkillInstall:
@@ -46,8 +49,9 @@ def _install(base: Path, force: bool, link_claude: bool) -> SkillInstall:
         if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
             written = False
         elif not force:
-            raise ConfigError(f"{path} exists with other content; keep it, or replace it with "
-                              "`qmdlab skill install --force`")
+            raise ConfigError(
+                f"{path} exists with other content; keep it, or replace it with `qmdlab skill install --force`"
+            )
     if written:
         target.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name("SKILL.md.tmp")

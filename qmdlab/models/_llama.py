@@ -5,14 +5,16 @@ Each role's backend (``llama_embed``, ``llama_expand``, ``llama_rerank``) owns o
 handle's lock (llama.cpp contexts are not thread-safe); after ``idle_timeout`` seconds without a
 call the weights are released and the next call loads them again.
 """
+
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
 from qmdlab.errors import ModelError
 
@@ -65,8 +67,14 @@ class LazyLlama:
         Further ``llama_cpp.Llama`` keyword arguments (``n_ctx``, ``embedding``, …).
     """
 
-    def __init__(self, resolve: Callable[[], Path], *, n_threads: Optional[int] = None,
-                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, **params: Any):
+    def __init__(
+        self,
+        resolve: Callable[[], Path],
+        *,
+        n_threads: Optional[int] = None,
+        idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+        **params: Any,
+    ):
         self.resolve = resolve
         self.n_threads = n_threads or default_threads()
         self.idle_timeout = idle_timeout
@@ -93,11 +101,17 @@ class LazyLlama:
         path = Path(self.resolve())
         t0 = time.perf_counter()
         try:
-            llm = llama_cpp.Llama(model_path=str(path), n_threads=self.n_threads,
-                                  n_threads_batch=self.n_threads, verbose=False, **self.params)
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                verbose=False,
+                **self.params,
+            )
         except (ValueError, RuntimeError, OSError) as err:
-            raise ModelError(f"llama.cpp could not load {path}: {err}; delete the file and fetch it "
-                             f"again with `qmdlab pull`") from err
+            raise ModelError(
+                f"llama.cpp could not load {path}: {err}; delete the file and fetch it again with `qmdlab pull`"
+            ) from err
         self.load_seconds = time.perf_counter() - t0
         self.path, self._llm = path, llm
         self.loads += 1

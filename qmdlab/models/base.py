@@ -5,9 +5,11 @@ these protocols; the pipeline only ever sees the protocol. ``model_id`` names th
 ``fingerprint`` additionally pins everything that changes its outputs (templates, sampling,
 chunking), so stored vectors and cached LLM outputs are invalidated exactly when they must be.
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,8 +56,7 @@ class Expander(Protocol):
     model_id: str
     fingerprint: str
 
-    def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult:
-        ...
+    def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult: ...
 
 
 @runtime_checkable
@@ -65,8 +66,7 @@ class Reranker(Protocol):
     model_id: str
     fingerprint: str
 
-    def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        ...
+    def score(self, query: str, texts: Sequence[str]) -> list[float]: ...
 
 
 class ModelSet(NamedTuple):

@@ -4,14 +4,21 @@ A batch is one model call and one transaction (:meth:`qmdlab.store.Index.store_v
 ``embed`` stopped between batches — by ``--timeout``, Ctrl-C or a crash — keeps every finished
 batch, and the next run embeds only the chunks still missing.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 
-def plan_batches(docnos: Sequence[str], texts: Sequence[str], *, batch_size: int = 32,
-                 max_docs: int | None = None, max_bytes: int | None = None) -> list[tuple[int, int]]:
+def plan_batches(
+    docnos: Sequence[str],
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_docs: int | None = None,
+    max_bytes: int | None = None,
+) -> list[tuple[int, int]]:
     """``(start, end)`` ranges over the chunks, in order: each holds at most ``batch_size``
     chunks, chunks of at most ``max_docs`` documents and at most ``max_bytes`` bytes of UTF-8
     text; a single chunk over ``max_bytes`` is a batch of its own.

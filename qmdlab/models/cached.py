@@ -9,16 +9,18 @@ queries/pairs it computed.
 of ``embed_query`` results, so a repeated query (and its repeated expansion lines) is not
 embedded again within one process.
 """
+
 from __future__ import annotations
 
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 
-from qmdlab.models.base import Embedder, ExpandResult, Expander, Reranker
+from qmdlab.models.base import Embedder, Expander, ExpandResult, Reranker
 from qmdlab.store.cache import LLMCache, cache_key
 
 

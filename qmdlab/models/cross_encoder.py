@@ -28,14 +28,16 @@ doubled vocabulary). With both, ``python -m qmdlab.training.reranker_gguf runs/r
 1.5× faster than llama.cpp (one padded batch of 32 against one pair per decode; 96 tokens, 1 thread,
 ``docs/results/reranker.md``). Re-measure before switching.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -45,8 +47,14 @@ PREFIX = "cross-encoder:"
 META_FILE = "qmdlab_reranker.json"
 DEFAULT_MAX_LENGTH = 256
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-_HASHED = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-           *_WEIGHT_FILES)
+_HASHED = (
+    "config.json",
+    "tokenizer.json",
+    "vocab.txt",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    *_WEIGHT_FILES,
+)
 
 
 def is_ref(ref: object) -> bool:
@@ -68,13 +76,17 @@ def model_dir(ref: str | os.PathLike) -> Path:
         that creates them).
     """
     text = str(ref)
-    path = Path(text[len(PREFIX):] if text.startswith(PREFIX) else text).expanduser()
+    path = Path(text[len(PREFIX) :] if text.startswith(PREFIX) else text).expanduser()
     if not path.is_dir():
-        raise ModelError(f"cross-encoder model directory {path} does not exist; train one with "
-                         f"`qmdlab train reranker --suite default --out runs/reranker` (its model is <out>/model)")
+        raise ModelError(
+            f"cross-encoder model directory {path} does not exist; train one with "
+            f"`qmdlab train reranker --suite default --out runs/reranker` (its model is <out>/model)"
+        )
     if not (path / "config.json").is_file() or not any((path / w).is_file() for w in _WEIGHT_FILES):
-        raise ModelError(f"{path} is not a Hugging Face model directory (config.json and model.safetensors "
-                         "expected); point cross-encoder: at the `model` folder `qmdlab train reranker` wrote")
+        raise ModelError(
+            f"{path} is not a Hugging Face model directory (config.json and model.safetensors "
+            "expected); point cross-encoder: at the `model` folder `qmdlab train reranker` wrote"
+        )
     return path
 
 
@@ -124,8 +136,14 @@ class CrossEncoderReranker:
         Torch CPU threads.
     """
 
-    def __init__(self, path: str | os.PathLike, *, max_length: Optional[int] = None, batch_size: int = 32,
-                 n_threads: Optional[int] = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        max_length: Optional[int] = None,
+        batch_size: int = 32,
+        n_threads: Optional[int] = None,
+    ):
         self.path = model_dir(path).resolve()
         self.meta = read_meta(self.path)
         self.max_length = int(max_length or self.meta.get("max_length") or DEFAULT_MAX_LENGTH)
@@ -145,9 +163,13 @@ class CrossEncoderReranker:
         if self._fingerprint is None:
             from qmdlab.models.base import make_fingerprint
 
-            self._fingerprint = make_fingerprint(self.model_id, files=files_digest(self.path),
-                                                 max_length=self.max_length, activation="sigmoid",
-                                                 calibration=self.calibration)
+            self._fingerprint = make_fingerprint(
+                self.model_id,
+                files=files_digest(self.path),
+                max_length=self.max_length,
+                activation="sigmoid",
+                calibration=self.calibration,
+            )
         return self._fingerprint
 
     def _load(self):
@@ -157,15 +179,19 @@ class CrossEncoderReranker:
                     import torch
                     from transformers import AutoModelForSequenceClassification, AutoTokenizer
                 except ImportError as err:
-                    raise ModelError(f"the cross-encoder reranker needs torch and transformers ({err}); "
-                                     "run `pip install 'qmdlab[train]'`") from None
+                    raise ModelError(
+                        f"the cross-encoder reranker needs torch and transformers ({err}); "
+                        "run `pip install 'qmdlab[train]'`"
+                    ) from None
                 if torch.get_num_threads() != self.n_threads:
                     torch.set_num_threads(self.n_threads)
                 tok = AutoTokenizer.from_pretrained(str(self.path))
                 model = AutoModelForSequenceClassification.from_pretrained(str(self.path))
                 if model.config.num_labels != 1:
-                    raise ModelError(f"{self.path}: a cross-encoder reranker needs one output (num_labels=1), "
-                                     f"this model has {model.config.num_labels}")
+                    raise ModelError(
+                        f"{self.path}: a cross-encoder reranker needs one output (num_labels=1), "
+                        f"this model has {model.config.num_labels}"
+                    )
                 model.eval()
                 self._tok, self._model = tok, model
         return self._tok, self._model
@@ -185,9 +211,15 @@ class CrossEncoderReranker:
         order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                enc = tok([pairs[i][0] for i in idx], [pairs[i][1] for i in idx], padding=True,
-                          truncation="longest_first", max_length=self.max_length, return_tensors="pt")
+                idx = order[start : start + self.batch_size]
+                enc = tok(
+                    [pairs[i][0] for i in idx],
+                    [pairs[i][1] for i in idx],
+                    padding=True,
+                    truncation="longest_first",
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
                 logit = model(**enc).logits[:, 0].double().numpy()
                 out[idx] = logit
         return out
@@ -215,5 +247,4 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1.0 / (1.0 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))))
 
 
-__all__ = ["CrossEncoderReranker", "PREFIX", "META_FILE", "is_ref", "model_dir", "read_meta", "files_digest",
-           "sigmoid"]
+__all__ = ["CrossEncoderReranker", "PREFIX", "META_FILE", "is_ref", "model_dir", "read_meta", "files_digest", "sigmoid"]

@@ -6,22 +6,22 @@ records every line it cannot use, with the reason, so a trace can show what was 
 Query-relevance filtering (lines equal to the query, lines sharing no query term) is a pipeline
 stage decision: :func:`qmdlab.pipeline.expand.filter_expansions`.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from qmdlab.models.base import ExpandResult
 
 LINE_TYPES = ("lex", "vec", "hyde")
 
 #: docs/design.md, pipeline, verbatim in GBNF.
-GRAMMAR = r'''root ::= line+
+GRAMMAR = r"""root ::= line+
 line ::= type ": " content "\n"
 type ::= "lex" | "vec" | "hyde"
 content ::= [^\n]+
-'''
-
+"""
 
 
 def grammar_for(max_lines: int | None = None, max_chars: int | None = None) -> str:

@@ -3,11 +3,13 @@
 They satisfy the same protocols as the llama.cpp backends, so pipeline tests can assert exact
 rankings. ``load_models("fake")`` builds one of each with generic defaults.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Callable, Mapping, Optional, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Optional, Union
 
 import numpy as np
 
@@ -122,7 +124,9 @@ class TableReranker:
     [0.5, 0.0]
     """
 
-    def __init__(self, table: Mapping[tuple[str, str], float], default: Union[float, Callable[[str, str], float]] = 0.0):
+    def __init__(
+        self, table: Mapping[tuple[str, str], float], default: Union[float, Callable[[str, str], float]] = 0.0
+    ):
         for key, s in table.items():
             if not 0.0 <= s <= 1.0:
                 raise ValueError(f"TableReranker score for {key!r} is {s}, outside [0, 1]")
@@ -154,8 +158,44 @@ def term_overlap(query: str, text: str) -> float:
 
 #: The vocabulary of ``load_models("fake")``'s embedder: generic technical words.
 FAKE_VOCABULARY = (
-    "git", "commit", "branch", "merge", "rebase", "search", "index", "query", "vector", "embedding",
-    "model", "python", "test", "file", "markdown", "note", "database", "sqlite", "server", "error",
-    "config", "install", "docker", "network", "cache", "memory", "performance", "http", "api", "json",
-    "shell", "linux", "time", "date", "user", "password", "security", "key", "data", "train",
+    "git",
+    "commit",
+    "branch",
+    "merge",
+    "rebase",
+    "search",
+    "index",
+    "query",
+    "vector",
+    "embedding",
+    "model",
+    "python",
+    "test",
+    "file",
+    "markdown",
+    "note",
+    "database",
+    "sqlite",
+    "server",
+    "error",
+    "config",
+    "install",
+    "docker",
+    "network",
+    "cache",
+    "memory",
+    "performance",
+    "http",
+    "api",
+    "json",
+    "shell",
+    "linux",
+    "time",
+    "date",
+    "user",
+    "password",
+    "security",
+    "key",
+    "data",
+    "train",
 )

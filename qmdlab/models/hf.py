@@ -7,6 +7,7 @@ server's ETag changed. A download is written to ``.part`` and renamed only after
 bytes proved to be the GGUF magic, so a corrupt or HTML error body never replaces a good file.
 The endpoint is ``$HF_ENDPOINT`` (default ``https://huggingface.co``).
 """
+
 from __future__ import annotations
 
 import os
@@ -96,14 +97,17 @@ def ensure(uri: str, *, refresh: bool = False, progress: bool = False, timeout: 
             return path
         if have:
             return path
-        raise ModelError(f"downloading {uri} failed: HTTP {err.code} {err.reason} "
-                         f"(check the reference, then run `qmdlab pull`)") from None
+        raise ModelError(
+            f"downloading {uri} failed: HTTP {err.code} {err.reason} (check the reference, then run `qmdlab pull`)"
+        ) from None
     except (urllib.error.URLError, OSError) as err:
         if have:
             return path
         reason = getattr(err, "reason", err)
-        raise ModelError(f"cannot download {uri} ({reason}); run `qmdlab pull --preset qmd` with network "
-                         f"access, or use the offline preset (`qmdlab pull --preset offline`)") from None
+        raise ModelError(
+            f"cannot download {uri} ({reason}); run `qmdlab pull --preset qmd` with network "
+            f"access, or use the offline preset (`qmdlab pull --preset offline`)"
+        ) from None
     with resp:
         etag = resp.headers.get("X-Linked-Etag") or resp.headers.get("ETag")
         total = int(resp.headers.get("Content-Length") or 0) or None
@@ -122,8 +126,10 @@ def ensure(uri: str, *, refresh: bool = False, progress: bool = False, timeout: 
                     if not block:
                         break
                     if first and not block.startswith(GGUF_MAGIC):
-                        raise ModelError(f"{uri} is not a GGUF file (bad magic {block[:4]!r}); "
-                                         f"check the reference and run `qmdlab pull` again")
+                        raise ModelError(
+                            f"{uri} is not a GGUF file (bad magic {block[:4]!r}); "
+                            f"check the reference and run `qmdlab pull` again"
+                        )
                     first = False
                     f.write(block)
                     if bar is not None:
@@ -131,8 +137,9 @@ def ensure(uri: str, *, refresh: bool = False, progress: bool = False, timeout: 
             if first:
                 raise ModelError(f"{uri} downloaded empty; run `qmdlab pull` again")
             if total is not None and part.stat().st_size != total:
-                raise ModelError(f"{uri}: download truncated ({part.stat().st_size} of {total} bytes); "
-                                 f"run `qmdlab pull` again")
+                raise ModelError(
+                    f"{uri}: download truncated ({part.stat().st_size} of {total} bytes); run `qmdlab pull` again"
+                )
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)

@@ -1,8 +1,10 @@
 """Embedder on llama.cpp (``Llama(embedding=True)``): batched, L2-normalised, template-owning."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -35,10 +37,19 @@ class LlamaEmbedder:
         Known output dimension (avoids loading the model just to read it).
     """
 
-    def __init__(self, resolve: Callable[[], Path], model_id: str, *, template: EmbeddingTemplate | str | None = None,
-                 chunking: Optional[Mapping] = None, n_ctx: int = 512, batch_size: int = 32,
-                 dim: Optional[int] = None, n_threads: Optional[int] = None,
-                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT):
+    def __init__(
+        self,
+        resolve: Callable[[], Path],
+        model_id: str,
+        *,
+        template: EmbeddingTemplate | str | None = None,
+        chunking: Optional[Mapping] = None,
+        n_ctx: int = 512,
+        batch_size: int = 32,
+        dim: Optional[int] = None,
+        n_threads: Optional[int] = None,
+        idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    ):
         if template is None or isinstance(template, str):
             template = EMBEDDING_TEMPLATES[template or embedding_family(model_id)]
         self.template = template
@@ -46,12 +57,23 @@ class LlamaEmbedder:
         self.chunking = dict(chunking or {})
         self.batch_size = max(1, int(batch_size))
         self._dim = dim
-        self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, embedding=True,
-                               n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx)
-        self.fingerprint = make_fingerprint(model_id, query=template.query_format,
-                                            document=template.document_format,
-                                            empty_title=template.empty_title, chunking=self.chunking,
-                                            max_tokens=n_ctx)
+        self.llama = LazyLlama(
+            resolve,
+            n_threads=n_threads,
+            idle_timeout=idle_timeout,
+            embedding=True,
+            n_ctx=n_ctx,
+            n_batch=n_ctx,
+            n_ubatch=n_ctx,
+        )
+        self.fingerprint = make_fingerprint(
+            model_id,
+            query=template.query_format,
+            document=template.document_format,
+            empty_title=template.empty_title,
+            chunking=self.chunking,
+            max_tokens=n_ctx,
+        )
 
     @property
     def dim(self) -> int:

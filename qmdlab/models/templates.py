@@ -11,6 +11,7 @@ Three kinds of template live here:
 - **reranker prompt** (:func:`rerank_prompt`): the official Qwen3-Reranker template by default,
   a generic yes/no judgement prompt for other instruct families.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,9 @@ QWEN3_EMBED_INSTRUCT = "Given a web search query, retrieve relevant passages tha
 
 EMBEDDING_TEMPLATES: dict[str, EmbeddingTemplate] = {
     # qmd / embeddinggemma (google's documented retrieval prompts)
-    "gemma": EmbeddingTemplate("gemma", "task: search result | query: {query}",
-                               "title: {title} | text: {text}", empty_title="none"),
+    "gemma": EmbeddingTemplate(
+        "gemma", "task: search result | query: {query}", "title: {title} | text: {text}", empty_title="none"
+    ),
     # nomic-embed-text's documented task prefixes
     "nomic": EmbeddingTemplate("nomic", "search_query: {query}", "search_document: {title}\n{text}"),
     # Qwen3-Embedding: instruction on the query side only
@@ -169,14 +171,13 @@ def expand_prompt(family: str, query: str, intent: Optional[str] = None) -> str:
 # --------------------------------------------------------------------------- reranker
 
 QWEN3_RERANK_SYSTEM = (
-    'Judge whether the Document meets the requirements based on the Query and the Instruct '
+    "Judge whether the Document meets the requirements based on the Query and the Instruct "
     'provided. Note that the answer can only be "yes" or "no".'
 )
 QWEN3_RERANK_INSTRUCT = "Given a web search query, retrieve relevant passages that answer the query"
 
 GENERIC_RERANK_SYSTEM = (
-    'Judge whether the Document is relevant to the Query, i.e. whether it helps answer it. '
-    'Answer only "yes" or "no".'
+    'Judge whether the Document is relevant to the Query, i.e. whether it helps answer it. Answer only "yes" or "no".'
 )
 
 RERANK_FAMILIES = ("qwen3-reranker", "chatml", "gemma")

@@ -18,6 +18,7 @@ retune with no cached score) gets ``w = 1``: it keeps its position score, so wit
 no reranker at all the final order is the fusion order. Ties in ``final_score``
 go to the better fused rank.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -36,9 +37,13 @@ def band_weight(fused_rank: pl.Expr, bands: tuple[int, int], weights: tuple[floa
     >>> df.select(band_weight(pl.col("r"), (3, 10), (0.75, 0.6, 0.4)).alias("w"))["w"].to_list()
     [0.75, 0.75, 0.6, 0.6, 0.4]
     """
-    return (pl.when(fused_rank <= bands[0]).then(pl.lit(float(weights[0])))
-            .when(fused_rank <= bands[1]).then(pl.lit(float(weights[1])))
-            .otherwise(pl.lit(float(weights[2]))))
+    return (
+        pl.when(fused_rank <= bands[0])
+        .then(pl.lit(float(weights[0])))
+        .when(fused_rank <= bands[1])
+        .then(pl.lit(float(weights[1])))
+        .otherwise(pl.lit(float(weights[2])))
+    )
 
 
 def reciprocal_rank(fused_rank: pl.Expr) -> pl.Expr:
@@ -115,10 +120,11 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
         w = pl.lit(1.0)
     w = pl.when(pl.col("rerank_score").is_null()).then(pl.lit(1.0)).otherwise(w)
     df = df.with_columns(position_score=pos, blend_weight=w)
-    df = df.with_columns(final_score=pl.when(pl.col("rerank_score").is_null())
-                         .then(pl.col("position_score"))
-                         .otherwise(blend_formula(pl.col("position_score"), pl.col("blend_weight"),
-                                                  pl.col("rerank_score"))))
+    df = df.with_columns(
+        final_score=pl.when(pl.col("rerank_score").is_null())
+        .then(pl.col("position_score"))
+        .otherwise(blend_formula(pl.col("position_score"), pl.col("blend_weight"), pl.col("rerank_score")))
+    )
     return rank_final(df)
 
 
@@ -126,8 +132,9 @@ def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: 
     """:func:`blend` in plain Python (a few candidates of one query: polars' per-call cost would
     dominate); the same formulas, floats and order. ``None`` (use polars) when ``rerank`` scores a
     (qid, docno) pair twice (the join would duplicate the candidate)."""
-    qids, docs, ranks, fscores = (candidates.get_column(c).to_list()
-                                  for c in ("qid", "docno", "fused_rank", "fused_score"))
+    qids, docs, ranks, fscores = (
+        candidates.get_column(c).to_list() for c in ("qid", "docno", "fused_rank", "fused_score")
+    )
     scores: dict[tuple[str, str], float | None] = {}
     if rerank is not None and rerank.height:
         rq, rd, rs = (rerank.get_column(c).to_list() for c in ("qid", "docno", "rerank_score"))
@@ -164,9 +171,19 @@ def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: 
     rows.sort(key=lambda x: (order[x[0]], -x[6], x[2], x[1]))
     out_rank = ranks_within_qid(x[0] for x in rows)
     cols = list(zip(*rows))
-    return pl.DataFrame({"qid": cols[0], "docno": cols[1], "fused_rank": cols[2], "position_score": cols[3],
-                         "blend_weight": cols[4], "rerank_score": cols[5], "final_score": cols[6],
-                         "final_rank": out_rank}, schema=SCHEMAS["final"])
+    return pl.DataFrame(
+        {
+            "qid": cols[0],
+            "docno": cols[1],
+            "fused_rank": cols[2],
+            "position_score": cols[3],
+            "blend_weight": cols[4],
+            "rerank_score": cols[5],
+            "final_score": cols[6],
+            "final_rank": out_rank,
+        },
+        schema=SCHEMAS["final"],
+    )
 
 
 def rank_final(df: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ raises :class:`StageTimeout`; the pipeline goes on without the stage (fail-open,
 
 ``budget_s`` of 0 (or ``None``) calls directly, in the caller's thread, without a bound.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -27,7 +28,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from qmdlab.cancel import run_stoppable
 
@@ -56,8 +58,14 @@ def model_key(model: Any) -> int:
     return id(model)
 
 
-def call_with_budget(fn: Callable[..., Any], *args: Any, budget_s: float | None, model: Any = None,
-                     peek: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+def call_with_budget(
+    fn: Callable[..., Any],
+    *args: Any,
+    budget_s: float | None,
+    model: Any = None,
+    peek: Callable[..., Any] | None = None,
+    **kwargs: Any,
+) -> Any:
     """``fn(*args, **kwargs)``, waiting at most ``budget_s`` seconds.
 
     Parameters

@@ -5,11 +5,13 @@ otherwise. A notebook slider, a YAML/TOML file or a CLI flag changes a field via
 :meth:`PipelineConfig.replace`; nothing else in :mod:`qmdlab.pipeline` holds a
 constant of its own.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from qmdlab.errors import ConfigError
 
@@ -29,11 +31,30 @@ DEFAULT_TAG_LIFT = 3
 """Places a preferred-tag result moves up when tags are preferred and neither the request nor the
 base config gives a ``tag_lift`` (``qmdlab query --prefer-tag``, the MCP ``query`` tool's
 ``preferTags``, the explore notebook): :meth:`PipelineConfig.tag_preference`."""
-LIST_KEYS = ("original_fts", "original_vec", "lex", "vec", "hyde", "original_phrase", "original_like",
-             "original_trigram")
-OMITTED_AT_DEFAULT = frozenset({"weight_original_phrase", "weight_original_like", "weight_original_trigram",
-                          "min_score_fallback", "fallback_max", "chunker", "vector_index", "ann_ef_search",
-                          "weight_original_heading", "budget_s"})
+LIST_KEYS = (
+    "original_fts",
+    "original_vec",
+    "lex",
+    "vec",
+    "hyde",
+    "original_phrase",
+    "original_like",
+    "original_trigram",
+)
+OMITTED_AT_DEFAULT = frozenset(
+    {
+        "weight_original_phrase",
+        "weight_original_like",
+        "weight_original_trigram",
+        "min_score_fallback",
+        "fallback_max",
+        "chunker",
+        "vector_index",
+        "ann_ef_search",
+        "weight_original_heading",
+        "budget_s",
+    }
+)
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
@@ -239,40 +260,52 @@ class PipelineConfig:
                 value = (value,)
             object.__setattr__(self, name, tuple(value))
         if self.fusion not in FUSION_CHOICES:
-            raise ConfigError(f"unknown fusion method {self.fusion!r} (option 'fusion'); "
-                              f"choose one of: {', '.join(FUSION_CHOICES)}")
+            raise ConfigError(
+                f"unknown fusion method {self.fusion!r} (option 'fusion'); choose one of: {', '.join(FUSION_CHOICES)}"
+            )
         if self.blend not in BLEND_METHODS:
-            raise ConfigError(f"unknown blend method {self.blend!r} (option 'blend'); "
-                              f"choose one of: {', '.join(BLEND_METHODS)}")
+            raise ConfigError(
+                f"unknown blend method {self.blend!r} (option 'blend'); choose one of: {', '.join(BLEND_METHODS)}"
+            )
         if self.bm25_mode not in BM25_MODES:
             raise ConfigError(f"unknown bm25_mode {self.bm25_mode!r}; choose one of: {', '.join(BM25_MODES)}")
         if not self.bm25_min_match >= 0:
-            raise ConfigError(f"option 'bm25_min_match' must be >= 0 (a count of terms, or a share below 1), "
-                              f"got {self.bm25_min_match!r}")
+            raise ConfigError(
+                f"option 'bm25_min_match' must be >= 0 (a count of terms, or a share below 1), "
+                f"got {self.bm25_min_match!r}"
+            )
         weights = (self.bm25_weight_filepath, self.bm25_weight_title, self.bm25_weight_body)
         for name, w in zip(("bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body"), weights):
             if not (w >= 0 and w != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0, got {w!r}")
         if not any(weights):
-            raise ConfigError("bm25_weight_filepath, bm25_weight_title and bm25_weight_body are all 0: "
-                              "BM25 would score nothing; give at least one column a weight above 0")
+            raise ConfigError(
+                "bm25_weight_filepath, bm25_weight_title and bm25_weight_body are all 0: "
+                "BM25 would score nothing; give at least one column a weight above 0"
+            )
         if not self.learned_prior >= 0:
             raise ConfigError(f"option 'learned_prior' must be >= 0, got {self.learned_prior!r}")
         if self.fusion == "learned" and not self.learned_model:
-            raise ConfigError("fusion 'learned' needs option 'learned_model' (the model file written by "
-                              "`qmdlab tune SUITE --learn --out DIR`)")
+            raise ConfigError(
+                "fusion 'learned' needs option 'learned_model' (the model file written by "
+                "`qmdlab tune SUITE --learn --out DIR`)"
+            )
         if len(self.blend_bands) != 2 or not 0 < self.blend_bands[0] <= self.blend_bands[1]:
             raise ConfigError(f"blend_bands must be two increasing ranks like [3, 10], got {list(self.blend_bands)}")
         if len(self.blend_weights) != 3:
-            raise ConfigError(f"blend_weights must be three weights like [0.75, 0.6, 0.4], got {list(self.blend_weights)}")
+            raise ConfigError(
+                f"blend_weights must be three weights like [0.75, 0.6, 0.4], got {list(self.blend_weights)}"
+            )
         for name in ("probe_limit", "candidate_limit", "list_limit", "limit", "gate_max_take"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
         if self.rrf_k < 0:
             raise ConfigError(f"option 'rrf_k' must be >= 0, got {self.rrf_k!r}")
         if not self.min_score_fallback >= 0 or int(self.fallback_max) < 0:
-            raise ConfigError(f"options 'min_score_fallback' (>= 0) and 'fallback_max' (>= 0) got "
-                              f"{self.min_score_fallback!r} and {self.fallback_max!r}")
+            raise ConfigError(
+                f"options 'min_score_fallback' (>= 0) and 'fallback_max' (>= 0) got "
+                f"{self.min_score_fallback!r} and {self.fallback_max!r}"
+            )
         if self.vector_index not in ("exact", "hnsw"):
             raise ConfigError(f"unknown vector_index {self.vector_index!r}; choose one of: exact, hnsw")
         if int(self.ann_ef_search) < 1:
@@ -283,14 +316,18 @@ class PipelineConfig:
             check_chunker(self.chunker, "option 'chunker':")
         for name in sorted(OMITTED_AT_DEFAULT):
             if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
-                raise ConfigError(f"option {name!r} must be a finite number >= 0 (0 = channel off), "
-                                  f"got {getattr(self, name)!r}")
+                raise ConfigError(
+                    f"option {name!r} must be a finite number >= 0 (0 = channel off), got {getattr(self, name)!r}"
+                )
         if not (self.budget_s >= 0 and self.budget_s != float("inf")):  # also rejects NaN
-            raise ConfigError(f"option 'budget_s' (--budget) must be a number of seconds >= 0 (0 = no deadline), "
-                              f"got {self.budget_s!r}")
+            raise ConfigError(
+                f"option 'budget_s' (--budget) must be a number of seconds >= 0 (0 = no deadline), "
+                f"got {self.budget_s!r}"
+            )
         if not self.stage_budget_s >= 0:  # also rejects NaN
-            raise ConfigError(f"option 'stage_budget_s' must be >= 0 seconds (0 = unbounded), "
-                              f"got {self.stage_budget_s!r}")
+            raise ConfigError(
+                f"option 'stage_budget_s' must be >= 0 seconds (0 = unbounded), got {self.stage_budget_s!r}"
+            )
 
     # -- construction ---------------------------------------------------------------
     @classmethod
@@ -299,7 +336,7 @@ class PipelineConfig:
         return tuple(f.name for f in fields(cls))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "config") -> "PipelineConfig":
+    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "config") -> PipelineConfig:
         """Build from a mapping; an unknown key is a :class:`ConfigError` naming it.
 
         A nested ``pipeline:`` mapping is accepted so the section can live inside a
@@ -325,14 +362,13 @@ class PipelineConfig:
 
                 close = difflib.get_close_matches(str(key), names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"{source}: unknown pipeline option {key!r}{hint}; "
-                                  f"valid options: {', '.join(names)}")
+                raise ConfigError(f"{source}: unknown pipeline option {key!r}{hint}; valid options: {', '.join(names)}")
         out = cls(**_coerce(dict(data), source))
         object.__setattr__(out, "_given", frozenset(data))
         return out
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "PipelineConfig":
+    def from_yaml(cls, path: str | Path) -> PipelineConfig:
         """Load from a YAML file (top-level mapping, or a ``pipeline:`` section)."""
         import yaml
 
@@ -346,7 +382,7 @@ class PipelineConfig:
         return cls.from_dict(_resolve_model(data or {}, path), source=str(path))
 
     @classmethod
-    def from_toml(cls, path: str | Path) -> "PipelineConfig":
+    def from_toml(cls, path: str | Path) -> PipelineConfig:
         """Load from a TOML file (top-level keys, or a ``[pipeline]`` table)."""
         try:
             import tomllib
@@ -363,12 +399,12 @@ class PipelineConfig:
         return cls.from_dict(_resolve_model(data, path), source=str(path))
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "PipelineConfig":
+    def from_file(cls, path: str | Path) -> PipelineConfig:
         """Dispatch on the suffix: ``.toml`` → TOML, anything else → YAML."""
         return cls.from_toml(path) if str(path).endswith(".toml") else cls.from_yaml(path)
 
     # -- use ------------------------------------------------------------------------
-    def replace(self, **overrides: Any) -> "PipelineConfig":
+    def replace(self, **overrides: Any) -> PipelineConfig:
         """A copy with some options changed; unknown names raise :class:`ConfigError`."""
         if not overrides:
             return self
@@ -426,7 +462,7 @@ class PipelineConfig:
             raise ConfigError(f"unknown option {name!r}; see PipelineConfig's fields or BLEND_ITEMS")
         return getattr(self, name)
 
-    def replace_flat(self, **params: Any) -> "PipelineConfig":
+    def replace_flat(self, **params: Any) -> PipelineConfig:
         """:meth:`replace` that also takes flat blend names (:data:`BLEND_ITEMS`): the items are
         assembled into their tuples (weights as float, bands as int; band 2 kept >= band 1).
 
@@ -463,11 +499,14 @@ class PipelineConfig:
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
-    def diff(self, other: "PipelineConfig | None" = None) -> str:
+    def diff(self, other: PipelineConfig | None = None) -> str:
         """The options that differ from ``other`` (the defaults), one per line."""
         other = other or type(self)()
-        lines = [f"{f.name}: {getattr(other, f.name)!r} -> {getattr(self, f.name)!r}"
-                 for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+        lines = [
+            f"{f.name}: {getattr(other, f.name)!r} -> {getattr(self, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        ]
         return "\n".join(lines) if lines else "(defaults)"
 
     def ann(self) -> Any:
@@ -488,11 +527,14 @@ class PipelineConfig:
         >>> PipelineConfig(bm25_weight_title=2).lexical()["weights"]
         (1.5, 2.0, 1.0)
         """
-        return {"mode": self.bm25_mode, "weights": (float(self.bm25_weight_filepath), float(self.bm25_weight_title),
-                                                     float(self.bm25_weight_body)),
-                "prefix": self.bm25_prefix or self.bm25_mode == "and", "stopwords": self.bm25_stopwords,
-                "query_tf": self.bm25_query_tf,
-                "min_match": float(self.bm25_min_match)}
+        return {
+            "mode": self.bm25_mode,
+            "weights": (float(self.bm25_weight_filepath), float(self.bm25_weight_title), float(self.bm25_weight_body)),
+            "prefix": self.bm25_prefix or self.bm25_mode == "and",
+            "stopwords": self.bm25_stopwords,
+            "query_tf": self.bm25_query_tf,
+            "min_match": float(self.bm25_min_match),
+        }
 
     def list_weight(self, source: str, query_type: str) -> float:
         """RRF weight of a retrieval list from its source (fts|vec) and query type.
@@ -503,8 +545,7 @@ class PipelineConfig:
         """
         key = f"original_{source}" if query_type == "original" else query_type
         if key not in LIST_KEYS and key != "original_heading":
-            raise ConfigError(f"no weight for list type {source}/{query_type}; "
-                              f"known: {', '.join(LIST_KEYS)}")
+            raise ConfigError(f"no weight for list type {source}/{query_type}; known: {', '.join(LIST_KEYS)}")
         return float(getattr(self, f"weight_{key}"))
 
 
@@ -556,10 +597,18 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
         elif isinstance(want, tuple):
             ok = isinstance(value, (list, tuple, str))
         if not ok:
-            raise ConfigError(f"{source}: option {key!r} must be {type(want).__name__}, "
-                              f"got {value!r}; fix the value")
+            raise ConfigError(f"{source}: option {key!r} must be {type(want).__name__}, got {value!r}; fix the value")
     return data
 
 
-__all__ = ["PipelineConfig", "FUSION_METHODS", "FUSION_CHOICES", "BLEND_METHODS", "BLEND_ITEMS", "BM25_MODES", "LIST_KEYS",
-           "OMITTED_AT_DEFAULT", "DEFAULT_TAG_LIFT"]
+__all__ = [
+    "PipelineConfig",
+    "FUSION_METHODS",
+    "FUSION_CHOICES",
+    "BLEND_METHODS",
+    "BLEND_ITEMS",
+    "BM25_MODES",
+    "LIST_KEYS",
+    "OMITTED_AT_DEFAULT",
+    "DEFAULT_TAG_LIFT",
+]

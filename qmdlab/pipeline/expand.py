@@ -7,9 +7,11 @@ own term), so a Chinese or Japanese query is filtered like any other instead of
 being passed through untouched. Lines of a type whose stage is switched off
 (``hyde``, or ``vec``/``hyde`` without vectors) are recorded as dropped too.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.terms import terms
@@ -50,8 +52,14 @@ def _same(a: str, b: str) -> bool:
     return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
-def filter_expansions(query: str, lines: Iterable[tuple[str, str]], config: PipelineConfig,
-                      *, origin: str = "expander", check_terms: bool = True) -> list[Expansion]:
+def filter_expansions(
+    query: str,
+    lines: Iterable[tuple[str, str]],
+    config: PipelineConfig,
+    *,
+    origin: str = "expander",
+    check_terms: bool = True,
+) -> list[Expansion]:
     """Decide, per line, whether it is kept, and why not.
 
     User-typed searches (``origin="user"``) skip the term checks but not the stage
@@ -113,5 +121,12 @@ def kept_lines(expansions: Sequence[Expansion]) -> list[tuple[str, str]]:
     return [(e.type, e.text) for e in expansions if e.kept]
 
 
-__all__ = ["Expansion", "query_terms", "shares_term", "filter_expansions", "parse_query_document", "kept_lines",
-           "TYPES"]
+__all__ = [
+    "Expansion",
+    "query_terms",
+    "shares_term",
+    "filter_expansions",
+    "parse_query_document",
+    "kept_lines",
+    "TYPES",
+]

@@ -4,6 +4,7 @@
 fusion method, :func:`qmdlab.pipeline.fuse.contributions`) to ``fused`` and
 ``final``; :func:`format_explain` renders it for ``qmdlab query --explain``.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -12,9 +13,25 @@ from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.fuse import contributions
 from qmdlab.pipeline.trace import Trace, sort_within_qid
 
-COLUMNS = ["qid", "final_rank", "docno", "list_id", "source", "query_type", "subquery", "rank", "weight",
-           "contribution", "bonus", "fused_score", "fused_rank", "position_score", "rerank_score", "blend_weight",
-           "final_score"]
+COLUMNS = [
+    "qid",
+    "final_rank",
+    "docno",
+    "list_id",
+    "source",
+    "query_type",
+    "subquery",
+    "rank",
+    "weight",
+    "contribution",
+    "bonus",
+    "fused_score",
+    "fused_rank",
+    "position_score",
+    "rerank_score",
+    "blend_weight",
+    "final_score",
+]
 
 
 def explain(trace: Trace, config: PipelineConfig | None = None) -> pl.DataFrame:
@@ -24,11 +41,11 @@ def explain(trace: Trace, config: PipelineConfig | None = None) -> pl.DataFrame:
     """
     cfg = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
     contrib = contributions(trace.lists, cfg).select(
-        "qid", "docno", "list_id", "source", "query_type", "subquery", "rank", "weight", "contribution")
-    base = trace.final.select("qid", "docno", "final_rank", "position_score", "rerank_score", "blend_weight",
-                              "final_score") \
-        .join(trace.fused.select("qid", "docno", "bonus", "fused_score", "fused_rank"), on=["qid", "docno"],
-              how="left")
+        "qid", "docno", "list_id", "source", "query_type", "subquery", "rank", "weight", "contribution"
+    )
+    base = trace.final.select(
+        "qid", "docno", "final_rank", "position_score", "rerank_score", "blend_weight", "final_score"
+    ).join(trace.fused.select("qid", "docno", "bonus", "fused_score", "fused_rank"), on=["qid", "docno"], how="left")
     out = base.join(contrib, on=["qid", "docno"], how="left")
     return sort_within_qid(out, ["final_rank", "list_id"]).select(COLUMNS)
 
@@ -41,8 +58,12 @@ def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
     """Human-readable explanation: per result, its list contributions, fusion and blend, then notes."""
     table = explain(trace, config)
     cfg = config or (PipelineConfig.from_dict(trace.config) if trace.config else PipelineConfig())
-    fused_how = ("learned model score (per-feature contributions: qmdlab.pipeline.learned.contributions, "
-                 "or `qmdlab tune SUITE --learn --explain QID`)" if cfg.fusion == "learned" else None)
+    fused_how = (
+        "learned model score (per-feature contributions: qmdlab.pipeline.learned.contributions, "
+        "or `qmdlab tune SUITE --learn --explain QID`)"
+        if cfg.fusion == "learned"
+        else None
+    )
     out: list[str] = []
     for (qid, rank, docno), part in table.group_by(["qid", "final_rank", "docno"], maintain_order=True):
         first = part.row(0, named=True)
@@ -52,13 +73,17 @@ def format_explain(trace: Trace, config: PipelineConfig | None = None) -> str:
         else:
             how = f"{w:.2f} × position {_f(pos)} + {1 - w:.2f} × rerank {_f(rr)}"
         out.append(f"#{rank} {docno}  final {_f(first['final_score'])} = {how}")
-        out.append(f"    fused rank {first['fused_rank']}: score {_f(first['fused_score'], 5)}"
-                   + (f" = {fused_how}" if fused_how else f" = Σ contributions + bonus {_f(first['bonus'], 2)}"))
+        out.append(
+            f"    fused rank {first['fused_rank']}: score {_f(first['fused_score'], 5)}"
+            + (f" = {fused_how}" if fused_how else f" = Σ contributions + bonus {_f(first['bonus'], 2)}")
+        )
         for r in part.iter_rows(named=True):
             if r["list_id"] is None:
                 continue
-            out.append(f"    list {r['list_id']} {r['source']}/{r['query_type']:<8} rank {r['rank']:>2}"
-                       f"  weight {r['weight']:.2f}  +{_f(r['contribution'], 5)}  {r['subquery']!r}")
+            out.append(
+                f"    list {r['list_id']} {r['source']}/{r['query_type']:<8} rank {r['rank']:>2}"
+                f"  weight {r['weight']:.2f}  +{_f(r['contribution'], 5)}  {r['subquery']!r}"
+            )
     out += _lexical_lines(trace, config)
     notes = trace.notes.select("stage", "message").rows()
     if notes:
@@ -78,12 +103,15 @@ def _lexical_lines(trace: Trace, config: PipelineConfig | None) -> list[str]:
     lex = cfg.lexical()
     w = lex["weights"]
     on = lambda flag: "on" if flag else "off"  # noqa: E731
-    lines = [f"bm25: mode {lex['mode']}, weights filepath {w[0]:g} / title {w[1]:g} / body {w[2]:g}, "
-             f"prefix {on(lex['prefix'])}, stopwords dropped {on(lex['stopwords'])}, "
-             f"query tf {on(lex['query_tf'])}" + (f", min match {lex['min_match']:g}" if lex["mode"] == "msm" else "")]
+    lines = [
+        f"bm25: mode {lex['mode']}, weights filepath {w[0]:g} / title {w[1]:g} / body {w[2]:g}, "
+        f"prefix {on(lex['prefix'])}, stopwords dropped {on(lex['stopwords'])}, "
+        f"query tf {on(lex['query_tf'])}" + (f", min match {lex['min_match']:g}" if lex["mode"] == "msm" else "")
+    ]
     for sub in subs:
-        expr = build_fts_query(sub, lex["mode"], prefix=lex["prefix"], stopwords=lex["stopwords"],
-                               query_tf=lex["query_tf"])
+        expr = build_fts_query(
+            sub, lex["mode"], prefix=lex["prefix"], stopwords=lex["stopwords"], query_tf=lex["query_tf"]
+        )
         lines.append(f"    {sub!r} -> {expr}")
     return lines
 
@@ -106,20 +134,46 @@ def result_explain(trace: Trace, config: PipelineConfig | None = None) -> dict[t
         first = part.row(0, named=True)
         f, rr = fused.get(key, {}), rerank.get(key, {})
         out[key] = {
-            "lists": [{k: x[k] for k in ("list_id", "source", "query_type", "subquery", "rank", "weight",
-                                         "contribution")} for x in part.iter_rows(named=True) if x["list_id"] is not None],
-            "bonus": first["bonus"], "fused_score": first["fused_score"], "fused_rank": first["fused_rank"],
-            "rerank_score": first["rerank_score"], "position_score": first["position_score"],
-            "blend_weight": first["blend_weight"], "final_score": first["final_score"],
-            "rrf_base": f.get("rrf_base"), "best_rank": f.get("best_rank"), "n_lists": f.get("n_lists"),
-            "rerank_chunk_id": rr.get("chunk_id"), "rerank_cached": rr.get("cached"),
+            "lists": [
+                {k: x[k] for k in ("list_id", "source", "query_type", "subquery", "rank", "weight", "contribution")}
+                for x in part.iter_rows(named=True)
+                if x["list_id"] is not None
+            ],
+            "bonus": first["bonus"],
+            "fused_score": first["fused_score"],
+            "fused_rank": first["fused_rank"],
+            "rerank_score": first["rerank_score"],
+            "position_score": first["position_score"],
+            "blend_weight": first["blend_weight"],
+            "final_score": first["final_score"],
+            "rrf_base": f.get("rrf_base"),
+            "best_rank": f.get("best_rank"),
+            "n_lists": f.get("n_lists"),
+            "rerank_chunk_id": rr.get("chunk_id"),
+            "rerank_cached": rr.get("cached"),
         }
     return out
 
 
-_NO_EXPLAIN = {"lists": [], **dict.fromkeys(("bonus", "fused_score", "fused_rank", "rerank_score", "position_score",
-                                              "blend_weight", "final_score", "rrf_base", "best_rank", "n_lists",
-                                              "rerank_chunk_id", "rerank_cached"))}
+_NO_EXPLAIN = {
+    "lists": [],
+    **dict.fromkeys(
+        (
+            "bonus",
+            "fused_score",
+            "fused_rank",
+            "rerank_score",
+            "position_score",
+            "blend_weight",
+            "final_score",
+            "rrf_base",
+            "best_rank",
+            "n_lists",
+            "rerank_chunk_id",
+            "rerank_cached",
+        )
+    ),
+}
 
 
 def trace_json(trace: Trace) -> dict:
@@ -138,11 +192,19 @@ def to_json(trace: Trace, config: PipelineConfig | None = None) -> dict:
     blocks = result_explain(trace, config)
     results = []
     for r in trace.results.iter_rows(named=True):
-        results.append({
-            "docid": f"#{r['docid']}", "score": r["final_score"], "file": r["docno"], "line": r["line"],
-            "title": r["title"], "context": r["context"], "snippet": r["snippet"], "rank": r["final_rank"],
-            "explain": blocks.get((r["qid"], r["docno"]), _NO_EXPLAIN),
-        })
+        results.append(
+            {
+                "docid": f"#{r['docid']}",
+                "score": r["final_score"],
+                "file": r["docno"],
+                "line": r["line"],
+                "title": r["title"],
+                "context": r["context"],
+                "snippet": r["snippet"],
+                "rank": r["final_rank"],
+                "explain": blocks.get((r["qid"], r["docno"]), _NO_EXPLAIN),
+            }
+        )
     return {
         "query": trace.queries.to_dicts()[0] if trace.queries.height else None,
         "results": results,

@@ -19,6 +19,7 @@ polars path): ``fusion=learned`` (a tree model), the tag lift and content dedupe
 index's ``doc_tags``), recorded lists holding one document twice in a list, and rerank tables
 with two scores for one (query, document) pair.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -79,10 +80,20 @@ class FastRetune:
         self.n_rows = n
         self.qids = lists["qid"].unique(maintain_order=True)
         self.docnos = lists["docno"].unique().sort()  # code order = polars' docno sort order
-        q = lists["qid"].replace_strict(self.qids, pl.int_range(self.qids.len(), eager=True),
-                                        return_dtype=pl.Int64).to_numpy() if n else np.zeros(0, np.int64)
-        d = lists["docno"].replace_strict(self.docnos, pl.int_range(self.docnos.len(), eager=True),
-                                          return_dtype=pl.Int64).to_numpy() if n else np.zeros(0, np.int64)
+        q = (
+            lists["qid"]
+            .replace_strict(self.qids, pl.int_range(self.qids.len(), eager=True), return_dtype=pl.Int64)
+            .to_numpy()
+            if n
+            else np.zeros(0, np.int64)
+        )
+        d = (
+            lists["docno"]
+            .replace_strict(self.docnos, pl.int_range(self.docnos.len(), eager=True), return_dtype=pl.Int64)
+            .to_numpy()
+            if n
+            else np.zeros(0, np.int64)
+        )
         list_id = lists["list_id"].to_numpy().astype(np.int64)
         key = q * max(self.docnos.len(), 1) + d
         pair_key, pair = np.unique(key, return_inverse=True)
@@ -106,8 +117,9 @@ class FastRetune:
         kinds = lists.select("source", "query_type").unique().sort(["source", "query_type"]).rows()
         self._kinds = kinds
         kind_code = {k: i for i, k in enumerate(kinds)}
-        self._kind = np.array([kind_code[(s, t)] for s, t in zip(source, qtype)], dtype=np.int64) \
-            if n else np.zeros(0, np.int64)
+        self._kind = (
+            np.array([kind_code[(s, t)] for s, t in zip(source, qtype)], dtype=np.int64) if n else np.zeros(0, np.int64)
+        )
         # one code per (query, list): list-wise statistics (max, min) of norm_sum, gate, min-max
         lkey = q[order] * (int(list_id.max()) + 1 if n else 1) + self._list_id
         _, self._list = np.unique(lkey, return_inverse=True)
@@ -121,12 +133,18 @@ class FastRetune:
         self._has_rr = np.zeros(self.n_pairs, dtype=bool)
         self.has_scores = scores is not None
         if scores is not None and scores.height and self.n_pairs:
-            s = scores.select(pl.col("qid").cast(pl.String), pl.col("docno").cast(pl.String),
-                              pl.col("rerank_score").cast(pl.Float64)).drop_nulls("rerank_score")
+            s = scores.select(
+                pl.col("qid").cast(pl.String), pl.col("docno").cast(pl.String), pl.col("rerank_score").cast(pl.Float64)
+            ).drop_nulls("rerank_score")
             if s.select(pl.struct("qid", "docno").is_duplicated().any()).item():
                 self.reason = self.reason or "two rerank scores for one (query, document) pair"
-            pairs = pl.DataFrame({"qid": self.qids.gather(self.pair_query), "docno": self.docnos.gather(self.pair_doc),
-                                  "_p": np.arange(self.n_pairs)})
+            pairs = pl.DataFrame(
+                {
+                    "qid": self.qids.gather(self.pair_query),
+                    "docno": self.docnos.gather(self.pair_doc),
+                    "_p": np.arange(self.n_pairs),
+                }
+            )
             got = pairs.join(s, on=["qid", "docno"], how="inner")
             idx = got["_p"].to_numpy()
             self._rr[idx] = got["rerank_score"].to_numpy()
@@ -141,8 +159,9 @@ class FastRetune:
             return f"fusion={config.fusion}"
         if config.blend not in BLEND_METHODS:
             return f"blend={config.blend}"
-        if doc_tags is not None and ((config.tags and config.tag_lift > 0) or
-                                     (config.dedupe_content and "hash" in doc_tags.columns)):
+        if doc_tags is not None and (
+            (config.tags and config.tag_lift > 0) or (config.dedupe_content and "hash" in doc_tags.columns)
+        ):
             return "tag lift / content dedupe need doc_tags"
         return None
 
@@ -244,8 +263,7 @@ class FastRetune:
         if method == "combmnz":
             s = s * sizes.astype(np.float64)
         if method == "qmd_rrf":
-            bonus = np.where(best == 1, float(config.bonus_rank1),
-                             np.where(best <= 3, float(config.bonus_rank23), 0.0))
+            bonus = np.where(best == 1, float(config.bonus_rank1), np.where(best <= 3, float(config.bonus_rank23), 0.0))
             s = s + bonus
         else:
             s = s + 0.0
@@ -326,19 +344,35 @@ class FastRetune:
             frank_final = np.zeros(0, np.int64)
         lim = frank_final <= config.limit
         sel = sel[lim]
-        return Ranked(pair[sel], self.pair_query[pair[sel]], frank[sel], pos[sel], w[sel], rr[sel], has[sel],
-                      final[sel], frank_final[lim])
+        return Ranked(
+            pair[sel],
+            self.pair_query[pair[sel]],
+            frank[sel],
+            pos[sel],
+            w[sel],
+            rr[sel],
+            has[sel],
+            final[sel],
+            frank_final[lim],
+        )
 
     def frame(self, r: Ranked) -> pl.DataFrame:
         """The ``final`` table of :meth:`ranked`'s arrays."""
-        return pl.DataFrame({
-            "qid": self.qids.gather(r.query) if len(r.query) else pl.Series([], dtype=pl.String),
-            "docno": self.docnos.gather(self.pair_doc[r.pair]) if len(r.pair) else pl.Series([], dtype=pl.String),
-            "fused_rank": r.fused_rank, "position_score": r.position_score, "blend_weight": r.blend_weight,
-            "rerank_score": pl.Series(r.rerank_score).set(pl.Series(~r.has_rerank), None) if len(r.pair)
-            else pl.Series([], dtype=pl.Float64),
-            "final_score": r.final_score, "final_rank": r.final_rank,
-        }, schema=SCHEMAS["final"])
+        return pl.DataFrame(
+            {
+                "qid": self.qids.gather(r.query) if len(r.query) else pl.Series([], dtype=pl.String),
+                "docno": self.docnos.gather(self.pair_doc[r.pair]) if len(r.pair) else pl.Series([], dtype=pl.String),
+                "fused_rank": r.fused_rank,
+                "position_score": r.position_score,
+                "blend_weight": r.blend_weight,
+                "rerank_score": pl.Series(r.rerank_score).set(pl.Series(~r.has_rerank), None)
+                if len(r.pair)
+                else pl.Series([], dtype=pl.Float64),
+                "final_score": r.final_score,
+                "final_rank": r.final_rank,
+            },
+            schema=SCHEMAS["final"],
+        )
 
     def final(self, config: PipelineConfig, keep: np.ndarray | None = None) -> pl.DataFrame:
         """``blend_finish(fuse_candidates(lists, config)[2], scores, config)``, computed with numpy."""
@@ -369,7 +403,7 @@ def sort_order(group: np.ndarray, score: np.ndarray, tie: np.ndarray | None = No
     rank[o] = dense
     n_rank = int(dense[-1]) + 1
     n_group = int(group.max()) + 1
-    if n_group * n_rank * n_tie * n >= 2 ** 63 or group.min() < 0 or (tie is not None and tie.min() < 0):
+    if n_group * n_rank * n_tie * n >= 2**63 or group.min() < 0 or (tie is not None and tie.min() < 0):
         keys = (np.arange(n), rank) if tie is None else (np.arange(n), tie, rank)
         return np.lexsort((*keys, group))
     key = group.astype(np.int64) * n_rank + rank

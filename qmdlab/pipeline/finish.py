@@ -5,10 +5,11 @@
 (the same helper ``search`` uses) when :class:`~qmdlab.pipeline.lab.Lab` builds the
 ``results`` table.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -32,11 +33,15 @@ def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[
     if not tags or places <= 0 or doc_tags is None or final.height == 0:
         return final
     want = [t.lower() for t in tags]
-    lifted = doc_tags.select("docno", _lift=pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want))
-                             .list.any()).unique("docno", keep="first")
+    lifted = doc_tags.select(
+        "docno", _lift=pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want)).list.any()
+    ).unique("docno", keep="first")
     out = final.join(lifted, on="docno", how="left").with_columns(pl.col("_lift").fill_null(False))
-    key = pl.when(pl.col("_lift")).then(pl.max_horizontal(pl.col("final_rank") - places, pl.lit(1))) \
+    key = (
+        pl.when(pl.col("_lift"))
+        .then(pl.max_horizontal(pl.col("final_rank") - places, pl.lit(1)))
         .otherwise(pl.col("final_rank"))
+    )
     out = sort_within_qid(out.with_columns(_key=key), ["_key", "_lift", "final_rank"], [False, True, False])
     out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
     return out.drop("_lift", "_key")
@@ -103,8 +108,11 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
     ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"])
     ranked = ranked.join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
     ranked = ranked.with_columns(kept=pl.col("docno").first().over(["qid", "hash"]))
-    return ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno"))) \
-        .select("qid", "docno", "kept").cast(schema)
+    return (
+        ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno")))
+        .select("qid", "docno", "kept")
+        .cast(schema)
+    )
 
 
 def min_score_filter(final: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:

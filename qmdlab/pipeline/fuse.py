@@ -18,10 +18,11 @@ Each formula lives in exactly one function:
 ``gate``         vector hits with ``score >= top1 − margin``, at most ``max_take``
 =============== ===========================================================
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import itemgetter
-from typing import Callable
 
 import polars as pl
 
@@ -70,9 +71,13 @@ def rank_bonus(best_rank: pl.Expr, bonus_rank1: float, bonus_rank23: float) -> p
     >>> df.select(rank_bonus(pl.col("r"), 0.05, 0.02).alias("b"))["b"].to_list()
     [0.05, 0.02, 0.02, 0.0]
     """
-    return (pl.when(best_rank == 1).then(pl.lit(float(bonus_rank1)))
-            .when(best_rank <= 3).then(pl.lit(float(bonus_rank23)))
-            .otherwise(pl.lit(0.0)))
+    return (
+        pl.when(best_rank == 1)
+        .then(pl.lit(float(bonus_rank1)))
+        .when(best_rank <= 3)
+        .then(pl.lit(float(bonus_rank23)))
+        .otherwise(pl.lit(0.0))
+    )
 
 
 def max_norm(score: pl.Expr = pl.col("score")) -> pl.Expr:
@@ -113,8 +118,11 @@ def channel_norm(score: pl.Expr = pl.col("score")) -> pl.Expr:
 
 def channel_weight(config: PipelineConfig) -> pl.Expr:
     """``norm_sum`` channel weight of each row from its ``source`` (vec | fts)."""
-    return (pl.when(pl.col("source") == "vec").then(pl.lit(float(config.norm_weight_vec)))
-            .otherwise(pl.lit(float(config.norm_weight_fts))))
+    return (
+        pl.when(pl.col("source") == "vec")
+        .then(pl.lit(float(config.norm_weight_vec)))
+        .otherwise(pl.lit(float(config.norm_weight_fts)))
+    )
 
 
 def gate(lists: pl.DataFrame, margin: float, max_take: int) -> pl.DataFrame:
@@ -127,14 +135,20 @@ def gate(lists: pl.DataFrame, margin: float, max_take: int) -> pl.DataFrame:
     [1, 2]
     """
     top = pl.col("score").max().over(LIST_KEY)
-    admitted = (pl.col("score") >= top - margin) & (pl.col("score").rank("ordinal", descending=True)
-                                                     .over(LIST_KEY) <= max_take)
+    admitted = (pl.col("score") >= top - margin) & (
+        pl.col("score").rank("ordinal", descending=True).over(LIST_KEY) <= max_take
+    )
     return lists.filter((pl.col("source") != "vec") | admitted)
 
 
 # -- shared assembly ----------------------------------------------------------------
-def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr], pl.Expr] | None = None,
-               multiply_by_n: bool = False) -> pl.DataFrame:
+def _aggregate(
+    lists: pl.DataFrame,
+    base: pl.Expr,
+    *,
+    bonus: Callable[[pl.Expr], pl.Expr] | None = None,
+    multiply_by_n: bool = False,
+) -> pl.DataFrame:
     """Group per (qid, docno): ``rrf_base = Σ base``; add bonus; rank within qid."""
     if lists.height == 0:
         return empty("fused")
@@ -147,11 +161,15 @@ def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr],
     # does not depend on the row order of `lists` (polars' float sum is not a plain
     # left fold, so closed-form checks of 3+ terms need a last-bit tolerance).
     ordered = lists.with_row_index("_row").sort("list_id")
-    g = ordered.with_columns(_c=base).group_by(DOC_KEY).agg(
-        rrf_base=pl.col("_c").sum(),
-        best_rank=pl.col("rank").min().cast(pl.Int64),
-        n_lists=pl.col("list_id").n_unique().cast(pl.Int64),
-        _first=pl.col("_row").min(),
+    g = (
+        ordered.with_columns(_c=base)
+        .group_by(DOC_KEY)
+        .agg(
+            rrf_base=pl.col("_c").sum(),
+            best_rank=pl.col("rank").min().cast(pl.Int64),
+            n_lists=pl.col("list_id").n_unique().cast(pl.Int64),
+            _first=pl.col("_row").min(),
+        )
     )
     if multiply_by_n:
         g = g.with_columns(rrf_base=pl.col("rrf_base") * pl.col("n_lists").cast(pl.Float64))
@@ -160,8 +178,9 @@ def _aggregate(lists: pl.DataFrame, base: pl.Expr, *, bonus: Callable[[pl.Expr],
     return rank_fused(g.with_columns(_qo=pl.col("_first").min().over("qid")))
 
 
-def _aggregate_small(lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Expr], pl.Expr] | None,
-                     multiply_by_n: bool) -> pl.DataFrame | None:
+def _aggregate_small(
+    lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Expr], pl.Expr] | None, multiply_by_n: bool
+) -> pl.DataFrame | None:
     """:func:`_aggregate` in plain Python, the same floats: a pair's terms are added in ``list_id``
     order with Kahan compensation (polars' float group sum). ``None`` (use polars) when a list holds
     a document twice (polars' order of those terms is not defined) or a term is null."""
@@ -201,10 +220,19 @@ def _aggregate_small(lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Exp
     scored = [(q, d, base_, best_, b, base_ + b, n) for (q, d, base_, best_, n), b in zip(rows, bonuses)]
     scored.sort(key=lambda r: (order[r[0]], -r[5], r[3], r[1]))
     ranks_out = ranks_within_qid(r[0] for r in scored)
-    return pl.DataFrame({
-        "qid": [r[0] for r in scored], "docno": [r[1] for r in scored], "rrf_base": [r[2] for r in scored],
-        "best_rank": [r[3] for r in scored], "bonus": [r[4] for r in scored], "fused_score": [r[5] for r in scored],
-        "fused_rank": ranks_out, "n_lists": [r[6] for r in scored]}, schema=SCHEMAS["fused"])
+    return pl.DataFrame(
+        {
+            "qid": [r[0] for r in scored],
+            "docno": [r[1] for r in scored],
+            "rrf_base": [r[2] for r in scored],
+            "best_rank": [r[3] for r in scored],
+            "bonus": [r[4] for r in scored],
+            "fused_score": [r[5] for r in scored],
+            "fused_rank": ranks_out,
+            "n_lists": [r[6] for r in scored],
+        },
+        schema=SCHEMAS["fused"],
+    )
 
 
 def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
@@ -265,8 +293,12 @@ def combmnz(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
 
 
 METHODS: dict[str, Callable[[pl.DataFrame, PipelineConfig], pl.DataFrame]] = {
-    "qmd_rrf": qmd_rrf, "rrf": rrf, "norm_sum": norm_sum, "gated_rrf": gated_rrf,
-    "wsum_minmax": wsum_minmax, "combmnz": combmnz,
+    "qmd_rrf": qmd_rrf,
+    "rrf": rrf,
+    "norm_sum": norm_sum,
+    "gated_rrf": gated_rrf,
+    "wsum_minmax": wsum_minmax,
+    "combmnz": combmnz,
 }
 
 
@@ -309,11 +341,17 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     elif method == "norm_sum":
         c = channel_weight(config) * channel_norm()
     elif method == "gated_rrf":
-        kept = gate(lists, config.gate_margin, config.gate_max_take).select("qid", "list_id", "rank") \
+        kept = (
+            gate(lists, config.gate_margin, config.gate_max_take)
+            .select("qid", "list_id", "rank")
             .with_columns(_kept=pl.lit(True))
+        )
         out = lists.join(kept, on=["qid", "list_id", "rank"], how="left")
-        return out.with_columns(contribution=pl.when(pl.col("_kept")).then(
-            rrf_term(config.rrf_k, weight=pl.lit(1.0))).otherwise(pl.lit(0.0))).drop("_kept")
+        return out.with_columns(
+            contribution=pl.when(pl.col("_kept"))
+            .then(rrf_term(config.rrf_k, weight=pl.lit(1.0)))
+            .otherwise(pl.lit(0.0))
+        ).drop("_kept")
     elif method == "wsum_minmax":
         c = pl.col("weight") * min_max()
     else:  # combmnz: each entry's share of n_lists · Σ min_max
@@ -321,8 +359,26 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     return lists.with_columns(contribution=c)
 
 
-__all__ = ["fuse", "METHODS", "qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz",
-           "rrf_term", "rank_bonus", "channel_weight", "channel_norm", "max_norm", "min_max", "gate", "rank_fused", "contributions", "candidates"]
+__all__ = [
+    "fuse",
+    "METHODS",
+    "qmd_rrf",
+    "rrf",
+    "norm_sum",
+    "gated_rrf",
+    "wsum_minmax",
+    "combmnz",
+    "rrf_term",
+    "rank_bonus",
+    "channel_weight",
+    "channel_norm",
+    "max_norm",
+    "min_max",
+    "gate",
+    "rank_fused",
+    "contributions",
+    "candidates",
+]
 
 
 def candidates(fused: pl.DataFrame, limit: int) -> pl.DataFrame:

@@ -12,12 +12,14 @@
 instead of failing: a missing embedder, expander or reranker, absent vectors or
 a reranker exception skip that stage and add a row to ``trace.notes``.
 """
+
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -73,8 +75,7 @@ class Lab:
         trace then starts its ``notes`` with a ``stages`` row saying which stages ran and why.
     """
 
-    def __init__(self, index: Any, models: Any = None, config: PipelineConfig | None = None,
-                 plan: Any = None):
+    def __init__(self, index: Any, models: Any = None, config: PipelineConfig | None = None, plan: Any = None):
         self.index = index
         self.plan = plan
         embedder, expander, reranker = models if models is not None else (None, None, None)
@@ -87,14 +88,25 @@ class Lab:
         if isinstance(have, str) and have != self.config.chunker:
             from qmdlab.errors import ConfigError
 
-            raise ConfigError(f"option 'chunker': the config asks for {self.config.chunker!r} but index "
-                              f"{getattr(index, 'dir', '')} is chunked with {have!r}; run `qmdlab update --chunker "
-                              f"{self.config.chunker}` and `qmdlab embed` on it, or drop the option")
+            raise ConfigError(
+                f"option 'chunker': the config asks for {self.config.chunker!r} but index "
+                f"{getattr(index, 'dir', '')} is chunked with {have!r}; run `qmdlab update --chunker "
+                f"{self.config.chunker}` and `qmdlab embed` on it, or drop the option"
+            )
 
     # ------------------------------------------------------------------ one query
-    def query(self, text: str, *, intent: str | None = None, qid: str = "q",
-              searches: Sequence[tuple[str, str]] | None = None, collections: Sequence[str] | None = None,
-              filters: Any = None, plan: Any = None, **overrides: Any) -> Trace:
+    def query(
+        self,
+        text: str,
+        *,
+        intent: str | None = None,
+        qid: str = "q",
+        searches: Sequence[tuple[str, str]] | None = None,
+        collections: Sequence[str] | None = None,
+        filters: Any = None,
+        plan: Any = None,
+        **overrides: Any,
+    ) -> Trace:
         """Run the pipeline for one query.
 
         Parameters
@@ -134,15 +146,29 @@ class Lab:
             if text:
                 from qmdlab.search import bm25_search
 
-                hits = bm25_search(self.index, text, limit=max(cfg.probe_limit, cfg.list_limit),
-                                   collections=collections, filters=filters, **cfg.lexical())
+                hits = bm25_search(
+                    self.index,
+                    text,
+                    limit=max(cfg.probe_limit, cfg.list_limit),
+                    collections=collections,
+                    filters=filters,
+                    **cfg.lexical(),
+                )
                 fts_hits[text] = hits
-                decision = strong_signal([h.score for h in hits[: cfg.probe_limit]], min_score=cfg.strong_signal_min,
-                                         min_gap=cfg.strong_signal_gap, intent=intent)
+                decision = strong_signal(
+                    [h.score for h in hits[: cfg.probe_limit]],
+                    min_score=cfg.strong_signal_min,
+                    min_gap=cfg.strong_signal_gap,
+                    intent=intent,
+                )
                 skip = decision.skip and cfg.strong_signal
-                run.note("probe", decision.message if skip or not decision.skip else
-                         f"strong signal (top {decision.top:.3f}, gap {decision.gap:.3f}) but the skip is off "
-                         "(strong_signal: false): expanding")
+                run.note(
+                    "probe",
+                    decision.message
+                    if skip or not decision.skip
+                    else f"strong signal (top {decision.top:.3f}, gap {decision.gap:.3f}) but the skip is off "
+                    "(strong_signal: false): expanding",
+                )
         # 2. expansion
         with run.stage("expand"):
             expansions = self._expand(text, intent, searches, cfg, skip, run)
@@ -151,8 +177,16 @@ class Lab:
             for msg in limits.index_notes(self.index, self.embedder if cfg.vector else None):
                 run.note("capacity", msg)
             routes = route(text, kept_lines(expansions), cfg)
-            got = retrieve(self.index, self.embedder if cfg.vector else None, routes, cfg, qid=qid,
-                           collections=collections, filters=filters, fts_hits=fts_hits)
+            got = retrieve(
+                self.index,
+                self.embedder if cfg.vector else None,
+                routes,
+                cfg,
+                qid=qid,
+                collections=collections,
+                filters=filters,
+                fts_hits=fts_hits,
+            )
             for stage, msg in got.notes:
                 run.note(stage, msg)
             if not cfg.vector:
@@ -173,8 +207,7 @@ class Lab:
         elif cands.height:
             with run.stage("select"):
                 docnos = cands["docno"].to_list()
-                selected = select_chunks(self.index.chunks(docnos), docnos, text or _search_text(searches),
-                                         intent, cfg)
+                selected = select_chunks(self.index.chunks(docnos), docnos, text or _search_text(searches), intent, cfg)
             with run.stage("rerank"):
                 rq = text or intent or _search_text(searches)
                 rerank_table = self._rerank(rq, selected, qid, cfg, run)
@@ -184,9 +217,12 @@ class Lab:
             blended = blend(cands, rerank_table if cfg.rerank else None, cfg)
             final = finish(blended, cfg, doc_tags=doc_tags)
             if cfg.min_score_fallback > 0 and final.height and final["final_score"].max() < cfg.min_score:
-                run.note("finish", f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
-                                   f"{cfg.min_score - cfg.min_score_fallback:g} kept {final.height} "
-                                   f"(at most {cfg.fallback_max})")
+                run.note(
+                    "finish",
+                    f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
+                    f"{cfg.min_score - cfg.min_score_fallback:g} kept {final.height} "
+                    f"(at most {cfg.fallback_max})",
+                )
             if cfg.dedupe_content:
                 from qmdlab.pipeline.finish import content_duplicates
 
@@ -197,13 +233,29 @@ class Lab:
         with run.stage("snippets"):
             results = self._results(final, text, intent, searches, rerank_table)
         queries = pl.DataFrame({"qid": [qid], "text": [text], "intent": [intent]}, schema=SCHEMAS["queries"])
-        exp_rows = pl.DataFrame({"qid": [qid] * len(expansions), "type": [e.type for e in expansions],
-                                 "text": [e.text for e in expansions], "kept": [e.kept for e in expansions],
-                                 "reason_dropped": [e.reason_dropped for e in expansions],
-                                 "origin": [e.origin for e in expansions]}, schema=SCHEMAS["expansions"])
-        trace = Trace(queries=queries, expansions=exp_rows, lists=got.lists, fused=fused, rerank=rerank_table,
-                      final=final, results=results, timings=run.timings(), notes=run.notes_frame(),
-                      config=cfg.to_dict())
+        exp_rows = pl.DataFrame(
+            {
+                "qid": [qid] * len(expansions),
+                "type": [e.type for e in expansions],
+                "text": [e.text for e in expansions],
+                "kept": [e.kept for e in expansions],
+                "reason_dropped": [e.reason_dropped for e in expansions],
+                "origin": [e.origin for e in expansions],
+            },
+            schema=SCHEMAS["expansions"],
+        )
+        trace = Trace(
+            queries=queries,
+            expansions=exp_rows,
+            lists=got.lists,
+            fused=fused,
+            rerank=rerank_table,
+            final=final,
+            results=results,
+            timings=run.timings(),
+            notes=run.notes_frame(),
+            config=cfg.to_dict(),
+        )
         if plan is not None:
             run.first_note("stages", plan.line(trace))
             trace.notes = run.notes_frame()
@@ -214,8 +266,7 @@ class Lab:
         """Run every row of ``queries`` (``qid, text`` and optionally ``intent``); one concatenated trace."""
         for col in ("qid", "text"):
             if col not in queries.columns:
-                raise QmdlabError(f"run_queries: the queries table needs a {col!r} column "
-                                  f"(has {queries.columns})")
+                raise QmdlabError(f"run_queries: the queries table needs a {col!r} column (has {queries.columns})")
         rows = queries.to_dicts()
         it: Any = rows
         if progress:
@@ -225,19 +276,18 @@ class Lab:
                 it = tqdm(rows, desc="queries", unit="q")
             except ImportError:  # tqdm is a dependency; stay quiet if it is missing
                 pass
-        traces = [self.query(r["text"], intent=r.get("intent") or None, qid=str(r["qid"]), **overrides)
-                  for r in it]
+        traces = [self.query(r["text"], intent=r.get("intent") or None, qid=str(r["qid"]), **overrides) for r in it]
         return Trace.concat(traces)
 
-    def retune(self, trace: Trace, config: PipelineConfig | None = None, *, compute_missing: bool = False,
-               **overrides: Any) -> Trace:
+    def retune(
+        self, trace: Trace, config: PipelineConfig | None = None, *, compute_missing: bool = False, **overrides: Any
+    ) -> Trace:
         """:func:`qmdlab.retune` with this lab's config (plus ``overrides``); with
         ``compute_missing`` newly promoted candidates are reranked (from the cache when
         possible) instead of left without a score."""
         cfg = (config or self.config).replace(**overrides)
         fn = self.rerank_fn(trace, cfg) if compute_missing else None
-        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg),
-                      docs=self._learned_docs(cfg, trace.lists))
+        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg), docs=self._learned_docs(cfg, trace.lists))
 
     def _learned_docs(self, cfg: PipelineConfig, lists: pl.DataFrame) -> pl.DataFrame | None:
         """Per-document features for ``fusion=learned`` (None for every other method)."""
@@ -259,15 +309,21 @@ class Lab:
                 text, intent = texts.get(qid, ("", None))
                 docnos = part["docno"].to_list()
                 sel = select_chunks(self.index.chunks(docnos), docnos, text, intent, cfg)
-                out.append(rerank(self.reranker, text or intent or "", sel, qid=qid,
-                                  budget_s=cfg.stage_budget_s).table)
+                out.append(rerank(self.reranker, text or intent or "", sel, qid=qid, budget_s=cfg.stage_budget_s).table)
             return pl.concat(out) if out else empty("rerank")
 
         return fn
 
     # ------------------------------------------------------------------ helpers
-    def _expand(self, text: str, intent: str | None, searches: Sequence[tuple[str, str]] | None,
-                cfg: PipelineConfig, skip: bool, run: "_Run") -> list[Expansion]:
+    def _expand(
+        self,
+        text: str,
+        intent: str | None,
+        searches: Sequence[tuple[str, str]] | None,
+        cfg: PipelineConfig,
+        skip: bool,
+        run: _Run,
+    ) -> list[Expansion]:
         if searches:
             run.note("expand", f"{len(searches)} typed searches given: expander not used")
             return filter_expansions(text, searches, cfg, origin="user", check_terms=False)
@@ -285,8 +341,15 @@ class Lab:
         limit_s, deadline = cfg.stage_budget_s, False
         peek = getattr(self.expander, "peek", None)
         if cfg.budget_s > 0 and (peek is None or peek(text, intent=intent) is None):
-            fit = speed.fits(self.expander, "expand", 1, cfg.budget_s - run.elapsed_ms() / 1000.0, cfg.budget_s,
-                             cfg.stage_budget_s, stage="expansion")
+            fit = speed.fits(
+                self.expander,
+                "expand",
+                1,
+                cfg.budget_s - run.elapsed_ms() / 1000.0,
+                cfg.budget_s,
+                cfg.stage_budget_s,
+                stage="expansion",
+            )
             if not fit.ok:
                 run.note("budget", fit.note)
                 run.note("expand", "expansion skipped (--budget): original query only")
@@ -295,17 +358,24 @@ class Lab:
             limit_s = fit.cap_s
         t0 = time.perf_counter()
         try:
-            res = call_with_budget(self.expander.expand, text, intent=intent, budget_s=limit_s,
-                                   model=self.expander, peek=peek)
+            res = call_with_budget(
+                self.expander.expand, text, intent=intent, budget_s=limit_s, model=self.expander, peek=peek
+            )
             lines, dropped = list(res.lines), list(res.dropped)  # a malformed answer fails here, not later
         except StageTimeout:
             speed.observe(self.expander, "expand", time.perf_counter() - t0, persist=cfg.budget_s > 0)  # at least
             if deadline:
-                run.note("budget", f"expansion cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s "
-                                   "budget (--budget): original query only")
-            run.note("expand", f"expander over its {limit_s:g} s budget ("
-                               f"{'--budget' if deadline else 'stage_budget_s'}; the call was "
-                               "stopped): expansion cut, original query only")
+                run.note(
+                    "budget",
+                    f"expansion cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s "
+                    "budget (--budget): original query only",
+                )
+            run.note(
+                "expand",
+                f"expander over its {limit_s:g} s budget ("
+                f"{'--budget' if deadline else 'stage_budget_s'}; the call was "
+                "stopped): expansion cut, original query only",
+            )
             return []
         except StageBusy as err:
             run.note("expand", f"expansion skipped ({err}): original query only")
@@ -322,7 +392,7 @@ class Lab:
         run.note("expand", f"{kept} of {len(out)} lines kept" + (" (from cache)" if cached else ""))
         return out
 
-    def _rerank(self, query: str, selected: pl.DataFrame, qid: str, cfg: PipelineConfig, run: "_Run") -> pl.DataFrame:
+    def _rerank(self, query: str, selected: pl.DataFrame, qid: str, cfg: PipelineConfig, run: _Run) -> pl.DataFrame:
         """Rerank ``selected`` — unless the query's deadline (``budget_s``) leaves too little time for
         the pairs not cached, judged from the reranker's measured speed — and time the pairs computed."""
         from qmdlab.pipeline import speed
@@ -331,8 +401,15 @@ class Lab:
         texts = selected["text"].to_list()
         peek = getattr(self.reranker, "peek_cached", None)
         if cfg.budget_s > 0 and self.reranker is not None and texts and (peek is None or peek(query, texts) is None):
-            fit = speed.fits(self.reranker, "rerank", len(texts), cfg.budget_s - run.elapsed_ms() / 1000.0,
-                             cfg.budget_s, cfg.stage_budget_s, stage="rerank")
+            fit = speed.fits(
+                self.reranker,
+                "rerank",
+                len(texts),
+                cfg.budget_s - run.elapsed_ms() / 1000.0,
+                cfg.budget_s,
+                cfg.stage_budget_s,
+                stage="rerank",
+            )
             if not fit.ok:
                 run.note("budget", fit.note)
                 run.note("rerank", "rerank skipped (--budget): fusion order kept")
@@ -351,8 +428,11 @@ class Lab:
         elif self.reranker is not None and texts and not table.height and limit_s and seconds >= limit_s:
             speed.observe(self.reranker, "rerank", seconds, len(texts), persist=cfg.budget_s > 0)  # at least
             if deadline:
-                run.note("budget", f"rerank cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s budget "
-                                   "(--budget): fusion order kept")
+                run.note(
+                    "budget",
+                    f"rerank cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s budget "
+                    "(--budget): fusion order kept",
+                )
         return table
 
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
@@ -373,27 +453,48 @@ class Lab:
         self._doc_tags_cache = (docs, cols, out)
         return out
 
-    def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None,
-                     plan: Any = None) -> Trace:
+    def _tag_listing(self, qid: str, cfg: PipelineConfig, collections: Sequence[str] | None, plan: Any = None) -> Trace:
         """No query text, only tags: the documents carrying any requested tag, by docno."""
         want = [t.lower() for t in cfg.tags]
-        docs = self.index.documents(collections).filter(
-            pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want)).list.any()).head(cfg.limit)
+        docs = (
+            self.index.documents(collections)
+            .filter(pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want)).list.any())
+            .head(cfg.limit)
+        )
         n = docs.height
-        final = pl.DataFrame({"qid": [qid] * n, "docno": docs["docno"], "fused_rank": list(range(1, n + 1)),
-                              "position_score": [None] * n, "blend_weight": [None] * n, "rerank_score": [None] * n,
-                              "final_score": [1.0] * n, "final_rank": list(range(1, n + 1))},
-                             schema=SCHEMAS["final"])
+        final = pl.DataFrame(
+            {
+                "qid": [qid] * n,
+                "docno": docs["docno"],
+                "fused_rank": list(range(1, n + 1)),
+                "position_score": [None] * n,
+                "blend_weight": [None] * n,
+                "rerank_score": [None] * n,
+                "final_score": [1.0] * n,
+                "final_rank": list(range(1, n + 1)),
+            },
+            schema=SCHEMAS["final"],
+        )
         run = _Run(qid)
         if plan is not None:
             run.note("stages", "stages: tag listing (no query text: no retrieval, expansion or rerank)")
         run.note("finish", f"no query: {n} documents tagged {', '.join(cfg.tags)} (tags filter)")
-        return Trace(queries=pl.DataFrame({"qid": [qid], "text": [""], "intent": [None]}, schema=SCHEMAS["queries"]),
-                     final=final, results=self._results(final, "", None, None), notes=run.notes_frame(),
-                     config=cfg.to_dict())
+        return Trace(
+            queries=pl.DataFrame({"qid": [qid], "text": [""], "intent": [None]}, schema=SCHEMAS["queries"]),
+            final=final,
+            results=self._results(final, "", None, None),
+            notes=run.notes_frame(),
+            config=cfg.to_dict(),
+        )
 
-    def _results(self, final: pl.DataFrame, text: str, intent: str | None,
-                 searches: Sequence[tuple[str, str]] | None, rerank_table: pl.DataFrame | None = None) -> pl.DataFrame:
+    def _results(
+        self,
+        final: pl.DataFrame,
+        text: str,
+        intent: str | None,
+        searches: Sequence[tuple[str, str]] | None,
+        rerank_table: pl.DataFrame | None = None,
+    ) -> pl.DataFrame:
         """Title, docid, context and a line-numbered snippet per final row (:mod:`qmdlab.pipeline.results`),
         taken from the chunk that was reranked when there is one."""
         if final.height == 0:
@@ -402,16 +503,27 @@ class Lab:
         from qmdlab.search import Hit
 
         chunk_of = {} if rerank_table is None else dict(rerank_table.select("docno", "chunk_id").iter_rows())
-        hits = [Hit(d, chunk_of.get(d), r, s, s)
-                for d, r, s in final.select("docno", "final_rank", "final_score").iter_rows()]
+        hits = [
+            Hit(d, chunk_of.get(d), r, s, s)
+            for d, r, s in final.select("docno", "final_rank", "final_score").iter_rows()
+        ]
         words = " ".join(x for x in (text, intent or "", _search_text(searches)) if x)
         rows = build_rows(self.index, hits, words)
         qid = final["qid"][0]
-        return pl.DataFrame({"qid": [qid] * len(rows), "docno": [r.docno for r in rows],
-                             "docid": [r.docid for r in rows], "title": [r.title for r in rows],
-                             "final_rank": [h.rank for h in hits], "final_score": [r.score for r in rows],
-                             "line": [r.line for r in rows], "context": [r.context for r in rows],
-                             "snippet": [r.snippet for r in rows]}, schema=SCHEMAS["results"])
+        return pl.DataFrame(
+            {
+                "qid": [qid] * len(rows),
+                "docno": [r.docno for r in rows],
+                "docid": [r.docid for r in rows],
+                "title": [r.title for r in rows],
+                "final_rank": [h.rank for h in hits],
+                "final_score": [r.score for r in rows],
+                "line": [r.line for r in rows],
+                "context": [r.context for r in rows],
+                "snippet": [r.snippet for r in rows],
+            },
+            schema=SCHEMAS["results"],
+        )
 
 
 def _search_text(searches: Sequence[tuple[str, str]] | None) -> str:
@@ -445,19 +557,40 @@ class _Run:
             self._times.append((name, (time.perf_counter() - t0) * 1000.0))
 
     def timings(self) -> pl.DataFrame:
-        return pl.DataFrame({"qid": [self.qid] * len(self._times), "stage": [s for s, _ in self._times],
-                             "ms": [m for _, m in self._times]}, schema=SCHEMAS["timings"])
+        return pl.DataFrame(
+            {
+                "qid": [self.qid] * len(self._times),
+                "stage": [s for s, _ in self._times],
+                "ms": [m for _, m in self._times],
+            },
+            schema=SCHEMAS["timings"],
+        )
 
     def notes_frame(self) -> pl.DataFrame:
-        return pl.DataFrame({"qid": [self.qid] * len(self._notes), "stage": [s for s, _ in self._notes],
-                             "message": [m for _, m in self._notes]}, schema=SCHEMAS["notes"])
+        return pl.DataFrame(
+            {
+                "qid": [self.qid] * len(self._notes),
+                "stage": [s for s, _ in self._notes],
+                "message": [m for _, m in self._notes],
+            },
+            schema=SCHEMAS["notes"],
+        )
 
 
 _DEFAULTS: dict[tuple, tuple[Any, Any]] = {}
 
 
-def query(text: str, *, index: Any = None, config: PipelineConfig | None = None, expand: bool | None = None,
-          rerank: bool | None = None, models: Any = None, preset: str | None = None, **overrides: Any) -> Trace:
+def query(
+    text: str,
+    *,
+    index: Any = None,
+    config: PipelineConfig | None = None,
+    expand: bool | None = None,
+    rerank: bool | None = None,
+    models: Any = None,
+    preset: str | None = None,
+    **overrides: Any,
+) -> Trace:
     """Run one query with the default index and models; the notebook/script entry point.
 
     Parameters
@@ -483,8 +616,7 @@ def query(text: str, *, index: Any = None, config: PipelineConfig | None = None,
     """
     from qmdlab.pipeline.stages import plan_stages, preset_name
 
-    q_kwargs = {k: overrides.pop(k) for k in ("intent", "qid", "searches", "collections", "filters")
-                if k in overrides}
+    q_kwargs = {k: overrides.pop(k) for k in ("intent", "qid", "searches", "collections", "filters") if k in overrides}
     base = (config or PipelineConfig()).replace(**overrides)
     name = preset_name(preset, models_given=models is not None)
     cfg, plan = plan_stages(base, name, expand=expand, rerank=rerank)

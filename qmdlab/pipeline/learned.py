@@ -31,12 +31,14 @@ The model file is LightGBM's text format, written by ``qmdlab tune --learn`` (:m
 and named by ``PipelineConfig.learned_model``; it is loaded once per file version. Its feature
 names must be :data:`FEATURES` (a model of another feature set is refused with the fix).
 """
+
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -47,9 +49,22 @@ from qmdlab.terms import ALNUM_PATTERN
 
 RANK_FEATURES = tuple(f"rank_{k}" for k in LIST_KEYS)
 SCORE_FEATURES = tuple(f"score_{k}" for k in LIST_KEYS)
-FEATURES = RANK_FEATURES + SCORE_FEATURES + (
-    "n_lists", "rrf", "bm25", "cosine", "bm25_rel", "cosine_rel", "title_overlap", "heading_overlap", "doc_len",
-    "query_len")
+FEATURES = (
+    RANK_FEATURES
+    + SCORE_FEATURES
+    + (
+        "n_lists",
+        "rrf",
+        "bm25",
+        "cosine",
+        "bm25_rel",
+        "cosine_rel",
+        "title_overlap",
+        "heading_overlap",
+        "doc_len",
+        "query_len",
+    )
+)
 TERM_CHARS = 6
 PRIOR_SCALE = 60.0
 """Default prior scale: ``learned_score = scale · rrf + trees(features)``. At 60 a document ranked
@@ -75,8 +90,9 @@ def terms_expr(text: pl.Expr) -> pl.Expr:
     ['retrie', 'texts']
     """
     words = text.fill_null("").str.to_lowercase().str.extract_all(ALNUM_PATTERN)
-    return words.list.eval(pl.element().filter(~pl.element().is_in(_stopwords())).str.slice(0, TERM_CHARS)) \
-        .list.unique()
+    return words.list.eval(
+        pl.element().filter(~pl.element().is_in(_stopwords())).str.slice(0, TERM_CHARS)
+    ).list.unique()
 
 
 def doc_features(index: Any, docnos: Iterable[str] | None = None) -> pl.DataFrame:
@@ -89,15 +105,22 @@ def doc_features(index: Any, docnos: Iterable[str] | None = None) -> pl.DataFram
     chunks = index.chunks(docs["docno"].to_list() if want is not None else None)
     heads = chunks.group_by("docno").agg(pl.col("heading_path").fill_null("").str.join(" ").alias("_h"))
     out = docs.select("docno", "title", "size").join(heads, on="docno", how="left")
-    return out.select("docno", terms_expr(pl.col("title")).alias("title_terms"),
-                      terms_expr(pl.col("_h")).alias("heading_terms"),
-                      pl.col("size").cast(pl.Float64).log1p().alias("doc_len"))
+    return out.select(
+        "docno",
+        terms_expr(pl.col("title")).alias("title_terms"),
+        terms_expr(pl.col("_h")).alias("heading_terms"),
+        pl.col("size").cast(pl.Float64).log1p().alias("doc_len"),
+    )
 
 
 def _query_terms(lists: pl.DataFrame) -> pl.DataFrame:
     """``qid, query_terms`` from the original sub-query of each qid (else its first list's)."""
-    q = lists.select("qid", "list_id", "query_type", "subquery").unique(["qid", "list_id"]) \
-        .sort(["qid", pl.col("query_type") != "original", "list_id"]).unique("qid", keep="first")
+    q = (
+        lists.select("qid", "list_id", "query_type", "subquery")
+        .unique(["qid", "list_id"])
+        .sort(["qid", pl.col("query_type") != "original", "list_id"])
+        .unique("qid", keep="first")
+    )
     return q.select("qid", terms_expr(pl.col("subquery")).alias("query_terms"))
 
 
@@ -112,10 +135,15 @@ def features(lists: pl.DataFrame, docs: pl.DataFrame | None) -> pl.DataFrame:
         :func:`doc_features` of (at least) the documents in ``lists``.
     """
     if docs is None:
-        raise ConfigError("fusion 'learned' needs the document table (title, headings, length): "
-                          "pass docs=qmdlab.pipeline.learned.doc_features(index)")
-    key = pl.when(pl.col("query_type") == "original").then(pl.lit("original_") + pl.col("source")) \
+        raise ConfigError(
+            "fusion 'learned' needs the document table (title, headings, length): "
+            "pass docs=qmdlab.pipeline.learned.doc_features(index)"
+        )
+    key = (
+        pl.when(pl.col("query_type") == "original")
+        .then(pl.lit("original_") + pl.col("source"))
         .otherwise(pl.col("query_type"))
+    )
     pos = pl.when(pl.col("source") == "fts").then(-pl.col("backend_score")).otherwise(pl.col("backend_score"))
     rows = lists.with_columns(_key=key, _pos=pos)
     aggs = []
@@ -137,10 +165,14 @@ def features(lists: pl.DataFrame, docs: pl.DataFrame | None) -> pl.DataFrame:
     q = _query_terms(lists)
     g = g.join(q, on="qid", how="left").join(docs, on="docno", how="left")
     n_q = pl.col("query_terms").list.len().cast(pl.Float64)
-    overlap = lambda col: pl.when(n_q > 0).then(  # noqa: E731
-        pl.col("query_terms").list.set_intersection(pl.col(col)).list.len().cast(pl.Float64) / n_q).otherwise(0.0)
-    g = g.with_columns(title_overlap=overlap("title_terms"), heading_overlap=overlap("heading_terms"),
-                       query_len=n_q)
+    overlap = lambda col: (
+        pl.when(n_q > 0)
+        .then(  # noqa: E731
+            pl.col("query_terms").list.set_intersection(pl.col(col)).list.len().cast(pl.Float64) / n_q
+        )
+        .otherwise(0.0)
+    )
+    g = g.with_columns(title_overlap=overlap("title_terms"), heading_overlap=overlap("heading_terms"), query_len=n_q)
     g = g.with_columns(_qo=pl.col("_first").min().over("qid")).sort(["_qo", "_first"])
     return g.select("qid", "docno", *[pl.col(f).cast(pl.Float64) for f in FEATURES])
 
@@ -162,8 +194,10 @@ def _load(path: str, mtime_ns: int, size: int):
         raise ConfigError(f"{path}: not a LightGBM model file ({err}); re-run `qmdlab tune SUITE --learn`") from None
     names = tuple(booster.feature_name())
     if names != FEATURES:
-        raise ConfigError(f"{path}: model features {list(names)} are not qmdlab's learned-fusion features "
-                          f"{list(FEATURES)}; re-train it with `qmdlab tune SUITE --learn`")
+        raise ConfigError(
+            f"{path}: model features {list(names)} are not qmdlab's learned-fusion features "
+            f"{list(FEATURES)}; re-train it with `qmdlab tune SUITE --learn`"
+        )
     return booster
 
 
@@ -173,8 +207,10 @@ def load_model(path: str | os.PathLike):
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise ConfigError(f"learned_model {p!r}: file not found (write it with `qmdlab tune SUITE --learn --out DIR`, "
-                          "or fix the path in the config)") from None
+        raise ConfigError(
+            f"learned_model {p!r}: file not found (write it with `qmdlab tune SUITE --learn --out DIR`, "
+            "or fix the path in the config)"
+        ) from None
     return _load(p, st.st_mtime_ns, st.st_size)
 
 
@@ -187,8 +223,9 @@ def score_features(feats: pl.DataFrame, booster: Any, scale: float = PRIOR_SCALE
     """``feats`` plus ``learned_score`` (prior + the booster's prediction)."""
     if feats.height == 0:
         return feats.with_columns(learned_score=pl.lit(0.0))
-    return feats.with_columns(learned_score=pl.Series(prior(feats, scale) + booster.predict(matrix(feats)),
-                                                      dtype=pl.Float64))
+    return feats.with_columns(
+        learned_score=pl.Series(prior(feats, scale) + booster.predict(matrix(feats)), dtype=pl.Float64)
+    )
 
 
 def fuse_scored(lists: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
@@ -198,22 +235,33 @@ def fuse_scored(lists: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
 
     if lists.height == 0:
         return empty("fused")
-    g = lists.with_row_index("_row").group_by(["qid", "docno"]).agg(
-        best_rank=pl.col("rank").min().cast(pl.Int64), _first=pl.col("_row").min())
+    g = (
+        lists.with_row_index("_row")
+        .group_by(["qid", "docno"])
+        .agg(best_rank=pl.col("rank").min().cast(pl.Int64), _first=pl.col("_row").min())
+    )
     g = g.join(scored.select("qid", "docno", "learned_score", "n_lists"), on=["qid", "docno"], how="left")
-    g = g.with_columns(rrf_base=pl.col("learned_score"), bonus=pl.lit(0.0), fused_score=pl.col("learned_score"),
-                       n_lists=pl.col("n_lists").cast(pl.Int64), _qo=pl.col("_first").min().over("qid"))
+    g = g.with_columns(
+        rrf_base=pl.col("learned_score"),
+        bonus=pl.lit(0.0),
+        fused_score=pl.col("learned_score"),
+        n_lists=pl.col("n_lists").cast(pl.Int64),
+        _qo=pl.col("_first").min().over("qid"),
+    )
     return rank_fused(g)
 
 
-def learned(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None, booster: Any = None) -> pl.DataFrame:
+def learned(
+    lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None, booster: Any = None
+) -> pl.DataFrame:
     """Fuse with the model of ``config.learned_model`` (or ``booster``)."""
     booster = booster if booster is not None else load_model(config.learned_model)
     return fuse_scored(lists, score_features(features(lists, docs), booster, config.learned_prior))
 
 
-def contributions(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None,
-                  booster: Any = None) -> pl.DataFrame:
+def contributions(
+    lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None, booster: Any = None
+) -> pl.DataFrame:
     """Per (qid, docno, feature): the feature's ``value`` and its ``contribution`` to the score
     (LightGBM ``pred_contrib``, SHAP values; the row ``feature = "(bias)"`` is the trees' expected
     output, ``"(rrf prior)"`` the prior :func:`prior`). A document's contributions sum to its
@@ -231,9 +279,24 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFram
             value = float(x[i, j]) if j < len(FEATURES) else math.nan
             rows.append((qids[i], docnos[i], name, value, float(contrib[i, j])))
         rows.append((qids[i], docnos[i], "(rrf prior)", float(x[i, FEATURES.index("rrf")]), float(base[i])))
-    return pl.DataFrame(rows, schema={"qid": pl.Utf8, "docno": pl.Utf8, "feature": pl.Utf8, "value": pl.Float64,
-                                      "contribution": pl.Float64}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"qid": pl.Utf8, "docno": pl.Utf8, "feature": pl.Utf8, "value": pl.Float64, "contribution": pl.Float64},
+        orient="row",
+    )
 
 
-__all__ = ["FEATURES", "PRIOR_SCALE", "prior", "features", "doc_features", "matrix", "load_model", "score_features", "fuse_scored", "learned",
-           "contributions", "terms_expr"]
+__all__ = [
+    "FEATURES",
+    "PRIOR_SCALE",
+    "prior",
+    "features",
+    "doc_features",
+    "matrix",
+    "load_model",
+    "score_features",
+    "fuse_scored",
+    "learned",
+    "contributions",
+    "terms_expr",
+]

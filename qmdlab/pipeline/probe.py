@@ -5,9 +5,11 @@ score is ``>= strong_signal_min`` and leads the second by ``>= strong_signal_gap
 and no intent is given, expansion is skipped (vector search of the original query
 still runs).
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 
 class SignalDecision(NamedTuple):
@@ -19,8 +21,9 @@ class SignalDecision(NamedTuple):
     message: str
 
 
-def strong_signal(scores: Sequence[float], *, min_score: float, min_gap: float,
-                  intent: str | None = None) -> SignalDecision:
+def strong_signal(
+    scores: Sequence[float], *, min_score: float, min_gap: float, intent: str | None = None
+) -> SignalDecision:
     """Whether the probe is decisive enough to skip expansion.
 
     ``scores`` are the probe's normalised BM25 scores, best first. With one hit
@@ -41,8 +44,12 @@ def strong_signal(scores: Sequence[float], *, min_score: float, min_gap: float,
     if intent:
         return SignalDecision(False, top, gap, "intent given: strong-signal skip disabled")
     if top >= min_score and gap >= min_gap:
-        return SignalDecision(True, top, gap, f"strong signal (top {top:.3f} >= {min_score}, gap {gap:.3f} >= "
-                                              f"{min_gap}): expansion skipped")
+        return SignalDecision(
+            True,
+            top,
+            gap,
+            f"strong signal (top {top:.3f} >= {min_score}, gap {gap:.3f} >= {min_gap}): expansion skipped",
+        )
     return SignalDecision(False, top, gap, f"no strong signal (top {top:.3f}, gap {gap:.3f}): expanding")
 
 

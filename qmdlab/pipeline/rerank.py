@@ -6,6 +6,7 @@ came from the cache. Any exception from the model, or an answer of the wrong
 length or outside [0, 1], leaves the ``rerank`` table empty and adds a note: the
 blend then keeps fusion order. The query never fails because of the reranker.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,7 @@ class Reranked(NamedTuple):
     notes: list[tuple[str, str]]
 
 
-def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
-           budget_s: float | None = None) -> Reranked:
+def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str, budget_s: float | None = None) -> Reranked:
     """Score every selected chunk.
 
     Parameters
@@ -48,13 +48,20 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
     texts = selected["text"].to_list()
     try:
         if hasattr(reranker, "score_cached"):
-            pairs = call_with_budget(reranker.score_cached, query, texts, budget_s=budget_s, model=reranker,
-                                     peek=getattr(reranker, "peek_cached", None))
+            pairs = call_with_budget(
+                reranker.score_cached,
+                query,
+                texts,
+                budget_s=budget_s,
+                model=reranker,
+                peek=getattr(reranker, "peek_cached", None),
+            )
             scores = [float(s) for s, _ in pairs]
             cached = [bool(c) for _, c in pairs]
         else:
-            scores = [float(s) for s in call_with_budget(reranker.score, query, texts, budget_s=budget_s,
-                                                         model=reranker)]
+            scores = [
+                float(s) for s in call_with_budget(reranker.score, query, texts, budget_s=budget_s, model=reranker)
+            ]
             cached = [False] * len(scores)
         if len(scores) != len(texts):
             raise ValueError(f"reranker returned {len(scores)} scores for {len(texts)} texts")
@@ -62,18 +69,33 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str,
         if bad:
             raise ValueError(f"reranker scores outside [0, 1]: {bad[:3]}")
     except StageTimeout:
-        return Reranked(empty("rerank"), [("rerank", f"reranker over its {budget_s:g} s budget (stage_budget_s; the "
-                                                     "call was stopped): rerank cut, fusion order kept")])
+        return Reranked(
+            empty("rerank"),
+            [
+                (
+                    "rerank",
+                    f"reranker over its {budget_s:g} s budget (stage_budget_s; the "
+                    "call was stopped): rerank cut, fusion order kept",
+                )
+            ],
+        )
     except StageBusy as err:
         return Reranked(empty("rerank"), [("rerank", f"reranker skipped ({err}): fusion order kept")])
     except Exception as err:  # fail-open: degrade to fusion order and say so
-        return Reranked(empty("rerank"), [("rerank", f"reranker failed ({type(err).__name__}: {err}): "
-                                                     "fusion order kept")])
-    table = pl.DataFrame({
-        "qid": [qid] * len(texts), "docno": selected["docno"].to_list(),
-        "chunk_id": selected["chunk_id"].to_list(), "chunk_hash": [chunk_hash(t) for t in texts],
-        "rerank_score": scores, "cached": cached,
-    }, schema=SCHEMAS["rerank"])
+        return Reranked(
+            empty("rerank"), [("rerank", f"reranker failed ({type(err).__name__}: {err}): fusion order kept")]
+        )
+    table = pl.DataFrame(
+        {
+            "qid": [qid] * len(texts),
+            "docno": selected["docno"].to_list(),
+            "chunk_id": selected["chunk_id"].to_list(),
+            "chunk_hash": [chunk_hash(t) for t in texts],
+            "rerank_score": scores,
+            "cached": cached,
+        },
+        schema=SCHEMAS["rerank"],
+    )
     n_cached = sum(cached)
     notes = [("rerank", f"{len(texts)} chunks scored ({n_cached} from cache)")]
     return Reranked(table, notes)

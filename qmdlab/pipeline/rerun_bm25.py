@@ -15,10 +15,12 @@ on the default corpus about 2 ms, against ~0.1–0.3 ms per query for a re-fusio
 remembers the lists per knob setting, so moving a fusion slider after a lexical one costs
 nothing.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -26,8 +28,16 @@ from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.retrieve import Route, hits_frame
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
-LEXICAL_FIELDS = ("bm25_mode", "bm25_min_match", "bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body",
-                  "bm25_prefix", "bm25_stopwords", "bm25_query_tf")
+LEXICAL_FIELDS = (
+    "bm25_mode",
+    "bm25_min_match",
+    "bm25_weight_filepath",
+    "bm25_weight_title",
+    "bm25_weight_body",
+    "bm25_prefix",
+    "bm25_stopwords",
+    "bm25_query_tf",
+)
 """The :class:`PipelineConfig` fields that change BM25 results (and need :func:`rerun_bm25`)."""
 
 
@@ -52,8 +62,14 @@ class Bm25RerunCache:
         self._store[key] = lists
 
 
-def rerun_bm25(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, collections: Sequence[str] | None = None,
-          cache: Bm25RerunCache | None = None) -> pl.DataFrame:
+def rerun_bm25(
+    lists: pl.DataFrame,
+    index: Any,
+    config: PipelineConfig,
+    *,
+    collections: Sequence[str] | None = None,
+    cache: Bm25RerunCache | None = None,
+) -> pl.DataFrame:
     """``lists`` with every ``fts`` list re-run by BM25 under ``config``'s lexical knobs.
 
     Parameters
@@ -81,8 +97,11 @@ def rerun_bm25(lists: pl.DataFrame, index: Any, config: PipelineConfig, *, colle
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
     keep = lists.filter(pl.col("source") != "fts")
-    routes = lists.filter(pl.col("source") == "fts").select("qid", "list_id", "query_type", "subquery") \
+    routes = (
+        lists.filter(pl.col("source") == "fts")
+        .select("qid", "list_id", "query_type", "subquery")
         .unique(maintain_order=True)
+    )
     frames = [keep]
     knobs = config.lexical()
     memo: dict[str, list] = {}

@@ -6,9 +6,11 @@ values — title, docid, context and a snippet (:func:`snippet`: the line with m
 (:meth:`qmdlab.Lab.query`), the CLI renders them (:func:`qmdlab.output.format_results`) and the
 MCP server serves them; this module knows no front end.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from qmdlab.terms import terms
 
@@ -79,7 +81,7 @@ def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] |
     return Snippet(first, best, "\n".join(all_lines[first - 1 : last]))
 
 
-def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int = 1) -> list[ResultRow]:
+def build_rows(idx: Index, hits: Sequence[Hit], query: str, *, context: int = 1) -> list[ResultRow]:
     """Rows for hits: title, all matching contexts (joined by `` | ``), and a snippet (inside
     the hit's chunk when it has one, else anywhere below the front matter)."""
     rows = []
@@ -101,12 +103,13 @@ def build_rows(idx: "Index", hits: Sequence["Hit"], query: str, *, context: int 
             span = (doc.body.count("\n", 0, off) + 1, doc.body.count("\n") + 1)
         snip = snippet(doc.body, query, context=context, lines=span)
         ctx = idx.contexts_for(h.docno, contexts)
-        rows.append(ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None,
-                              snip.text, h.chunk_id))
+        rows.append(
+            ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None, snip.text, h.chunk_id)
+        )
     return rows
 
 
-def full_rows(idx: "Index", rows: Sequence[ResultRow], *, max_chars: int = 0) -> list[ResultRow]:
+def full_rows(idx: Index, rows: Sequence[ResultRow], *, max_chars: int = 0) -> list[ResultRow]:
     """The same rows with the whole document as the snippet (starting at line 1): ``--full``.
 
     ``max_chars`` > 0 caps each document (``--max-chars``) with

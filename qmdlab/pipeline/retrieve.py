@@ -7,9 +7,11 @@ document template). Each list keeps ``list_limit`` hits and records its source,
 query type, sub-query, 1-based rank, backend score, normalised score and the
 list's fusion weight.
 """
+
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -24,8 +26,8 @@ KEYWORD_CHANNELS = ("phrase", "like", "trigram", "heading")
 class Route(NamedTuple):
     """One retrieval list to run."""
 
-    source: str       # "fts" | "vec"
-    query_type: str   # "original" | "lex" | "vec" | "hyde"
+    source: str  # "fts" | "vec"
+    query_type: str  # "original" | "lex" | "vec" | "hyde"
     subquery: str
 
 
@@ -151,14 +153,22 @@ def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, s
         if r.query_type == "hyde" and config.hyde_as_document:
             vec = call_with_budget(embedder.embed_documents, [("", r.subquery)], budget_s=budget, model=embedder)[0]
         else:
-            vec = call_with_budget(embedder.embed_query, r.subquery, budget_s=budget, model=embedder,
-                                   peek=getattr(embedder, "peek_query", None))
+            vec = call_with_budget(
+                embedder.embed_query,
+                r.subquery,
+                budget_s=budget,
+                model=embedder,
+                peek=getattr(embedder, "peek_query", None),
+            )
         vec = np.asarray(vec, dtype=np.float32)
         dim = getattr(embedder, "dim", None)
         if vec.ndim != 1 or (isinstance(dim, int) and vec.shape[0] != dim) or not np.isfinite(vec).all():
             raise ValueError(f"embedder returned a vector of shape {vec.shape} (want ({dim},), finite)")
     except StageTimeout:
-        return None, f"query embedding over its {budget:g} s budget (stage_budget_s; the call was stopped): keyword lists only"
+        return (
+            None,
+            f"query embedding over its {budget:g} s budget (stage_budget_s; the call was stopped): keyword lists only",
+        )
     except StageBusy as err:
         return None, f"query embedding skipped ({err})"
     except Exception as err:  # any model failure after a successful load: keyword results only
@@ -173,9 +183,17 @@ class Retrieved(NamedTuple):
     notes: list[tuple[str, str]]
 
 
-def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: PipelineConfig, *, qid: str,
-             collections: Sequence[str] | None = None, filters: Any = None,
-             fts_hits: dict[str, list] | None = None) -> Retrieved:
+def retrieve(
+    index: Any,
+    embedder: Any,
+    routes: Sequence[Route],
+    config: PipelineConfig,
+    *,
+    qid: str,
+    collections: Sequence[str] | None = None,
+    filters: Any = None,
+    fts_hits: dict[str, list] | None = None,
+) -> Retrieved:
     """Run every route against the index.
 
     Parameters
@@ -205,41 +223,77 @@ def retrieve(index: Any, embedder: Any, routes: Sequence[Route], config: Pipelin
             n = vm.matrix.shape[0]
             dim = getattr(embedder, "dim", None)
             if n and isinstance(dim, int) and vm.matrix.shape[1] != dim:  # stale vectors of another dimension
-                raise ValueError(f"the index holds {vm.matrix.shape[1]}-d vectors under {embedder.fingerprint!r} "
-                                 f"but the embedder gives {dim}-d ones; re-embed with `qmdlab embed -f`")
+                raise ValueError(
+                    f"the index holds {vm.matrix.shape[1]}-d vectors under {embedder.fingerprint!r} "
+                    f"but the embedder gives {dim}-d ones; re-embed with `qmdlab embed -f`"
+                )
         except Exception as err:  # DimensionMismatchError, CapacityError and friends: degrade, say so
             n = 0
             notes.append(("retrieve", f"vectors unusable ({err}): vector lists skipped"))
         else:
             if n == 0:
-                notes.append(("retrieve", f"no vectors for embedder {embedder.model_id} in the index "
-                                          "(run `qmdlab embed`): vector lists skipped"))
+                notes.append(
+                    (
+                        "retrieve",
+                        f"no vectors for embedder {embedder.model_id} in the index "
+                        "(run `qmdlab embed`): vector lists skipped",
+                    )
+                )
         vec_ok = n > 0
     for list_id, r in enumerate(routes):
         weight = config.list_weight(r.source, r.query_type)
         if r.source in KEYWORD_CHANNELS:
             from qmdlab.search.channels import channel_search
 
-            hits = channel_search(index, r.source, r.subquery, limit=config.list_limit, collections=collections,
-                                  filters=filters, weights=config.lexical()["weights"])
+            hits = channel_search(
+                index,
+                r.source,
+                r.subquery,
+                limit=config.list_limit,
+                collections=collections,
+                filters=filters,
+                weights=config.lexical()["weights"],
+            )
         elif r.source == "fts":
             if fts_hits is not None and r.subquery in fts_hits:
                 hits = fts_hits[r.subquery][: config.list_limit]
             else:
-                hits = bm25_search(index, r.subquery, limit=config.list_limit, collections=collections,
-                                   filters=filters, **config.lexical())
+                hits = bm25_search(
+                    index,
+                    r.subquery,
+                    limit=config.list_limit,
+                    collections=collections,
+                    filters=filters,
+                    **config.lexical(),
+                )
         else:
             if not vec_ok:
                 continue
             vec, failure = embed_route(embedder, r, config)
             if failure is not None:  # degrade to keyword lists, say so, and stop calling the embedder
                 ran = vec_ran
-                notes.append(("retrieve", failure + (": the remaining vector lists skipped" if ran else
-                                                     ": vector lists skipped, keyword results only")))
+                notes.append(
+                    (
+                        "retrieve",
+                        failure
+                        + (
+                            ": the remaining vector lists skipped"
+                            if ran
+                            else ": vector lists skipped, keyword results only"
+                        ),
+                    )
+                )
                 vec_ok = False
                 continue
-            hits = vector_search(index, vec, fingerprint=embedder.fingerprint, limit=config.list_limit,
-                                 collections=collections, filters=filters, ann=config.ann())
+            hits = vector_search(
+                index,
+                vec,
+                fingerprint=embedder.fingerprint,
+                limit=config.list_limit,
+                collections=collections,
+                filters=filters,
+                ann=config.ann(),
+            )
         _append_hits(cols, qid, list_id, r, hits, weight)
         vec_ran = vec_ran or (r.source == "vec" and bool(hits))
     lists = pl.DataFrame(cols, schema=SCHEMAS["lists"]) if cols["qid"] else empty("lists")

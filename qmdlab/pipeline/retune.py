@@ -12,10 +12,11 @@ switches ``expand``/``hyde``/``vector``/``rerank`` (lists are dropped, never
 added). What it cannot: anything before retrieval (expansion, probe, the BM25
 mode) and chunk selection — those need :meth:`qmdlab.Lab.query`.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import polars as pl
 
@@ -42,8 +43,9 @@ def rerank_scores_of(trace: Trace, extra: pl.DataFrame | None = None) -> pl.Data
     return pl.concat([extra, scores], how="vertical").unique(["qid", "docno"], keep="first", maintain_order=True)
 
 
-def fuse_candidates(lists: pl.DataFrame, config: PipelineConfig,
-                    docs: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def fuse_candidates(
+    lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The first cheap stages on recorded lists: reweight and ablate them, fuse, take the
     top ``candidate_limit``. Returns ``(lists, fused, candidates)``. ``docs``: per-document
     features, for ``fusion=learned`` only (:func:`qmdlab.pipeline.learned.doc_features`)."""
@@ -52,16 +54,23 @@ def fuse_candidates(lists: pl.DataFrame, config: PipelineConfig,
     return lists, fused, candidates(fused, config.candidate_limit)
 
 
-def blend_finish(cands: pl.DataFrame, scores: pl.DataFrame | None, config: PipelineConfig, *,
-                 doc_tags: pl.DataFrame | None = None) -> pl.DataFrame:
+def blend_finish(
+    cands: pl.DataFrame, scores: pl.DataFrame | None, config: PipelineConfig, *, doc_tags: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """The last cheap stages: blend the candidates with rerank ``scores`` (``None``: rerank off)
     and finish (min score, tag lift, limit) into the ``final`` table."""
     return finish(blend(cands, scores, config), config, doc_tags=doc_tags)
 
 
-def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | None = None, *,
-           rerank_fn: RerankFn | None = None, doc_tags: pl.DataFrame | None = None,
-           docs: pl.DataFrame | None = None) -> Trace:
+def retune(
+    trace: Trace,
+    config: PipelineConfig,
+    rerank_scores: pl.DataFrame | None = None,
+    *,
+    rerank_fn: RerankFn | None = None,
+    doc_tags: pl.DataFrame | None = None,
+    docs: pl.DataFrame | None = None,
+) -> Trace:
     """Re-fuse, re-select candidates, re-blend and re-finish ``trace`` under ``config``.
 
     Parameters
@@ -99,8 +108,11 @@ def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | N
     if config.rerank:
         scores = rerank_scores_of(trace, rerank_scores)
         reranked_qids = scores.select("qid").unique()
-        missing = cands.join(reranked_qids, on="qid", how="semi") \
-            .join(scores, on=["qid", "docno"], how="anti").select("qid", "docno")
+        missing = (
+            cands.join(reranked_qids, on="qid", how="semi")
+            .join(scores, on=["qid", "docno"], how="anti")
+            .select("qid", "docno")
+        )
         if missing.height and rerank_fn is not None:
             got = rerank_fn(missing)
             if got is not None and got.height:
@@ -110,25 +122,55 @@ def retune(trace: Trace, config: PipelineConfig, rerank_scores: pl.DataFrame | N
                 missing = missing.join(got, on=["qid", "docno"], how="anti")
         if missing.height:
             counts = missing.group_by("qid", maintain_order=True).len()
-            notes.append(counts.select(
-                "qid", stage=pl.lit("retune"),
-                message=pl.format("{} candidates newly promoted without a cached rerank score "
-                                  "(rerank_score null: position score kept)", pl.col("len"))))
+            notes.append(
+                counts.select(
+                    "qid",
+                    stage=pl.lit("retune"),
+                    message=pl.format(
+                        "{} candidates newly promoted without a cached rerank score "
+                        "(rerank_score null: position score kept)",
+                        pl.col("len"),
+                    ),
+                )
+            )
     final = blend_finish(cands, scores, config, doc_tags=doc_tags)
-    results = final.select("qid", "docno", "final_rank", "final_score").join(
-        trace.results.select("qid", "docno", "docid", "title", "line", "context", "snippet"),
-        on=["qid", "docno"], how="left").select(list(SCHEMAS["results"]))
+    results = (
+        final.select("qid", "docno", "final_rank", "final_score")
+        .join(
+            trace.results.select("qid", "docno", "docid", "title", "line", "context", "snippet"),
+            on=["qid", "docno"],
+            how="left",
+        )
+        .select(list(SCHEMAS["results"]))
+    )
     ms = (time.perf_counter() - t0) * 1000.0
-    timings = pl.concat([trace.timings.filter(~pl.col("stage").is_in(_CHEAP_STAGES)),
-                         pl.DataFrame({"qid": ["*"], "stage": ["retune"], "ms": [ms]}, schema=SCHEMAS["timings"])])
-    return Trace(queries=trace.queries, expansions=trace.expansions, lists=lists, fused=fused, rerank=rerank_table, final=final,
-                 results=results, timings=timings, notes=pl.concat(notes, how="vertical"), config=config.to_dict())
+    timings = pl.concat(
+        [
+            trace.timings.filter(~pl.col("stage").is_in(_CHEAP_STAGES)),
+            pl.DataFrame({"qid": ["*"], "stage": ["retune"], "ms": [ms]}, schema=SCHEMAS["timings"]),
+        ]
+    )
+    return Trace(
+        queries=trace.queries,
+        expansions=trace.expansions,
+        lists=lists,
+        fused=fused,
+        rerank=rerank_table,
+        final=final,
+        results=results,
+        timings=timings,
+        notes=pl.concat(notes, how="vertical"),
+        config=config.to_dict(),
+    )
 
 
 def _as_rerank_rows(got: pl.DataFrame) -> pl.DataFrame:
     """Fill the optional columns of ``rerank_fn`` output to the ``rerank`` schema."""
-    defaults = {"chunk_id": pl.lit(None, dtype=pl.Int64), "chunk_hash": pl.lit(None, dtype=pl.String),
-                "cached": pl.lit(False)}
+    defaults = {
+        "chunk_id": pl.lit(None, dtype=pl.Int64),
+        "chunk_hash": pl.lit(None, dtype=pl.String),
+        "cached": pl.lit(False),
+    }
     got = got.with_columns([v.alias(k) for k, v in defaults.items() if k not in got.columns])
     return got.select([pl.col(c).cast(t) for c, t in SCHEMAS["rerank"].items()]).drop_nulls("rerank_score")
 

@@ -7,9 +7,10 @@ the first chunk. A *hit* is a distinct query term occurring in the chunk
 ``df_filter`` (the keyword document-frequency filter), query terms present in more than
 half of the candidate documents are ignored, except terms with df <= 2.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import polars as pl
 
@@ -45,8 +46,9 @@ def df_filtered_terms(terms: Sequence[str], doc_texts: Sequence[str]) -> list[st
     return kept
 
 
-def select_chunks(chunks: pl.DataFrame, docnos: Sequence[str], query: str, intent: str | None,
-                  config: PipelineConfig) -> pl.DataFrame:
+def select_chunks(
+    chunks: pl.DataFrame, docnos: Sequence[str], query: str, intent: str | None, config: PipelineConfig
+) -> pl.DataFrame:
     """The best chunk of every candidate.
 
     Parameters
@@ -84,8 +86,7 @@ def select_chunks(chunks: pl.DataFrame, docnos: Sequence[str], query: str, inten
             rows["chunk_id"].append(best[1])
             rows["text"].append(best[2])
             rows["hits"].append(best[0])
-    return pl.DataFrame(rows, schema={"docno": pl.String, "chunk_id": pl.Int64, "text": pl.String,
-                                      "hits": pl.Float64})
+    return pl.DataFrame(rows, schema={"docno": pl.String, "chunk_id": pl.Int64, "text": pl.String, "hits": pl.Float64})
 
 
 __all__ = ["chunk_score", "df_filtered_terms", "select_chunks"]

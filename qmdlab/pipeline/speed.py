@@ -8,6 +8,7 @@ next process judges from the same figures. :func:`fits` is the judgement: a stag
 time exceeds what is left of the deadline is skipped before it starts (noted in the trace); a model
 never measured yet runs, capped at what is left, and its time is measured for the next query.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ def model_name(model: Any) -> str:
     while getattr(model, "inner", None) is not None and seen < 10:
         model = model.inner
         seen += 1
-    return str(getattr(model, "fingerprint", None) or getattr(model, "model_id", None) or f"{type(model).__name__}@{id(model)}")
+    return str(
+        getattr(model, "fingerprint", None) or getattr(model, "model_id", None) or f"{type(model).__name__}@{id(model)}"
+    )
 
 
 def _path() -> Path:
@@ -47,8 +50,8 @@ def _load() -> None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    for name, kinds in (data.items() if isinstance(data, dict) else ()):
-        for kind, value in (kinds.items() if isinstance(kinds, dict) else ()):
+    for name, kinds in data.items() if isinstance(data, dict) else ():
+        for kind, value in kinds.items() if isinstance(kinds, dict) else ():
             if kind in KINDS and isinstance(value, list) and len(value) == 2:
                 _means.setdefault(name, {}).setdefault(kind, (float(value[0]), int(value[1])))
 
@@ -58,8 +61,10 @@ def _save() -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({n: {k: list(v) for k, v in kinds.items()} for n, kinds in _means.items()},
-                                  indent=1), encoding="utf-8")
+        tmp.write_text(
+            json.dumps({n: {k: list(v) for k, v in kinds.items()} for n, kinds in _means.items()}, indent=1),
+            encoding="utf-8",
+        )
         os.replace(tmp, path)
     except OSError:  # a read-only home: the figures stay in this process
         pass
@@ -100,8 +105,17 @@ class Fit(NamedTuple):
     note: str
 
 
-def fits(model: Any, kind: str, units: int, left_s: float, budget_s: float, stage_budget_s: float = 0.0,
-         *, stage: str = "", persist: bool = True) -> Fit:
+def fits(
+    model: Any,
+    kind: str,
+    units: int,
+    left_s: float,
+    budget_s: float,
+    stage_budget_s: float = 0.0,
+    *,
+    stage: str = "",
+    persist: bool = True,
+) -> Fit:
     """Whether ``units`` calls/pairs of ``model`` fit in ``left_s`` seconds of a ``budget_s`` deadline.
 
     >>> class M: fingerprint = "doc:m"
@@ -114,15 +128,26 @@ def fits(model: Any, kind: str, units: int, left_s: float, budget_s: float, stag
     cap = left_s if not stage_budget_s else min(left_s, stage_budget_s)
     per = estimate(model, kind, persist=persist)
     if per is None:
-        return Fit(left_s > 0, None, max(cap, 0.0), "" if left_s > 0 else
-                   f"{stage or kind} skipped before it started: the {budget_s:g} s budget is used up (--budget)")
+        return Fit(
+            left_s > 0,
+            None,
+            max(cap, 0.0),
+            ""
+            if left_s > 0
+            else f"{stage or kind} skipped before it started: the {budget_s:g} s budget is used up (--budget)",
+        )
     need = per * units
     if need <= left_s:
         return Fit(True, need, cap, "")
     what = f"{units} pair{'s' if units != 1 else ''}" if kind == "rerank" else "1 call"
-    return Fit(False, need, cap, f"{stage or kind} skipped before it started: {what} at the measured {per:.3g} "
-                                 f"{KINDS[kind]} = {need:.1f} s > {max(left_s, 0.0):.1f} s left of the {budget_s:g} s "
-                                 "budget (--budget)")
+    return Fit(
+        False,
+        need,
+        cap,
+        f"{stage or kind} skipped before it started: {what} at the measured {per:.3g} "
+        f"{KINDS[kind]} = {need:.1f} s > {max(left_s, 0.0):.1f} s left of the {budget_s:g} s "
+        "budget (--budget)",
+    )
 
 
 def reset() -> None:

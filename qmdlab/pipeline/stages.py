@@ -18,10 +18,12 @@ Qwen3 reranker), the fake preset too (the test models cost nothing and every sta
 Evaluation (``qmdlab eval``, ``tune``, the record/ablation machinery) does not go through this
 rule: its tiers and configurations say every stage explicitly.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from qmdlab.pipeline.config import PipelineConfig
 
@@ -89,15 +91,21 @@ class StagePlan:
         """
         ran = self.ran(trace)
         order = [s for s in ("expand", "bm25", "vector", "fusion", "rerank", "blend") if ran.get(s)]
-        names = {"expand": "expansion", "bm25": "bm25", "vector": "vector", "fusion": "fusion", "rerank": "rerank",
-                 "blend": "blend"}
+        names = {
+            "expand": "expansion",
+            "bm25": "bm25",
+            "vector": "vector",
+            "fusion": "fusion",
+            "rerank": "rerank",
+            "blend": "blend",
+        }
         parts = []
         for stage in STAGES:
             on = getattr(self, stage)
             text = f"{_NAMES[stage]} {'on' if on else 'off'} ({self.reason(stage)})"
             if on and trace is not None and not ran.get(stage):
                 why = _first_note(trace, stage)
-                text += f" but not run for this query" + (f": {why}" if why else "")
+                text += " but not run for this query" + (f": {why}" if why else "")
             parts.append(text)
         if trace is not None and not ran.get("vector"):
             why = next((m for m in trace.notes_for() if "vector" in m.lower()), "")
@@ -107,17 +115,29 @@ class StagePlan:
     def ran(self, trace: Any = None) -> dict[str, bool]:
         """Which stages produced output (from the trace), or would run (without one)."""
         if trace is None:
-            return {"expand": self.expand, "bm25": True, "vector": True, "fusion": True, "rerank": self.rerank,
-                    "blend": self.rerank}
+            return {
+                "expand": self.expand,
+                "bm25": True,
+                "vector": True,
+                "fusion": True,
+                "rerank": self.rerank,
+                "blend": self.rerank,
+            }
         exp = trace.expansions
         lists = trace.lists
         # the expander answered (its note counts the lines it kept, maybe none), from the model or the cache
         expanded = (exp.height > 0 and bool((exp["origin"] == "expander").any())) or any(
-            " lines kept" in m for m in trace.notes_for("expand"))
+            " lines kept" in m for m in trace.notes_for("expand")
+        )
         reranked = trace.rerank.height > 0
-        return {"expand": expanded, "bm25": bool((lists["source"] == "fts").any()) or lists.height == 0,
-                "vector": bool((lists["source"] == "vec").any()), "fusion": True, "rerank": reranked,
-                "blend": reranked}
+        return {
+            "expand": expanded,
+            "bm25": bool((lists["source"] == "fts").any()) or lists.height == 0,
+            "vector": bool((lists["source"] == "vec").any()),
+            "fusion": True,
+            "rerank": reranked,
+            "blend": reranked,
+        }
 
 
 def _first_note(trace: Any, stage: str) -> str:
@@ -154,8 +174,13 @@ def preset_name(preset: str | None = None, *, models_given: bool = False) -> str
     return resolve_refs(preset)[0]
 
 
-def plan_stages(config: PipelineConfig | None = None, preset: str | None = None, *, expand: bool | None = None,
-                rerank: bool | None = None) -> tuple[PipelineConfig, StagePlan]:
+def plan_stages(
+    config: PipelineConfig | None = None,
+    preset: str | None = None,
+    *,
+    expand: bool | None = None,
+    rerank: bool | None = None,
+) -> tuple[PipelineConfig, StagePlan]:
     """The config a front end runs, with ``expand``/``rerank`` decided by the rule of this module.
 
     Parameters
@@ -208,5 +233,14 @@ def model_roles(config: PipelineConfig) -> dict[str, str]:
     return roles
 
 
-__all__ = ["CUSTOM", "STAGES", "STAGE_DEFAULTS", "STAGE_EVIDENCE", "StagePlan", "stage_defaults", "preset_name", "plan_stages",
-           "model_roles"]
+__all__ = [
+    "CUSTOM",
+    "STAGES",
+    "STAGE_DEFAULTS",
+    "STAGE_EVIDENCE",
+    "StagePlan",
+    "stage_defaults",
+    "preset_name",
+    "plan_stages",
+    "model_roles",
+]

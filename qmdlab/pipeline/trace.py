@@ -4,12 +4,13 @@ Run-like tables use PyTerrier-style ``qid, docno, <score>, <rank>`` columns so a
 ranx run is one line away (:meth:`Trace.to_ranx_run`). Every table has a fixed
 schema (:data:`SCHEMAS`), also when empty, so traces of many queries concatenate.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import polars as pl
 
@@ -17,21 +18,66 @@ from qmdlab.errors import QmdlabError
 
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "queries": {"qid": pl.String, "text": pl.String, "intent": pl.String},
-    "expansions": {"qid": pl.String, "type": pl.String, "text": pl.String, "kept": pl.Boolean,
-                   "reason_dropped": pl.String, "origin": pl.String},
-    "lists": {"qid": pl.String, "list_id": pl.Int64, "source": pl.String, "query_type": pl.String,
-              "subquery": pl.String, "docno": pl.String, "chunk_id": pl.Int64, "rank": pl.Int64,
-              "backend_score": pl.Float64, "score": pl.Float64, "weight": pl.Float64},
-    "fused": {"qid": pl.String, "docno": pl.String, "rrf_base": pl.Float64, "best_rank": pl.Int64,
-              "bonus": pl.Float64, "fused_score": pl.Float64, "fused_rank": pl.Int64, "n_lists": pl.Int64},
-    "rerank": {"qid": pl.String, "docno": pl.String, "chunk_id": pl.Int64, "chunk_hash": pl.String,
-               "rerank_score": pl.Float64, "cached": pl.Boolean},
-    "final": {"qid": pl.String, "docno": pl.String, "fused_rank": pl.Int64, "position_score": pl.Float64,
-              "blend_weight": pl.Float64, "rerank_score": pl.Float64, "final_score": pl.Float64,
-              "final_rank": pl.Int64},
-    "results": {"qid": pl.String, "docno": pl.String, "docid": pl.String, "title": pl.String,
-                "final_rank": pl.Int64, "final_score": pl.Float64, "line": pl.Int64, "context": pl.String,
-                "snippet": pl.String},
+    "expansions": {
+        "qid": pl.String,
+        "type": pl.String,
+        "text": pl.String,
+        "kept": pl.Boolean,
+        "reason_dropped": pl.String,
+        "origin": pl.String,
+    },
+    "lists": {
+        "qid": pl.String,
+        "list_id": pl.Int64,
+        "source": pl.String,
+        "query_type": pl.String,
+        "subquery": pl.String,
+        "docno": pl.String,
+        "chunk_id": pl.Int64,
+        "rank": pl.Int64,
+        "backend_score": pl.Float64,
+        "score": pl.Float64,
+        "weight": pl.Float64,
+    },
+    "fused": {
+        "qid": pl.String,
+        "docno": pl.String,
+        "rrf_base": pl.Float64,
+        "best_rank": pl.Int64,
+        "bonus": pl.Float64,
+        "fused_score": pl.Float64,
+        "fused_rank": pl.Int64,
+        "n_lists": pl.Int64,
+    },
+    "rerank": {
+        "qid": pl.String,
+        "docno": pl.String,
+        "chunk_id": pl.Int64,
+        "chunk_hash": pl.String,
+        "rerank_score": pl.Float64,
+        "cached": pl.Boolean,
+    },
+    "final": {
+        "qid": pl.String,
+        "docno": pl.String,
+        "fused_rank": pl.Int64,
+        "position_score": pl.Float64,
+        "blend_weight": pl.Float64,
+        "rerank_score": pl.Float64,
+        "final_score": pl.Float64,
+        "final_rank": pl.Int64,
+    },
+    "results": {
+        "qid": pl.String,
+        "docno": pl.String,
+        "docid": pl.String,
+        "title": pl.String,
+        "final_rank": pl.Int64,
+        "final_score": pl.Float64,
+        "line": pl.Int64,
+        "context": pl.String,
+        "snippet": pl.String,
+    },
     "timings": {"qid": pl.String, "stage": pl.String, "ms": pl.Float64},
     "notes": {"qid": pl.String, "stage": pl.String, "message": pl.String},
 }
@@ -108,7 +154,7 @@ class Trace:
                 seen.setdefault(q, None)
         return list(seen)
 
-    def for_qid(self, qid: str) -> "Trace":
+    def for_qid(self, qid: str) -> Trace:
         """The trace of one query."""
         return Trace(**{n: getattr(self, n).filter(pl.col("qid") == qid) for n in TABLES}, config=self.config)
 
@@ -140,19 +186,29 @@ class Trace:
         """``results`` as :class:`qmdlab.pipeline.results.ResultRow` values (for ``format_results``)."""
         from qmdlab.pipeline.results import ResultRow
 
-        return [ResultRow(r["docno"], r["docid"] or "", float(r["final_score"]), int(r["line"] or 1),
-                          r["title"] or r["docno"], r["context"], r["snippet"] or "")
-                for r in self.results.iter_rows(named=True)]
+        return [
+            ResultRow(
+                r["docno"],
+                r["docid"] or "",
+                float(r["final_score"]),
+                int(r["line"] or 1),
+                r["title"] or r["docno"],
+                r["context"],
+                r["snippet"] or "",
+            )
+            for r in self.results.iter_rows(named=True)
+        ]
 
     # -- many queries ---------------------------------------------------------------
     @staticmethod
-    def concat(traces: Iterable["Trace"]) -> "Trace":
+    def concat(traces: Iterable[Trace]) -> Trace:
         """One trace holding all rows of ``traces`` (config of the first)."""
         traces = list(traces)
         if not traces:
             return Trace()
-        return Trace(**{n: pl.concat([getattr(t, n) for t in traces], how="vertical") for n in TABLES},
-                     config=traces[0].config)
+        return Trace(
+            **{n: pl.concat([getattr(t, n) for t in traces], how="vertical") for n in TABLES}, config=traces[0].config
+        )
 
     # -- persistence ----------------------------------------------------------------
     def to_parquet(self, directory: str | Path) -> Path:
@@ -165,13 +221,12 @@ class Trace:
         return d
 
     @classmethod
-    def from_parquet(cls, directory: str | Path) -> "Trace":
+    def from_parquet(cls, directory: str | Path) -> Trace:
         """Read a trace written by :meth:`to_parquet`."""
         d = Path(directory)
         if not (d / "lists.parquet").exists():
             raise QmdlabError(f"{d}: no saved trace here (expected lists.parquet; write one with Trace.to_parquet)")
-        tables = {n: pl.read_parquet(d / f"{n}.parquet") if (d / f"{n}.parquet").exists() else None
-                  for n in TABLES}
+        tables = {n: pl.read_parquet(d / f"{n}.parquet") if (d / f"{n}.parquet").exists() else None for n in TABLES}
         cfg = json.loads((d / "config.json").read_text(encoding="utf-8")) if (d / "config.json").exists() else {}
         return cls(**tables, config=cfg)
 
@@ -196,8 +251,12 @@ def sort_within_qid(df: pl.DataFrame, by: list[str], descending: list[bool] | No
     qid = df["qid"]
     if qid.len() < 2 or qid.n_unique() == 1:  # one query (Lab.query): a plain stable sort, one polars call
         return df.sort(by, descending=descending, maintain_order=True)
-    return (df.with_row_index("_row").with_columns(_qo=pl.col("_row").min().over("qid"))
-            .sort(["_qo", *by], descending=[False, *descending], maintain_order=True).drop("_row", "_qo"))
+    return (
+        df.with_row_index("_row")
+        .with_columns(_qo=pl.col("_row").min().over("qid"))
+        .sort(["_qo", *by], descending=[False, *descending], maintain_order=True)
+        .drop("_row", "_qo")
+    )
 
 
 __all__ = ["Trace", "SCHEMAS", "TABLES", "empty", "conform", "sort_within_qid"]

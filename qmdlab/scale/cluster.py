@@ -1,15 +1,19 @@
 """Ray: import with an exact install hint, connect (or start a local instance), actor resources."""
+
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from qmdlab.errors import ConfigError, QmdlabError
 
 RAY_VERSION = "2.60.0"
-INSTALL_HINT = (f"--ray needs Ray Data, which is not installed; install the scale extra: "
-                f"pip install 'qmdlab[scale]'  (or: pip install 'ray[data]=={RAY_VERSION}')")
+INSTALL_HINT = (
+    f"--ray needs Ray Data, which is not installed; install the scale extra: "
+    f"pip install 'qmdlab[scale]'  (or: pip install 'ray[data]=={RAY_VERSION}')"
+)
 
 #: Environment forwarded to every actor (``QMDLAB_HOME`` and friends decide where models and
 #: the LLM cache are looked up); on a cluster these paths must exist on every node.
@@ -46,7 +50,7 @@ class RayOptions(NamedTuple):
     num_cpus: float = 1.0
     num_gpus: float = 0.0
 
-    def check(self) -> "RayOptions":
+    def check(self) -> RayOptions:
         """Reject impossible resource requests with the flag to fix.
 
         >>> RayOptions(actors=0).check()
@@ -56,8 +60,10 @@ class RayOptions(NamedTuple):
         if self.actors is not None and self.actors < 1:
             raise ConfigError(f"--ray-actors must be at least 1 (got {self.actors})")
         if self.num_cpus < 0 or self.num_gpus < 0 or (self.num_cpus == 0 and self.num_gpus == 0):
-            raise ConfigError(f"--ray-cpus/--ray-gpus: each actor needs some CPU or GPU "
-                              f"(got {self.num_cpus} CPU, {self.num_gpus} GPU)")
+            raise ConfigError(
+                f"--ray-cpus/--ray-gpus: each actor needs some CPU or GPU "
+                f"(got {self.num_cpus} CPU, {self.num_gpus} GPU)"
+            )
         return self
 
     def actor_count(self, ray: Any) -> int:
@@ -99,8 +105,10 @@ def connect(address: str | None) -> Iterator[Any]:
     try:
         ray.init(**kwargs)
     except ConnectionError as err:
-        raise QmdlabError(f"--ray {address or ''}: cannot reach a Ray cluster ({err}); start one with "
-                          "`ray start --head` or pass --ray without an address for a local instance") from None
+        raise QmdlabError(
+            f"--ray {address or ''}: cannot reach a Ray cluster ({err}); start one with "
+            "`ray start --head` or pass --ray without an address for a local instance"
+        ) from None
     try:
         yield ray
     finally:

@@ -11,11 +11,13 @@ next run embeds only what is missing. Every output row carries the fingerprint o
 embedder; a row whose fingerprint differs from the driver's (another model file or version on
 a node) stops the run before it is stored.
 """
+
 from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -50,8 +52,9 @@ class EmbedderSpec(NamedTuple):
         """The embedder (lazy for llama.cpp models: weights load on the first batch)."""
         from qmdlab.models import load_models
 
-        emb = load_models(embed=self.ref, expand="none", rerank="none", n_threads=self.n_threads,
-                          batch_size=self.batch_size).embedder
+        emb = load_models(
+            embed=self.ref, expand="none", rerank="none", n_threads=self.n_threads, batch_size=self.batch_size
+        ).embedder
         if emb is None:
             raise ModelError("the embed role is disabled ('none'); pick an embedder with --embed-model or --preset")
         return emb
@@ -70,8 +73,11 @@ class EmbedActor:
         titles = ["" if t is None else str(t) for t in batch["title"]]
         texts = [str(t) for t in batch["text"]]
         mat = np.asarray(self.embedder.embed_documents(list(zip(titles, texts))), dtype=np.float32)
-        return {"chunk_id": np.asarray(batch["chunk_id"], dtype=np.int64), "vector": mat,
-                "fingerprint": np.array([self.fingerprint] * len(texts))}
+        return {
+            "chunk_id": np.asarray(batch["chunk_id"], dtype=np.int64),
+            "vector": mat,
+            "fingerprint": np.array([self.fingerprint] * len(texts)),
+        }
 
 
 class RayEmbedReport(NamedTuple):
@@ -83,9 +89,17 @@ class RayEmbedReport(NamedTuple):
     seconds: float
 
 
-def embed_with_ray(idx: "Index", todo: "pl.DataFrame", spec: EmbedderSpec, fingerprint: str,
-                   options: RayOptions = RayOptions(), *, write_batch: int | None = None, progress: bool = True,
-                   store: Callable[[list[int], np.ndarray, str], None] | None = None) -> RayEmbedReport:
+def embed_with_ray(
+    idx: Index,
+    todo: pl.DataFrame,
+    spec: EmbedderSpec,
+    fingerprint: str,
+    options: RayOptions = RayOptions(),
+    *,
+    write_batch: int | None = None,
+    progress: bool = True,
+    store: Callable[[list[int], np.ndarray, str], None] | None = None,
+) -> RayEmbedReport:
     """Embed ``todo`` (``chunk_id, title, text``) on Ray and store the vectors under ``fingerprint``.
 
     Parameters
@@ -127,21 +141,29 @@ def embed_with_ray(idx: "Index", todo: "pl.DataFrame", spec: EmbedderSpec, finge
         # actor pool holds (a deadlock on a small cluster). A few blocks per actor keep all busy.
         step = max(spec.batch_size, -(-n // (actors * 4)))
         ds = ray.data.from_arrow([table.slice(i, step) for i in range(0, n, step)])
-        ds = ds.map_batches(EmbedActor, fn_constructor_kwargs={"spec": spec, "env": forwarded_env()},
-                            batch_size=spec.batch_size, batch_format="numpy",
-                            compute=ray.data.ActorPoolStrategy(size=actors),
-                            num_cpus=options.num_cpus, num_gpus=options.num_gpus or None)
+        ds = ds.map_batches(
+            EmbedActor,
+            fn_constructor_kwargs={"spec": spec, "env": forwarded_env()},
+            batch_size=spec.batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=options.num_cpus,
+            num_gpus=options.num_gpus or None,
+        )
         done = batches = 0
         batches_out = iter(ds.iter_batches(batch_size=write_batch, batch_format="numpy"))
         try:
-            with tqdm(total=n, unit="chunk", desc=f"embed (ray, {actors} actors)", disable=not progress,
-                      delay=0.5) as bar:
+            with tqdm(
+                total=n, unit="chunk", desc=f"embed (ray, {actors} actors)", disable=not progress, delay=0.5
+            ) as bar:
                 for out in batches_out:
                     fps = set(out["fingerprint"].tolist())
                     if fps != {fingerprint}:
-                        raise ModelError(f"a Ray actor embeds with {sorted(fps - {fingerprint})} but this run stores "
-                                         f"under {fingerprint!r}: every node must have the same model file and "
-                                         "qmdlab version (run `qmdlab pull` there)")
+                        raise ModelError(
+                            f"a Ray actor embeds with {sorted(fps - {fingerprint})} but this run stores "
+                            f"under {fingerprint!r}: every node must have the same model file and "
+                            "qmdlab version (run `qmdlab pull` there)"
+                        )
                     store([int(i) for i in out["chunk_id"]], np.asarray(out["vector"], dtype=np.float32), fingerprint)
                     done += len(out["chunk_id"])
                     batches += 1

@@ -15,11 +15,13 @@ Models are checked before any query runs: an actor whose model fingerprints diff
 driver's (another model file or qmdlab version on a node) stops the run, because its traces
 would be cached under a key that does not describe them.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from qmdlab.errors import ModelError
 from qmdlab.scale.cluster import RayOptions, connect, forwarded_env
@@ -42,7 +44,7 @@ class ModelSpec(NamedTuple):
     n_threads: int | None = None
 
     @classmethod
-    def resolve(cls, preset: str | None = None, *, n_threads: int | None = None, **roles: Any) -> "ModelSpec":
+    def resolve(cls, preset: str | None = None, *, n_threads: int | None = None, **roles: Any) -> ModelSpec:
         """The references :func:`qmdlab.models.load_models` would use for ``preset`` and ``roles``
         here (argument, environment, ``models.yaml``, preset), made explicit for the actors."""
         from qmdlab.models.registry import resolve_refs
@@ -63,8 +65,10 @@ class ModelSpec(NamedTuple):
 
 def fingerprints(models: Any) -> list[str | None]:
     """``fingerprint`` of each role's model (``None`` for a disabled role)."""
-    return [None if m is None else str(getattr(m, "fingerprint", None) or getattr(m, "model_id", ""))
-            for m in (models if models is not None else (None, None, None))]
+    return [
+        None if m is None else str(getattr(m, "fingerprint", None) or getattr(m, "model_id", ""))
+        for m in (models if models is not None else (None, None, None))
+    ]
 
 
 class QueryActor:
@@ -102,8 +106,9 @@ class RayQueries:
         A tqdm bar of queries done.
     """
 
-    def __init__(self, spec: ModelSpec, options: RayOptions = RayOptions(), *, models: Any = None,
-                 progress: bool = True):
+    def __init__(
+        self, spec: ModelSpec, options: RayOptions = RayOptions(), *, models: Any = None, progress: bool = True
+    ):
         self.spec, self.options, self.progress = spec, options.check(), progress
         self.expected = fingerprints(models) if models is not None else None
         self.actors_used = 0
@@ -129,11 +134,15 @@ class RayQueries:
                 if self.expected is not None:
                     for got in ray.get([a.fingerprints.remote() for a in actors]):
                         if got != self.expected:
-                            raise ModelError(f"a Ray actor loaded models {got} but this run records under {self.expected}: "
-                                             "every node needs the same model files and qmdlab version "
-                                             "(run `qmdlab pull` there)")
+                            raise ModelError(
+                                f"a Ray actor loaded models {got} but this run records under {self.expected}: "
+                                "every node needs the same model files and qmdlab version "
+                                "(run `qmdlab pull` there)"
+                            )
                 pool = ActorPool(actors)
-                with tqdm(total=len(rows), unit="q", desc=f"queries (ray, {n} actors)", disable=not self.progress) as bar:
+                with tqdm(
+                    total=len(rows), unit="q", desc=f"queries (ray, {n} actors)", disable=not self.progress
+                ) as bar:
                     for qid, trace in pool.map_unordered(lambda a, r: a.run.remote(r, env), rows):
                         bar.update(1)
                         yield qid, trace

@@ -1,4 +1,5 @@
 """Retrieval: lexical (FTS5 BM25) and exact vector search."""
+
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
 from qmdlab.search.lexical import bm25_search, build_fts_query
@@ -13,4 +14,3 @@ def __getattr__(name: str):
 
         return vector_search
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-

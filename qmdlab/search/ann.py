@@ -15,6 +15,7 @@ Within a process the graph is reused while the index hands out the same matrix o
 
 FAISS is an optional dependency: ``pip install 'qmdlab[ann]'`` (:data:`INSTALL_HINT`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,10 @@ if TYPE_CHECKING:
     from qmdlab.store.vectors import VectorMatrix
 
 FAISS_VERSION = "1.15.1"
-INSTALL_HINT = (f"the ANN vector index (vector_index: hnsw, --ann) needs FAISS, which is not installed; "
-                f"install the ann extra: pip install 'qmdlab[ann]'  (or: pip install 'faiss-cpu=={FAISS_VERSION}')")
+INSTALL_HINT = (
+    f"the ANN vector index (vector_index: hnsw, --ann) needs FAISS, which is not installed; "
+    f"install the ann extra: pip install 'qmdlab[ann]'  (or: pip install 'faiss-cpu=={FAISS_VERSION}')"
+)
 VECTOR_INDEXES = ("exact", "hnsw")
 FORMAT = 1  # bump when the saved layout or the key's ingredients change
 
@@ -96,15 +99,16 @@ _LOCK = threading.Lock()
 _MEMORY: dict[tuple[str, str, AnnConfig], tuple[Any, AnnHandle]] = {}
 
 
-def matrix_key(vm: "VectorMatrix", fingerprint: str, cfg: AnnConfig) -> str:
+def matrix_key(vm: VectorMatrix, fingerprint: str, cfg: AnnConfig) -> str:
     """Digest of everything the graph depends on: rows (chunk ids, documents, vector bytes),
     the embedder fingerprint, the graph parameters and the FAISS version."""
     import numpy as np
 
     h = hashlib.blake2b(digest_size=16)
     faiss = import_faiss()
-    h.update(json.dumps([FORMAT, faiss.__version__, fingerprint, cfg.m, cfg.ef_construction,
-                         list(vm.matrix.shape)]).encode())
+    h.update(
+        json.dumps([FORMAT, faiss.__version__, fingerprint, cfg.m, cfg.ef_construction, list(vm.matrix.shape)]).encode()
+    )
     h.update(np.ascontiguousarray(vm.chunk_ids, dtype=np.int64).tobytes())
     h.update("\0".join(vm.docnos).encode())
     h.update(memoryview(np.ascontiguousarray(vm.matrix, dtype=np.float32)).cast("B"))
@@ -121,7 +125,7 @@ def ann_paths(index_dir: Path, fingerprint: str) -> tuple[Path, Path]:
     return index_dir / "ann" / f"{slug}.faiss", index_dir / "ann" / f"{slug}.json"
 
 
-def build_graph(matrix: "np.ndarray", cfg: AnnConfig) -> Any:
+def build_graph(matrix: np.ndarray, cfg: AnnConfig) -> Any:
     """An HNSW graph (inner product) over the rows of ``matrix``; labels are row numbers."""
     import numpy as np
 
@@ -154,8 +158,12 @@ def _save(graph: Any, graph_path: Path, meta_path: Path, key: str, n: int, cfg: 
         tmp = graph_path.with_name(f"{graph_path.name}.tmp{os.getpid()}")
         faiss.write_index(graph, str(tmp))
         meta_tmp = meta_path.with_name(f"{meta_path.name}.tmp{os.getpid()}")
-        meta_tmp.write_text(json.dumps({"key": key, "rows": n, "m": cfg.m, "ef_construction": cfg.ef_construction,
-                                        "faiss": faiss.__version__}), encoding="utf-8")
+        meta_tmp.write_text(
+            json.dumps(
+                {"key": key, "rows": n, "m": cfg.m, "ef_construction": cfg.ef_construction, "faiss": faiss.__version__}
+            ),
+            encoding="utf-8",
+        )
         meta_path.unlink(missing_ok=True)
         os.replace(tmp, graph_path)
         os.replace(meta_tmp, meta_path)
@@ -163,7 +171,7 @@ def _save(graph: Any, graph_path: Path, meta_path: Path, key: str, n: int, cfg: 
         pass
 
 
-def ann_graph(index_dir: Path | None, fingerprint: str, vm: "VectorMatrix", cfg: AnnConfig) -> AnnHandle:
+def ann_graph(index_dir: Path | None, fingerprint: str, vm: VectorMatrix, cfg: AnnConfig) -> AnnHandle:
     """The HNSW graph of ``vm``: from memory, from disk when its key matches, or built (and saved).
 
     Parameters
@@ -204,7 +212,7 @@ def ann_graph(index_dir: Path | None, fingerprint: str, vm: "VectorMatrix", cfg:
         return handle
 
 
-def ann_rows(handle: AnnHandle, q: "np.ndarray", k: int, cfg: AnnConfig) -> "np.ndarray":
+def ann_rows(handle: AnnHandle, q: np.ndarray, k: int, cfg: AnnConfig) -> np.ndarray:
     """Matrix rows of (about) the ``k`` nearest chunk vectors to the unit vector ``q``."""
     import numpy as np
 

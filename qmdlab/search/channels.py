@@ -19,7 +19,7 @@ like ``like``. A run of two characters has no trigram (the FTS bigram list cover
 query without a CJK run of three or more characters gives no list.
 
 ``heading`` — the heading channel: a document is listed when its section headings (every
-markdown heading outside code fences, :func:`qmdlab.store.chunking.heading_paths`; the FTS table has
+markdown heading outside code fences, :func:`qmdlab.store.breakpoints.heading_paths`; the FTS table has
 no heading column) contain query terms (:func:`qmdlab.terms.terms`, exact lower-case words, no
 stemming), ranked by how many distinct terms they contain, ties by docno; ``score`` is the share of
 the terms.
@@ -28,10 +28,12 @@ The substring and heading channels scan every active document's text (SQLite ``i
 notes collections (CISI's 1,460 abstracts: well under a second per query) but grows linearly
 with the corpus — hence off by default.
 """
+
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
@@ -83,12 +85,19 @@ def cjk_trigrams(text: str) -> list[str]:
     """
     out: list[str] = []
     for run in CJK_RUN.findall(text):
-        out.extend(run[i:i + 3] for i in range(len(run) - 2))
+        out.extend(run[i : i + 3] for i in range(len(run) - 2))
     return list(dict.fromkeys(out))
 
 
-def phrase_search(idx: "Index", text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
-                  filters: SearchFilters | None = None, weights: Sequence[float] = BM25_WEIGHTS) -> list[Hit]:
+def phrase_search(
+    idx: Index,
+    text: str,
+    *,
+    limit: int = 20,
+    collections: Iterable[str] | None = None,
+    filters: SearchFilters | None = None,
+    weights: Sequence[float] = BM25_WEIGHTS,
+) -> list[Hit]:
     """Documents containing the whole query as a phrase, by BM25 (see the module docstring).
 
     ``backend_score`` is FTS5's ``bm25()`` (negative), ``score`` ``|bm25| / (1 + |bm25|)``.
@@ -99,9 +108,11 @@ def phrase_search(idx: "Index", text: str, *, limit: int = 20, collections: Iter
     w = ", ".join(repr(x) for x in check_weights(weights))
     where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
-    sql = (f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
-           "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-           f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?")
+    sql = (
+        f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
+        "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
+        f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?"
+    )
     try:
         with idx._lock:
             rows = idx.conn.execute(sql, [expr, *params, *fparams, int(limit)]).fetchall()
@@ -110,8 +121,14 @@ def phrase_search(idx: "Index", text: str, *, limit: int = 20, collections: Iter
     return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
 
 
-def substring_search(idx: "Index", units: Sequence[str], *, limit: int = 20,
-                     collections: Iterable[str] | None = None, filters: SearchFilters | None = None) -> list[Hit]:
+def substring_search(
+    idx: Index,
+    units: Sequence[str],
+    *,
+    limit: int = 20,
+    collections: Iterable[str] | None = None,
+    filters: SearchFilters | None = None,
+) -> list[Hit]:
     """Documents whose text contains any of ``units`` as a substring (ASCII case-insensitive),
     ranked by how many distinct units they contain, ties by docno.
 
@@ -123,21 +140,23 @@ def substring_search(idx: "Index", units: Sequence[str], *, limit: int = 20,
     where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
     count = " + ".join("(instr(lower(c.body), ?) > 0)" for _ in units)
-    sql = (f"SELECT docno, m FROM (SELECT d.collection || '/' || d.path AS docno, ({count}) AS m "
-           f"FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1{where}{fsql}) "
-           "WHERE m > 0 ORDER BY m DESC, docno LIMIT ?")
+    sql = (
+        f"SELECT docno, m FROM (SELECT d.collection || '/' || d.path AS docno, ({count}) AS m "
+        f"FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1{where}{fsql}) "
+        "WHERE m > 0 ORDER BY m DESC, docno LIMIT ?"
+    )
     with idx._lock:
         rows = idx.conn.execute(sql, [*units, *params, *fparams, int(limit)]).fetchall()
     n = len(units)
     return [Hit(docno, None, rank, float(m), float(m) / n) for rank, (docno, m) in enumerate(rows, 1)]
 
 
-def like_search(idx: "Index", text: str, **kwargs) -> list[Hit]:
+def like_search(idx: Index, text: str, **kwargs) -> list[Hit]:
     """The ``like`` channel: :func:`substring_search` over :func:`like_terms`."""
     return substring_search(idx, like_terms(text), **kwargs)
 
 
-def trigram_search(idx: "Index", text: str, **kwargs) -> list[Hit]:
+def trigram_search(idx: Index, text: str, **kwargs) -> list[Hit]:
     """The CJK ``trigram`` channel: :func:`substring_search` over :func:`cjk_trigrams`."""
     return substring_search(idx, cjk_trigrams(text), **kwargs)
 
@@ -148,7 +167,7 @@ def heading_terms(body: str) -> set[str]:
     >>> sorted(heading_terms("# Restore a backup\\n```\\n# not a heading\\n```\\n## Point-in-time recovery\\ntext"))
     ['backup', 'point', 'recovery', 'restore', 'time']
     """
-    from qmdlab.store.chunking import heading_paths
+    from qmdlab.store.breakpoints import heading_paths
 
     out: set[str] = set()
     for _, path in heading_paths(body):
@@ -156,8 +175,14 @@ def heading_terms(body: str) -> set[str]:
     return out
 
 
-def heading_search(idx: "Index", text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
-                   filters: SearchFilters | None = None) -> list[Hit]:
+def heading_search(
+    idx: Index,
+    text: str,
+    *,
+    limit: int = 20,
+    collections: Iterable[str] | None = None,
+    filters: SearchFilters | None = None,
+) -> list[Hit]:
     """The ``heading`` channel (see the module docstring): documents whose headings hold query terms.
 
     ``backend_score`` is the number of distinct query terms in the headings, ``score`` that number
@@ -168,8 +193,10 @@ def heading_search(idx: "Index", text: str, *, limit: int = 20, collections: Ite
         return []
     where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
-    sql = (f"SELECT d.collection || '/' || d.path AS docno, c.body FROM documents d JOIN content c ON c.hash = d.hash "
-           f"WHERE d.active = 1{where}{fsql} AND instr(c.body, '#') > 0")
+    sql = (
+        f"SELECT d.collection || '/' || d.path AS docno, c.body FROM documents d JOIN content c ON c.hash = d.hash "
+        f"WHERE d.active = 1{where}{fsql} AND instr(c.body, '#') > 0"
+    )
     with idx._lock:
         rows = idx.conn.execute(sql, [*params, *fparams]).fetchall()
     scored = []
@@ -182,8 +209,16 @@ def heading_search(idx: "Index", text: str, *, limit: int = 20, collections: Ite
     return [Hit(docno, None, rank, float(-m), float(-m) / n) for rank, (m, docno) in enumerate(scored[:limit], 1)]
 
 
-def channel_search(idx: "Index", channel: str, text: str, *, limit: int = 20, collections: Iterable[str] | None = None,
-                   filters: SearchFilters | None = None, weights: Sequence[float] = BM25_WEIGHTS) -> list[Hit]:
+def channel_search(
+    idx: Index,
+    channel: str,
+    text: str,
+    *,
+    limit: int = 20,
+    collections: Iterable[str] | None = None,
+    filters: SearchFilters | None = None,
+    weights: Sequence[float] = BM25_WEIGHTS,
+) -> list[Hit]:
     """Run one channel by name (:data:`CHANNELS`)."""
     if channel == "phrase":
         return phrase_search(idx, text, limit=limit, collections=collections, filters=filters, weights=weights)
@@ -196,5 +231,17 @@ def channel_search(idx: "Index", channel: str, text: str, *, limit: int = 20, co
     raise ValueError(f"unknown keyword channel {channel!r}; expected one of {', '.join(CHANNELS)}")
 
 
-__all__ = ["CHANNELS", "MIN_LIKE_CHARS", "phrase_expression", "like_terms", "cjk_trigrams", "phrase_search",
-           "substring_search", "like_search", "trigram_search", "heading_terms", "heading_search", "channel_search"]
+__all__ = [
+    "CHANNELS",
+    "MIN_LIKE_CHARS",
+    "phrase_expression",
+    "like_terms",
+    "cjk_trigrams",
+    "phrase_search",
+    "substring_search",
+    "like_search",
+    "trigram_search",
+    "heading_terms",
+    "heading_search",
+    "channel_search",
+]

@@ -4,6 +4,7 @@ A document passes when it carries *every* requested tag (case-insensitive) and i
 lies in ``[since, before)``. The date is the front matter's ``date`` or, without one, the
 file's modification day (UTC).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -60,8 +61,9 @@ class SearchFilters:
         params: list[str] = []
         tags = list(dict.fromkeys(str(t).strip().lstrip("#").lower() for t in self.tags))
         if len(tags) > MAX_TAGS:
-            raise QmdlabError(f"--tag: {len(tags)} distinct tags required, at most {MAX_TAGS} per search; "
-                              "require fewer")
+            raise QmdlabError(
+                f"--tag: {len(tags)} distinct tags required, at most {MAX_TAGS} per search; require fewer"
+            )
         for t in tags:
             parts.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)")
             params.append(t)

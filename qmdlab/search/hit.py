@@ -1,4 +1,5 @@
 """One retrieval hit."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

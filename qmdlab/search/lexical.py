@@ -38,17 +38,19 @@ Safety: the query text is cut into word pieces (letters, digits and inner apostr
 :func:`qmdlab.terms.query_pieces`) and every piece is emitted inside double quotes, so no user
 character can act as FTS5 syntax (``"``, ``*``, ``^``, ``:``, ``(``, ``NEAR``, ``AND`` …).
 """
+
 from __future__ import annotations
 
 import functools
 import math
 import sqlite3
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from qmdlab.errors import QmdlabError
-from qmdlab.terms import BM25_STOPWORDS, CJK_RUN, bigrams, query_pieces
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
+from qmdlab.terms import BM25_STOPWORDS, CJK_RUN, bigrams, query_pieces
 
 if TYPE_CHECKING:
     from qmdlab.store import Index
@@ -115,8 +117,9 @@ class FtsQuery(NamedTuple):
     positive: tuple[str, ...]
 
 
-def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
-                    stopwords: bool = True, query_tf: bool = True) -> FtsQuery:
+def parse_fts_query(
+    text: str, mode: str = "and", *, prefix: bool = True, stopwords: bool = True, query_tf: bool = True
+) -> FtsQuery:
     """:func:`build_fts_query` with the positive terms kept apart (see :class:`FtsQuery`).
 
     Remembered for the last 512 distinct calls (the result is an immutable tuple): a repeated
@@ -129,8 +132,10 @@ def parse_fts_query(text: str, mode: str = "and", *, prefix: bool = True,
         raise QmdlabError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
     if len(text) > MAX_QUERY_CHARS:
-        raise QmdlabError(f"search query of {len(text)} characters is over the limit of {MAX_QUERY_CHARS}; "
-                          "shorten it to its key words")
+        raise QmdlabError(
+            f"search query of {len(text)} characters is over the limit of {MAX_QUERY_CHARS}; "
+            "shorten it to its key words"
+        )
     return _parse_fts_query(text, mode, bool(prefix), bool(stopwords), bool(query_tf))
 
 
@@ -172,8 +177,9 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
                 target.append(e)
             counts[(neg, e)] = seen + 1
         if len(counts) > MAX_QUERY_TERMS:
-            raise QmdlabError(f"search query has more than {MAX_QUERY_TERMS} distinct terms; shorten it to its "
-                              "key words")
+            raise QmdlabError(
+                f"search query has more than {MAX_QUERY_TERMS} distinct terms; shorten it to its key words"
+            )
     if mode != "and" and not positive:
         positive = list(dict.fromkeys(stop_only))
     if not positive:
@@ -192,8 +198,9 @@ def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_
     return FtsQuery(result, distinct)
 
 
-def build_fts_query(text: str, mode: str = "and", *, prefix: bool = True, stopwords: bool = True,
-                    query_tf: bool = True) -> str | None:
+def build_fts_query(
+    text: str, mode: str = "and", *, prefix: bool = True, stopwords: bool = True, query_tf: bool = True
+) -> str | None:
     """Turn user text into a safe FTS5 MATCH expression; ``None`` when nothing is searchable.
 
     The defaults are :class:`~qmdlab.pipeline.config.PipelineConfig`'s: prefix terms, stopwords
@@ -228,8 +235,7 @@ def required_matches(n_terms: int, min_match: float) -> int:
     [2, 3, 1, 1, 2, 5]
     """
     if not math.isfinite(min_match) or min_match < 0:
-        raise QmdlabError(f"--min-match {min_match!r}: must be a finite number >= 0 (a count >= 1 or a share "
-                          "below 1)")
+        raise QmdlabError(f"--min-match {min_match!r}: must be a finite number >= 0 (a count >= 1 or a share below 1)")
     if n_terms <= 0:
         return 0
     need = int(min_match) if min_match >= 1 else math.floor(min_match * n_terms + 1e-9)
@@ -240,8 +246,10 @@ def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
     """Validate FTS5 column weights ``(filepath, title, body)``: three numbers ≥ 0, not all 0."""
     w = tuple(float(x) for x in weights)
     if len(w) != 3 or any(not math.isfinite(x) or x < 0 for x in w) or not any(w):
-        raise QmdlabError(f"BM25 column weights {list(weights)!r}: need three finite numbers >= 0 "
-                          "(filepath, title, body), at least one above 0")
+        raise QmdlabError(
+            f"BM25 column weights {list(weights)!r}: need three finite numbers >= 0 "
+            "(filepath, title, body), at least one above 0"
+        )
     return w  # type: ignore[return-value]
 
 
@@ -252,7 +260,7 @@ def _weights_sql(weights: tuple) -> str:
 
 
 def bm25_search(
-    idx: "Index",
+    idx: Index,
     text: str,
     *,
     limit: int = 20,
@@ -321,8 +329,10 @@ def bm25_search(
         fsql, fparams = (filters or SearchFilters()).sql("d")
         msm_sql, msm_params = "", []
         if need > 1:
-            counted = " + ".join("(documents_fts.rowid IN (SELECT rowid FROM documents_fts WHERE documents_fts "
-                                 "MATCH ?))" for _ in built.positive)
+            counted = " + ".join(
+                "(documents_fts.rowid IN (SELECT rowid FROM documents_fts WHERE documents_fts MATCH ?))"
+                for _ in built.positive
+            )
             msm_sql, msm_params = f" AND ({counted}) >= ?", [*built.positive, need]
         sql = (
             f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
@@ -348,7 +358,7 @@ def _raise_fts_error(query: str, err: sqlite3.OperationalError) -> None:
     raise err
 
 
-def _docno_map(idx: "Index") -> dict[int, str] | None:
+def _docno_map(idx: Index) -> dict[int, str] | None:
     """``{rowid: docno}`` of the active documents, kept on ``idx`` until the next write by any
     connection (``PRAGMA data_version`` and this connection's ``total_changes``, as
     ``Index.documents()`` does). Built on the *second* search at one index state, so a one-shot
@@ -371,21 +381,22 @@ def _docno_map(idx: "Index") -> dict[int, str] | None:
         return built
 
 
-def _top_rows_mapped(idx: "Index", query: str, weights: str, limit: int,
-                     docnos: dict[int, str]) -> list[tuple] | None:
+def _top_rows_mapped(idx: Index, query: str, weights: str, limit: int, docnos: dict[int, str]) -> list[tuple] | None:
     """:func:`_top_rows_first` with the docnos looked up in ``docnos`` (:func:`_docno_map`) instead
     of joined in SQL: the raw FTS5 query plus dictionary lookups. When the ``limit``-th and the
     next score tie, every match is fetched (still without the join) so docno decides the cut as
     in SQL. ``None`` when a rowid has no active document (the caller runs the SQL join)."""
-    sql = (f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
-           "WHERE documents_fts MATCH ? ORDER BY s LIMIT ?")
+    sql = (
+        f"SELECT rowid, bm25(documents_fts, {weights}) AS s FROM documents_fts "
+        "WHERE documents_fts MATCH ? ORDER BY s LIMIT ?"
+    )
     rows = _mapped(idx, sql, query, limit + 1, docnos)
     if rows is not None and len(rows) > limit and rows[limit - 1][1] == rows[limit][1]:
         rows = _mapped(idx, sql, query, -1, docnos)  # LIMIT -1: every match
     return None if rows is None else rows[:limit]
 
 
-def _mapped(idx: "Index", sql: str, query: str, limit: int, docnos: dict[int, str]) -> list[tuple] | None:
+def _mapped(idx: Index, sql: str, query: str, limit: int, docnos: dict[int, str]) -> list[tuple] | None:
     """``(docno, score)`` rows of ``sql``, ordered as SQL's ``ORDER BY s, docno`` (BINARY collation
     is code-point order, as Python's); ``None`` when a rowid is not in ``docnos``."""
     try:
@@ -407,7 +418,7 @@ def _score_then_docno(row: tuple) -> tuple:
     return row[1], row[0]
 
 
-def _top_rows_first(idx: "Index", query: str, weights: str, limit: int) -> list[tuple] | None:
+def _top_rows_first(idx: Index, query: str, weights: str, limit: int) -> list[tuple] | None:
     """The unfiltered search's ``(docno, score, active)`` rows, ranking only FTS5's best ``limit + 1`` rows
     and joining just those to ``documents`` (instead of every matching row); ``None`` when that
     cannot be exact, and the caller runs the full query.

@@ -30,11 +30,13 @@ fresh file. The CLI (``qmdlab refs``, ``qmdlab jump``, ``qmdlab chunks``, breadc
 with ``--full``) and the MCP server (``jump_to_ref``, ``read_chunks``,
 ``parent``/``siblings`` on every hit) are thin front ends over these functions.
 """
+
 from __future__ import annotations
 
 import posixpath
 import re
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from qmdlab.errors import QmdlabError
 from qmdlab.store.outline import DocumentOutline, Section, slugify
@@ -87,7 +89,7 @@ def cap_text(text: str, max_chars: int, *, more: str = "", read_on: tuple[str, i
         cut = max_chars
     kept = text[:cut].rstrip("\n")
     if read_on is not None:
-        resume = read_on[1] + text.count("\n", 0, cut) + (1 if text[cut:cut + 1] == "\n" else 0)
+        resume = read_on[1] + text.count("\n", 0, cut) + (1 if text[cut : cut + 1] == "\n" else 0)
         more = f"read on with `qmdlab get {read_on[0]}:{resume}`"
     note = f"… [{n - cut} more characters" + (f"; {more}" if more else "") + "]"
     return Capped(f"{kept}\n{note}", True, n)
@@ -203,7 +205,7 @@ def find_section(outline: DocumentOutline, anchor: str | None) -> Section:
 class _Docs:
     """The active docnos of an index, looked up by path and by file name (built once per call)."""
 
-    def __init__(self, idx: "Index"):
+    def __init__(self, idx: Index):
         self.docnos = list(idx.documents()["docno"].to_list())
         self.known = set(self.docnos)
 
@@ -248,7 +250,7 @@ class _Docs:
         return min(hits)[2], None
 
 
-def _resolve(docs: _Docs, idx: "Index", source: str, m: RefMention) -> tuple[str | None, str | None, str | None]:
+def _resolve(docs: _Docs, idx: Index, source: str, m: RefMention) -> tuple[str | None, str | None, str | None]:
     """``(docno, address, problem)`` of one mention."""
     target = m.target.strip()
     if m.kind == "uri":
@@ -281,7 +283,7 @@ def _resolve(docs: _Docs, idx: "Index", source: str, m: RefMention) -> tuple[str
     return docno, sec.address, None
 
 
-def _doc_and_section(idx: "Index", ref: str, address: str | None = None):
+def _doc_and_section(idx: Index, ref: str, address: str | None = None):
     parsed = parse_ref(ref)
     doc = idx.get(parsed.name)
     outline = DocumentOutline.parse(doc.body or "", doc.title or "")
@@ -290,7 +292,7 @@ def _doc_and_section(idx: "Index", ref: str, address: str | None = None):
     return doc, outline, sec
 
 
-def section_refs(idx: "Index", ref: str, address: str | None = None) -> list[CrossRef]:
+def section_refs(idx: Index, ref: str, address: str | None = None) -> list[CrossRef]:
     """The cross-references in one section of a document (its subsections included), resolved.
 
     Parameters
@@ -347,8 +349,11 @@ def pick_ref(refs: Sequence[CrossRef], which: int | str, where: str = "this sect
             raise QmdlabError(f"reference {k} does not exist: {where} has {len(refs)} ({listing})")
         return refs[k - 1]
     key = str(which).strip()
-    for test in (lambda r: r.target == key, lambda r: r.text.lower() == key.lower(),
-                 lambda r: key.lower() in r.target.lower()):
+    for test in (
+        lambda r: r.target == key,
+        lambda r: r.text.lower() == key.lower(),
+        lambda r: key.lower() in r.target.lower(),
+    ):
         found = [r for r in refs if test(r)]
         if len({(r.docno, r.address, r.target) for r in found}) == 1:
             return found[0]
@@ -357,8 +362,9 @@ def pick_ref(refs: Sequence[CrossRef], which: int | str, where: str = "this sect
     raise QmdlabError(f"no reference {key!r} in {where}; give a number or a target ({listing})")
 
 
-def jump_to_ref(idx: "Index", ref: str, which: int | str, *, address: str | None = None,
-                max_chars: int = DEFAULT_MAX_CHARS) -> Jump:
+def jump_to_ref(
+    idx: Index, ref: str, which: int | str, *, address: str | None = None, max_chars: int = DEFAULT_MAX_CHARS
+) -> Jump:
     """Follow a cross-reference written in a section to the section it names.
 
     Parameters
@@ -389,8 +395,20 @@ def jump_to_ref(idx: "Index", ref: str, which: int | str, *, address: str | None
     tsec = outline.section(chosen.address) if chosen.address else outline.sections[0]
     text = outline.section_text(tsec.address)
     capped = cap_text(text, max_chars, read_on=(target.docno, tsec.line_start))
-    return Jump(doc.docno, sec.address, chosen, target.docno, target.docid, target.title, tsec.address,
-                tuple(tsec.heading_path), tsec.line_start, tsec.line_end, capped.text, capped.truncated)
+    return Jump(
+        doc.docno,
+        sec.address,
+        chosen,
+        target.docno,
+        target.docid,
+        target.title,
+        tsec.address,
+        tuple(tsec.heading_path),
+        tsec.line_start,
+        tsec.line_end,
+        capped.text,
+        capped.truncated,
+    )
 
 
 # -- hits in their structure -----------------------------------------------------------------
@@ -413,10 +431,14 @@ class HitContext(NamedTuple):
         return " > ".join(self.heading_path)
 
     def as_dict(self) -> dict:
-        return {"address": self.address, "heading_path": list(self.heading_path),
-                "parent": None if self.parent_address is None else
-                {"address": self.parent_address, "title": self.parent_title, "summary": self.parent_summary},
-                "siblings": [{"address": a, "title": t} for a, t in self.siblings]}
+        return {
+            "address": self.address,
+            "heading_path": list(self.heading_path),
+            "parent": None
+            if self.parent_address is None
+            else {"address": self.parent_address, "title": self.parent_title, "summary": self.parent_summary},
+            "siblings": [{"address": a, "title": t} for a, t in self.siblings],
+        }
 
 
 def section_summary(outline: DocumentOutline, sec: Section, max_chars: int = DEFAULT_SUMMARY_CHARS) -> str:
@@ -433,11 +455,11 @@ def section_summary(outline: DocumentOutline, sec: Section, max_chars: int = DEF
     last = sec.line_end
     for child in sec.children:
         last = min(last, outline.section(child).line_start - 1)
-    body = lines[first - 1 + (1 if sec.address else 0): last]
+    body = lines[first - 1 + (1 if sec.address else 0) : last]
     if not sec.address and body and body[0].strip() == "---":  # front matter
         for j in range(1, len(body)):
             if body[j].strip() in ("---", "..."):
-                body = body[j + 1:]
+                body = body[j + 1 :]
                 break
     para: list[str] = []
     fence = False
@@ -457,8 +479,13 @@ def section_summary(outline: DocumentOutline, sec: Section, max_chars: int = DEF
     return text if len(text) <= max_chars else text[: max(max_chars - 1, 0)].rstrip() + "…"
 
 
-def context_of(outline: DocumentOutline, docno: str, line: int,
-               summary_chars: int = DEFAULT_SUMMARY_CHARS, max_siblings: int = DEFAULT_MAX_SIBLINGS) -> HitContext:
+def context_of(
+    outline: DocumentOutline,
+    docno: str,
+    line: int,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    max_siblings: int = DEFAULT_MAX_SIBLINGS,
+) -> HitContext:
     """:class:`HitContext` of a 1-based line in a parsed document. Siblings are the sections
     next to the hit's under the same parent, at most ``max_siblings`` (the nearest ones, in
     document order).
@@ -477,17 +504,23 @@ def context_of(outline: DocumentOutline, docno: str, line: int,
         p_sum = section_summary(outline, parent, summary_chars)
         kids = parent.children
         at = kids.index(sec.address)
-        near = sorted((k for k in range(len(kids)) if k != at), key=lambda k: (abs(k - at), k))[:max(max_siblings, 0)]
+        near = sorted((k for k in range(len(kids)) if k != at), key=lambda k: (abs(k - at), k))[: max(max_siblings, 0)]
         sibs = tuple((kids[k], outline.section(kids[k]).title) for k in sorted(near))
     return HitContext(docno, int(line), sec.address, tuple(sec.heading_path), p_addr, p_title, p_sum, sibs)
 
 
-def hit_context(idx: "Index", docno: str, line: int, summary_chars: int = DEFAULT_SUMMARY_CHARS,
-                max_siblings: int = DEFAULT_MAX_SIBLINGS) -> HitContext:
+def hit_context(
+    idx: Index,
+    docno: str,
+    line: int,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    max_siblings: int = DEFAULT_MAX_SIBLINGS,
+) -> HitContext:
     """:class:`HitContext` of line ``line`` of an indexed document (see :func:`context_of`)."""
     doc = idx.get(docno)
-    return context_of(DocumentOutline.parse(doc.body or "", doc.title or ""), doc.docno, line, summary_chars,
-                      max_siblings)
+    return context_of(
+        DocumentOutline.parse(doc.body or "", doc.title or ""), doc.docno, line, summary_chars, max_siblings
+    )
 
 
 def snippet_hit_line(line: int, snippet: str) -> int:
@@ -500,7 +533,7 @@ def snippet_hit_line(line: int, snippet: str) -> int:
     return int(line) + (1 if int(line) > 1 and "\n" in (snippet or "") else 0)
 
 
-def _row_outlines(idx: "Index", rows: Iterable) -> list[tuple[object, DocumentOutline | None]]:
+def _row_outlines(idx: Index, rows: Iterable) -> list[tuple[object, DocumentOutline | None]]:
     """``(row, outline)`` per result row; ``None`` for a document no longer indexed or a row
     without a line. Each document is parsed once."""
     cache: dict[str, DocumentOutline | None] = {}
@@ -516,23 +549,28 @@ def _row_outlines(idx: "Index", rows: Iterable) -> list[tuple[object, DocumentOu
     return out
 
 
-def breadcrumbs(idx: "Index", rows: Iterable) -> list[str]:
+def breadcrumbs(idx: Index, rows: Iterable) -> list[str]:
     """``"A > B"`` for each result row (``docno``, ``line``, ``snippet`` attributes): the heading
     path of the line the row's snippet is about; ``""`` above the first heading or for a
     document no longer indexed. Each document is parsed once."""
-    return ["" if outline is None else
-            " > ".join(outline.section_at_line(snippet_hit_line(r.line, r.snippet)).heading_path)
-            for r, outline in _row_outlines(idx, rows)]
+    return [
+        "" if outline is None else " > ".join(outline.section_at_line(snippet_hit_line(r.line, r.snippet)).heading_path)
+        for r, outline in _row_outlines(idx, rows)
+    ]
 
 
-def hit_contexts(idx: "Index", rows: Iterable, summary_chars: int = DEFAULT_SUMMARY_CHARS,
-                 max_siblings: int = DEFAULT_MAX_SIBLINGS) -> list[HitContext | None]:
+def hit_contexts(
+    idx: Index, rows: Iterable, summary_chars: int = DEFAULT_SUMMARY_CHARS, max_siblings: int = DEFAULT_MAX_SIBLINGS
+) -> list[HitContext | None]:
     """:func:`hit_context` of each result row (``docno``, ``line``, ``snippet`` attributes) at the
     line its snippet is about — what the MCP tools put on every hit (``parent``, ``siblings``);
     ``None`` for a document no longer indexed. Each document is parsed once."""
-    return [None if outline is None else
-            context_of(outline, r.docno, snippet_hit_line(r.line, r.snippet), summary_chars, max_siblings)
-            for r, outline in _row_outlines(idx, rows)]
+    return [
+        None
+        if outline is None
+        else context_of(outline, r.docno, snippet_hit_line(r.line, r.snippet), summary_chars, max_siblings)
+        for r, outline in _row_outlines(idx, rows)
+    ]
 
 
 # -- chunks ----------------------------------------------------------------------------------
@@ -561,9 +599,15 @@ def _preview(text: str, chars: int) -> tuple[str, bool]:
     return (flat, False) if len(flat) <= chars else (flat[: max(chars - 1, 0)].rstrip() + "…", True)
 
 
-def read_chunks(idx: "Index", ref: str, chunk_ids: Sequence[int] | None = None, *,
-                preview_chars: int = DEFAULT_PREVIEW_CHARS, full: bool = False,
-                max_chars: int = DEFAULT_MAX_CHARS) -> list[ChunkPreview]:
+def read_chunks(
+    idx: Index,
+    ref: str,
+    chunk_ids: Sequence[int] | None = None,
+    *,
+    preview_chars: int = DEFAULT_PREVIEW_CHARS,
+    full: bool = False,
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> list[ChunkPreview]:
     """The chunks of one document, in order: a one-line preview of each (``full=False``; text
     whitespace-collapsed, cut to ``preview_chars`` with ``…``) or each chunk's text capped to
     ``max_chars`` (``full=True``). ``chunk_ids`` keeps only those chunks (a hit's ``chunk_id``);
@@ -576,8 +620,10 @@ def read_chunks(idx: "Index", ref: str, chunk_ids: Sequence[int] | None = None, 
     if chunk_ids is not None:
         missing = [int(c) for c in chunk_ids if int(c) not in set(ids)]
         if missing:
-            raise QmdlabError(f"chunk id(s) {missing} are not chunks of {doc.docno}; its chunks are {ids} "
-                              f"(list them with `qmdlab chunks {doc.docno}`)")
+            raise QmdlabError(
+                f"chunk id(s) {missing} are not chunks of {doc.docno}; its chunks are {ids} "
+                f"(list them with `qmdlab chunks {doc.docno}`)"
+            )
         keep = {int(c) for c in chunk_ids}
     else:
         keep = set(ids)
@@ -593,8 +639,20 @@ def read_chunks(idx: "Index", ref: str, chunk_ids: Sequence[int] | None = None, 
         else:
             shown, cut = _preview(text, preview_chars)
         sec = outline.section_at_line(int(row["line_start"]))
-        out.append(ChunkPreview(int(row["chunk_id"]), doc.docno, int(row["seq"]), int(row["line_start"]),
-                                int(row["line_end"]), len(text), sec.address, tuple(sec.heading_path), shown, cut))
+        out.append(
+            ChunkPreview(
+                int(row["chunk_id"]),
+                doc.docno,
+                int(row["seq"]),
+                int(row["line_start"]),
+                int(row["line_end"]),
+                len(text),
+                sec.address,
+                tuple(sec.heading_path),
+                shown,
+                cut,
+            )
+        )
     return out
 
 
@@ -626,8 +684,9 @@ class Backfilled(NamedTuple):
 BACKFILL_LEVELS = ("section", "document")
 
 
-def backfill(idx: "Index", ref: str, chunk_id: int, *, level: str = "section",
-             max_chars: int = DEFAULT_MAX_CHARS) -> Backfilled:
+def backfill(
+    idx: Index, ref: str, chunk_id: int, *, level: str = "section", max_chars: int = DEFAULT_MAX_CHARS
+) -> Backfilled:
     """Child → parent (ranks only): the section or document that holds chunk ``chunk_id`` of the
     document ``ref``, with the chunk's lines as ``highlight``.
 
@@ -650,20 +709,53 @@ def backfill(idx: "Index", ref: str, chunk_id: int, *, level: str = "section",
         while sec.address and sec.line_end < chunk.line_end:
             sec = outline.parent(sec.address) or outline.sections[0]
     first, last = (1, n) if not sec.address else (sec.line_start, sec.line_end)
-    text = "\n".join(lines[first - 1:last])
+    text = "\n".join(lines[first - 1 : last])
     if max_chars > 0 and len(text) > max_chars:
-        upto = len("\n".join(lines[first - 1:chunk.line_end]))
+        upto = len("\n".join(lines[first - 1 : chunk.line_end]))
         if upto > max_chars:  # the chunk would be cut off: start a few lines above it
             first = max(first, chunk.line_start - 2)
-            text = "\n".join(lines[first - 1:last])
+            text = "\n".join(lines[first - 1 : last])
     capped = cap_text(text, max_chars, read_on=(doc.docno, first))
     shown_last = first + capped.text.count("\n") - (1 if capped.truncated else 0)
-    return Backfilled(doc.docno, chunk.chunk_id, level, sec.address, tuple(sec.heading_path), first,
-                      min(last, shown_last) if capped.truncated else last,
-                      (chunk.line_start, chunk.line_end), capped.text, capped.truncated)
+    return Backfilled(
+        doc.docno,
+        chunk.chunk_id,
+        level,
+        sec.address,
+        tuple(sec.heading_path),
+        first,
+        min(last, shown_last) if capped.truncated else last,
+        (chunk.line_start, chunk.line_end),
+        capped.text,
+        capped.truncated,
+    )
 
 
-__all__ = ["DEFAULT_MAX_CHARS", "DEFAULT_PREVIEW_CHARS", "DEFAULT_SUMMARY_CHARS", "DEFAULT_MAX_SIBLINGS", "BACKFILL_LEVELS", "Capped",
-           "cap_text", "RefMention", "CrossRef", "find_refs", "find_section", "section_refs", "pick_ref", "Jump",
-           "jump_to_ref", "HitContext", "section_summary", "context_of", "hit_context", "hit_contexts",
-           "snippet_hit_line", "breadcrumbs", "ChunkPreview", "read_chunks", "Backfilled", "backfill"]
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_PREVIEW_CHARS",
+    "DEFAULT_SUMMARY_CHARS",
+    "DEFAULT_MAX_SIBLINGS",
+    "BACKFILL_LEVELS",
+    "Capped",
+    "cap_text",
+    "RefMention",
+    "CrossRef",
+    "find_refs",
+    "find_section",
+    "section_refs",
+    "pick_ref",
+    "Jump",
+    "jump_to_ref",
+    "HitContext",
+    "section_summary",
+    "context_of",
+    "hit_context",
+    "hit_contexts",
+    "snippet_hit_line",
+    "breadcrumbs",
+    "ChunkPreview",
+    "read_chunks",
+    "Backfilled",
+    "backfill",
+]

@@ -4,9 +4,11 @@ The matrix rows are L2-normalised (see :meth:`qmdlab.store.Index.vector_matrix`)
 similarity is one matrix-vector product. Each document is represented by its best chunk;
 the top ``limit`` documents are picked with ``argpartition`` (ties: docno order).
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -74,7 +76,7 @@ def _group_starts(docnos: list[str]) -> np.ndarray:
     return starts
 
 
-def allowed_docnos(idx: "Index", collections: Iterable[str] | None, filters: SearchFilters | None) -> set[str] | None:
+def allowed_docnos(idx: Index, collections: Iterable[str] | None, filters: SearchFilters | None) -> set[str] | None:
     """Docnos passing the collection and metadata filters; ``None`` means no restriction (no
     collection given and none excluded from unscoped searches)."""
     if collections is None:
@@ -86,19 +88,20 @@ def allowed_docnos(idx: "Index", collections: Iterable[str] | None, filters: Sea
     with idx._lock:
         rows = idx.conn.execute(
             f"SELECT d.collection || '/' || d.path FROM documents d WHERE d.active = 1{where}{fsql}",
-            [*params, *fparams]).fetchall()
+            [*params, *fparams],
+        ).fetchall()
     return {r[0] for r in rows}
 
 
 def vector_search(
-    idx: "Index",
+    idx: Index,
     query_vec: np.ndarray,
     *,
     fingerprint: str,
     limit: int = 20,
     collections: Iterable[str] | None = None,
     filters: SearchFilters | None = None,
-    ann: "AnnConfig | None" = None,
+    ann: AnnConfig | None = None,
 ) -> list[Hit]:
     """Top documents by the cosine similarity of their best chunk to ``query_vec``.
 
@@ -148,7 +151,8 @@ def vector_search(
     if q.shape[0] != vm.matrix.shape[1]:
         raise DimensionMismatchError(
             f"query vector has {q.shape[0]} dims but the index holds {vm.matrix.shape[1]}-d vectors for "
-            f"{fingerprint!r}; re-embed with `qmdlab embed -f`")
+            f"{fingerprint!r}; re-embed with `qmdlab embed -f`"
+        )
     norm = float(np.linalg.norm(q))
     if not np.isfinite(norm) or norm == 0.0:
         # A zero query vector (no query word in a keyword embedder's vocabulary, an all-zero
@@ -166,8 +170,10 @@ def vector_search(
         mask = np.fromiter((d in allowed for d in vm.docnos), dtype=bool, count=len(vm.docnos))
         scores = np.where(mask, scores, -np.inf)
     rows, best = top_documents(scores, _group_starts(vm.docnos), limit)
-    return [Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s)
-            for rank, (r, s) in enumerate(zip(rows.tolist(), best.tolist()), 1)]
+    return [
+        Hit(vm.docnos[r], int(vm.chunk_ids[r]), rank, s, s)
+        for rank, (r, s) in enumerate(zip(rows.tolist(), best.tolist()), 1)
+    ]
 
 
 class TopDocuments(NamedTuple):
@@ -242,8 +248,7 @@ def _top_documents_from_rows(scores: np.ndarray, starts: np.ndarray, limit: int)
     return TopDocuments(rows.astype(np.int64), best.astype(np.float64))
 
 
-def _ann_search(idx: "Index", vm, q: np.ndarray, fingerprint: str, limit: int,
-                ann: "AnnConfig") -> list[Hit] | None:
+def _ann_search(idx: Index, vm, q: np.ndarray, fingerprint: str, limit: int, ann: AnnConfig) -> list[Hit] | None:
     """Top documents among the HNSW graph's candidate chunks; each candidate document's chunks are
     scored exactly (best chunk, first on ties) and ranked as in exact search. ``None`` when the
     request needs half the rows or more (``--all``, a tiny index): exact search is then cheaper."""

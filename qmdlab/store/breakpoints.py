@@ -28,6 +28,7 @@ cut inside one moves to its start or end. A table or fence longer than ``max_cha
 makes one chunk longer than ``max_chars``. The overlap never starts in the middle of a table row: a
 start inside a table moves back to the newline before its row (:func:`_row_start`).
 """
+
 from __future__ import annotations
 
 import re
@@ -113,8 +114,10 @@ def find_code_fences(text: str) -> list[tuple[int, int]]:
     return regions
 
 
-_TABLE_DELIMITER = re.compile(r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)+\|?[ \t]*$|"
-                              r"^[ \t]*\|[ \t]*:?-+:?[ \t]*\|[ \t]*$")
+_TABLE_DELIMITER = re.compile(
+    r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)+\|?[ \t]*$|"
+    r"^[ \t]*\|[ \t]*:?-+:?[ \t]*\|[ \t]*$"
+)
 
 
 def find_tables(text: str) -> list[tuple[int, int]]:

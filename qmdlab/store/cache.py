@@ -1,5 +1,6 @@
 """The LLM output cache: one table in the index DB, keyed by a hash of
 (model fingerprint, role, input, params). ``update`` never touches it (qmd wipes it)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -4,11 +4,12 @@
 ``config_path``, ``_lock`` and ``transaction``); the YAML format itself is
 :mod:`qmdlab.store.config`.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from qmdlab.errors import ConfigError
 from qmdlab.store import config as cfg
@@ -49,8 +50,16 @@ class CatalogMixin:
         known = ", ".join(c.name for c in self.collections()) or "none"
         raise ConfigError(f"unknown collection {name!r} (known: {known}); see `qmdlab collection list`")
 
-    def add_collection(self, name: str, root: str | os.PathLike, mask: str = cfg.DEFAULT_MASK,
-                       ignore: Sequence[str] = (), *, include: bool = True, update_cmd: str | None = None) -> Collection:
+    def add_collection(
+        self,
+        name: str,
+        root: str | os.PathLike,
+        mask: str = cfg.DEFAULT_MASK,
+        ignore: Sequence[str] = (),
+        *,
+        include: bool = True,
+        update_cmd: str | None = None,
+    ) -> Collection:
         cfg.check_name(name)
         root_path = Path(root).expanduser().resolve()
         if not root_path.is_dir():
@@ -58,7 +67,9 @@ class CatalogMixin:
         with self._lock:
             conf = self._config()
             if any(c.name == name for c in conf.collections):
-                raise ConfigError(f"collection {name!r} exists; pick another --name or `qmdlab collection remove {name}`")
+                raise ConfigError(
+                    f"collection {name!r} exists; pick another --name or `qmdlab collection remove {name}`"
+                )
             coll = Collection(name, root_path, mask or cfg.DEFAULT_MASK, tuple(ignore), include, update_cmd or None)
             conf.collections.append(coll)
             cfg.save(self.config_path, conf)
@@ -73,8 +84,11 @@ class CatalogMixin:
         with self._lock:
             conf = self._config()
             conf.collections = [x for x in conf.collections if x.name != name]
-            conf.contexts = [x for x in conf.contexts if not cfg.context_matches(x.target, x.target, name)
-                             or x.target.strip("/") == ""]
+            conf.contexts = [
+                x
+                for x in conf.contexts
+                if not cfg.context_matches(x.target, x.target, name) or x.target.strip("/") == ""
+            ]
             cfg.save(self.config_path, conf)
 
     def rename_collection(self, old: str, new: str) -> None:
@@ -91,7 +105,7 @@ class CatalogMixin:
             for x in conf.contexts:
                 t = x.target.strip("/")
                 if t == old or t.startswith(old + "/"):
-                    ctxs.append(Context(new + t[len(old):], x.text))
+                    ctxs.append(Context(new + t[len(old) :], x.text))
                 else:
                     ctxs.append(x)
             conf.contexts = ctxs
@@ -132,8 +146,9 @@ class CatalogMixin:
 
         t = strip_scheme(target).strip("/")
         if t and t.split("/")[0] not in {c.name for c in self.collections()}:
-            raise ConfigError(f"context target {target!r} names no collection; use a collection name, "
-                              "'collection/path/prefix' or '/'")
+            raise ConfigError(
+                f"context target {target!r} names no collection; use a collection name, 'collection/path/prefix' or '/'"
+            )
         with self._lock:
             conf = self._config()
             conf.contexts = [x for x in conf.contexts if x.target.strip("/") != t] + [Context(t or "/", text)]
@@ -158,13 +173,15 @@ class CatalogMixin:
         """Texts of every context that applies to ``docno`` (broadest first); ``contexts``: the
         index's contexts when already read (one read for a whole result list)."""
         coll = docno.split("/", 1)[0]
-        hits = [c for c in (self.contexts() if contexts is None else contexts)
-                if cfg.context_matches(c.target, docno, coll)]
+        hits = [
+            c for c in (self.contexts() if contexts is None else contexts) if cfg.context_matches(c.target, docno, coll)
+        ]
         hits.sort(key=lambda c: len(c.target.strip("/")))
         return [c.text for c in hits]
 
-    def _coll_clause(self, collections: Iterable[str] | None, alias: str = "d", *,
-                     scoped: bool = False) -> tuple[str, list[str]]:
+    def _coll_clause(
+        self, collections: Iterable[str] | None, alias: str = "d", *, scoped: bool = False
+    ) -> tuple[str, list[str]]:
         """SQL restricting ``alias`` to ``collections`` (each checked to exist): ``(clause, params)``;
         ``("", [])`` for all collections. ``scoped``: a search, so ``None`` means
         :meth:`default_collections` (excluded collections left out)."""

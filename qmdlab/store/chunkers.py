@@ -26,13 +26,21 @@ re-chunks when it changes (:meth:`qmdlab.store.content.ContentMixin.rechunk`), s
 strategies (or of two versions of one) are never mixed. An index written before the setting existed
 holds :data:`LEGACY_FINGERPRINT` (``breakpoints`` version 1: its overlap could start mid-table-row).
 """
+
 from __future__ import annotations
 
 import re
 
 from qmdlab.errors import ConfigError
-from qmdlab.store.breakpoints import (CHUNK_OVERLAP_CHARS, CHUNK_SIZE_CHARS, CHUNK_WINDOW_CHARS, chunk_spans,
-                                   find_code_fences, find_tables, heading_paths)
+from qmdlab.store.breakpoints import (
+    CHUNK_OVERLAP_CHARS,
+    CHUNK_SIZE_CHARS,
+    CHUNK_WINDOW_CHARS,
+    chunk_spans,
+    find_code_fences,
+    find_tables,
+    heading_paths,
+)
 
 CHUNKERS = ("breakpoints", "headings", "fences-and-tables")
 DEFAULT_CHUNKER = "breakpoints"
@@ -57,8 +65,12 @@ def check_chunker(name: str, flag: str = "--chunker") -> str:
     return name
 
 
-def chunker_fingerprint(name: str = DEFAULT_CHUNKER, max_chars: int = CHUNK_SIZE_CHARS,
-                        overlap_chars: int = CHUNK_OVERLAP_CHARS, window_chars: int = CHUNK_WINDOW_CHARS) -> str:
+def chunker_fingerprint(
+    name: str = DEFAULT_CHUNKER,
+    max_chars: int = CHUNK_SIZE_CHARS,
+    overlap_chars: int = CHUNK_OVERLAP_CHARS,
+    window_chars: int = CHUNK_WINDOW_CHARS,
+) -> str:
     """What the stored chunks depend on: strategy, its version and the sizes.
 
     >>> chunker_fingerprint()
@@ -70,8 +82,13 @@ def chunker_fingerprint(name: str = DEFAULT_CHUNKER, max_chars: int = CHUNK_SIZE
     return fp + (f"/min{HEADING_MIN_CHARS}" if name == "headings" else "")
 
 
-def spans(text: str, chunker: str = DEFAULT_CHUNKER, max_chars: int = CHUNK_SIZE_CHARS,
-          overlap_chars: int = CHUNK_OVERLAP_CHARS, window_chars: int = CHUNK_WINDOW_CHARS) -> list[tuple[int, int]]:
+def spans(
+    text: str,
+    chunker: str = DEFAULT_CHUNKER,
+    max_chars: int = CHUNK_SIZE_CHARS,
+    overlap_chars: int = CHUNK_OVERLAP_CHARS,
+    window_chars: int = CHUNK_WINDOW_CHARS,
+) -> list[tuple[int, int]]:
     """``(start, end)`` spans of ``text``'s chunks under ``chunker``.
 
     >>> t = "# A\\n" + "a" * 250 + "\\n## B\\n" + "b" * 250
@@ -154,5 +171,13 @@ def _pack(pieces: list[tuple[int, int]], max_chars: int) -> list[tuple[int, int]
     return out
 
 
-__all__ = ["CHUNKERS", "DEFAULT_CHUNKER", "VERSIONS", "HEADING_MIN_CHARS", "LEGACY_FINGERPRINT", "check_chunker",
-           "chunker_fingerprint", "spans"]
+__all__ = [
+    "CHUNKERS",
+    "DEFAULT_CHUNKER",
+    "VERSIONS",
+    "HEADING_MIN_CHARS",
+    "LEGACY_FINGERPRINT",
+    "check_chunker",
+    "chunker_fingerprint",
+    "spans",
+]

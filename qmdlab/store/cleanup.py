@@ -12,6 +12,7 @@ one transaction:
 
 then runs ``VACUUM`` so the file shrinks, and reports the counts and the bytes freed.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,23 +44,31 @@ class CleanupReport(NamedTuple):
         >>> CleanupReport(2, 1, 3, 3, 0, 2 * 2**20, 2**20).summary()
         'removed 2 inactive documents, 1 orphaned contents, 3 chunks, 3 vectors, 0 cache entries; freed 1.0 MiB (2.0 MiB -> 1.0 MiB)'
         """
-        return (f"removed {self.inactive_documents} inactive documents, {self.content} orphaned contents, "
-                f"{self.chunks} chunks, {self.vectors} vectors, {self.cache_entries} cache entries; "
-                f"freed {_mib(self.freed)} ({_mib(self.bytes_before)} -> {_mib(self.bytes_after)})")
+        return (
+            f"removed {self.inactive_documents} inactive documents, {self.content} orphaned contents, "
+            f"{self.chunks} chunks, {self.vectors} vectors, {self.cache_entries} cache entries; "
+            f"freed {_mib(self.freed)} ({_mib(self.bytes_before)} -> {_mib(self.bytes_after)})"
+        )
 
 
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def _db_bytes(idx: "Index") -> int:
+def _db_bytes(idx: Index) -> int:
     """The database file plus its WAL, if any."""
     path = str(idx.db_path)
     return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
-def cleanup(idx: "Index", *, cache: bool = False, stale_vectors: bool = False,
-            keep_fingerprint: str | None = None, vacuum: bool = True) -> CleanupReport:
+def cleanup(
+    idx: Index,
+    *,
+    cache: bool = False,
+    stale_vectors: bool = False,
+    keep_fingerprint: str | None = None,
+    vacuum: bool = True,
+) -> CleanupReport:
     """Remove inactive documents, orphaned content/chunks/vectors (and optionally the LLM cache
     and other embedders' vectors), then ``VACUUM``.
 
@@ -82,8 +91,10 @@ def cleanup(idx: "Index", *, cache: bool = False, stale_vectors: bool = False,
     before = _db_bytes(idx)
     with idx.transaction() as c:
         n_docs = c.execute("DELETE FROM documents WHERE active = 0").rowcount
-        n_vec = c.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE hash NOT IN "
-                          "(SELECT hash FROM documents))").rowcount
+        n_vec = c.execute(
+            "DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE hash NOT IN "
+            "(SELECT hash FROM documents))"
+        ).rowcount
         n_chunks = c.execute("DELETE FROM chunks WHERE hash NOT IN (SELECT hash FROM documents)").rowcount
         n_content = c.execute("DELETE FROM content WHERE hash NOT IN (SELECT hash FROM documents)").rowcount
         n_vec += c.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)").rowcount

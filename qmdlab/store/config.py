@@ -16,6 +16,7 @@ Written atomically (temp file + rename). In a project-local index (``.qmdlab/`` 
 ``qmdlab init``) a root inside the project is written relative to the project folder, so the file
 can be committed and still work in another checkout; relative roots are read from that folder.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,7 +47,7 @@ class Collection:
     include: bool = True
     update_cmd: str | None = None
 
-    def replace(self, **changes) -> "Collection":
+    def replace(self, **changes) -> Collection:
         """A copy with ``changes``.
 
         >>> Collection("a", Path("/x")).replace(include=False).include
@@ -127,8 +128,10 @@ def load(path: Path) -> Config:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start:err.start + 1]!r}); "
-                          "fix or delete the file") from err
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start : err.start + 1]!r}); "
+            "fix or delete the file"
+        ) from err
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
@@ -143,9 +146,16 @@ def load(path: Path) -> Config:
         if not isinstance(include, bool):
             raise ConfigError(f"{path}: collections[{i}].include must be true or false; fix the entry")
         update = c.get("update")
-        cols.append(Collection(str(c["name"]), _root(path, str(c["root"])), str(c.get("mask") or DEFAULT_MASK),
-                               tuple(str(g) for g in (c.get("ignore") or ())), include,
-                               str(update) if update not in (None, "") else None))
+        cols.append(
+            Collection(
+                str(c["name"]),
+                _root(path, str(c["root"])),
+                str(c.get("mask") or DEFAULT_MASK),
+                tuple(str(g) for g in (c.get("ignore") or ())),
+                include,
+                str(update) if update not in (None, "") else None,
+            )
+        )
     ctxs = []
     for i, c in enumerate(data.get("contexts") or []):
         if not isinstance(c, dict) or "target" not in c or "text" not in c:

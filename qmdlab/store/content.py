@@ -4,13 +4,14 @@ A document row points at ``content(hash)``; chunks are keyed by that hash, so a 
 duplicated file is never re-chunked or re-embedded. :class:`ContentMixin` is one part of
 :class:`~qmdlab.store.Index`; its methods run inside a write transaction (``c``).
 """
+
 from __future__ import annotations
 
 import sqlite3
 from typing import NamedTuple
 
-from qmdlab.store.chunkers import DEFAULT_CHUNKER, LEGACY_FINGERPRINT, check_chunker, chunker_fingerprint
 from qmdlab.store.breakpoints import chunk_document
+from qmdlab.store.chunkers import DEFAULT_CHUNKER, LEGACY_FINGERPRINT, check_chunker, chunker_fingerprint
 from qmdlab.store.frontmatter import parse_front_matter
 from qmdlab.store.schema import next_chunk_id
 
@@ -51,9 +52,11 @@ class RechunkReport(NamedTuple):
         >>> RechunkReport("headings", "headings/v1", "breakpoints/v2", 3, 1, 2, 4, 0, 5).summary()
         're-chunked 3 file(s) with headings (was breakpoints/v2): 1 chunk(s) kept, 2 replaced, 4 added, 0 removed; 5 vector(s) dropped (`qmdlab embed` re-embeds them)'
         """
-        return (f"re-chunked {self.contents} file(s) with {self.chunker} (was {self.previous}): {self.kept} chunk(s) "
-                f"kept, {self.replaced} replaced, {self.added} added, {self.removed} removed; "
-                f"{self.vectors_dropped} vector(s) dropped (`qmdlab embed` re-embeds them)")
+        return (
+            f"re-chunked {self.contents} file(s) with {self.chunker} (was {self.previous}): {self.kept} chunk(s) "
+            f"kept, {self.replaced} replaced, {self.added} added, {self.removed} removed; "
+            f"{self.vectors_dropped} vector(s) dropped (`qmdlab embed` re-embeds them)"
+        )
 
 
 class ContentMixin:
@@ -84,16 +87,20 @@ class ContentMixin:
         c.executemany(
             "INSERT INTO chunks(id, hash, seq, char_start, char_end, line_start, line_end, heading_path) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(first + i, h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end, k.heading_path)
-             for i, k in enumerate(chunks)],
+            [
+                (first + i, h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end, k.heading_path)
+                for i, k in enumerate(chunks)
+            ],
         )
         return len(chunks)
 
     @staticmethod
     def _gc(c: sqlite3.Connection) -> None:
         """Drop content, chunks and vectors no document row refers to."""
-        c.execute("DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE hash NOT IN "
-                  "(SELECT hash FROM documents))")
+        c.execute(
+            "DELETE FROM vectors WHERE chunk_id IN (SELECT id FROM chunks WHERE hash NOT IN "
+            "(SELECT hash FROM documents))"
+        )
         c.execute("DELETE FROM chunks WHERE hash NOT IN (SELECT hash FROM documents)")
         c.execute("DELETE FROM content WHERE hash NOT IN (SELECT hash FROM documents)")
 
@@ -157,13 +164,21 @@ class ContentMixin:
                 bar = tqdm(total=len(hashes), desc=f"re-chunk ({name})", unit="file", leave=False)
             for h in hashes:
                 body = c.execute("SELECT body FROM content WHERE hash = ?", (h,)).fetchone()[0]
-                old = {r[1]: r for r in c.execute(
-                    "SELECT id, seq, char_start, char_end, line_start, line_end, heading_path FROM chunks "
-                    "WHERE hash = ?", (h,)).fetchall()}
+                old = {
+                    r[1]: r
+                    for r in c.execute(
+                        "SELECT id, seq, char_start, char_end, line_start, line_end, heading_path FROM chunks "
+                        "WHERE hash = ?",
+                        (h,),
+                    ).fetchall()
+                }
                 new = chunk_text(body, name)
                 touched = False
-                drop = [o[0] for seq, o in old.items()
-                        if seq >= len(new) or (o[2], o[3]) != (new[seq].char_start, new[seq].char_end)]
+                drop = [
+                    o[0]
+                    for seq, o in old.items()
+                    if seq >= len(new) or (o[2], o[3]) != (new[seq].char_start, new[seq].char_end)
+                ]
                 for cid in drop:
                     counts["vectors_dropped"] += c.execute("DELETE FROM vectors WHERE chunk_id = ?", (cid,)).rowcount
                     c.execute("DELETE FROM chunks WHERE id = ?", (cid,))
@@ -173,15 +188,27 @@ class ContentMixin:
                     if o is not None and o[0] not in dropped:
                         counts["kept"] += 1
                         if (o[4], o[5], o[6]) != (k.line_start, k.line_end, k.heading_path):
-                            c.execute("UPDATE chunks SET line_start = ?, line_end = ?, heading_path = ? WHERE id = ?",
-                                      (k.line_start, k.line_end, k.heading_path, o[0]))
+                            c.execute(
+                                "UPDATE chunks SET line_start = ?, line_end = ?, heading_path = ? WHERE id = ?",
+                                (k.line_start, k.line_end, k.heading_path, o[0]),
+                            )
                         continue
                     touched = True
                     counts["replaced" if o is not None else "added"] += 1
-                    c.execute("INSERT INTO chunks(id, hash, seq, char_start, char_end, line_start, line_end, "
-                              "heading_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              (next_chunk_id(c, 1), h, k.seq, k.char_start, k.char_end, k.line_start, k.line_end,
-                               k.heading_path))
+                    c.execute(
+                        "INSERT INTO chunks(id, hash, seq, char_start, char_end, line_start, line_end, "
+                        "heading_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            next_chunk_id(c, 1),
+                            h,
+                            k.seq,
+                            k.char_start,
+                            k.char_end,
+                            k.line_start,
+                            k.line_end,
+                            k.heading_path,
+                        ),
+                    )
                 removed = sum(1 for seq in old if seq >= len(new))
                 counts["removed"] += removed
                 counts["contents"] += int(touched or removed > 0)

@@ -4,14 +4,16 @@
 ``conn``, ``_lock``, ``collections`` and ``_coll_clause``); :class:`Document` is what
 :meth:`~qmdlab.store.Index.get` returns.
 """
+
 from __future__ import annotations
 
 import difflib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # polars is imported by the methods that use it (CLI cold start)
     import polars as pl
@@ -60,8 +62,11 @@ def _docno_rows(docnos: Sequence[str]) -> tuple[str, list[str]]:
         coll, _, path = d.partition("/")  # collection names never hold '/' (config.check_name)
         params += (coll, path)
     values = ",".join(["(?, ?)"] * len(docnos))
-    return (f"d.id IN (SELECT x.id FROM (VALUES {values}) w JOIN documents x "
-            "ON x.collection = w.column1 AND x.path = w.column2)", params)
+    return (
+        f"d.id IN (SELECT x.id FROM (VALUES {values}) w JOIN documents x "
+        "ON x.collection = w.column1 AND x.path = w.column2)",
+        params,
+    )
 
 
 class DocumentsMixin:
@@ -88,17 +93,34 @@ class DocumentsMixin:
         with self._lock:
             rows = self.conn.execute(
                 "SELECT d.collection || '/' || d.path, d.collection, d.path, d.title, d.hash, d.mtime, d.size, "
-                f"d.tags, d.date FROM documents d WHERE d.active = 1{where} ORDER BY 1", params).fetchall()
+                f"d.tags, d.date FROM documents d WHERE d.active = 1{where} ORDER BY 1",
+                params,
+            ).fetchall()
         frame = pl.DataFrame(
             {
-                "docno": [r[0] for r in rows], "docid": [docid_of(r[4]) for r in rows],
-                "collection": [r[1] for r in rows], "path": [r[2] for r in rows], "title": [r[3] for r in rows],
-                "hash": [r[4] for r in rows], "mtime": [float(r[5]) for r in rows], "size": [int(r[6]) for r in rows],
-                "tags": [self._json_column(r[7]) for r in rows], "date": [r[8] for r in rows],
+                "docno": [r[0] for r in rows],
+                "docid": [docid_of(r[4]) for r in rows],
+                "collection": [r[1] for r in rows],
+                "path": [r[2] for r in rows],
+                "title": [r[3] for r in rows],
+                "hash": [r[4] for r in rows],
+                "mtime": [float(r[5]) for r in rows],
+                "size": [int(r[6]) for r in rows],
+                "tags": [self._json_column(r[7]) for r in rows],
+                "date": [r[8] for r in rows],
             },
-            schema={"docno": pl.Utf8, "docid": pl.Utf8, "collection": pl.Utf8, "path": pl.Utf8, "title": pl.Utf8,
-                    "hash": pl.Utf8, "mtime": pl.Float64, "size": pl.Int64, "tags": pl.List(pl.Utf8),
-                    "date": pl.Utf8},
+            schema={
+                "docno": pl.Utf8,
+                "docid": pl.Utf8,
+                "collection": pl.Utf8,
+                "path": pl.Utf8,
+                "title": pl.Utf8,
+                "hash": pl.Utf8,
+                "mtime": pl.Float64,
+                "size": pl.Int64,
+                "tags": pl.List(pl.Utf8),
+                "date": pl.Utf8,
+            },
         )
         if len(cache) > 8 or any(v[0] != version for v in cache.values()):
             cache.clear()
@@ -120,15 +142,28 @@ class DocumentsMixin:
         with self._lock:
             return self.conn.execute(
                 "SELECT d.collection, d.path, d.title, d.hash, d.metadata, d.mtime, d.size, c.body, d.active "
-                f"FROM documents d JOIN content c ON c.hash = d.hash WHERE {where}", params).fetchall()
+                f"FROM documents d JOIN content c ON c.hash = d.hash WHERE {where}",
+                params,
+            ).fetchall()
 
     def _make_doc(self, r: tuple, roots: dict[str, Path] | None = None) -> Document:
         if roots is None:
             roots = {c.name: c.root for c in self.collections()}
         root = roots.get(r[0], Path("."))
-        return Document(docno=f"{r[0]}/{r[1]}", docid=docid_of(r[3]), collection=r[0], path=r[1], title=r[2],
-                        body=r[7], metadata=self._json_column(r[4]), abs_path=Path(root) / r[1], hash=r[3],
-                        mtime=r[5], size=r[6], active=bool(r[8]))
+        return Document(
+            docno=f"{r[0]}/{r[1]}",
+            docid=docid_of(r[3]),
+            collection=r[0],
+            path=r[1],
+            title=r[2],
+            body=r[7],
+            metadata=self._json_column(r[4]),
+            abs_path=Path(root) / r[1],
+            hash=r[3],
+            mtime=r[5],
+            size=r[6],
+            active=bool(r[8]),
+        )
 
     def get_many(self, docnos: Iterable[str]) -> dict[str, Document]:
         """Active documents by exact docno, in one query (a result list's documents); a docno that
@@ -140,7 +175,7 @@ class DocumentsMixin:
         out = {}
         rows = []
         for i in range(0, len(want), _ROW_VALUES_MAX):
-            where, params = _docno_rows(want[i:i + _ROW_VALUES_MAX])
+            where, params = _docno_rows(want[i : i + _ROW_VALUES_MAX])
             rows += self._document_row(f"d.active = 1 AND {where}", params)
         for r in rows:
             doc = self._make_doc(r, roots)
@@ -161,8 +196,9 @@ class DocumentsMixin:
         if ref.startswith("#"):
             prefix = ref[1:].lower()
             if prefix:
-                rows = self._document_row("d.active = 1 AND d.hash LIKE ? ORDER BY d.collection, d.path",
-                                          (prefix + "%",))
+                rows = self._document_row(
+                    "d.active = 1 AND d.hash LIKE ? ORDER BY d.collection, d.path", (prefix + "%",)
+                )
             hashes = {r[3] for r in rows}
             if len(hashes) > 1:
                 raise StoreError(f"{ref} matches {len(hashes)} documents; give more hex digits of the docid")
@@ -174,13 +210,17 @@ class DocumentsMixin:
                 p = Path(ref).expanduser().resolve()
                 for c in self.collections():
                     if p == c.root or c.root in p.parents:
-                        rows = self._document_row("d.active = 1 AND d.collection = ? AND d.path = ?",
-                                                  (c.name, p.relative_to(c.root).as_posix()))
+                        rows = self._document_row(
+                            "d.active = 1 AND d.collection = ? AND d.path = ?",
+                            (c.name, p.relative_to(c.root).as_posix()),
+                        )
                         if rows:
                             break
             if not rows:
-                rows = self._document_row("d.active = 1 AND (d.path = ? OR d.path LIKE ?) ORDER BY d.collection, "
-                                          "d.path", (ref, "%/" + ref.replace("%", "").replace("_", "\\_")))
+                rows = self._document_row(
+                    "d.active = 1 AND (d.path = ? OR d.path LIKE ?) ORDER BY d.collection, d.path",
+                    (ref, "%/" + ref.replace("%", "").replace("_", "\\_")),
+                )
                 rows = [r for r in rows if r[1] == ref or r[1].endswith("/" + ref)]
                 if len(rows) > 1:
                     names = ", ".join(f"{r[0]}/{r[1]}" for r in rows[:5])
@@ -204,10 +244,12 @@ class DocumentsMixin:
         """chunk_id, docno, seq, char_start, char_end, line_start, line_end, heading_path, text."""
         import polars as pl
 
-        sql = ("SELECT k.id, d.collection || '/' || d.path AS docno, k.seq, k.char_start, k.char_end, k.line_start, "
-               "k.line_end, k.heading_path, substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
-               "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
-               "WHERE d.active = 1")
+        sql = (
+            "SELECT k.id, d.collection || '/' || d.path AS docno, k.seq, k.char_start, k.char_end, k.line_start, "
+            "k.line_end, k.heading_path, substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
+            "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
+            "WHERE d.active = 1"
+        )
         params: list[str] = []
         keep: set[str] | None = None
         if docnos is not None:

@@ -14,6 +14,7 @@ what to do; anything else gives ``None`` (a bug: the caller lets it propagate).
   changed, the write can be retried once space is freed;
 - a read-only file or folder: which one, and that readers still work.
 """
+
 from __future__ import annotations
 
 import errno
@@ -28,8 +29,14 @@ _FULL = ("database or disk is full", "disk is full")
 _READ_ONLY = ("readonly database", "read-only", "attempt to write a readonly")
 _BUSY = ("database is locked", "database table is locked", "busy")
 # Limits of SQLite's statements, not damage: a search built from too much input.
-_TOO_LARGE = ("expression tree is too large", "too many sql variables", "too many terms", "string or blob too big",
-              "too many columns", "parser stack overflow")
+_TOO_LARGE = (
+    "expression tree is too large",
+    "too many sql variables",
+    "too many terms",
+    "string or blob too big",
+    "too many columns",
+    "parser stack overflow",
+)
 
 
 def _mib(n: float) -> str:
@@ -56,9 +63,11 @@ def damaged_message(db_path: str | os.PathLike, detail: str) -> str:
     collections.yaml is kept), then run `qmdlab update` and `qmdlab embed`'
     """
     name = Path(db_path).name
-    return (f"{db_path}: not a usable qmdlab index ({_brief(detail)}); pass another --index, or rebuild this one from its "
-            f"collections: remove {db_path} (and any {name}-wal, -shm beside it; collections.yaml is kept), then run "
-            "`qmdlab update` and `qmdlab embed`")
+    return (
+        f"{db_path}: not a usable qmdlab index ({_brief(detail)}); pass another --index, or rebuild this one from its "
+        f"collections: remove {db_path} (and any {name}-wal, -shm beside it; collections.yaml is kept), then run "
+        "`qmdlab update` and `qmdlab embed`"
+    )
 
 
 def disk_full_message(path: str | os.PathLike, needed: int | None = None) -> str:
@@ -76,13 +85,17 @@ def disk_full_message(path: str | os.PathLike, needed: int | None = None) -> str
             needed = None
     have = f"{_mib(free)} free" if free is not None else "no free space"
     want = f"; an index write may need up to about {_mib(max(needed, 1 << 20))} more" if needed else ""
-    return (f"{where}: the disk is full ({have} on {folder}{want}); nothing was changed — free some space "
-            "(or move the index elsewhere with --index) and run the command again")
+    return (
+        f"{where}: the disk is full ({have} on {folder}{want}); nothing was changed — free some space "
+        "(or move the index elsewhere with --index) and run the command again"
+    )
 
 
 def read_only_message(path: str | os.PathLike) -> str:
-    return (f"{path}: the index is read-only here (file or folder permissions, or a read-only file system); "
-            "reading verbs still work — make it writable, or copy the index to a writable --index, to update it")
+    return (
+        f"{path}: the index is read-only here (file or folder permissions, or a read-only file system); "
+        "reading verbs still work — make it writable, or copy the index to a writable --index, to update it"
+    )
 
 
 def _db_path(where: object) -> Path | None:
@@ -107,8 +120,10 @@ def as_user_error(err: BaseException, where: object = None) -> QmdlabError | Non
     if isinstance(err, QmdlabError):
         return err
     if isinstance(err, UnicodeEncodeError) and "surrogates not allowed" in str(err):
-        return QmdlabError(f"an argument holds bytes that are not UTF-8 ({_brief(repr(err.object[err.start:err.end]))}"
-                           " cannot be encoded); pass the text as UTF-8")
+        return QmdlabError(
+            f"an argument holds bytes that are not UTF-8 ({_brief(repr(err.object[err.start : err.end]))}"
+            " cannot be encoded); pass the text as UTF-8"
+        )
     if isinstance(err, OverflowError):
         return QmdlabError(f"a number given is too large ({_brief(str(err))}); use a smaller one")
     if isinstance(err, sqlite3.DatabaseError):
@@ -120,11 +135,14 @@ def as_user_error(err: BaseException, where: object = None) -> QmdlabError | Non
         if any(s in low for s in _READ_ONLY):
             return StoreError(read_only_message(db))
         if any(s in low for s in _TOO_LARGE):
-            return StoreError(f"the search is too large for SQLite ({_brief(text)}); use fewer terms, tags or "
-                              "collections")
+            return StoreError(
+                f"the search is too large for SQLite ({_brief(text)}); use fewer terms, tags or collections"
+            )
         if any(s in low for s in _BUSY):
-            return StoreError(f"{db}: the index stayed busy (another qmdlab process is writing to it); retry when "
-                              "that update or embed has finished")
+            return StoreError(
+                f"{db}: the index stayed busy (another qmdlab process is writing to it); retry when "
+                "that update or embed has finished"
+            )
         return StoreError(damaged_message(db, text))
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreError(disk_full_message(err.filename or _db_path(where) or "."))

@@ -5,6 +5,7 @@ Front matter is a YAML mapping between a first line ``---`` and the next ``---``
 as metadata (lists of scalars too); nested mappings are dropped. Malformed YAML is not an
 error: the block is treated as ordinary text (a note must never fail to index).
 """
+
 from __future__ import annotations
 
 import datetime as _dt

@@ -30,6 +30,7 @@ The class is assembled from one module per concern, each a mixin this module com
 
 This module keeps the connection, the write transaction and ``status``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,25 +38,37 @@ import os
 import sqlite3
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from qmdlab.errors import StoreError
 from qmdlab.paths import resolve_index_dir
-from qmdlab.terms import space_cjk
 from qmdlab.store import schema, testhooks
 from qmdlab.store.cache import LLMCache
-from qmdlab.store.usage import UsageMixin
 from qmdlab.store.catalog import CatalogMixin
 from qmdlab.store.content import ContentMixin
 from qmdlab.store.documents import Document, DocumentsMixin, docid_of
 from qmdlab.store.failures import damaged_message, quick_check, read_only_message
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA_VERSION
 from qmdlab.store.update import UPDATE_SKIP_REASONS, UpdateMixin, UpdateReport
+from qmdlab.store.usage import UsageMixin
 from qmdlab.store.vectors import VectorMatrix, VectorsMixin
+from qmdlab.terms import space_cjk
 
-__all__ = ["Index", "Document", "UpdateReport", "VectorMatrix", "docid_of", "UPDATE_SKIP_REASONS",
-           "DB_NAME", "CONFIG_NAME", "BUSY_TIMEOUT_S", "READ_ONLY_VERBS", "creates_index"]
+__all__ = [
+    "Index",
+    "Document",
+    "UpdateReport",
+    "VectorMatrix",
+    "docid_of",
+    "UPDATE_SKIP_REASONS",
+    "DB_NAME",
+    "CONFIG_NAME",
+    "BUSY_TIMEOUT_S",
+    "READ_ONLY_VERBS",
+    "creates_index",
+]
 
 DB_NAME = "index.sqlite"
 BUSY_TIMEOUT_S = 30
@@ -67,10 +80,25 @@ QUICK_CHECK_MAX_BYTES = 512 * 2**20
 #: Verbs that only read an index (the command path below ``qmdlab``): they open an existing
 #: index and never create one (a mistyped ``--index`` must not make an empty index, nor
 #: ``--index <a notes folder>`` write into that folder).
-READ_ONLY_VERBS = frozenset({
-    "search", "vsearch", "query", "get", "multi-get", "ls", "status", "cleanup", "mcp", "refs", "jump", "chunks",
-    "collection list", "collection show", "context list",
-})
+READ_ONLY_VERBS = frozenset(
+    {
+        "search",
+        "vsearch",
+        "query",
+        "get",
+        "multi-get",
+        "ls",
+        "status",
+        "cleanup",
+        "mcp",
+        "refs",
+        "jump",
+        "chunks",
+        "collection list",
+        "collection show",
+        "context list",
+    }
+)
 
 
 def verb_path(ctx: Any) -> str:
@@ -94,8 +122,10 @@ def no_index_message(directory: Path, name_or_path: object = None) -> str:
     names = existing_indexes()
     asked = f" (--index {str(name_or_path)!r})" if name_or_path not in (None, "") else ""
     have = f"existing indexes: {', '.join(names)}" if names else "no index exists yet"
-    return (f"no index at {directory}{asked}; {have} — pass one with --index, or create this one with "
-            "`qmdlab collection add PATH`")
+    return (
+        f"no index at {directory}{asked}; {have} — pass one with --index, or create this one with "
+        "`qmdlab collection add PATH`"
+    )
 
 
 class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, UsageMixin):
@@ -163,7 +193,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             self.conn.close()
 
     @classmethod
-    def open(cls, name_or_path: str | os.PathLike | None = None, *, create: bool = True) -> "Index":
+    def open(cls, name_or_path: str | os.PathLike | None = None, *, create: bool = True) -> Index:
         """Open the index named or located by ``name_or_path``, creating it when ``create``;
         otherwise a missing one is a :class:`StoreError` listing the indexes that exist (and
         nothing is written: no folder, no file)."""
@@ -176,7 +206,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         self._cache_conn.close()
         self.conn.close()
 
-    def __enter__(self) -> "Index":
+    def __enter__(self) -> Index:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -200,8 +230,10 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as err:
                 if "locked" in str(err) or "busy" in str(err):
-                    raise StoreError(f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
-                                     "is writing to it); retry when that update or embed has finished") from err
+                    raise StoreError(
+                        f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
+                        "is writing to it); retry when that update or embed has finished"
+                    ) from err
                 raise
             hooks = testhooks.enabled()  # crash-harness event log (off unless $QMDLAB_TEST_EVENTS is set)
             if hooks:
@@ -264,22 +296,27 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
     def status(self) -> dict[str, Any]:
         """Counts for ``qmdlab status``."""
         with self._lock:
-            per = dict(self.conn.execute(
-                "SELECT collection, count(*) FROM documents WHERE active = 1 GROUP BY 1").fetchall())
+            per = dict(
+                self.conn.execute("SELECT collection, count(*) FROM documents WHERE active = 1 GROUP BY 1").fetchall()
+            )
             inactive = self.conn.execute("SELECT count(*) FROM documents WHERE active = 0").fetchone()[0]
             nchunks = self.conn.execute(
-                "SELECT count(DISTINCT k.id) FROM chunks k JOIN documents d ON d.hash = k.hash "
-                "WHERE d.active = 1").fetchone()[0]
+                "SELECT count(DISTINCT k.id) FROM chunks k JOIN documents d ON d.hash = k.hash WHERE d.active = 1"
+            ).fetchone()[0]
         checks = self.vector_check()
         return {
             "index": str(self.dir),
-            "collections": [{"name": c.name, "root": str(c.root), "mask": c.mask, "documents": per.get(c.name, 0)}
-                            for c in self.collections()],
+            "collections": [
+                {"name": c.name, "root": str(c.root), "mask": c.mask, "documents": per.get(c.name, 0)}
+                for c in self.collections()
+            ],
             "documents": sum(per.values()),
             "inactive_documents": inactive,
             "chunks": nchunks,
             "chunker": self.stored_chunker_fingerprint(),
-            "vectors": {fp: {"dim": d, "count": n, **{k: v for k, v in checks.get(fp, {}).items() if k != "vectors"}}
-                        for fp, (d, n) in self.vector_fingerprints().items()},
+            "vectors": {
+                fp: {"dim": d, "count": n, **{k: v for k, v in checks.get(fp, {}).items() if k != "vectors"}}
+                for fp, (d, n) in self.vector_fingerprints().items()
+            },
             "llm_cache_entries": self.cache.count(),
         }

@@ -21,6 +21,7 @@ At :data:`WARN_FRACTION` (80 %) of a limit a warning is given: ``update`` prints
 pipeline records it in ``trace.notes`` (stage ``capacity``). Each limit can be changed with an
 environment variable (:data:`ENV`), e.g. ``QMDLAB_MAX_DOCUMENTS=500000``.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,9 @@ def limit(kind: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"${ENV[kind]}={raw!r} is not a number; set it to a limit in {UNITS[kind]} "
-                          "or unset it") from None
+        raise ConfigError(
+            f"${ENV[kind]}={raw!r} is not a number; set it to a limit in {UNITS[kind]} or unset it"
+        ) from None
     if value < 0:
         raise ConfigError(f"${ENV[kind]}={raw!r} is negative; set a limit >= 0 or unset it")
     return int(value) if kind != "query_ms" else value
@@ -95,8 +97,10 @@ class Check(NamedTuple):
         pct = 100.0 * self.value / self.limit if self.limit else float("inf")
         state = "over" if self.level == "over" else "at"
         pct_text = f"{pct:.0f}%" if pct != float("inf") else "∞%"
-        return (f"{self.kind} {state} {pct_text} of the capacity limit ({_fmt(self.value)} of {_fmt(self.limit)} "
-                f"{UNITS[self.kind]}); raise ${ENV[self.kind]} if the machine allows")
+        return (
+            f"{self.kind} {state} {pct_text} of the capacity limit ({_fmt(self.value)} of {_fmt(self.limit)} "
+            f"{UNITS[self.kind]}); raise ${ENV[self.kind]} if the machine allows"
+        )
 
 
 def _fmt(x: float) -> str:
@@ -121,8 +125,20 @@ def check(kind: str, value: float, lim: float | None = None) -> Check:
     return Check(kind, value, lim, level)
 
 
-__all__ = ["WARN_FRACTION", "MAX_DOCUMENTS", "MAX_CHUNKS", "MAX_VECTOR_BYTES", "QUERY_TIME_BUDGET_MS", "ENV", "index_notes", "query_budget_note",
-           "CapacityError", "Check", "check", "limit"]
+__all__ = [
+    "WARN_FRACTION",
+    "MAX_DOCUMENTS",
+    "MAX_CHUNKS",
+    "MAX_VECTOR_BYTES",
+    "QUERY_TIME_BUDGET_MS",
+    "ENV",
+    "index_notes",
+    "query_budget_note",
+    "CapacityError",
+    "Check",
+    "check",
+    "limit",
+]
 
 
 def index_notes(index, embedder=None) -> list[str]:

@@ -5,12 +5,14 @@ comma-separated list of refs, ``qmd://`` URIs included) into :class:`Fetched` it
 :func:`format_documents` renders them as ``cli``, ``json``, ``csv``, ``md``, ``xml`` or
 ``files`` (qmd's ``multi-get`` formats).
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import json
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 from xml.sax.saxutils import escape, quoteattr
 
 from qmdlab.errors import QmdlabError
@@ -42,7 +44,7 @@ def _lines(body: str) -> list[str]:
     return lines[:-1] if body.endswith("\n") else lines
 
 
-def collect(idx: "Index", pattern: str, *, max_bytes: int = 10240, max_lines: int | None = None) -> list[Fetched]:
+def collect(idx: Index, pattern: str, *, max_bytes: int = 10240, max_lines: int | None = None) -> list[Fetched]:
     """The documents ``pattern`` names, in glob order (sorted docnos) or list order.
 
     A document larger than ``max_bytes`` is listed with ``skipped=True`` and no body; a body
@@ -65,8 +67,11 @@ def collect(idx: "Index", pattern: str, *, max_bytes: int = 10240, max_lines: in
             out.append(Fetched(d.docno, d.docid, d.title, size, 0, len(lines), True, False, None))
             continue
         kept = lines if max_lines is None else lines[:max_lines]
-        out.append(Fetched(d.docno, d.docid, d.title, size, len(kept), len(lines), False, len(kept) < len(lines),
-                           "\n".join(kept)))
+        out.append(
+            Fetched(
+                d.docno, d.docid, d.title, size, len(kept), len(lines), False, len(kept) < len(lines), "\n".join(kept)
+            )
+        )
     return out
 
 
@@ -76,8 +81,9 @@ def _numbered(body: str) -> str:
     return number_lines(body, 1)
 
 
-def format_documents(items: Sequence[Fetched], fmt: str = "cli", *, line_numbers: bool = False,
-                     max_bytes: int = 10240) -> str:
+def format_documents(
+    items: Sequence[Fetched], fmt: str = "cli", *, line_numbers: bool = False, max_bytes: int = 10240
+) -> str:
     """Render multi-get items (no trailing newline).
 
     >>> f = [Fetched("kb/a.md", "abc123", "A", 4, 1, 2, False, True, "x"), Fetched("kb/b.md", "def456", "B", 99, 0, 9, True, False, None)]
@@ -94,27 +100,56 @@ def format_documents(items: Sequence[Fetched], fmt: str = "cli", *, line_numbers
     if line_numbers:
         items = [it._replace(body=_numbered(it.body)) if it.body is not None else it for it in items]
     if fmt == "json":
-        return json.dumps([{"file": it.docno, "docid": f"#{it.docid}", "title": it.title, "bytes": it.bytes,
-                            "lines": it.lines, "total_lines": it.total_lines, "skipped": it.skipped,
-                            "truncated": it.truncated, "body": it.body} for it in items],
-                          ensure_ascii=False, indent=2)
+        return json.dumps(
+            [
+                {
+                    "file": it.docno,
+                    "docid": f"#{it.docid}",
+                    "title": it.title,
+                    "bytes": it.bytes,
+                    "lines": it.lines,
+                    "total_lines": it.total_lines,
+                    "skipped": it.skipped,
+                    "truncated": it.truncated,
+                    "body": it.body,
+                }
+                for it in items
+            ],
+            ensure_ascii=False,
+            indent=2,
+        )
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["file", "docid", "title", "bytes", "lines", "total_lines", "skipped", "truncated", "body"])
         for it in items:
-            w.writerow([it.docno, f"#{it.docid}", it.title, it.bytes, it.lines, it.total_lines, int(it.skipped),
-                        int(it.truncated), it.body or ""])
+            w.writerow(
+                [
+                    it.docno,
+                    f"#{it.docid}",
+                    it.title,
+                    it.bytes,
+                    it.lines,
+                    it.total_lines,
+                    int(it.skipped),
+                    int(it.truncated),
+                    it.body or "",
+                ]
+            )
         return buf.getvalue().rstrip("\n")
     if fmt == "files":
-        return "\n".join(f"#{it.docid},{it.docno},{it.bytes},"
-                         + ("skipped" if it.skipped else "truncated" if it.truncated else "") for it in items)
+        return "\n".join(
+            f"#{it.docid},{it.docno},{it.bytes}," + ("skipped" if it.skipped else "truncated" if it.truncated else "")
+            for it in items
+        )
     if fmt == "xml":
         out = ["<documents>"]
         for it in items:
-            out.append(f"  <document file={quoteattr(it.docno)} docid={quoteattr('#' + it.docid)} "
-                       f"bytes=\"{it.bytes}\" skipped=\"{str(it.skipped).lower()}\" "
-                       f"truncated=\"{str(it.truncated).lower()}\">")
+            out.append(
+                f"  <document file={quoteattr(it.docno)} docid={quoteattr('#' + it.docid)} "
+                f'bytes="{it.bytes}" skipped="{str(it.skipped).lower()}" '
+                f'truncated="{str(it.truncated).lower()}">'
+            )
             out.append(f"    <title>{escape(it.title)}</title>")
             if it.body is not None:
                 out.append(f"    <body>{escape(it.body)}</body>")

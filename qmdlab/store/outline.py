@@ -28,12 +28,14 @@ YAML front-matter block (skipped). Line numbers are 1-based and refer to the tex
 >>> out.section_text("install/macos")
 '## macOS\\nbrew'
 """
+
 from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from qmdlab.errors import QmdlabError
 
@@ -80,7 +82,12 @@ def parse_headings(text: str) -> list[tuple[int, int, str]]:
         line = lines[i]
         m = _FENCE.match(line)
         if fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip()[len(m.group(1)):].strip():
+            if (
+                m
+                and m.group(1)[0] == fence[0]
+                and len(m.group(1)) >= len(fence)
+                and not line.strip()[len(m.group(1)) :].strip()
+            ):
                 fence = None
             i += 1
             prev_text = None
@@ -147,7 +154,7 @@ class DocumentOutline:
         self._by_address = {s.address: s for s in sections}
 
     @classmethod
-    def parse(cls, text: str, title: str = "") -> "DocumentOutline":
+    def parse(cls, text: str, title: str = "") -> DocumentOutline:
         lines = text.split("\n")
         n = len(lines)
         if n > 1 and lines[-1] == "":  # a trailing newline does not open a line
@@ -210,7 +217,9 @@ class DocumentOutline:
         """An indented, human-readable outline: ``address  (lines a-b)`` per heading."""
         rows = []
         for sec in self.sections[1:]:
-            rows.append(f"{'  ' * (sec.level - 1)}{'#' * sec.level} {sec.title}  [{sec.address}] lines {sec.line_start}-{sec.line_end}")
+            rows.append(
+                f"{'  ' * (sec.level - 1)}{'#' * sec.level} {sec.title}  [{sec.address}] lines {sec.line_start}-{sec.line_end}"
+            )
         return "\n".join(rows) if rows else "(no headings)"
 
 

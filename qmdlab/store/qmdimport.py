@@ -31,18 +31,20 @@ qmd                                    qmdlab
 Anything else (unknown keys, a missing folder, a name qmdlab cannot use, a collection already
 registered with another root) is reported and left out. qmd's file is only read, never written.
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
 from qmdlab.errors import ConfigError
-from qmdlab.store.config import DEFAULT_MASK, _NAME
+from qmdlab.store.config import _NAME, DEFAULT_MASK
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
 QMD_TOP_KEYS = {"collections", "global_context", "models", "editor_uri", "editor_uri_template"}
@@ -67,8 +69,13 @@ def qmd_config_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".config" / "qmd"
 
 
-def find_qmd_config(path: str | os.PathLike | None = None, *, index_name: str | None = None,
-                    cwd: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> Path:
+def find_qmd_config(
+    path: str | os.PathLike | None = None,
+    *,
+    index_name: str | None = None,
+    cwd: str | os.PathLike | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
     """The qmd config file to read (see the module notes); a :class:`ConfigError` naming every
     place looked at when there is none."""
     if path is not None:
@@ -96,8 +103,10 @@ def find_qmd_config(path: str | os.PathLike | None = None, *, index_name: str | 
     if cand.is_file():
         return cand
     looked.append(str(cand))
-    raise ConfigError("no qmd config found (looked at " + ", ".join(looked) + "); pass its path: "
-                      "`qmdlab collection import-qmd PATH/index.yml`")
+    raise ConfigError(
+        "no qmd config found (looked at " + ", ".join(looked) + "); pass its path: "
+        "`qmdlab collection import-qmd PATH/index.yml`"
+    )
 
 
 def expand_braces(pattern: str) -> str:
@@ -109,7 +118,7 @@ def expand_braces(pattern: str) -> str:
     m = re.search(r"\{([^{}]*)\}", pattern)
     if not m:
         return pattern
-    head, tail = pattern[:m.start()], pattern[m.end():]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
     return ",".join(expand_braces(head + alt + tail) for alt in m.group(1).split(","))
 
 
@@ -194,8 +203,10 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
             plan.skipped.append(f"collection {name}: no 'path'; left out")
             continue
         if not _NAME.match(name):
-            plan.skipped.append(f"collection {name}: not a name qmdlab accepts (letters, digits, '_', '-', '.'); "
-                                "left out — add it with `qmdlab collection add PATH --name NEW`")
+            plan.skipped.append(
+                f"collection {name}: not a name qmdlab accepts (letters, digits, '_', '-', '.'); "
+                "left out — add it with `qmdlab collection add PATH --name NEW`"
+            )
             continue
         root = Path(c["path"]).expanduser()
         root = (root if root.is_absolute() else base / root).resolve()
@@ -258,8 +269,10 @@ def merge_models(path: Path, models: Mapping[str, str]) -> dict:
         tmp.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as err:
-        raise ConfigError(f"{path}: cannot write the model overrides ({err.strerror or err}); make "
-                          "$QMDLAB_HOME writable, or import with --no-models") from None
+        raise ConfigError(
+            f"{path}: cannot write the model overrides ({err.strerror or err}); make "
+            "$QMDLAB_HOME writable, or import with --no-models"
+        ) from None
     return current
 
 
@@ -273,24 +286,33 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
     for cp in plan.collections:
         old = existing.get(cp.name)
         if old is not None and Path(old.root).resolve() != cp.root:
-            res.skipped.append(f"collection {cp.name}: qmdlab already has it at {old.root}; left out "
-                               f"(`qmdlab collection remove {cp.name}` first to import qmd's)")
+            res.skipped.append(
+                f"collection {cp.name}: qmdlab already has it at {old.root}; left out "
+                f"(`qmdlab collection remove {cp.name}` first to import qmd's)"
+            )
             continue
         own = [g for g in cp.ignore if g not in QMD_BUILTIN_IGNORES]
-        extras = [f"mask {cp.mask}"] + ([f"ignore {', '.join(own)}"] if own else []) \
+        extras = (
+            [f"mask {cp.mask}"]
+            + ([f"ignore {', '.join(own)}"] if own else [])
             + ([] if cp.include else ["excluded from unscoped queries"])
-        res.lines.append(f"collection {cp.name}: {cp.root} ({'; '.join(extras)})"
-                         + (" [updated]" if old is not None else ""))
+        )
+        res.lines.append(
+            f"collection {cp.name}: {cp.root} ({'; '.join(extras)})" + (" [updated]" if old is not None else "")
+        )
         if not dry_run:
             if old is None:
                 idx.add_collection(cp.name, cp.root, cp.mask, cp.ignore, include=cp.include, update_cmd=cp.update_cmd)
             else:
-                idx.update_collection(cp.name, mask=cp.mask, ignore=cp.ignore, include=cp.include,
-                                      update_cmd=cp.update_cmd)
+                idx.update_collection(
+                    cp.name, mask=cp.mask, ignore=cp.ignore, include=cp.include, update_cmd=cp.update_cmd
+                )
         res.registered.append(cp.name)
         if cp.update_cmd:
-            res.lines.append(f"  update command {cp.update_cmd!r}: not approved; it runs before `qmdlab update` "
-                             f"only after `qmdlab trust -c {cp.name}`")
+            res.lines.append(
+                f"  update command {cp.update_cmd!r}: not approved; it runs before `qmdlab update` "
+                f"only after `qmdlab trust -c {cp.name}`"
+            )
             res.pending_commands.append(cp.name)
         for target, text in cp.contexts:
             res.lines.append(f"  context {target}: {text[:60]}{'…' if len(text) > 60 else ''}")

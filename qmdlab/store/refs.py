@@ -11,10 +11,12 @@ Wherever a document, a glob or a context target is named, qmd's URI form
 ``qmd://collection/path`` is accepted too and means the docno ``collection/path``
 (:func:`strip_scheme`; percent-escapes are decoded, as qmd's MCP clients send them).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from qmdlab.store.scan import glob_match
 
@@ -48,7 +50,7 @@ def strip_scheme(text: str) -> str:
         return text
     from urllib.parse import unquote
 
-    rest = unquote(text[len(SCHEME):]).lstrip("/")
+    rest = unquote(text[len(SCHEME) :]).lstrip("/")
     return rest or "/"
 
 
@@ -128,4 +130,14 @@ def glob_docnos(docnos: Iterable[str], pattern: str) -> list[str]:
     return sorted(d for d in docnos if glob_match(d, pattern) or glob_match(d.partition("/")[2], pattern))
 
 
-__all__ = ["Ref", "SCHEME", "strip_scheme", "parse_ref", "split_range", "split_address", "is_glob", "split_refs", "glob_docnos"]
+__all__ = [
+    "Ref",
+    "SCHEME",
+    "strip_scheme",
+    "parse_ref",
+    "split_range",
+    "split_address",
+    "is_glob",
+    "split_refs",
+    "glob_docnos",
+]

@@ -18,6 +18,7 @@ documents under it.
 Text with a UTF-8 byte-order mark is indexed without it; UTF-16 text with a BOM is decoded and
 indexed (its hash stays the sha256 of the raw bytes).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -26,8 +27,9 @@ import hashlib
 import os
 import re
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from qmdlab.store.config import Collection
 
@@ -88,8 +90,9 @@ def ignored(rel: str, patterns: tuple[str, ...] | list[str]) -> bool:
     return any(glob_match(rel, pat) or glob_match(rel, "**/" + pat) for pat in patterns)
 
 
-def list_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES,
-               unreadable: list[str] | None = None) -> Iterator[FileEntry]:
+def list_files(
+    coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES, unreadable: list[str] | None = None
+) -> Iterator[FileEntry]:
     """Matching files, sorted by relative path, each stat-ed (not read).
 
     One ``os.scandir`` walk that does not enter links to folders (as ``Path.glob("**")``), the
@@ -167,7 +170,8 @@ def stat_files(coll: Collection, max_bytes: int = DEFAULT_MAX_BYTES) -> list[tup
                                 return None
                             continue
                         if not e.is_file(follow_symlinks=False) or not (
-                                rel.isascii() and rel.isprintable() or not bad_name(rel)):
+                            rel.isascii() and rel.isprintable() or not bad_name(rel)
+                        ):
                             return None
                         st = e.stat(follow_symlinks=False)
                     except OSError:
@@ -227,8 +231,11 @@ def _name_suffixes(coll: Collection) -> tuple[str, ...] | None:
 def _matchers(coll: Collection) -> tuple[re.Pattern, re.Pattern | None]:
     """The masks and the ignore patterns (each also at any depth) as two compiled regexes."""
     want = re.compile("|".join(f"(?:{_glob_regex(m)})" for m in coll.masks))
-    ign = re.compile("|".join(f"(?:{_glob_regex(q)})" for pat in coll.ignore for q in (pat, "**/" + pat))
-                     ) if coll.ignore else None
+    ign = (
+        re.compile("|".join(f"(?:{_glob_regex(q)})" for pat in coll.ignore for q in (pat, "**/" + pat)))
+        if coll.ignore
+        else None
+    )
     return want, ign
 
 

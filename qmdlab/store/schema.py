@@ -18,6 +18,7 @@
   column existed); a vector whose key is not its chunk's is treated as missing.
 - ``llm_cache``: see :mod:`qmdlab.store.cache`.
 """
+
 from __future__ import annotations
 
 SCHEMA_VERSION = 1
@@ -25,8 +26,7 @@ FTS_FUNCTION = "qmdlab_fts_text"
 
 # Covers the stat-only check of ``update`` (path, mtime, size of a collection's active files, in
 # path order) without a table lookup per row; added to older indexes by their next ``update``.
-STAT_INDEX = ("CREATE INDEX IF NOT EXISTS documents_stat ON documents(collection, path, mtime, size) "
-              "WHERE active = 1")
+STAT_INDEX = "CREATE INDEX IF NOT EXISTS documents_stat ON documents(collection, path, mtime, size) WHERE active = 1"
 
 # One digest per collection of its active files' sorted (path, mtime, size)
 # (:func:`qmdlab.store.scan.stat_digest`), written by the ``update`` that left them so: an
@@ -144,9 +144,14 @@ def create(conn) -> None:
 def has_stat_index(conn) -> bool:
     """Whether the database has :data:`STAT_INDEX` and :data:`STAT_DIGEST` (indexes made before
     they existed do not)."""
-    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name IN ('documents_stat', "
-                                        "'stat_digest', 'documents_stat_digest_ai', 'documents_stat_digest_au', "
-                                        "'documents_stat_digest_ad')")}
+    names = {
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name IN ('documents_stat', "
+            "'stat_digest', 'documents_stat_digest_ai', 'documents_stat_digest_au', "
+            "'documents_stat_digest_ad')"
+        )
+    }
     return len(names) == 5
 
 
@@ -164,7 +169,9 @@ def next_chunk_id(conn, n: int) -> int:
     """
     row = conn.execute(
         "SELECT max(coalesce((SELECT max(id) FROM chunks), 0), coalesce((SELECT max(chunk_id) FROM vectors), 0), "
-        "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0))", (CHUNK_ID_HIGH,)).fetchone()
+        "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?), 0))",
+        (CHUNK_ID_HIGH,),
+    ).fetchone()
     first = int(row[0]) + 1
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (CHUNK_ID_HIGH, str(first + n - 1)))
     return first

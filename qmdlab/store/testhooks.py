@@ -33,6 +33,7 @@ Labels (kill points):
 - ``vectors.batch`` — ``qmdlab embed``: after one batch's vector rows were inserted, before
   its ``COMMIT``.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,10 @@ def parse_kill_at(spec: str) -> tuple[str, int]:
     """
     label, _, n = spec.strip().rpartition(":")
     if label not in LABELS or not n.isdigit() or int(n) < 1:
-        raise ConfigError(f"${KILL_ENV}={spec!r}: expected '<label>:<n>' with n >= 1 and a label of "
-                          f"{', '.join(LABELS)}; fix or unset it")
+        raise ConfigError(
+            f"${KILL_ENV}={spec!r}: expected '<label>:<n>' with n >= 1 and a label of "
+            f"{', '.join(LABELS)}; fix or unset it"
+        )
     return label, int(n)
 
 

@@ -14,6 +14,7 @@ command). Editing the command, moving the config or renaming the collection asks
 command for one run (unattended CI). Nothing here ever prompts: a command not approved is
 skipped with a line that says how to approve it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 
@@ -69,8 +70,10 @@ def _load() -> list[Approval]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: unreadable approvals ({err.__class__.__name__}); fix or delete the file "
-                          "(then approve again with `qmdlab trust`)") from None
+        raise ConfigError(
+            f"{path}: unreadable approvals ({err.__class__.__name__}); fix or delete the file "
+            "(then approve again with `qmdlab trust`)"
+        ) from None
     rows = data.get("approved") if isinstance(data, dict) else None
     out = []
     for r in rows or []:
@@ -84,12 +87,15 @@ def _save(rows: list[Approval]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump({"approved": [r.__dict__ for r in rows]}, sort_keys=False,
-                                      allow_unicode=True), encoding="utf-8")
+        tmp.write_text(
+            yaml.safe_dump({"approved": [r.__dict__ for r in rows]}, sort_keys=False, allow_unicode=True),
+            encoding="utf-8",
+        )
         os.replace(tmp, path)
     except OSError as err:
-        raise ConfigError(f"{path}: cannot write the approvals ({err.strerror or err}); make $QMDLAB_HOME "
-                          "writable and approve again") from None
+        raise ConfigError(
+            f"{path}: cannot write the approvals ({err.strerror or err}); make $QMDLAB_HOME writable and approve again"
+        ) from None
 
 
 def approvals() -> list[Approval]:
@@ -110,8 +116,7 @@ def is_approved(config_path: str | os.PathLike, coll: Collection) -> bool:
 def pending(config_path: str | os.PathLike, collections: Iterable[Collection]) -> list[Collection]:
     """The collections whose update command is not approved."""
     keys = {a.key for a in _load()}
-    return [c for c in collections
-            if c.update_cmd and command_key(config_path, c.name, c.update_cmd) not in keys]
+    return [c for c in collections if c.update_cmd and command_key(config_path, c.name, c.update_cmd) not in keys]
 
 
 def approve(config_path: str | os.PathLike, collections: Iterable[Collection]) -> list[Collection]:
@@ -124,8 +129,15 @@ def approve(config_path: str | os.PathLike, collections: Iterable[Collection]) -
             continue
         key = command_key(config_path, c.name, c.update_cmd)
         if key not in keys:
-            rows.append(Approval(key, os.path.realpath(os.fspath(config_path)), c.name, c.update_cmd,
-                                 time.strftime("%Y-%m-%dT%H:%M:%S")))
+            rows.append(
+                Approval(
+                    key,
+                    os.path.realpath(os.fspath(config_path)),
+                    c.name,
+                    c.update_cmd,
+                    time.strftime("%Y-%m-%dT%H:%M:%S"),
+                )
+            )
             keys.add(key)
             done.append(c)
     if done:
@@ -146,8 +158,10 @@ def revoke(config_path: str | os.PathLike, names: Iterable[str] | None = None) -
 
 def refusal(coll: Collection) -> str:
     """The line printed when an update command is not approved."""
-    return (f"collection {coll.name}: update command {coll.update_cmd!r} is not approved, so it did not run; "
-            f"approve it with `qmdlab trust -c {coll.name}` (or `qmdlab trust` for every pending one)")
+    return (
+        f"collection {coll.name}: update command {coll.update_cmd!r} is not approved, so it did not run; "
+        f"approve it with `qmdlab trust -c {coll.name}` (or `qmdlab trust` for every pending one)"
+    )
 
 
 def run_update_command(coll: Collection, *, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str]:
@@ -158,8 +172,14 @@ def run_update_command(coll: Collection, *, timeout: float = DEFAULT_TIMEOUT_S) 
     """
     shell = shutil.which("bash") or shutil.which("sh") or "/bin/sh"
     try:
-        proc = subprocess.run([shell, "-c", coll.update_cmd or ""], cwd=str(coll.root), timeout=timeout,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [shell, "-c", coll.update_cmd or ""],
+            cwd=str(coll.root),
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     except subprocess.TimeoutExpired:
         return False, f"collection {coll.name}: update command stopped after {timeout:g} s"
     except OSError as err:

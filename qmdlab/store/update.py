@@ -5,22 +5,30 @@ sha256 decides between unchanged, changed and moved). Scanning is :mod:`qmdlab.s
 content and chunks :mod:`qmdlab.store.content`. :class:`UpdateMixin` is one part of
 :class:`~qmdlab.store.Index`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from qmdlab.errors import StoreError
-from qmdlab.store import limits, testhooks
-from qmdlab.store import schema
+from qmdlab.store import limits, schema, testhooks
 from qmdlab.store.config import Collection
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
-from qmdlab.store.scan import (DEFAULT_MAX_BYTES, SKIP_REASONS, display_path, list_files, read_text, stat_digest,
-                               stat_files)
+from qmdlab.store.scan import (
+    DEFAULT_MAX_BYTES,
+    SKIP_REASONS,
+    display_path,
+    list_files,
+    read_text,
+    stat_digest,
+    stat_files,
+)
 
 #: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
 UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity",)
@@ -90,8 +98,13 @@ class _Counts:
 class UpdateMixin:
     """Scanning collections and writing what changed."""
 
-    def update(self, collections: Iterable[str] | None = None, progress: bool = False,
-               max_bytes: int = DEFAULT_MAX_BYTES, allow_vanish: bool = False) -> UpdateReport:
+    def update(
+        self,
+        collections: Iterable[str] | None = None,
+        progress: bool = False,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        allow_vanish: bool = False,
+    ) -> UpdateReport:
         """Re-scan collections and bring the index in line with the files.
 
         Parameters
@@ -132,20 +145,30 @@ class UpdateMixin:
         caps = {k: limits.limit(k) for k in ("documents", "chunks")}
         for coll in colls:
             if not Path(coll.root).is_dir():
-                raise StoreError(f"collection {coll.name!r}: root {coll.root} is missing; restore it or "
-                                 f"`qmdlab collection remove {coll.name}`")
+                raise StoreError(
+                    f"collection {coll.name!r}: root {coll.root} is missing; restore it or "
+                    f"`qmdlab collection remove {coll.name}`"
+                )
             self._update_collection(coll, counts, progress, max_bytes, caps, allow_vanish)
         v = counts.values
         warnings = [c.message for c in self.capacity() if c.level != "ok" and c.kind in caps]
         if v.get("skipped_capacity"):
-            warnings.append(f"{v['skipped_capacity']} file(s) not indexed: the capacity limit was reached "
-                            "(see `qmdlab update` skip reasons)")
+            warnings.append(
+                f"{v['skipped_capacity']} file(s) not indexed: the capacity limit was reached "
+                "(see `qmdlab update` skip reasons)"
+            )
         return UpdateReport(
-            collections=len(colls), scanned=v.get("scanned", 0), new=v.get("new", 0), changed=v.get("changed", 0),
-            moved=v.get("moved", 0), unchanged=v.get("unchanged", 0), vanished=v.get("vanished", 0),
+            collections=len(colls),
+            scanned=v.get("scanned", 0),
+            new=v.get("new", 0),
+            changed=v.get("changed", 0),
+            moved=v.get("moved", 0),
+            unchanged=v.get("unchanged", 0),
+            vanished=v.get("vanished", 0),
             chunks_added=v.get("chunks", 0),
             **{f"skipped_{r}": v.get(f"skipped_{r}", 0) for r in UPDATE_SKIP_REASONS},
-            skipped_paths=tuple(counts.skipped), warnings=tuple(warnings),
+            skipped_paths=tuple(counts.skipped),
+            warnings=tuple(warnings),
         )
 
     def _unchanged(self, coll: Collection, counts: _Counts, max_bytes: int) -> bool:
@@ -184,15 +207,23 @@ class UpdateMixin:
         counts.add("unchanged", len(stats))
         return True
 
-    def _update_collection(self, coll: Collection, counts: _Counts, progress: bool, max_bytes: int,
-                           caps: dict[str, float] | None = None, allow_vanish: bool = False) -> None:
+    def _update_collection(
+        self,
+        coll: Collection,
+        counts: _Counts,
+        progress: bool,
+        max_bytes: int,
+        caps: dict[str, float] | None = None,
+        allow_vanish: bool = False,
+    ) -> None:
         if self._unchanged(coll, counts, max_bytes):
             return
         unreadable: list[str] = []
         entries = list(list_files(coll, max_bytes, unreadable))
         if "" in unreadable:
-            raise StoreError(f"collection {coll.name!r}: root {coll.root} cannot be read; fix its permissions "
-                             "(nothing was changed)")
+            raise StoreError(
+                f"collection {coll.name!r}: root {coll.root} cannot be read; fix its permissions (nothing was changed)"
+            )
         kept_dirs = tuple(unreadable)
         bar = None
         if progress:
@@ -204,8 +235,9 @@ class UpdateMixin:
             local.add("skipped_unreadable")
             local.skipped.append((f"{coll.name}/{display_path(d)}", "unreadable"))
         with self.transaction(label=f"update:{coll.name}") as c:
-            rows = c.execute("SELECT id, path, hash, mtime, size, active FROM documents WHERE collection = ?",
-                             (coll.name,)).fetchall()
+            rows = c.execute(
+                "SELECT id, path, hash, mtime, size, active FROM documents WHERE collection = ?", (coll.name,)
+            ).fetchall()
             caps = caps or {"documents": float("inf"), "chunks": float("inf")}
             n_docs = c.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0]
             n_chunks = c.execute("SELECT count(*) FROM chunks").fetchone()[0]
@@ -246,7 +278,8 @@ class UpdateMixin:
                 pieces = None if known else self._chunk(text)
                 is_new_doc = old is None or old[5] != 1
                 if (is_new_doc and n_docs + 1 > caps["documents"]) or (
-                        pieces is not None and n_chunks + len(pieces) > caps["chunks"]):
+                    pieces is not None and n_chunks + len(pieces) > caps["chunks"]
+                ):
                     local.add("skipped_capacity")
                     local.skipped.append((f"{coll.name}/{display_path(e.rel)}", "capacity"))
                     if not is_new_doc:  # a changed file keeps its indexed version
@@ -259,9 +292,19 @@ class UpdateMixin:
                     local.add("chunks", self._store_content(c, h, text, pieces))
                 meta, title, tags, date = self._describe(text, e.rel, e.mtime)
                 if old is not None and old[5] == 1:
-                    c.execute("UPDATE documents SET title=?, hash=?, mtime=?, size=?, metadata=?, tags=?, date=? "
-                              "WHERE id=?", (title, h, e.mtime, e.size, json.dumps(meta, ensure_ascii=False),
-                                             json.dumps(tags, ensure_ascii=False), date, old[0]))
+                    c.execute(
+                        "UPDATE documents SET title=?, hash=?, mtime=?, size=?, metadata=?, tags=?, date=? WHERE id=?",
+                        (
+                            title,
+                            h,
+                            e.mtime,
+                            e.size,
+                            json.dumps(meta, ensure_ascii=False),
+                            json.dumps(tags, ensure_ascii=False),
+                            date,
+                            old[0],
+                        ),
+                    )
                     local.add("changed")
                 else:
                     pending.append((e.rel, old, h, title, {"meta": meta, "tags": tags, "date": date}, e.mtime, e.size))
@@ -280,8 +323,17 @@ class UpdateMixin:
                     "VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?) ON CONFLICT(collection, path) DO UPDATE SET "
                     "title=excluded.title, hash=excluded.hash, mtime=excluded.mtime, size=excluded.size, active=1, "
                     "metadata=excluded.metadata, tags=excluded.tags, date=excluded.date",
-                    (coll.name, rel, title, h, mtime, size, json.dumps(d["meta"], ensure_ascii=False),
-                     json.dumps(d["tags"], ensure_ascii=False), d["date"]),
+                    (
+                        coll.name,
+                        rel,
+                        title,
+                        h,
+                        mtime,
+                        size,
+                        json.dumps(d["meta"], ensure_ascii=False),
+                        json.dumps(d["tags"], ensure_ascii=False),
+                        d["date"],
+                    ),
                 )
                 local.add(outcome)
                 testhooks.point("update.insert")
@@ -289,8 +341,10 @@ class UpdateMixin:
                 c.execute("UPDATE documents SET active = 0 WHERE id = ?", (r[0],))
             local.values["vanished"] = len(vanished) - local.values.get("moved", 0)
             # the digest of the rows as this transaction leaves them (the triggers removed the old one)
-            c.execute("INSERT OR REPLACE INTO stat_digest(collection, digest) VALUES (?, ?)",
-                      (coll.name, stat_digest(c.execute(_STAT_ROWS, (coll.name,)).fetchall())))
+            c.execute(
+                "INSERT OR REPLACE INTO stat_digest(collection, digest) VALUES (?, ?)",
+                (coll.name, stat_digest(c.execute(_STAT_ROWS, (coll.name,)).fetchall())),
+            )
         if bar is not None:
             bar.close()
         for k, n in local.values.items():
@@ -309,12 +363,13 @@ class UpdateMixin:
             raise StoreError(
                 f"collection {coll.name!r}: {gone} of its {len(active)} indexed file(s) are gone from {coll.root} "
                 f"and {after} remain (an unmounted or emptied folder?); nothing was changed. If they were removed "
-                "on purpose, run `qmdlab update --allow-vanish`")
+                "on purpose, run `qmdlab update --allow-vanish`"
+            )
 
     @staticmethod
     def _describe(text: str, rel: str, mtime: float) -> tuple[dict, str, list[str], str | None]:
         fm = parse_front_matter(text)
-        title = extract_title(text[fm.body_offset:], fm.metadata, rel)
+        title = extract_title(text[fm.body_offset :], fm.metadata, rel)
         tags = list(fm.metadata.get("tags") or [])
         date = fm.metadata.get("date") or _dt.datetime.fromtimestamp(mtime, _dt.timezone.utc).date().isoformat()
         return fm.metadata, title, tags, date

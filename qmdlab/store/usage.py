@@ -4,6 +4,7 @@
 ``Index._capacity`` until this object's next write or another connection's commit (``PRAGMA
 data_version``), which also drops the in-memory vector matrices.
 """
+
 from __future__ import annotations
 
 from qmdlab.store import limits
@@ -22,16 +23,17 @@ class UsageMixin:
                 self._capacity.clear()
                 self._data_version = version
 
-    def vector_capacity(self, fingerprint: str) -> "limits.Check":
+    def vector_capacity(self, fingerprint: str) -> limits.Check:
         """Bytes the float32 matrix of ``fingerprint`` takes (or would take) against the limit."""
         with self._lock:
             row = self.conn.execute(
                 "SELECT count(*), max(v.dim) FROM vectors v JOIN chunks k ON k.id = v.chunk_id "
                 "JOIN documents d ON d.hash = k.hash WHERE v.fingerprint = ? AND d.active = 1",
-                (fingerprint,)).fetchone()
+                (fingerprint,),
+            ).fetchone()
         return limits.check("vector_bytes", int(row[0]) * int(row[1] or 0) * 4)
 
-    def capacity(self, fingerprint: str | None = None) -> list["limits.Check"]:
+    def capacity(self, fingerprint: str | None = None) -> list[limits.Check]:
         """Documents, chunks (and, given an embedder fingerprint, vector bytes) against their limits.
 
         Counted once and kept until this object's next write (every query asks)."""

@@ -12,9 +12,11 @@ when the vectors are written (in the same transaction), with that chunk's
 loaded nor counted as present (``embed`` computes it again). :meth:`VectorsMixin.vector_check`
 counts every other kind of vector (orphaned, mismatched, stored before keys existed).
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them (CLI cold start)
     import numpy as np
@@ -56,10 +58,18 @@ class VectorsMixin:
                 "substr(c.body, k.char_start + 1, k.char_end - k.char_start) "
                 "FROM documents d JOIN chunks k ON k.hash = d.hash JOIN content c ON c.hash = d.hash "
                 f"WHERE d.active = 1{where} AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = k.id "
-                f"AND v.fingerprint = ?{self._key_match()}) GROUP BY k.id ORDER BY k.id", [*params, fingerprint]).fetchall()
-        return pl.DataFrame({"chunk_id": [r[0] for r in rows], "docno": [r[1] for r in rows],
-                             "title": [r[2] for r in rows], "text": [r[3] for r in rows]},
-                            schema={"chunk_id": pl.Int64, "docno": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8})
+                f"AND v.fingerprint = ?{self._key_match()}) GROUP BY k.id ORDER BY k.id",
+                [*params, fingerprint],
+            ).fetchall()
+        return pl.DataFrame(
+            {
+                "chunk_id": [r[0] for r in rows],
+                "docno": [r[1] for r in rows],
+                "title": [r[2] for r in rows],
+                "text": [r[3] for r in rows],
+            },
+            schema={"chunk_id": pl.Int64, "docno": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8},
+        )
 
     def vector_fingerprints(self) -> dict[str, tuple[int, int]]:
         """``{fingerprint: (dim, count)}`` of the stored vectors."""
@@ -96,19 +106,23 @@ class VectorsMixin:
             raise ValueError(f"matrix shape {m.shape} does not match {len(ids)} chunk ids")
         dim = int(m.shape[1])
         with self.transaction() as c:
-            row = c.execute("SELECT dim FROM vectors WHERE fingerprint = ? AND dim != ? LIMIT 1",
-                            (fingerprint, dim)).fetchone()
+            row = c.execute(
+                "SELECT dim FROM vectors WHERE fingerprint = ? AND dim != ? LIMIT 1", (fingerprint, dim)
+            ).fetchone()
             if row is not None:
                 raise DimensionMismatchError(
                     f"embedder {fingerprint!r} gives {dim}-d vectors but the index holds {row[0]}-d ones under "
-                    "that fingerprint; re-embed everything with `qmdlab embed -f`")
+                    "that fingerprint; re-embed everything with `qmdlab embed -f`"
+                )
             if not schema.has_vector_key(c):  # an index made before vectors.chunk_key existed
                 c.execute(schema.VECTOR_KEY)
             self._vector_key = True
             before = c.total_changes
-            c.executemany("INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob, chunk_key) "
-                          f"SELECT k.id, ?, ?, ?, {CHUNK_KEY} FROM chunks k WHERE k.id = ?",
-                          [(fingerprint, dim, np.ascontiguousarray(m[k]).tobytes(), i) for k, i in enumerate(ids)])
+            c.executemany(
+                "INSERT OR REPLACE INTO vectors(chunk_id, fingerprint, dim, blob, chunk_key) "
+                f"SELECT k.id, ?, ?, ?, {CHUNK_KEY} FROM chunks k WHERE k.id = ?",
+                [(fingerprint, dim, np.ascontiguousarray(m[k]).tobytes(), i) for k, i in enumerate(ids)],
+            )
             stored = c.total_changes - before
             testhooks.point("vectors.batch")
         return stored
@@ -127,19 +141,24 @@ class VectorsMixin:
             raise limits.CapacityError(
                 f"the vector matrix of {fingerprint!r} would take {chk.value:.0f} bytes, over the capacity limit "
                 f"of {chk.limit:.0f} (${limits.ENV['vector_bytes']}); vector search is disabled until the limit "
-                "is raised or collections are removed")
+                "is raised or collections are removed"
+            )
         with self._lock:
             rows = self.conn.execute(
                 "SELECT k.id, d.collection || '/' || d.path, v.dim, v.blob FROM vectors v "
                 "JOIN chunks k ON k.id = v.chunk_id JOIN documents d ON d.hash = k.hash "
-                f"WHERE v.fingerprint = ? AND d.active = 1{self._key_match()} ORDER BY 2, k.seq", (fingerprint,)).fetchall()
+                f"WHERE v.fingerprint = ? AND d.active = 1{self._key_match()} ORDER BY 2, k.seq",
+                (fingerprint,),
+            ).fetchall()
         if not rows:
             vm = VectorMatrix(np.zeros(0, dtype=np.int64), [], np.zeros((0, 0), dtype=np.float32))
         else:
             dims = {r[2] for r in rows}
             if len(dims) > 1:
-                raise DimensionMismatchError(f"vectors under {fingerprint!r} have mixed dimensions {sorted(dims)}; "
-                                             "re-embed with `qmdlab embed -f`")
+                raise DimensionMismatchError(
+                    f"vectors under {fingerprint!r} have mixed dimensions {sorted(dims)}; "
+                    "re-embed with `qmdlab embed -f`"
+                )
             mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), dims.pop()).copy()
             norms = np.linalg.norm(mat, axis=1, keepdims=True)
             mat /= np.where(norms == 0, 1.0, norms)
@@ -158,6 +177,9 @@ class VectorsMixin:
             rows = self.conn.execute(
                 f"SELECT v.fingerprint, count(*), sum(k.id IS NULL), sum(k.id IS NOT NULL AND {bad}), "
                 f"sum(k.id IS NOT NULL AND {unverified}) FROM vectors v LEFT JOIN chunks k ON k.id = v.chunk_id "
-                "GROUP BY 1").fetchall()
-        return {r[0]: {"vectors": r[1], "orphaned": r[2] or 0, "mismatched": r[3] or 0, "unverified": r[4] or 0}
-                for r in rows}
+                "GROUP BY 1"
+            ).fetchall()
+        return {
+            r[0]: {"vectors": r[1], "orphaned": r[2] or 0, "mismatched": r[3] or 0, "unverified": r[4] or 0}
+            for r in rows
+        }

@@ -1,4 +1,5 @@
 """scripts/compare_runs.py: equal eval outputs pass, a changed score, rank or metric fails."""
+
 import importlib.util
 import json
 from pathlib import Path

@@ -3,6 +3,7 @@
 Not a test module: the child imports it by name (``crash_targets:…``) with this folder on
 ``PYTHONPATH``.
 """
+
 from __future__ import annotations
 
 import os

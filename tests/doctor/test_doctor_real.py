@@ -1,4 +1,5 @@
 """`qmdlab doctor --json` for real on the offline models (each model loads and runs in a child)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ def offline_ready():
 
 @pytest.mark.slow
 def test_doctor_json_measures_every_model(offline_ready):
-    proc = subprocess.run([*QMDLAB, "doctor", "--json", "--preset", "offline"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [*QMDLAB, "doctor", "--json", "--preset", "offline"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rep = json.loads(proc.stdout)
     assert rep["ok"] is True and rep["problems"] == []

@@ -3,6 +3,7 @@
 This is the proof behind the portable build: a machine that advertises AMX but does
 not grant it died of SIGILL at ``tileloadd`` in a ``-march=native`` build.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,13 @@ def _libraries() -> list[Path]:
 
 
 def test_forbidden_pattern_matches_amx_and_zmm():
-    for line in ("  4a: tileloadd (%rsi,%rdx,1),%tmm0", "  ldtilecfg (%rax)", "  tdpbssd %tmm2,%tmm1,%tmm0",
-                 "  vmovups %zmm0,(%rax)", "  vpdpbusd %zmm1,%zmm2,%zmm3"):
+    for line in (
+        "  4a: tileloadd (%rsi,%rdx,1),%tmm0",
+        "  ldtilecfg (%rax)",
+        "  tdpbssd %tmm2,%tmm1,%tmm0",
+        "  vmovups %zmm0,(%rax)",
+        "  vpdpbusd %zmm1,%zmm2,%zmm3",
+    ):
         assert FORBIDDEN.search(line), line
     for line in ("  vmovups %ymm0,(%rax)", "  vfmadd231ps %ymm1,%ymm2,%ymm3", "  call tile_sizes@plt"):
         assert not FORBIDDEN.search(line), line
@@ -49,11 +55,14 @@ def test_forbidden_pattern_matches_amx_and_zmm():
 def test_no_amx_or_avx512_in_installed_ggml():
     tool = _objdump()
     for lib in _libraries():
-        asm = subprocess.run([tool, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True,
-                             check=True).stdout
+        asm = subprocess.run(
+            [tool, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True, check=True
+        ).stdout
         bad = [ln.strip() for ln in asm.splitlines() if FORBIDDEN.search(ln)]
-        assert not bad, (f"{lib.name} has {len(bad)} AMX/AVX-512 instructions, e.g. {bad[:3]}; rebuild "
-                         f"portably with `make rebuild-llama`")
+        assert not bad, (
+            f"{lib.name} has {len(bad)} AMX/AVX-512 instructions, e.g. {bad[:3]}; rebuild "
+            f"portably with `make rebuild-llama`"
+        )
         if lib.name.startswith("libggml-cpu"):
             # positive control: the disassembly is real and the build does use AVX2 (x86-64-v3)
             assert len(re.findall(r"%ymm\d+", asm)) > 1000, f"{lib.name}: no AVX2 code found"

@@ -1,4 +1,5 @@
 """`qmdlab doctor --smoke` (what `make setup` ends with), for real on the offline models."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,12 @@ def test_smoke_runs_each_offline_model_in_a_child():
     if not all(ref_status(r)["ready"] for r in refs.values()):
         pytest.skip("offline models not assembled; run `qmdlab pull --preset offline`")
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup)")
-    proc = subprocess.run([sys.executable, "-m", "qmdlab.cli", "doctor", "--smoke", "--preset", "offline"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", "doctor", "--smoke", "--preset", "offline"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for name in ("library", "embed", "expand", "rerank"):

@@ -1,5 +1,6 @@
 """Child processes and the message for a death by signal (:mod:`qmdlab.subproc`, doctor's fix text,
 the demo's parent). Fast: each child is a bare interpreter."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -41,8 +42,15 @@ def test_call_in_child_sigill_keeps_faulthandler_stack_in_message():
 def test_doctor_check_sigill(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE))
     fix = doctor.rebuild_commands(doctor.cpu_info(), default_args="-DGGML_NATIVE=OFF -DGGML_AVX2=ON").text
-    check = doctor._run_check("expand", "pkg:qwen2.5-coder", "crash_targets:sigill", (),
-                              "the expand model pkg:qwen2.5-coder (smoke check)", fix, 60)
+    check = doctor._run_check(
+        "expand",
+        "pkg:qwen2.5-coder",
+        "crash_targets:sigill",
+        (),
+        "the expand model pkg:qwen2.5-coder (smoke check)",
+        fix,
+        60,
+    )
     assert (check.ok, check.signal) == (False, "SIGILL")
     msg = " ".join(check.error.split())
     assert "the expand model pkg:qwen2.5-coder (smoke check) died from signal SIGILL" in msg
@@ -68,8 +76,9 @@ def test_nonzero_exit_is_not_a_signal_and_timeout_is():
     assert "timeout" in str(info.value)
 
 
-@pytest.mark.parametrize("rc, name", [(-4, "SIGILL"), (132, "SIGILL"), (-11, "SIGSEGV"), (-9, "SIGKILL"),
-                                      (0, None), (1, None), (2, None)])
+@pytest.mark.parametrize(
+    "rc, name", [(-4, "SIGILL"), (132, "SIGILL"), (-11, "SIGSEGV"), (-9, "SIGKILL"), (0, None), (1, None), (2, None)]
+)
 def test_signal_name(rc, name):
     assert signal_name(rc) == name
 
@@ -146,6 +155,8 @@ def test_missing_model_is_reported_not_fetched(monkeypatch, tmp_path):
     monkeypatch.setenv("QMDLAB_RERANK_MODEL", "none")
     checks = doctor.run_checks("offline", smoke=True, timeout=120)
     assert [(c.name, c.ok) for c in checks] == [("library", True), ("expand", False)]
-    assert checks[1].error == (f"error: the expand model {missing} is not present; run `qmdlab pull --preset "
-                               "offline` (or fix QMDLAB_EXPAND_MODEL)")
+    assert checks[1].error == (
+        f"error: the expand model {missing} is not present; run `qmdlab pull --preset "
+        "offline` (or fix QMDLAB_EXPAND_MODEL)"
+    )
     assert doctor.format_check(checks[1]).endswith("not present")

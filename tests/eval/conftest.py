@@ -1,4 +1,5 @@
 """Fixtures of the eval tests: synthetic traces built from ``lists`` frames (no models, no index)."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -7,8 +8,9 @@ import pytest
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 
-def make_trace(entries: list[tuple[str, str, str, str, int, float]], rerank: dict | None = None,
-               texts: dict | None = None) -> Trace:
+def make_trace(
+    entries: list[tuple[str, str, str, str, int, float]], rerank: dict | None = None, texts: dict | None = None
+) -> Trace:
     """A trace from list entries ``(qid, source, query_type, docno, rank, score)``.
 
     Each distinct (qid, source, query_type) is one list; ``rerank`` maps (qid, docno) to a
@@ -19,15 +21,34 @@ def make_trace(entries: list[tuple[str, str, str, str, int, float]], rerank: dic
     for qid, source, qtype, docno, rank, score in entries:
         list_id = ids.setdefault((qid, source, qtype), len([k for k in ids if k[0] == qid]))
         weight = 2.0 if qtype == "original" else 1.0
-        rows.append({"qid": qid, "list_id": list_id, "source": source, "query_type": qtype, "subquery": "q",
-                     "docno": docno, "chunk_id": None, "rank": rank,
-                     "backend_score": score, "score": score, "weight": weight})
+        rows.append(
+            {
+                "qid": qid,
+                "list_id": list_id,
+                "source": source,
+                "query_type": qtype,
+                "subquery": "q",
+                "docno": docno,
+                "chunk_id": None,
+                "rank": rank,
+                "backend_score": score,
+                "score": score,
+                "weight": weight,
+            }
+        )
     lists = pl.DataFrame(rows, schema=SCHEMAS["lists"])
-    rr = pl.DataFrame([{"qid": q, "docno": d, "chunk_id": None, "chunk_hash": None, "rerank_score": s,
-                        "cached": False} for (q, d), s in (rerank or {}).items()], schema=SCHEMAS["rerank"])
+    rr = pl.DataFrame(
+        [
+            {"qid": q, "docno": d, "chunk_id": None, "chunk_hash": None, "rerank_score": s, "cached": False}
+            for (q, d), s in (rerank or {}).items()
+        ],
+        schema=SCHEMAS["rerank"],
+    )
     qids = sorted({e[0] for e in entries})
-    queries = pl.DataFrame({"qid": qids, "text": [(texts or {}).get(q, f"query {q}") for q in qids],
-                            "intent": [None] * len(qids)}, schema=SCHEMAS["queries"])
+    queries = pl.DataFrame(
+        {"qid": qids, "text": [(texts or {}).get(q, f"query {q}") for q in qids], "intent": [None] * len(qids)},
+        schema=SCHEMAS["queries"],
+    )
     return Trace(queries=queries, lists=lists, rerank=rr)
 
 
@@ -57,8 +78,12 @@ def trace_factory():
     return make_trace
 
 
-PETS_DOCS = {"1": ("Cats", "cats purr and sleep"), "2": ("Dogs", "dogs bark at cats"),
-             "3": ("Birds", "birds fly south"), "10": ("Fish", "fish swim in water")}
+PETS_DOCS = {
+    "1": ("Cats", "cats purr and sleep"),
+    "2": ("Dogs", "dogs bark at cats"),
+    "3": ("Birds", "birds fly south"),
+    "10": ("Fish", "fish swim in water"),
+}
 PETS_QUERIES = {"1": "cats", "2": "birds fly", "3": "swimming fish"}
 PETS_QRELS = [("1", "1"), ("1", "2"), ("2", "3"), ("3", "10")]
 

@@ -1,4 +1,5 @@
 """qmdlab.eval.ablation, qmdlab.eval.distributions, qmdlab.eval.thresholds on synthetic traces (no models)."""
+
 from __future__ import annotations
 
 import math
@@ -17,14 +18,30 @@ def _suite(make_trace):
     """Two queries. q1: relevant r1 is BM25 #2, vector #1, lex #1; q2: relevant r2 is BM25 #1,
     vector #3, hyde #1. The reranker loves the relevant documents."""
     e = []
-    e += [("q1", "fts", "original", "c/x", 1, .9), ("q1", "fts", "original", "c/r1", 2, .8),
-          ("q1", "vec", "original", "c/r1", 1, .7), ("q1", "vec", "original", "c/x", 2, .6),
-          ("q1", "fts", "lex", "c/r1", 1, .8), ("q1", "vec", "hyde", "c/y", 1, .5)]
-    e += [("q2", "fts", "original", "c/r2", 1, .9), ("q2", "vec", "original", "c/z", 1, .8),
-          ("q2", "vec", "original", "c/w", 2, .7), ("q2", "vec", "original", "c/r2", 3, .6),
-          ("q2", "vec", "vec", "c/z", 1, .5), ("q2", "vec", "hyde", "c/r2", 1, .5)]
-    rerank = {("q1", "c/x"): .1, ("q1", "c/r1"): .95, ("q1", "c/y"): .2,
-              ("q2", "c/r2"): .9, ("q2", "c/z"): .3, ("q2", "c/w"): .2}
+    e += [
+        ("q1", "fts", "original", "c/x", 1, 0.9),
+        ("q1", "fts", "original", "c/r1", 2, 0.8),
+        ("q1", "vec", "original", "c/r1", 1, 0.7),
+        ("q1", "vec", "original", "c/x", 2, 0.6),
+        ("q1", "fts", "lex", "c/r1", 1, 0.8),
+        ("q1", "vec", "hyde", "c/y", 1, 0.5),
+    ]
+    e += [
+        ("q2", "fts", "original", "c/r2", 1, 0.9),
+        ("q2", "vec", "original", "c/z", 1, 0.8),
+        ("q2", "vec", "original", "c/w", 2, 0.7),
+        ("q2", "vec", "original", "c/r2", 3, 0.6),
+        ("q2", "vec", "vec", "c/z", 1, 0.5),
+        ("q2", "vec", "hyde", "c/r2", 1, 0.5),
+    ]
+    rerank = {
+        ("q1", "c/x"): 0.1,
+        ("q1", "c/r1"): 0.95,
+        ("q1", "c/y"): 0.2,
+        ("q2", "c/r2"): 0.9,
+        ("q2", "c/z"): 0.3,
+        ("q2", "c/w"): 0.2,
+    }
     qrels = pl.DataFrame({"qid": ["q1", "q2"], "docno": ["c/r1", "c/r2"], "grade": [1, 1]})
     return Study(make_trace(e, rerank), qrels, metrics=["mrr@10", "ndcg@10"], config=PipelineConfig())
 
@@ -36,8 +53,8 @@ def test_ablation_rows_are_the_documented_cuts(trace_factory):
     assert names[:7] == ["bm25", "vector", "bm25+vector", "+lex", "+lex+vec", "+lex+vec+hyde", "+rerank"]
     assert names[7:] == [f"fusion={m}" for m in FUSION_METHODS] + [f"blend={m}" for m in BLEND_METHODS]
     row = {r["config"]: r for r in table.iter_rows(named=True)}
-    assert row["bm25"]["mrr@10"] == pytest.approx((1 / 2 + 1) / 2)       # r1 at BM25 #2, r2 at #1
-    assert row["vector"]["mrr@10"] == pytest.approx((1 + 1 / 3) / 2)     # r1 vec #1, r2 vec #3
+    assert row["bm25"]["mrr@10"] == pytest.approx((1 / 2 + 1) / 2)  # r1 at BM25 #2, r2 at #1
+    assert row["vector"]["mrr@10"] == pytest.approx((1 + 1 / 3) / 2)  # r1 vec #1, r2 vec #3
     # the reranker puts both relevant documents first under the rerank-only blend
     assert row["blend=rerank_only"]["mrr@10"] == 1.0
     assert row["+rerank"]["mrr@10"] == study.evaluate(PipelineConfig()).metrics["mrr@10"]
@@ -66,8 +83,13 @@ def test_score_distributions_and_summary(trace_factory):
 
 
 def test_threshold_curve_closed_form():
-    run = pl.DataFrame({"qid": ["1", "1", "2", "2", "3"], "docno": ["a", "b", "c", "d", "e"],
-                        "rerank_score": [0.9, 0.4, 0.8, 0.1, 0.99]})
+    run = pl.DataFrame(
+        {
+            "qid": ["1", "1", "2", "2", "3"],
+            "docno": ["a", "b", "c", "d", "e"],
+            "rerank_score": [0.9, 0.4, 0.8, 0.1, 0.99],
+        }
+    )
     qrels = pl.DataFrame({"qid": ["1", "2", "2"], "docno": ["a", "d", "f"], "grade": [1, 2, 1]})
     curve = threshold_curve(run, qrels, score_col="rerank_score")  # query 3 is unjudged: ignored
     assert curve["threshold"].to_list() == [0.1, 0.4, 0.8, 0.9]

@@ -1,4 +1,5 @@
 """``chunker=<c>`` ablation rows: one suite index and one recording per chunker (fake models)."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -20,9 +21,19 @@ def test_chunker_rows_have_their_own_index_cache_key_and_paired_scores(default_c
         pytest.skip(f"default corpus not present at {default_corpus}")
     suite, models = get_suite("default"), load_models("fake", expand="none", rerank="none")
     cfg = PipelineConfig(expand=False, rerank=False)
-    res = run_suite(suite, models, cfg, out=tmp_path / "out", ablate=True, limit=5, progress=False,
-                    log=lambda m: None, chunkers=("breakpoints", "headings", "fences-and-tables"),
-                    baseline="chunker=breakpoints", check_ranx=False)  # ranx: test_runner's business
+    res = run_suite(
+        suite,
+        models,
+        cfg,
+        out=tmp_path / "out",
+        ablate=True,
+        limit=5,
+        progress=False,
+        log=lambda m: None,
+        chunkers=("breakpoints", "headings", "fences-and-tables"),
+        baseline="chunker=breakpoints",
+        check_ranx=False,
+    )  # ranx: test_runner's business
     table = res.ablation
     rows = {r["config"]: r for r in table.iter_rows(named=True)}
     assert {"chunker=breakpoints", "chunker=headings", "chunker=fences-and-tables"} <= set(rows)

@@ -1,4 +1,5 @@
 """The strong-signal skip's ablation row: it drops exactly the strong queries' expansion lists."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -15,14 +16,25 @@ SKIP_OFF = "strong signal (top 0.900, gap 0.400) but the skip is off (strong_sig
 def _study(make_trace, config):
     # q1: the relevant r1 is BM25 #2, but the lex expansion list has it #1 (expansion helps q1);
     # q2: r2 is BM25 #1 and the hyde list pushes the distractor z (expansion hurts q2).
-    e = [("q1", "fts", "original", "c/x", 1, .9), ("q1", "fts", "original", "c/r1", 2, .5),
-         ("q1", "fts", "lex", "c/r1", 1, .8), ("q1", "fts", "lex", "c/q", 2, .7),
-         ("q2", "fts", "original", "c/r2", 1, .9), ("q2", "fts", "original", "c/z", 2, .5),
-         ("q2", "vec", "hyde", "c/z", 1, .8), ("q2", "vec", "vec", "c/z", 1, .8)]
+    e = [
+        ("q1", "fts", "original", "c/x", 1, 0.9),
+        ("q1", "fts", "original", "c/r1", 2, 0.5),
+        ("q1", "fts", "lex", "c/r1", 1, 0.8),
+        ("q1", "fts", "lex", "c/q", 2, 0.7),
+        ("q2", "fts", "original", "c/r2", 1, 0.9),
+        ("q2", "fts", "original", "c/z", 2, 0.5),
+        ("q2", "vec", "hyde", "c/z", 1, 0.8),
+        ("q2", "vec", "vec", "c/z", 1, 0.8),
+    ]
     trace = make_trace(e)
-    notes = pl.DataFrame({"qid": ["q1", "q2"], "stage": ["probe", "probe"],
-                          "message": ["no strong signal (top 0.900, gap 0.100): expanding", SKIP_OFF]},
-                         schema=SCHEMAS["notes"])
+    notes = pl.DataFrame(
+        {
+            "qid": ["q1", "q2"],
+            "stage": ["probe", "probe"],
+            "message": ["no strong signal (top 0.900, gap 0.100): expanding", SKIP_OFF],
+        },
+        schema=SCHEMAS["notes"],
+    )
     trace = type(trace)(**{n: getattr(trace, n) for n in ("queries", "lists", "rerank")}, notes=notes)
     qrels = pl.DataFrame({"qid": ["q1", "q2"], "docno": ["c/r1", "c/r2"], "grade": [1, 1]})
     return Study(trace, qrels, metrics=["mrr@10"], config=config)

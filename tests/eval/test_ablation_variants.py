@@ -1,5 +1,6 @@
 """RecordingInfo-variant ablation rows (``qmdlab eval --ablate --variants``): each feature that changes what is
 retrieved is the same queries recorded again with its config overrides (fake models, a ten-document suite)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,28 +10,30 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from qmdlab.errors import ConfigError
 from qmdlab.eval.ablation import RECORDED_VARIANTS, check_variant, strong_signal_qids, variant_evaluations
 from qmdlab.eval.record import cache_key, cache_root, record
 from qmdlab.eval.runner import run_suite
 from qmdlab.eval.study import Study
 from qmdlab.eval.suites import get_suite
-from qmdlab.errors import ConfigError
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander
 from qmdlab.pipeline.config import PipelineConfig
 
-DOCS = {"1": ("Zebra stripes", "zebra stripes are black and white stripes"),
-        "2": ("Penguin", "penguins swim in icy water and cannot fly"),
-        "3": ("Dog", "the quick brown fox jumps over the lazy dog"),
-        "4": ("Fox", "a brown fox is quick on its feet"),
-        "5": ("Whale", "whales swim in the deep ocean water"),
-        "6": ("Eagle", "eagles fly high over the mountains"),
-        "7": ("Tokyo", "東京の天気予報は晴れです"),
-        "8": ("Salmon", "salmon swim upstream to spawn"),
-        "9": ("Owl", "owls hunt at night"),
-        "10": ("Camel", "camels cross the desert"),
-        "11": ("Weather", "天気予報 for the coast")}
+DOCS = {
+    "1": ("Zebra stripes", "zebra stripes are black and white stripes"),
+    "2": ("Penguin", "penguins swim in icy water and cannot fly"),
+    "3": ("Dog", "the quick brown fox jumps over the lazy dog"),
+    "4": ("Fox", "a brown fox is quick on its feet"),
+    "5": ("Whale", "whales swim in the deep ocean water"),
+    "6": ("Eagle", "eagles fly high over the mountains"),
+    "7": ("Tokyo", "東京の天気予報は晴れです"),
+    "8": ("Salmon", "salmon swim upstream to spawn"),
+    "9": ("Owl", "owls hunt at night"),
+    "10": ("Camel", "camels cross the desert"),
+    "11": ("Weather", "天気予報 for the coast"),
+}
 QUERIES = {"1": "zebra stripes", "2": "animals that swim in water", "3": "quick brown fox", "4": "東京の天気予報"}
 QRELS = [("1", "1"), ("2", "2"), ("2", "5"), ("2", "8"), ("3", "3"), ("4", "7")]  # "3": the verbatim one
 # the strong-signal query "zebra stripes" expands towards penguins (a line must share a query term to be kept)
@@ -57,8 +60,18 @@ def _keys(suite) -> set[str]:
 
 def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home):
     suite, models, cfg = _suite(tmp_path), _models(), PipelineConfig()
-    res = run_suite(suite, models, cfg, out=tmp_path / "out", ablate=True, progress=False, log=lambda m: None,
-                    recorded_variants=tuple(RECORDED_VARIANTS), baseline="+rerank", check_ranx=False)
+    res = run_suite(
+        suite,
+        models,
+        cfg,
+        out=tmp_path / "out",
+        ablate=True,
+        progress=False,
+        log=lambda m: None,
+        recorded_variants=tuple(RECORDED_VARIANTS),
+        baseline="+rerank",
+        check_ranx=False,
+    )
     main = Study(res.trace, res.qrels)
     assert strong_signal_qids(main.trace.notes) == ["1"]  # the skip fired on "zebra stripes" only
     rows = {r["config"]: r for r in res.ablation.iter_rows(named=True)}
@@ -69,9 +82,11 @@ def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home
         assert r["wins"] + r["ties"] + r["losses"] == 4 and r["p_ttest"] is not None and r["p_fisher"] is not None
         assert not r["description"].startswith("="), (label, r["description"])
     # one trace-cache entry per variant (the key hashes to_dict()), beside the main recording's
-    keys = {name: cache_key(suite, res_cfg, models) for name, res_cfg in
-            [("main", cfg.replace(limit=100))] + [(n, cfg.replace(limit=100, **v.overrides))
-                                                 for n, v in RECORDED_VARIANTS.items()]}
+    keys = {
+        name: cache_key(suite, res_cfg, models)
+        for name, res_cfg in [("main", cfg.replace(limit=100))]
+        + [(n, cfg.replace(limit=100, **v.overrides)) for n, v in RECORDED_VARIANTS.items()]
+    }
     assert len(set(keys.values())) == len(keys) and _keys(suite) == set(keys.values())
     # each feature fires here: its recording retrieved other lists than the main one
     cols = ["qid", "source", "query_type", "docno", "rank", "score"]
@@ -91,8 +106,16 @@ def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home
     phrase = rows["+phrase list"]
     assert phrase["mrr@10"] > rows["+rerank"]["mrr@10"] and phrase["wins"] >= 1 and phrase["losses"] == 0
     # no-skip on a skip-on recording = the pipeline recorded with the skip off
-    off = run_suite(suite, models, cfg.replace(strong_signal=False), out=tmp_path / "off", name="off",
-                    progress=False, log=lambda m: None, check_ranx=False)
+    off = run_suite(
+        suite,
+        models,
+        cfg.replace(strong_signal=False),
+        out=tmp_path / "off",
+        name="off",
+        progress=False,
+        log=lambda m: None,
+        check_ranx=False,
+    )
     assert off.timings["queries_cached"] == 4  # the variant's recording
     assert rows["no strong-signal skip"]["ndcg@10"] == pytest.approx(off.metrics["off"]["ndcg@10"], abs=1e-12)
     assert rows["no strong-signal skip"]["mrr@10"] == pytest.approx(off.metrics["off"]["mrr@10"], abs=1e-12)
@@ -101,8 +124,9 @@ def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home
 
 def test_inert_variants_are_the_main_recording(tmp_path, qmdlab_home):
     suite, models = _suite(tmp_path), _models()
-    rec = record(suite, models, PipelineConfig(expand=False, weight_original_like=1.0), progress=False,
-                 log=lambda m: None)
+    rec = record(
+        suite, models, PipelineConfig(expand=False, weight_original_like=1.0), progress=False, log=lambda m: None
+    )
     study = Study.from_recording(rec)
     rows = variant_evaluations(study, suite, models, ["no-skip", "like"])
     assert rows["no strong-signal skip"].description == "= the main recording (expansion off: nothing to skip)"
@@ -129,14 +153,31 @@ def test_cli_variants(tmp_path, qmdlab_home, monkeypatch):
 
     suite = _suite(tmp_path)
     runner = CliRunner()
-    bad = runner.invoke(cli, ["eval", str(suite.path), "--format", "smart", "--preset", "fake", "--ablate",
-                              "--variants", "phrase,bogus"])
+    bad = runner.invoke(
+        cli,
+        ["eval", str(suite.path), "--format", "smart", "--preset", "fake", "--ablate", "--variants", "phrase,bogus"],
+    )
     assert bad.exit_code != 0
     assert "--variants 'bogus'" in bad.output and "phrase, like, trigram, heading, two-unit-gate" in bad.output
     no_ablate = runner.invoke(cli, ["eval", str(suite.path), "--format", "smart", "--variants", "all"])
     assert no_ablate.exit_code == 2 and "give --ablate too" in no_ablate.output
-    out = runner.invoke(cli, ["eval", str(suite.path), "--format", "smart", "--preset", "fake", "--no-progress",
-                              "--ablate", "--variants", "phrase,no-skip", "--out", str(tmp_path / "o")])
+    out = runner.invoke(
+        cli,
+        [
+            "eval",
+            str(suite.path),
+            "--format",
+            "smart",
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--ablate",
+            "--variants",
+            "phrase,no-skip",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "+phrase list" in out.output and "no strong-signal skip" in out.output
     table = pl.read_csv(tmp_path / "o" / "ablation.csv")

@@ -1,5 +1,6 @@
 """CodedScorer (the slider path's metrics) against qmdlab.eval.metrics.Scorer and ranx.evaluate, and
 Study's fast path against its polars path, on random traces with ties."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,25 +27,48 @@ def random_trace(seed: int, n_queries: int = 12, n_docs: int = 15):
             docs = rng.choice(n_docs, size=k, replace=False)
             scores = np.sort(rng.choice([0.9, 0.6, 0.6, 0.3], size=k))[::-1]
             for rank, (d, s) in enumerate(zip(docs, scores), 1):
-                rows.append({"qid": f"q{q:02d}", "list_id": li, "source": source, "query_type": qt, "subquery": "s",
-                             "docno": f"c/d{d}", "chunk_id": None, "rank": rank, "backend_score": float(s),
-                             "score": float(s), "weight": 1.0})
+                rows.append(
+                    {
+                        "qid": f"q{q:02d}",
+                        "list_id": li,
+                        "source": source,
+                        "query_type": qt,
+                        "subquery": "s",
+                        "docno": f"c/d{d}",
+                        "chunk_id": None,
+                        "rank": rank,
+                        "backend_score": float(s),
+                        "score": float(s),
+                        "weight": 1.0,
+                    }
+                )
     lists = pl.DataFrame(rows, schema=SCHEMAS["lists"])
     pairs = lists.select("qid", "docno").unique(maintain_order=True)
-    rerank = pairs.with_columns(chunk_id=pl.lit(None, pl.Int64), chunk_hash=pl.lit(None, pl.String),
-                                rerank_score=pl.Series(rng.choice([0.1, 0.5, 0.5, 0.9], pairs.height)),
-                                cached=pl.lit(True))
+    rerank = pairs.with_columns(
+        chunk_id=pl.lit(None, pl.Int64),
+        chunk_hash=pl.lit(None, pl.String),
+        rerank_score=pl.Series(rng.choice([0.1, 0.5, 0.5, 0.9], pairs.height)),
+        cached=pl.lit(True),
+    )
     # qrels: some judged queries have no lists (score 0), some judged documents never retrieved,
     # grades 0..3 (0 = judged not relevant)
-    qrels = pl.DataFrame([(f"q{q:02d}", f"c/d{d}", int(rng.integers(0, 4)))
-                          for q in range(n_queries + 2) for d in rng.choice(n_docs, 4, replace=False)],
-                         schema=["qid", "docno", "grade"], orient="row")
+    qrels = pl.DataFrame(
+        [
+            (f"q{q:02d}", f"c/d{d}", int(rng.integers(0, 4)))
+            for q in range(n_queries + 2)
+            for d in rng.choice(n_docs, 4, replace=False)
+        ],
+        schema=["qid", "docno", "grade"],
+        orient="row",
+    )
     return Trace(lists=lists, rerank=rerank), qrels
 
 
-CONFIGS = ([PipelineConfig(), PipelineConfig(rerank=False), PipelineConfig(limit=3, candidate_limit=4)]
-           + [PipelineConfig(fusion=m, blend=b) for m in FUSION_METHODS for b in BLEND_METHODS[:2]]
-           + [PipelineConfig(min_score=0.7, min_score_fallback=0.3, fallback_max=2, expand=False)])
+CONFIGS = (
+    [PipelineConfig(), PipelineConfig(rerank=False), PipelineConfig(limit=3, candidate_limit=4)]
+    + [PipelineConfig(fusion=m, blend=b) for m in FUSION_METHODS for b in BLEND_METHODS[:2]]
+    + [PipelineConfig(min_score=0.7, min_score_fallback=0.3, fallback_max=2, expand=False)]
+)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -100,8 +124,11 @@ def test_study_fast_path_matches_ranx_and_the_polars_path(seed):
     runs = []
     for lid in range(4):
         d: dict = {}
-        for q, doc, s in trace.lists.filter((pl.col("list_id") == lid) & pl.col("qid").is_in(qs)) \
-                .select("qid", "docno", "score").iter_rows():
+        for q, doc, s in (
+            trace.lists.filter((pl.col("list_id") == lid) & pl.col("qid").is_in(qs))
+            .select("qid", "docno", "score")
+            .iter_rows()
+        ):
             d.setdefault(q, {})[doc] = s
         runs.append(ranx.Run(d, name=f"l{lid}"))
     fused = ranx.fuse(runs, method="rrf", params={"k": 60}).to_dict()

@@ -1,4 +1,5 @@
 """SMART relevance codes read as gains or as ranks (``--grades gain|rank``)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,12 @@ from qmdlab.errors import QmdlabError
 from qmdlab.eval.loaders.smart import load_smart, rank_gains
 from qmdlab.eval.suites import get_suite
 
-DOCS = {"1": ("Cats", "cats purr and sleep"), "2": ("Dogs", "dogs bark at cats"),
-        "3": ("Birds", "birds fly south"), "10": ("Fish", "fish swim in water")}
+DOCS = {
+    "1": ("Cats", "cats purr and sleep"),
+    "2": ("Dogs", "dogs bark at cats"),
+    "3": ("Birds", "birds fly south"),
+    "10": ("Fish", "fish swim in water"),
+}
 QUERIES = {"1": "cats", "2": "birds and fish"}
 # (qid, docid, code): codes are ranks of relevance, 1 = complete answer, 4 = minimum interest, -1 = not relevant
 CODES = [("1", "1", 1), ("1", "2", 3), ("1", "3", -1), ("2", "3", 2), ("2", "10", 4)]
@@ -45,14 +50,14 @@ def test_rank_codes_become_gains_as_computed_by_hand(tmp_path, monkeypatch):
 
 
 def test_rank_reading_orders_graded_ndcg_the_other_way(tmp_path):
-    from qmdlab.eval.metrics import per_query
     import polars as pl
+
+    from qmdlab.eval.metrics import per_query
 
     d = ranked_collection(tmp_path)
     suite_rank, suite_gain = get_suite(d, "smart", grades="rank"), get_suite(d, "smart", grades="gain")
     # query 1 ranks the complete answer (code 1) first: ideal under rank reading, not under gain reading
-    run = pl.DataFrame({"qid": ["1", "1"], "docno": [suite_rank.docno("1"), suite_rank.docno("2")],
-                        "rank": [1, 2]})
+    run = pl.DataFrame({"qid": ["1", "1"], "docno": [suite_rank.docno("1"), suite_rank.docno("2")], "rank": [1, 2]})
     ndcg = {}
     for name, suite in (("rank", suite_rank), ("gain", suite_gain)):
         ndcg[name] = per_query(run, suite.qrels_docnos().filter(pl.col("qid") == "1"), ["ndcg@10"])["ndcg@10"][0]
@@ -74,15 +79,32 @@ def test_grades_flag_named_on_first_line_and_recorded(tmp_path, qmdlab_home, mon
     monkeypatch.setattr(eval_runner, "ranx_check", lambda q, r, ours: ours)
     d = ranked_collection(tmp_path)
     out = tmp_path / "o"
-    res = CliRunner().invoke(cli, ["eval", str(d), "--format", "smart", "--grades", "rank", "--preset", "fake",
-                                   "--no-progress", "--no-expand", "--no-rerank", "--out", str(out)])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            str(d),
+            "--format",
+            "smart",
+            "--grades",
+            "rank",
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--no-expand",
+            "--no-rerank",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     first = res.stdout.splitlines()[0]
     assert first.startswith("suite ranked: 2 judged queries, grades: rank (gain = max_code + 1 - code")
     assert json.loads((out / "run.json").read_text())["grades"] == "rank"
     assert "grades: rank" in (out / "config.yaml").read_text().splitlines()[0]
     assert sorted((out / "qrels.txt").read_text().split("\n")[:-1]) == sorted(
-        f"{q} 0 {doc} {g}" for (q, doc), g in BY_HAND.items())
+        f"{q} 0 {doc} {g}" for (q, doc), g in BY_HAND.items()
+    )
 
 
 def test_grades_rank_refused_off_smart(tmp_path):

@@ -5,6 +5,7 @@
   injects one to prove it would);
 - save/load round trip, pred_contrib, config errors.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,9 @@ import pytest
 
 lgb = pytest.importorskip("lightgbm", reason="LightGBM is the learn extra: pip install 'qmdlab[learn]'")
 
+from qmdlab.errors import ConfigError  # noqa: E402
 from qmdlab.eval.learn import LearnConfig, cross_validate_learned, explain_query, fit, save, training_frame  # noqa: E402
 from qmdlab.eval.study import Study  # noqa: E402
-from qmdlab.errors import ConfigError  # noqa: E402
 from qmdlab.pipeline.config import PipelineConfig  # noqa: E402
 from qmdlab.pipeline.fuse import fuse  # noqa: E402
 from qmdlab.pipeline.learned import FEATURES, contributions, features, terms_expr  # noqa: E402
@@ -45,14 +46,30 @@ def _suite(n_queries: int, n_docs: int, seed: int, relevant_by_title: bool):
         for list_id, (source, order) in enumerate([("fts", rng.permutation(n_docs)), ("vec", rng.permutation(n_docs))]):
             for rank, d in enumerate(order, 1):
                 backend = -float(rng.uniform(1, 20)) if source == "fts" else float(rng.uniform(0.2, 0.9))
-                rows.append((qid, list_id, source, "original", text, f"c/{qid}-{d}.md", None, rank, backend,
-                             abs(backend) / (1 + abs(backend)) if source == "fts" else backend, 2.0))
+                rows.append(
+                    (
+                        qid,
+                        list_id,
+                        source,
+                        "original",
+                        text,
+                        f"c/{qid}-{d}.md",
+                        None,
+                        rank,
+                        backend,
+                        abs(backend) / (1 + abs(backend)) if source == "fts" else backend,
+                        2.0,
+                    )
+                )
     lists = pl.DataFrame(rows, schema=SCHEMAS["lists"], orient="row")
     qrels = pl.DataFrame(qrels, schema={"qid": pl.Utf8, "docno": pl.Utf8, "grade": pl.Int64}, orient="row")
     d = pl.DataFrame(docs, schema={"docno": pl.Utf8, "title": pl.Utf8, "size": pl.Int64}, orient="row")
-    doc_table = d.select("docno", terms_expr(pl.col("title")).alias("title_terms"),
-                         pl.lit([], dtype=pl.List(pl.Utf8)).alias("heading_terms"),
-                         pl.col("size").cast(pl.Float64).log1p().alias("doc_len"))
+    doc_table = d.select(
+        "docno",
+        terms_expr(pl.col("title")).alias("title_terms"),
+        pl.lit([], dtype=pl.List(pl.Utf8)).alias("heading_terms"),
+        pl.col("size").cast(pl.Float64).log1p().alias("doc_len"),
+    )
     return Study(Trace(lists=lists), qrels, metrics=["ndcg@10"], config=BASE, docs=doc_table)
 
 
@@ -81,14 +98,21 @@ def test_features_closed_form(title_study):
 def test_learned_finds_the_known_feature(title_study):
     """Relevance = title holds the query words; RRF over random lists is near chance, the learned
     fusion must be near perfect on held-out queries and credit title_overlap most."""
-    rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=4, min_data_in_leaf=5, n_estimators=50, select=False))
+    rep = cross_validate_learned(
+        title_study, cfg=LearnConfig(folds=4, min_data_in_leaf=5, n_estimators=50, select=False)
+    )
     base, learned = rep.held_out["base"].mean(), rep.held_out["learned"].mean()
     assert learned > 0.95 and base < 0.5, (base, learned)
     assert rep.p_ttest < 1e-6
-    contrib = contributions(title_study.trace.lists.filter(pl.col("qid") == "q001"), BASE, title_study.docs,
-                            booster=rep.booster)
-    top = contrib.filter(~pl.col("feature").is_in(["(bias)", "(rrf prior)"])).group_by("feature") \
-        .agg(pl.col("contribution").abs().mean()).sort("contribution", descending=True)["feature"][0]
+    contrib = contributions(
+        title_study.trace.lists.filter(pl.col("qid") == "q001"), BASE, title_study.docs, booster=rep.booster
+    )
+    top = (
+        contrib.filter(~pl.col("feature").is_in(["(bias)", "(rrf prior)"]))
+        .group_by("feature")
+        .agg(pl.col("contribution").abs().mean())
+        .sort("contribution", descending=True)["feature"][0]
+    )
     assert top == "title_overlap"
     # the contributions of a document sum to the model's score
     x = features(title_study.trace.lists.filter(pl.col("qid") == "q001"), title_study.docs)
@@ -104,8 +128,15 @@ def test_cross_validation_never_trains_on_a_held_out_query():
     lifts held-out nDCG far above chance, the real cross-validation must stay near chance, and
     every fold's training qids must be disjoint from its test qids."""
     study = _suite(40, 20, seed=7, relevant_by_title=False)
-    cfg = LearnConfig(folds=4, min_data_in_leaf=1, num_leaves=31, n_estimators=300, learning_rate=0.2,
-                      feature_fraction=1.0, select=False)
+    cfg = LearnConfig(
+        folds=4,
+        min_data_in_leaf=1,
+        num_leaves=31,
+        n_estimators=300,
+        learning_rate=0.2,
+        feature_fraction=1.0,
+        select=False,
+    )
     honest = cross_validate_learned(study, cfg=cfg)
     for train, test in zip(honest.trained_on, honest.tested_on):
         assert not set(train) & set(test)
@@ -127,8 +158,12 @@ def test_save_load_and_fuse_round_trip(title_study, tmp_path):
     lists = title_study.trace.lists
     fused = fuse(lists, cfg, title_study.docs)
     x = features(lists, title_study.docs)
-    want = x.with_columns(s=pl.Series(60.0 * x["rrf"].to_numpy()  # the RRF prior + the trees
-                                      + rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))))
+    want = x.with_columns(
+        s=pl.Series(
+            60.0 * x["rrf"].to_numpy()  # the RRF prior + the trees
+            + rep.booster.predict(x.select(FEATURES).to_numpy().astype(float))
+        )
+    )
     got = fused.join(want.select("qid", "docno", "s"), on=["qid", "docno"])
     assert got.height == x.height
     assert got["fused_score"].to_numpy() == pytest.approx(got["s"].to_numpy())
@@ -155,16 +190,28 @@ def test_learned_config_errors(tmp_path):
     cfg = PipelineConfig(fusion="learned", learned_model=str(tmp_path / "nope.txt"))
     lists = pl.DataFrame(schema=SCHEMAS["lists"])
     with pytest.raises(ConfigError, match="nope.txt': file not found"):
-        fuse(lists.vstack(pl.DataFrame([("q", 0, "fts", "original", "x", "d", None, 1, -1.0, 0.5, 1.0)],
-                                       schema=SCHEMAS["lists"], orient="row")), cfg, pl.DataFrame())
+        fuse(
+            lists.vstack(
+                pl.DataFrame(
+                    [("q", 0, "fts", "original", "x", "d", None, 1, -1.0, 0.5, 1.0)],
+                    schema=SCHEMAS["lists"],
+                    orient="row",
+                )
+            ),
+            cfg,
+            pl.DataFrame(),
+        )
     bad = tmp_path / "bad.txt"
     bad.write_text("not a model")
     with pytest.raises(ConfigError, match="not a LightGBM model file"):
         from qmdlab.pipeline.learned import load_model
 
         load_model(bad)
-    other = lgb.train({"objective": "regression", "verbose": -1, "min_data_in_leaf": 1},
-                      lgb.Dataset(np.random.default_rng(0).random((20, 2)), label=np.arange(20.0)), 2)
+    other = lgb.train(
+        {"objective": "regression", "verbose": -1, "min_data_in_leaf": 1},
+        lgb.Dataset(np.random.default_rng(0).random((20, 2)), label=np.arange(20.0)),
+        2,
+    )
     other.save_model(str(tmp_path / "other.txt"))
     with pytest.raises(ConfigError, match="not qmdlab's learned-fusion features"):
         load_model(tmp_path / "other.txt")
@@ -194,8 +241,9 @@ def test_inner_selection_sees_only_its_queries(title_study):
             seen.extend(run["qid"].unique().to_list())
             return super().score(run, **kw)
 
-    best, table = select(train, title_study.trace.lists, BASE, LearnConfig(inner_folds=3), Spy(title_study.qrels,
-                         ["ndcg@10"]), "ndcg@10")
+    best, table = select(
+        train, title_study.trace.lists, BASE, LearnConfig(inner_folds=3), Spy(title_study.qrels, ["ndcg@10"]), "ndcg@10"
+    )
     assert table.height == len(GRID)
     assert seen and set(seen) <= set(train["qid"].to_list())
 
@@ -205,16 +253,38 @@ def _jsonl_suite(root):
     import json
 
     root.mkdir()
-    topics = ["rebase", "pasta", "docker", "sqlite", "python", "garden", "violin", "cycling", "tax", "coffee",
-              "sailing", "chess"]
+    topics = [
+        "rebase",
+        "pasta",
+        "docker",
+        "sqlite",
+        "python",
+        "garden",
+        "violin",
+        "cycling",
+        "tax",
+        "coffee",
+        "sailing",
+        "chess",
+    ]
     with open(root / "docs.jsonl", "w") as f:
         for i, t in enumerate(topics):
             for j, extra in enumerate(["guide", "notes", "history"]):
-                f.write(json.dumps({"id": f"d{i}-{j}", "title": f"{t} {extra}",
-                                    "text": f"{t} {extra} about {t} and {topics[(i + j + 1) % 12]}"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "id": f"d{i}-{j}",
+                            "title": f"{t} {extra}",
+                            "text": f"{t} {extra} about {t} and {topics[(i + j + 1) % 12]}",
+                        }
+                    )
+                    + "\n"
+                )
     with open(root / "queries.jsonl", "w") as f:
         for i, t in enumerate(topics):
-            f.write(json.dumps({"qid": f"q{i:02d}", "query": f"{t} guide", "qrels": {f"d{i}-0": 2, f"d{i}-1": 1}}) + "\n")
+            f.write(
+                json.dumps({"qid": f"q{i:02d}", "query": f"{t} guide", "qrels": {f"d{i}-0": 2, f"d{i}-1": 1}}) + "\n"
+            )
     return root
 
 
@@ -229,8 +299,25 @@ def test_cli_tune_learn(qmdlab_home, tmp_path):
     bad = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--explain", "q01"])
     assert bad.exit_code != 0 and "--explain QID needs --learn" in bad.output
     out_dir = tmp_path / "learned"
-    res = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--no-progress", "--no-expand", "--no-rerank",
-                              "--folds", "2", "--learn", "--out", str(out_dir), "--explain", "q01"])
+    res = runner.invoke(
+        cli,
+        [
+            "tune",
+            suite,
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--no-expand",
+            "--no-rerank",
+            "--folds",
+            "2",
+            "--learn",
+            "--out",
+            str(out_dir),
+            "--explain",
+            "q01",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "learned (held-out folds)" in res.output and "pred_contrib" in res.output
     for name in ("learned.lgb.txt", "config.yaml", "learned-heldout.trec", "default.trec", "learn.json"):
@@ -240,9 +327,23 @@ def test_cli_tune_learn(qmdlab_home, tmp_path):
     run = [line.split() for line in (out_dir / "learned-heldout.trec").read_text().splitlines()]
     assert {r[0] for r in run} == {f"q{i:02d}" for i in range(12)}
     assert all(r[2].startswith("d") and not r[2].endswith(".md") for r in run)  # the collection's own ids
-    res = runner.invoke(cli, ["eval", suite, "--preset", "fake", "--no-progress", "--config", str(out_dir / "config.yaml")])
+    res = runner.invoke(
+        cli, ["eval", suite, "--preset", "fake", "--no-progress", "--config", str(out_dir / "config.yaml")]
+    )
     assert res.exit_code == 0, res.output
     assert "in-sample" in res.output
-    yaml_out = runner.invoke(cli, ["tune", suite, "--preset", "fake", "--no-progress", "--no-expand", "--learn",
-                                   "--out", str(tmp_path / "x.yaml")])
+    yaml_out = runner.invoke(
+        cli,
+        [
+            "tune",
+            suite,
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--no-expand",
+            "--learn",
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+    )
     assert yaml_out.exit_code != 0 and "--out is a directory" in yaml_out.output

@@ -1,4 +1,5 @@
 """LexicalStudy: lexical knobs evaluated on recorded traces by re-running BM25."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -13,10 +14,22 @@ from qmdlab.pipeline.lab import Lab
 
 pytestmark = pytest.mark.slow  # real SQLite searches and pipeline runs (several seconds)
 
-QUERIES = {"1": "git rebase branch", "2": "pasta salt water", "3": "sqlite search bm25", "4": "docker network bridge",
-           "5": "merge commit branch", "6": "cook pasta"}
-QRELS = [("1", "notes/git-rebase.md", 1), ("2", "notes/pasta.md", 1), ("3", "notes/sqlite.md", 1),
-         ("4", "notes/docker.md", 1), ("5", "notes/git-merge.md", 1), ("6", "notes/pasta.md", 1)]
+QUERIES = {
+    "1": "git rebase branch",
+    "2": "pasta salt water",
+    "3": "sqlite search bm25",
+    "4": "docker network bridge",
+    "5": "merge commit branch",
+    "6": "cook pasta",
+}
+QRELS = [
+    ("1", "notes/git-rebase.md", 1),
+    ("2", "notes/pasta.md", 1),
+    ("3", "notes/sqlite.md", 1),
+    ("4", "notes/docker.md", 1),
+    ("5", "notes/git-merge.md", 1),
+    ("6", "notes/pasta.md", 1),
+]
 
 
 @pytest.fixture
@@ -41,12 +54,18 @@ def test_lexical_study_equals_a_fresh_recording(small_index):
     idx, emb = small_index
     base = PipelineConfig(expand=False, rerank=False)
     lex = LexicalStudy(_study(idx, emb, base), idx)
-    for knobs in (dict(bm25_weight_title=0.0, bm25_weight_filepath=0.0), dict(bm25_prefix=False, bm25_query_tf=False),
-                  dict(bm25_mode="msm", bm25_min_match=2)):
+    for knobs in (
+        dict(bm25_weight_title=0.0, bm25_weight_filepath=0.0),
+        dict(bm25_prefix=False, bm25_query_tf=False),
+        dict(bm25_mode="msm", bm25_min_match=2),
+    ):
         cfg = base.replace(**knobs)
         fresh = _study(idx, emb, cfg)
-        assert lex.evaluate(cfg).final.select("qid", "docno", "final_rank").equals(
-            fresh.evaluate(cfg).final.select("qid", "docno", "final_rank"))
+        assert (
+            lex.evaluate(cfg)
+            .final.select("qid", "docno", "final_rank")
+            .equals(fresh.evaluate(cfg).final.select("qid", "docno", "final_rank"))
+        )
     assert lex.for_config(base) is lex.study  # the recorded knobs: no re-run
     sub = lex.subset(["1", "2"])
     cfg = base.replace(bm25_weight_title=0.5)

@@ -1,13 +1,13 @@
 """qmdlab.eval.loaders: tiny fixtures of every format round-trip; malformed input names file and line."""
+
 from __future__ import annotations
 
 import json
 
-import polars as pl
 import pytest
 
-from qmdlab.eval.loaders import detect_format, load, load_beir, load_default, load_jsonl, load_smart, load_trec
 from qmdlab.errors import DataFormatError
+from qmdlab.eval.loaders import detect_format, load, load_beir, load_default, load_jsonl, load_smart, load_trec
 
 SMART_ALL = """.I 1
 .T
@@ -39,9 +39,15 @@ def test_smart_roundtrip_and_rel_variants(tmp_path):
     _write(tmp_path, "T.QRY", SMART_QRY)
     _write(tmp_path, "T.REL", "1 1 0 0.000000\r\n1 2 0 0.000000\r\n2 2 0 0.000000\r\n")  # CISI style, CRLF
     s = load_smart(tmp_path)
-    assert s.docs.rows() == [("1", "Cats and dogs", "All about cats and dogs."), ("2", "Birds", "Flying things. .Net and .X are words here, not fields")]
-    assert s.queries.select("qid", "query").rows() == [("1", "Which pets?"), ("2", "birds title only"),
-                                                       ("3", "unjudged query")]
+    assert s.docs.rows() == [
+        ("1", "Cats and dogs", "All about cats and dogs."),
+        ("2", "Birds", "Flying things. .Net and .X are words here, not fields"),
+    ]
+    assert s.queries.select("qid", "query").rows() == [
+        ("1", "Which pets?"),
+        ("2", "birds title only"),
+        ("3", "unjudged query"),
+    ]
     assert sorted(s.qrels.rows()) == [("1", "1", 1), ("1", "2", 1), ("2", "2", 1)]
     assert s.judged_queries()["qid"].to_list() == ["1", "2"]
     # Medline / TREC-style REL: qid 0 docid grade
@@ -50,12 +56,15 @@ def test_smart_roundtrip_and_rel_variants(tmp_path):
     assert detect_format(tmp_path) == "smart"
 
 
-@pytest.mark.parametrize("content,line,problem", [
-    (".I 1\n.W\nok\n.I 1\n.W\nagain\n", 4, "duplicate record id 1"),
-    ("stray text\n.I 1\n", 1, "text before the first '.I'"),
-    (".I x1\n", 1, "not a number"),
-    (".I 1\nno field marker\n", 2, "without a field marker"),
-])
+@pytest.mark.parametrize(
+    "content,line,problem",
+    [
+        (".I 1\n.W\nok\n.I 1\n.W\nagain\n", 4, "duplicate record id 1"),
+        ("stray text\n.I 1\n", 1, "text before the first '.I'"),
+        (".I x1\n", 1, "not a number"),
+        (".I 1\nno field marker\n", 2, "without a field marker"),
+    ],
+)
 def test_smart_malformed_records(tmp_path, content, line, problem):
     _write(tmp_path, "T.ALL", content)
     _write(tmp_path, "T.QRY", ".I 1\n.W\nq\n")
@@ -79,11 +88,19 @@ def test_smart_malformed_rel_and_missing_file(tmp_path):
 
 
 def test_trec_sgml_topics_and_docs_roundtrip(tmp_path):
-    _write(tmp_path, "topics.401", "<top>\n<num> Number: 401\n<title> foreign minorities, Germany\n\n"
-           "<desc> Description:\nWhat is the language?\n</top>\n<top><num> 402 <title>genetics</top>\n")
+    _write(
+        tmp_path,
+        "topics.401",
+        "<top>\n<num> Number: 401\n<title> foreign minorities, Germany\n\n"
+        "<desc> Description:\nWhat is the language?\n</top>\n<top><num> 402 <title>genetics</top>\n",
+    )
     _write(tmp_path, "qrels.401", "401 0 FT1 1\n401 0 FT2 0\n402 0 FT2 2\n")
-    _write(tmp_path, "docs.trec", "<DOC>\n<DOCNO> FT1 </DOCNO>\n<HEADLINE>x</HEADLINE>\n<TEXT>Germany has\n"
-           "minorities.</TEXT>\n</DOC>\n<DOC><DOCNO>FT2</DOCNO><TITLE>Genes</TITLE><TEXT>DNA</TEXT></DOC>\n")
+    _write(
+        tmp_path,
+        "docs.trec",
+        "<DOC>\n<DOCNO> FT1 </DOCNO>\n<HEADLINE>x</HEADLINE>\n<TEXT>Germany has\n"
+        "minorities.</TEXT>\n</DOC>\n<DOC><DOCNO>FT2</DOCNO><TITLE>Genes</TITLE><TEXT>DNA</TEXT></DOC>\n",
+    )
     s = load_trec(tmp_path)
     assert s.queries.select("qid", "query").rows() == [("401", "foreign minorities, Germany"), ("402", "genetics")]
     assert sorted(s.qrels.rows()) == [("401", "FT1", 1), ("401", "FT2", 0), ("402", "FT2", 2)]
@@ -101,13 +118,16 @@ def test_trec_tsv_topics_with_markdown_corpus(tmp_path):
     assert s.qrels.rows() == [("q1", "sub/a.md", 1)]
 
 
-@pytest.mark.parametrize("topics,qrels,bad,line,problem", [
-    ("<top><num> 1 <title> a\n<top>\n", "1 0 d 1\n", "topics.x", 2, "inside an open topic"),
-    ("<top><num> 1 </top>\n", "1 0 d 1\n", "topics.x", 1, "no <title> text"),
-    ("<top><num> 1 <title> a </top>\n", "1 0 d\n", "qrels.x", 1, "expected 4 fields"),
-    ("<top><num> 1 <title> a </top>\n", "\n1 0 d high\n", "qrels.x", 2, "is not a number"),
-    ("1 only-one-field\n", "1 0 d 1\n", "topics.x", 1, "expected 'qid<TAB>query'"),
-])
+@pytest.mark.parametrize(
+    "topics,qrels,bad,line,problem",
+    [
+        ("<top><num> 1 <title> a\n<top>\n", "1 0 d 1\n", "topics.x", 2, "inside an open topic"),
+        ("<top><num> 1 </top>\n", "1 0 d 1\n", "topics.x", 1, "no <title> text"),
+        ("<top><num> 1 <title> a </top>\n", "1 0 d\n", "qrels.x", 1, "expected 4 fields"),
+        ("<top><num> 1 <title> a </top>\n", "\n1 0 d high\n", "qrels.x", 2, "is not a number"),
+        ("1 only-one-field\n", "1 0 d 1\n", "topics.x", 1, "expected 'qid<TAB>query'"),
+    ],
+)
 def test_trec_malformed(tmp_path, topics, qrels, bad, line, problem):
     _write(tmp_path, "topics.x", topics)
     _write(tmp_path, "qrels.x", qrels)
@@ -118,10 +138,22 @@ def test_trec_malformed(tmp_path, topics, qrels, bad, line, problem):
 
 
 def _beir(tmp_path, qrels="query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t2\n"):
-    _write(tmp_path, "corpus.jsonl", json.dumps({"_id": "d1", "title": "T1", "text": "one"}) + "\n"
-           + json.dumps({"_id": "d2", "title": "", "text": "two"}) + "\n")
-    _write(tmp_path, "queries.jsonl", json.dumps({"_id": "q1", "text": "query one"}) + "\n"
-           + json.dumps({"_id": "q2", "text": "not in this split"}) + "\n")
+    _write(
+        tmp_path,
+        "corpus.jsonl",
+        json.dumps({"_id": "d1", "title": "T1", "text": "one"})
+        + "\n"
+        + json.dumps({"_id": "d2", "title": "", "text": "two"})
+        + "\n",
+    )
+    _write(
+        tmp_path,
+        "queries.jsonl",
+        json.dumps({"_id": "q1", "text": "query one"})
+        + "\n"
+        + json.dumps({"_id": "q2", "text": "not in this split"})
+        + "\n",
+    )
     (tmp_path / "qrels").mkdir(exist_ok=True)
     _write(tmp_path / "qrels", "test.tsv", qrels)
 
@@ -158,8 +190,12 @@ def test_beir_malformed_lines(tmp_path):
 
 def test_jsonl_roundtrip_inline_qrels(tmp_path):
     _write(tmp_path, "docs.jsonl", '{"id": "a", "title": "A", "text": "alpha"}\n\n{"id": 7, "text": "seven"}\n')
-    _write(tmp_path, "queries.jsonl", '{"qid": "q1", "query": "alpha?", "category": "kw", "qrels": {"a": 2, "7": 0}}\n'
-           '{"qid": "q2", "query": "x", "intent": "why"}\n')
+    _write(
+        tmp_path,
+        "queries.jsonl",
+        '{"qid": "q1", "query": "alpha?", "category": "kw", "qrels": {"a": 2, "7": 0}}\n'
+        '{"qid": "q2", "query": "x", "intent": "why"}\n',
+    )
     s = load_jsonl(tmp_path)
     assert s.docs.rows() == [("a", "A", "alpha"), ("7", "", "seven")]
     assert s.queries.rows() == [("q1", "alpha?", "kw", None), ("q2", "x", None, "why")]
@@ -167,12 +203,15 @@ def test_jsonl_roundtrip_inline_qrels(tmp_path):
     assert detect_format(tmp_path) == "jsonl"
 
 
-@pytest.mark.parametrize("queries,line,problem", [
-    ('{"qid": "q1", "query": "a"}\n{"qid": "q1", "query": "b"}\n', 2, "duplicate qid"),
-    ('{"qid": "q1", "query": "a", "qrels": {"a": "high"}}\n', 1, "is not a number"),
-    ('{"qid": "q1", "query": "a", "qrels": ["a"]}\n', 1, "must be an object"),
-    ('{"qid": "q1"}\n', 1, "missing field 'query'"),
-])
+@pytest.mark.parametrize(
+    "queries,line,problem",
+    [
+        ('{"qid": "q1", "query": "a"}\n{"qid": "q1", "query": "b"}\n', 2, "duplicate qid"),
+        ('{"qid": "q1", "query": "a", "qrels": {"a": "high"}}\n', 1, "is not a number"),
+        ('{"qid": "q1", "query": "a", "qrels": ["a"]}\n', 1, "must be an object"),
+        ('{"qid": "q1"}\n', 1, "missing field 'query'"),
+    ],
+)
 def test_jsonl_malformed(tmp_path, queries, line, problem):
     _write(tmp_path, "docs.jsonl", '{"id": "a", "text": "alpha"}\n')
     _write(tmp_path, "queries.jsonl", queries)
@@ -237,8 +276,16 @@ def test_smart_positional_qrels_map_by_position_with_a_warning(monkeypatch):
     with pytest.warns(UserWarning, match="mapped to queries by position.*3 of 5 judged queries"):
         s = load_smart(POSITIONAL, qrels_ids="position")
     # the k-th .QRY record (ids 1, 2, 4, 5, 9) is query k of T.REL; negative grades are kept
-    assert sorted(s.qrels.rows()) == [("1", "1", 2), ("1", "3", -1), ("2", "2", 1), ("4", "1", -1), ("4", "3", 3),
-                                      ("5", "4", 2), ("9", "2", -1), ("9", "5", 1)]
+    assert sorted(s.qrels.rows()) == [
+        ("1", "1", 2),
+        ("1", "3", -1),
+        ("2", "2", 1),
+        ("4", "1", -1),
+        ("4", "3", 3),
+        ("5", "4", 2),
+        ("9", "2", -1),
+        ("9", "5", 1),
+    ]
     assert s.judged_queries()["qid"].to_list() == ["1", "2", "4", "5", "9"]
     q = dict(s.queries.select("qid", "query").iter_rows())
     assert q["4"] == "heat transfer at hypersonic speed" and q["9"] == "buckling of cylindrical shells"

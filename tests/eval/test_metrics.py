@@ -1,4 +1,5 @@
 """qmdlab.eval.metrics: closed-form values and differential tests against ranx.evaluate."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,7 @@ from ranx import evaluate
 
 from qmdlab.eval.metrics import mean_scores, parse_metric, per_query, ranx_qrels, ranx_run
 
-METRICS = ["ndcg@10", "ndcg@3", "ndcg", "ndcg_burges@10", "mrr@10", "mrr@3", "recall@10",
-           "recall@100", "p@5", "p@1"]
+METRICS = ["ndcg@10", "ndcg@3", "ndcg", "ndcg_burges@10", "mrr@10", "mrr@3", "recall@10", "recall@100", "p@5", "p@1"]
 RANX_NAMES = {"p@5": "precision@5", "p@1": "precision@1"}
 
 
@@ -43,8 +43,7 @@ def test_per_query_equals_ranx_on_random_runs(seed):
     ours = per_query(run, qrels, METRICS)
     rq, rr = ranx_qrels(qrels), ranx_run(run, "r")
     # queries absent from the run (a query may retrieve nothing) score 0, as with make_comparable
-    theirs = evaluate(rq, rr, [RANX_NAMES.get(m, m) for m in METRICS], return_mean=False,
-                      make_comparable=True)
+    theirs = evaluate(rq, rr, [RANX_NAMES.get(m, m) for m in METRICS], return_mean=False, make_comparable=True)
     qids = sorted(rq.keys())
     assert ours["qid"].to_list() == qids
     for m in METRICS:
@@ -57,7 +56,9 @@ def test_per_query_equals_ranx_on_random_runs(seed):
 def test_closed_form_graded_ndcg_mrr_recall_precision():
     run = pl.DataFrame({"qid": ["a"] * 4, "docno": ["x", "y", "z", "w"], "rank": [1, 2, 3, 4]})
     qrels = pl.DataFrame({"qid": ["a"] * 3, "docno": ["y", "w", "v"], "grade": [2, 1, 3]})
-    row = per_query(run, qrels, ["ndcg@4", "ndcg_burges@4", "mrr@4", "mrr@1", "recall@4", "p@4", "p@10"]).row(0, named=True)
+    row = per_query(run, qrels, ["ndcg@4", "ndcg_burges@4", "mrr@4", "mrr@1", "recall@4", "p@4", "p@10"]).row(
+        0, named=True
+    )
     dcg = 2 / math.log2(3) + 1 / math.log2(5)
     idcg = 3 / math.log2(2) + 2 / math.log2(3) + 1 / math.log2(4)
     assert row["ndcg@4"] == pytest.approx(dcg / idcg, abs=1e-15)

@@ -1,16 +1,26 @@
 """qmdlab.eval.optimise: search methods find the known optimum of a toy suite; CV never leaks."""
+
 from __future__ import annotations
 
 import math
 
 import polars as pl
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from qmdlab.eval.optimise import (Param, apply_params, cross_validate, default_space, kfold, params_of, search,
-                           write_config)
-from qmdlab.eval.study import Study
 from qmdlab.errors import ConfigError
+from qmdlab.eval.optimise import (
+    Param,
+    apply_params,
+    cross_validate,
+    default_space,
+    kfold,
+    params_of,
+    search,
+    write_config,
+)
+from qmdlab.eval.study import Study
 from qmdlab.pipeline.config import PipelineConfig
 
 OPTIMUM = (20 * 1.0 + 10 / math.log2(3)) / 30
@@ -28,8 +38,15 @@ def test_search_finds_known_best_weights(toy_suite, method, trials):
     if method == "tpe":
         pytest.importorskip("optuna", reason="method tpe needs the optional Optuna dependency (qmdlab[tune])")
     study = Study(*toy_suite, config=BASE)
-    res = search(lambda p: study.score(apply_params(BASE, p)), SPACE, params_of(BASE, SPACE),
-                 method=method, trials=trials, points=5, seed=3)
+    res = search(
+        lambda p: study.score(apply_params(BASE, p)),
+        SPACE,
+        params_of(BASE, SPACE),
+        method=method,
+        trials=trials,
+        points=5,
+        seed=3,
+    )
     assert res.value == pytest.approx(OPTIMUM, abs=1e-12)
     assert res.params["weight_original_fts"] > res.params["weight_original_vec"]
     assert res.history.height <= trials and res.history["value"].max() == res.value
@@ -38,8 +55,14 @@ def test_search_finds_known_best_weights(toy_suite, method, trials):
 
 def test_grid_refuses_more_combinations_than_trials():
     with pytest.raises(ConfigError, match="combinations"):
-        search(lambda p: 0.0, SPACE, {"weight_original_fts": 2.0, "weight_original_vec": 2.0},
-               method="grid", points=5, trials=10)
+        search(
+            lambda p: 0.0,
+            SPACE,
+            {"weight_original_fts": 2.0, "weight_original_vec": 2.0},
+            method="grid",
+            points=5,
+            trials=10,
+        )
     with pytest.raises(ConfigError, match="unknown search method"):
         search(lambda p: 0.0, SPACE, {}, method="anneal")
 
@@ -119,7 +142,9 @@ def test_cross_validation_held_out_fold_is_scored_by_a_config_tuned_without_it(t
     study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)
     # the premise: the training queries alone and all queries have different optima
     train_only = study.subset(folds[0].train)
-    assert train_only.score(BASE.replace(weight_original_fts=3.0)) > train_only.score(BASE.replace(weight_original_vec=3.0))
+    assert train_only.score(BASE.replace(weight_original_fts=3.0)) > train_only.score(
+        BASE.replace(weight_original_vec=3.0)
+    )
     assert study.score(BASE.replace(weight_original_vec=3.0)) > study.score(BASE.replace(weight_original_fts=3.0))
     report = cross_validate(study, base=BASE, space=SPACE, method="coordinate", trials=30, folds=5, points=5, seed=0)
     row = report.folds.row(0, named=True)

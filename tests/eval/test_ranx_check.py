@@ -1,5 +1,6 @@
 """qmdlab.eval.runner.ranx_check: the saved run is always re-scored by ranx, also when it is empty,
 and negative grades (judged not relevant) are read and scored as ranx does."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -14,15 +15,17 @@ QRELS = "1 0 a 2\n1 0 b -1\n1 0 c 0\n2 0 d 1\n3 0 e -1\n"
 
 def _qrels_frame() -> pl.DataFrame:
     rows = [line.split() for line in QRELS.splitlines()]
-    return pl.DataFrame({"qid": [r[0] for r in rows], "docno": [r[2] for r in rows],
-                         "grade": [int(r[3]) for r in rows]})
+    return pl.DataFrame(
+        {"qid": [r[0] for r in rows], "docno": [r[2] for r in rows], "grade": [int(r[3]) for r in rows]}
+    )
 
 
 def test_empty_run_is_compared_not_assumed(tmp_path):
     (tmp_path / "qrels.txt").write_text(QRELS)
     (tmp_path / "run.trec").write_text("")
-    ours = mean_scores(per_query(pl.DataFrame(schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64}),
-                                 _qrels_frame(), METRICS))
+    ours = mean_scores(
+        per_query(pl.DataFrame(schema={"qid": pl.Utf8, "docno": pl.Utf8, "rank": pl.Int64}), _qrels_frame(), METRICS)
+    )
     assert ranx_check(tmp_path / "qrels.txt", tmp_path / "run.trec", ours) == {m: 0.0 for m in METRICS}
     # a wrong claim about an empty run is caught: the check really compares
     with pytest.raises(RuntimeError, match="disagree with ranx"):

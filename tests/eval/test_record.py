@@ -1,4 +1,5 @@
 """qmdlab.eval.record: one door, one cache, one depth; what is recorded is listed and opened without models."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,9 +9,9 @@ import pytest
 
 from qmdlab.eval import choices, record
 from qmdlab.eval.study import Study
-from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig
+from tests.eval.conftest import pets_suite
 
 
 @pytest.fixture
@@ -21,8 +22,9 @@ def suite(tmp_path):
 def test_record_lists_loads_without_models_and_counts_only_real_work(suite, qmdlab_home, monkeypatch):
     models = load_models("fake")
     seen = []
-    rec = record.record(suite, models, PipelineConfig(), limit=2, name="smoke", on_progress=seen.append,
-                        log=lambda m: None)
+    rec = record.record(
+        suite, models, PipelineConfig(), limit=2, name="smoke", on_progress=seen.append, log=lambda m: None
+    )
     assert rec.config.limit == record.EVAL_DEPTH  # one depth for every front end
     assert rec.timings["queries"] == 2 and rec.timings["queries_cached"] == 0
     assert [p.phase for p in seen] == ["index", "query", "query", "query", "done"]
@@ -45,8 +47,9 @@ def test_record_lists_loads_without_models_and_counts_only_real_work(suite, qmdl
 
 
 def test_recordings_of_other_code_are_counted_not_listed(suite, qmdlab_home):
-    rec = record.record(suite, load_models("fake"), PipelineConfig(expand=False, rerank=False), limit=1,
-                        log=lambda m: None)
+    rec = record.record(
+        suite, load_models("fake"), PipelineConfig(expand=False, rerank=False), limit=1, log=lambda m: None
+    )
     assert record.outdated(suite) == 0
     shutil.move(rec.cache_dir, rec.cache_dir.with_name("0" * 16))  # as if the config options had changed
     assert record.recorded(suite) == [] and record.outdated(suite) == 1

@@ -1,12 +1,13 @@
 """qmdlab.eval.record on a held-out subset: ``qids`` records exactly those queries, an unknown qid is an error."""
+
 from __future__ import annotations
 
 import pytest
 
 from qmdlab.eval import record
-from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig
+from tests.eval.conftest import pets_suite
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """qmdlab.eval.runner + CLI end to end with the deterministic fake models (no weights, no network)."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,11 @@ from ranx import Qrels, Run, evaluate
 from qmdlab.eval.runner import run_suite
 from qmdlab.eval.study import Study
 from qmdlab.eval.suites import Suite, SuiteUnavailable, get_suite
-from tests.eval.conftest import pets_suite
 from qmdlab.models import load_models
-from qmdlab.models.fakes import RuleExpander
 from qmdlab.models.base import ModelSet
+from qmdlab.models.fakes import RuleExpander
 from qmdlab.pipeline.config import PipelineConfig
+from tests.eval.conftest import pets_suite
 
 
 def _models():
@@ -55,8 +56,9 @@ def test_default_corpus_eval_ablation_resume_and_study(default_corpus, qmdlab_ho
     if not default_corpus.is_dir():
         pytest.skip(f"default corpus not present at {default_corpus}")
     suite, models = get_suite("default"), _models()
-    res = run_suite(suite, models, PipelineConfig(), out=tmp_path / "out", ablate=True, limit=12,
-                    progress=False, log=lambda m: None)
+    res = run_suite(
+        suite, models, PipelineConfig(), out=tmp_path / "out", ablate=True, limit=12, progress=False, log=lambda m: None
+    )
     assert res.timings["queries"] == 12 and res.timings["queries_cached"] == 0
     names = res.ablation["config"].to_list()
     assert names[:7] == ["bm25", "vector", "bm25+vector", "+lex", "+lex+vec", "+lex+vec+hyde", "+rerank"]
@@ -69,8 +71,9 @@ def test_default_corpus_eval_ablation_resume_and_study(default_corpus, qmdlab_ho
     # resumable: the second run reads every trace from the cache; a lost one is recomputed
     cache = json.loads((tmp_path / "out" / "run.json").read_text())["trace_cache"]
     shutil.rmtree(f"{cache}/q003")
-    again = run_suite(suite, models, PipelineConfig(), out=tmp_path / "out2", limit=12, progress=False,
-                      log=lambda m: None)
+    again = run_suite(
+        suite, models, PipelineConfig(), out=tmp_path / "out2", limit=12, progress=False, log=lambda m: None
+    )
     assert again.timings["queries_cached"] == 11
     assert again.metrics["qmdlab"] == res.metrics["qmdlab"]
     # the saved run directory is a Study whose default evaluation reproduces the run
@@ -85,13 +88,41 @@ def test_cli_eval_and_tune(default_corpus, qmdlab_home, tmp_path, monkeypatch):
     from qmdlab.cli import cli
 
     runner = CliRunner()
-    out = runner.invoke(cli, ["eval", "default", "--preset", "fake", "--limit", "8", "--no-progress",
-                              "--out", str(tmp_path / "o"), "--no-expand"])
+    out = runner.invoke(
+        cli,
+        [
+            "eval",
+            "default",
+            "--preset",
+            "fake",
+            "--limit",
+            "8",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "o"),
+            "--no-expand",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "ndcg@10" in out.output and (tmp_path / "o" / "qmdlab-no-expand.trec").exists()
     cfg = tmp_path / "tuned.yaml"
-    out = runner.invoke(cli, ["tune", "default", "--preset", "fake", "--no-progress", "--folds", "2",
-                              "--trials", "6", "--no-expand", "--out", str(cfg)])
+    out = runner.invoke(
+        cli,
+        [
+            "tune",
+            "default",
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--folds",
+            "2",
+            "--trials",
+            "6",
+            "--no-expand",
+            "--out",
+            str(cfg),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "held-out gain" in out.output
     PipelineConfig.from_yaml(cfg)  # what `qmdlab query --config` reads

@@ -1,4 +1,5 @@
 """qmdlab.eval.significance: our baseline table carries exactly ranx.compare's p-values."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,11 @@ from qmdlab.eval.significance import compare_to_baseline, fisher_randomization, 
 
 def _runs(seed=3, n_q=30, n_docs=25):
     rng = np.random.default_rng(seed)
-    qrels = [(f"q{q:02d}", f"d{d}", int(rng.integers(1, 3))) for q in range(n_q)
-             for d in rng.choice(n_docs, 4, replace=False)]
+    qrels = [
+        (f"q{q:02d}", f"d{d}", int(rng.integers(1, 3)))
+        for q in range(n_q)
+        for d in rng.choice(n_docs, 4, replace=False)
+    ]
     runs = {}
     for name in ("base", "better", "noise"):
         rows = []
@@ -33,8 +37,9 @@ def test_ttest_pvalues_and_means_equal_ranx_compare():
     # ranx keeps, per pair, the test run last with (control=later run, treatment=earlier run);
     # listing the baseline last makes that (baseline, run), the order compare_to_baseline uses.
     order = ["better", "noise", "base"]
-    report = compare(ranx_qrels(qrels), [ranx_run(runs[n], n) for n in order], ["ndcg@10"],
-                     stat_test=stat_test, make_comparable=True)
+    report = compare(
+        ranx_qrels(qrels), [ranx_run(runs[n], n) for n in order], ["ndcg@10"], stat_test=stat_test, make_comparable=True
+    )
     table = compare_to_baseline({n: per_query(r, qrels, ["ndcg@10"]) for n, r in runs.items()}, "base")
     for name in ("better", "noise"):
         expected = report.comparisons[frozenset(["base", name])]["ndcg@10"]["p_value"]
@@ -70,8 +75,10 @@ def test_fisher_agrees_with_ranx_within_monte_carlo_error():
     qrels, runs = _runs()
     a = per_query(runs["base"], qrels, ["ndcg@10"])["ndcg@10"].to_numpy()
     b = per_query(runs["noise"], qrels, ["ndcg@10"])["ndcg@10"].to_numpy()
-    ours = compare_to_baseline({"base": per_query(runs["base"], qrels, ["ndcg@10"]),
-                                "noise": per_query(runs["noise"], qrels, ["ndcg@10"])}, "base")["p_fisher"][1]
+    ours = compare_to_baseline(
+        {"base": per_query(runs["base"], qrels, ["ndcg@10"]), "noise": per_query(runs["noise"], qrels, ["ndcg@10"])},
+        "base",
+    )["p_fisher"][1]
     theirs, _ = fisher_randomization_test(a, b, 1000, 0.01, 42)
     assert 0.2 < ours < 1.0  # a pair of random runs: clearly not significant
     assert abs(ours - theirs) < 0.06

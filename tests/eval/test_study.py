@@ -1,4 +1,5 @@
 """qmdlab.eval.study: the fast slider path equals qmdlab.retune; no model is called; rerank_fn fills gaps."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -21,15 +22,22 @@ def _study(make_trace, rerank_fn=None):
                 e.append((qid, "vec", "hyde", f"c/d{(q + 5 * r) % 11}", r, 0.7 - r / 20))
         for d in range(0, 11, 2):
             rr[(qid, f"c/d{d}")] = (d * 7 % 10) / 10
-    qrels = pl.DataFrame([(f"q{q}", f"c/d{(q * 5) % 11}", 1 + q % 2) for q in range(6)],
-                         schema=["qid", "docno", "grade"], orient="row")
+    qrels = pl.DataFrame(
+        [(f"q{q}", f"c/d{(q * 5) % 11}", 1 + q % 2) for q in range(6)], schema=["qid", "docno", "grade"], orient="row"
+    )
     return Study(make_trace(e, rr), qrels, config=PipelineConfig(), rerank_fn=rerank_fn)
 
 
-CONFIGS = ([PipelineConfig()] + [PipelineConfig(fusion=m) for m in FUSION_METHODS]
-           + [PipelineConfig(blend=m) for m in BLEND_METHODS]
-           + [PipelineConfig(rerank=False, rrf_k=3, weight_lex=0.0), PipelineConfig(candidate_limit=3, limit=2),
-              PipelineConfig(expand=False, blend_bands=(1, 2), blend_weights=(0.9, 0.2, 0.1))])
+CONFIGS = (
+    [PipelineConfig()]
+    + [PipelineConfig(fusion=m) for m in FUSION_METHODS]
+    + [PipelineConfig(blend=m) for m in BLEND_METHODS]
+    + [
+        PipelineConfig(rerank=False, rrf_k=3, weight_lex=0.0),
+        PipelineConfig(candidate_limit=3, limit=2),
+        PipelineConfig(expand=False, blend_bands=(1, 2), blend_weights=(0.9, 0.2, 0.1)),
+    ]
+)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.diff().replace("\n", ";") or "defaults")

@@ -2,6 +2,7 @@
 
 Everything runs with the deterministic fake models (``QMDLAB_PRESET=fake``).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,7 @@ GUIDE = textwrap.dedent("""\
 NOTES = {
     "guide.md": GUIDE,
     "cooking/pasta.md": "# Pasta\n\nBoil water, add salt, cook the pasta al dente for a short time.\n\n## Sauce\n\n"
-                        "Tomato and basil.\n",
+    "Tomato and basil.\n",
     "cooking/bread.md": "# Bread\n\nKnead the dough and let it rise overnight, from memory.\n",
     "big.md": "# Big\n\n" + "\n".join(f"line {i} filler text" for i in range(1, 2001)) + "\n",
 }
@@ -100,8 +101,16 @@ def mcp_env(tmp_path_factory):
         "QMDLAB_PRESET": "fake",
         "PYTHONPATH": str(REPO),
     }
-    return SimpleNamespace(root=root, notes=notes, outside=outside, index_dir=index_dir, home=home, env=env,
-                           has_corpus=has_corpus, ndocs=ndocs)
+    return SimpleNamespace(
+        root=root,
+        notes=notes,
+        outside=outside,
+        index_dir=index_dir,
+        home=home,
+        env=env,
+        has_corpus=has_corpus,
+        ndocs=ndocs,
+    )
 
 
 def free_port() -> int:
@@ -139,12 +148,30 @@ def http_server(mcp_env):
 def stdio_params(mcp_env, *extra: str):
     from mcp.client.stdio import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, args=["-m", "qmdlab.cli", "mcp", *extra],
-                                 env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")), cwd=str(REPO))
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "qmdlab.cli", "mcp", *extra],
+        env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")),
+        cwd=str(REPO),
+    )
 
 
-TOOLS = {"search", "vsearch", "query", "get", "multi_get", "status", "outline", "read_section", "parent",
-         "jump_to_ref", "read_chunks", "qmd_search", "qmd_vsearch", "qmd_query"}
+TOOLS = {
+    "search",
+    "vsearch",
+    "query",
+    "get",
+    "multi_get",
+    "status",
+    "outline",
+    "read_section",
+    "parent",
+    "jump_to_ref",
+    "read_chunks",
+    "qmd_search",
+    "qmd_vsearch",
+    "qmd_query",
+}
 
 
 def text_of(result) -> str:
@@ -158,20 +185,38 @@ async def check_all_tools(client, env) -> None:
     for t in tools.values():
         assert t.annotations.read_only_hint is True
         assert t.input_schema.get("additionalProperties") is False, t.name
-    assert {"query", "searches", "collections", "intent", "limit", "minScore", "candidateLimit", "rerank", "expand", "budget",
-            "explain", "tags", "preferTags", "tagLift"} == set(tools["query"].input_schema["properties"])
+    assert {
+        "query",
+        "searches",
+        "collections",
+        "intent",
+        "limit",
+        "minScore",
+        "candidateLimit",
+        "rerank",
+        "expand",
+        "budget",
+        "explain",
+        "tags",
+        "preferTags",
+        "tagLift",
+    } == set(tools["query"].input_schema["properties"])
     assert "preferTags" in tools["query"].description and "front-matter tags" in tools["query"].description
     for name in ("get", "multi_get"):  # the caps on result text: default no cap
         assert tools[name].input_schema["properties"]["maxChars"]["default"] == 0, name
         assert "maxChars" in tools[name].description, name
     instructions = client.instructions
     assert f"over {env.ndocs} markdown document(s)" in instructions
-    assert "collection 'notes': 4 document(s)" in instructions and "context for notes/cooking: Kitchen recipes" in instructions
+    assert (
+        "collection 'notes': 4 document(s)" in instructions
+        and "context for notes/cooking: Kitchen recipes" in instructions
+    )
     assert "no embedding yet" not in instructions  # every chunk was embedded
 
     # query: plain, explained (words of the fake embedder's vocabulary make the vector lists meaningful)
-    r = await client.call_tool("query", {"query": "macos brew install", "collections": ["notes"], "limit": 3,
-                                         "explain": True})
+    r = await client.call_tool(
+        "query", {"query": "macos brew install", "collections": ["notes"], "limit": 3, "explain": True}
+    )
     assert not r.is_error, text_of(r)
     data = r.structured_content
     results = data["results"]
@@ -197,17 +242,23 @@ async def check_all_tools(client, env) -> None:
 
     # query over the default corpus (shipped with the repository)
     if env.has_corpus:
-        r = await client.call_tool("query", {"query": "docker cleanup disk space", "collections": ["default"],
-                                             "limit": 4})
+        r = await client.call_tool(
+            "query", {"query": "docker cleanup disk space", "collections": ["default"], "limit": 4}
+        )
         assert not r.is_error, text_of(r)
         res = r.structured_content["results"]
         assert 1 <= len(res) <= 4 and all(x["docno"].startswith("default/") for x in res)
         assert all(x["uri"] == "qmd://" + x["docno"] and x["snippet"] for x in res)
 
     # query: typed searches, collection filter, no rerank; no stage scores without explain
-    r = await client.call_tool("query", {"searches": [{"type": "lex", "query": "pasta salt"},
-                                                       {"type": "vec", "query": "pasta cooking time"}],
-                                         "collections": ["notes"], "rerank": False})
+    r = await client.call_tool(
+        "query",
+        {
+            "searches": [{"type": "lex", "query": "pasta salt"}, {"type": "vec", "query": "pasta cooking time"}],
+            "collections": ["notes"],
+            "rerank": False,
+        },
+    )
     assert not r.is_error, text_of(r)
     res = r.structured_content["results"]
     assert res and res[0]["docno"] == "notes/cooking/pasta.md" and res[0]["context"] == ["Kitchen recipes"]
@@ -217,8 +268,16 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("query", {"query": "pasta zebra install", "collections": ["notes"], "tags": ["alpha"]})
     assert not r.is_error, text_of(r)
     assert [x["docno"] for x in r.structured_content["results"]] == ["notes/guide.md"]
-    r = await client.call_tool("query", {"query": "pasta bread zebra", "collections": ["notes"], "rerank": False,
-                                         "preferTags": ["alpha"], "tagLift": 10})
+    r = await client.call_tool(
+        "query",
+        {
+            "query": "pasta bread zebra",
+            "collections": ["notes"],
+            "rerank": False,
+            "preferTags": ["alpha"],
+            "tagLift": 10,
+        },
+    )
     assert not r.is_error, text_of(r)
     assert r.structured_content["results"][0]["docno"] == "notes/guide.md" and r.structured_content["tagLift"] == 10
     r = await client.call_tool("query", {"query": "pasta", "tagLift": -1})
@@ -262,8 +321,10 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("get", {"file": "qmd://notes/guide.md:13:1"})
     assert not r.is_error and r.structured_content["text"] == "### Linux"
     r = await client.call_tool("multi_get", {"pattern": "qmd://notes/cooking/*.md"})
-    assert {x["docno"] for x in r.structured_content["documents"]} == {"notes/cooking/pasta.md",
-                                                                       "notes/cooking/bread.md"}
+    assert {x["docno"] for x in r.structured_content["documents"]} == {
+        "notes/cooking/pasta.md",
+        "notes/cooking/bread.md",
+    }
     r = await client.call_tool("get", {"file": "qmd://notes/..%2F..%2Fetc%2Fpasswd"})
     assert r.is_error and "'..' path components are not allowed" in text_of(r)
 
@@ -292,17 +353,23 @@ async def check_all_tools(client, env) -> None:
         assert r.is_error, bad
         msg = text_of(r)
         assert "root:" not in msg and "never served" not in msg
-        assert ("'..' path components are not allowed" in msg or "no indexed document matches" in msg), msg
+        assert "'..' path components are not allowed" in msg or "no indexed document matches" in msg, msg
 
     # multi_get: glob with a size cap, and a list with a bad entry
     r = await client.call_tool("multi_get", {"pattern": "notes/**.md", "maxBytes": 2000})
     assert not r.is_error, text_of(r)
     d = r.structured_content
-    assert {x["docno"] for x in d["documents"]} == {"notes/guide.md", "notes/cooking/pasta.md", "notes/cooking/bread.md"}
+    assert {x["docno"] for x in d["documents"]} == {
+        "notes/guide.md",
+        "notes/cooking/pasta.md",
+        "notes/cooking/bread.md",
+    }
     assert [x["docno"] for x in d["skipped"]] == ["notes/big.md"] and "maxBytes=2000" in d["skipped"][0]["reason"]
     r = await client.call_tool("multi_get", {"pattern": "notes/guide.md, ../../etc/passwd", "maxLines": 2})
     d = r.structured_content
-    assert [x["docno"] for x in d["documents"]] == ["notes/guide.md"] and d["documents"][0]["text"] == "---\ntitle: Setup Guide"
+    assert [x["docno"] for x in d["documents"]] == ["notes/guide.md"] and d["documents"][0][
+        "text"
+    ] == "---\ntitle: Setup Guide"
     assert d["errors"][0]["ref"] == "../../etc/passwd"
     r = await client.call_tool("multi_get", {"pattern": "../*"})
     assert r.is_error
@@ -317,8 +384,13 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("outline", {"file": "notes/guide.md"})
     secs = r.structured_content["sections"]
     assert [(s["address"], s["line_start"], s["line_end"]) for s in secs] == [
-        ("", 1, 23), ("setup-guide", 5, 23), ("setup-guide/install", 9, 20),
-        ("setup-guide/install/linux", 13, 16), ("setup-guide/install/macos", 17, 20), ("setup-guide/usage", 21, 23)]
+        ("", 1, 23),
+        ("setup-guide", 5, 23),
+        ("setup-guide/install", 9, 20),
+        ("setup-guide/install/linux", 13, 16),
+        ("setup-guide/install/macos", 17, 20),
+        ("setup-guide/usage", 21, 23),
+    ]
     assert sum(len(s["chunk_ids"]) for s in secs) >= 1
     r = await client.call_tool("read_section", {"file": "notes/guide.md", "address": "setup-guide/install"})
     assert r.structured_content["text"].startswith("## Install\n\nRun the installer.")
@@ -349,8 +421,9 @@ async def check_all_tools(client, env) -> None:
         r = await client.call_tool("jump_to_ref", {"file": "default/runbooks/cert-renewal.md"})
         assert not r.is_error, text_of(r)
         assert [x["docno"] for x in r.structured_content["refs"]] == ["default/howto/nginx-reverse-proxy-tls.md"]
-        r = await client.call_tool("jump_to_ref", {"file": "default/runbooks/cert-renewal.md", "ref": "1",
-                                                   "maxChars": 200})
+        r = await client.call_tool(
+            "jump_to_ref", {"file": "default/runbooks/cert-renewal.md", "ref": "1", "maxChars": 200}
+        )
         d = r.structured_content
         assert d["docno"] == "default/howto/nginx-reverse-proxy-tls.md" and d["truncated"] and d["address"] == ""
         assert "read on with `qmdlab get default/howto/nginx-reverse-proxy-tls.md:" in d["text"]
@@ -373,5 +446,6 @@ async def check_all_tools(client, env) -> None:
 @pytest.fixture(scope="session")
 def mcp_helpers():
     """The shared helpers (test modules cannot import conftest under --import-mode=importlib)."""
-    return SimpleNamespace(repo=REPO, check_all_tools=check_all_tools, stdio_params=stdio_params, text_of=text_of,
-                           free_port=free_port)
+    return SimpleNamespace(
+        repo=REPO, check_all_tools=check_all_tools, stdio_params=stdio_params, text_of=text_of, free_port=free_port
+    )

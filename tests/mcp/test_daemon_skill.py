@@ -1,4 +1,5 @@
 """``qmdlab mcp --daemon`` / ``--stop`` (pid file, a real background server) and ``qmdlab skill``."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 The branch is rare — results are normally built by ``Lab.query`` — and once imported a helper
 that did not exist; this test takes it on purpose, with a real index and no model.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -22,9 +23,19 @@ def test_result_without_a_results_row_gets_the_shared_snippet(tmp_path, qmdlab_h
     idx = Index.open(tmp_path / "idx")
     idx.add_collection("notes", notes)
     idx.update(["notes"])
-    final = pl.DataFrame({"qid": ["q"], "docno": ["notes/pasta.md"], "fused_rank": [1], "position_score": [1.0],
-                          "blend_weight": [1.0], "rerank_score": [None], "final_score": [0.5], "final_rank": [1]},
-                         schema=SCHEMAS["final"])
+    final = pl.DataFrame(
+        {
+            "qid": ["q"],
+            "docno": ["notes/pasta.md"],
+            "fused_rank": [1],
+            "position_score": [1.0],
+            "blend_weight": [1.0],
+            "rerank_score": [None],
+            "final_score": [0.5],
+            "final_rank": [1],
+        },
+        schema=SCHEMAS["final"],
+    )
     trace = Trace(final=final)  # empty results table: the fallback branch
     (row,) = Engine(idx)._results(trace, "tomato basil", None, explain=False)
     expected = snippet(BODY, "tomato basil")

@@ -4,6 +4,7 @@ Both front ends call :func:`qmdlab.pipeline.explain.result_explain`; this test r
 through the MCP engine (real index, keyword-fake embedder, rule expander, table reranker) and
 compares every result's ``stages`` with ``to_json`` of the very trace the engine ran.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,6 @@ from qmdlab.mcp_server.engine import Engine
 from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander, TableReranker, term_overlap
 from qmdlab.pipeline.explain import to_json
-
 from tests.pipeline.conftest import build_index
 
 RULES = {"git rebase": [("lex", "rebase squash"), ("vec", "rebase branch")]}
@@ -52,7 +52,9 @@ def test_mcp_explain_uses_the_config_the_query_ran_with(tmp_path, qmdlab_home, m
 
     idx, emb = build_index(tmp_path)
     base = PipelineConfig(weight_original_phrase=1.5, weight_original_like=0.5, fusion="rrf")
-    engine = Engine(idx, config=base, models=ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=term_overlap)))
+    engine = Engine(
+        idx, config=base, models=ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=term_overlap))
+    )
     seen, given = {}, []
     run, real = engine._run, explain_mod.result_explain
 

@@ -1,6 +1,7 @@
 """The MCP ``get`` and ``multi_get`` tools' ``maxChars`` (caps on result text):
 the text is cut by :func:`qmdlab.search.navigate.cap_text`, saying how much was left out and the
 line to read on from, as ``jump_to_ref``/``read_chunks`` do; no cap by default."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The loopback guard parses Host and Origin exactly: no prefix, suffix or user-info tricks."""
+
 from __future__ import annotations
 
 import pytest
@@ -67,8 +68,9 @@ def test_origin_header(guard, origin, ok):
 
 
 def test_allow_lists_still_match_exactly():
-    g = OriginHostGuard(None, host="127.0.0.1", port=PORT, allowed_origins=("http://trusted.example",),
-                        allowed_hosts=("notes.lan",))
+    g = OriginHostGuard(
+        None, host="127.0.0.1", port=PORT, allowed_origins=("http://trusted.example",), allowed_hosts=("notes.lan",)
+    )
     assert g.origin_ok("http://trusted.example") and not g.origin_ok("http://trusted.example.evil")
     assert g.host_ok("notes.lan:1234") and not g.host_ok("notes.lan.evil:1234")
 
@@ -89,7 +91,12 @@ def _call(guard_app, headers, method="POST"):
         sent.append({"type": "passed"})
 
     guard_app.app = app
-    scope = {"type": "http", "method": method, "path": "/query", "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": "/query",
+        "headers": [(k.encode(), v.encode()) for k, v in headers],
+    }
     anyio.run(guard_app, scope, receive, send)
     return None if sent[0]["type"] == "passed" else sent[0]["status"]
 

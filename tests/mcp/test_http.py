@@ -1,4 +1,5 @@
 """The SDK's client over Streamable HTTP on loopback, the REST endpoint and the Origin/Host guard."""
+
 from __future__ import annotations
 
 import anyio
@@ -57,9 +58,22 @@ def test_rest_query_and_health(http_server):
         assert "stages" in r.json()["results"][0]
         bad = http.post("/query", json={"query": "x", "top_k": 3})
         assert bad.status_code == 400 and "top_k: unknown parameter" in bad.json()["error"]
-        assert set(bad.json()["accepted"]) == {"query", "searches", "collections", "intent", "limit", "minScore",
-                                               "candidateLimit", "rerank", "expand", "budget", "explain", "tags", "preferTags",
-                                               "tagLift"}  # the query tool's parameters
+        assert set(bad.json()["accepted"]) == {
+            "query",
+            "searches",
+            "collections",
+            "intent",
+            "limit",
+            "minScore",
+            "candidateLimit",
+            "rerank",
+            "expand",
+            "budget",
+            "explain",
+            "tags",
+            "preferTags",
+            "tagLift",
+        }  # the query tool's parameters
         bad = http.post("/query", json={"searches": [{"type": "lex", "query": "x", "weight": 2}]})
         assert bad.status_code == 400 and "searches.0.weight: unknown parameter" in bad.json()["error"]
         assert http.post("/query", json={}).status_code == 400
@@ -73,15 +87,22 @@ def test_foreign_origin_and_host_get_403(http_server, path, method):
     body = {"jsonrpc": "2.0", "id": 1, "method": "ping"} if path == "/mcp" else {"query": "pasta"}
     headers = {"accept": "application/json, text/event-stream"}
     with httpx.Client(base_url=http_server.url, timeout=30) as http:
-        r = http.request(method, path, json=body if method == "POST" else None,
-                         headers=dict(headers, origin="https://evil.example"))
+        r = http.request(
+            method, path, json=body if method == "POST" else None, headers=dict(headers, origin="https://evil.example")
+        )
         assert r.status_code == 403 and "forbidden Origin" in r.text
-        r = http.request(method, path, json=body if method == "POST" else None,
-                         headers=dict(headers, host=f"evil.example:{http_server.port}"))
+        r = http.request(
+            method,
+            path,
+            json=body if method == "POST" else None,
+            headers=dict(headers, host=f"evil.example:{http_server.port}"),
+        )
         assert r.status_code == 403 and "forbidden Host" in r.text
         # loopback and allow-listed origins pass the guard
         for origin in (f"http://localhost:{http_server.port}", "http://trusted.example"):
-            r = http.request(method, path, json=body if method == "POST" else None, headers=dict(headers, origin=origin))
+            r = http.request(
+                method, path, json=body if method == "POST" else None, headers=dict(headers, origin=origin)
+            )
             assert r.status_code != 403, (origin, r.text)
 
 
@@ -94,9 +115,14 @@ def test_cli_http_server_starts_guards_and_stops_cleanly(mcp_env, mcp_helpers):
     import time
 
     port = mcp_helpers.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "qmdlab.cli", "mcp", "--http", "--port", str(port)],
-                            env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")), cwd=str(mcp_helpers.repo),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qmdlab.cli", "mcp", "--http", "--port", str(port)],
+        env=dict(mcp_env.env, PATH=os.environ.get("PATH", "")),
+        cwd=str(mcp_helpers.repo),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

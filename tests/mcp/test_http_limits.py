@@ -1,5 +1,6 @@
 """The HTTP server's limits, on a real uvicorn server with small limits: body size and time,
 request-head time, idle MCP sessions, query deadline, and /health beside a running query."""
+
 from __future__ import annotations
 
 import socket
@@ -15,13 +16,27 @@ from qmdlab.mcp_server.http import HttpLimits, build_app, uvicorn_config
 
 pytestmark = pytest.mark.slow  # starts a real uvicorn server
 
-LIMITS = HttpLimits(max_body_bytes=4096, body_timeout_s=1.0, header_timeout_s=1.0, keep_alive_s=1,
-                    session_idle_s=1.0, max_sessions=2, query_timeout_s=1.0)
+LIMITS = HttpLimits(
+    max_body_bytes=4096,
+    body_timeout_s=1.0,
+    header_timeout_s=1.0,
+    keep_alive_s=1,
+    session_idle_s=1.0,
+    max_sessions=2,
+    query_timeout_s=1.0,
+)
 QUERY_HOLDS_S = 2.5
-MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json",
-               "mcp-protocol-version": "2025-06-18"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "limits", "version": "0"}}}
+MCP_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": "2025-06-18",
+}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "limits", "version": "0"}},
+}
 
 
 class SlowEngine(Engine):
@@ -62,7 +77,7 @@ def _raw(port: int, data: bytes, wait_s: float) -> bytes:
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except socket.timeout:
+        except TimeoutError:
             out += b"<still open>"
         return out
 
@@ -86,8 +101,10 @@ def test_a_request_head_or_body_that_never_finishes_is_cut_off(limited):
     start = time.monotonic()
     out = _raw(limited.port, b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait_s=6)  # head never ends
     assert out == b"" and time.monotonic() - start < 5
-    head = (f"POST /query HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\nContent-Type: application/json\r\n"
-            "Content-Length: 100\r\n\r\n{\"query\"").encode()
+    head = (
+        f"POST /query HTTP/1.1\r\nHost: 127.0.0.1:{limited.port}\r\nContent-Type: application/json\r\n"
+        'Content-Length: 100\r\n\r\n{"query"'
+    ).encode()
     out = _raw(limited.port, head, wait_s=6)  # body never ends
     assert out.startswith(b"HTTP/1.1 408") and b"not received within 1 s" in out
 
@@ -103,7 +120,7 @@ def test_idle_mcp_sessions_expire_and_their_number_is_capped(limited):
         r = http.post("/mcp", json=ping, headers=dict(MCP_HEADERS, **{"mcp-session-id": sid}))
         assert r.status_code == 404, r.text  # closed after session_idle_s without a request
         codes = [http.post("/mcp", json=INIT, headers=MCP_HEADERS).status_code for _ in range(LIMITS.max_sessions + 1)]
-        assert codes[:LIMITS.max_sessions] == [200] * LIMITS.max_sessions and codes[-1] == 503
+        assert codes[: LIMITS.max_sessions] == [200] * LIMITS.max_sessions and codes[-1] == 503
 
 
 def test_health_answers_beside_a_running_query_which_gets_a_deadline(limited):
@@ -150,8 +167,16 @@ def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
         headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
         http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
         start = time.monotonic()
-        r = http.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                                    "params": {"name": "query", "arguments": {"query": "pasta"}}}, headers=headers)
+        r = http.post(
+            "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "query", "arguments": {"query": "pasta"}},
+            },
+            headers=headers,
+        )
         took = time.monotonic() - start
         result = _sse_json(r)["result"]
         assert result["isError"] and f"longer than {LIMITS.query_timeout_s:g} s" in result["content"][0]["text"]
@@ -160,6 +185,9 @@ def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
         r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)  # (the idle session has expired meanwhile)
         headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
         http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-        r = http.post("/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                                    "params": {"name": "status", "arguments": {}}}, headers=headers)
+        r = http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "status", "arguments": {}}},
+            headers=headers,
+        )
         assert not _sse_json(r)["result"].get("isError")  # then the next call is served

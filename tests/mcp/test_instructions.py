@@ -1,4 +1,5 @@
 """Server instructions are written from the index: counts, collections, contexts, embedding gaps."""
+
 from __future__ import annotations
 
 from qmdlab.mcp_server.engine import Engine
@@ -26,11 +27,15 @@ def test_instructions_follow_the_index(qmdlab_home, tmp_path):
 
     emb = engine.models.embedder
     todo = idx.chunks_needing_vectors(emb.fingerprint)
-    idx.store_vectors(todo["chunk_id"].to_list(), emb.embed_documents(list(zip(todo["title"], todo["text"]))),
-                      emb.fingerprint)
+    idx.store_vectors(
+        todo["chunk_id"].to_list(), emb.embed_documents(list(zip(todo["title"], todo["text"]))), emb.fingerprint
+    )
     summary = index_summary(engine)
     assert summary["chunks_without_vectors"] == 0 and summary["documents"] == 2 and summary["chunks"] == 2
-    assert summary["models"] == {"embedder": emb.model_id, "expander": engine.models.expander.model_id,
-                                 "reranker": engine.models.reranker.model_id}
+    assert summary["models"] == {
+        "embedder": emb.model_id,
+        "expander": engine.models.expander.model_id,
+        "reranker": engine.models.reranker.model_id,
+    }
     assert "no embedding yet" not in build_instructions(engine)
     idx.close()

@@ -1,4 +1,5 @@
 """The markdown heading parser and section tree (exact values)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,13 @@ def test_duplicate_slugs_and_skipped_levels():
     text = "# A\n### Deep\n# A\n## Notes\n## Notes\n"
     out = DocumentOutline.parse(text)
     assert [(s.address, s.parent, s.line_start, s.line_end) for s in out.sections] == [
-        ("", None, 1, 5), ("a", "", 1, 2), ("a/deep", "a", 2, 2), ("a-2", "", 3, 5),
-        ("a-2/notes", "a-2", 4, 4), ("a-2/notes-2", "a-2", 5, 5)]
+        ("", None, 1, 5),
+        ("a", "", 1, 2),
+        ("a/deep", "a", 2, 2),
+        ("a-2", "", 3, 5),
+        ("a-2/notes", "a-2", 4, 4),
+        ("a-2/notes-2", "a-2", 5, 5),
+    ]
     assert out.section("A-2/Notes-2").address == "a-2/notes-2"  # headings typed as shown are slugged
     assert out.parent("a/deep").address == "a"
 
@@ -57,6 +63,9 @@ def test_outline_agrees_with_the_chunkers_heading_paths(mcp_env):
             text = row["text"]
             lead = len(text) - len(text.lstrip())
             line = row["line_start"] + text[:lead].count("\n")
-            assert list(outlines[doc].section_at_line(line).heading_path) == breadcrumb(row["heading_path"]), (doc, line)
+            assert list(outlines[doc].section_at_line(line).heading_path) == breadcrumb(row["heading_path"]), (
+                doc,
+                line,
+            )
     finally:
         idx.close()

@@ -1,6 +1,7 @@
 """The MCP ``query`` tool's tag options mirror ``qmdlab query``: ``tags`` is ``--tag`` (a filter,
 every tag required), ``preferTags``/``tagLift`` are ``--prefer-tag``/``--tag-lift`` (the rank-lift,
 3 places unless given). Same index, same fake models, same results and scores."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,24 @@ def engine(mcp_env, monkeypatch):
 
 
 def _cli(mcp_env, *flags):
-    res = CliRunner().invoke(cli, ["--index", str(mcp_env.index_dir), "query", TEXT, "-c", "notes", "-n", "10",
-                                   "--no-rerank", "--preset", "fake", "--json", *flags])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "--index",
+            str(mcp_env.index_dir),
+            "query",
+            TEXT,
+            "-c",
+            "notes",
+            "-n",
+            "10",
+            "--no-rerank",
+            "--preset",
+            "fake",
+            "--json",
+            *flags,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return [(r["file"], r["score"]) for r in json.loads(res.stdout)["results"]]
 

@@ -1,4 +1,5 @@
 """The SDK's client talks to ``python -m qmdlab.cli mcp`` over stdio."""
+
 from __future__ import annotations
 
 import json
@@ -56,12 +57,22 @@ def test_stdin_eof_finishes_in_flight_requests_then_exits_0(mcp_env, mcp_helpers
     are still queued or running; the SDK alone would drop them.
     """
     frames = [
-        _frame(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                 "clientInfo": {"name": "eof-test", "version": "0"}}),
+        _frame(
+            1,
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "eof-test", "version": "0"}},
+        ),
         _frame(None, "notifications/initialized"),
     ] + [_frame(10 + i, "tools/call", {"name": "query", "arguments": {"query": f"pasta dough {i}"}}) for i in range(3)]
-    proc = subprocess.run([sys.executable, "-c", SLOW_SERVER], input="".join(frames), capture_output=True,
-                          text=True, env=dict(mcp_env.env, PATH=""), cwd=str(mcp_helpers.repo), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", SLOW_SERVER],
+        input="".join(frames),
+        capture_output=True,
+        text=True,
+        env=dict(mcp_env.env, PATH=""),
+        cwd=str(mcp_helpers.repo),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     replies = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines()) if "id" in m}
     assert set(replies) == {1, 10, 11, 12}, proc.stdout[-2000:]

@@ -1,5 +1,6 @@
 """Every bad stdio frame gets a JSON-RPC error (or is dropped by the spec's rules); the server
 keeps serving and exits 0 when stdin closes."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ from qmdlab.mcp_server.server import check_frame
 
 pytestmark = pytest.mark.slow  # one subprocess start-up (imports + index open)
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "frames", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "frames", "version": "0"}},
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -57,9 +62,15 @@ def test_stdio_server_survives_every_bad_frame_and_exits_at_eof(mcp_env, mcp_hel
     frames = [json.dumps(INIT), json.dumps(INITIALIZED)] + [f for f, _, _ in BAD]
     frames.append(json.dumps({"jsonrpc": "2.0", "id": 99, "method": "ping"}))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "qmdlab.cli", "mcp"], input="\n".join(frames) + "\n",
-                          capture_output=True, text=True, env=dict(mcp_env.env, PATH=""), cwd=str(mcp_helpers.repo),
-                          timeout=90)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", "mcp"],
+        input="\n".join(frames) + "\n",
+        capture_output=True,
+        text=True,
+        env=dict(mcp_env.env, PATH=""),
+        cwd=str(mcp_helpers.repo),
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - start < 60
     replies = [json.loads(line) for line in proc.stdout.splitlines()]

@@ -1,9 +1,10 @@
 """Cached wrappers: a repeated call makes no model call; keys follow the fingerprint."""
+
 import sqlite3
 
 import pytest
 
-from qmdlab.models import CachedExpander, CachedReranker, RuleExpander, TableReranker, with_cache, load_models
+from qmdlab.models import CachedExpander, CachedReranker, RuleExpander, TableReranker, load_models, with_cache
 from qmdlab.models.cached import text_hash
 from qmdlab.store.cache import LLMCache, cache_key
 
@@ -31,7 +32,11 @@ def test_expander_second_call_is_free(cache):
     x = CachedExpander(inner, cache)
     first = x.expand("q")
     second = x.expand("q")
-    assert first == second and second.lines == [("lex", "a")] and second.dropped == [("bad line", "not a 'type: content' line")]
+    assert (
+        first == second
+        and second.lines == [("lex", "a")]
+        and second.dropped == [("bad line", "not a 'type: content' line")]
+    )
     assert (x.calls, inner.n, x.last_cached) == (1, 1, True)
     x.expand("q", intent="other")  # intent is part of the key
     assert x.calls == 2

@@ -1,4 +1,5 @@
 """CLI verbs of the models area with the fake preset: models, pull, embed (resumable), vsearch."""
+
 import numpy as np
 import pytest
 from click.testing import CliRunner

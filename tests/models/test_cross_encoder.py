@@ -1,4 +1,5 @@
 """The ``cross-encoder:PATH`` rerank backend on a tiny random BERT built here (no hub, seconds)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,15 @@ def build(out: Path, seed: int = 0) -> Path:
     (out / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS) + "\n")
     BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True).save_pretrained(str(out))
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=5 + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=64, num_labels=1)
+    cfg = BertConfig(
+        vocab_size=5 + len(WORDS),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=1,
+    )
     BertForSequenceClassification(cfg).save_pretrained(str(out))
     return out
 
@@ -32,8 +40,13 @@ def tiny(tmp_path_factory) -> Path:
     return build(tmp_path_factory.mktemp("ce"))
 
 
-TEXTS = ["git rebase rewrites history", "merge a branch", "how to undo a push to the remote",
-         "pull", "commit and push the branch of history " * 6]
+TEXTS = [
+    "git rebase rewrites history",
+    "merge a branch",
+    "how to undo a push to the remote",
+    "pull",
+    "commit and push the branch of history " * 6,
+]
 
 
 def test_scores_match_sentence_transformers_predict(tiny):

@@ -1,4 +1,5 @@
 """``embed --timeout`` (a clean, resumable stop), ``--max-docs-per-batch``, ``--max-batch-mb``; ``pull --refresh``."""
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ The GGUF is converted with the sentence-transformers dense projections; without 
 are the transformer's mean-pooled states, not the model's embeddings. qmd's prompt templates are
 applied on both sides.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,9 +17,11 @@ from qmdlab.models import packaged
 
 pytestmark = pytest.mark.slow
 
-DOCS = [("Postgres backup", "Restore the database from a pg_dump archive with pg_restore."),
-        ("Cooking pasta", "Boil water, add salt, cook the pasta for nine minutes."),
-        ("", "Kubernetes pods restart when their liveness probe fails.")]
+DOCS = [
+    ("Postgres backup", "Restore the database from a pg_dump archive with pg_restore."),
+    ("Cooking pasta", "Boil water, add salt, cook the pasta for nine minutes."),
+    ("", "Kubernetes pods restart when their liveness probe fails."),
+]
 QUERIES = ["how do I restore the database", "pasta cooking time"]
 
 

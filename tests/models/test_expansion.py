@@ -1,4 +1,5 @@
 """Expansion grammar and parser."""
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,8 +32,12 @@ def test_parse_keeps_order_and_records_reasons():
     r = parse_expansion(raw)
     assert r.raw == raw
     assert r.lines == [("vec", "b"), ("lex", "a"), ("hyde", "c d")]
-    assert r.dropped == [("vec: B", "duplicate"), ("not a line", "not a 'type: content' line"),
-                         ("intent: x", "unknown type 'intent'"), ("lex:", "empty content")]
+    assert r.dropped == [
+        ("vec: B", "duplicate"),
+        ("not a line", "not a 'type: content' line"),
+        ("intent: x", "unknown type 'intent'"),
+        ("lex:", "empty content"),
+    ]
 
 
 def test_same_content_different_type_is_not_duplicate():
@@ -43,9 +48,14 @@ def test_content_keeps_inner_colons():
     assert parse_expansion("hyde: time: 10:30 UTC\n").lines == [("hyde", "time: 10:30 UTC")]
 
 
-lines_st = st.lists(st.tuples(st.sampled_from(["lex", "vec", "hyde"]),
-                              st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1)
-                              .map(str.strip).filter(bool)), min_size=1, max_size=8)
+lines_st = st.lists(
+    st.tuples(
+        st.sampled_from(["lex", "vec", "hyde"]),
+        st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1).map(str.strip).filter(bool),
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 @given(lines_st)
@@ -62,7 +72,17 @@ def test_roundtrip_grammar_text(lines):
     assert len(parsed.lines) + len(parsed.dropped) == len(lines)
 
 
-@pytest.mark.parametrize("raw,ok", [("lex: a\n", True), ("lex: a\nvec: b\n", True), ("LEX: a\n", False),
-                                    ("lex: a\n\n", False), ("lex:a\n", False), ("lex: a", False), ("", False)])
+@pytest.mark.parametrize(
+    "raw,ok",
+    [
+        ("lex: a\n", True),
+        ("lex: a\nvec: b\n", True),
+        ("LEX: a\n", False),
+        ("lex: a\n\n", False),
+        ("lex:a\n", False),
+        ("lex: a", False),
+        ("", False),
+    ],
+)
 def test_matches_grammar(raw, ok):
     assert matches_grammar(raw) is ok

@@ -1,4 +1,5 @@
 """The deterministic fakes: exact outputs."""
+
 import numpy as np
 import pytest
 
@@ -35,8 +36,10 @@ def test_fingerprints_change_with_content():
 
 
 def test_rule_expander_exact_lines_and_dropped():
-    x = RuleExpander({"rrf fusion": "lex: reciprocal rank fusion\nvec: how rrf merges rankings\nhyde: \nsql: x\n"},
-                     default=[("lex", "fallback")])
+    x = RuleExpander(
+        {"rrf fusion": "lex: reciprocal rank fusion\nvec: how rrf merges rankings\nhyde: \nsql: x\n"},
+        default=[("lex", "fallback")],
+    )
     r = x.expand("  RRF fusion ")
     assert r.lines == [("lex", "reciprocal rank fusion"), ("vec", "how rrf merges rankings")]
     assert r.dropped == [("hyde: ", "empty content"), ("sql: x", "unknown type 'sql'")]

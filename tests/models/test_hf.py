@@ -1,4 +1,5 @@
 """The hf: downloader against a loopback HTTP server: ETag refresh, GGUF magic, offline behaviour."""
+
 import http.server
 import threading
 
@@ -15,8 +16,10 @@ class FakeHub:
     """Serves /org/repo/resolve/main/<file> with ETags; counts full downloads and 304s."""
 
     def __init__(self):
-        self.files = {"/org/repo/resolve/main/sub/model.gguf": (b"GGUF" + b"\x03\x00" * 100, '"v1"'),
-                      "/org/repo/resolve/main/bad.gguf": (b"<html>rate limited</html>", '"x"')}
+        self.files = {
+            "/org/repo/resolve/main/sub/model.gguf": (b"GGUF" + b"\x03\x00" * 100, '"v1"'),
+            "/org/repo/resolve/main/bad.gguf": (b"<html>rate limited</html>", '"x"'),
+        }
         self.downloads = 0
         self.not_modified = 0
         hub = self

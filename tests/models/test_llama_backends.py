@@ -1,6 +1,7 @@
 """The llama.cpp backends' own logic against a fake ``llama_cpp`` module (no weights):
 lazy thread-safe loading, explicit threads, idle release, rerank prefix reuse and P(yes),
 expander sampling arguments and truncation handling."""
+
 import ctypes
 import math
 import sys
@@ -8,7 +9,6 @@ import threading
 import time
 import types
 
-import numpy as np
 import pytest
 
 from qmdlab.models._llama import LazyLlama
@@ -148,19 +148,29 @@ def test_qwen3_reranker_uses_exact_yes_no_tokens(fake_llama_cpp, tmp_path):
 
 
 def test_expander_sampling_grammar_and_cutoff(fake_llama_cpp, tmp_path):
-    x = LlamaExpander(lambda: tmp_path / "m.gguf", "qmd-query-expansion-1.7B-q4_k_m.gguf", n_threads=1,
-                      idle_timeout=None)
+    x = LlamaExpander(
+        lambda: tmp_path / "m.gguf", "qmd-query-expansion-1.7B-q4_k_m.gguf", n_threads=1, idle_timeout=None
+    )
     res = x.expand("git undo")
     assert res.lines == [("lex", "a"), ("vec", "b c")]
     assert res.dropped == [("hyde: cut o", "cut off at max_tokens=600")]
     llm = FakeLlama.instances[0]
     prompt, kw = llm.completions[0]
     assert prompt == llm.tokenize(expand_prompt("qwen3", "git undo").encode(), special=True)
-    assert {k: kw[k] for k in ("max_tokens", "temperature", "top_k", "top_p")} == \
-        {"max_tokens": 600, "temperature": 0.7, "top_k": 20, "top_p": 0.8}
+    assert {k: kw[k] for k in ("max_tokens", "temperature", "top_k", "top_p")} == {
+        "max_tokens": 600,
+        "temperature": 0.7,
+        "top_k": 20,
+        "top_p": 0.8,
+    }
     assert kw["grammar"] == ("grammar", GRAMMAR)
-    greedy = LlamaExpander(lambda: tmp_path / "m.gguf", "m.gguf", sampling=SamplingConfig(temperature=0.0, seed=7),
-                           n_threads=1, idle_timeout=None)
+    greedy = LlamaExpander(
+        lambda: tmp_path / "m.gguf",
+        "m.gguf",
+        sampling=SamplingConfig(temperature=0.0, seed=7),
+        n_threads=1,
+        idle_timeout=None,
+    )
     greedy.expand("q")
     _, kw = FakeLlama.instances[-1].completions[0]
     assert kw["temperature"] == 0.0 and kw["seed"] == 7

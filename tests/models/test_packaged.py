@@ -1,4 +1,5 @@
 """Packaged-model assembly: concatenation + sha256, converter discovery, readiness."""
+
 import hashlib
 import sys
 
@@ -35,7 +36,9 @@ def test_missing_distribution_names_pip_and_pull(monkeypatch):
     fake = PackagedModel("ghost", "concat", ("no-such-dist-qmdlab",), ".bin", "ghost.gguf")
     monkeypatch.setitem(packaged.PACKAGED, "ghost", fake)
     assert packaged.is_ready("ghost") is False
-    with pytest.raises(ModelError, match=r"`pip install no-such-dist-qmdlab==0.9.0` then `qmdlab pull --preset offline`"):
+    with pytest.raises(
+        ModelError, match=r"`pip install no-such-dist-qmdlab==0.9.0` then `qmdlab pull --preset offline`"
+    ):
         packaged.ensure("ghost")
     with pytest.raises(ModelError, match="unknown packaged model 'pkg:nope'"):
         packaged.get("nope")

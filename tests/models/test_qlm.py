@@ -10,8 +10,7 @@ import pytest
 
 from qmdlab.errors import ConfigError
 from qmdlab.models import load_models, packaged
-from qmdlab.models.llama_qlm import (DEFAULT_TEMPERATURE, QLM_PROMPTS, QLMReranker, inner_ref, log_softmax_at,
-                                     unit_score)
+from qmdlab.models.llama_qlm import DEFAULT_TEMPERATURE, QLM_PROMPTS, QLMReranker, inner_ref, log_softmax_at, unit_score
 from qmdlab.models.registry import KNOWN, SMOLLM2, build_model, ref_status, resolve_path
 
 REF = "qlm:" + SMOLLM2
@@ -169,9 +168,9 @@ def _prompt_tokens(llm, text: str, query: str, cut: int | None = None) -> tuple[
     p = QLM_PROMPTS["plain"]
     q = llm.tokenize((" " + query).encode(), add_bos=False)
     if cut is None:
-        toks = llm.tokenize((p.head + text + p.middle + " " + query).encode(), add_bos=True)
+        toks = llm.tokenize((p.head + " " + text + p.middle + " " + query).encode(), add_bos=True)
     else:
-        doc = llm.tokenize(text.encode(), add_bos=False)[:cut]
+        doc = llm.tokenize((" " + text).encode(), add_bos=False)[:cut] if text else []
         toks = (llm.tokenize(p.head.encode(), add_bos=True) + doc
                 + llm.tokenize(p.middle.encode(), add_bos=False) + q)
     assert toks[-len(q):] == q  # the query's tokens are the same inside the prompt as alone
@@ -187,6 +186,8 @@ def test_qlm_score_equals_direct_log_probability(smollm2, direct):
             toks, n_q = _prompt_tokens(direct, text, QUERY)
             assert ll == pytest.approx(_direct_mean_logp(direct, toks, n_q), abs=2e-3), text
         null_toks, n_q = _prompt_tokens(direct, "", QUERY, cut=0)
+        assert null_toks == direct.tokenize(b"Passage:\nPlease write a question based on this passage.\nQuestion: "
+                                            + QUERY.encode(), add_bos=True)
         assert null == pytest.approx(_direct_mean_logp(direct, null_toks, n_q), abs=2e-3)
         assert lls[0] > lls[1] and lls[2] > lls[1]  # the model finds the query likelier after git text than soup
         scores = r.score(QUERY, TEXTS)

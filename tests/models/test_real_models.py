@@ -1,13 +1,13 @@
 """Real llama.cpp models of the offline preset (MiniLM GGUF embedder, Qwen2.5-Coder-0.5B expander
 and reranker). Slow: each model loads once per module; all calls use 2 threads."""
+
 import importlib.util
 import sqlite3
 
 import numpy as np
 import pytest
 
-from qmdlab.models import CachedExpander, CachedReranker, load_models
-from qmdlab.models import packaged
+from qmdlab.models import CachedExpander, CachedReranker, load_models, packaged
 from qmdlab.models.expansion import LINE_TYPES, matches_grammar
 from qmdlab.models.llama_expand import SamplingConfig
 from qmdlab.models.registry import MINILM, QWEN_CODER
@@ -16,12 +16,13 @@ from qmdlab.store.cache import LLMCache
 pytestmark = pytest.mark.slow
 
 
-
 @pytest.fixture(scope="module", autouse=True)
 def _prerequisites(require):
     """Skip with the reason locally; fail under CI / QMDLAB_REQUIRE_ALL=1 (tests/conftest.py)."""
-    require(importlib.util.find_spec("llama_cpp") is not None,
-            "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)")
+    require(
+        importlib.util.find_spec("llama_cpp") is not None,
+        "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)",
+    )
     for ref in (MINILM, QWEN_CODER):
         require(packaged.is_ready(ref[4:]), f"{ref} is not assembled; run `qmdlab pull --preset offline`")
 
@@ -45,8 +46,12 @@ def cos(a, b):
 def test_embeddings_paraphrase_closer_than_unrelated(models):
     e = models.embedder
     a = e.embed_query("How do I undo my last git commit?")
-    docs = e.embed_documents([("Git", "To revert the most recent commit, run git reset HEAD~1."),
-                              ("Soup", "Simmer the tomatoes with garlic and basil for twenty minutes.")])
+    docs = e.embed_documents(
+        [
+            ("Git", "To revert the most recent commit, run git reset HEAD~1."),
+            ("Soup", "Simmer the tomatoes with garlic and basil for twenty minutes."),
+        ]
+    )
     assert a.shape == (384,) and docs.shape == (2, 384) and e.dim == 384
     np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, rtol=1e-5)
     assert cos(a, docs[0]) > cos(a, docs[1]) + 0.2
@@ -61,11 +66,16 @@ def test_batched_embeddings_equal_unbatched(models):
 
 
 def test_gguf_conversion_matches_sentence_transformers(models, require):
-    st = require.module("sentence_transformers", "the reference implementation of all-MiniLM-L6-v2 "
-                        "(sentence-transformers, in the dev extra)")
+    st = require.module(
+        "sentence_transformers",
+        "the reference implementation of all-MiniLM-L6-v2 (sentence-transformers, in the dev extra)",
+    )
     model_dir = packaged.source_files(packaged.PACKAGED["all-minilm-l6-v2"])[0].parent
-    texts = ["How do I undo my last git commit?", "Tomato soup with basil",
-             " ".join(f"word{i} rebase branch" for i in range(200))]  # > 256 tokens: both sides truncate
+    texts = [
+        "How do I undo my last git commit?",
+        "Tomato soup with basil",
+        " ".join(f"word{i} rebase branch" for i in range(200)),
+    ]  # > 256 tokens: both sides truncate
     ref = st.SentenceTransformer(str(model_dir), device="cpu").encode(texts, normalize_embeddings=True)
     ours = np.stack([models.embedder.embed_query(t) for t in texts])
     assert (np.sum(ref * ours, axis=1) > 0.99).all()  # f16 GGUF vs f32 torch: cosine, not bitwise
@@ -80,9 +90,13 @@ def test_expander_output_parses_under_the_grammar(models):
 
 
 def test_reranker_relevant_above_unrelated(models):
-    p = models.reranker.score("how to undo a git commit", [
-        "Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
-        "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend."])
+    p = models.reranker.score(
+        "how to undo a git commit",
+        [
+            "Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
+            "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend.",
+        ],
+    )
     assert all(0.0 <= x <= 1.0 for x in p)
     assert p[0] > p[1]
 
@@ -95,10 +109,12 @@ def test_reranker_prefix_reuse_equals_a_fresh_evaluation(models):
 
     r = models.reranker
     query = "how to undo a git commit"
-    texts = ["Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
-             "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend.",
-             "git reset --soft HEAD~1 moves the branch back one commit and keeps the changes staged; " * 3,
-             "x"]
+    texts = [
+        "Use `git revert <sha>` to undo a commit by creating a new commit that reverses it.",
+        "Tomato soup: simmer tomatoes, garlic and basil for twenty minutes, then blend.",
+        "git reset --soft HEAD~1 moves the branch back one commit and keeps the changes staged; " * 3,
+        "x",
+    ]
     reused = r.score(query, texts)
     reversed_ = r.score(query, texts[::-1])[::-1]  # another previous document in the KV cache each time
     single = [r.score(query, [t])[0] for t in texts]
@@ -106,17 +122,21 @@ def test_reranker_prefix_reuse_equals_a_fresh_evaluation(models):
     fresh = []
     with r.llama.use() as llm:  # the whole prompt in one evaluation, no prefix reuse at all
         for t in texts:
-            toks = (llm.tokenize(prefix.encode(), add_bos=True, special=True)
-                    + llm.tokenize(t.encode(), add_bos=False, special=False)
-                    + llm.tokenize(suffix.encode(), add_bos=False, special=True))
+            toks = (
+                llm.tokenize(prefix.encode(), add_bos=True, special=True)
+                + llm.tokenize(t.encode(), add_bos=False, special=False)
+                + llm.tokenize(suffix.encode(), add_bos=False, special=True)
+            )
             llm.reset()
             llm.eval(toks)
             logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
             fresh.append(p_yes(logits, r.yes_ids, r.no_ids))
             llm.reset()
-    print(f"\nrerank prefix reuse vs fresh: max |diff| reused {np.max(np.abs(np.subtract(reused, fresh))):.2e}, "
-          f"reversed {np.max(np.abs(np.subtract(reversed_, fresh))):.2e}, single {np.max(np.abs(np.subtract(single, fresh))):.2e}; "
-          f"scores {np.round(fresh, 4).tolist()}")
+    print(
+        f"\nrerank prefix reuse vs fresh: max |diff| reused {np.max(np.abs(np.subtract(reused, fresh))):.2e}, "
+        f"reversed {np.max(np.abs(np.subtract(reversed_, fresh))):.2e}, single {np.max(np.abs(np.subtract(single, fresh))):.2e}; "
+        f"scores {np.round(fresh, 4).tolist()}"
+    )
     np.testing.assert_allclose(reused, fresh, rtol=0, atol=1e-4)
     np.testing.assert_allclose(reversed_, fresh, rtol=0, atol=1e-4)
     np.testing.assert_allclose(single, fresh, rtol=0, atol=1e-4)

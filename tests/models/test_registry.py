@@ -1,4 +1,5 @@
 """Presets, per-role override precedence, lazy construction, one-line errors."""
+
 import sys
 
 import pytest

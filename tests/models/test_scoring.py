@@ -1,4 +1,5 @@
 """P(yes): softmax over the yes/no logit groups, closed form."""
+
 import math
 
 import numpy as np

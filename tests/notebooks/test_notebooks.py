@@ -4,6 +4,7 @@ The in-process runs (marimo's script runner) also check that what a notebook sho
 the eval/training APIs compute — the notebooks hold no logic of their own — and drive the
 buttons by replacing the button's cell with a clicked button (``defs``).
 """
+
 from __future__ import annotations
 
 import types
@@ -33,8 +34,11 @@ def no_model_calls(monkeypatch):
         def boom(self, *a, **k):
             raise AssertionError(f"{type(self).__name__} was called while re-tuning")
 
-        for cls, names in ((fakes.KeywordEmbedder, ("embed_query", "embed_documents")),
-                           (fakes.RuleExpander, ("expand",)), (fakes.TableReranker, ("score",))):
+        for cls, names in (
+            (fakes.KeywordEmbedder, ("embed_query", "embed_documents")),
+            (fakes.RuleExpander, ("expand",)),
+            (fakes.TableReranker, ("score",)),
+        ):
             for name in names:
                 monkeypatch.setattr(cls, name, boom)
 
@@ -66,9 +70,19 @@ def test_tune_draws_the_frontier_when_it_ran(nb_env, nb_home, monkeypatch):
     from qmdlab.pipeline.config import PipelineConfig
 
     pq = pl.DataFrame({"qid": ["1", "2"], "ndcg@10": [0.5, 0.7]})
-    points = [Point("bm25", "", pq, "all queries", PipelineConfig(), "bm25", 0.01),
-              Point("+rerank", "", pq.with_columns(pl.col("ndcg@10") + 0.1), "all queries", PipelineConfig(),
-                    "recorded pipeline", 2.0, recording="llm")]
+    points = [
+        Point("bm25", "", pq, "all queries", PipelineConfig(), "bm25", 0.01),
+        Point(
+            "+rerank",
+            "",
+            pq.with_columns(pl.col("ndcg@10") + 0.1),
+            "all queries",
+            PipelineConfig(),
+            "recorded pipeline",
+            2.0,
+            recording="llm",
+        ),
+    ]
     out = nb_home / "eval" / "default" / "results" / "frontier"
     out.mkdir(parents=True, exist_ok=True)
     _table(points, "ndcg@10").write_csv(out / "frontier.csv")
@@ -88,9 +102,18 @@ def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch,
     no_model_calls()
     slider = mo.ui.slider(0.0, 4.0, step=0.1, value=2.1, label="weight: original BM25")
     target = tmp_path / "cfg" / "tuned.yaml"
-    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, "--save", str(target), monkeypatch=monkeypatch,
-                           defs={"knobs": mo.ui.dictionary({"weight_original_fts": slider}),
-                                 "save_path": types.SimpleNamespace(value=str(target)), "save_button": CLICKED})
+    _, defs = run_notebook(
+        NOTEBOOKS / "tune.py",
+        *RECORD_ARGS,
+        "--save",
+        str(target),
+        monkeypatch=monkeypatch,
+        defs={
+            "knobs": mo.ui.dictionary({"weight_original_fts": slider}),
+            "save_path": types.SimpleNamespace(value=str(target)),
+            "save_button": CLICKED,
+        },
+    )
     config, study = defs["config"], defs["study"]
     assert config == defs["defaults"].replace(weight_original_fts=2.1)
     expected = study.evaluate(config).metrics
@@ -109,10 +132,17 @@ def test_tune_slider_rescoring_and_save_without_model_calls(nb_env, monkeypatch,
 def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_calls):
     run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)
     no_model_calls()
-    _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={
-        "optimise_button": CLICKED, "optimise_method": types.SimpleNamespace(value="coordinate"),
-        "optimise_folds": types.SimpleNamespace(value=2),
-        "optimise_trials": types.SimpleNamespace(value=20)})
+    _, defs = run_notebook(
+        NOTEBOOKS / "tune.py",
+        *RECORD_ARGS,
+        monkeypatch=monkeypatch,
+        defs={
+            "optimise_button": CLICKED,
+            "optimise_method": types.SimpleNamespace(value="coordinate"),
+            "optimise_folds": types.SimpleNamespace(value=2),
+            "optimise_trials": types.SimpleNamespace(value=20),
+        },
+    )
     from qmdlab.eval.optimise import cross_validate
 
     report = defs["cv_report"]
@@ -122,8 +152,12 @@ def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_cal
     # same call gives the same held-out scores, gain, p-values and tuned config
     direct = cross_validate(defs["study"], base=defs["defaults"], method="coordinate", trials=20, folds=2)
     assert report.held_out.equals(direct.held_out) and report.folds.equals(direct.folds)
-    assert (report.gain, report.p_ttest, report.p_fisher, report.config) == \
-        (direct.gain, direct.p_ttest, direct.p_fisher, direct.config)
+    assert (report.gain, report.p_ttest, report.p_fisher, report.config) == (
+        direct.gain,
+        direct.p_ttest,
+        direct.p_fisher,
+        direct.config,
+    )
     # the gain is held-out: the mean of (tuned − base) over queries each scored by a config tuned without it
     assert report.gain == pytest.approx((report.held_out["tuned"] - report.held_out["base"]).mean(), abs=1e-15)
     assert sorted(report.held_out["qid"].to_list()) == sorted(defs["study"].qids)
@@ -132,11 +166,12 @@ def test_tune_optimiser_loads_the_tuned_config(nb_env, monkeypatch, no_model_cal
 # -- explore ---------------------------------------------------------------------------
 def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
     doc = "undo a git rebase\nlex: git rebase abort\nvec: how to undo a rebase in git"
-    outputs, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, monkeypatch=monkeypatch,
-                                 defs={"query_text": doc})
+    outputs, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, monkeypatch=monkeypatch, defs={"query_text": doc})
     trace = defs["trace"]
     assert trace.expansions.filter(pl.col("kept")).select("type", "text").rows() == [
-        ("lex", "git rebase abort"), ("vec", "how to undo a rebase in git")]
+        ("lex", "git rebase abort"),
+        ("vec", "how to undo a rebase in git"),
+    ]
     assert {"original", "lex", "vec"} <= set(trace.lists["query_type"].to_list())
     assert trace.final.height > 0 and trace.results["snippet"].drop_nulls().len() == trace.results.height
     # the stage rule of `qmdlab query` (qmdlab.pipeline.stages): the fake preset's defaults, said in the first note
@@ -153,15 +188,23 @@ def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
 
 
 def test_explore_takes_the_query_from_the_command_line(nb_env, monkeypatch):
-    _, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, "--query", "postgres restore from backup",
-                           monkeypatch=monkeypatch)
+    _, defs = run_notebook(
+        NOTEBOOKS / "explore.py", *NB_ARGS, "--query", "postgres restore from backup", monkeypatch=monkeypatch
+    )
     assert defs["query_text"] == "postgres restore from backup"
     assert defs["trace"].final.height > 0
 
 
 def test_explore_opens_the_suite_index_of_the_chosen_chunker(nb_env, monkeypatch):
-    _, defs = run_notebook(NOTEBOOKS / "explore.py", *NB_ARGS, "--chunker", "headings", "--query",
-                           "postgres restore from backup", monkeypatch=monkeypatch)
+    _, defs = run_notebook(
+        NOTEBOOKS / "explore.py",
+        *NB_ARGS,
+        "--chunker",
+        "headings",
+        "--query",
+        "postgres restore from backup",
+        monkeypatch=monkeypatch,
+    )
     index = defs["lab"].index
     assert index.chunker == "headings" and index.dir.name == "index-headings"
     assert defs["trace"].final.height > 0
@@ -180,8 +223,9 @@ def test_explore_pipeline_options_feed_the_live_query(nb_env, monkeypatch):
     options["weight_original_phrase"] = mo.ui.slider(0.0, 4.0, step=0.1, value=1.5)
     options["prefer_tags"] = mo.ui.text(value="workflow")
     options["require_tags"] = mo.ui.text(value="git")
-    _, defs = run_notebook(NOTEBOOKS / "explore.py", *args, monkeypatch=monkeypatch,
-                           defs={"pipeline_options": mo.ui.dictionary(options)})
+    _, defs = run_notebook(
+        NOTEBOOKS / "explore.py", *args, monkeypatch=monkeypatch, defs={"pipeline_options": mo.ui.dictionary(options)}
+    )
     trace, cfg, lab = defs["trace"], defs["query_config"], defs["lab"]
     assert cfg == lab.config.replace(weight_original_phrase=1.5, tags=("workflow",), tag_lift=3)
     assert trace.config == cfg.to_dict()
@@ -213,9 +257,15 @@ def test_evaluate_ablation_distributions_and_threshold(nb_env, monkeypatch):
 
 @pytest.mark.slow
 def test_evaluate_other_baseline_and_score(nb_env, monkeypatch):
-    _, defs = run_notebook(NOTEBOOKS / "evaluate.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={
-        "baseline_picker": types.SimpleNamespace(value="bm25+vector"),
-        "score_picker": types.SimpleNamespace(value="final")})
+    _, defs = run_notebook(
+        NOTEBOOKS / "evaluate.py",
+        *RECORD_ARGS,
+        monkeypatch=monkeypatch,
+        defs={
+            "baseline_picker": types.SimpleNamespace(value="bm25+vector"),
+            "score_picker": types.SimpleNamespace(value="final"),
+        },
+    )
     table = defs["ablation"]
     assert set(table["baseline"].to_list()) == {"bm25+vector"}
     assert table.filter(pl.col("config") == "bm25+vector")["delta"][0] == 0
@@ -232,8 +282,9 @@ def run_dir(tmp_path):
     for step in range(1, 6):
         rundir.append_metrics(run, {"stage": "sft", "step": step, "loss": 2.0 / step, "learning_rate": 2e-4})
     for step in range(1, 4):
-        rundir.append_metrics(run, {"stage": "grpo", "step": step, "loss": 0.01 * step, "reward": 0.5 + 0.1 * step,
-                                    "kl": 0.001 * step})
+        rundir.append_metrics(
+            run, {"stage": "grpo", "step": step, "loss": 0.01 * step, "reward": 0.5 + 0.1 * step, "kl": 0.001 * step}
+        )
     rundir.append_metrics(run, {"stage": "grpo", "final": True, "train_runtime": 12.5})
     return run
 
@@ -249,9 +300,17 @@ def evaluation_dir(nb_env, tmp_path):
     rows = suite.data().judged_queries().sort("qid").head(6)
     rules = {q.lower(): [("lex", q), ("vec", f"how to {q}")] for q in rows["query"].to_list()}
     out = tmp_path / "evaluation"
-    run_evaluate(EvaluateConfig(suite=str(suite.path), collection=suite.collection,
-                                index=str(tmp_path / "eval-index"), models_preset="fake", output_dir=str(out),
-                                max_queries=6), expanders={"rules": RuleExpander(rules)})
+    run_evaluate(
+        EvaluateConfig(
+            suite=str(suite.path),
+            collection=suite.collection,
+            index=str(tmp_path / "eval-index"),
+            models_preset="fake",
+            output_dir=str(out),
+            max_queries=6,
+        ),
+        expanders={"rules": RuleExpander(rules)},
+    )
     return out
 
 
@@ -259,8 +318,15 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
     from qmdlab.training.data import SEED_PATH, load_examples
     from qmdlab.training.reward import score_expansion
 
-    outputs, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--run", str(run_dir), "--evaluation",
-                                 str(evaluation_dir), monkeypatch=monkeypatch)
+    outputs, defs = run_notebook(
+        NOTEBOOKS / "train.py",
+        *NB_ARGS,
+        "--run",
+        str(run_dir),
+        "--evaluation",
+        str(evaluation_dir),
+        monkeypatch=monkeypatch,
+    )
     examples = load_examples(SEED_PATH)
     assert defs["rewards"].height == len(examples)
     assert defs["rewards"]["total"][0] == score_expansion(examples[0].query, examples[0].completion).total
@@ -275,12 +341,14 @@ def test_train_data_reward_curves_and_before_after(nb_env, monkeypatch, run_dir,
 
     lab, qid, text = defs["reward_lab"], defs["reward_qid"], defs["reward_text"]
     _, _, searches = parse_query_document(defs["completion"])
-    judged = pl.DataFrame([(qid, d, g) for d, g in defs["qrels"][qid].items()], schema=["qid", "docno", "grade"],
-                          orient="row")
+    judged = pl.DataFrame(
+        [(qid, d, g) for d, g in defs["qrels"][qid].items()], schema=["qid", "docno", "grade"], orient="row"
+    )
 
     def ndcg(trace):
-        return per_query(trace.final.with_columns(qid=pl.lit(qid)).rename({"final_rank": "rank"}), judged,
-                         ["ndcg@10"])["ndcg@10"][0]
+        return per_query(trace.final.with_columns(qid=pl.lit(qid)).rename({"final_rank": "rank"}), judged, ["ndcg@10"])[
+            "ndcg@10"
+        ][0]
 
     expected = ndcg(lab.query(text, searches=searches)) - ndcg(lab.query(text, expand=False))
     assert len(searches) == 3 and defs["retrieval"] == pytest.approx(expected, abs=1e-12)
@@ -299,8 +367,9 @@ def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch, tmp_path
     # an empty directory (the seed data by absolute path) to test the "no run directory" branch.
     seed = Path(NOTEBOOKS).resolve().parent / "data" / "training" / "seed.jsonl"
     monkeypatch.chdir(tmp_path)
-    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, "--data", str(seed), monkeypatch=monkeypatch,
-                           defs={"expansion_box": form})
+    _, defs = run_notebook(
+        NOTEBOOKS / "train.py", *NB_ARGS, "--data", str(seed), monkeypatch=monkeypatch, defs={"expansion_box": form}
+    )
     assert defs["rule"].total == 0 and defs["rule"].gate
     assert defs["retrieval"] is None and defs["total"] == 0
     assert "curves" not in defs  # no run directory: the section stops with a hint
@@ -308,8 +377,12 @@ def test_train_typed_expansion_that_fails_the_gate(nb_env, monkeypatch, tmp_path
 
 @pytest.mark.slow
 def test_train_evaluate_button_runs_the_expander_evaluation(nb_env, monkeypatch):
-    _, defs = run_notebook(NOTEBOOKS / "train.py", *NB_ARGS, monkeypatch=monkeypatch, defs={
-        "evaluate_button": CLICKED, "expander_ref": types.SimpleNamespace(value="fake:rules")})
+    _, defs = run_notebook(
+        NOTEBOOKS / "train.py",
+        *NB_ARGS,
+        monkeypatch=monkeypatch,
+        defs={"evaluate_button": CLICKED, "expander_ref": types.SimpleNamespace(value="fake:rules")},
+    )
     assert set(defs["evaluated"]) == {"none", "trained"}
     assert defs["evaluated"]["none"]["n_queries"] == LIMIT
     assert (defs["evaluated_dir"] / "per_query.jsonl").exists()
@@ -357,11 +430,21 @@ def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, mo
     assert len(defs["study"].qids) == 12
     assert defs["defaults"] == record.depth_config(PipelineConfig(expand=False, rerank=False))
     llm = defs["available"][1]
-    _, picked = run_notebook(NOTEBOOKS / "tune.py", *NB_ARGS, monkeypatch=monkeypatch,
-                             defs={"recording_picker": types.SimpleNamespace(value=llm.key)})
+    _, picked = run_notebook(
+        NOTEBOOKS / "tune.py",
+        *NB_ARGS,
+        monkeypatch=monkeypatch,
+        defs={"recording_picker": types.SimpleNamespace(value=llm.key)},
+    )
     assert len(picked["study"].qids) == 3 and picked["defaults"].candidate_limit == 5
     assert picked["study"].trace.rerank.height > 0  # the LLM tier's rerank scores, from the cache
     # the demo's LLM tier is one of the notebook's tiers: recording more of it extends the same cache
     tier = next(t for t in choices.tiers(get_suite("default")) if t.config.candidate_limit == 5)
-    assert record.cache_key(get_suite("default"), record.depth_config(tier.config),
-                            __import__("qmdlab.models", fromlist=["load_models"]).load_models("fake")) == llm.key
+    assert (
+        record.cache_key(
+            get_suite("default"),
+            record.depth_config(tier.config),
+            __import__("qmdlab.models", fromlist=["load_models"]).load_models("fake"),
+        )
+        == llm.key
+    )

@@ -1,5 +1,6 @@
 """The tune notebook's BM25 controls: a change re-runs the recorded BM25 lists
 (qmdlab.eval.lexical.LexicalStudy) and the numbers shown are that study's, with no model call."""
+
 from __future__ import annotations
 
 import marimo as mo
@@ -19,9 +20,13 @@ def test_tune_bm25_controls_rescore_through_lexical_study(nb_env, monkeypatch):
         raise AssertionError("a model was called while changing a BM25 knob")
 
     monkeypatch.setattr(fakes.KeywordEmbedder, "embed_query", boom)
-    lexical = mo.ui.dictionary({"bm25_weight_title": mo.ui.slider(0.0, 10.0, value=0.0),
-                                "bm25_weight_filepath": mo.ui.slider(0.0, 4.0, value=0.0),
-                                "bm25_prefix": mo.ui.switch(value=False)})
+    lexical = mo.ui.dictionary(
+        {
+            "bm25_weight_title": mo.ui.slider(0.0, 10.0, value=0.0),
+            "bm25_weight_filepath": mo.ui.slider(0.0, 4.0, value=0.0),
+            "bm25_prefix": mo.ui.switch(value=False),
+        }
+    )
     _, defs = run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch, defs={"knobs": lexical})
     config, study = defs["config"], defs["study"]
     assert config == defs["defaults"].replace(bm25_weight_title=0.0, bm25_weight_filepath=0.0, bm25_prefix=False)

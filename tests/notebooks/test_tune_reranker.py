@@ -5,6 +5,7 @@ default corpus (fake models) plus a held-out score table of a fixed, strong-but-
 (so that moving a blend weight must move nDCG@10); training itself is tested in
 tests/training/test_reranker.py.
 """
+
 from __future__ import annotations
 
 import marimo as mo
@@ -31,18 +32,28 @@ def reranker_run(nb_env, tmp_path):
     out = tmp_path / "runs" / "rr"
     suite = get_suite("default")
     cfg = PipelineConfig(rerank=False, expand=False)
-    res = run_suite(suite, load_models("fake", expand="none", rerank="none"), cfg, out=out / "recorded",
-                    name="fused", progress=False, check_ranx=False, log=lambda _m: None)
+    res = run_suite(
+        suite,
+        load_models("fake", expand="none", rerank="none"),
+        cfg,
+        out=out / "recorded",
+        name="fused",
+        progress=False,
+        check_ranx=False,
+        log=lambda _m: None,
+    )
     queries = suite.data().judged_queries().select(pl.col("qid").cast(pl.Utf8), "query")
-    table = candidate_table(res.trace, res.qrels, queries, Index.open(suite.workdir() / "index"),
-                            cfg.replace(candidate_limit=20))
+    table = candidate_table(
+        res.trace, res.qrels, queries, Index.open(suite.workdir() / "index"), cfg.replace(candidate_limit=20)
+    )
     cands = table.filter(pl.col("candidate"))
     held = sorted(cands["qid"].unique().to_list())[:HELDOUT_QUERIES]
     cands = cands.filter(pl.col("qid").is_in(held))
     noise = np.random.default_rng(0).uniform(0.0, 0.6, cands.height)
     score = np.where(cands["grade"].to_numpy() >= 1, 0.5, 0.0) + noise  # relevant ranks higher, not always
     cands.select("qid", "docno", "chunk_id").with_columns(
-        logit=pl.Series(score), rerank_score=pl.Series(score)).write_parquet(out / "heldout_scores.parquet")
+        logit=pl.Series(score), rerank_score=pl.Series(score)
+    ).write_parquet(out / "heldout_scores.parquet")
     (out / "config.yaml").write_text("suite: default\ncandidates: 20\n", encoding="utf-8")
     rundir.mark_done(out, {"suite": "default", "queries": len(held), "model": None})
     return out, held
@@ -70,7 +81,12 @@ def test_blend_sliders_move_heldout_ndcg(reranker_run, monkeypatch):
 
     ndcg = {}
     for w in (0.0, 1.0):
-        _, d = run_notebook(NOTEBOOKS / "tune.py", *args, monkeypatch=monkeypatch, defs={"knobs": mo.ui.dictionary({"blend_weight_1": _weight_1(w)})})
+        _, d = run_notebook(
+            NOTEBOOKS / "tune.py",
+            *args,
+            monkeypatch=monkeypatch,
+            defs={"knobs": mo.ui.dictionary({"blend_weight_1": _weight_1(w)})},
+        )
         cfg = d["config"]
         assert cfg.blend_weights[0] == w and cfg.blend_weights[1:] == at_start["config"].blend_weights[1:]
         assert d["evaluation"].metrics == ref.study.evaluate(cfg).metrics

@@ -1,4 +1,5 @@
 """A five-document index embedded with the keyword fake, for exact pipeline rankings."""
+
 from __future__ import annotations
 
 from pathlib import Path

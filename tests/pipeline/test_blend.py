@@ -1,4 +1,5 @@
 """Closed-form values of every blend method."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -9,8 +10,14 @@ from qmdlab.pipeline.config import PipelineConfig
 
 
 def cands(n: int = 12, qid: str = "q") -> pl.DataFrame:
-    return pl.DataFrame({"qid": [qid] * n, "docno": [f"d{r:02d}" for r in range(1, n + 1)],
-                         "fused_rank": list(range(1, n + 1)), "fused_score": [1.0 / (60 + r) for r in range(1, n + 1)]})
+    return pl.DataFrame(
+        {
+            "qid": [qid] * n,
+            "docno": [f"d{r:02d}" for r in range(1, n + 1)],
+            "fused_rank": list(range(1, n + 1)),
+            "fused_score": [1.0 / (60 + r) for r in range(1, n + 1)],
+        }
+    )
 
 
 def rr(scores: dict[str, float], qid: str = "q") -> pl.DataFrame:
@@ -49,8 +56,9 @@ def test_custom_bands_and_weights():
 
 
 def test_score_blend_uses_normalised_fused_score():
-    c = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "c"], "fused_rank": [1, 2, 3],
-                      "fused_score": [0.5, 0.25, 0.125]})
+    c = pl.DataFrame(
+        {"qid": ["q"] * 3, "docno": ["a", "b", "c"], "fused_rank": [1, 2, 3], "fused_score": [0.5, 0.25, 0.125]}
+    )
     out = by_doc(blend(c, rr({"a": 0.0, "b": 1.0, "c": 0.5}), PipelineConfig(blend="score")))
     assert out["a"]["position_score"] == 1.0 and out["b"]["position_score"] == 0.5
     assert out["b"]["final_score"] == 0.75 * (0.25 / 0.5) + (1.0 - 0.75) * 1.0
@@ -80,8 +88,12 @@ def test_missing_rerank_keeps_position_score(method):
 
 def test_many_queries_at_once_equal_one_at_a_time():
     c = pl.concat([cands(5, "a"), cands(5, "b")])
-    r = pl.concat([rr({f"d{i:02d}": (i * 0.17) % 1 for i in range(1, 6)}, "a"),
-                   rr({f"d{i:02d}": (i * 0.31) % 1 for i in range(1, 6)}, "b")])
+    r = pl.concat(
+        [
+            rr({f"d{i:02d}": (i * 0.17) % 1 for i in range(1, 6)}, "a"),
+            rr({f"d{i:02d}": (i * 0.31) % 1 for i in range(1, 6)}, "b"),
+        ]
+    )
     both = blend(c, r, PipelineConfig())
     for q in ("a", "b"):
         alone = blend(c.filter(pl.col("qid") == q), r.filter(pl.col("qid") == q), PipelineConfig())

@@ -4,14 +4,15 @@
 Differential: ``replace_flat`` against the tuner's former ``apply_params`` (copied below as it was
 before the vocabulary moved), on random knob sets.
 """
+
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qmdlab.eval.optimise import BLEND_SPACE, FUSION_SPACE, apply_params, params_of
 from qmdlab.errors import ConfigError
+from qmdlab.eval.optimise import BLEND_SPACE, FUSION_SPACE, apply_params, params_of
 from qmdlab.pipeline.config import BLEND_ITEMS, PipelineConfig
 
 
@@ -30,9 +31,17 @@ def _old_apply_params(config: PipelineConfig, params: dict) -> PipelineConfig:
 def _knobs():
     space = FUSION_SPACE + BLEND_SPACE
     return st.lists(st.sampled_from(space), unique=True, max_size=len(space)).flatmap(
-        lambda ps: st.fixed_dictionaries({
-            p.name: (st.integers(int(p.low), int(p.high)) if p.kind == "int" else
-                     st.floats(p.low, p.high, allow_nan=False)) for p in ps}))
+        lambda ps: st.fixed_dictionaries(
+            {
+                p.name: (
+                    st.integers(int(p.low), int(p.high))
+                    if p.kind == "int"
+                    else st.floats(p.low, p.high, allow_nan=False)
+                )
+                for p in ps
+            }
+        )
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,7 +52,8 @@ def test_replace_flat_matches_the_former_apply_params(params):
     assert new == _old_apply_params(base, params) == apply_params(base, params)
     assert new.to_dict() == _old_apply_params(base, params).to_dict()  # the trace-cache key too
     assert params_of(new, [p for p in FUSION_SPACE + BLEND_SPACE if p.name in params]) == {
-        k: new.flat(k) for k in params}
+        k: new.flat(k) for k in params
+    }
 
 
 def test_flat_names_read_the_tuple_items():
@@ -51,8 +61,9 @@ def test_flat_names_read_the_tuple_items():
     assert [c.flat(f"blend_weight_{i}") for i in (1, 2, 3)] == [0.9, 0.5, 0.1]
     assert [c.flat(f"blend_band_{i}") for i in (1, 2)] == [2, 7]
     assert set(BLEND_ITEMS.values()) == {"blend_weights", "blend_bands"}
-    assert {p.name for p in BLEND_SPACE} == {f"{k}_{i + 1}" for k, f in BLEND_ITEMS.items()
-                                            for i in range(len(getattr(c, f)))}
+    assert {p.name for p in BLEND_SPACE} == {
+        f"{k}_{i + 1}" for k, f in BLEND_ITEMS.items() for i in range(len(getattr(c, f)))
+    }
 
 
 def test_default_config_and_its_key_are_unchanged():

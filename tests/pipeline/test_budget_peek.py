@@ -1,5 +1,6 @@
 """A cached model answer is returned in the caller's thread: a repeated query starts no worker
 thread (each would cost more than the cache lookup), while a new query still runs under its budget."""
+
 from __future__ import annotations
 
 import threading
@@ -8,7 +9,6 @@ from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander, TableReranker, term_overlap
 from qmdlab.pipeline import budget
 from qmdlab.pipeline.lab import Lab
-
 from tests.pipeline.conftest import build_index
 
 

@@ -1,4 +1,5 @@
 """``qmdlab query`` over the five-document index, with the fake model preset."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def test_plain_query_and_explain(index_dir):
 
 
 def test_json_has_explanations_and_notes(index_dir):
-    res = run("--index", index_dir, "query", "git rebase", "--preset", "fake", "--json", "--no-rerank",
-              "--fusion", "rrf")
+    res = run(
+        "--index", index_dir, "query", "git rebase", "--preset", "fake", "--json", "--no-rerank", "--fusion", "rrf"
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)  # stderr starts with the stages line
     top = data["results"][0]
@@ -44,8 +46,18 @@ def test_json_has_explanations_and_notes(index_dir):
 def test_query_document_and_config_file(index_dir, tmp_path):
     cfg = tmp_path / "p.yaml"
     cfg.write_text("limit: 1\nblend: none\n")
-    res = run("--index", index_dir, "query", "lex: pasta\nvec: cook", "--preset", "fake", "--config", str(cfg),
-              "--format", "files")
+    res = run(
+        "--index",
+        index_dir,
+        "query",
+        "lex: pasta\nvec: cook",
+        "--preset",
+        "fake",
+        "--config",
+        str(cfg),
+        "--format",
+        "files",
+    )
     assert res.exit_code == 0, res.output
     assert res.stdout.strip().splitlines() == [res.stdout.strip()] and "notes/pasta.md" in res.stdout
     assert res.stderr.startswith("stages: ")  # which stages ran and why, on stderr only

@@ -1,4 +1,5 @@
 """PipelineConfig: docs/design.md, pipeline defaults, loading, errors, diff."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,13 @@ from qmdlab.pipeline.config import PipelineConfig
 def test_defaults_are_design_constants():
     c = PipelineConfig()
     assert (c.probe_limit, c.strong_signal_min, c.strong_signal_gap) == (20, 0.85, 0.15)
-    assert (c.weight_original_fts, c.weight_original_vec, c.weight_lex, c.weight_vec, c.weight_hyde) == \
-        (2.0, 2.0, 1.0, 1.0, 1.0)
+    assert (c.weight_original_fts, c.weight_original_vec, c.weight_lex, c.weight_vec, c.weight_hyde) == (
+        2.0,
+        2.0,
+        1.0,
+        1.0,
+        1.0,
+    )
     assert (c.rrf_k, c.bonus_rank1, c.bonus_rank23, c.fusion) == (60, 0.05, 0.02, "qmd_rrf")
     assert (c.candidate_limit, c.list_limit, c.intent_term_bonus) == (40, 20, 0.5)
     assert (c.blend, c.blend_bands, c.blend_weights) == ("position", (3, 10), (0.75, 0.60, 0.40))
@@ -84,5 +90,7 @@ def test_replace_and_diff():
 
 def test_list_weight():
     c = PipelineConfig(weight_original_vec=3.0, weight_hyde=0.25)
-    assert [c.list_weight(s, q) for s, q in [("fts", "original"), ("vec", "original"), ("fts", "lex"),
-                                               ("vec", "vec"), ("vec", "hyde")]] == [2.0, 3.0, 1.0, 1.0, 0.25]
+    assert [
+        c.list_weight(s, q)
+        for s, q in [("fts", "original"), ("vec", "original"), ("fts", "lex"), ("vec", "vec"), ("vec", "hyde")]
+    ] == [2.0, 3.0, 1.0, 1.0, 0.25]

@@ -1,4 +1,5 @@
 """explain / to_json: per-result contributions add up to the fused score."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -36,8 +37,13 @@ def test_format_and_json(small_index):
     assert [r["file"] for r in data["results"]] == ["notes/git-rebase.md", "notes/git-merge.md"]
     assert data["query"] == {"qid": "q", "text": "git rebase", "intent": None}
     assert data["results"][0]["explain"]["fused_rank"] == 1
-    assert data["expansions"][0] == {"type": "lex", "text": "rebase squash", "kept": True, "reason_dropped": None,
-                                     "origin": "expander"}
+    assert data["expansions"][0] == {
+        "type": "lex",
+        "text": "rebase squash",
+        "kept": True,
+        "reason_dropped": None,
+        "origin": "expander",
+    }
 
 
 def test_module_level_query(small_index):

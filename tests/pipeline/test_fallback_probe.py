@@ -1,5 +1,6 @@
 """The min-score threshold and fallback probe: when no result reaches ``min_score``, at
 most ``fallback_max`` results within ``min_score_fallback`` below it are kept, and the trace says so."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -14,8 +15,14 @@ from qmdlab.store import Index
 
 def _final(scores):
     n = len(scores)
-    return pl.DataFrame({"qid": ["q"] * n, "docno": [f"d{i}" for i in range(n)], "final_score": scores,
-                         "final_rank": list(range(1, n + 1))})
+    return pl.DataFrame(
+        {
+            "qid": ["q"] * n,
+            "docno": [f"d{i}" for i in range(n)],
+            "final_score": scores,
+            "final_rank": list(range(1, n + 1)),
+        }
+    )
 
 
 def test_filter_closed_form():

@@ -1,4 +1,5 @@
 """Closed-form values of every fusion method, and differential tests against ranx."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,9 +28,9 @@ def lists_table(rows=ROWS) -> pl.DataFrame:
     cols = ["qid", "list_id", "source", "query_type", "docno", "rank", "score", "weight"]
     types = [pl.String, pl.Int64, pl.String, pl.String, pl.String, pl.Int64, pl.Float64, pl.Float64]
     df = pl.DataFrame([dict(zip(cols, r)) for r in rows], schema=dict(zip(cols, types)))
-    return df.with_columns(subquery=pl.lit("s"), chunk_id=pl.lit(None, dtype=pl.Int64),
-                           backend_score=pl.col("score")).select(
-        [pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
+    return df.with_columns(
+        subquery=pl.lit("s"), chunk_id=pl.lit(None, dtype=pl.Int64), backend_score=pl.col("score")
+    ).select([pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
 
 
 def as_dict(fused: pl.DataFrame, qid: str = "a") -> dict[str, tuple]:
@@ -40,8 +41,16 @@ def as_dict(fused: pl.DataFrame, qid: str = "a") -> dict[str, tuple]:
 def test_output_columns_are_the_design_columns_for_every_method():
     for name in FUSION_METHODS:
         out = fuse(lists_table(), PipelineConfig(fusion=name))
-        assert out.columns == ["qid", "docno", "rrf_base", "best_rank", "bonus", "fused_score", "fused_rank",
-                               "n_lists"], name
+        assert out.columns == [
+            "qid",
+            "docno",
+            "rrf_base",
+            "best_rank",
+            "bonus",
+            "fused_score",
+            "fused_rank",
+            "n_lists",
+        ], name
 
 
 def test_qmd_rrf_closed_form():
@@ -57,16 +66,31 @@ def test_qmd_rrf_closed_form():
         assert rows[d]["fused_score"] == rows[d]["rrf_base"] + 0.05
     assert [rows[d]["n_lists"] for d in ("d1", "d2", "d3")] == [2, 2, 2]
     b = out.filter(pl.col("qid") == "b").to_dicts()
-    assert b == [{"qid": "b", "docno": "d1", "rrf_base": 2.0 / 61, "best_rank": 1, "bonus": 0.05,
-                  "fused_score": 2.0 / 61 + 0.05, "fused_rank": 1, "n_lists": 1}]
+    assert b == [
+        {
+            "qid": "b",
+            "docno": "d1",
+            "rrf_base": 2.0 / 61,
+            "best_rank": 1,
+            "bonus": 0.05,
+            "fused_score": 2.0 / 61 + 0.05,
+            "fused_rank": 1,
+            "n_lists": 1,
+        }
+    ]
 
 
 def test_qmd_rrf_bonus_bands_and_k():
     rows = [("q", 0, "fts", "original", f"d{r}", r, 1.0 / r, 2.0) for r in range(1, 6)]
     out = fuse(lists_table(rows), PipelineConfig(rrf_k=10, bonus_rank1=0.5, bonus_rank23=0.25))
     got = {r["docno"]: (r["bonus"], r["fused_score"]) for r in out.to_dicts()}
-    assert got == {"d1": (0.5, 2.0 / 11 + 0.5), "d2": (0.25, 2.0 / 12 + 0.25), "d3": (0.25, 2.0 / 13 + 0.25),
-                   "d4": (0.0, 2.0 / 14), "d5": (0.0, 2.0 / 15)}
+    assert got == {
+        "d1": (0.5, 2.0 / 11 + 0.5),
+        "d2": (0.25, 2.0 / 12 + 0.25),
+        "d3": (0.25, 2.0 / 13 + 0.25),
+        "d4": (0.0, 2.0 / 14),
+        "d5": (0.0, 2.0 / 15),
+    }
 
 
 def test_rrf_ignores_weights_and_breaks_ties_by_best_rank_then_docno():
@@ -81,9 +105,11 @@ def test_norm_sum_closed_form():
     # BM25 rows over their list's best; vector rows keep the cosine (never divided by the list's best)
     out = fuse(lists_table(), PipelineConfig(fusion="norm_sum"))
     got = as_dict(out)
-    assert got == {"d3": (0.9 * 0.6 + 1.0 * (0.5 / 0.5), 1),
-                   "d2": (1.0 * (0.4 / 0.8) + 0.9 * 0.9, 2),
-                   "d1": (1.0 * (0.8 / 0.8) + 0.9 * 0.3, 3)}
+    assert got == {
+        "d3": (0.9 * 0.6 + 1.0 * (0.5 / 0.5), 1),
+        "d2": (1.0 * (0.4 / 0.8) + 0.9 * 0.9, 2),
+        "d1": (1.0 * (0.8 / 0.8) + 0.9 * 0.3, 3),
+    }
     out2 = fuse(lists_table(), PipelineConfig(fusion="norm_sum", norm_weight_fts=0.5, norm_weight_vec=2.0))
     assert as_dict(out2)["d1"][0] == 0.5 * (0.8 / 0.8) + 2.0 * 0.3
 
@@ -91,8 +117,11 @@ def test_norm_sum_closed_form():
 def test_norm_sum_keeps_nothing_close_low():
     # a vector list whose best cosine is 0.12: nothing is close, and the fused score says so
     # (dividing by the list's best would have given the top document 0.9 · 1.0)
-    rows = [("a", 0, "vec", "original", "d1", 1, 0.12, 2.0), ("a", 0, "vec", "original", "d2", 2, 0.10, 2.0),
-            ("a", 0, "vec", "original", "d3", 3, -0.2, 2.0)]
+    rows = [
+        ("a", 0, "vec", "original", "d1", 1, 0.12, 2.0),
+        ("a", 0, "vec", "original", "d2", 2, 0.10, 2.0),
+        ("a", 0, "vec", "original", "d3", 3, -0.2, 2.0),
+    ]
     got = as_dict(fuse(lists_table(rows), PipelineConfig(fusion="norm_sum")))
     assert got == {"d1": (0.9 * 0.12, 1), "d2": (0.9 * 0.10, 2), "d3": (0.0, 3)}
 
@@ -108,7 +137,7 @@ def test_gated_rrf_admits_vector_hits_near_the_top():
 def test_gated_rrf_max_take_caps_admissions():
     out = fuse(lists_table(), PipelineConfig(fusion="gated_rrf", gate_margin=1.0, gate_max_take=2))
     got = as_dict(out)
-    assert got["d1"] == (1.0 / 61, 3)                      # its rank-3 vector hit is cut by max_take
+    assert got["d1"] == (1.0 / 61, 3)  # its rank-3 vector hit is cut by max_take
     assert got["d3"] == (1.0 / 62 + 1.0 / 61, 2)
     assert got["d2"] == (1.0 / 62 + 1.0 / 61, 1)
 
@@ -140,8 +169,9 @@ def test_empty_lists_give_an_empty_fused_table():
 
 
 def test_candidates_cut_per_query():
-    rows = [("q", 0, "fts", "original", f"d{r}", r, 1.0, 1.0) for r in range(1, 6)] + \
-           [("p", 0, "fts", "original", f"d{r}", r, 1.0, 1.0) for r in range(1, 3)]
+    rows = [("q", 0, "fts", "original", f"d{r}", r, 1.0, 1.0) for r in range(1, 6)] + [
+        ("p", 0, "fts", "original", f"d{r}", r, 1.0, 1.0) for r in range(1, 3)
+    ]
     cut = candidates(fuse(lists_table(rows), PipelineConfig()), 3)
     assert cut.group_by("qid").len().sort("qid").rows() == [("p", 2), ("q", 3)]
 

@@ -3,6 +3,7 @@
 Marked slow: ranx's numba kernels take tens of seconds to load/compile on a busy
 2-core machine the first time in a process; the comparisons themselves are fast.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,9 +21,9 @@ def lists_table(rows) -> pl.DataFrame:
     cols = ["qid", "list_id", "source", "query_type", "docno", "rank", "score", "weight"]
     types = [pl.String, pl.Int64, pl.String, pl.String, pl.String, pl.Int64, pl.Float64, pl.Float64]
     df = pl.DataFrame([dict(zip(cols, r)) for r in rows], schema=dict(zip(cols, types)))
-    return df.with_columns(subquery=pl.lit("s"), chunk_id=pl.lit(None, dtype=pl.Int64),
-                           backend_score=pl.col("score")).select(
-        [pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
+    return df.with_columns(
+        subquery=pl.lit("s"), chunk_id=pl.lit(None, dtype=pl.Int64), backend_score=pl.col("score")
+    ).select([pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
 
 
 def random_runs(seed: int, n_runs: int = 3, n_queries: int = 6, n_docs: int = 40):
@@ -79,8 +80,7 @@ def test_wsum_minmax_and_combmnz_equal_ranx_fuse(seed):
 
     runs = random_runs(seed)
     weights = [2.0, 1.0, 0.5]
-    wsum = ranx_fuse([ranx_run(r) for r in runs], norm="min-max", method="wsum",
-                     params={"weights": weights}).to_dict()
+    wsum = ranx_fuse([ranx_run(r) for r in runs], norm="min-max", method="wsum", params={"weights": weights}).to_dict()
     mnz = ranx_fuse([ranx_run(r) for r in runs], norm="min-max", method="mnz").to_dict()
     lists = runs_to_lists(runs, weights)
     for method, expected in (("wsum_minmax", wsum), ("combmnz", mnz)):
@@ -95,7 +95,18 @@ def test_wsum_minmax_and_combmnz_equal_ranx_fuse(seed):
 def test_trace_to_ranx_run():
     from qmdlab.pipeline.trace import Trace
 
-    t = Trace(final=pl.DataFrame({"qid": ["q", "q"], "docno": ["d", "e"], "fused_rank": [1, 2],
-                                  "position_score": [1.0, 0.5], "blend_weight": [1.0, 1.0],
-                                  "rerank_score": [None, None], "final_score": [1.0, 0.5], "final_rank": [1, 2]}))
+    t = Trace(
+        final=pl.DataFrame(
+            {
+                "qid": ["q", "q"],
+                "docno": ["d", "e"],
+                "fused_rank": [1, 2],
+                "position_score": [1.0, 0.5],
+                "blend_weight": [1.0, 1.0],
+                "rerank_score": [None, None],
+                "final_score": [1.0, 0.5],
+                "final_rank": [1, 2],
+            }
+        )
+    )
     assert t.to_ranx_run().to_dict() == {"q": {"d": 1.0, "e": 0.5}}

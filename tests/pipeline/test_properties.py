@@ -8,9 +8,11 @@ recorded ``fused`` and ``rerank`` tables; :func:`qmdlab.retune` of a trace under
 equals running the pipeline under that config; fusing many queries at once equals fusing
 them one by one, whatever the row order.
 """
+
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,14 +26,14 @@ from qmdlab.pipeline.lab import Lab
 from qmdlab.pipeline.retune import retune
 from qmdlab.pipeline.trace import SCHEMAS
 
-import pytest
-
 # No two documents tie on a vector score except at 0: float32 dot products of tied
 # vectors may differ in the last bit between runs (BLAS alignment), which would make
 # "rerunning" a different experiment.
-RULES = {"git rebase": [("lex", "rebase squash"), ("vec", "rebase branch"), ("hyde", "git rebase commit")],
-         "docker network": [("lex", "bridge network"), ("vec", "docker containers")],
-         "search": [("lex", "sqlite search"), ("hyde", "full text search with bm25")]}
+RULES = {
+    "git rebase": [("lex", "rebase squash"), ("vec", "rebase branch"), ("hyde", "git rebase commit")],
+    "docker network": [("lex", "bridge network"), ("vec", "docker containers")],
+    "search": [("lex", "sqlite search"), ("hyde", "full text search with bm25")],
+}
 QUERIES = ["git rebase", "docker network", "search", "pasta"]
 # the six formula methods (``learned`` needs a trained model file and has its own tests)
 FUSION_METHODS = ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "combmnz")
@@ -50,16 +52,24 @@ def ref_fuse(lists: pl.DataFrame, cfg: PipelineConfig) -> dict[tuple[str, str], 
         top, lo = max(scores), min(scores)
         if cfg.fusion == "gated_rrf" and entries[0]["source"] == "vec":  # admission gate, vector lists only
             order = sorted(range(len(entries)), key=lambda i: -entries[i]["score"])  # stable: ties by row
-            keep = {i for n, i in enumerate(order) if n < cfg.gate_max_take
-                    and entries[i]["score"] >= top - cfg.gate_margin}
+            keep = {
+                i for n, i in enumerate(order) if n < cfg.gate_max_take and entries[i]["score"] >= top - cfg.gate_margin
+            }
             entries = [e for i, e in enumerate(entries) if i in keep]
         for e in entries:
             k, w, s = cfg.rrf_k, e["weight"], e["score"]
-            term = {"qmd_rrf": w / (k + e["rank"]), "rrf": 1 / (k + e["rank"]), "gated_rrf": 1 / (k + e["rank"]),
-                    "norm_sum": (cfg.norm_weight_vec * max(s, 0.0) if e["source"] == "vec"
-                                 else cfg.norm_weight_fts * (s / top if top > 0 else 0.0)),
-                    "wsum_minmax": w * (s - lo) / max(top - lo, 1e-9),
-                    "combmnz": (s - lo) / max(top - lo, 1e-9)}[cfg.fusion]
+            term = {
+                "qmd_rrf": w / (k + e["rank"]),
+                "rrf": 1 / (k + e["rank"]),
+                "gated_rrf": 1 / (k + e["rank"]),
+                "norm_sum": (
+                    cfg.norm_weight_vec * max(s, 0.0)
+                    if e["source"] == "vec"
+                    else cfg.norm_weight_fts * (s / top if top > 0 else 0.0)
+                ),
+                "wsum_minmax": w * (s - lo) / max(top - lo, 1e-9),
+                "combmnz": (s - lo) / max(top - lo, 1e-9),
+            }[cfg.fusion]
             d = docs.setdefault((e["qid"], e["docno"]), {"terms": [], "ranks": [], "lists": set()})
             d["terms"].append(term)
             d["ranks"].append(e["rank"])
@@ -71,8 +81,13 @@ def ref_fuse(lists: pl.DataFrame, cfg: PipelineConfig) -> dict[tuple[str, str], 
         bonus = 0.0
         if cfg.fusion == "qmd_rrf":
             bonus = cfg.bonus_rank1 if best == 1 else cfg.bonus_rank23 if best <= 3 else 0.0
-        out[key] = {"rrf_base": base, "bonus": bonus, "fused_score": base + bonus, "best_rank": best,
-                    "n_lists": len(d["lists"])}
+        out[key] = {
+            "rrf_base": base,
+            "bonus": bonus,
+            "fused_score": base + bonus,
+            "best_rank": best,
+            "n_lists": len(d["lists"]),
+        }
     return out
 
 
@@ -121,8 +136,12 @@ def ref_final(fused: pl.DataFrame, rerank: pl.DataFrame, cfg: PipelineConfig) ->
             else:
                 pos = 1.0 / r["fused_rank"]
             band = 0 if r["fused_rank"] <= cfg.blend_bands[0] else 1 if r["fused_rank"] <= cfg.blend_bands[1] else 2
-            w = {"position": cfg.blend_weights[band], "score": cfg.blend_weights[band], "rerank_only": 0.0,
-                 "none": 1.0}[cfg.blend]
+            w = {
+                "position": cfg.blend_weights[band],
+                "score": cfg.blend_weights[band],
+                "rerank_only": 0.0,
+                "none": 1.0,
+            }[cfg.blend]
             s = rr.get((qid, r["docno"]))
             if s is None:
                 w, final = 1.0, pos
@@ -135,8 +154,9 @@ def ref_final(fused: pl.DataFrame, rerank: pl.DataFrame, cfg: PipelineConfig) ->
     return out
 
 
-def assert_final_matches_reference(final: pl.DataFrame, fused: pl.DataFrame, rerank: pl.DataFrame,
-                                   cfg: PipelineConfig) -> None:
+def assert_final_matches_reference(
+    final: pl.DataFrame, fused: pl.DataFrame, rerank: pl.DataFrame, cfg: PipelineConfig
+) -> None:
     want = ref_final(fused, rerank, cfg)
     got: dict[str, list[tuple]] = {}
     for r in final.sort("qid", "final_rank").iter_rows(named=True):
@@ -148,15 +168,25 @@ def assert_final_matches_reference(final: pl.DataFrame, fused: pl.DataFrame, rer
         for a, b in zip(rows, want[qid]):
             assert all(abs(x - y) <= TOL for x, y in zip(a[1:], b[1:])), (a, b)
 
+
 weights = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0])
 configs = st.builds(
     PipelineConfig,
-    fusion=st.sampled_from(FUSION_METHODS), blend=st.sampled_from(BLEND_METHODS),
-    rrf_k=st.integers(0, 100), bonus_rank1=st.sampled_from([0.0, 0.05, 0.3]),
-    bonus_rank23=st.sampled_from([0.0, 0.02, 0.1]), weight_original_fts=weights, weight_original_vec=weights,
-    weight_lex=weights, weight_vec=weights, weight_hyde=weights, candidate_limit=st.integers(1, 6),
-    limit=st.integers(1, 6), min_score=st.sampled_from([0.0, 0.2, 0.5]),
-    gate_margin=st.sampled_from([0.0, 0.2, 1.0]), gate_max_take=st.integers(1, 5),
+    fusion=st.sampled_from(FUSION_METHODS),
+    blend=st.sampled_from(BLEND_METHODS),
+    rrf_k=st.integers(0, 100),
+    bonus_rank1=st.sampled_from([0.0, 0.05, 0.3]),
+    bonus_rank23=st.sampled_from([0.0, 0.02, 0.1]),
+    weight_original_fts=weights,
+    weight_original_vec=weights,
+    weight_lex=weights,
+    weight_vec=weights,
+    weight_hyde=weights,
+    candidate_limit=st.integers(1, 6),
+    limit=st.integers(1, 6),
+    min_score=st.sampled_from([0.0, 0.2, 0.5]),
+    gate_margin=st.sampled_from([0.0, 0.2, 1.0]),
+    gate_max_take=st.integers(1, 5),
     blend_bands=st.sampled_from([(3, 10), (1, 2), (2, 2)]),
     blend_weights=st.sampled_from([(0.75, 0.6, 0.4), (1.0, 0.0, 0.5), (0.0, 0.0, 0.0)]),
 )
@@ -195,8 +225,14 @@ def test_retune_equals_rerunning(lab, base_trace, cfg):
 
 
 def lists_strategy():
-    row = st.tuples(st.sampled_from(["q1", "q2", "q3"]), st.integers(0, 3), st.sampled_from(["fts", "vec"]),
-                    st.sampled_from([f"d{i}" for i in range(8)]), st.floats(0.0, 1.0), st.sampled_from([1.0, 2.0]))
+    row = st.tuples(
+        st.sampled_from(["q1", "q2", "q3"]),
+        st.integers(0, 3),
+        st.sampled_from(["fts", "vec"]),
+        st.sampled_from([f"d{i}" for i in range(8)]),
+        st.floats(0.0, 1.0),
+        st.sampled_from([1.0, 2.0]),
+    )
     return st.lists(row, min_size=0, max_size=40)
 
 
@@ -207,17 +243,33 @@ def build_lists(rows) -> pl.DataFrame:
         if (q, l, d) not in seen:
             seen.add((q, l, d))
             clean.append((q, l, src, d, s, w))
-    df = pl.DataFrame({"qid": [r[0] for r in clean], "list_id": [r[1] for r in clean],
-                       "source": [r[2] for r in clean], "docno": [r[3] for r in clean],
-                       "score": [r[4] for r in clean], "weight": [r[5] for r in clean]},
-                      schema={"qid": pl.String, "list_id": pl.Int64, "source": pl.String, "docno": pl.String,
-                              "score": pl.Float64, "weight": pl.Float64})
+    df = pl.DataFrame(
+        {
+            "qid": [r[0] for r in clean],
+            "list_id": [r[1] for r in clean],
+            "source": [r[2] for r in clean],
+            "docno": [r[3] for r in clean],
+            "score": [r[4] for r in clean],
+            "weight": [r[5] for r in clean],
+        },
+        schema={
+            "qid": pl.String,
+            "list_id": pl.Int64,
+            "source": pl.String,
+            "docno": pl.String,
+            "score": pl.Float64,
+            "weight": pl.Float64,
+        },
+    )
     # a list has one source: take the first row's
     df = df.with_columns(source=pl.col("source").first().over(["qid", "list_id"]))
     df = df.with_columns(rank=pl.col("score").rank("ordinal", descending=True).over(["qid", "list_id"]).cast(pl.Int64))
-    return df.with_columns(query_type=pl.lit("original"), subquery=pl.lit("s"), chunk_id=pl.lit(None, pl.Int64),
-                           backend_score=pl.col("score")).select(
-        [pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
+    return df.with_columns(
+        query_type=pl.lit("original"),
+        subquery=pl.lit("s"),
+        chunk_id=pl.lit(None, pl.Int64),
+        backend_score=pl.col("score"),
+    ).select([pl.col(c).cast(t) for c, t in SCHEMAS["lists"].items()])
 
 
 @settings(max_examples=60, deadline=None)

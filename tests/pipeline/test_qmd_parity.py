@@ -1,5 +1,6 @@
 """qmd parity in the pipeline and ``qmdlab query``: the strong-signal switch, --tag/--prefer-tag,
 result flags (--all, --full, --max-chars, --line-numbers, format shorthands)."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,12 @@ def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
     only = json.loads(_run(d, "sqlite search network", "--format", "json", "--tag", "ops"))
     assert [r["file"] for r in only] == ["notes/docker.md"]  # --tag requires the tag, as on `search`
     plain = [r["file"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10"))]
-    lifted = [r["file"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10",
-                                                 "--prefer-tag", "ops", "--tag-lift", "10"))]
+    lifted = [
+        r["file"]
+        for r in json.loads(
+            _run(d, "git network", "--format", "json", "-n", "10", "--prefer-tag", "ops", "--tag-lift", "10")
+        )
+    ]
     assert "notes/docker.md" in plain and lifted[0] == "notes/docker.md" and sorted(lifted) == sorted(plain)
     assert _run(d, "git rebase", "--csv") == _run(d, "git rebase", "--format", "csv")
     assert len(json.loads(_run(d, "git", "-n", "1", "--format", "json"))) == 1
@@ -56,21 +61,28 @@ def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
     num = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--line-numbers"))[0]
     assert num["snippet"].startswith(f"{num['line']}: ")
     capped = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--full", "--max-chars", "20"))[0]
-    assert capped["file"] == full["file"] and capped["snippet"] == cap_text(full["snippet"], 20,
-                                                                           read_on=(full["file"], 1)).text
+    assert (
+        capped["file"] == full["file"]
+        and capped["snippet"] == cap_text(full["snippet"], 20, read_on=(full["file"], 1)).text
+    )
     assert f"more characters; read on with `qmdlab get {full['file']}:" in capped["snippet"]
-
 
 
 def test_query_no_strong_signal_flag(small_index, tmp_path):
     idx, _ = small_index
     cfg = tmp_path / "low.yaml"
     cfg.write_text("strong_signal_min: 0.3\nstrong_signal_gap: 0.1\n")
-    probe = [n["message"] for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json"))["notes"]
-             if n["stage"] == "probe"]
+    probe = [
+        n["message"]
+        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json"))["notes"]
+        if n["stage"] == "probe"
+    ]
     assert probe[0].endswith("expansion skipped")
-    probe = [n["message"] for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json",
-                                                   "--no-strong-signal"))["notes"] if n["stage"] == "probe"]
+    probe = [
+        n["message"]
+        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json", "--no-strong-signal"))["notes"]
+        if n["stage"] == "probe"
+    ]
     assert probe[0].endswith("but the skip is off (strong_signal: false): expanding")
 
 
@@ -89,9 +101,11 @@ def test_identical_content_returned_once_with_the_other_paths_noted(tmp_path):
         idx.update()
         emb = KeywordEmbedder(["git", "rebase", "merge", "branch", "commit"])
         todo = idx.chunks_needing_vectors(emb.fingerprint)
-        idx.store_vectors(todo["chunk_id"].to_list(),
-                          emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
-                          emb.fingerprint)
+        idx.store_vectors(
+            todo["chunk_id"].to_list(),
+            emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
+            emb.fingerprint,
+        )
         lab = Lab(idx, ModelSet(emb, None, None), PipelineConfig(rerank=False))
         t = lab.query("git rebase branch")
         docnos = t.final["docno"].to_list()

@@ -1,5 +1,6 @@
 """``budget_s`` (``qmdlab query --budget``, MCP ``budget``): a deadline for the whole query. Model stages
 that would not fit, judged from the model's measured speed, are skipped before they start and noted."""
+
 from __future__ import annotations
 
 import json
@@ -76,7 +77,9 @@ def test_rerank_that_would_not_fit_is_skipped_before_it_starts(small_index):
     second = lab.query("git rebase", budget_s=0.1)
     assert rr.calls == 1 and second.rerank.height == 0
     (note,) = second.notes_for("budget")
-    assert note.startswith("rerank skipped before it started: 5 pairs at the measured ") and "of the 0.1 s budget" in note
+    assert (
+        note.startswith("rerank skipped before it started: 5 pairs at the measured ") and "of the 0.1 s budget" in note
+    )
     assert "rerank skipped (--budget): fusion order kept" in second.notes_for("rerank")
     # -C still caps the pairs: 1 candidate fits where 5 did not
     third = lab.query("git rebase", budget_s=0.1, candidate_limit=1)
@@ -93,7 +96,9 @@ def test_rerank_never_measured_is_cut_at_the_deadline(small_index):
     t0 = time.perf_counter()
     trace = lab.query("git rebase")  # 5 pairs take ~0.25 s; the deadline stops the call at ~0.1 s
     assert time.perf_counter() - t0 < 0.25 and trace.rerank.height == 0
-    assert any(n.startswith("rerank cut at") and "of the 0.1 s budget (--budget)" in n for n in trace.notes_for("budget"))
+    assert any(
+        n.startswith("rerank cut at") and "of the 0.1 s budget (--budget)" in n for n in trace.notes_for("budget")
+    )
     assert speed.estimate(rr, "rerank") is not None  # a lower bound, so the next query judges before it starts
     time.sleep(0.3)
 
@@ -132,13 +137,16 @@ def test_cli_and_mcp_take_the_budget(small_index, monkeypatch):
     rr = SlowReranker()
     speed.observe(rr, "rerank", 10.0, 1)  # measured: 10 s a pair
     monkeypatch.setattr("qmdlab.models.load_models", lambda *a, **k: ModelSet(emb, None, rr))
-    res = CliRunner().invoke(cli, ["--index", str(idx.dir), "query", "git rebase", "--preset", "fake", "--budget", "1",
-                                   "--json"])
+    res = CliRunner().invoke(
+        cli, ["--index", str(idx.dir), "query", "git rebase", "--preset", "fake", "--budget", "1", "--json"]
+    )
     assert res.exit_code == 0, res.output
     notes = json.loads(res.stdout)["notes"]
-    assert rr.calls == 0 and any(n["stage"] == "budget" and "of the 1 s budget (--budget)" in n["message"]
-                                 for n in notes)
+    assert rr.calls == 0 and any(
+        n["stage"] == "budget" and "of the 1 s budget (--budget)" in n["message"] for n in notes
+    )
     engine = Engine(idx, models=ModelSet(emb, None, rr))
     _, data = engine.query("git rebase", limit=3, budget=1.0)
-    assert rr.calls == 0 and any(n["stage"] == "budget" and "rerank skipped before it started" in n["message"]
-                                 for n in data["notes"])
+    assert rr.calls == 0 and any(
+        n["stage"] == "budget" and "rerank skipped before it started" in n["message"] for n in data["notes"]
+    )

@@ -1,4 +1,5 @@
 """The fast re-query path: recorded traces re-run under other lexical knobs."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -12,9 +13,15 @@ from qmdlab.pipeline.rerun_bm25 import LEXICAL_FIELDS, Bm25RerunCache, rerun_bm2
 from qmdlab.pipeline.retune import retune
 
 RULES = {"git rebase branch": [("lex", "rebase commit onto branch"), ("vec", "merge branch commit")]}
-KNOBS = [dict(bm25_weight_title=0.5), dict(bm25_prefix=False), dict(bm25_stopwords=False),
-         dict(bm25_query_tf=False), dict(bm25_mode="msm", bm25_min_match=2), dict(bm25_mode="and"),
-         dict(bm25_weight_filepath=0.0, bm25_weight_body=3.0)]
+KNOBS = [
+    dict(bm25_weight_title=0.5),
+    dict(bm25_prefix=False),
+    dict(bm25_stopwords=False),
+    dict(bm25_query_tf=False),
+    dict(bm25_mode="msm", bm25_min_match=2),
+    dict(bm25_mode="and"),
+    dict(bm25_weight_filepath=0.0, bm25_weight_body=3.0),
+]
 
 
 def _lists(lists):
@@ -33,8 +40,11 @@ def test_rerun_bm25_equals_a_fresh_run(small_index, knobs):
     assert set(recorded.lists["query_type"]) == {"original", "lex", "vec"}
     got = rerun_bm25(recorded.lists, idx, new)
     assert _lists(got).equals(_lists(fresh.lists))
-    assert retune(rerun_bm25_trace(recorded, idx, new), new).final.select("docno", "final_rank").equals(
-        fresh.final.select("docno", "final_rank"))
+    assert (
+        retune(rerun_bm25_trace(recorded, idx, new), new)
+        .final.select("docno", "final_rank")
+        .equals(fresh.final.select("docno", "final_rank"))
+    )
 
 
 def test_rerun_bm25_keeps_vector_rows_and_uses_the_cache(small_index):
@@ -61,6 +71,7 @@ def test_explain_shows_the_bm25_knobs_and_built_queries(small_index):
     idx, emb = small_index
     cfg = PipelineConfig(rerank=False, expand=False, bm25_prefix=False, bm25_weight_title=2.5)
     text = format_explain(Lab(idx, ModelSet(emb, None, None), cfg).query("git rebase the rebase"))
-    assert ("bm25: mode or, weights filepath 1.5 / title 2.5 / body 1, prefix off, stopwords dropped on, "
-            "query tf on") in text
-    assert "'git rebase the rebase' -> \"git\" OR \"rebase\" OR \"rebase\"" in text
+    assert (
+        "bm25: mode or, weights filepath 1.5 / title 2.5 / body 1, prefix off, stopwords dropped on, query tf on"
+    ) in text
+    assert '\'git rebase the rebase\' -> "git" OR "rebase" OR "rebase"' in text

@@ -1,4 +1,5 @@
 """retune: the cheap stages again, with no model or index call."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -43,8 +44,9 @@ def test_newly_promoted_candidates_are_marked(lab):
     out = retune(trace, PipelineConfig(candidate_limit=5))
     assert out.final.height == 5
     assert out.final["rerank_score"].null_count() == 3
-    assert out.notes_for("retune") == ["3 candidates newly promoted without a cached rerank score "
-                                       "(rerank_score null: position score kept)"]
+    assert out.notes_for("retune") == [
+        "3 candidates newly promoted without a cached rerank score (rerank_score null: position score kept)"
+    ]
     missing = out.final.filter(pl.col("rerank_score").is_null())
     assert (missing["final_score"] == missing["position_score"]).all()
 
@@ -69,11 +71,14 @@ def test_rerank_fn_fills_missing_scores(lab):
 
 def test_extra_rerank_scores_override(lab):
     trace = lab.query("git rebase")
-    extra = pl.DataFrame({"qid": ["q", "q"], "docno": ["notes/sqlite.md", "notes/git-rebase.md"],
-                          "rerank_score": [1.0, 0.0]})
+    extra = pl.DataFrame(
+        {"qid": ["q", "q"], "docno": ["notes/sqlite.md", "notes/git-rebase.md"], "rerank_score": [1.0, 0.0]}
+    )
     out = retune(trace, PipelineConfig(blend="rerank_only"), extra)
-    assert out.final.select("docno", "rerank_score").rows()[:2] == [("notes/sqlite.md", 1.0),
-                                                                    ("notes/git-merge.md", 0.5)]
+    assert out.final.select("docno", "rerank_score").rows()[:2] == [
+        ("notes/sqlite.md", 1.0),
+        ("notes/git-merge.md", 0.5),
+    ]
 
 
 def test_ablations_drop_recorded_lists(lab):
@@ -91,7 +96,13 @@ def test_many_queries_at_once(lab):
     qs = pl.DataFrame({"qid": ["a", "b", "c"], "text": ["git rebase", "docker network", "pasta"]})
     trace = lab.run_queries(qs, progress=False)
     out = retune(trace, PipelineConfig(limit=1))
-    assert out.final.select("qid", "docno").rows() == [("a", "notes/git-rebase.md"), ("b", "notes/docker.md"),
-                                                       ("c", "notes/pasta.md")]
-    assert out.results.select("qid", "title").rows() == [("a", "Git rebase"), ("b", "Docker network"),
-                                                         ("c", "Cooking pasta")]
+    assert out.final.select("qid", "docno").rows() == [
+        ("a", "notes/git-rebase.md"),
+        ("b", "notes/docker.md"),
+        ("c", "notes/pasta.md"),
+    ]
+    assert out.results.select("qid", "title").rows() == [
+        ("a", "Git rebase"),
+        ("b", "Docker network"),
+        ("c", "Cooking pasta"),
+    ]

@@ -1,6 +1,7 @@
 """The plain-Python paths of fuse/blend/finish for small frames (one query of Lab.query) against the
 polars paths, frame for frame, on random lists built to have ties, for every fusion and blend
 method, content duplicates, the fallback probe, the tag lift, and several queries at once."""
+
 from __future__ import annotations
 
 import contextlib
@@ -43,28 +44,58 @@ def random_case(seed: int, n_queries: int):
             docs = rng.choice(10, size=k, replace=False)
             scores = np.sort(rng.choice([0.9, 0.5, 0.5, 0.2, -0.1 if source == "vec" else 0.0], size=k))[::-1]
             for rank, (d, s) in enumerate(zip(docs, scores), 1):
-                rows.append({"qid": f"q{(q * 7) % 5}", "list_id": li, "source": source, "query_type": qt,
-                             "subquery": "s", "docno": f"c/d{d}", "chunk_id": None, "rank": rank,
-                             "backend_score": float(s), "score": float(s), "weight": 1.0})
+                rows.append(
+                    {
+                        "qid": f"q{(q * 7) % 5}",
+                        "list_id": li,
+                        "source": source,
+                        "query_type": qt,
+                        "subquery": "s",
+                        "docno": f"c/d{d}",
+                        "chunk_id": None,
+                        "rank": rank,
+                        "backend_score": float(s),
+                        "score": float(s),
+                        "weight": 1.0,
+                    }
+                )
     lists = pl.DataFrame(rows, schema=SCHEMAS["lists"])
     pairs = lists.select("qid", "docno").unique(maintain_order=True)
     keep = rng.random(pairs.height) < 0.7
     rr = pairs.filter(pl.Series(keep)).with_columns(
-        rerank_score=pl.Series(rng.choice([0.0, 0.3, 0.3, 0.8, 1.0], size=int(keep.sum()))))
-    doc_tags = pl.DataFrame({"docno": [f"c/d{d}" for d in range(10)],
-                             "tags": [["git"] if d % 3 == 0 else [] for d in range(10)],
-                             "hash": [None if d == 9 else f"h{d % 6}" for d in range(10)]})
+        rerank_score=pl.Series(rng.choice([0.0, 0.3, 0.3, 0.8, 1.0], size=int(keep.sum())))
+    )
+    doc_tags = pl.DataFrame(
+        {
+            "docno": [f"c/d{d}" for d in range(10)],
+            "tags": [["git"] if d % 3 == 0 else [] for d in range(10)],
+            "hash": [None if d == 9 else f"h{d % 6}" for d in range(10)],
+        }
+    )
     return lists, rr, doc_tags
 
 
 configs = st.builds(
-    PipelineConfig, fusion=st.sampled_from(FUSION_METHODS), blend=st.sampled_from(BLEND_METHODS),
-    rrf_k=st.sampled_from([0, 60]), weight_lex=st.sampled_from([0.0, 1.0]), weight_original_like=st.sampled_from([0.0, 1.0]),
-    bonus_rank1=st.sampled_from([0.0, 0.05]), candidate_limit=st.integers(1, 10), limit=st.integers(1, 10),
-    blend_bands=st.sampled_from([(3, 10), (1, 2)]), min_score=st.sampled_from([0.0, 0.3, 0.5, 2.0]),
-    min_score_fallback=st.sampled_from([0.0, 0.3, 5.0]), fallback_max=st.integers(0, 3),
-    gate_margin=st.sampled_from([0.0, 0.5]), gate_max_take=st.integers(1, 3), dedupe_content=st.booleans(),
-    tags=st.sampled_from([(), ("GIT",)]), tag_lift=st.integers(0, 2), list_limit=st.integers(1, 8))
+    PipelineConfig,
+    fusion=st.sampled_from(FUSION_METHODS),
+    blend=st.sampled_from(BLEND_METHODS),
+    rrf_k=st.sampled_from([0, 60]),
+    weight_lex=st.sampled_from([0.0, 1.0]),
+    weight_original_like=st.sampled_from([0.0, 1.0]),
+    bonus_rank1=st.sampled_from([0.0, 0.05]),
+    candidate_limit=st.integers(1, 10),
+    limit=st.integers(1, 10),
+    blend_bands=st.sampled_from([(3, 10), (1, 2)]),
+    min_score=st.sampled_from([0.0, 0.3, 0.5, 2.0]),
+    min_score_fallback=st.sampled_from([0.0, 0.3, 5.0]),
+    fallback_max=st.integers(0, 3),
+    gate_margin=st.sampled_from([0.0, 0.5]),
+    gate_max_take=st.integers(1, 3),
+    dedupe_content=st.booleans(),
+    tags=st.sampled_from([(), ("GIT",)]),
+    tag_lift=st.integers(0, 2),
+    list_limit=st.integers(1, 8),
+)
 
 
 def stages(lists, rr, doc_tags, cfg, with_tags):
@@ -94,6 +125,7 @@ def test_the_small_paths_run():
     targets = ((fuse_mod, "_aggregate_small"), (blend_mod, "_blend_small"), (finish_mod, "_finish_small"))
     originals = {name: getattr(mod, name) for mod, name in targets}
     for mod, name in targets:
+
         def spy(*a, _orig=originals[name], _name=name, **k):
             seen.append(_name)
             return _orig(*a, **k)

@@ -1,4 +1,5 @@
 """End to end with the real offline models (pip-packaged GGUFs via llama.cpp) on the default corpus."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -37,17 +38,24 @@ def test_offline_pipeline_on_default_corpus(tmp_path, default_corpus, offline_mo
         todo = idx.chunks_needing_vectors(emb.fingerprint)
         for start in range(0, todo.height, 64):
             part = todo.slice(start, 64)
-            idx.store_vectors(part["chunk_id"].to_list(),
-                              emb.embed_documents(list(zip(part["title"].to_list(), part["text"].to_list()))),
-                              emb.fingerprint)
+            idx.store_vectors(
+                part["chunk_id"].to_list(),
+                emb.embed_documents(list(zip(part["title"].to_list(), part["text"].to_list()))),
+                emb.fingerprint,
+            )
         lab = Lab(idx, offline_models)
         # on a busy CPU the expander alone may pass the 30 s query budget, which skips rerank
         monkeypatch.setenv("QMDLAB_QUERY_BUDGET_MS", "3600000")
         # a small candidate set keeps the CPU rerank short; intent forces the expander to run
         t = lab.query("TP-2002", intent="meaning of the appointment conflict error code", candidate_limit=3)
-        print("\n" + "\n".join(f"{r['type']}: {r['text']!r} kept={r['kept']} ({r['reason_dropped']})"
-                               for r in t.expansions.iter_rows(named=True)))
-        assert t.expansions.height > 0                                # the expander ran; every line is recorded
+        print(
+            "\n"
+            + "\n".join(
+                f"{r['type']}: {r['text']!r} kept={r['kept']} ({r['reason_dropped']})"
+                for r in t.expansions.iter_rows(named=True)
+            )
+        )
+        assert t.expansions.height > 0  # the expander ran; every line is recorded
         assert t.expansions.filter(~pl.col("kept"))["reason_dropped"].null_count() == 0
         kept = t.expansions.filter(pl.col("kept"))
         assert kept.height >= 1, "every expansion line was dropped: the expander did not contribute"

@@ -1,6 +1,7 @@
 """Per-preset stage defaults: the offline preset runs BM25 + vectors + fusion, qmd (and fake) the whole
 pipeline; flags and the config turn a stage on or off; the first stderr line and a ``stages`` note say
 which stages ran and why — the same rule in the CLI, the MCP engine and the Python API."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,11 @@ from qmdlab.cli import cli
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.stages import STAGE_DEFAULTS, plan_stages
 
-FAKES = {"QMDLAB_EMBED_MODEL": "fake:keyword", "QMDLAB_EXPAND_MODEL": "fake:rules",
-         "QMDLAB_RERANK_MODEL": "fake:overlap"}
+FAKES = {
+    "QMDLAB_EMBED_MODEL": "fake:keyword",
+    "QMDLAB_EXPAND_MODEL": "fake:rules",
+    "QMDLAB_RERANK_MODEL": "fake:overlap",
+}
 
 
 @pytest.fixture
@@ -24,8 +28,11 @@ def small(small_index_no_vectors):
     idx, _ = small_index_no_vectors
     emb = load_models("fake", expand="none", rerank="none").embedder
     todo = idx.chunks_needing_vectors(emb.fingerprint)
-    idx.store_vectors(todo["chunk_id"].to_list(),
-                      emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))), emb.fingerprint)
+    idx.store_vectors(
+        todo["chunk_id"].to_list(),
+        emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
+        emb.fingerprint,
+    )
     return idx
 
 
@@ -65,18 +72,33 @@ def test_offline_query_runs_retrieval_only_and_says_why(index_dir, offline_on_fa
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == (
         "stages: bm25+vector+fusion; expansion off (offline preset default; --expand turns it on), "
-        "rerank off (offline preset default; --rerank turns it on)")
+        "rerank off (offline preset default; --rerank turns it on)"
+    )
     data = json.loads(res.stdout)
     assert data["notes"][0] == {"stage": "stages", "message": res.stderr.splitlines()[0]}
     assert data["expansions"] == [] and all(r["explain"]["rerank_score"] is None for r in data["results"])
 
 
 def test_offline_query_with_expand_and_rerank_flags(index_dir, offline_on_fakes):
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "how do i rebase git", "--preset", "offline",
-                                   "--expand", "--rerank", "--no-strong-signal", "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "--index",
+            index_dir,
+            "query",
+            "how do i rebase git",
+            "--preset",
+            "offline",
+            "--expand",
+            "--rerank",
+            "--no-strong-signal",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == (
-        "stages: expansion+bm25+vector+fusion+rerank+blend; expansion on (--expand), rerank on (--rerank)")
+        "stages: expansion+bm25+vector+fusion+rerank+blend; expansion on (--expand), rerank on (--rerank)"
+    )
     data = json.loads(res.stdout)
     assert any(n["stage"] == "expand" and n["message"].endswith("lines kept") for n in data["notes"])  # expander asked
     assert any(r["explain"]["rerank_score"] is not None for r in data["results"])
@@ -85,34 +107,67 @@ def test_offline_query_with_expand_and_rerank_flags(index_dir, offline_on_fakes)
 def test_config_file_turns_a_stage_on_and_no_flag_turns_it_off(index_dir, offline_on_fakes, tmp_path):
     cfg = tmp_path / "p.yaml"
     cfg.write_text("rerank: true\n")
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline",
-                                   "--config", str(cfg), "--format", "files"])
+    res = CliRunner().invoke(
+        cli,
+        ["--index", index_dir, "query", "git rebase", "--preset", "offline", "--config", str(cfg), "--format", "files"],
+    )
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == (
         "stages: bm25+vector+fusion+rerank+blend; expansion off (offline preset default; --expand turns it on), "
-        "rerank on (config; --no-rerank turns it off)")
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline",
-                                   "--config", str(cfg), "--no-rerank", "--format", "files"])
+        "rerank on (config; --no-rerank turns it off)"
+    )
+    res = CliRunner().invoke(
+        cli,
+        [
+            "--index",
+            index_dir,
+            "query",
+            "git rebase",
+            "--preset",
+            "offline",
+            "--config",
+            str(cfg),
+            "--no-rerank",
+            "--format",
+            "files",
+        ],
+    )
     assert "rerank off (--no-rerank)" in res.stderr.splitlines()[0]
 
 
 def test_qmd_style_preset_runs_every_stage(index_dir, monkeypatch):
     monkeypatch.delenv("QMDLAB_PRESET", raising=False)
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "how do i rebase git", "--preset", "fake",
-                                   "--no-strong-signal", "--format", "files"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "--index",
+            index_dir,
+            "query",
+            "how do i rebase git",
+            "--preset",
+            "fake",
+            "--no-strong-signal",
+            "--format",
+            "files",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0].startswith(
         "stages: expansion+bm25+vector+fusion+rerank+blend; expansion on (fake preset default; --no-expand turns it "
-        "off), rerank on (fake preset default; --no-rerank turns it off)")
+        "off), rerank on (fake preset default; --no-rerank turns it off)"
+    )
 
 
 def test_a_stage_on_but_not_run_says_why(index_dir, offline_on_fakes, monkeypatch):
     monkeypatch.setenv("QMDLAB_RERANK_MODEL", "none")  # rerank asked for, but the role has no model
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline", "--rerank",
-                                   "--format", "files"])
+    res = CliRunner().invoke(
+        cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline", "--rerank", "--format", "files"]
+    )
     assert res.exit_code == 0, res.output
     line = res.stderr.splitlines()[0]
-    assert line.startswith("stages: bm25+vector+fusion; ") and "rerank on (--rerank) but not run for this query: " in line
+    assert (
+        line.startswith("stages: bm25+vector+fusion; ") and "rerank on (--rerank) but not run for this query: " in line
+    )
 
 
 def test_python_api_and_mcp_follow_the_same_rule(small, offline_on_fakes):

@@ -5,6 +5,7 @@ Profiles (``QMDLAB_FUZZ_PROFILE``): ``ci`` (default, what ``make test`` runs: sm
 the fewest kills and examples that still prove the property) and ``deep`` (``make fuzz``:
 thousands of files, many more kills, ≥ 1000 hypothesis examples per fuzz target).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,12 +27,19 @@ if PROFILE not in ("ci", "deep"):
 
 #: hypothesis examples per fuzz target
 FUZZ_EXAMPLES = {"ci": 40, "deep": 1000}[PROFILE]
-settings.register_profile("qmdlab-ci", max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                 HealthCheck.data_too_large])
-settings.register_profile("qmdlab-deep", max_examples=FUZZ_EXAMPLES, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                                 HealthCheck.data_too_large])
+settings.register_profile(
+    "qmdlab-ci",
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "qmdlab-deep",
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 
 #: crash harness sizes: files in the generated corpus, SIGKILLs of `update` that must land
 #: inside a write transaction (counted from the store's event log, see
@@ -43,8 +51,10 @@ CRASH = {
     "deep": {"files": 4000, "collections": 4, "midwrite_kills": 80, "embed_kills": 30},
 }[PROFILE]
 
-WORDS = ("alpha beta gamma delta rebase merge branch commit pasta sqlite search docker network kernel "
-         "module tokyo garden python rust vector index query token chunk fence heading").split()
+WORDS = (
+    "alpha beta gamma delta rebase merge branch commit pasta sqlite search docker network kernel "
+    "module tokyo garden python rust vector index query token chunk fence heading"
+).split()
 
 
 def fuzz_settings(**kw):
@@ -108,8 +118,8 @@ def run_cli(index: Path, *args: str, env: dict[str, str], timeout: float = 300) 
 
 def connect(db: Path) -> sqlite3.Connection:
     """A plain connection with the FTS helper function registered (as :class:`Index` does)."""
-    from qmdlab.terms import space_cjk
     from qmdlab.store.schema import FTS_FUNCTION
+    from qmdlab.terms import space_cjk
 
     conn = sqlite3.connect(db, timeout=30)
     conn.create_function(FTS_FUNCTION, 1, space_cjk, deterministic=True)
@@ -134,21 +144,30 @@ def check_consistency(db: Path) -> dict[str, int]:
         bad = conn.execute(
             "SELECT count(*) FROM documents d JOIN documents_fts f ON f.rowid = d.id JOIN content c ON c.hash = d.hash "
             "WHERE f.filepath IS NOT qmdlab_fts_text(d.collection || '/' || d.path) "
-            "OR f.body IS NOT qmdlab_fts_text(c.body) OR f.title IS NOT qmdlab_fts_text(d.title)").fetchone()[0]
+            "OR f.body IS NOT qmdlab_fts_text(c.body) OR f.title IS NOT qmdlab_fts_text(d.title)"
+        ).fetchone()[0]
         assert bad == 0, f"{bad} FTS rows disagree with their documents"
-        assert conn.execute("SELECT count(*) FROM documents WHERE hash NOT IN (SELECT hash FROM content)"
-                            ).fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM chunks WHERE hash NOT IN (SELECT hash FROM content)"
-                            ).fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)"
-                            ).fetchone()[0] == 0
+        assert (
+            conn.execute("SELECT count(*) FROM documents WHERE hash NOT IN (SELECT hash FROM content)").fetchone()[0]
+            == 0
+        )
+        assert (
+            conn.execute("SELECT count(*) FROM chunks WHERE hash NOT IN (SELECT hash FROM content)").fetchone()[0] == 0
+        )
+        assert (
+            conn.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)").fetchone()[0]
+            == 0
+        )
         gaps = conn.execute(
             "SELECT count(*) FROM content c LEFT JOIN (SELECT hash, count(*) n, max(seq) m, min(seq) lo "
             "FROM chunks GROUP BY hash) k ON k.hash = c.hash "
-            "WHERE k.n IS NULL OR k.m != k.n - 1 OR k.lo != 0").fetchone()[0]
+            "WHERE k.n IS NULL OR k.m != k.n - 1 OR k.lo != 0"
+        ).fetchone()[0]
         assert gaps == 0, f"{gaps} content rows without a complete chunk sequence"
-        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("documents", "content", "chunks", "vectors")}
+        return {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("documents", "content", "chunks", "vectors")
+        }
     finally:
         conn.close()
 
@@ -161,15 +180,18 @@ def visible_state(db: Path) -> dict[str, list[tuple]]:
     try:
         docs = conn.execute(
             "SELECT collection, path, title, hash, mtime, size, metadata, tags, date FROM documents "
-            "WHERE active = 1 ORDER BY 1, 2").fetchall()
+            "WHERE active = 1 ORDER BY 1, 2"
+        ).fetchall()
         live = "(SELECT hash FROM documents WHERE active = 1)"
         content = conn.execute(f"SELECT hash, body FROM content WHERE hash IN {live} ORDER BY 1").fetchall()
         chunks = conn.execute(
             "SELECT hash, seq, char_start, char_end, line_start, line_end, heading_path FROM chunks "
-            f"WHERE hash IN {live} ORDER BY 1, 2").fetchall()
+            f"WHERE hash IN {live} ORDER BY 1, 2"
+        ).fetchall()
         vectors = conn.execute(
             "SELECT k.hash, k.seq, v.fingerprint, v.dim, v.blob FROM vectors v JOIN chunks k ON k.id = v.chunk_id "
-            f"WHERE k.hash IN {live} ORDER BY 1, 2, 3").fetchall()
+            f"WHERE k.hash IN {live} ORDER BY 1, 2, 3"
+        ).fetchall()
         return {"documents": docs, "content": content, "chunks": chunks, "vectors": vectors}
     finally:
         conn.close()
@@ -240,7 +262,7 @@ def wal_frames(db: Path) -> WalState:
     last_commit, n = 0, 0
     off = 32
     while off + 24 <= len(data):
-        _page, db_size, s1, s2 = struct.unpack(">IIII", data[off:off + 16])
+        _page, db_size, s1, s2 = struct.unpack(">IIII", data[off : off + 16])
         if (s1, s2) != (salt1, salt2):
             break
         n += 1

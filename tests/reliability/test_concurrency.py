@@ -7,6 +7,7 @@ particular no "database is locked"), only complete states (each collection appea
 once: one transaction per collection), and that two concurrent updates serialise: every file
 is indexed exactly once and the result equals one update.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -33,8 +34,9 @@ def _setup(tmp_path, monkeypatch, n=N_FILES):
     roots = make_corpus(tmp_path / "corpus", n, COLLS, seed=3)
     idx = tmp_path / "idx"
     for r in roots:
-        res = CliRunner().invoke(cli, ["--index", str(idx), "collection", "add", str(r), "--name", r.name,
-                                       "--no-update"])
+        res = CliRunner().invoke(
+            cli, ["--index", str(idx), "collection", "add", str(r), "--name", r.name, "--no-update"]
+        )
         assert res.exit_code == 0, res.output
     return roots, idx, cli_env(home)
 
@@ -55,8 +57,9 @@ def test_readers_never_see_locks_or_partial_collections_while_a_writer_updates(t
         todo = first.chunks_needing_vectors("fp")
         first.store_vectors(todo["chunk_id"].to_list(), np.ones((todo.height, 4), dtype=np.float32), "fp")
     before = checksums(tmp_path / "corpus")
-    writer = subprocess.Popen(cli_cmd(idx, "update", "--no-progress"), env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        cli_cmd(idx, "update", "--no-progress"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     errors: list[str] = []
     seen_counts: set[int] = set()
     reads = [0]
@@ -100,8 +103,12 @@ def test_readers_never_see_locks_or_partial_collections_while_a_writer_updates(t
 
 def test_two_concurrent_updates_serialise(tmp_path, monkeypatch):
     roots, idx, env = _setup(tmp_path, monkeypatch)
-    procs = [subprocess.Popen(cli_cmd(idx, "update", "--no-progress"), env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            cli_cmd(idx, "update", "--no-progress"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
@@ -115,8 +122,10 @@ def test_two_concurrent_updates_serialise(tmp_path, monkeypatch):
     # the result equals a single, uncontended update
     clean = tmp_path / "clean"
     for r in roots:
-        assert CliRunner().invoke(cli, ["--index", str(clean), "collection", "add", str(r), "--name", r.name]
-                                  ).exit_code == 0
+        assert (
+            CliRunner().invoke(cli, ["--index", str(clean), "collection", "add", str(r), "--name", r.name]).exit_code
+            == 0
+        )
     assert visible_state(idx / "index.sqlite") == visible_state(clean / "index.sqlite")
 
 

@@ -25,6 +25,7 @@ One harness run (sizes from the profile in ``conftest.CRASH``):
 6. Reruns of ``update`` and ``embed`` complete, and the index then equals a clean build of
    the same files in a fresh index (documents, content, chunks, vectors).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,13 +38,23 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from qmdlab.cli import cli
 
-from .conftest import (CRASH, PROFILE, check_consistency, checksums, cli_cmd, cli_env, kill_landed, make_corpus,
-                       read_events, visible_state, wal_frames)
+from .conftest import (
+    CRASH,
+    PROFILE,
+    check_consistency,
+    checksums,
+    cli_cmd,
+    cli_env,
+    kill_landed,
+    make_corpus,
+    read_events,
+    visible_state,
+    wal_frames,
+)
 
 # the deep profile (`make fuzz`: 4,000 files, 80 mid-write kills) runs longer than the suite's 900 s limit
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600 if PROFILE == "deep" else 900)]
@@ -86,21 +97,30 @@ class Kill:
         By label, not by count: ``update`` also commits bookkeeping transactions (the stat
         digest of an unchanged collection, a re-chunk) and skips an unchanged collection
         without any, so the n-th commit is not the n-th collection."""
-        return {label[len(prefix):] for kind, label in self.events if kind == "commit" and label.startswith(prefix)}
+        return {label[len(prefix) :] for kind, label in self.events if kind == "commit" and label.startswith(prefix)}
 
     def at_commit(self, prefix: str) -> str | None:
         """The name of the transaction whose ``COMMIT`` was in flight when the kill landed."""
         if self.landed != "at-commit" or not self.events[-1][1].startswith(prefix):
             return None
-        return self.events[-1][1][len(prefix):]
+        return self.events[-1][1][len(prefix) :]
 
 
-def _kill_run(args: list[str], env: dict, rng: random.Random, *, db: Path, events_path: Path, typical_s: float,
-              typical_writes: int) -> Kill:
+def _kill_run(
+    args: list[str],
+    env: dict,
+    rng: random.Random,
+    *,
+    db: Path,
+    events_path: Path,
+    typical_s: float,
+    typical_writes: int,
+) -> Kill:
     """Start a CLI run with the event log on, SIGKILL it, and classify where the kill landed."""
     events_path.unlink(missing_ok=True)
-    proc = subprocess.Popen(args, env={**env, "QMDLAB_TEST_EVENTS": str(events_path)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        args, env={**env, "QMDLAB_TEST_EVENTS": str(events_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     t0 = time.monotonic()
     if rng.random() < 0.3:
         how = "time"
@@ -139,8 +159,9 @@ def _edit_corpus(roots: list[Path], rng: random.Random, n_new: list[int]) -> Non
     for _ in range(3):
         n_new[0] += 1
         r = rng.choice(roots)
-        (r / f"new{n_new[0]:04d}.md").write_text(f"# New {n_new[0]}\n\nfresh pasta rebase text {rng.random()}\n",
-                                                 encoding="utf-8")
+        (r / f"new{n_new[0]:04d}.md").write_text(
+            f"# New {n_new[0]}\n\nfresh pasta rebase text {rng.random()}\n", encoding="utf-8"
+        )
     victims = rng.sample(files, k=2)
     victims[0].unlink()
     victims[1].rename(victims[1].with_name("moved-" + victims[1].name))
@@ -154,8 +175,9 @@ def _inproc(index: Path, *args: str) -> str:
 
 
 def _documents_of(db: Path, coll: str) -> list[tuple]:
-    return _query(db, "SELECT path, hash, mtime, size, active FROM documents WHERE collection = ? ORDER BY path",
-                  (coll,))
+    return _query(
+        db, "SELECT path, hash, mtime, size, active FROM documents WHERE collection = ? ORDER BY path", (coll,)
+    )
 
 
 def _active_paths(db: Path, coll: str) -> set[str]:
@@ -206,8 +228,15 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
             extra.rename(dest)
         before = checksums(corpus)
         snapshot = {r.name: _documents_of(db, r.name) for r in roots}
-        k = _kill_run(cli_cmd(idx, "update", "--no-progress"), env, rng, db=db, events_path=events_path,
-                      typical_s=update_s, typical_writes=writes)
+        k = _kill_run(
+            cli_cmd(idx, "update", "--no-progress"),
+            env,
+            rng,
+            db=db,
+            events_path=events_path,
+            typical_s=update_s,
+            typical_writes=writes,
+        )
         landed["update"][k.landed] += 1
         if k.landed == "mid-write":
             how_mid[k.how] += 1
@@ -253,8 +282,15 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
         before = checksums(corpus)
         n_before = _query(db, "SELECT count(*) FROM vectors")[0][0]
         todo = _query(db, todo_sql)[0][0]
-        k = _kill_run(cli_cmd(idx, "embed", "--preset", "fake", "--batch-size", "4", "--no-progress"), env, rng,
-                      db=db, events_path=events_path, typical_s=embed_s, typical_writes=max(1, todo // 4))
+        k = _kill_run(
+            cli_cmd(idx, "embed", "--preset", "fake", "--batch-size", "4", "--no-progress"),
+            env,
+            rng,
+            db=db,
+            events_path=events_path,
+            typical_s=embed_s,
+            typical_writes=max(1, todo // 4),
+        )
         embed_kills += k.alive
         landed["embed"][k.landed] += 1
         if not k.alive:  # it finished first: aim earlier next time
@@ -286,7 +322,9 @@ def test_sigkill_update_and_embed_keeps_the_index_consistent(tmp_path, monkeypat
     assert len(want["documents"]) >= CRASH["files"] and len(want["vectors"]) == len(want["chunks"])
     assert checksums(corpus) == before
     assert landed["update"]["mid-write"] >= CRASH["midwrite_kills"]
-    print(f"\ncrash harness ({PROFILE}): update: {attempts} attempts, kills landed {dict(landed['update'])} "
-          f"(mid-write by {dict(how_mid)}; {wal_mid} of them left uncommitted WAL frames); "
-          f"embed: {e_attempts} attempts, {dict(landed['embed'])}; final index {counts['documents']} document rows, "
-          f"{counts['chunks']} chunks, {counts['vectors']} vectors")
+    print(
+        f"\ncrash harness ({PROFILE}): update: {attempts} attempts, kills landed {dict(landed['update'])} "
+        f"(mid-write by {dict(how_mid)}; {wal_mid} of them left uncommitted WAL frames); "
+        f"embed: {e_attempts} attempts, {dict(landed['embed'])}; final index {counts['documents']} document rows, "
+        f"{counts['chunks']} chunks, {counts['vectors']} vectors"
+    )

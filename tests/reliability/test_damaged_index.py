@@ -3,6 +3,7 @@
 The damage is real bytes in the database file: 50 seeded bit flips (what a failing disk does),
 and zeroed table pages (what SQLite reports as "database disk image is malformed").
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from qmdlab.store import Index
 
 from .conftest import cli_env, make_corpus
 
-READERS = [("search", "alpha"), ("ls",), ("ls", "c0"), ("get", "c0/d0/n00000.md"), ("multi-get", "c0/**/*.md"),
-           ("status",), ("query", "--preset", "fake", "alpha beta"), ("vsearch", "--preset", "fake", "alpha")]
+READERS = [
+    ("search", "alpha"),
+    ("ls",),
+    ("ls", "c0"),
+    ("get", "c0/d0/n00000.md"),
+    ("multi-get", "c0/**/*.md"),
+    ("status",),
+    ("query", "--preset", "fake", "alpha beta"),
+    ("vsearch", "--preset", "fake", "alpha"),
+]
 WRITERS = [("update", "--no-progress"), ("embed", "--preset", "fake", "-f", "--no-progress"), ("cleanup",)]
 MESSAGE = "not a usable qmdlab index"
 
@@ -53,12 +62,16 @@ def _flip_bits(db: Path, n: int, seed: int) -> None:
 def _zero_pages(db: Path, tables: tuple[str, ...]) -> None:
     conn = sqlite3.connect(db)
     page = conn.execute("PRAGMA page_size").fetchone()[0]
-    roots = [r[0] for r in conn.execute(
-        f"SELECT rootpage FROM sqlite_master WHERE name IN ({','.join('?' * len(tables))})", tables)]
+    roots = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT rootpage FROM sqlite_master WHERE name IN ({','.join('?' * len(tables))})", tables
+        )
+    ]
     conn.close()
     data = bytearray(db.read_bytes())
     for r in roots:
-        data[(r - 1) * page: r * page] = b"\x5a" * page
+        data[(r - 1) * page : r * page] = b"\x5a" * page
     db.write_bytes(bytes(data))
 
 
@@ -77,8 +90,13 @@ def _run(index: Path, args: tuple[str, ...]):
 
 
 def _one_line_error(res) -> bool:
-    return (res.exit_code == 1 and isinstance(res.exception, SystemExit) and res.stderr.count("\n") == 1
-            and MESSAGE in res.stderr and "`qmdlab update` and `qmdlab embed`" in res.stderr)
+    return (
+        res.exit_code == 1
+        and isinstance(res.exception, SystemExit)
+        and res.stderr.count("\n") == 1
+        and MESSAGE in res.stderr
+        and "`qmdlab update` and `qmdlab embed`" in res.stderr
+    )
 
 
 @pytest.fixture
@@ -131,11 +149,20 @@ def test_the_rebuild_the_message_gives_works(env):
 def test_stdio_mcp_server_on_a_damaged_index_ends_with_one_line(env):
     index = _build(env)
     _zero_pages(index / "index.sqlite", ("documents",))
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
-    proc = subprocess.run([sys.executable, "-m", "qmdlab.cli", "--index", str(index), "mcp"],
-                          input=json.dumps(init) + "\n", capture_output=True, text=True, timeout=120,
-                          env=cli_env(env / "home", QMDLAB_PRESET="fake"))
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", "--index", str(index), "mcp"],
+        input=json.dumps(init) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(env / "home", QMDLAB_PRESET="fake"),
+    )
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     if proc.returncode == 1:
         assert MESSAGE in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr

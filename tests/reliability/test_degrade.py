@@ -9,6 +9,7 @@ time budget (``PipelineConfig.stage_budget_s``), and the result must equal the p
 without that model. While a stopped call is still finishing the model is not called again
 (``busy``); once it returns, the model is used again.
 """
+
 from __future__ import annotations
 
 import threading
@@ -88,8 +89,11 @@ def index(tmp_path):
     idx.update()
     emb = KeywordEmbedder(VOCAB)
     todo = idx.chunks_needing_vectors(emb.fingerprint)
-    idx.store_vectors(todo["chunk_id"].to_list(),
-                      emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))), emb.fingerprint)
+    idx.store_vectors(
+        todo["chunk_id"].to_list(),
+        emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
+        emb.fingerprint,
+    )
     yield idx
     idx.close()
 
@@ -129,9 +133,15 @@ def test_model_stage_fails_open(index, role, mode):
         without[slot] = None
         want = Lab(index, ModelSet(*without), cfg).query("git rebase squash commit", intent=intent, qid="bad")
         assert t.final.equals(want.final) and t.final.height > 0
-        why = {"hangs": "over its 0.4 s budget", "raises": "failed (RuntimeError: llama_decode returned -3)",
-               "garbage": {"embedder": "failed (ValueError: embedder returned a vector", "expander": "failed (Attribute",
-                           "reranker": "failed (ValueError: reranker scores outside [0, 1]"}[role]}[mode]
+        why = {
+            "hangs": "over its 0.4 s budget",
+            "raises": "failed (RuntimeError: llama_decode returned -3)",
+            "garbage": {
+                "embedder": "failed (ValueError: embedder returned a vector",
+                "expander": "failed (Attribute",
+                "reranker": "failed (ValueError: reranker scores outside [0, 1]",
+            }[role],
+        }[mode]
         assert why in notes(t, stage), t.notes
         if role == "embedder":
             assert set(t.lists["source"]) == {"fts"} and "keyword results only" in notes(t, stage)

@@ -5,6 +5,7 @@ the index is never corrupted, ``collections.yaml`` never half-written, and once 
 the same command works. On a read-only file system writers refuse with one line and readers
 still answer.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ from .conftest import cli_env, make_corpus
 
 
 def _mount(path: Path, *options: str) -> bool:
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(path)], capture_output=True, text=True
+    )
     return proc.returncode == 0
 
 
@@ -44,15 +46,20 @@ def disk(tmp_path):
 
 
 def _cli(env, *args):
-    return subprocess.run([sys.executable, "-m", "qmdlab.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", *args], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _one_line(proc, *words) -> bool:
     """Exit 1 with one ``error:`` line holding ``words`` (progress bars aside), no traceback."""
     errors = [line for line in proc.stderr.replace("\r", "\n").splitlines() if "error:" in line]
-    return (proc.returncode == 1 and "Traceback" not in proc.stderr and len(errors) == 1
-            and all(w in errors[0] for w in words))
+    return (
+        proc.returncode == 1
+        and "Traceback" not in proc.stderr
+        and len(errors) == 1
+        and all(w in errors[0] for w in words)
+    )
 
 
 def _sound(db: Path, tmp: Path) -> bool:

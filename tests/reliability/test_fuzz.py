@@ -20,12 +20,12 @@ Properties:
   data or a :class:`~qmdlab.errors.DataFormatError` naming the file and a line inside it,
   never another exception; a malformed record at line N is reported at line N.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import assume, example, given
@@ -40,8 +40,38 @@ from qmdlab.store.frontmatter import parse_front_matter
 from .conftest import fuzz_settings
 
 # ---------------------------------------------------------------- FTS query builder + BM25
-FTS_SYNTAX = ['"', "*", "^", ":", "(", ")", "NEAR(", "NEAR", "AND", "OR", "NOT", "-", "+", "{", "}", ",",
-              "'", "title:", "body:", "\\", "\x00", "東京", "ß", "İ", "é", "\u200b", "🙂", "git", "rebase", "the"]
+FTS_SYNTAX = [
+    '"',
+    "*",
+    "^",
+    ":",
+    "(",
+    ")",
+    "NEAR(",
+    "NEAR",
+    "AND",
+    "OR",
+    "NOT",
+    "-",
+    "+",
+    "{",
+    "}",
+    ",",
+    "'",
+    "title:",
+    "body:",
+    "\\",
+    "\x00",
+    "東京",
+    "ß",
+    "İ",
+    "é",
+    "\u200b",
+    "🙂",
+    "git",
+    "rebase",
+    "the",
+]
 fts_text = st.one_of(
     st.text(max_size=80),
     st.lists(st.sampled_from(FTS_SYNTAX) | st.text(max_size=6), max_size=14).map(" ".join),
@@ -55,9 +85,12 @@ def fuzz_index(tmp_path_factory):
     from qmdlab.store import Index
 
     root = tmp_path_factory.mktemp("fuzzcorpus")
-    docs = {"git.md": "# Git rebase\n\nrebase and merge the branch\n", "jp.md": "# 東京\n\n東京大学の講義\n",
-            "ops.md": "---\ntags: [ops]\n---\n# NEAR and AND\n\nthe title: body ^ star * quotes \"x\"\n",
-            "de.md": "# Straße\n\nÜber die Brücke, ß und é\n"}
+    docs = {
+        "git.md": "# Git rebase\n\nrebase and merge the branch\n",
+        "jp.md": "# 東京\n\n東京大学の講義\n",
+        "ops.md": '---\ntags: [ops]\n---\n# NEAR and AND\n\nthe title: body ^ star * quotes "x"\n',
+        "de.md": "# Straße\n\nÜber die Brücke, ß und é\n",
+    }
     for name, text in docs.items():
         (root / name).write_text(text, encoding="utf-8")
     idx = Index(tmp_path_factory.mktemp("fuzzidx"))
@@ -88,11 +121,31 @@ def test_fts_builder_and_search_never_raise(fuzz_index, text, mode):
 
 # ---------------------------------------------------------------- chunker
 md_line = st.one_of(
-    st.sampled_from(["", "", "```", "```python", "~~~", "---", "***", "- item", "1. step", "> quote", "| a | b |",
-                     "    indented code", "####### not a heading", "#", "# ", "#no-space"]),
-    st.builds(lambda n, t: "#" * n + " " + t, st.integers(1, 6), st.text(st.characters(blacklist_categories=("Cs",),
-                                                                                         blacklist_characters="\n\r"),
-                                                                           max_size=12)),
+    st.sampled_from(
+        [
+            "",
+            "",
+            "```",
+            "```python",
+            "~~~",
+            "---",
+            "***",
+            "- item",
+            "1. step",
+            "> quote",
+            "| a | b |",
+            "    indented code",
+            "####### not a heading",
+            "#",
+            "# ",
+            "#no-space",
+        ]
+    ),
+    st.builds(
+        lambda n, t: "#" * n + " " + t,
+        st.integers(1, 6),
+        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=12),
+    ),
     st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=60),
     st.builds(lambda w, n: " ".join([w] * n), st.sampled_from(["word", "東京", "a", "x" * 30]), st.integers(1, 40)),
 )
@@ -100,8 +153,13 @@ markdown = st.lists(md_line, max_size=60).map("\n".join)
 
 
 @fuzz_settings()
-@given(text=markdown, max_chars=st.integers(8, 400), overlap_frac=st.floats(0, 0.5), window_frac=st.floats(0.05, 1),
-       front=st.booleans())
+@given(
+    text=markdown,
+    max_chars=st.integers(8, 400),
+    overlap_frac=st.floats(0, 0.5),
+    window_frac=st.floats(0.05, 1),
+    front=st.booleans(),
+)
 @example(text="```\n" + "code\n" * 50, max_chars=20, overlap_frac=0.25, window_frac=0.5, front=False)
 @example(text="a\n```\nx\n```\n" * 20, max_chars=9, overlap_frac=0.5, window_frac=1.0, front=True)
 def test_chunker_invariants(text, max_chars, overlap_frac, window_frac, front):
@@ -110,8 +168,9 @@ def test_chunker_invariants(text, max_chars, overlap_frac, window_frac, front):
     body = full[off:]
     overlap = int(max_chars * overlap_frac)
     window = max(1, int(max_chars * window_frac))
-    chunks = chunk_document(body, offset=off, full_text=full, max_chars=max_chars, overlap_chars=overlap,
-                            window_chars=window)
+    chunks = chunk_document(
+        body, offset=off, full_text=full, max_chars=max_chars, overlap_chars=overlap, window_chars=window
+    )
     assert chunks and [c.seq for c in chunks] == list(range(len(chunks)))
     # cover the text in order, no gap
     assert chunks[0].char_start == off and chunks[-1].char_end == len(full)
@@ -157,9 +216,12 @@ def test_default_size_chunker_covers_long_documents(text):
 
 # ---------------------------------------------------------------- expansion-output parser
 exp_line = st.one_of(
-    st.builds(lambda t, sep, c: f"{t}{sep}{c}", st.sampled_from(["lex", "vec", "hyde", "LEX", "Hyde", "intent", "x",
-                                                                  "", "lex ", " vec"]),
-              st.sampled_from([": ", ":", " : ", " ", "::", ": \t"]), st.text(max_size=40)),
+    st.builds(
+        lambda t, sep, c: f"{t}{sep}{c}",
+        st.sampled_from(["lex", "vec", "hyde", "LEX", "Hyde", "intent", "x", "", "lex ", " vec"]),
+        st.sampled_from([": ", ":", " : ", " ", "::", ": \t"]),
+        st.text(max_size=40),
+    ),
     st.text(max_size=40),
 )
 
@@ -218,11 +280,31 @@ def _loaders():
 
 LOADERS = _loaders()
 loader_lines = st.one_of(
-    st.sampled_from(['{"qid": "1", "query": "git", "qrels": {"d1": 1}}', '{"query": "q", "output": [["lex", "a"]]}',
-                     "1 0 d1 1", "q1\td1\t2", "query-id\tcorpus-id\tscore", ".I 1", ".W", "text", "# comment", "",
-                     '{"qid": 1, "query": {"x": 1}}', '{"qrels": {"d": Infinity}, "qid": "2", "query": "x"}',
-                     "1 0 d1 inf", "1 0 d1 nan", "q\td\t1e400", "[1, 2]", "null", '{"qid": "1"}', "\ufeff1 0 d 1",
-                     '{"query": "q", "output": [["lex", "a\\nb"]]}', '{"query": "q", "output": "lex: a"}']),
+    st.sampled_from(
+        [
+            '{"qid": "1", "query": "git", "qrels": {"d1": 1}}',
+            '{"query": "q", "output": [["lex", "a"]]}',
+            "1 0 d1 1",
+            "q1\td1\t2",
+            "query-id\tcorpus-id\tscore",
+            ".I 1",
+            ".W",
+            "text",
+            "# comment",
+            "",
+            '{"qid": 1, "query": {"x": 1}}',
+            '{"qrels": {"d": Infinity}, "qid": "2", "query": "x"}',
+            "1 0 d1 inf",
+            "1 0 d1 nan",
+            "q\td\t1e400",
+            "[1, 2]",
+            "null",
+            '{"qid": "1"}',
+            "\ufeff1 0 d 1",
+            '{"query": "q", "output": [["lex", "a\\nb"]]}',
+            '{"query": "q", "output": "lex: a"}',
+        ]
+    ),
     st.text(max_size=50),
 )
 loader_bytes = st.one_of(
@@ -231,8 +313,7 @@ loader_bytes = st.one_of(
 )
 
 
-LOADER_NAMES = ["queries.jsonl", "jsonl", "trec-qrels", "beir-qrels", "smart-rel", "smart-records",
-                "training-examples"]
+LOADER_NAMES = ["queries.jsonl", "jsonl", "trec-qrels", "beir-qrels", "smart-rel", "smart-records", "training-examples"]
 NO_TRAINING = "training/data.py is not present in this checkout: its loader is not fuzzed"
 
 
@@ -264,10 +345,20 @@ GOOD = {
     "beir-qrels": lambda i: f"q{i}\td{i}\t1",
 }
 BAD = {
-    "queries.jsonl": ['{"qid": "x", ', "[1, 2]", '{"query": "no id"}', '{"qid": "q0", "query": "dup"}',
-                      '{"qid": "z", "query": "q", "qrels": {"d": "high"}}', "not json"],
-    "training-examples": ['{"query": "q"', '{"query": "", "output": [["lex", "a"]]}',
-                          '{"query": "q", "output": [["sparse", "a"]]}', "42"],
+    "queries.jsonl": [
+        '{"qid": "x", ',
+        "[1, 2]",
+        '{"query": "no id"}',
+        '{"qid": "q0", "query": "dup"}',
+        '{"qid": "z", "query": "q", "qrels": {"d": "high"}}',
+        "not json",
+    ],
+    "training-examples": [
+        '{"query": "q"',
+        '{"query": "", "output": [["lex", "a"]]}',
+        '{"query": "q", "output": [["sparse", "a"]]}',
+        "42",
+    ],
     "trec-qrels": ["q 0 d", "q 0 d high", "q 0 d 1 extra"],
     "beir-qrels": ["q\td", "q\td\thigh", "q\td\t1\textra"],
 }

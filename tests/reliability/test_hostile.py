@@ -4,6 +4,7 @@ Nothing may crash, hang (a fifo is never opened, symlink loops are not followed)
 files. The expected outcome of each file is stated next to it; the test compares the
 update report's per-reason counts and the indexed docnos with those expectations exactly.
 """
+
 from __future__ import annotations
 
 import os
@@ -85,8 +86,10 @@ def _build(root: Path, outside: Path) -> tuple[dict[str, str | None], list[str]]
         put("no-perms.md", b"# Secret\n", "unreadable")
         os.chmod(root / "no-perms.md", 0)
     else:
-        notes.append("running as root: chmod 000 does not stop root, so no-perms.md is not part of this run "
-                     "(test_unreadable_file_is_skipped_not_fatal covers the path by injection)")
+        notes.append(
+            "running as root: chmod 000 does not stop root, so no-perms.md is not part of this run "
+            "(test_unreadable_file_is_skipped_not_fatal covers the path by injection)"
+        )
     return exp, notes
 
 
@@ -152,8 +155,12 @@ def test_hostile_corpus_through_the_cli(tmp_path, hostile):
     root, exp, _ = hostile
     env = cli_env(tmp_path / "home")
     idx = tmp_path / "idx"
-    res = subprocess.run(cli_cmd(idx, "collection", "add", str(root), "--name", "h", "--no-update"), env=env,
-                         capture_output=True, timeout=300)
+    res = subprocess.run(
+        cli_cmd(idx, "collection", "add", str(root), "--name", "h", "--no-update"),
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     res = subprocess.run(cli_cmd(idx, "update", "--no-progress"), env=env, capture_output=True, timeout=300)
     out, err = res.stdout.decode("utf-8", "replace"), res.stderr.decode("utf-8", "replace")
@@ -162,7 +169,8 @@ def test_hostile_corpus_through_the_cli(tmp_path, hostile):
     assert "skipped by reason: " in out
     reasons = dict(x.rsplit(" ", 1) for x in out.split("skipped by reason: ")[1].splitlines()[0].split(", "))
     assert {k: int(v) for k, v in reasons.items()} == {
-        r: sum(1 for v in exp.values() if v == r) for r in {v for v in exp.values() if v}}
+        r: sum(1 for v in exp.values() if v == r) for r in {v for v in exp.values() if v}
+    }
     assert "skipped (name): h/caf\\xe9.md" in out
     from click.testing import CliRunner
 
@@ -206,8 +214,11 @@ def test_unreadable_file_is_skipped_not_fatal(tmp_path, monkeypatch):
         assert idx.get("c/b.md").body == "# B\n\nbeta changed\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions (chmod 000 is still readable), "
-                                               "so a real unreadable file cannot be made; the injected test covers it")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root ignores file permissions (chmod 000 is still readable), "
+    "so a real unreadable file cannot be made; the injected test covers it",
+)
 def test_chmod_000_file_is_skipped(tmp_path):
     root = tmp_path / "c"
     root.mkdir()

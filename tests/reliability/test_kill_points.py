@@ -5,6 +5,7 @@ one write transaction, :mod:`qmdlab.store.testhooks`). After each crash the inde
 consistent, holds exactly what it held before the transaction began (nothing of the open
 transaction is visible), and a re-run completes and equals a clean build.
 """
+
 from __future__ import annotations
 
 import signal
@@ -16,8 +17,17 @@ from click.testing import CliRunner
 from qmdlab.cli import cli
 from qmdlab.store.testhooks import parse_kill_at
 
-from .conftest import (check_consistency, checksums, cli_cmd, cli_env, kill_landed, make_corpus, read_events,
-                       visible_state, wal_frames)
+from .conftest import (
+    check_consistency,
+    checksums,
+    cli_cmd,
+    cli_env,
+    kill_landed,
+    make_corpus,
+    read_events,
+    visible_state,
+    wal_frames,
+)
 
 
 def _inproc(index, *args: str) -> str:
@@ -27,9 +37,13 @@ def _inproc(index, *args: str) -> str:
 
 
 def _crash(index, env, events, kill_at: str, *args: str) -> subprocess.CompletedProcess:
-    res = subprocess.run(cli_cmd(index, *args), env={**env, "QMDLAB_TEST_EVENTS": str(events),
-                                                      "QMDLAB_TEST_KILL_AT": kill_at},
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        cli_cmd(index, *args),
+        env={**env, "QMDLAB_TEST_EVENTS": str(events), "QMDLAB_TEST_KILL_AT": kill_at},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == -signal.SIGKILL, (res.returncode, res.stderr[-2000:])
     return res
 
@@ -104,9 +118,13 @@ def test_bad_kill_spec_is_a_one_line_error_and_rolls_back(tmp_path):
     env = cli_env(tmp_path / "home")
     roots = make_corpus(tmp_path / "corpus", 5, 1, seed=6)
     idx = tmp_path / "idx"
-    res = subprocess.run(cli_cmd(idx, "collection", "add", str(roots[0]), "--name", "c0"),
-                         env={**env, "QMDLAB_TEST_KILL_AT": "update.file"}, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        cli_cmd(idx, "collection", "add", str(roots[0]), "--name", "c0"),
+        env={**env, "QMDLAB_TEST_KILL_AT": "update.file"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert "$QMDLAB_TEST_KILL_AT='update.file': expected '<label>:<n>'" in res.stderr
     assert check_consistency(idx / "index.sqlite")["documents"] == 0

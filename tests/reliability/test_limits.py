@@ -3,6 +3,7 @@ the limit, recorded in ``UpdateReport.warnings`` / the CLI and in the pipeline's
 
 The limits are lowered through their environment variables so small corpora reach them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,10 @@ def test_documents_warn_at_80_percent_then_stop_growing(tmp_path, clean_env):
         idx.add_collection("c", root)
         rep = idx.update()
         assert rep.new == 8 and rep.skipped == 0
-        assert rep.warnings == ("documents at 80% of the capacity limit (8 of 10 documents); raise "
-                                "$QMDLAB_MAX_DOCUMENTS if the machine allows",)
+        assert rep.warnings == (
+            "documents at 80% of the capacity limit (8 of 10 documents); raise "
+            "$QMDLAB_MAX_DOCUMENTS if the machine allows",
+        )
         _corpus(root, 13)  # five more files: two fit, three do not
         (root / "n00.md").write_text("# Note 0\n\nchanged pasta\n", encoding="utf-8")
         rep = idx.update()
@@ -86,7 +89,8 @@ def test_update_cli_prints_capacity_warnings(tmp_path, clean_env):
     assert [ln for ln in res.stderr.splitlines() if ln.startswith("warning")] == [
         "warning: documents at 100% of the capacity limit (4 of 4 documents); raise $QMDLAB_MAX_DOCUMENTS if the "
         "machine allows",
-        "warning: 1 file(s) not indexed: the capacity limit was reached (see `qmdlab update` skip reasons)"]
+        "warning: 1 file(s) not indexed: the capacity limit was reached (see `qmdlab update` skip reasons)",
+    ]
 
 
 def _embedded(tmp_path, n=5):
@@ -96,8 +100,9 @@ def _embedded(tmp_path, n=5):
     idx.update()
     emb = KeywordEmbedder(VOCAB)
     todo = idx.chunks_needing_vectors(emb.fingerprint)
-    idx.store_vectors(todo["chunk_id"].to_list(), emb.embed_documents(list(zip(todo["title"], todo["text"]))),
-                      emb.fingerprint)
+    idx.store_vectors(
+        todo["chunk_id"].to_list(), emb.embed_documents(list(zip(todo["title"], todo["text"]))), emb.fingerprint
+    )
     return idx, emb
 
 
@@ -108,8 +113,11 @@ def test_vector_matrix_over_its_byte_limit_degrades_the_vector_stage(tmp_path, c
         clean_env.setenv("QMDLAB_MAX_VECTOR_BYTES", "90")  # 89 %: warning, still searched
         t = lab.query("pasta")
         assert t.lists.filter(t.lists["source"] == "vec").height == 5
-        assert ("capacity", "vector_bytes at 89% of the capacity limit (80 of 90 bytes); raise "
-                "$QMDLAB_MAX_VECTOR_BYTES if the machine allows") in t.notes.select("stage", "message").rows()
+        assert (
+            "capacity",
+            "vector_bytes at 89% of the capacity limit (80 of 90 bytes); raise "
+            "$QMDLAB_MAX_VECTOR_BYTES if the machine allows",
+        ) in t.notes.select("stage", "message").rows()
         clean_env.setenv("QMDLAB_MAX_VECTOR_BYTES", "79")  # over: vector lists dropped, BM25 still answers
         idx._vectors.clear()
         t = lab.query("pasta")
@@ -128,6 +136,7 @@ def test_vector_matrix_over_its_byte_limit_degrades_the_vector_stage(tmp_path, c
 def test_query_time_budget_skips_rerank_and_keeps_fusion_order(tmp_path, clean_env):
     idx, emb = _embedded(tmp_path)
     try:
+
         def by_number(query, text):  # prefers the highest-numbered note: reverses the fused (docno) order
             return int(text.split("Note ")[1][0]) / 10
 

@@ -1,4 +1,5 @@
 """Odd arguments get an answer or one line naming the problem, never a traceback."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,12 @@ def _run(index, *args):
 
 
 def _one_line(res, *words) -> bool:
-    return (res.exit_code == 1 and isinstance(res.exception, SystemExit) and res.stderr.count("\n") == 1
-            and all(w in res.stderr for w in words))
+    return (
+        res.exit_code == 1
+        and isinstance(res.exception, SystemExit)
+        and res.stderr.count("\n") == 1
+        and all(w in res.stderr for w in words)
+    )
 
 
 def test_bytes_that_are_not_utf8_in_a_search_are_dropped(index):
@@ -101,8 +106,9 @@ def test_a_real_argv_with_invalid_utf8_bytes(index, tmp_path):
     """What a shell passes: raw bytes in argv (decoded by Python with surrogateescape)."""
     env = dict(os.environ, QMDLAB_INDEX=str(index))
     for argv in ([b"search", b"alpha \xff\xfe"], [b"get", b"c0/\xff.md"]):
-        proc = subprocess.run([os.fsencode(sys.executable), b"-m", b"qmdlab.cli", *argv], env=env,
-                              capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"qmdlab.cli", *argv], env=env, capture_output=True, timeout=120
+        )
         err = proc.stderr.decode("utf-8", "replace")
         assert "Traceback" not in err and proc.returncode in (0, 1), err
         if proc.returncode == 1:

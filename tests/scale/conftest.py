@@ -2,6 +2,7 @@
 and CI use), or — with ``QMDLAB_TEST_RAY_ADDRESS`` set — an already running one (e.g. started
 once with ``ray start --head --num-cpus 2`` on a machine too busy to start one per module).
 Skipped without the ``qmdlab[scale]`` extra locally, a failure under CI (tests/conftest.py ``require``)."""
+
 from __future__ import annotations
 
 import os

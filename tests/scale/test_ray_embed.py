@@ -1,5 +1,6 @@
 """``qmdlab embed --ray`` on a local Ray instance (2 CPUs): the same vectors as the local path,
 stored under the same fingerprint, resumable, and refused when an actor's model differs."""
+
 from __future__ import annotations
 
 import shutil
@@ -79,12 +80,20 @@ def test_an_interrupted_run_resumes_where_it_stopped(ray_local, two_indexes):
         writes.append(len(ids))
 
     with pytest.raises(KeyboardInterrupt):
-        embed_with_ray(idx, todo, EmbedderSpec("fake:keyword", batch_size=4), emb.fingerprint,
-                       RayOptions(actors=2), progress=False, store=crash_after_two)
+        embed_with_ray(
+            idx,
+            todo,
+            EmbedderSpec("fake:keyword", batch_size=4),
+            emb.fingerprint,
+            RayOptions(actors=2),
+            progress=False,
+            store=crash_after_two,
+        )
     left = idx.chunks_needing_vectors(emb.fingerprint)
     assert left.height == todo.height - sum(writes) and sum(writes) == 8  # two committed batches kept
-    rep = embed_with_ray(idx, left, EmbedderSpec("fake:keyword", batch_size=4), emb.fingerprint,
-                         RayOptions(actors=2), progress=False)
+    rep = embed_with_ray(
+        idx, left, EmbedderSpec("fake:keyword", batch_size=4), emb.fingerprint, RayOptions(actors=2), progress=False
+    )
     assert rep.chunks == left.height and idx.chunks_needing_vectors(emb.fingerprint).height == 0
     ids, mat = _vectors(idx, emb.fingerprint)
     assert len(ids) == todo.height
@@ -97,6 +106,7 @@ def test_an_actor_with_another_model_is_refused_before_anything_is_stored(ray_lo
     emb = load_models("fake").embedder
     todo = idx.chunks_needing_vectors(emb.fingerprint)
     with pytest.raises(ModelError, match="every node must have the same model"):
-        embed_with_ray(idx, todo, EmbedderSpec("fake:keyword"), "pkg:other#000000000000", RayOptions(actors=1),
-                       progress=False)
+        embed_with_ray(
+            idx, todo, EmbedderSpec("fake:keyword"), "pkg:other#000000000000", RayOptions(actors=1), progress=False
+        )
     assert idx.vector_fingerprints() == {}

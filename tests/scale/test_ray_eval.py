@@ -1,5 +1,6 @@
 """``qmdlab eval SUITE --ray`` on a local Ray instance (2 CPUs): traces from actors land in the same
 trace cache, and the run files and metrics are bit-identical to a local run."""
+
 from __future__ import annotations
 
 import json
@@ -17,19 +18,39 @@ pytestmark = pytest.mark.slow  # a Ray instance and two actors running the pipel
 def _suite_dir(tmp_path) -> Path:
     d = tmp_path / "user-data"
     d.mkdir()
-    docs = {"1": ("Cats", "cats purr and sleep all day"), "2": ("Dogs", "dogs bark at cats"),
-            "3": ("Birds", "birds fly south in winter"), "10": ("Fish", "fish swim in water"),
-            "11": ("Cat food", "what cats eat: fish and meat"), "12": ("Winter", "birds and dogs in winter")}
+    docs = {
+        "1": ("Cats", "cats purr and sleep all day"),
+        "2": ("Dogs", "dogs bark at cats"),
+        "3": ("Birds", "birds fly south in winter"),
+        "10": ("Fish", "fish swim in water"),
+        "11": ("Cat food", "what cats eat: fish and meat"),
+        "12": ("Winter", "birds and dogs in winter"),
+    }
     (d / "T.ALL").write_text("".join(f".I {i}\n.T\n{t}\n.W\n{w}\n" for i, (t, w) in docs.items()))
-    (d / "T.QRY").write_text(".I 1\n.W\ncats\n.I 2\n.W\nbirds fly\n.I 3\n.W\nswimming fish\n"
-                             ".I 4\n.W\ncat food\n.I 5\n.W\nwinter dogs\n")
+    (d / "T.QRY").write_text(
+        ".I 1\n.W\ncats\n.I 2\n.W\nbirds fly\n.I 3\n.W\nswimming fish\n.I 4\n.W\ncat food\n.I 5\n.W\nwinter dogs\n"
+    )
     (d / "T.REL").write_text("1 1 0 0.0\n1 11 0 0.0\n2 3 0 0.0\n3 10 0 0.0\n4 11 0 0.0\n5 12 0 0.0\n5 2 0 0.0\n")
     return d
 
 
 def _eval(suite: Path, out: Path, *extra: str):
-    res = CliRunner().invoke(cli, ["eval", str(suite), "--format", "smart", "--preset", "fake", "--no-progress",
-                                   "--ablate", "--out", str(out), *extra])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            str(suite),
+            "--format",
+            "smart",
+            "--preset",
+            "fake",
+            "--no-progress",
+            "--ablate",
+            "--out",
+            str(out),
+            *extra,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return res.output
 

@@ -1,7 +1,6 @@
 """A tiny indexed corpus for search tests."""
-from __future__ import annotations
 
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 

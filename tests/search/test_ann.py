@@ -1,5 +1,6 @@
 """The opt-in HNSW path of vector_search: recall against exact on a real index, the
 saved graph is never used stale, the missing extra names its install, exact stays the default."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,11 @@ def test_recall_at_10_against_exact_on_5k_clustered_chunks(tmp_path, faiss):
         assert len(exact) == len(approx) == 10
         recall.append(len({h.docno for h in exact} & {h.docno for h in approx}) / 10)
         by_doc = {h.docno: (h.chunk_id, h.score) for h in exact}
-        same_scores &= all(by_doc[h.docno][0] == h.chunk_id and abs(by_doc[h.docno][1] - h.score) < 1e-6
-                           for h in approx if h.docno in by_doc)
+        same_scores &= all(
+            by_doc[h.docno][0] == h.chunk_id and abs(by_doc[h.docno][1] - h.score) < 1e-6
+            for h in approx
+            if h.docno in by_doc
+        )
     assert np.mean(recall) >= 0.95, f"recall@10 {np.mean(recall):.3f}"
     assert same_scores  # a document found gets its exact best chunk and cosine (to float32 rounding)
     assert (tmp_path / "idx" / "ann").is_dir()  # the graph was saved next to the SQLite file
@@ -141,6 +145,10 @@ def test_vsearch_ann_ef_without_ann_is_refused(tmp_path):
     import subprocess
 
     qmdlab = Path(sys.executable).with_name("qmdlab")
-    r = subprocess.run([str(qmdlab), "--index", str(tmp_path / "idx"), "vsearch", "q", "--ann-ef", "64"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(qmdlab), "--index", str(tmp_path / "idx"), "vsearch", "q", "--ann-ef", "64"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "--ann-ef needs --ann" in r.stderr

@@ -1,6 +1,7 @@
 """bm25_search's repeated-query path (rowid → docno map instead of an SQL join) against the raw
 FTS5 query with ``ORDER BY bm25, docno``: same hits on a corpus full of exact score ties, and the
 map follows writes (new, changed and removed notes)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,9 @@ def reference(idx, text, limit):
     rows = idx.conn.execute(
         f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s FROM documents_fts "
         "JOIN documents d ON d.id = documents_fts.rowid WHERE documents_fts MATCH ? AND d.active = 1 "
-        "ORDER BY s, docno LIMIT ?", (q, limit)).fetchall()
+        "ORDER BY s, docno LIMIT ?",
+        (q, limit),
+    ).fetchall()
     return [(d, s) for d, s in rows]
 
 

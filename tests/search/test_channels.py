@@ -1,6 +1,7 @@
 """Extra keyword channels: verbatim phrase, substring LIKE leg, CJK
 trigrams — closed-form rankings, a differential check against raw FTS5, and their lists in the
 pipeline (off by default, and not in the trace-cache key while off)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -46,7 +47,8 @@ def test_phrase_channel_equals_a_raw_fts5_phrase_query(idx):
     raw = idx.conn.execute(
         "SELECT d.collection || '/' || d.path, bm25(documents_fts, 1.5, 4.0, 1.0) AS s FROM documents_fts "
         "JOIN documents d ON d.id = documents_fts.rowid WHERE documents_fts MATCH ? ORDER BY s",
-        ['"pgbouncer connection pooling"']).fetchall()
+        ['"pgbouncer connection pooling"'],
+    ).fetchall()
     assert [(h.docno, h.backend_score) for h in hits] == [(d, s) for d, s in raw]
     assert hits[0].score == pytest.approx(abs(raw[0][1]) / (1 + abs(raw[0][1])))
     assert ch.phrase_search(idx, "pgbouncer") == []  # one word: the BM25 list already is that
@@ -57,7 +59,10 @@ def test_like_channel_counts_contained_terms(idx):
     assert bm25_search(idx, "bouncer") == []
     hits = ch.like_search(idx, "bouncer restarts")
     assert [(h.docno, h.rank, h.backend_score, h.score) for h in hits] == [
-        ("kb/infix.md", 1, 2.0, 1.0), ("kb/exact.md", 2, 1.0, 0.5), ("kb/reordered.md", 3, 1.0, 0.5)]
+        ("kb/infix.md", 1, 2.0, 1.0),
+        ("kb/exact.md", 2, 1.0, 0.5),
+        ("kb/reordered.md", 3, 1.0, 0.5),
+    ]
     assert ch.like_search(idx, "bouncer", limit=1)[0].docno == "kb/exact.md"  # ties by docno
     tagged = ch.like_search(idx, "bouncer", filters=SearchFilters(tags=("db",)))
     assert [h.docno for h in tagged] == ["kb/exact.md"]
@@ -98,10 +103,12 @@ def test_channels_in_the_pipeline_are_off_by_default_and_weighted_when_on(idx):
 
 def test_heading_channel_counts_query_terms_in_section_headings(tmp_path):
     root = tmp_path / "h"
-    notes = {"a.md": "# Restore\n\n## Postgres backup\n\nrestore body\n",     # both terms in headings
-             "b.md": "# Postgres tuning\n\nhow to restore a backup\n",        # one term in a heading
-             "c.md": "# Misc\n\nrestore postgres backup\n```\n# postgres restore\n```\n",  # body and fence only
-             "d.md": "no headings: postgres restore\n"}
+    notes = {
+        "a.md": "# Restore\n\n## Postgres backup\n\nrestore body\n",  # both terms in headings
+        "b.md": "# Postgres tuning\n\nhow to restore a backup\n",  # one term in a heading
+        "c.md": "# Misc\n\nrestore postgres backup\n```\n# postgres restore\n```\n",  # body and fence only
+        "d.md": "no headings: postgres restore\n",
+    }
     for rel, body in notes.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(body, encoding="utf-8")
@@ -110,7 +117,9 @@ def test_heading_channel_counts_query_terms_in_section_headings(tmp_path):
     index.update()
     hits = ch.heading_search(index, "how to restore postgres")
     assert [(h.docno, h.rank, h.backend_score, h.score) for h in hits] == [
-        ("h/a.md", 1, 2.0, 1.0), ("h/b.md", 2, 1.0, 0.5)]
+        ("h/a.md", 1, 2.0, 1.0),
+        ("h/b.md", 2, 1.0, 0.5),
+    ]
     assert ch.heading_search(index, "restore", filters=SearchFilters(tags=("none",))) == []
     lab = Lab(index, ModelSet(None, None, None), PipelineConfig(rerank=False, expand=False))
     assert "heading" not in set(lab.query("restore postgres").lists["source"])
@@ -135,7 +144,8 @@ def test_new_options_stay_out_of_the_trace_cache_key_while_default():
     payload = json.dumps(PipelineConfig().to_dict(), sort_keys=True)
     assert hashlib.sha256(payload.encode()).hexdigest()[:16] == DEFAULT_KEY, (
         "PipelineConfig().to_dict() changed: every cached eval trace is invalidated. A new option must be "
-        "left out of to_dict() while it holds its default (add it to OMITTED_AT_DEFAULT).")
+        "left out of to_dict() while it holds its default (add it to OMITTED_AT_DEFAULT)."
+    )
 
 
 DEFAULT_KEY = "34c056a43ae878a1"

@@ -5,6 +5,7 @@ CISI (1,460 abstracts, 76 judged queries, binary relevance) is read minimally he
 Each document becomes ``<id>.md`` (``# title`` + abstract) in a temp folder, which is indexed
 by the real store and searched by :func:`qmdlab.search.bm25_search`.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,7 +105,8 @@ def test_bm25_scores_equal_raw_sql(cisi):
         raw = idx.conn.execute(
             "SELECT d.collection || '/' || d.path, bm25(documents_fts, 1.5, 4.0, 1.0) FROM documents_fts "
             "JOIN documents d ON d.id = documents_fts.rowid WHERE documents_fts MATCH ? ORDER BY 2 LIMIT 15",
-            (build_fts_query(queries[q], "or"),)).fetchall()
+            (build_fts_query(queries[q], "or"),),
+        ).fetchall()
         assert len(hits) == len(raw) == 15
         assert [h.backend_score for h in hits] == [s for _, s in raw]
         assert {h.docno for h in hits if h.backend_score != hits[-1].backend_score} <= {d for d, _ in raw}
@@ -124,8 +126,10 @@ def test_cisi_bm25_at_least_the_plain_fts5_reference(cisi):
 
     def mean_ndcg(**knobs) -> float:
         kwargs = PipelineConfig(**knobs).lexical()
-        return sum(ndcg_at_10([Path(h.docno).stem for h in bm25_search(idx, queries[q], limit=10, **kwargs)], rel[q])
-                   for q in judged) / len(judged)
+        return sum(
+            ndcg_at_10([Path(h.docno).stem for h in bm25_search(idx, queries[q], limit=10, **kwargs)], rel[q])
+            for q in judged
+        ) / len(judged)
 
     default, deduped = mean_ndcg(), mean_ndcg(bm25_query_tf=False)
     print(f"\nCISI BM25 nDCG@10: defaults {default:.4f}, each query word once {deduped:.4f}")

@@ -1,5 +1,6 @@
 """One query for a result list's documents and chunks: same answers as one lookup per document,
 through the ``(collection, path)`` index rather than a scan of every document."""
+
 from __future__ import annotations
 
 import qmdlab.store.documents as documents
@@ -34,8 +35,9 @@ def test_chunks_of_docnos_equal_the_filtered_whole(corpus_index, monkeypatch):
 
 def test_docno_lookup_uses_the_collection_path_index(corpus_index):
     where, params = documents._docno_rows(["kb/pasta.md", "kb/other/notes.md"])
-    plan = corpus_index.conn.execute(f"EXPLAIN QUERY PLAN SELECT d.id FROM documents d WHERE d.active = 1 AND {where}",
-                                     params).fetchall()
+    plan = corpus_index.conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT d.id FROM documents d WHERE d.active = 1 AND {where}", params
+    ).fetchall()
     details = " ".join(r[-1] for r in plan)
     # documents are looked up (by rowid, the rowids through the unique (collection, path) index), never scanned
     assert "SEARCH d USING INTEGER PRIMARY KEY" in details and "SEARCH x USING COVERING INDEX" in details, details

@@ -1,5 +1,6 @@
 """The lexical knobs: closed-form checks of each knob, and a differential test of
 :func:`bm25_search` against raw FTS5 SQL written by hand on a small real index."""
+
 from __future__ import annotations
 
 import itertools
@@ -32,15 +33,30 @@ def test_stopword_knob():
 def test_query_tf_knob():
     assert build_fts_query("rebase git rebase", "or", prefix=False, query_tf=False) == '"rebase" OR "git"'
     assert build_fts_query("rebase git rebase", "or", prefix=False) == '"rebase" OR "git" OR "rebase"'  # default
-    assert build_fts_query("rebase git rebase -x -x", "or", prefix=False, query_tf=True) == \
-        '("rebase" OR "git" OR "rebase") NOT "x"'  # negations once
+    assert (
+        build_fts_query("rebase git rebase -x -x", "or", prefix=False, query_tf=True)
+        == '("rebase" OR "git" OR "rebase") NOT "x"'
+    )  # negations once
     assert build_fts_query("rebase rebase", "and", query_tf=True) == '"rebase"*'  # and mode: qmd's builder
     # msm counts distinct terms even when the expression repeats them
     assert parse_fts_query("a1 b1 a1", "msm", prefix=False, query_tf=True).positive == ('"a1"', '"b1"')
 
 
-@pytest.mark.parametrize("n,m,want", [(5, 0.5, 2), (4, 0.75, 3), (3, 0.34, 1), (5, 0.2, 1), (10, 0.99, 9),
-                                      (5, 0.0, 1), (5, 2, 2), (5, 2.9, 2), (3, 9, 3), (0, 0.5, 0)])
+@pytest.mark.parametrize(
+    "n,m,want",
+    [
+        (5, 0.5, 2),
+        (4, 0.75, 3),
+        (3, 0.34, 1),
+        (5, 0.2, 1),
+        (10, 0.99, 9),
+        (5, 0.0, 1),
+        (5, 2, 2),
+        (5, 2.9, 2),
+        (3, 9, 3),
+        (0, 0.5, 0),
+    ],
+)
 def test_required_matches_closed_form(n, m, want):
     """Share m < 1: floor(m·n), at least 1; count m >= 1: int(m), at most n."""
     assert required_matches(n, m) == want
@@ -69,30 +85,49 @@ def test_config_fields_validate_save_and_load(tmp_path):
         PipelineConfig(bm25_mode="xor")
     with pytest.raises(ConfigError, match="option 'bm25_prefix' must be bool"):
         PipelineConfig.from_dict({"bm25_prefix": "yes"})
-    cfg = PipelineConfig(bm25_weight_title=2.5, bm25_prefix=True, bm25_mode="msm", bm25_min_match=2,
-                         bm25_stopwords=True, bm25_query_tf=True)
+    cfg = PipelineConfig(
+        bm25_weight_title=2.5,
+        bm25_prefix=True,
+        bm25_mode="msm",
+        bm25_min_match=2,
+        bm25_stopwords=True,
+        bm25_query_tf=True,
+    )
     from qmdlab.eval.optimise import write_config
 
     write_config(cfg, tmp_path / "c.yaml")
     assert PipelineConfig.from_yaml(tmp_path / "c.yaml") == cfg
-    assert cfg.lexical() == {"mode": "msm", "weights": (cfg.bm25_weight_filepath, 2.5, cfg.bm25_weight_body),
-                             "prefix": True, "stopwords": True, "query_tf": True, "min_match": 2.0}
+    assert cfg.lexical() == {
+        "mode": "msm",
+        "weights": (cfg.bm25_weight_filepath, 2.5, cfg.bm25_weight_body),
+        "prefix": True,
+        "stopwords": True,
+        "query_tf": True,
+        "min_match": 2.0,
+    }
 
 
 # -- differential: bm25_search vs hand-written FTS5 SQL ------------------------------------------
+
 
 def _raw(idx, match: str, weights, limit: int = 50):
     w = ", ".join(repr(float(x)) for x in weights)
     return idx.conn.execute(
         f"SELECT d.collection || '/' || d.path, bm25(documents_fts, {w}) AS s FROM documents_fts "
         "JOIN documents d ON d.id = documents_fts.rowid WHERE documents_fts MATCH ? ORDER BY s, 1 LIMIT ?",
-        (match, limit)).fetchall()
+        (match, limit),
+    ).fetchall()
 
 
 def _matches(idx, term: str) -> set[str]:
-    return {r[0] for r in idx.conn.execute(
-        "SELECT d.collection || '/' || d.path FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-        "WHERE documents_fts MATCH ?", (term,)).fetchall()}
+    return {
+        r[0]
+        for r in idx.conn.execute(
+            "SELECT d.collection || '/' || d.path FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
+            "WHERE documents_fts MATCH ?",
+            (term,),
+        ).fetchall()
+    }
 
 
 QUERY = "how to rebase the rebase history of many agents"
@@ -106,15 +141,21 @@ EXPECTED = {
     (True, True, False): '"rebase"* OR "history"* OR "many"* OR "agents"*',
     (True, True, True): '"rebase"* OR "rebase"* OR "history"* OR "many"* OR "agents"*',
     (True, False, True): '"how"* OR "to"* OR "rebase"* OR "the"* OR "rebase"* OR "history"* OR "of"* OR "many"* '
-                         'OR "agents"*',
+    'OR "agents"*',
 }
 
 
 @pytest.mark.parametrize("prefix,stop,qtf", list(itertools.product([False, True], repeat=3)))
 @pytest.mark.parametrize("weights", [(0.0, 4.0, 1.0), (1.5, 4.0, 1.0), (0.0, 1.0, 3.0), (2.0, 0.0, 1.0)])
 def test_knobs_equal_raw_fts5(corpus_index, prefix, stop, qtf, weights):
-    cfg = PipelineConfig(bm25_prefix=prefix, bm25_stopwords=stop, bm25_query_tf=qtf,
-                         bm25_weight_filepath=weights[0], bm25_weight_title=weights[1], bm25_weight_body=weights[2])
+    cfg = PipelineConfig(
+        bm25_prefix=prefix,
+        bm25_stopwords=stop,
+        bm25_query_tf=qtf,
+        bm25_weight_filepath=weights[0],
+        bm25_weight_title=weights[1],
+        bm25_weight_body=weights[2],
+    )
     hits = bm25_search(corpus_index, QUERY, limit=50, **cfg.lexical())
     raw = _raw(corpus_index, EXPECTED[(prefix, stop, qtf)], weights)
     assert [(h.docno, h.backend_score) for h in hits] == [(d, s) for d, s in raw]
@@ -127,7 +168,8 @@ def test_query_tf_changes_scores_as_fts5_does(corpus_index):
     twice = bm25_search(corpus_index, "rebase rebase history", query_tf=True, prefix=False, weights=(0, 4, 1))
     assert {h.docno: h.backend_score for h in once} == dict(_raw(corpus_index, '"rebase" OR "history"', (0, 4, 1)))
     assert {h.docno: h.backend_score for h in twice} == dict(
-        _raw(corpus_index, '"rebase" OR "rebase" OR "history"', (0, 4, 1)))
+        _raw(corpus_index, '"rebase" OR "rebase" OR "history"', (0, 4, 1))
+    )
     assert {h.docno: h.backend_score for h in once} != {h.docno: h.backend_score for h in twice}
 
 
@@ -150,11 +192,21 @@ def test_msm_equals_raw_or_filtered_by_match_count(corpus_index, min_match):
 def test_msm_with_filters_and_negation(corpus_index):
     from qmdlab.search import SearchFilters
 
-    got = bm25_search(corpus_index, "rebase history -pasta", mode="msm", min_match=2, weights=(0, 4, 1),
-                      filters=SearchFilters(tags=("git",)))
+    got = bm25_search(
+        corpus_index,
+        "rebase history -pasta",
+        mode="msm",
+        min_match=2,
+        weights=(0, 4, 1),
+        filters=SearchFilters(tags=("git",)),
+    )
     assert {h.docno for h in got} == {"kb/git-merge.md", "kb/git-rebase.md"}
-    assert bm25_search(corpus_index, "rebase history", mode="msm", min_match=2, weights=(0, 4, 1),
-                       collections=["kb"], limit=1)[0].rank == 1
+    assert (
+        bm25_search(
+            corpus_index, "rebase history", mode="msm", min_match=2, weights=(0, 4, 1), collections=["kb"], limit=1
+        )[0].rank
+        == 1
+    )
 
 
 def test_filepath_weight_only_matters_for_path_terms(corpus_index):

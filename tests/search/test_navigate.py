@@ -1,6 +1,7 @@
 """Navigation from a hit :
 cross-references and jump_to_ref, chunk previews, hit context (breadcrumb, parent summary,
 siblings), child → parent backfill — on a small crafted collection and on the default corpus."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,12 @@ FAQ = "# FAQ\n\n## Errors\n\nE1 means the disk is full.\n"
 @pytest.fixture
 def kb(tmp_path):
     root = tmp_path / "kb"
-    for rel, body in {"guide.md": GUIDE, "ops/run.md": RUN, "faq.md": FAQ,
-                      "long.md": "# Long\n\n" + "\n".join(f"line {i} " + "x" * 60 for i in range(300)) + "\n"}.items():
+    for rel, body in {
+        "guide.md": GUIDE,
+        "ops/run.md": RUN,
+        "faq.md": FAQ,
+        "long.md": "# Long\n\n" + "\n".join(f"line {i} " + "x" * 60 for i in range(300)) + "\n",
+    }.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(body, encoding="utf-8")
@@ -63,11 +68,19 @@ def test_section_refs_resolve_every_kind(kb):
         (3, "link", "https://example.org", None, None),
     ]
     assert refs[2].problem.startswith("external link (https:)")
-    assert refs[0].line == GUIDE.split("\n").index("Run the installer. See [linux steps](#linux), "
-                                                    "[[faq#Errors|the FAQ]] and [web](https://example.org).") + 1
+    assert (
+        refs[0].line
+        == GUIDE.split("\n").index(
+            "Run the installer. See [linux steps](#linux), [[faq#Errors|the FAQ]] and [web](https://example.org)."
+        )
+        + 1
+    )
     use = nv.section_refs(kb, "kb/guide.md", "guide/use")
     assert [(r.kind, r.docno, r.address) for r in use] == [
-        ("path", "kb/ops/run.md", ""), ("uri", "kb/ops/run.md", "run/restart"), ("link", None, None)]
+        ("path", "kb/ops/run.md", ""),
+        ("uri", "kb/ops/run.md", "run/restart"),
+        ("link", None, None),
+    ]
     assert "outside collection 'kb'" in use[2].problem  # ../escape.md
     # the fenced link is not a reference; the whole document lists the union
     assert len(nv.section_refs(kb, "kb/guide.md")) == 6
@@ -75,8 +88,12 @@ def test_section_refs_resolve_every_kind(kb):
 
 def test_jump_to_ref_by_number_text_and_target(kb):
     j = nv.jump_to_ref(kb, "kb/guide.md#guide/install", 2)
-    assert (j.docno, j.address, j.heading_path, j.text) == ("kb/faq.md", "faq/errors", ("FAQ", "Errors"),
-                                                            "## Errors\n\nE1 means the disk is full.")
+    assert (j.docno, j.address, j.heading_path, j.text) == (
+        "kb/faq.md",
+        "faq/errors",
+        ("FAQ", "Errors"),
+        "## Errors\n\nE1 means the disk is full.",
+    )
     assert nv.jump_to_ref(kb, "kb/guide.md#guide/install", "linux steps").text == "### Linux\n\napt install zebra"
     j = nv.jump_to_ref(kb, "qmd://kb/guide.md", "qmd://kb/ops/run.md#restart", address="guide/use")
     assert (j.docno, j.address, j.line_start, j.line_end) == ("kb/ops/run.md", "run/restart", 5, 8)
@@ -156,7 +173,8 @@ def test_default_corpus_references_lead_to_their_notes(default_corpus, tmp_path)
     try:
         refs = nv.section_refs(idx, "default/runbooks/cert-renewal.md")
         assert [(r.target, r.docno) for r in refs] == [
-            ("howto/nginx-reverse-proxy-tls.md", "default/howto/nginx-reverse-proxy-tls.md")]
+            ("howto/nginx-reverse-proxy-tls.md", "default/howto/nginx-reverse-proxy-tls.md")
+        ]
         j = nv.jump_to_ref(idx, "default/runbooks/cert-renewal.md", 1)
         # a path without an anchor leads to the whole note, as `qmdlab get` prints it (front matter too)
         assert (j.address, j.line_start) == ("", 1) and j.text.startswith("---\ntitle: nginx reverse proxy")

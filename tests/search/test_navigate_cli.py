@@ -1,15 +1,17 @@
 """CLI front ends of :mod:`qmdlab.search.navigate`: ``refs``, ``jump``, ``chunks``, the heading
 breadcrumbs and ``--context`` on ``search``/``query`` results and ``--full
 --max-chars`` (item 7)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-
-GUIDE = ("# Guide\n\nThe guide.\n\n## Install\n\nRun it. See ops/run.md and [restart](ops/run.md#restart).\n\n"
-         "### Linux\n\napt install zebra\n\n## Use\n\nUse zebra daily.\n")
+GUIDE = (
+    "# Guide\n\nThe guide.\n\n## Install\n\nRun it. See ops/run.md and [restart](ops/run.md#restart).\n\n"
+    "### Linux\n\napt install zebra\n\n## Use\n\nUse zebra daily.\n"
+)
 RUN = "# Run\n\nStart it.\n\n## Restart\n\nsystemctl restart zebra\n"
 
 
@@ -19,16 +21,19 @@ def run(tmp_path, cli_run):
     (src / "ops").mkdir(parents=True)
     (src / "guide.md").write_text(GUIDE, encoding="utf-8")
     (src / "ops" / "run.md").write_text(RUN, encoding="utf-8")
-    (src / "long.md").write_text("# Long\n\n" + "\n".join(f"row {i} " + "y" * 70 for i in range(200)) + "\n",
-                                 encoding="utf-8")
+    (src / "long.md").write_text(
+        "# Long\n\n" + "\n".join(f"row {i} " + "y" * 70 for i in range(200)) + "\n", encoding="utf-8"
+    )
     cli_run("collection", "add", str(src), "--name", "kb")
     return cli_run
 
 
 def test_refs_lists_numbered_references(run):
     out = run("refs", "kb/guide.md#guide/install").output.splitlines()
-    assert out == ["  1. line 7: ops/run.md -> kb/ops/run.md",
-                   "  2. line 7: ops/run.md#restart [restart] -> kb/ops/run.md#run/restart"]
+    assert out == [
+        "  1. line 7: ops/run.md -> kb/ops/run.md",
+        "  2. line 7: ops/run.md#restart [restart] -> kb/ops/run.md#run/restart",
+    ]
     assert run("refs", "kb/guide.md#guide/use").output == "No cross-references.\n"
     data = json.loads(run("refs", "qmd://kb/guide.md", "--json").output)
     assert [d["docno"] for d in data] == ["kb/ops/run.md", "kb/ops/run.md"]
@@ -36,8 +41,11 @@ def test_refs_lists_numbered_references(run):
 
 def test_jump_prints_the_target_section(run):
     out = run("jump", "kb/guide.md#guide/install", "restart").output
-    assert out == ("kb/guide.md#guide/install -> kb/ops/run.md#run/restart (#"
-                   + out.split("(#")[1].split(")")[0] + ") § Run > Restart lines 5-7\n\n## Restart\n\nsystemctl restart zebra\n")
+    assert out == (
+        "kb/guide.md#guide/install -> kb/ops/run.md#run/restart (#"
+        + out.split("(#")[1].split(")")[0]
+        + ") § Run > Restart lines 5-7\n\n## Restart\n\nsystemctl restart zebra\n"
+    )
     numbered = run("jump", "kb/guide.md#guide/install", "2", "--line-numbers").output.splitlines()
     assert numbered[2:] == ["5: ## Restart", "6: ", "7: systemctl restart zebra"]
     res = run("jump", "kb/guide.md#guide/install", "7", ok=False)
@@ -52,8 +60,9 @@ def test_chunks_previews_and_parent_backfill(run):
     assert all(len(p) <= 42 and p.endswith("…") for p in previews)
     data = json.loads(run("chunks", "kb/long.md", "--json").output)
     second = data[1]
-    out = run("chunks", "kb/long.md", "--id", str(second["chunk_id"]), "--parent", "section",
-              "--max-chars", "1000").output.splitlines()
+    out = run(
+        "chunks", "kb/long.md", "--id", str(second["chunk_id"]), "--parent", "section", "--max-chars", "1000"
+    ).output.splitlines()
     assert out[0].startswith(f"kb/long.md chunk {second['chunk_id']} (lines {second['line_start']}-")
     marked = [ln for ln in out[2:] if ln.split(" ")[0].endswith("*")]
     assert marked and int(marked[0].split("*")[0]) == second["line_start"]
@@ -81,7 +90,11 @@ def test_search_context_shows_parent_summary_and_siblings(run):
     """``--context``: the MCP hits' parent section and siblings, on the CLI."""
     lines = _hit_block(run("search", "daily", "-n", "1", "--context").output)
     assert lines[0].startswith("kb/guide.md:") and lines[1:5] == [
-        "  Guide", "  § Guide > Use", "  parent: Guide — The guide.", "  siblings: Install"]
+        "  Guide",
+        "  § Guide > Use",
+        "  parent: Guide — The guide.",
+        "  siblings: Install",
+    ]
     assert "parent:" not in run("search", "daily", "-n", "1").output  # opt-in
     md = run("search", "daily", "-n", "1", "--md", "--context").output
     assert "- parent: Guide — The guide.\n- siblings: Install\n" in md
@@ -128,13 +141,15 @@ def test_full_max_chars_caps_whole_documents(run, tmp_path):
     (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300").output)
     assert hit["snippet"] == cap_text(body, 300, read_on=("kb/long.md", 1)).text
     assert hit["snippet"].endswith("more characters; read on with `qmdlab get kb/long.md:6`]")
-    assert json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "0").output)[0][
-        "snippet"] == body
+    assert (
+        json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "0").output)[0]["snippet"] == body
+    )
     # numbered lines (cli always, json with --line-numbers) leave the closing note unnumbered
     cli = run("search", "row", "-n", "1", "--full", "--max-chars", "300").output.rstrip("\n").splitlines()
     assert cli[-2].startswith("      5: row 2 ") and cli[-1].startswith("         … [")
-    (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300",
-                            "--line-numbers").output)
+    (hit,) = json.loads(
+        run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300", "--line-numbers").output
+    )
     assert hit["snippet"].split("\n")[-2].startswith("5: row 2 ") and hit["snippet"].split("\n")[-1].startswith("… [")
     res = run("search", "row", "--max-chars", "300", ok=False)
     assert res.exit_code == 1 and "add --full" in res.output

@@ -1,4 +1,5 @@
 """Result formatters and snippets."""
+
 from __future__ import annotations
 
 import csv
@@ -13,15 +14,22 @@ from qmdlab.output import FORMATS, ResultRow, build_rows, format_results, query_
 from qmdlab.search import bm25_search
 
 ROWS = [
-    ResultRow("kb/a.md", "abc123", 0.75, 4, "A & B", "Ctx <1>", "line one\nline, \"two\""),
+    ResultRow("kb/a.md", "abc123", 0.75, 4, "A & B", "Ctx <1>", 'line one\nline, "two"'),
     ResultRow("kb/b.md", "def456", 0.5, 1, "B", None, "x"),
 ]
 
 
 def test_json_fields():
     data = json.loads(format_results(ROWS, "json"))
-    assert data[0] == {"docid": "#abc123", "score": 0.75, "file": "kb/a.md", "line": 4, "title": "A & B",
-                       "context": "Ctx <1>", "snippet": "line one\nline, \"two\""}
+    assert data[0] == {
+        "docid": "#abc123",
+        "score": 0.75,
+        "file": "kb/a.md",
+        "line": 4,
+        "title": "A & B",
+        "context": "Ctx <1>",
+        "snippet": 'line one\nline, "two"',
+    }
     assert data[1]["context"] is None
     assert json.loads(format_results([], "json")) == []
 
@@ -29,7 +37,7 @@ def test_json_fields():
 def test_csv_round_trips():
     rows = list(csv.reader(io.StringIO(format_results(ROWS, "csv"))))
     assert rows[0] == ["docid", "score", "file", "line", "title", "context", "snippet"]
-    assert rows[1] == ["#abc123", "0.7500", "kb/a.md", "4", "A & B", "Ctx <1>", "line one\nline, \"two\""]
+    assert rows[1] == ["#abc123", "0.7500", "kb/a.md", "4", "A & B", "Ctx <1>", 'line one\nline, "two"']
 
 
 def test_xml_is_well_formed_and_escaped():
@@ -42,8 +50,13 @@ def test_xml_is_well_formed_and_escaped():
 
 def test_cli_md_files():
     cli = format_results(ROWS, "cli")
-    assert cli.splitlines()[:5] == ["kb/a.md:4  #abc123  score 0.7500", "  A & B", "  context: Ctx <1>",
-                                    "      4: line one", "      5: line, \"two\""]
+    assert cli.splitlines()[:5] == [
+        "kb/a.md:4  #abc123  score 0.7500",
+        "  A & B",
+        "  context: Ctx <1>",
+        "      4: line one",
+        '      5: line, "two"',
+    ]
     assert format_results([], "cli") == "No results."
     assert format_results(ROWS, "files").splitlines() == ["#abc123,0.7500,kb/a.md,Ctx <1>", "#def456,0.5000,kb/b.md,"]
     assert format_results(ROWS, "md").startswith("## 1. A & B\n\n`kb/a.md:4` · #abc123 · score 0.7500\n\n> Ctx <1>")

@@ -1,5 +1,6 @@
 """Odd file names in output: --files is CSV (a comma cannot split a name), format characters
 cannot make a name display as another, and a path past PATH_MAX is reported, not lost."""
+
 from __future__ import annotations
 
 import csv

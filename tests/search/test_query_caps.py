@@ -1,4 +1,5 @@
 """The BM25 query builder is bounded: repeated terms are capped, long or many-termed queries refused."""
+
 from __future__ import annotations
 
 import time
@@ -6,8 +7,14 @@ import time
 import pytest
 
 from qmdlab.errors import QmdlabError
-from qmdlab.search.lexical import (MAX_QUERY_CHARS, MAX_QUERY_TERMS, MAX_TERM_REPEAT, bm25_search,
-                                   build_fts_query, parse_fts_query)
+from qmdlab.search.lexical import (
+    MAX_QUERY_CHARS,
+    MAX_QUERY_TERMS,
+    MAX_TERM_REPEAT,
+    bm25_search,
+    build_fts_query,
+    parse_fts_query,
+)
 
 
 @pytest.mark.parametrize("mode", ["or", "msm", "and"])
@@ -26,8 +33,11 @@ def test_query_tf_below_the_cap_is_unchanged():
 
 
 def test_an_overlong_query_is_refused_with_the_limit():
-    with pytest.raises(QmdlabError, match=rf"search query of {MAX_QUERY_CHARS + 1} characters is over the "
-                                          rf"limit of {MAX_QUERY_CHARS}; shorten it"):
+    with pytest.raises(
+        QmdlabError,
+        match=rf"search query of {MAX_QUERY_CHARS + 1} characters is over the "
+        rf"limit of {MAX_QUERY_CHARS}; shorten it",
+    ):
         build_fts_query("a" * (MAX_QUERY_CHARS + 1))
 
 

@@ -1,4 +1,5 @@
 """Exact cosine search over stored vectors: closed-form scores, best chunk per doc, filters, errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,14 @@ from qmdlab.search.vector import best_per_document, top_documents, top_k
 
 def embed_all(idx, fp="fp", rows=None):
     need = idx.chunks_needing_vectors(fp)
-    vecs = {"kb/git-rebase.md": [1, 0, 0], "kb/git-merge.md": [1, 1, 0], "kb/pasta.md": [0, 1, 0],
-            "kb/multi-agent.md": [0, 0, 1], "kb/tokyo.md": [0, -1, 0], "kb/other/notes.md": [-1, 0, 0]}
+    vecs = {
+        "kb/git-rebase.md": [1, 0, 0],
+        "kb/git-merge.md": [1, 1, 0],
+        "kb/pasta.md": [0, 1, 0],
+        "kb/multi-agent.md": [0, 0, 1],
+        "kb/tokyo.md": [0, -1, 0],
+        "kb/other/notes.md": [-1, 0, 0],
+    }
     mat = np.array([vecs[d] for d in need["docno"]], dtype=np.float32)
     idx.store_vectors(need["chunk_id"].to_list(), mat, fp)
     return need
@@ -34,8 +41,9 @@ def test_cosine_scores_closed_form(corpus_index):
 
 def test_filters_and_collections(corpus_index):
     embed_all(corpus_index)
-    hits = vector_search(corpus_index, np.array([0.0, 1.0, 0.0]), fingerprint="fp", limit=10,
-                         filters=SearchFilters(tags=("git",)))
+    hits = vector_search(
+        corpus_index, np.array([0.0, 1.0, 0.0]), fingerprint="fp", limit=10, filters=SearchFilters(tags=("git",))
+    )
     assert [h.docno for h in hits] == ["kb/git-merge.md", "kb/git-rebase.md"]
     assert len(vector_search(corpus_index, np.ones(3), fingerprint="fp", collections=["kb"])) == 6
 
@@ -112,8 +120,9 @@ def test_out_of_vocabulary_query_records_an_empty_vector_list(tmp_path):
         idx.update()
         emb = KeywordEmbedder(["git", "rebase", "pasta"])
         todo = idx.chunks_needing_vectors(emb.fingerprint)
-        idx.store_vectors(todo["chunk_id"].to_list(),
-                          emb.embed_documents(list(zip(todo["title"], todo["text"]))), emb.fingerprint)
+        idx.store_vectors(
+            todo["chunk_id"].to_list(), emb.embed_documents(list(zip(todo["title"], todo["text"]))), emb.fingerprint
+        )
         assert not emb.embed_query("boil").any()  # "boil" is outside the vocabulary: zero vector
         trace = Lab(idx, (emb, None, None), PipelineConfig(rerank=False)).query("boil")
         assert trace.lists.filter(trace.lists["source"] == "vec").height == 0
@@ -138,8 +147,12 @@ def _top_documents_reference(scores: np.ndarray, starts: np.ndarray, limit: int)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.integers(1, 6), min_size=1, max_size=60), st.integers(0, 10**6), st.integers(0, 25),
-       st.sampled_from(["ties", "continuous", "nan", "masked"]))
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=60),
+    st.integers(0, 10**6),
+    st.integers(0, 25),
+    st.sampled_from(["ties", "continuous", "nan", "masked"]),
+)
 def test_top_documents_equals_the_per_document_reference(sizes, seed, limit, kind):
     # the short path (best rows first) and the full path must both give the reference's answer,
     # including ties at the partition's edge, NaN chunks and filtered (-inf) rows

@@ -1,4 +1,5 @@
 """Fixtures for store tests: a small notes folder and an index in tmp_path."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,7 @@ from qmdlab.store import Index
 
 NOTES = {
     "git.md": "---\ntitle: Git rebase guide\ntags: [git, howto]\ndate: 2024-03-05\nauthor: Ann\n---\n"
-              "# Rebasing\n\nUse git rebase -i to squash commits.\n",
+    "# Rebasing\n\nUse git rebase -i to squash commits.\n",
     "cooking/pasta.md": "# Pasta\n\nBoil water, add salt, cook the pasta.\n",
     "cooking/soup.md": "Tomato soup without a heading.\n",
     "jp.md": "# 東京メモ\n\n東京大学の講義ノート。\n",
@@ -29,8 +30,11 @@ def write_notes(root: Path, notes: dict[str, str | bytes] = NOTES) -> Path:
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     """Bytes and mtime_ns of every file under root (to prove the index never writes there)."""
-    return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The selectable chunkers (``breakpoints | headings | fences-and-tables``) on the bundled corpus'
 long notes, the overlap rule for tables, and the index-level setting (re-chunk, vectors, CLI)."""
+
 from __future__ import annotations
 
 import re
@@ -9,10 +10,15 @@ import numpy as np
 import pytest
 
 from qmdlab.errors import ConfigError
-from qmdlab.store.chunkers import (CHUNKERS, HEADING_MIN_CHARS, LEGACY_FINGERPRINT, check_chunker,
-                                   chunker_fingerprint, spans)
-from qmdlab.store.breakpoints import (CHUNK_SIZE_CHARS, chunk_spans, find_code_fences, find_tables,
-                                   heading_paths)
+from qmdlab.store.breakpoints import CHUNK_SIZE_CHARS, chunk_spans, find_code_fences, find_tables, heading_paths
+from qmdlab.store.chunkers import (
+    CHUNKERS,
+    HEADING_MIN_CHARS,
+    LEGACY_FINGERPRINT,
+    check_chunker,
+    chunker_fingerprint,
+    spans,
+)
 from qmdlab.store.content import chunk_text
 from qmdlab.store.frontmatter import parse_front_matter
 
@@ -24,7 +30,7 @@ CAPS = [(600, 90, 133), (1200, 180, 266), (CHUNK_SIZE_CHARS, 540, 800)]
 
 def body(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
-    return text[parse_front_matter(text).body_offset:]
+    return text[parse_front_matter(text).body_offset :]
 
 
 def regions(text: str) -> list[tuple[int, int]]:
@@ -65,7 +71,7 @@ def test_every_chunker_covers_the_text_never_cuts_a_fence_or_table_and_keeps_its
             assert strictly_inside(e, regs) is None, (chunker, path.name, e)
             # a chunk START inside a table (breakpoints' overlap) sits on a row boundary
             r = strictly_inside(s, find_tables(text))
-            assert r is None or text[s] == "\n", (chunker, path.name, s, text[s:s + 20])
+            assert r is None or text[s] == "\n", (chunker, path.name, s, text[s : s + 20])
             # within the cap, but for a fence or table that cannot be cut (its length is the most it adds)
             longest = max((r[1] - r[0] for r in regs if s < r[1] and r[0] < e), default=0)
             assert e - s <= max_chars + longest, (chunker, path.name, (s, e), longest)
@@ -128,7 +134,7 @@ def test_overlap_never_starts_mid_table_row():
     assert len(chunks) >= 2
     for k in chunks[1:]:
         assert k.text.startswith("\n") or not re.match(r"^[^\n|]*\|", k.text), k.text[:40]
-    line = full[chunks[1].char_start + 1:].split("\n", 1)[0]
+    line = full[chunks[1].char_start + 1 :].split("\n", 1)[0]
     assert line.startswith("|") or not line.count("|"), line
     # the same positions with the overlap start left where it falls (the old rule) cut a row
     text = body(path)
@@ -148,8 +154,10 @@ def test_check_and_fingerprint():
 
 
 # ------------------------------------------------------------------------------------ the index
-def _index(tmp_path, names=("projects/heron-kubernetes-migration.md", "runbooks/oncall-handbook.md",
-                            "reference/api-error-codes.md")):
+def _index(
+    tmp_path,
+    names=("projects/heron-kubernetes-migration.md", "runbooks/oncall-handbook.md", "reference/api-error-codes.md"),
+):
     from qmdlab.store import Index
 
     root = tmp_path / "notes"
@@ -164,8 +172,9 @@ def _index(tmp_path, names=("projects/heron-kubernetes-migration.md", "runbooks/
 
 
 def _stored(idx):
-    return idx.conn.execute("SELECT hash, seq, char_start, char_end, heading_path FROM chunks "
-                            "ORDER BY hash, seq").fetchall()
+    return idx.conn.execute(
+        "SELECT hash, seq, char_start, char_end, heading_path FROM chunks ORDER BY hash, seq"
+    ).fetchall()
 
 
 def _expected(idx, chunker):
@@ -186,8 +195,9 @@ def test_set_chunker_rechunks_drops_only_changed_vectors_and_switches_back(tmp_p
     assert idx.chunker == "breakpoints" and idx.stored_chunker_fingerprint() == chunker_fingerprint()
     assert _stored(idx) == _expected(idx, "breakpoints")
     _vectors(idx)
-    plain_id = idx.conn.execute("SELECT k.id FROM chunks k JOIN documents d ON d.hash = k.hash "
-                                "WHERE d.path = 'plain.md'").fetchone()[0]
+    plain_id = idx.conn.execute(
+        "SELECT k.id FROM chunks k JOIN documents d ON d.hash = k.hash WHERE d.path = 'plain.md'"
+    ).fetchone()[0]
     rep = idx.set_chunker("headings")
     assert rep.changed and idx.chunker == "headings" and idx.status()["chunker"] == chunker_fingerprint("headings")
     assert _stored(idx) == _expected(idx, "headings")
@@ -211,8 +221,10 @@ def test_legacy_index_is_rechunked_by_update_not_mixed(tmp_path):
     the next ``update``: only the chunk the table fix moves is replaced, the others keep vectors."""
     idx, _ = _index(tmp_path)
     _vectors(idx)
-    heron = idx.conn.execute("SELECT k.id, k.char_start FROM chunks k JOIN documents d ON d.hash = k.hash "
-                             "WHERE d.path LIKE '%heron%' AND k.seq = 1").fetchone()
+    heron = idx.conn.execute(
+        "SELECT k.id, k.char_start FROM chunks k JOIN documents d ON d.hash = k.hash "
+        "WHERE d.path LIKE '%heron%' AND k.seq = 1"
+    ).fetchone()
     with idx.transaction() as c:  # what the old rule stored: the overlap start mid-row
         c.execute("UPDATE chunks SET char_start = char_start + 28 WHERE id = ?", (heron[0],))
         c.execute("DELETE FROM meta WHERE key = 'chunker_fingerprint'")
@@ -222,8 +234,10 @@ def test_legacy_index_is_rechunked_by_update_not_mixed(tmp_path):
     assert idx.stored_chunker_fingerprint() == chunker_fingerprint()
     assert _stored(idx) == _expected(idx, "breakpoints")
     assert idx.conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == before - 1
-    assert not idx.conn.execute("SELECT 1 FROM vectors WHERE chunk_id = ?", (heron[0],)).fetchone() or \
-        idx.conn.execute("SELECT char_start FROM chunks WHERE id = ?", (heron[0],)).fetchone() is None
+    assert (
+        not idx.conn.execute("SELECT 1 FROM vectors WHERE chunk_id = ?", (heron[0],)).fetchone()
+        or idx.conn.execute("SELECT char_start FROM chunks WHERE id = ?", (heron[0],)).fetchone() is None
+    )
 
 
 def test_cli_update_chunker_status_and_bad_name(tmp_path, cli_run):

@@ -1,4 +1,5 @@
 """qmd's break-point chunker: exact break positions, decay, code fences, addresses."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,20 @@ def test_break_point_scores_per_kind():
     assert ("## ", 90, "h2") in got
     assert ("###", 80, "h3") in got  # h3 and the code fence share score 80
     kinds = {bp.kind: bp.score for bp in scan_break_points(text)}
-    assert kinds == {"h1": 100, "h2": 90, "h3": 80, "h4": 70, "h5": 60, "h6": 50, "codeblock": 80, "hr": 60,
-                     "blank": 20, "list": 5, "numlist": 5, "newline": 1}
+    assert kinds == {
+        "h1": 100,
+        "h2": 90,
+        "h3": 80,
+        "h4": 70,
+        "h5": 60,
+        "h6": 50,
+        "codeblock": 80,
+        "hr": 60,
+        "blank": 20,
+        "list": 5,
+        "numlist": 5,
+        "newline": 1,
+    }
 
 
 def test_decay_closed_form():

@@ -1,4 +1,5 @@
 """Markdown tables are kept whole by the chunker, like code fences."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,14 +13,15 @@ CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 
 def _doc(rows: int, before: int) -> str:
     table = "| host | role | owner |\n|:-----|:----:|------:|\n" + "".join(
-        f"| db-{i:02d} | replica | team-{i % 3} |\n" for i in range(rows))
+        f"| db-{i:02d} | replica | team-{i % 3} |\n" for i in range(rows)
+    )
     return "# Inventory\n\n" + "intro words here\n" * before + "\n" + table + "\nafter the table\n" * 5
 
 
 def test_find_tables_spans_header_delimiter_and_rows():
     text = _doc(3, 1)
-    (start, end), = find_tables(text)
-    assert text[start] == "\n" and text[start + 1:].startswith("| host |")
+    ((start, end),) = find_tables(text)
+    assert text[start] == "\n" and text[start + 1 :].startswith("| host |")
     assert text[start:end].count("\n") == 5 and text[end] == "\n" and text[end - 1] == "|"
     assert find_tables("x\n```\n| a | b |\n|---|---|\n```\n") == []  # inside a fence: the fence's business
     assert find_tables("a|b without delimiter\nnext") == []
@@ -28,7 +30,7 @@ def test_find_tables_spans_header_delimiter_and_rows():
 @pytest.mark.parametrize("before", [20, 60, 100, 140])
 def test_no_cut_inside_a_table(before):
     text = _doc(40, before)  # a ~1.3 KB table placed across the 3600-char target at various offsets
-    (t0, t1), = find_tables(text)
+    ((t0, t1),) = find_tables(text)
     spans = chunk_spans(text, max_chars=1500, overlap_chars=200, window_chars=400)
     assert len(spans) > 1
     for s, e in spans:

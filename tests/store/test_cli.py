@@ -1,4 +1,5 @@
 """The index verbs through click's CliRunner against ``qmdlab.cli.cli``."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,9 @@ def test_search_msm_mode_and_min_match(run, notes):
     assert files("--mode", "msm", "--min-match", "2") == ["kb/cooking/pasta.md"]  # pasta + salt; git.md: rebase only
     assert set(files("--mode", "msm", "--min-match", "0.5")) == {"kb/git.md", "kb/cooking/pasta.md"}  # 1 of 3
     assert files("--mode", "msm", "--min-match", "3") == []
-    assert set(files("--mode", "msm")) == set(files("--mode", "msm", "--min-match",
-                                                    str(PipelineConfig().bm25_min_match)))
+    assert set(files("--mode", "msm")) == set(
+        files("--mode", "msm", "--min-match", str(PipelineConfig().bm25_min_match))
+    )
     with Index.open(run.index_dir) as idx:
         direct = [h.docno for h in bm25_search(idx, "rebase pasta salt", mode="msm", min_match=2)]
     assert direct == files("--mode", "msm", "--min-match", "2")

@@ -1,4 +1,5 @@
 """``Index.documents()`` is kept between writes and rebuilt after any (this or another connection's)."""
+
 from __future__ import annotations
 
 from qmdlab.store import Index

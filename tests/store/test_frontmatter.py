@@ -1,16 +1,25 @@
 """Front matter parsing and titles."""
+
 from __future__ import annotations
 
 from qmdlab.store.frontmatter import extract_title, parse_front_matter
 
 
 def test_scalars_lists_dates_kept_nested_dropped():
-    text = ("---\ntitle: T\ntags: Python, git\ndate: 2023-12-31 10:00:00\ndraft: true\nscore: 1.5\n"
-            "aliases: [x, y]\nnested: {a: 1}\n---\nbody\n")
+    text = (
+        "---\ntitle: T\ntags: Python, git\ndate: 2023-12-31 10:00:00\ndraft: true\nscore: 1.5\n"
+        "aliases: [x, y]\nnested: {a: 1}\n---\nbody\n"
+    )
     fm = parse_front_matter(text)
-    assert fm.metadata == {"title": "T", "tags": ["python", "git"], "date": "2023-12-31", "draft": True,
-                           "score": 1.5, "aliases": ["x", "y"]}
-    assert text[fm.body_offset:] == "body\n"
+    assert fm.metadata == {
+        "title": "T",
+        "tags": ["python", "git"],
+        "date": "2023-12-31",
+        "draft": True,
+        "score": 1.5,
+        "aliases": ["x", "y"],
+    }
+    assert text[fm.body_offset :] == "body\n"
 
 
 def test_malformed_or_unclosed_front_matter_is_text():

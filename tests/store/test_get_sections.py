@@ -1,12 +1,15 @@
 """``qmdlab get doc.md#address`` and ``qmdlab get doc.md --outline`` (navigation by heading address)."""
+
 from __future__ import annotations
 
 import pytest
 
 from qmdlab.commands.store import split_address
 
-GUIDE = ("---\ntitle: Guide\n---\nintro line\n# Install\nsteps\n## Linux\napt install x\n"
-         "## macOS\nbrew install x\n# Use\nrun it\n```\n# not a heading\n```\n")
+GUIDE = (
+    "---\ntitle: Guide\n---\nintro line\n# Install\nsteps\n## Linux\napt install x\n"
+    "## macOS\nbrew install x\n# Use\nrun it\n```\n# not a heading\n```\n"
+)
 
 
 @pytest.fixture
@@ -21,7 +24,9 @@ def run(tmp_path, cli_run):
 
 def test_section_by_address(run):
     assert run("get", "kb/guide.md#install/linux").output == "## Linux\napt install x\n"
-    assert run("get", "guide.md#install").output == "# Install\nsteps\n## Linux\napt install x\n## macOS\nbrew install x\n"
+    assert (
+        run("get", "guide.md#install").output == "# Install\nsteps\n## Linux\napt install x\n## macOS\nbrew install x\n"
+    )
     # the fenced "# not a heading" stays inside the last section
     assert run("get", "kb/guide.md#use").output == "# Use\nrun it\n```\n# not a heading\n```\n"
     # a heading title instead of its slug resolves too

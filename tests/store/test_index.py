@@ -1,8 +1,8 @@
 """The SQLite index on temporary folders: update outcomes, skips, rollback, get, contexts."""
+
 from __future__ import annotations
 
 import os
-import sqlite3
 
 import pytest
 
@@ -14,8 +14,10 @@ from .conftest import NOTES, snapshot, write_notes
 
 
 def fts_docnos(idx: Index, match: str) -> list[str]:
-    return [r[0] for r in idx.conn.execute(
-        "SELECT filepath FROM documents_fts WHERE documents_fts MATCH ? ORDER BY 1", (match,))]
+    return [
+        r[0]
+        for r in idx.conn.execute("SELECT filepath FROM documents_fts WHERE documents_fts MATCH ? ORDER BY 1", (match,))
+    ]
 
 
 def test_open_creates_files_and_pragmas(tmp_path, qmdlab_home):
@@ -32,15 +34,33 @@ def test_open_creates_files_and_pragmas(tmp_path, qmdlab_home):
 def test_first_update_indexes_everything(index, notes):
     before = snapshot(notes)
     rep = index.update()
-    assert (rep.scanned, rep.new, rep.changed, rep.moved, rep.unchanged, rep.vanished, rep.skipped) == (4, 4, 0, 0, 0, 0, 0)
+    assert (rep.scanned, rep.new, rep.changed, rep.moved, rep.unchanged, rep.vanished, rep.skipped) == (
+        4,
+        4,
+        0,
+        0,
+        0,
+        0,
+        0,
+    )
     docs = index.documents()
     assert docs["docno"].to_list() == ["notes/cooking/pasta.md", "notes/cooking/soup.md", "notes/git.md", "notes/jp.md"]
     titles = dict(zip(docs["docno"], docs["title"]))
-    assert titles == {"notes/git.md": "Git rebase guide", "notes/cooking/pasta.md": "Pasta",
-                      "notes/cooking/soup.md": "soup", "notes/jp.md": "東京メモ"}
+    assert titles == {
+        "notes/git.md": "Git rebase guide",
+        "notes/cooking/pasta.md": "Pasta",
+        "notes/cooking/soup.md": "soup",
+        "notes/jp.md": "東京メモ",
+    }
     git = index.get("notes/git.md")
-    assert git.metadata == {"title": "Git rebase guide", "tags": ["git", "howto"], "date": "2024-03-05", "author": "Ann"}
+    assert git.metadata == {
+        "title": "Git rebase guide",
+        "tags": ["git", "howto"],
+        "date": "2024-03-05",
+        "author": "Ann",
+    }
     import hashlib
+
     h = hashlib.sha256(NOTES["git.md"].encode()).hexdigest()
     assert git.hash == h and git.docid == h[:6] == docid_of(h)
     assert git.body == NOTES["git.md"]
@@ -95,10 +115,16 @@ def test_touched_but_identical_file_is_unchanged(index, notes):
 
 
 def test_skips_bad_files_without_crashing(tmp_path):
-    root = write_notes(tmp_path / "bad", {
-        "ok.md": "# fine\n", "bin.md": b"abc\x00def", "latin1.md": b"caf\xe9\n", "empty.md": "  \n\n",
-        "big.md": "x" * 2000,
-    })
+    root = write_notes(
+        tmp_path / "bad",
+        {
+            "ok.md": "# fine\n",
+            "bin.md": b"abc\x00def",
+            "latin1.md": b"caf\xe9\n",
+            "empty.md": "  \n\n",
+            "big.md": "x" * 2000,
+        },
+    )
     outside = tmp_path / "outside.md"
     outside.write_text("# secret outside the root\n")
     os.symlink(outside, root / "link.md")
@@ -107,7 +133,13 @@ def test_skips_bad_files_without_crashing(tmp_path):
     idx.add_collection("bad", root)
     before = snapshot(root)
     rep = idx.update(max_bytes=1000)
-    assert (rep.skipped_binary, rep.skipped_utf8, rep.skipped_empty, rep.skipped_large, rep.skipped_symlink) == (1, 1, 1, 1, 1)
+    assert (rep.skipped_binary, rep.skipped_utf8, rep.skipped_empty, rep.skipped_large, rep.skipped_symlink) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
     assert rep.new == 2 and rep.scanned == 7
     assert dict(rep.skipped_paths)["bad/link.md"] == "symlink"
     assert sorted(idx.documents()["docno"]) == ["bad/inner-link.md", "bad/ok.md"]
@@ -152,8 +184,9 @@ def test_an_open_transaction_is_not_leaked(index):
 
 
 def test_masks_union_and_ignore(tmp_path):
-    root = write_notes(tmp_path / "m", {"a.md": "# a\n", "b.txt": "b text\n", "drafts/c.md": "# c\n",
-                                        "sub/d.md": "# d\n"})
+    root = write_notes(
+        tmp_path / "m", {"a.md": "# a\n", "b.txt": "b text\n", "drafts/c.md": "# c\n", "sub/d.md": "# d\n"}
+    )
     idx = Index.open(str(tmp_path / "idx"))
     idx.add_collection("m", root, mask="**/*.md, *.txt", ignore=["drafts/**"])
     idx.update()
@@ -232,8 +265,9 @@ def test_not_an_index(tmp_path):
 def test_fts_triggers_match_a_rebuild(index):
     index.update()
     got = index.conn.execute("SELECT rowid, filepath, title FROM documents_fts ORDER BY rowid").fetchall()
-    want = index.conn.execute("SELECT id, collection || '/' || path, qmdlab_fts_text(title) FROM documents "
-                              "WHERE active = 1 ORDER BY id").fetchall()
+    want = index.conn.execute(
+        "SELECT id, collection || '/' || path, qmdlab_fts_text(title) FROM documents WHERE active = 1 ORDER BY id"
+    ).fetchall()
     assert got == want
     assert fts_docnos(index, '"東 京"') == ["notes/jp.md"]  # CJK spaced in the FTS copy only
     assert "東京大学" in index.get("notes/jp.md").body
@@ -301,7 +335,8 @@ def test_explicit_mask_through_a_folder_link_is_caught(tmp_path):
 
 def test_chunk_lines_are_recoverable_from_the_file(tmp_path):
     body = "---\ntitle: Long\n---\n# Intro\n\n" + "".join(
-        f"## Part {i}\n\n" + ("line of words here\n" * 60) + "\n" for i in range(6))
+        f"## Part {i}\n\n" + ("line of words here\n" * 60) + "\n" for i in range(6)
+    )
     root = write_notes(tmp_path / "l", {"long.md": body})
     idx = Index.open(str(tmp_path / "idx"))
     idx.add_collection("l", root)

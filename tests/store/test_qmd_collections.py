@@ -1,5 +1,6 @@
 """qmd's collection verbs: include/exclude, show, ignore, update-cmd with the trust gate, init,
 import-qmd (qmd's index.yml, read only) and editor links."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,10 @@ def test_exclude_leaves_a_collection_out_of_unscoped_searches_only(two, cli_run)
     assert "excluded from queries" in res.output and "they search: a" in res.output
     assert _files(cli_run("search", "heron", "--files")) == ["a/drafts/d.md", "a/x.md"]
     assert _files(cli_run("search", "heron", "--files", "-c", "b")) == ["b/y.md"]  # named: still searched
-    assert _files(cli_run("query", "heron", "--files", "--preset", "fake", "--no-expand", "--no-rerank")) \
-        == ["a/drafts/d.md", "a/x.md"]
+    assert _files(cli_run("query", "heron", "--files", "--preset", "fake", "--no-expand", "--no-rerank")) == [
+        "a/drafts/d.md",
+        "a/x.md",
+    ]
     assert "include:    no" in cli_run("collection", "show", "b").output
     cli_run("collection", "include", "b")
     assert _files(cli_run("search", "heron", "--files")) == ["a/drafts/d.md", "a/x.md", "b/y.md"]
@@ -151,8 +154,13 @@ def test_update_pull_runs_git_in_checkouts_only(two, cli_run, require):
     require(shutil.which("git") is not None, "git is not installed")
     a, b = two
     upstream = a.parent / "upstream"
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q", str(upstream)], check=True, env=env)
     (upstream / "pulled.md").write_text("# Pulled\n\nheron from upstream\n", encoding="utf-8")
     subprocess.run(["git", "-C", str(upstream), "add", "."], check=True, env=env)
@@ -199,9 +207,15 @@ remote_embedding: {provider: x}
 
 
 def _qmd_setup(tmp_path):
-    notes = _folder(tmp_path / "vault", {"a.md": "# A\n\nheron\n", "work/b.markdown": "# B\n\nheron at work\n",
-                                         "drafts/c.md": "# C\n\nheron draft\n",
-                                         "node_modules/pkg/readme.md": "# Pkg\n\nheron vendored\n"})
+    notes = _folder(
+        tmp_path / "vault",
+        {
+            "a.md": "# A\n\nheron\n",
+            "work/b.markdown": "# B\n\nheron at work\n",
+            "drafts/c.md": "# C\n\nheron draft\n",
+            "node_modules/pkg/readme.md": "# Pkg\n\nheron vendored\n",
+        },
+    )
     archive = _folder(tmp_path / "old", {"z.md": "# Z\n\nheron archived\n"})
     text = QMD_YML.replace("NOTES", str(notes)).replace("ARCHIVE", str(archive))
     return notes, archive, text
@@ -224,9 +238,13 @@ def test_import_qmd_maps_collections_contexts_models_and_editor(tmp_path, cli_ru
     assert f"collection notes: {notes.resolve()} (mask **/*.md,**/*.markdown; ignore drafts/**)" in out
     assert "collection archive:" in out and "excluded from unscoped queries" in out
     assert "`qmdlab trust -c archive`" in out
-    for line in ("collection bad name: not a name qmdlab accepts", "collection gone: folder /no/such/folder/anywhere",
-                 "collection odd: colour: not a setting qmdlab has", "remote_embedding: not a setting qmdlab has",
-                 "models.teleport: not a model role"):
+    for line in (
+        "collection bad name: not a name qmdlab accepts",
+        "collection gone: folder /no/such/folder/anywhere",
+        "collection odd: colour: not a setting qmdlab has",
+        "remote_embedding: not a setting qmdlab has",
+        "models.teleport: not a model role",
+    ):
         assert line in out, line
     after = (conf_dir / "index.yml").stat()
     assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)  # qmd's file: read only
@@ -238,15 +256,24 @@ def test_import_qmd_maps_collections_contexts_models_and_editor(tmp_path, cli_ru
         assert colls["notes"].ignore == ("drafts/**", *QMD_BUILTIN_IGNORES)  # qmd's built-in exclusions, explicit
         assert (colls["archive"].include, colls["archive"].update_cmd) == (False, "git pull --ff-only")
         assert {(c.target, c.text) for c in idx.contexts()} == {
-            ("notes", "Personal notes"), ("notes/work", "Work notes"), ("/", "Everything I write")}
+            ("notes", "Personal notes"),
+            ("notes/work", "Work notes"),
+            ("/", "Everything I write"),
+        }
         # qmd shows the longest prefix; qmdlab every applicable context, broadest first, so qmd's is last
         assert idx.contexts_for("notes/work/b.markdown") == ["Everything I write", "Personal notes", "Work notes"]
         assert idx.editor_uri() == "zed://file/{path}:{line}"
-    assert yaml.safe_load((qmdlab_home / "models.yaml").read_text()) == {"embed": "hf:org/repo/embed.gguf",
-                                                                          "expand": "hf:org/repo/expand.gguf"}
+    assert yaml.safe_load((qmdlab_home / "models.yaml").read_text()) == {
+        "embed": "hf:org/repo/embed.gguf",
+        "expand": "hf:org/repo/expand.gguf",
+    }
     # indexed: the .markdown file by the expanded mask, drafts ignored, archive excluded from unscoped search
-    assert _files(cli_run("search", "heron", "--files")) == ["notes/a.md", "notes/work/b.markdown", "odd/a.md",
-                                                             "odd/drafts/c.md"]
+    assert _files(cli_run("search", "heron", "--files")) == [
+        "notes/a.md",
+        "notes/work/b.markdown",
+        "odd/a.md",
+        "odd/drafts/c.md",
+    ]
     # the archive's command arrived in a config: it does not run until approved
     assert "not approved" in cli_run("update", "--no-progress", "-c", "archive").output
     again = cli_run("collection", "import-qmd", "--no-update")
@@ -268,13 +295,16 @@ def test_import_qmd_finds_named_and_project_local_configs(tmp_path, cli_run, qmd
     with Index.open(cli_run.index_dir) as idx:
         assert idx.collections() == []  # --dry-run registers nothing
     missing = cli_run("collection", "import-qmd", ok=False)
-    assert missing.exit_code == 1 and "no qmd config found" in missing.output and str(qdir / "index.yml") in missing.output
+    assert (
+        missing.exit_code == 1 and "no qmd config found" in missing.output and str(qdir / "index.yml") in missing.output
+    )
     # a project's .qmd/index.yml wins when run inside the project; relative paths are the project's
     proj = tmp_path / "proj"
     _folder(proj / "docs", {"p.md": "# P\n\nheron in project\n"})
     (proj / ".qmd").mkdir()
-    (proj / ".qmd" / "index.yml").write_text("collections:\n  docs:\n    path: ./docs\n    update: make notes\n",
-                                             encoding="utf-8")
+    (proj / ".qmd" / "index.yml").write_text(
+        "collections:\n  docs:\n    path: ./docs\n    update: make notes\n", encoding="utf-8"
+    )
     monkeypatch.chdir(proj / "docs")
     res = cli_run("collection", "import-qmd", "--no-models")
     assert f"imported from {proj / '.qmd' / 'index.yml'}" in res.output
@@ -282,11 +312,14 @@ def test_import_qmd_finds_named_and_project_local_configs(tmp_path, cli_run, qmd
     assert "not approved" in res.output
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("collections: [1, 2", "malformed YAML"),
-    ("- a\n- b\n", "expected a mapping"),
-    ("collections: 3\n", "'collections' must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("collections: [1, 2", "malformed YAML"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("collections: 3\n", "'collections' must be a mapping"),
+    ],
+)
 def test_import_qmd_bad_configs_are_one_line_errors(tmp_path, cli_run, qmdlab_home, text, needle):
     bad = tmp_path / "index.yml"
     bad.write_text(text, encoding="utf-8")
@@ -368,8 +401,11 @@ def test_qmd_verb_names_and_get_options(two, cli_run):
     assert cli_run("get", "a2/long.md:19", "--no-line-numbers").output == "row 19\nrow 20\n"
     cli_run("collection", "rm", "a2")
     assert "a2" not in cli_run("collection", "list").output
-    listed = [line.split()[0] for line in cli_run("collection", "--help").output.split("Commands:")[1].splitlines()
-              if line.startswith("  ") and not line.startswith("    ")]
+    listed = [
+        line.split()[0]
+        for line in cli_run("collection", "--help").output.split("Commands:")[1].splitlines()
+        if line.startswith("  ") and not line.startswith("    ")
+    ]
     assert "remove" in listed and "show" in listed and not {"rm", "mv", "info", "set-update"} & set(listed)
 
 
@@ -381,7 +417,10 @@ def test_unwritable_places_are_one_line_errors(tmp_path, qmdlab_home, monkeypatc
     (proj / ".agents").write_text("another\n")
     monkeypatch.chdir(proj)
     runner = CliRunner()
-    for args, needle in ((["init"], "cannot create the project index"), (["skill", "install"], "cannot install the skill")):
+    for args, needle in (
+        (["init"], "cannot create the project index"),
+        (["skill", "install"], "cannot install the skill"),
+    ):
         res = runner.invoke(cli, args)
         assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output, (args, res.output)
     assert (proj / ".qmdlab").read_text() == "a file of the user's\n" and (proj / ".agents").read_text() == "another\n"

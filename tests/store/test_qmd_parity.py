@@ -1,4 +1,5 @@
 """qmd parity of the index verbs: ``qmd://`` URIs, ``cleanup``, search result flags, multi-get formats."""
+
 from __future__ import annotations
 
 import csv
@@ -21,6 +22,7 @@ def run(cli_run):
 
 
 # -- 1. qmd:// URIs ------------------------------------------------------------------------------
+
 
 def test_refs_parse_uris():
     assert strip_scheme("qmd://kb/cooking/pasta.md") == "kb/cooking/pasta.md"
@@ -62,10 +64,13 @@ def test_index_get_uri_and_root_context(tmp_path, notes):
 
 # -- 3. cleanup ----------------------------------------------------------------------------------
 
+
 def _counts(db) -> dict[str, int]:
     with sqlite3.connect(db) as c:
-        return {t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in ("documents", "content", "chunks", "vectors")}
+        return {
+            t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("documents", "content", "chunks", "vectors")
+        }
 
 
 def test_cleanup_drops_inactive_and_orphans_then_reports(tmp_path, notes):
@@ -107,12 +112,14 @@ def test_cleanup_cli_and_cache(run, notes):
         n_cache = idx.cache.count()
     assert n_cache == 2
     out = run("cleanup", "--cache").output
-    assert out.startswith("removed 1 inactive documents, 1 orphaned contents, 1 chunks, 0 vectors, "
-                          f"{n_cache} cache entries; freed ")
+    assert out.startswith(
+        f"removed 1 inactive documents, 1 orphaned contents, 1 chunks, 0 vectors, {n_cache} cache entries; freed "
+    )
     assert "documents: 3 active, 0 inactive" in run("status").output
 
 
 # -- 3. search flags -----------------------------------------------------------------------------
+
 
 def test_search_all_full_line_numbers_and_shorthands(run, notes):
     run("collection", "add", str(notes), "--name", "kb")
@@ -123,8 +130,11 @@ def test_search_all_full_line_numbers_and_shorthands(run, notes):
     for flag in ("--md", "--xml", "--files"):
         assert run("search", "pasta", flag).output == run("search", "pasta", "--format", flag[2:]).output
     full = json.loads(run("search", "rebase", "--json", "--full").output)[0]
-    assert full["line"] == 1 and full["snippet"].startswith("---\ntitle: Git rebase guide") \
+    assert (
+        full["line"] == 1
+        and full["snippet"].startswith("---\ntitle: Git rebase guide")
         and full["snippet"].endswith("squash commits.")
+    )
     numbered = json.loads(run("search", "rebase", "--json", "--line-numbers").output)[0]
     plain = json.loads(run("search", "rebase", "--json").output)[0]
     first = plain["line"]
@@ -136,6 +146,7 @@ def test_search_all_full_line_numbers_and_shorthands(run, notes):
 
 
 # -- 3. multi-get formats and per-file line limit -----------------------------------------------
+
 
 def test_multi_get_every_format_and_line_limit(run, notes):
     run("collection", "add", str(notes), "--name", "kb")

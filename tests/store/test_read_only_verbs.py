@@ -1,5 +1,6 @@
 """Reading verbs open existing indexes only: a mistyped --index, or a notes folder given as
 --index, gets one line listing the indexes that exist, and nothing is written anywhere."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,9 +11,18 @@ from qmdlab.store import Index
 
 from .conftest import snapshot, write_notes
 
-READING = [("search", "pasta"), ("vsearch", "--preset", "fake", "pasta"), ("get", "notes/git.md"),
-           ("multi-get", "notes/*.md"), ("ls",), ("status",), ("collection", "list"), ("context", "list"),
-           ("cleanup",), ("mcp",)]
+READING = [
+    ("search", "pasta"),
+    ("vsearch", "--preset", "fake", "pasta"),
+    ("get", "notes/git.md"),
+    ("multi-get", "notes/*.md"),
+    ("ls",),
+    ("status",),
+    ("collection", "list"),
+    ("context", "list"),
+    ("cleanup",),
+    ("mcp",),
+]
 
 
 @pytest.fixture
@@ -27,8 +37,12 @@ def home(tmp_path, monkeypatch):
 
 
 def _one_line(res, *words) -> bool:
-    return (res.exit_code == 1 and isinstance(res.exception, SystemExit) and res.stderr.count("\n") == 1
-            and all(w in res.stderr for w in words))
+    return (
+        res.exit_code == 1
+        and isinstance(res.exception, SystemExit)
+        and res.stderr.count("\n") == 1
+        and all(w in res.stderr for w in words)
+    )
 
 
 @pytest.mark.parametrize("args", READING, ids=lambda a: " ".join(a))

@@ -1,4 +1,5 @@
 """The fast file listing (one ``os.scandir`` walk) against the ``Path.glob`` reference, entry for entry."""
+
 from __future__ import annotations
 
 import os
@@ -10,20 +11,40 @@ from qmdlab.store.scan import list_files, list_files_glob, stat_files
 
 from .conftest import write_notes
 
-MASKS = [("**/*.md",), ("*.md",), ("**/*.md", "*.txt"), ("sub/**/*.md",), ("sub/*.md", "**/n?.md"),
-         ("**/*.md", "linked/*.md"), ("[ab]*.md", "**/[!x]*.txt"),
-         ("**/*.md", "**/*.txt"), ("**/*",)]  # the last two: stat_files' name-suffix path (no regex)
+MASKS = [
+    ("**/*.md",),
+    ("*.md",),
+    ("**/*.md", "*.txt"),
+    ("sub/**/*.md",),
+    ("sub/*.md", "**/n?.md"),
+    ("**/*.md", "linked/*.md"),
+    ("[ab]*.md", "**/[!x]*.txt"),
+    ("**/*.md", "**/*.txt"),
+    ("**/*",),
+]  # the last two: stat_files' name-suffix path (no regex)
 IGNORES = [(), ("drafts/**",), ("*tmp.md", "sub/deep/**")]
 
 
 @pytest.fixture
 def tree(tmp_path):
-    root = write_notes(tmp_path / "r", {
-        "a.md": "# a\n", "b.txt": "b\n", "n1.md": "n1\n", "big.md": "x" * 5000, "empty.md": "",
-        "sub/c.md": "# c\n", "sub/deep/d.md": "# d\n", "sub/e.tmp.md": "tmp\n", "sub/x.txt": "x\n",
-        "drafts/f.md": "# f\n", ".hidden/g.md": "# g\n", "dir.md/inner.md": "# inner\n",
-        "bad\tname.md": "# tab\n",
-    })
+    root = write_notes(
+        tmp_path / "r",
+        {
+            "a.md": "# a\n",
+            "b.txt": "b\n",
+            "n1.md": "n1\n",
+            "big.md": "x" * 5000,
+            "empty.md": "",
+            "sub/c.md": "# c\n",
+            "sub/deep/d.md": "# d\n",
+            "sub/e.tmp.md": "tmp\n",
+            "sub/x.txt": "x\n",
+            "drafts/f.md": "# f\n",
+            ".hidden/g.md": "# g\n",
+            "dir.md/inner.md": "# inner\n",
+            "bad\tname.md": "# tab\n",
+        },
+    )
     outside = write_notes(tmp_path / "outside", {"secret.md": "# secret\n"})
     os.symlink(root / "a.md", root / "sub" / "link-in.md")
     os.symlink(outside / "secret.md", root / "link-out.md")
@@ -57,9 +78,20 @@ def test_scandir_listing_equals_glob_listing(tree, masks, ignore):
 @pytest.mark.parametrize("masks", MASKS)
 def test_stat_files_equals_the_listing_on_a_clean_tree(tmp_path, masks, ignore):
     """No link, odd name or large file: ``stat_files`` gives every listed file's mtime and size, in order."""
-    root = write_notes(tmp_path / "r", {"a.md": "# a\n", "b.txt": "b\n", "n1.md": "n1\n", "sub/c.md": "# c\n",
-                                        "sub/deep/d.md": "# d\n", "sub/e.tmp.md": "tmp\n", "drafts/f.md": "# f\n",
-                                        ".hidden/g.md": "# g\n", "dir.md/inner.md": "# inner\n"})
+    root = write_notes(
+        tmp_path / "r",
+        {
+            "a.md": "# a\n",
+            "b.txt": "b\n",
+            "n1.md": "n1\n",
+            "sub/c.md": "# c\n",
+            "sub/deep/d.md": "# d\n",
+            "sub/e.tmp.md": "tmp\n",
+            "drafts/f.md": "# f\n",
+            ".hidden/g.md": "# g\n",
+            "dir.md/inner.md": "# inner\n",
+        },
+    )
     coll = _collection(root, masks, ignore)
     listed = list(list_files_glob(coll))
     assert all(e.skip is None for e in listed)
@@ -81,8 +113,12 @@ def test_skip_reasons_of_the_fast_listing(tree):
     root, _ = tree
     got = {e.rel: e.skip for e in list_files(_collection(root, ("**/*.md",), ()), max_bytes=1000)}
     assert got["a.md"] is None and got["sub/link-in.md"] is None and got["empty.md"] is None
-    assert (got["big.md"], got["link-out.md"], got["broken.md"], got["loop1.md"]) == \
-        ("large", "symlink", "symlink", "symlink")
+    assert (got["big.md"], got["link-out.md"], got["broken.md"], got["loop1.md"]) == (
+        "large",
+        "symlink",
+        "symlink",
+        "symlink",
+    )
     assert (got["pipe.md"], got["bad\tname.md"]) == ("unreadable", "name")
     assert "dir.md" not in got and got["dir.md/inner.md"] is None and got[".hidden/g.md"] is None
 
@@ -150,8 +186,12 @@ def test_stat_only_path_hands_every_difference_to_the_full_path(tmp_path, change
         st = (root / "n2.md").stat()
         os.utime(root / "n2.md", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     rep = idx.update()
-    expect = {"vanished": (4, 0, 1, 0), "new": (5, 1, 0, 0), "empty-file": (5, 0, 0, 1),
-              "touched-same-bytes": (5, 0, 0, 0)}[change]
+    expect = {
+        "vanished": (4, 0, 1, 0),
+        "new": (5, 1, 0, 0),
+        "empty-file": (5, 0, 0, 1),
+        "touched-same-bytes": (5, 0, 0, 0),
+    }[change]
     assert (rep.unchanged, rep.new, rep.vanished, rep.skipped) == expect
     assert idx.update().unchanged == expect[0] + expect[1]
 
@@ -184,8 +224,10 @@ def test_stat_check_reads_a_covering_index_added_to_older_indexes(tmp_path):
     idx.close()
     idx = Index.open(str(tmp_path / "idx"))
     assert idx.update().unchanged == 2
-    plan = idx.conn.execute("EXPLAIN QUERY PLAN SELECT path, mtime, size FROM documents WHERE collection = ? "
-                            "AND active = 1 ORDER BY path", ("n",)).fetchall()
+    plan = idx.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT path, mtime, size FROM documents WHERE collection = ? AND active = 1 ORDER BY path",
+        ("n",),
+    ).fetchall()
     assert "documents_stat" in str(plan) and "TEMP B-TREE" not in str(plan)
 
 

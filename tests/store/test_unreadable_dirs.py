@@ -4,6 +4,7 @@ An unreadable sub-folder is reported as skipped and the documents under it stay 
 unreadable root, or a root that suddenly holds none (or far fewer) of the indexed files — an
 unmounted mount point — is refused with nothing changed unless ``allow_vanish``.
 """
+
 from __future__ import annotations
 
 import os
@@ -106,10 +107,20 @@ def test_cli_update_refuses_an_emptied_root_with_one_line(idx, tmp_path):
     shutil.rmtree(notes)
     notes.mkdir()
     env = dict(os.environ, QMDLAB_INDEX=str(idx.dir))
-    proc = subprocess.run([sys.executable, "-m", "qmdlab.cli", "update", "--no-progress"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", "update", "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "--allow-vanish" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "qmdlab.cli", "update", "--no-progress", "--allow-vanish"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "qmdlab.cli", "update", "--no-progress", "--allow-vanish"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and f"{len(NOTES)} vanished" in proc.stdout, proc.stderr

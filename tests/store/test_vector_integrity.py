@@ -4,6 +4,7 @@ An ``embed`` reads the chunks to embed, computes for a while and then stores; me
 ``update`` may drop files and ``cleanup`` delete their chunks. The vectors of chunks that are
 gone must not be stored, and chunks added later must not inherit them through a reused id.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -17,8 +18,10 @@ from .conftest import write_notes
 
 
 def _notes(n: int, start: int = 0, topic: str = "submarine") -> dict[str, str]:
-    return {f"n{i:04d}.md": f"# Note {i}\n\nA {topic} note number {i} about {topic} things.\n"
-            for i in range(start, start + n)}
+    return {
+        f"n{i:04d}.md": f"# Note {i}\n\nA {topic} note number {i} about {topic} things.\n"
+        for i in range(start, start + n)
+    }
 
 
 def _vectors(n: int) -> np.ndarray:
@@ -40,12 +43,15 @@ def test_vectors_computed_for_deleted_chunks_never_attach_to_new_ones(tmp_path):
         cleanup(idx)
         stored = idx.store_vectors(todo["chunk_id"].to_list(), _vectors(todo.height), "fp")  # the embed stores
         assert stored == todo.height - len(doomed)
-        assert idx.conn.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)"
-                                ).fetchone()[0] == 0
+        assert (
+            idx.conn.execute("SELECT count(*) FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)").fetchone()[0]
+            == 0
+        )
         write_notes(notes, _notes(20, start=100, topic="postgres backup"))  # new notes arrive
         idx.update()
         fresh = idx.conn.execute(
-            "SELECT k.id FROM chunks k JOIN documents d ON d.hash = k.hash WHERE d.path >= 'n0100'").fetchall()
+            "SELECT k.id FROM chunks k JOIN documents d ON d.hash = k.hash WHERE d.path >= 'n0100'"
+        ).fetchall()
         assert len(fresh) == 20
         assert not {r[0] for r in fresh} & set(doomed)  # no id handed out twice
         assert idx.chunks_needing_vectors("fp").height == 20  # none of them "already embedded"
@@ -91,10 +97,13 @@ def test_an_index_from_before_vector_keys_is_read_then_upgraded(tmp_path, notes)
         idx.update()
         ids = idx.chunks_needing_vectors("fp")["chunk_id"].to_list()
     conn = sqlite3.connect(tmp_path / "idx" / "index.sqlite")  # the vectors table as older versions made it
-    conn.executescript("DROP TABLE vectors; CREATE TABLE vectors (chunk_id INTEGER NOT NULL, fingerprint TEXT NOT NULL, "
-                       "dim INTEGER NOT NULL, blob BLOB NOT NULL, PRIMARY KEY (chunk_id, fingerprint));")
-    conn.executemany("INSERT INTO vectors VALUES (?, 'fp', 2, ?)",
-                     [(i, np.ones(2, dtype=np.float32).tobytes()) for i in ids[:2]])
+    conn.executescript(
+        "DROP TABLE vectors; CREATE TABLE vectors (chunk_id INTEGER NOT NULL, fingerprint TEXT NOT NULL, "
+        "dim INTEGER NOT NULL, blob BLOB NOT NULL, PRIMARY KEY (chunk_id, fingerprint));"
+    )
+    conn.executemany(
+        "INSERT INTO vectors VALUES (?, 'fp', 2, ?)", [(i, np.ones(2, dtype=np.float32).tobytes()) for i in ids[:2]]
+    )
     conn.commit()
     conn.close()
     with Index.open(str(tmp_path / "idx")) as idx:

@@ -1,4 +1,5 @@
 """Vector storage: needing-vectors, store, lazy normalised matrix, cache invalidation, mismatches."""
+
 from __future__ import annotations
 
 import numpy as np

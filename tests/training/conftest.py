@@ -1,4 +1,5 @@
 """Fixtures of the training tests: the tiny random Qwen3 model (real Qwen3 tokenizer)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """The whole chain on a tiny random Qwen3: prepare → SFT → GRPO → merge → GGUF → quantise →
 llama-cpp-python → the engine's expander for one query. Real TRL trainers, a few steps each."""
+
 from __future__ import annotations
 
 import json
@@ -55,9 +56,16 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
     assert info["n_train"] == 6
 
     # --- SFT: completion-only loss on conversational prompt/completion records
-    sft_cfg = SFTRunConfig(base=str(tiny_qwen3), train_file=str(data / "train.jsonl"), output_dir=str(tmp_path / "sft"),
-                           max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
-                           logging_steps=1, save_steps=1)
+    sft_cfg = SFTRunConfig(
+        base=str(tiny_qwen3),
+        train_file=str(data / "train.jsonl"),
+        output_dir=str(tmp_path / "sft"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        logging_steps=1,
+        save_steps=1,
+    )
     sft = run_sft(sft_cfg)
     assert sft["steps"] == 2 and Path(sft["merged"], "model.safetensors").exists()
     assert [m["step"] for m in _metrics(tmp_path / "sft", "sft") if "loss" in m] == [1, 2]
@@ -79,9 +87,17 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
     retrieval = RetrievalReward(scorer, {"L1": {"d1": 1}})
     labelled = tmp_path / "labelled.jsonl"
     labelled.write_text(json.dumps({"qid": "L1", "query": "vpn setup", "qrels": {"d1": 1}}) + "\n")
-    grpo_cfg = GRPORunConfig(base=sft["merged"], prompts_file=str(data / "train.jsonl"), labelled_file=str(labelled),
-                             unlabelled_prompts=False, output_dir=str(tmp_path / "grpo"), max_steps=1,
-                             max_completion_length=12, per_device_train_batch_size=4, num_generations=4)
+    grpo_cfg = GRPORunConfig(
+        base=sft["merged"],
+        prompts_file=str(data / "train.jsonl"),
+        labelled_file=str(labelled),
+        unlabelled_prompts=False,
+        output_dir=str(tmp_path / "grpo"),
+        max_steps=1,
+        max_completion_length=12,
+        per_device_train_batch_size=4,
+        num_generations=4,
+    )
     _steer_generation(monkeypatch, sft["merged"], "lex: vpn wireguard")
     grpo = run_grpo(grpo_cfg, retrieval=retrieval)
     assert grpo["steps"] == 1 and grpo["retrieval_term"]
@@ -124,8 +140,7 @@ def test_tiny_chain(tmp_path, tiny_qwen3, qmdlab_home, monkeypatch, require):
     # The random weights write random text; a grammar (the engine's own mechanism) fixes each line's
     # type and first word so that the filter keeps the lines: the rest of every line is the model's.
     assert expander._grammar is None  # not loaded yet: the grammar below is the one used
-    expander.grammar_text = ('root ::= "lex: vpn " word "\\n" "lex: setup " word "\\n"\n'
-                             'word ::= [a-z]{1,12}\n')
+    expander.grammar_text = 'root ::= "lex: vpn " word "\\n" "lex: setup " word "\\n"\nword ::= [a-z]{1,12}\n'
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "vpn.md").write_text("# VPN setup\n\nImport the wireguard config and connect to the office vpn.\n")

@@ -1,10 +1,10 @@
 """`qmdlab train …` verbs: registration, prepare end to end, config errors as one-line messages."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -31,8 +31,9 @@ def test_train_group_has_every_verb(cli):
 
 def test_prepare_writes_a_run_directory(cli, tmp_path):
     out = tmp_path / "data"
-    res = CliRunner().invoke(cli, ["train", "prepare", "--data", str(FIXTURES / "mini.jsonl"), "--out", str(out),
-                                   "--eval-fraction", "0.2"])
+    res = CliRunner().invoke(
+        cli, ["train", "prepare", "--data", str(FIXTURES / "mini.jsonl"), "--out", str(out), "--eval-fraction", "0.2"]
+    )
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
     assert info["n_duplicates"] == 1 and (out / "sft_train.jsonl").exists()
@@ -47,17 +48,21 @@ def test_bad_data_is_one_line_with_file_and_line(cli, tmp_path):
     assert res.output.strip().splitlines()[-1].startswith(f"error: {bad}:1: output[0]: type 'sparse'")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["sft", "--set", "lora_rank=8"], "unknown SFTRunConfig option(s): lora_rank"),
-    (["grpo", "--set", "beta"], "expected KEY=VALUE"),
-    (["export", "--model", "/nonexistent/dir"], "is not a model directory"),
-    (["evaluate"], "nothing to evaluate"),
-    (["synth"], "synth needs --collection"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["sft", "--set", "lora_rank=8"], "unknown SFTRunConfig option(s): lora_rank"),
+        (["grpo", "--set", "beta"], "expected KEY=VALUE"),
+        (["export", "--model", "/nonexistent/dir"], "is not a model directory"),
+        (["evaluate"], "nothing to evaluate"),
+        (["synth"], "synth needs --collection"),
+    ],
+)
 def test_config_errors_are_user_errors(cli, tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(cli, ["train", *args, *(["--output-dir", str(tmp_path / "r")]
-                                                     if args[0] in ("export", "evaluate") else [])])
+    res = CliRunner().invoke(
+        cli, ["train", *args, *(["--output-dir", str(tmp_path / "r")] if args[0] in ("export", "evaluate") else [])]
+    )
     assert res.exit_code == 1, res.output
     assert needle in res.output
 

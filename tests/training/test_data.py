@@ -1,4 +1,5 @@
 """Data schema, validation, dedupe, split, TRL records and the shared prompt rendering."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,19 @@ from qmdlab.training.reward import score_expansion
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.mark.parametrize("line,problem", [
-    ('{"query": "q", "output": [["lex", "a"]]', "invalid JSON"),
-    ('["not", "an", "object"]', "expected a JSON object"),
-    ('{"query": "  ", "output": [["lex", "a"]]}', '"query" must be a non-empty string'),
-    ('{"query": "q", "output": []}', '"output" must be a non-empty list'),
-    ('{"query": "q", "output": [["bm25", "a"]]}', "type 'bm25' is not one of"),
-    ('{"query": "q", "output": [["lex", "a\\nb"]]}', "text must be one non-empty line"),
-    ('{"query": "q", "output": [["lex"]]}', "expected a [type, text] pair"),
-    ('{"query": "q", "output": [["lex", "a"]], "intent": 3}', '"intent" must be a string'),
-])
+@pytest.mark.parametrize(
+    "line,problem",
+    [
+        ('{"query": "q", "output": [["lex", "a"]]', "invalid JSON"),
+        ('["not", "an", "object"]', "expected a JSON object"),
+        ('{"query": "  ", "output": [["lex", "a"]]}', '"query" must be a non-empty string'),
+        ('{"query": "q", "output": []}', '"output" must be a non-empty list'),
+        ('{"query": "q", "output": [["bm25", "a"]]}', "type 'bm25' is not one of"),
+        ('{"query": "q", "output": [["lex", "a\\nb"]]}', "text must be one non-empty line"),
+        ('{"query": "q", "output": [["lex"]]}', "expected a [type, text] pair"),
+        ('{"query": "q", "output": [["lex", "a"]], "intent": 3}', '"intent" must be a string'),
+    ],
+)
 def test_validation_names_file_and_line(tmp_path, line, problem):
     path = tmp_path / "bad.jsonl"
     good = '{"query": "ok", "output": [["lex", "ok"]]}'
@@ -107,9 +111,11 @@ def test_prompt_is_a_token_prefix_of_prompt_plus_completion(qwen3_tokenizer):
     ex = load_examples(FIXTURES / "mini.jsonl")[0]
     rec = to_sft_record(ex)
     tok = qwen3_tokenizer
-    p = tok.apply_chat_template(rec["prompt"], add_generation_prompt=True, tokenize=False, **rec["chat_template_kwargs"])
+    p = tok.apply_chat_template(
+        rec["prompt"], add_generation_prompt=True, tokenize=False, **rec["chat_template_kwargs"]
+    )
     full = tok.apply_chat_template(rec["prompt"] + rec["completion"], tokenize=False, **rec["chat_template_kwargs"])
-    assert full.startswith(p) and full[len(p):] == ex.completion + "<|im_end|>\n"
+    assert full.startswith(p) and full[len(p) :] == ex.completion + "<|im_end|>\n"
     ids_p = tok(p, add_special_tokens=False)["input_ids"]
     ids_f = tok(full, add_special_tokens=False)["input_ids"]
     assert ids_f[: len(ids_p)] == ids_p

@@ -1,4 +1,5 @@
 """Expander evaluation over a real pipeline with scripted expanders: exact nDCG per variant."""
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,21 @@ def suite(tmp_path):
     (corpus / "rebase.md").write_text("# Rebasing\n\nRebase replays your commits on top of another branch.\n")
     (corpus / "pasta.md").write_text("# Pasta\n\nBoil water, add salt, cook the spaghetti for nine minutes.\n")
     (root / "queries.jsonl").write_text(
-        json.dumps({"qid": "q1", "query": "tidy up work", "category": "x"}) + "\n"
-        + json.dumps({"qid": "q2", "query": "spaghetti", "category": "x"}) + "\n")
+        json.dumps({"qid": "q1", "query": "tidy up work", "category": "x"})
+        + "\n"
+        + json.dumps({"qid": "q2", "query": "spaghetti", "category": "x"})
+        + "\n"
+    )
     (root / "qrels.txt").write_text("q1 0 rebase.md 1\nq2 0 pasta.md 2\n")
     return root
 
 
 def test_suite_rows_prefix_docnos_with_the_collection(suite):
     rows = suite_rows(suite, "c")
-    assert rows == [{"qid": "q1", "query": "tidy up work", "intent": None, "qrels": {"c/rebase.md": 1}},
-                    {"qid": "q2", "query": "spaghetti", "intent": None, "qrels": {"c/pasta.md": 2}}]
+    assert rows == [
+        {"qid": "q1", "query": "tidy up work", "intent": None, "qrels": {"c/rebase.md": 1}},
+        {"qid": "q2", "query": "spaghetti", "intent": None, "qrels": {"c/pasta.md": 2}},
+    ]
 
 
 def test_evaluate_variants_against_no_expansion(tmp_path, suite, qmdlab_home):
@@ -39,13 +45,16 @@ def test_evaluate_variants_against_no_expansion(tmp_path, suite, qmdlab_home):
         lab.config = lab.config.replace(vector=False, rerank=False, strong_signal_min=2.0)
         return lab
 
-    helpful = RuleExpander({"tidy up work": "hyde: Tidy up work by rebasing the commits on the branch.\n"
-                                            "lex: tidy rebase commits\nvec: tidy up my work on a branch"})
+    helpful = RuleExpander(
+        {
+            "tidy up work": "hyde: Tidy up work by rebasing the commits on the branch.\n"
+            "lex: tidy rebase commits\nvec: tidy up my work on a branch"
+        }
+    )
     harmful = RuleExpander({"spaghetti": [("lex", "spaghetti rebase branch commits")]})
     examples = tmp_path / "held.jsonl"
     examples.write_text(json.dumps({"query": "tidy up work", "output": [["lex", "tidy work"]]}) + "\n")
-    cfg = EvaluateConfig(suite=str(suite), collection="c", output_dir=str(tmp_path / "ev"),
-                         examples_file=str(examples))
+    cfg = EvaluateConfig(suite=str(suite), collection="c", output_dir=str(tmp_path / "ev"), examples_file=str(examples))
     res = run_evaluate(cfg, expanders={"helpful": helpful, "harmful": harmful}, lab_factory=lab_factory)
     # none: q1 finds nothing (0), q2 finds pasta first (1)
     assert res["none"]["ndcg@10"] == pytest.approx(0.5)

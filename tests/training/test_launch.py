@@ -1,4 +1,5 @@
 """SFT for one step in 2 processes through `accelerate launch` on CPU (gloo): the DDP path."""
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,30 @@ def test_sft_one_step_two_processes(tmp_path, tiny_qwen3):
 
     prepare(FIXTURES / "mini.jsonl", tmp_path / "data", eval_fraction=0.2)
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [str(accelerate), "launch", "--config_file", str(REPO / "training/configs/accelerate/cpu2.yaml"),
-           "-m", "qmdlab.training.sft", "--base", str(tiny_qwen3), "--train_file", str(tmp_path / "data/train.jsonl"),
-           "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--per_device_train_batch_size", "1",
-           "--gradient_accumulation_steps", "1", "--logging_steps", "1", "--merge", "false"]
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--config_file",
+        str(REPO / "training/configs/accelerate/cpu2.yaml"),
+        "-m",
+        "qmdlab.training.sft",
+        "--base",
+        str(tiny_qwen3),
+        "--train_file",
+        str(tmp_path / "data/train.jsonl"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "1",
+        "--gradient_accumulation_steps",
+        "1",
+        "--logging_steps",
+        "1",
+        "--merge",
+        "false",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads((tmp_path / "run" / "DONE").read_text())

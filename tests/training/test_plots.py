@@ -1,4 +1,5 @@
 """Plots of an expander run from what the run directory holds: reward curves and the held-out table."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,12 @@ def test_plot_rewards_writes_a_png(grpo_run, tmp_path):
 
 
 def test_plot_heldout_writes_a_png(tmp_path):
-    results = {"default": {"none": {"ndcg@10": 0.78, "n_queries": 20},
-                           "sft+grpo": {"ndcg@10": 0.80, "p_t": 0.04, "p_fisher": 0.05, "n_queries": 20}},
-               "cisi": {"none": {"ndcg@10": 0.30}, "sft": {"ndcg@10": None}, "sft+grpo": {"ndcg@10": 0.31}}}
+    results = {
+        "default": {
+            "none": {"ndcg@10": 0.78, "n_queries": 20},
+            "sft+grpo": {"ndcg@10": 0.80, "p_t": 0.04, "p_fisher": 0.05, "n_queries": 20},
+        },
+        "cisi": {"none": {"ndcg@10": 0.30}, "sft": {"ndcg@10": None}, "sft+grpo": {"ndcg@10": 0.31}},
+    }
     png = plot_heldout(results, tmp_path / "heldout.png")
     assert png.read_bytes()[:8] == PNG and png.stat().st_size > 5_000

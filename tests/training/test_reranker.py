@@ -3,6 +3,7 @@
 The tiny model (hidden 32, 2 layers) and its WordPiece vocabulary are built here from the test
 suite's own words: no hub, no packaged weights, a few seconds of CPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,28 @@ import numpy as np
 import polars as pl
 import pytest
 
-pytest.importorskip("sentence_transformers", reason="reranker training needs the train extra (pip install 'qmdlab[train]')")
+pytest.importorskip(
+    "sentence_transformers", reason="reranker training needs the train extra (pip install 'qmdlab[train]')"
+)
 
-TOPICS = ["apple", "bread", "cloud", "dance", "eagle", "flute", "grape", "honey", "igloo", "jelly",
-          "koala", "lemon", "mango", "nurse", "ocean", "piano"]
+TOPICS = [
+    "apple",
+    "bread",
+    "cloud",
+    "dance",
+    "eagle",
+    "flute",
+    "grape",
+    "honey",
+    "igloo",
+    "jelly",
+    "koala",
+    "lemon",
+    "mango",
+    "nurse",
+    "ocean",
+    "piano",
+]
 FILLER = "the a of and notes about with for in on this that some more is".split()
 
 
@@ -32,8 +51,13 @@ def write_suite(root: Path, *, qrels: bool = True, positives: bool = True) -> Pa
         docs.append({"id": f"{t}-main", "title": f"{t} guide", "text": f"{t} guide\n\n{body} {t} care and use."})
         for k in range(2):
             filler = " ".join(rng.choice(FILLER, 25))
-            docs.append({"id": f"{t}-x{k}", "title": f"{other} memo {k}",
-                         "text": f"{other} memo {k}\n\n{other} {filler} {t} mention {k}."})
+            docs.append(
+                {
+                    "id": f"{t}-x{k}",
+                    "title": f"{other} memo {k}",
+                    "text": f"{other} memo {k}\n\n{other} {filler} {t} mention {k}.",
+                }
+            )
         q = {"qid": f"q{i:02d}", "query": f"how to care for {t} number {i}"}
         if qrels:
             q["qrels"] = {f"{t}-main": 2 if positives else 0, f"{t}-x0": 0}
@@ -48,7 +72,9 @@ def build_tiny_bert(out: Path) -> Path:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
-    words = sorted(set(TOPICS + FILLER + "how to care for number guide memo mention use x0 x1 0 1 2 3 4 5 6 7 8 9 .".split()))
+    words = sorted(
+        set(TOPICS + FILLER + "how to care for number guide memo mention use x0 x1 0 1 2 3 4 5 6 7 8 9 .".split())
+    )
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tok = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
@@ -56,8 +82,14 @@ def build_tiny_bert(out: Path) -> Path:
     import torch
 
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     BertModel(cfg).save_pretrained(str(out))
     return out
 
@@ -71,11 +103,31 @@ def tiny_bert(tmp_path_factory) -> Path:
 def small_cfg(suite: Path, out: Path, base: Path, **kw):
     from qmdlab.training.reranker import RerankerRunConfig
 
-    opts = dict(suite=str(suite), format="jsonl", out=str(out), base=str(base), preset="fake", folds=2, seed=3,
-                max_length=48, weak_max_pairs=24, weak_batch_size=8, weak_in_batch_negatives=1, epochs=1.0,
-                list_size=4, max_positives=1, lists_per_query=1, batch_size=4, tune_fraction=0.25,
-                progress=False, logging_steps=1, save_steps=1000, n_threads=1,
-                head_learning_rate=1e-2, weak_head_learning_rate=1e-2)
+    opts = dict(
+        suite=str(suite),
+        format="jsonl",
+        out=str(out),
+        base=str(base),
+        preset="fake",
+        folds=2,
+        seed=3,
+        max_length=48,
+        weak_max_pairs=24,
+        weak_batch_size=8,
+        weak_in_batch_negatives=1,
+        epochs=1.0,
+        list_size=4,
+        max_positives=1,
+        lists_per_query=1,
+        batch_size=4,
+        tune_fraction=0.25,
+        progress=False,
+        logging_steps=1,
+        save_steps=1000,
+        n_threads=1,
+        head_learning_rate=1e-2,
+        weak_head_learning_rate=1e-2,
+    )
     opts.update(kw)
     return RerankerRunConfig(**opts)
 
@@ -89,8 +141,16 @@ def test_end_to_end_tiny_model(tmp_path, qmdlab_home, tiny_bert):
     res = run_reranker(small_cfg(suite, tmp_path / "run", tiny_bert), log=lambda m: None)
     out = tmp_path / "run"
     # held-out files: fused + one per blend, collection ids, every judged query once
-    for name in ("fused-heldout.trec", "rerank-position-heldout.trec", "rerank-rerank_only-heldout.trec",
-                 "rerank-tuned-heldout.trec", "qrels.txt", "heldout.csv", "README.md", "blend.yaml"):
+    for name in (
+        "fused-heldout.trec",
+        "rerank-position-heldout.trec",
+        "rerank-rerank_only-heldout.trec",
+        "rerank-tuned-heldout.trec",
+        "qrels.txt",
+        "heldout.csv",
+        "README.md",
+        "blend.yaml",
+    ):
         assert (out / name).is_file(), name
     lines = (out / "fused-heldout.trec").read_text().splitlines()
     assert {ln.split()[0] for ln in lines} == {f"q{i:02d}" for i in range(len(TOPICS))}
@@ -145,7 +205,9 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
     suite = write_suite(tmp_path / "suite")
     cfg = small_cfg(suite, tmp_path / "run", tiny_bert, final=False, folds=3)
     tr.run_reranker(cfg, log=lambda m: None)
-    queries = {json.loads(ln)["qid"]: json.loads(ln)["query"] for ln in (suite / "queries.jsonl").read_text().splitlines()}
+    queries = {
+        json.loads(ln)["qid"]: json.loads(ln)["query"] for ln in (suite / "queries.jsonl").read_text().splitlines()
+    }
     folds = tr.splits(sorted(queries), 3, cfg.tune_fraction, cfg.seed)
     by_run = dict(seen)
     assert "weak" in by_run and not (by_run["weak"] & set(queries.values()))  # label-free: no query at all
@@ -154,8 +216,7 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
         assert trained, "the fold trained on nothing"
         assert not trained & {queries[q] for q in sp.test}, f"fold {sp.fold}: held-out query in training"
         assert not trained & {queries[q] for q in sp.tune}, f"fold {sp.fold}: tuning query in training"
-        assert json.loads((tmp_path / "run" / f"fold-{sp.fold}" / "train_qids.json").read_text()) \
-            == sorted(set(sp.fit))
+        assert json.loads((tmp_path / "run" / f"fold-{sp.fold}" / "train_qids.json").read_text()) == sorted(set(sp.fit))
 
     # a split that leaks (a held-out query also in fit) is refused before any training
     def leaky(qids, folds, tune_fraction, seed):
@@ -167,8 +228,9 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
     real_splits = tr.splits
     monkeypatch.setattr(tr, "splits", leaky)
     with pytest.raises(AssertionError, match="held-out query reached training"):
-        tr.run_reranker(small_cfg(suite, tmp_path / "leak", tiny_bert, final=False, folds=4, weak=False),
-                        log=lambda m: None)
+        tr.run_reranker(
+            small_cfg(suite, tmp_path / "leak", tiny_bert, final=False, folds=4, weak=False), log=lambda m: None
+        )
 
 
 def test_empty_suite_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
@@ -205,8 +267,9 @@ def test_cli_reports_bad_suite(tmp_path, qmdlab_home):
 
     from qmdlab.cli import cli
 
-    res = CliRunner().invoke(cli, ["train", "reranker", "--suite", str(tmp_path / "missing"), "--out",
-                                    str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        cli, ["train", "reranker", "--suite", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code != 0
     assert "unknown suite" in res.output
 
@@ -223,11 +286,20 @@ def test_platt_and_auc_closed_form():
 def test_query_lists_shape_and_no_empty_lists():
     from qmdlab.training.reranker_data import CANDIDATE_SCHEMA, query_lists
 
-    t = pl.DataFrame({"qid": ["1"] * 4 + ["2"] * 2, "query": ["q1"] * 4 + ["q2"] * 2,
-                      "docno": ["a", "b", "c", "d", "a", "b"], "fused_rank": [1, 2, 3, None, 1, 2],
-                      "fused_score": [0.4, 0.3, 0.2, None, 0.4, 0.3], "candidate": [True] * 3 + [False] + [True] * 2,
-                      "chunk_id": [1, 2, 3, 4, 1, 2], "text": ["A", "B", "C", "D", "A", "B"],
-                      "grade": [0, 1, 0, 2, 0, 0]}, schema=CANDIDATE_SCHEMA)
+    t = pl.DataFrame(
+        {
+            "qid": ["1"] * 4 + ["2"] * 2,
+            "query": ["q1"] * 4 + ["q2"] * 2,
+            "docno": ["a", "b", "c", "d", "a", "b"],
+            "fused_rank": [1, 2, 3, None, 1, 2],
+            "fused_score": [0.4, 0.3, 0.2, None, 0.4, 0.3],
+            "candidate": [True] * 3 + [False] + [True] * 2,
+            "chunk_id": [1, 2, 3, 4, 1, 2],
+            "text": ["A", "B", "C", "D", "A", "B"],
+            "grade": [0, 1, 0, 2, 0, 0],
+        },
+        schema=CANDIDATE_SCHEMA,
+    )
     rows = query_lists(t, ["1", "2"], list_size=3, max_positives=2, seed=0)
     assert [r["qid"] for r in rows] == ["1"]  # query 2 has no positive
     assert sorted(zip(rows[0]["docs"], rows[0]["labels"])) == [("A", 0.0), ("B", 1.0), ("D", 2.0)]
@@ -238,9 +310,20 @@ def test_query_lists_distillation_labels_unjudged_candidates():
     label instead of 0; judged documents keep their grade."""
     from qmdlab.training.reranker_data import CANDIDATE_SCHEMA, query_lists
 
-    t = pl.DataFrame({"qid": ["1"] * 3, "query": ["q"] * 3, "docno": ["a", "b", "c"], "fused_rank": [1, 2, 3],
-                      "fused_score": [0.5, 0.4, 0.3], "candidate": [True] * 3, "chunk_id": [1, 2, 3],
-                      "text": ["A", "B", "C"], "grade": [1, 0, 0]}, schema=CANDIDATE_SCHEMA)
+    t = pl.DataFrame(
+        {
+            "qid": ["1"] * 3,
+            "query": ["q"] * 3,
+            "docno": ["a", "b", "c"],
+            "fused_rank": [1, 2, 3],
+            "fused_score": [0.5, 0.4, 0.3],
+            "candidate": [True] * 3,
+            "chunk_id": [1, 2, 3],
+            "text": ["A", "B", "C"],
+            "grade": [1, 0, 0],
+        },
+        schema=CANDIDATE_SCHEMA,
+    )
     rows = query_lists(t, ["1"], list_size=3, teacher={("1", "b"): 0.7, ("1", "a"): 0.1})
     assert sorted(zip(rows[0]["docs"], rows[0]["labels"])) == [("A", 1.0), ("B", 0.7), ("C", 0.0)]
 

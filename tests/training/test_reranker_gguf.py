@@ -6,6 +6,7 @@ go through :func:`qmdlab.training.reranker_gguf.export` (the packaged converter,
 and llama-cpp-python with ``LLAMA_POOLING_TYPE_RANK``. Tolerance: 1e-3 in logits (ggml's GELU is a
 tanh/fp16-table approximation of BERT's erf GELU; the real MiniLM model measured 5e-4).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,10 +20,12 @@ pytest.importorskip("transformers", reason="needs the train extra (torch, transf
 pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (make setup installs it)")
 
 TOL = 1e-3
-PAIRS = [("how do I undo a git rebase", "git reflog shows where the branch was before the rebase; reset to it."),
-         ("postgres backup", "pg_dump writes a consistent snapshot of one database to a file."),
-         ("postgres backup", "Kubernetes restarts a pod when its liveness probe fails " * 4),
-         ("cron", "0 3 * * * runs at three every night")]
+PAIRS = [
+    ("how do I undo a git rebase", "git reflog shows where the branch was before the rebase; reset to it."),
+    ("postgres backup", "pg_dump writes a consistent snapshot of one database to a file."),
+    ("postgres backup", "Kubernetes restarts a pod when its liveness probe fails " * 4),
+    ("cron", "0 3 * * * runs at three every night"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,16 @@ def tiny_model(tmp_path_factory) -> Path:
         if (src / f).is_file():
             shutil.copy(src / f, out / f)
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, num_labels=1, initializer_range=0.2)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+        initializer_range=0.2,
+    )
     BertForSequenceClassification(cfg).save_pretrained(str(out))
     return out
 
@@ -58,8 +69,14 @@ def test_gguf_rank_pooling_scores_equal_torch(tiny_model, tmp_path):
     gguf = export(tiny_model, tmp_path / "rank.gguf", "f32")
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     model = AutoModelForSequenceClassification.from_pretrained(str(tiny_model)).eval()
-    enc = tok([q for q, _ in PAIRS], [d for _, d in PAIRS], truncation="longest_first", max_length=48,
-              padding=True, return_tensors="pt")
+    enc = tok(
+        [q for q, _ in PAIRS],
+        [d for _, d in PAIRS],
+        truncation="longest_first",
+        max_length=48,
+        padding=True,
+        return_tensors="pt",
+    )
     with torch.inference_mode():
         ref = model(**enc).logits[:, 0].double().numpy()
     assert np.ptp(ref) > 10 * TOL  # the pairs score differently, so equality is not trivial

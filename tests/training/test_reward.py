@@ -1,4 +1,5 @@
 """The rule score against hand-scored examples, its gate, and the retrieval term."""
+
 from __future__ import annotations
 
 import random
@@ -8,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qmdlab.training.reward import (
-    MAX_POINTS, RetrievalReward, entities, ndcg_at_k, parse_completion, rule_reward, score_expansion,
+    MAX_POINTS,
+    RetrievalReward,
+    entities,
+    ndcg_at_k,
+    parse_completion,
+    rule_reward,
+    score_expansion,
 )
 
 # (query, completion, expected points per part) — each worked out by hand in the comments.
@@ -16,25 +23,36 @@ HAND_SCORED = [
     # B: all format/diversity points; no hyde; lex 2 words < vec 5 words (5), vec ≥3 words (5),
     # every line shares "ingress" (10); entities kubernetes+tls: no lex line keeps both (0), no vec
     # line keeps one (0), "kubernetes" dropped everywhere (−10), a lex line keeps "tls" (no −30).
-    ("Kubernetes ingress TLS", "lex: ingress tls\nvec: set up https for ingress",
-     {"format": 30, "diversity": 30, "hyde": 0, "quality": 20, "entities": -10}),
+    (
+        "Kubernetes ingress TLS",
+        "lex: ingress tls\nvec: set up https for ingress",
+        {"format": 30, "diversity": 30, "hyde": 0, "quality": 20, "entities": -10},
+    ),
     # C: an echo with duplicates: format 30; diversity 2 types (10) but duplicates (0) and echo (0);
     # quality: lex not shorter than vec (0), vec of 1 word (0), all lines share "vpn" (10);
     # no entities in "vpn" → 20.
-    ("vpn", "lex: vpn\nlex: vpn\nvec: vpn",
-     {"format": 30, "diversity": 10, "hyde": 0, "quality": 10, "entities": 20}),
+    ("vpn", "lex: vpn\nlex: vpn\nvec: vpn", {"format": 30, "diversity": 10, "hyde": 0, "quality": 10, "entities": 20}),
     # D: hyde present once (5) but 7 chars (0), words distinct (5), adds no new term (0).
-    ("postgres backup", "hyde: Backup.\nlex: postgres backup pg_dump\nvec: how to back up a postgres database",
-     {"format": 30, "diversity": 30, "hyde": 10, "quality": 20, "entities": 20}),
+    (
+        "postgres backup",
+        "hyde: Backup.\nlex: postgres backup pg_dump\nvec: how to back up a postgres database",
+        {"format": 30, "diversity": 30, "hyde": 10, "quality": 20, "entities": 20},
+    ),
     # E: entities aws, s3 dropped by every line: 0 + 0 − 20 − 30 = −50, floored at −45;
     # quality: 5 + 5 + no line shares a query term (0).
-    ("AWS S3 lifecycle", "lex: storage rules\nvec: how to expire old objects",
-     {"format": 30, "diversity": 30, "hyde": 0, "quality": 10, "entities": -45}),
+    (
+        "AWS S3 lifecycle",
+        "lex: storage rules\nvec: how to expire old objects",
+        {"format": 30, "diversity": 30, "hyde": 0, "quality": 10, "entities": -45},
+    ),
     # F: too many lex lines (4) loses the count item; otherwise clean (no entities in the query).
-    ("redis eviction", "hyde: Redis evicts keys with the allkeys-lru policy when maxmemory is reached.\n"
-                       "lex: redis eviction policy\nlex: redis maxmemory\nlex: redis lru\nlex: redis policy\n"
-                       "vec: how does redis decide which keys to evict",
-     {"format": 20, "diversity": 30, "hyde": 20, "quality": 20, "entities": 20}),
+    (
+        "redis eviction",
+        "hyde: Redis evicts keys with the allkeys-lru policy when maxmemory is reached.\n"
+        "lex: redis eviction policy\nlex: redis maxmemory\nlex: redis lru\nlex: redis policy\n"
+        "vec: how does redis decide which keys to evict",
+        {"format": 20, "diversity": 30, "hyde": 20, "quality": 20, "entities": 20},
+    ),
 ]
 
 
@@ -51,18 +69,21 @@ def test_ordering_of_hand_scored_examples():
     assert totals == pytest.approx([70 / 120, 70 / 120, 110 / 120, 25 / 120, 110 / 120])
 
 
-@pytest.mark.parametrize("text,reason", [
-    ("", "empty"),
-    ("lex: a\n<|im_start|>assistant", "chat-template leakage"),
-    ("lex: fine\nassistant\nvec: x y z", "chat-template leakage"),
-    ("lex: a <|endoftext|>", "chat-template leakage"),
-    ("<think>hmm</think>\nlex: a", "think block"),
-    ("lex: a </think>", "think block"),
-    ("Here are some expansions:\nlex: a", "unprefixed line"),
-    ("lex: a\n- vec: b", "unprefixed line"),
-    ("lex:   \nvec: b c d", "empty line content"),
-    ("LEX: shouting", "unprefixed line"),
-])
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("", "empty"),
+        ("lex: a\n<|im_start|>assistant", "chat-template leakage"),
+        ("lex: fine\nassistant\nvec: x y z", "chat-template leakage"),
+        ("lex: a <|endoftext|>", "chat-template leakage"),
+        ("<think>hmm</think>\nlex: a", "think block"),
+        ("lex: a </think>", "think block"),
+        ("Here are some expansions:\nlex: a", "unprefixed line"),
+        ("lex: a\n- vec: b", "unprefixed line"),
+        ("lex:   \nvec: b c d", "empty line content"),
+        ("LEX: shouting", "unprefixed line"),
+    ],
+)
 def test_gate_is_a_hard_zero(text, reason):
     assert parse_completion(text).gate == reason
     s = score_expansion("git rebase", text)
@@ -71,8 +92,10 @@ def test_gate_is_a_hard_zero(text, reason):
 
 def test_good_expansion_beats_echo_and_entity_drop():
     q = "Kubernetes ingress TLS"
-    good = ("hyde: A Kubernetes Ingress terminates TLS with a certificate stored in a secret referenced by spec.tls.\n"
-            "lex: Kubernetes ingress TLS secret\nvec: configure TLS certificates for a Kubernetes ingress")
+    good = (
+        "hyde: A Kubernetes Ingress terminates TLS with a certificate stored in a secret referenced by spec.tls.\n"
+        "lex: Kubernetes ingress TLS secret\nvec: configure TLS certificates for a Kubernetes ingress"
+    )
     echo = "lex: Kubernetes ingress TLS\nvec: Kubernetes ingress TLS"
     dropped = "hyde: Ingress needs a certificate to serve https traffic for the cluster services.\nlex: ingress cert\nvec: set up an ingress certificate"
     g, e, d = (score_expansion(q, c).total for c in (good, echo, dropped))
@@ -86,8 +109,10 @@ def test_entities_surface_forms():
 
 
 def test_rule_reward_reads_trl_conversational_completions():
-    comps = [[{"role": "assistant", "content": "lex: vpn setup\nvec: how to connect to the vpn"}],
-             [{"role": "assistant", "content": "I think you mean vpn"}]]
+    comps = [
+        [{"role": "assistant", "content": "lex: vpn setup\nvec: how to connect to the vpn"}],
+        [{"role": "assistant", "content": "I think you mean vpn"}],
+    ]
     out = rule_reward(prompts=None, completions=comps, query=["vpn", "vpn"])
     assert out[0] > 0.5 and out[1] == 0.0
 
@@ -101,15 +126,23 @@ def test_score_is_bounded_for_any_text(text, query):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["lex", "vec", "hyde"]),
-                          st.text(alphabet="abcdefgh XYZ.-", min_size=1, max_size=30).filter(lambda s: s.strip())),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["lex", "vec", "hyde"]),
+            st.text(alphabet="abcdefgh XYZ.-", min_size=1, max_size=30).filter(lambda s: s.strip()),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_well_formed_lines_never_hit_the_gate(lines):
     text = "\n".join(f"{t}: {x}" for t, x in lines)
     assert score_expansion("abc query", text).gate is None
 
 
 # ------------------------------------------------------------------ nDCG and the retrieval term
+
 
 @pytest.mark.slow  # ranx compiles its metrics with numba on first use (~30 s)
 def test_ndcg_matches_ranx():
@@ -143,11 +176,12 @@ def test_retrieval_reward_delta_and_baseline_cache():
     assert r("query", "q1", "lex: good words") == pytest.approx(1.0 - base)
     assert r("query", "q1", "lex: bad words") == pytest.approx(0.0 - base)
     assert sum(c is None for c in calls) == 1  # the baseline ran once for q1
-    assert r("query", "q2", "lex: good") is None      # labels but nothing relevant
-    assert r("query", "nope", "lex: good") is None    # no labels
-    assert r("query", "q1", "chatter") is None        # gated completion: no retrieval number
-    out = r.reward_func(completions=[[{"role": "assistant", "content": "lex: good"}]] * 2,
-                        query=["query", "query"], qid=["q1", ""])
+    assert r("query", "q2", "lex: good") is None  # labels but nothing relevant
+    assert r("query", "nope", "lex: good") is None  # no labels
+    assert r("query", "q1", "chatter") is None  # gated completion: no retrieval number
+    out = r.reward_func(
+        completions=[[{"role": "assistant", "content": "lex: good"}]] * 2, query=["query", "query"], qid=["q1", ""]
+    )
     assert out[0] == pytest.approx(1.0 - base) and out[1] is None
 
 
@@ -157,8 +191,7 @@ def test_grpo_reward_functions_names_weights_and_parts():
     r = RetrievalReward(lambda q, s: ["d"] if s else [], {"q1": {"d": 1}})
     funcs, weights = reward_functions(GRPORunConfig(rule_weight=1.0, retrieval_weight=0.5), r)
     names = [f.__name__ for f in funcs]
-    assert names == ["rule", "retrieval", "rule_format", "rule_diversity", "rule_hyde", "rule_quality",
-                     "rule_entities"]
+    assert names == ["rule", "retrieval", "rule_format", "rule_diversity", "rule_hyde", "rule_quality", "rule_entities"]
     assert weights == [1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0]
     q, c = HAND_SCORED[0][0], [{"role": "assistant", "content": HAND_SCORED[0][1]}]
     values = {f.__name__: f(prompts=None, completions=[c], query=[q], qid=["q1"])[0] for f in funcs}

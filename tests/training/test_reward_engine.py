@@ -1,6 +1,7 @@
 """The engine-faithful retrieval term (``engine_scorer``): a completion is scored as the expander's
 answer, so the engine's expansion filter applies — unlike ``pipeline_scorer``'s user-typed searches.
 Real SQLite index, BM25 only, no model weights."""
+
 from __future__ import annotations
 
 import pytest

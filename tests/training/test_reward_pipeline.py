@@ -1,4 +1,5 @@
 """The retrieval term over the real qmdlab pipeline (BM25 only, no model weights)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Held-out queries never reach training: fixed-seed splits, the split file's guard, GRPO's prompt
 rows (``split_rows``), evaluation's check of a GRPO run's prompts, and routing of the retrieval term."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,16 @@ import json
 import pytest
 
 from qmdlab.errors import ConfigError
-from qmdlab.training.splits import (LeakError, QuerySplit, heldout_tagged, load_splits, save_splits, split_queries, tag,
-                             untag)
+from qmdlab.training.splits import (
+    LeakError,
+    QuerySplit,
+    heldout_tagged,
+    load_splits,
+    save_splits,
+    split_queries,
+    tag,
+    untag,
+)
 
 QIDS = [str(i) for i in range(1, 21)]
 
@@ -71,8 +80,14 @@ def suite_dir(tmp_path, qmdlab_home):
     """A SMART-format suite of six judged queries (query 6 has only a non-relevant judgement)."""
     d = tmp_path / "toy"
     d.mkdir()
-    docs = {"1": "cats purr and sleep", "2": "dogs bark at cats", "3": "birds fly south", "4": "fish swim",
-            "5": "cows eat grass", "6": "owls hunt at night"}
+    docs = {
+        "1": "cats purr and sleep",
+        "2": "dogs bark at cats",
+        "3": "birds fly south",
+        "4": "fish swim",
+        "5": "cows eat grass",
+        "6": "owls hunt at night",
+    }
     (d / "T.ALL").write_text("".join(f".I {i}\n.T\nDoc {i}\n.W\n{w}\n" for i, w in docs.items()))
     queries = {"1": "cats", "2": "dogs barking", "3": "birds", "4": "fish", "5": "cows", "6": "owls"}
     (d / "T.QRY").write_text("".join(f".I {i}\n.W\n{q}\n" for i, q in queries.items()))
@@ -159,8 +174,11 @@ def test_grpo_dataset_of_labelled_suites_holds_only_train_prompts(tmp_path, suit
 def _eval_cfg(suite_dir, splits_file, prompt_qids_file=None):
     from qmdlab.training.evaluate import EvaluateConfig
 
-    return EvaluateConfig(suite=str(suite_dir), splits_file=str(splits_file),
-                          prompt_qids_file=None if prompt_qids_file is None else str(prompt_qids_file))
+    return EvaluateConfig(
+        suite=str(suite_dir),
+        splits_file=str(splits_file),
+        prompt_qids_file=None if prompt_qids_file is None else str(prompt_qids_file),
+    )
 
 
 def test_evaluation_refuses_held_out_queries_that_were_grpo_prompts(tmp_path, suite_dir):
@@ -175,8 +193,11 @@ def test_evaluation_refuses_held_out_queries_that_were_grpo_prompts(tmp_path, su
     prompts.write_text(json.dumps(sorted(r["qid"] for r in split_rows(_grpo_cfg(suite_dir, used)))))
 
     assert heldout_qids(_eval_cfg(suite_dir, used, prompts)) == set(load_splits(used)["toy"].heldout)
-    other = next(split_queries("toy", qids, seed=s) for s in range(1, 50)
-                 if set(split_queries("toy", qids, seed=s).heldout) - set(load_splits(used)["toy"].heldout))
+    other = next(
+        split_queries("toy", qids, seed=s)
+        for s in range(1, 50)
+        if set(split_queries("toy", qids, seed=s).heldout) - set(load_splits(used)["toy"].heldout)
+    )
     swapped = save_splits([other], tmp_path / "b" / "splits.json")
     with pytest.raises(LeakError, match="GRPO prompts of .*prompt_qids.json"):
         heldout_qids(_eval_cfg(suite_dir, swapped, prompts))
@@ -210,7 +231,6 @@ def test_routed_retrieval_scores_each_prompt_with_its_own_suite():
     for qid in ("1", None, "", "c:1", "a:2"):  # untagged, unlabelled, unknown suite, unjudged qid
         assert routed("q", qid, "lex: q") is None
     assert len(seen["a"]) == 2 and len(seen["b"]) == 2
-    out = routed.reward_func(completions=["lex: q", "lex: q", "lex: q"], query=["q", "q", "q"],
-                             qid=["a:1", "1", "b:1"])
+    out = routed.reward_func(completions=["lex: q", "lex: q", "lex: q"], query=["q", "q", "q"], qid=["a:1", "1", "b:1"])
     assert out == [0.0, None, 0.0]
     assert routed.reward_func(completions=["lex: q"], query=["q"]) == [None]  # no qid column

@@ -1,4 +1,5 @@
 """Domain synthesis with a scripted teacher over a real index: sampling, gate filtering, output."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,14 +7,16 @@ import pytest
 from qmdlab.training.data import load_examples
 from qmdlab.training.synth import EXPAND_PROMPT, SynthConfig, run_synth
 
-GOOD = ("hyde: Rotate the database password in the vault, then restart the api pods so they pick it up.\n"
-        "lex: rotate database password\nlex: vault password rotation\n"
-        "vec: how do I rotate the database password")
+GOOD = (
+    "hyde: Rotate the database password in the vault, then restart the api pods so they pick it up.\n"
+    "lex: rotate database password\nlex: vault password rotation\n"
+    "vec: how do I rotate the database password"
+)
 
 
 def scripted_teacher(prompt: str) -> str:
     if prompt.startswith("Here is a passage"):
-        return "1. rotate database password\n2. \"weekly groceries list\"\nSure, here you go!"
+        return '1. rotate database password\n2. "weekly groceries list"\nSure, here you go!'
     query = prompt.rsplit("Query: ", 1)[1].strip()
     if query == "rotate database password":
         return GOOD + "\n\nQuery: another one\nlex: junk"
@@ -26,8 +29,10 @@ def index(tmp_path, qmdlab_home):
 
     notes = tmp_path / "notes"
     notes.mkdir()
-    (notes / "ops.md").write_text("# Ops\n\n" + "To rotate the database password, update the vault entry and "
-                                  "restart the api deployment so the new secret is read. " * 2)
+    (notes / "ops.md").write_text(
+        "# Ops\n\n" + "To rotate the database password, update the vault entry and "
+        "restart the api deployment so the new secret is read. " * 2
+    )
     idx = Index.open(str(tmp_path / "idx"))
     idx.add_collection("notes", notes)
     idx.update()
