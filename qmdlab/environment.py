@@ -14,7 +14,7 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_PRESET": "The model preset (`offline`, `qmd`, `tiny`, `fake`) when neither `--preset` nor the config names one.",
     "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path or `pkg:NAME`), over the preset's.",
     "QMDLAB_EXPAND_MODEL": "The query-expansion model reference, over the preset's.",
-    "QMDLAB_RERANK_MODEL": "The reranker reference (an LLM GGUF or `cross-encoder:PATH`), over the preset's.",
+    "QMDLAB_RERANK_MODEL": "The reranker reference (an LLM GGUF, `qlm:MODEL` for query likelihood, or `cross-encoder:PATH`), over the preset's.",
     "QMDLAB_THREADS": "Threads for llama.cpp calls (default: the CPU count, at most 4).",
     "QMDLAB_CONVERTER": "Path of llama.cpp's `convert_hf_to_gguf.py` used to convert packaged models.",
     "QMDLAB_DEBUG": "Any value: print the full traceback of an error instead of its one-line message.",
