@@ -92,11 +92,14 @@ models: setup
 demo: setup
 	$(PY) scripts/demo.py
 
+# Two workers (pytest-xdist), one test file per worker at a time: the suite waits on subprocesses and
+# model calls as much as it computes, so two workers finish well ahead of one on two cores.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q tests qmdlab training eval
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests qmdlab training eval
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not browser" tests qmdlab training eval
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests qmdlab training eval
 
 # ruff (lint and format check) over the repository, mypy over the library (pyproject.toml configures both).
 lint: setup

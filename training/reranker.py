@@ -225,7 +225,7 @@ def teacher_scores(run_dir: str | Path | None) -> dict[tuple[str, str], float] |
     """``{(qid, docno): P(yes)}`` from the rerank table of an eval results directory (distillation)."""
     if not run_dir:
         return None
-    from qmdlab.eval.runner import load_run_dir
+    from qmdlab.eval.record import load_run_dir
 
     trace, _, _ = load_run_dir(run_dir)
     if not trace.rerank.height:

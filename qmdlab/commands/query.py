@@ -141,6 +141,7 @@ def register(group: click.Group) -> None:
         from qmdlab.pipeline.stages import model_roles, plan_stages, preset_name
         from qmdlab.search import SearchFilters
         from qmdlab.store import Index
+        from qmdlab.store.index import creates_index
 
         fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
         if as_json and (context or max_chars):
@@ -164,7 +165,7 @@ def register(group: click.Group) -> None:
             **{k: v for k, v in flags.items() if v is not None}, **base.tag_preference(prefer_tags, tag_lift)
         )
         cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank)
-        idx = Index.open(ctx.obj.get("index") if ctx.obj else None)
+        idx = Index.open(ctx.obj.get("index") if ctx.obj else None, create=creates_index(ctx))
         ctx.call_on_close(idx.close)
         models = load_models(plan.preset, **model_roles(cfg))
         filters = SearchFilters(tuple(tags), None, None) if tags else None

@@ -24,6 +24,16 @@ import pytest
 from .conftest import NB_ARGS, NOTEBOOKS, RECORD_ARGS, REPO, RESULTS
 
 README_SHOT = REPO / "docs" / "img" / "tune-live.png"
+
+
+@pytest.fixture(scope="module")
+def nb_home(tmp_path_factory):
+    """A home of its own: the page must show the number of the recording made here, and the picker
+    opens the recording with the most queries, which another notebook test may have left in a
+    shared home (in whatever order the tests run)."""
+    return tmp_path_factory.mktemp("browser-qmdlab-home")
+
+
 """The live notebook as the browser test sees it, shown in the README."""
 
 # marimo renders UI elements inside custom elements with shadow roots; search through them.

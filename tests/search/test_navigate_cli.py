@@ -121,10 +121,10 @@ def test_search_context_shows_parent_summary_and_siblings(run):
 def test_query_context_with_the_fake_preset(run):
     run("embed", "--preset", "fake", "--no-progress")
     args = ("query", "daily", "-n", "1", "--preset", "fake", "--no-rerank", "--context")
-    lines = _hit_block(run(*args).output)
+    lines = _hit_block(run(*args).stdout)
     assert lines[0].startswith("kb/guide.md:") and "  parent: Guide — The guide." in lines
     assert "  siblings: Install" in lines
-    (hit,) = json.loads(run(*args, "--format", "json").output)
+    (hit,) = json.loads(run(*args, "--format", "json").stdout)
     assert hit["parent"]["address"] == "guide" and hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
     res = run(*args, "--json", ok=False)
     assert res.exit_code == 1 and "--json prints the whole trace" in res.output

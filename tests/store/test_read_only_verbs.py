@@ -14,6 +14,7 @@ from .conftest import snapshot, write_notes
 READING = [
     ("search", "pasta"),
     ("vsearch", "--preset", "fake", "pasta"),
+    ("query", "--preset", "fake", "pasta"),
     ("get", "notes/git.md"),
     ("multi-get", "notes/*.md"),
     ("ls",),
