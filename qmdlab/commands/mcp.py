@@ -26,7 +26,7 @@ def register(group: click.Group) -> None:
     "--preset",
     envvar="QMDLAB_PRESET",
     default=None,
-    help="Model preset (offline, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.",
+    help="Model preset (offline, offline-gemma, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.",
 )
 @click.option(
     "--config",
