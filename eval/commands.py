@@ -257,7 +257,9 @@ def register(group: click.Group) -> None:
         help="Write <run>.trec files, metrics.json, traces, … into this directory.",
     )
     @click.option(
-        "--preset", default=None, help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+        "--preset",
+        default=None,
+        help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
     )
     @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")

@@ -44,7 +44,9 @@ def _model_options(fn):
             help=f"Override the {role} model (hf:…, pkg:…, a .gguf path, or 'none').",
         )(fn)
     return click.option(
-        "--preset", default=None, help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+        "--preset",
+        default=None,
+        help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
     )(fn)
 
 

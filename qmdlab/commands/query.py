@@ -69,7 +69,9 @@ def register(group: click.Group) -> None:
         help="Pipeline options from a YAML or TOML file (flags win).",
     )
     @click.option(
-        "--preset", default=None, help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline)."
+        "--preset",
+        default=None,
+        help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
     )
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
     @click.option(
