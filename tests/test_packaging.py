@@ -1,6 +1,7 @@
 """The wheel installs one top-level package, ``qmdlab``: the repository's ``eval/`` and ``training/``
 folders land as ``qmdlab.eval`` and ``qmdlab.training`` with their configs, and nothing generically
 named reaches a user's site-packages."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,8 +17,12 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                        str(REPO)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0 and "No module named" in r.stderr and "setuptools" in r.stderr:
         pytest.skip(f"setuptools is not installed in this environment: {r.stderr.strip()[-200:]}")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -32,9 +37,15 @@ def test_only_qmdlab_at_the_top(wheel):
 
 def test_eval_and_training_are_subpackages_with_their_configs(wheel):
     names = set(wheel.namelist())
-    for module in ("qmdlab/eval/record.py", "qmdlab/eval/loaders/smart.py", "qmdlab/training/sft.py",
-                   "qmdlab/eval/configs/content-first-fields.yaml", "qmdlab/training/configs/sft.yaml",
-                   "qmdlab/training/configs/cpu-small/recipe.yaml", "qmdlab/py.typed"):
+    for module in (
+        "qmdlab/eval/record.py",
+        "qmdlab/eval/loaders/smart.py",
+        "qmdlab/training/sft.py",
+        "qmdlab/eval/configs/content-first-fields.yaml",
+        "qmdlab/training/configs/sft.yaml",
+        "qmdlab/training/configs/cpu-small/recipe.yaml",
+        "qmdlab/py.typed",
+    ):
         assert module in names, module
     assert not any(n.startswith(("eval/", "training/", "tests/", "benchmarks/", "experiments/")) for n in names)
 
