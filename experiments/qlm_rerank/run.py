@@ -13,6 +13,7 @@ by ``qlm:MODEL``), then every row is cut from it without a model call (:class:`e
 Writes ``summary.json``, ``per_query.csv`` (nDCG@10 per query and row) and ``pairs.csv`` (every
 scored candidate: fused rank, QLM score, grade) into ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,11 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def pair_table(study) -> pl.DataFrame:
     """Every scored candidate: ``qid, docno, fused_rank, rerank_score, grade`` (grade 0 = not judged relevant)."""
     rr = study.trace.rerank.select("qid", "docno", "rerank_score").drop_nulls("rerank_score")
-    fused = study.trace.fused.select("qid", "docno", "fused_rank") if "fused_rank" in study.trace.fused.columns \
+    fused = (
+        study.trace.fused.select("qid", "docno", "fused_rank")
+        if "fused_rank" in study.trace.fused.columns
         else study.trace.fused.with_columns(pl.int_range(1, pl.len() + 1).over("qid").alias("fused_rank"))
+    )
     out = rr.join(fused.select("qid", "docno", "fused_rank"), on=["qid", "docno"], how="left")
     out = out.join(study.qrels.select("qid", "docno", "grade"), on=["qid", "docno"], how="left")
     return out.with_columns(pl.col("grade").fill_null(0)).sort("qid", "fused_rank")
@@ -62,8 +66,11 @@ def auc_summary(pairs: pl.DataFrame) -> dict:
         p = pairs.with_columns(col.alias("_s"))
         per = [auc(g["_s"].to_numpy(), g["grade"].to_numpy()) for _, g in p.group_by("qid", maintain_order=True)]
         per = [a for a in per if not np.isnan(a)]
-        out[name] = {"pooled": auc(p["_s"].to_numpy(), p["grade"].to_numpy()),
-                     "per_query_mean": float(np.mean(per)) if per else float("nan"), "queries": len(per)}
+        out[name] = {
+            "pooled": auc(p["_s"].to_numpy(), p["grade"].to_numpy()),
+            "per_query_mean": float(np.mean(per)) if per else float("nan"),
+            "queries": len(per),
+        }
     return out
 
 
@@ -93,8 +100,9 @@ def main(argv=None) -> None:
     from qmdlab.models.registry import KNOWN, resolve_path
 
     retrieval = load_models(expand="none", rerank="none")
-    qlm = llama_qlm.build(f"qlm:{args.model}", resolve_path, KNOWN, idle_timeout=None,
-                          max_doc_tokens=args.max_doc_tokens)
+    qlm = llama_qlm.build(
+        f"qlm:{args.model}", resolve_path, KNOWN, idle_timeout=None, max_doc_tokens=args.max_doc_tokens
+    )
     models = ModelSet(retrieval.embedder, None, qlm)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
@@ -109,18 +117,26 @@ def main(argv=None) -> None:
     def pq(ev, name):
         return ev.per_query.select("qid", pl.col(METRIC).alias(name))
 
-    rows = {"fused": pq(study.evaluate(fused_cfg), "fused"),
-            "+qlm, position blend": pq(study.evaluate(base), "+qlm, position blend"),
-            "+qlm, rerank only": pq(study.evaluate(base.replace(blend="rerank_only")), "+qlm, rerank only")}
-    fusion_space = tuple(p for p in FUSION_SPACE if p.name in ("weight_original_fts", "weight_original_vec", "rrf_k",
-                                                               "bonus_rank1", "bonus_rank23"))
-    cv_fused = cross_validate(study, base=fused_cfg, space=fusion_space, folds=args.folds, seed=args.seed,
-                              metric=METRIC, progress=print)
-    cv_blend = cross_validate(study, base=base, space=BLEND_SPACE, folds=args.folds, seed=args.seed, metric=METRIC,
-                              progress=print)
+    rows = {
+        "fused": pq(study.evaluate(fused_cfg), "fused"),
+        "+qlm, position blend": pq(study.evaluate(base), "+qlm, position blend"),
+        "+qlm, rerank only": pq(study.evaluate(base.replace(blend="rerank_only")), "+qlm, rerank only"),
+    }
+    fusion_space = tuple(
+        p
+        for p in FUSION_SPACE
+        if p.name in ("weight_original_fts", "weight_original_vec", "rrf_k", "bonus_rank1", "bonus_rank23")
+    )
+    cv_fused = cross_validate(
+        study, base=fused_cfg, space=fusion_space, folds=args.folds, seed=args.seed, metric=METRIC, progress=print
+    )
+    cv_blend = cross_validate(
+        study, base=base, space=BLEND_SPACE, folds=args.folds, seed=args.seed, metric=METRIC, progress=print
+    )
     rows["fused, tuned (k-fold)"] = cv_fused.held_out.select("qid", pl.col("tuned").alias("fused, tuned (k-fold)"))
-    rows["+qlm, blend tuned (k-fold)"] = cv_blend.held_out.select("qid",
-                                                                  pl.col("tuned").alias("+qlm, blend tuned (k-fold)"))
+    rows["+qlm, blend tuned (k-fold)"] = cv_blend.held_out.select(
+        "qid", pl.col("tuned").alias("+qlm, blend tuned (k-fold)")
+    )
     table = None
     for name, t in rows.items():
         table = t if table is None else table.join(t, on="qid", how="inner")
@@ -132,34 +148,64 @@ def main(argv=None) -> None:
         v = table[name].to_numpy()
         p_t, p_f = paired_pvalues(fused, v)
         q_t, q_f = paired_pvalues(table[best_without].to_numpy(), v)
-        result_rows.append({"row": name, METRIC: float(v.mean()), "delta_vs_fused": float(v.mean() - fused.mean()),
-                            "p_ttest_vs_fused": p_t, "p_fisher_vs_fused": p_f,
-                            "wins": int((v > fused).sum()), "ties": int((v == fused).sum()),
-                            "losses": int((v < fused).sum()),
-                            f"p_ttest_vs_{best_without}": q_t, f"p_fisher_vs_{best_without}": q_f})
+        result_rows.append(
+            {
+                "row": name,
+                METRIC: float(v.mean()),
+                "delta_vs_fused": float(v.mean() - fused.mean()),
+                "p_ttest_vs_fused": p_t,
+                "p_fisher_vs_fused": p_f,
+                "wins": int((v > fused).sum()),
+                "ties": int((v == fused).sum()),
+                "losses": int((v < fused).sum()),
+                f"p_ttest_vs_{best_without}": q_t,
+                f"p_fisher_vs_{best_without}": q_f,
+            }
+        )
     n_pairs = pairs.height
     cached = int(study.trace.rerank["cached"].sum()) if "cached" in study.trace.rerank.columns else 0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     summary = {
-        "suite": args.suite, "model": f"qlm:{args.model}", "fingerprint": models.reranker.fingerprint,
-        "candidates": args.candidates, "max_doc_tokens": args.max_doc_tokens, "queries": table.height, "pairs": n_pairs, "pairs_from_cache": cached,
-        "folds": args.folds, "seed": args.seed, "config": {k: v for k, v in base.to_dict().items()
-                                                            if k in ("expand", "rerank", "candidate_limit", "blend",
-                                                                     "blend_weights", "blend_bands", "fusion")},
-        "auc": aucs, "rows": result_rows, "best_without_qlm": best_without,
-        "tuned_blend_all_queries": {k: cv_blend.config.to_dict()[k]
-                                    for k in ("blend_weights", "blend_bands")},
-        "blend_folds": cv_blend.folds.to_dicts(), "fusion_folds": cv_fused.folds.to_dicts(),
-        "record_wall_s": wall, "rough_pairs_per_s": (n_pairs - cached) / wall if n_pairs > cached else None,
-        "loadavg_before": load0, "loadavg_after": load1, "cpus": os.cpu_count(), "machine": platform.machine(),
-        "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "suite": args.suite,
+        "model": f"qlm:{args.model}",
+        "fingerprint": models.reranker.fingerprint,
+        "candidates": args.candidates,
+        "max_doc_tokens": args.max_doc_tokens,
+        "queries": table.height,
+        "pairs": n_pairs,
+        "pairs_from_cache": cached,
+        "folds": args.folds,
+        "seed": args.seed,
+        "config": {
+            k: v
+            for k, v in base.to_dict().items()
+            if k in ("expand", "rerank", "candidate_limit", "blend", "blend_weights", "blend_bands", "fusion")
+        },
+        "auc": aucs,
+        "rows": result_rows,
+        "best_without_qlm": best_without,
+        "tuned_blend_all_queries": {k: cv_blend.config.to_dict()[k] for k in ("blend_weights", "blend_bands")},
+        "blend_folds": cv_blend.folds.to_dicts(),
+        "fusion_folds": cv_fused.folds.to_dicts(),
+        "record_wall_s": wall,
+        "rough_pairs_per_s": (n_pairs - cached) / wall if n_pairs > cached else None,
+        "loadavg_before": load0,
+        "loadavg_after": load1,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     table.write_csv(args.out / "per_query.csv")
     pairs.write_csv(args.out / "pairs.csv")
-    print(json.dumps({k: summary[k] for k in ("suite", "queries", "pairs", "auc", "rows", "rough_pairs_per_s",
-                                              "loadavg_after")}, indent=2))
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("suite", "queries", "pairs", "auc", "rows", "rough_pairs_per_s", "loadavg_after")},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ its KV cache kept; the text, the instruction and the query are decoded per pair.
 computed only at the query positions (not for every passage token), which on a CPU saves the
 output-layer cost of the passage.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,8 +70,12 @@ QLM_PROMPTS: dict[str, QLMPrompt] = {
     # UPR / Zhuang et al.: a plain continuation prompt, no chat markup
     "plain": QLMPrompt("Passage:", " ", "\nPlease write a question based on this passage.\nQuestion:", " "),
     # the same instruction as a ChatML user turn; the query is the assistant's answer
-    "chatml": QLMPrompt("<|im_start|>user\nPassage:", " ",
-                        "\nPlease write a question based on this passage.<|im_end|>\n<|im_start|>assistant\n", ""),
+    "chatml": QLMPrompt(
+        "<|im_start|>user\nPassage:",
+        " ",
+        "\nPlease write a question based on this passage.<|im_end|>\n<|im_start|>assistant\n",
+        "",
+    ),
 }
 MAPPINGS = ("pmi", "exp")
 DEFAULT_TEMPERATURE = 1.0
@@ -88,8 +93,9 @@ def log_softmax_at(logits: np.ndarray, token_ids: Sequence[int]) -> np.ndarray:
     return z[np.arange(len(token_ids)), list(token_ids)] - lse
 
 
-def unit_score(mean_logp: float, null_logp: float, mapping: str = "pmi",
-               temperature: float = DEFAULT_TEMPERATURE) -> float:
+def unit_score(
+    mean_logp: float, null_logp: float, mapping: str = "pmi", temperature: float = DEFAULT_TEMPERATURE
+) -> float:
     """A pair's mean query log-probability mapped into [0, 1] (see the module docs).
 
     >>> unit_score(-2.0, -2.0)            # the text adds nothing: 0.5
@@ -129,7 +135,7 @@ def decode_scored(llm, tokens: Sequence[int], n_scored: int) -> np.ndarray:
     llm._ctx.kv_cache_seq_rm(-1, llm.n_tokens, -1)  # drop whatever followed the current position
     rows: list[np.ndarray] = []
     for start in range(0, n, llm.n_batch):
-        batch = list(tokens[start:start + llm.n_batch])
+        batch = list(tokens[start : start + llm.n_batch])
         n_past = llm.n_tokens
         llm._batch.set_batch(batch=batch, n_past=n_past, logits_all=False)
         wanted = [j for j in range(len(batch)) if start + j >= first]
@@ -137,7 +143,7 @@ def decode_scored(llm, tokens: Sequence[int], n_scored: int) -> np.ndarray:
             llm._batch.batch.logits[j] = True
         llm._ctx.decode(llm._batch)
         rows.extend(_logits_row(llm, j, n_vocab) for j in wanted)
-        llm.input_ids[n_past:n_past + len(batch)] = batch
+        llm.input_ids[n_past : n_past + len(batch)] = batch
         llm.n_tokens += len(batch)
     return np.stack(rows) if rows else np.empty((0, n_vocab), dtype=np.float32)
 
@@ -161,30 +167,45 @@ class QLMReranker:
         Nats per token of the ``pmi`` logistic.
     """
 
-    def __init__(self, resolve: Callable[[], Path], model_id: str, *, prompt: str = "plain",
-                 max_doc_tokens: int = 384, mapping: str = "pmi", temperature: float = DEFAULT_TEMPERATURE,
-                 n_ctx: int = 2048, n_threads: Optional[int] = None,
-                 idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT):
+    def __init__(
+        self,
+        resolve: Callable[[], Path],
+        model_id: str,
+        *,
+        prompt: str = "plain",
+        max_doc_tokens: int = 384,
+        mapping: str = "pmi",
+        temperature: float = DEFAULT_TEMPERATURE,
+        n_ctx: int = 2048,
+        n_threads: Optional[int] = None,
+        idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    ):
         if prompt not in QLM_PROMPTS:
             raise ModelError(f"unknown QLM prompt {prompt!r}; use one of {', '.join(QLM_PROMPTS)}")
         if mapping not in MAPPINGS:
             raise ModelError(f"unknown QLM mapping {mapping!r}; use one of {', '.join(MAPPINGS)}")
         if max_doc_tokens < 1 or temperature <= 0:
-            raise ModelError(f"QLM needs max_doc_tokens >= 1 and temperature > 0 "
-                             f"(got {max_doc_tokens}, {temperature})")
+            raise ModelError(f"QLM needs max_doc_tokens >= 1 and temperature > 0 (got {max_doc_tokens}, {temperature})")
         self.model_id = model_id
         self.prompt_name, self.prompt = prompt, QLM_PROMPTS[prompt]
         self.max_doc_tokens, self.mapping, self.temperature = max_doc_tokens, mapping, temperature
         self.n_ctx = n_ctx
         self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, n_ctx=n_ctx)
         self.pairs = 0  # pairs scored by the model (not counting the empty-passage pass)
-        self.fingerprint = make_fingerprint(model_id, role="rerank", kind="query-likelihood",
-                                            prompt=tuple(self.prompt), max_doc_tokens=max_doc_tokens,
-                                            mapping=mapping, temperature=temperature if mapping == "pmi" else None)
+        self.fingerprint = make_fingerprint(
+            model_id,
+            role="rerank",
+            kind="query-likelihood",
+            prompt=tuple(self.prompt),
+            max_doc_tokens=max_doc_tokens,
+            mapping=mapping,
+            temperature=temperature if mapping == "pmi" else None,
+        )
 
     # -- the raw log-likelihoods ------------------------------------------------------------
-    def token_sequences(self, llm, query: str, text: str,
-                        budget: Optional[int] = None) -> tuple[list[int], list[int], list[int]]:
+    def token_sequences(
+        self, llm, query: str, text: str, budget: Optional[int] = None
+    ) -> tuple[list[int], list[int], list[int]]:
         """``(head, body, query)`` token ids of one pair: ``body`` = the text cut to
         ``min(max_doc_tokens, budget)`` tokens + the middle part."""
         enc = lambda s, special: llm.tokenize(s.encode("utf-8"), add_bos=False, special=special)  # noqa: E731
@@ -203,8 +224,10 @@ class QLMReranker:
                 raise ModelError("query-likelihood rerank got an empty query")
             room = self.n_ctx - len(head) - len(null_body) - len(q)
             if room < 16:
-                raise ModelError(f"the query-likelihood prompt for this query needs {len(head) + len(null_body) + len(q)} "
-                                 f"tokens, more than n_ctx={self.n_ctx} allows; shorten the query")
+                raise ModelError(
+                    f"the query-likelihood prompt for this query needs {len(head) + len(null_body) + len(q)} "
+                    f"tokens, more than n_ctx={self.n_ctx} allows; shorten the query"
+                )
             try:
                 llm.reset()
                 llm.eval(head)
@@ -249,8 +272,10 @@ class QLMReranker:
 PREFIX = "qlm:"
 #: Packaged models that are embedders, not causal language models.
 _NOT_GENERATIVE = ("pkg:all-minilm-l6-v2", "pkg:embeddinggemma-300m")
-_USAGE = ("give a causal language model after the prefix, e.g. --rerank-model qlm:pkg:smollm2-135m-instruct-q4_1 "
-          "(or QMDLAB_RERANK_MODEL=qlm:…; pkg:NAME, hf:ORG/REPO/FILE.gguf or a .gguf path)")
+_USAGE = (
+    "give a causal language model after the prefix, e.g. --rerank-model qlm:pkg:smollm2-135m-instruct-q4_1 "
+    "(or QMDLAB_RERANK_MODEL=qlm:…; pkg:NAME, hf:ORG/REPO/FILE.gguf or a .gguf path)"
+)
 
 
 def inner_ref(ref: str, role: str = "rerank") -> str:
@@ -266,9 +291,11 @@ def inner_ref(ref: str, role: str = "rerank") -> str:
     from qmdlab.errors import ConfigError
 
     if role != "rerank":
-        raise ConfigError(f"{ref!r} is a query-likelihood reranker: it can only be the rerank model "
-                          f"(--rerank-model / QMDLAB_RERANK_MODEL), not {role}")
-    inner = ref[len(PREFIX):].strip()
+        raise ConfigError(
+            f"{ref!r} is a query-likelihood reranker: it can only be the rerank model "
+            f"(--rerank-model / QMDLAB_RERANK_MODEL), not {role}"
+        )
+    inner = ref[len(PREFIX) :].strip()
     if not inner:
         raise ConfigError(f"{ref!r}: no model after the qlm: prefix; {_USAGE}")
     low = inner.lower()
@@ -278,19 +305,31 @@ def inner_ref(ref: str, role: str = "rerank") -> str:
         from qmdlab.models import packaged
 
         if inner[4:] not in packaged.PACKAGED:
-            raise ConfigError(f"{ref!r}: unknown packaged model {inner}; give --rerank-model one of "
-                              + ", ".join(f"qlm:pkg:{n}" for n in packaged.PACKAGED if f"pkg:{n}" not in _NOT_GENERATIVE))
+            raise ConfigError(
+                f"{ref!r}: unknown packaged model {inner}; give --rerank-model one of "
+                + ", ".join(f"qlm:pkg:{n}" for n in packaged.PACKAGED if f"pkg:{n}" not in _NOT_GENERATIVE)
+            )
     elif not inner.startswith("hf:"):
         path = Path(inner).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{ref!r}: model file {path} does not exist; fix the path after qlm: in "
-                              f"--rerank-model / QMDLAB_RERANK_MODEL")
+            raise ConfigError(
+                f"{ref!r}: model file {path} does not exist; fix the path after qlm: in "
+                f"--rerank-model / QMDLAB_RERANK_MODEL"
+            )
     return inner
 
 
-def build(ref: str, resolve_path: Callable[[str], Path], known: dict, *, role: str = "rerank",
-          n_threads: Optional[int] = None, idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
-          progress: bool = False, **options) -> QLMReranker:
+def build(
+    ref: str,
+    resolve_path: Callable[[str], Path],
+    known: dict,
+    *,
+    role: str = "rerank",
+    n_threads: Optional[int] = None,
+    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    progress: bool = False,
+    **options,
+) -> QLMReranker:
     """The :class:`QLMReranker` of a ``qlm:MODEL`` reference (the registry's ``build_model``).
 
     ``known`` holds the inner model's options (``n_ctx``, ``rerank_max_doc_tokens``; the registry's
@@ -300,5 +339,6 @@ def build(ref: str, resolve_path: Callable[[str], Path], known: dict, *, role: s
     inner = inner_ref(ref, role)
     opts = dict(known.get(inner, {}))
     kw = {"max_doc_tokens": opts.get("rerank_max_doc_tokens") or 384, "n_ctx": opts.get("n_ctx", 2048), **options}
-    return QLMReranker(lambda: resolve_path(inner, progress=progress), ref, n_threads=n_threads,
-                       idle_timeout=idle_timeout, **kw)
+    return QLMReranker(
+        lambda: resolve_path(inner, progress=progress), ref, n_threads=n_threads, idle_timeout=idle_timeout, **kw
+    )

@@ -17,11 +17,13 @@ Which reference a role gets, highest priority first: an explicit argument (the C
 ``expand``, ``rerank``; default file ``$QMDLAB_HOME/models.yaml`` when it exists), then the
 preset — itself chosen by argument, ``$QMDLAB_PRESET``, the config, else ``"offline"``.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Optional, Union
 
 from qmdlab.errors import ConfigError, ModelError
 from qmdlab.models import hf, packaged
@@ -60,10 +62,22 @@ KNOWN: dict[str, dict[str, Any]] = {
     # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
     # As rerankers they judge the first 384 tokens of the selected chunk: a pair then costs ~2.5x
     # less CPU than a full 900-token chunk (prompt evaluation dominates on a CPU).
-    QWEN_CODER: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
-                 "sampling": {"temperature": 0.0, "max_tokens": 200}, "rerank_max_doc_tokens": 384},
-    SMOLLM2: {"family": "chatml", "n_ctx": 2048, "max_lines": 6, "max_chars": 160,
-              "sampling": {"temperature": 0.0, "max_tokens": 200}, "rerank_max_doc_tokens": 384},
+    QWEN_CODER: {
+        "family": "chatml",
+        "n_ctx": 2048,
+        "max_lines": 6,
+        "max_chars": 160,
+        "sampling": {"temperature": 0.0, "max_tokens": 200},
+        "rerank_max_doc_tokens": 384,
+    },
+    SMOLLM2: {
+        "family": "chatml",
+        "n_ctx": 2048,
+        "max_lines": 6,
+        "max_chars": 160,
+        "sampling": {"temperature": 0.0, "max_tokens": 200},
+        "rerank_max_doc_tokens": 384,
+    },
 }
 
 
@@ -92,9 +106,12 @@ def _load_config(config: Union[Mapping, str, os.PathLike, None]) -> dict:
     return data
 
 
-def resolve_refs(preset: Optional[str] = None, overrides: Optional[Mapping[str, Any]] = None,
-                 config: Union[Mapping, str, os.PathLike, None] = None,
-                 environ: Optional[Mapping[str, str]] = None) -> tuple[str, dict[str, Any]]:
+def resolve_refs(
+    preset: Optional[str] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
+    config: Union[Mapping, str, os.PathLike, None] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> tuple[str, dict[str, Any]]:
     """The preset name and each role's reference (or model object), by the precedence above.
 
     >>> resolve_refs("tiny", {"rerank": "none"}, config={}, environ={"QMDLAB_EXPAND_MODEL": "/m/x.gguf"})
@@ -135,8 +152,10 @@ def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> 
         return model_dir(ref)
     path = Path(ref).expanduser()
     if not path.is_file():
-        raise ModelError(f"model file {path} does not exist; fix the path, or set the role's model with "
-                         f"QMDLAB_EMBED_MODEL / QMDLAB_EXPAND_MODEL / QMDLAB_RERANK_MODEL")
+        raise ModelError(
+            f"model file {path} does not exist; fix the path, or set the role's model with "
+            f"QMDLAB_EMBED_MODEL / QMDLAB_EXPAND_MODEL / QMDLAB_RERANK_MODEL"
+        )
     if not hf.is_gguf(path):
         raise ModelError(f"{path} is not a GGUF file (bad magic); convert it with llama.cpp's convert_hf_to_gguf.py")
     return path
@@ -158,7 +177,7 @@ def ref_status(ref: str) -> dict[str, Any]:
             path = None
         ready = packaged.is_ready(model.name)
     elif ref.startswith("cross-encoder:"):
-        path = Path(ref[len("cross-encoder:"):]).expanduser()
+        path = Path(ref[len("cross-encoder:") :]).expanduser()
         ready = (path / "config.json").is_file()
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) if path.is_dir() else 0
         return {"path": path, "ready": ready, "size": size}
@@ -195,9 +214,17 @@ def _fake(role: str, ref: str, chunking: Optional[Mapping]):
     raise ConfigError(f"{ref!r} is not a fake {role} model; use fake:keyword, fake:rules or fake:overlap")
 
 
-def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
-                idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, chunking: Optional[Mapping] = None,
-                sampling=None, batch_size: int = 32, progress: bool = False):
+def build_model(
+    role: str,
+    ref: Any,
+    *,
+    n_threads: Optional[int] = None,
+    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    chunking: Optional[Mapping] = None,
+    sampling=None,
+    batch_size: int = 32,
+    progress: bool = False,
+):
     """One role's model from a reference; nothing is read from disk until first use."""
     if ref is None:
         return None
@@ -207,8 +234,9 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
     if ref.startswith("qlm:"):
         from qmdlab.models import llama_qlm
 
-        return llama_qlm.build(ref, resolve_path, KNOWN, role=role, n_threads=n_threads, idle_timeout=idle_timeout,
-                               progress=progress)
+        return llama_qlm.build(
+            ref, resolve_path, KNOWN, role=role, n_threads=n_threads, idle_timeout=idle_timeout, progress=progress
+        )
     if ref.startswith("fake:"):
         return _fake(role, ref, chunking)
     if ref.startswith("cross-encoder:"):
@@ -228,29 +256,59 @@ def build_model(role: str, ref: Any, *, n_threads: Optional[int] = None,
     if role == "embed":
         from qmdlab.models.llama_embed import LlamaEmbedder
 
-        return LlamaEmbedder(resolve, ref, template=opts.get("template"), dim=opts.get("dim"),
-                             n_ctx=opts.get("n_ctx", 512), chunking=chunking, batch_size=batch_size, **common)
+        return LlamaEmbedder(
+            resolve,
+            ref,
+            template=opts.get("template"),
+            dim=opts.get("dim"),
+            n_ctx=opts.get("n_ctx", 512),
+            chunking=chunking,
+            batch_size=batch_size,
+            **common,
+        )
     if role == "expand":
         from qmdlab.models.expansion import grammar_for
         from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
 
         if sampling is None:
             sampling = SamplingConfig(**opts.get("sampling", {}))
-        return LlamaExpander(resolve, ref, family=opts.get("family"), sampling=sampling,
-                             grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
-                             n_ctx=opts.get("n_ctx", 2048), **common)
+        return LlamaExpander(
+            resolve,
+            ref,
+            family=opts.get("family"),
+            sampling=sampling,
+            grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
+            n_ctx=opts.get("n_ctx", 2048),
+            **common,
+        )
     if role == "rerank":
         from qmdlab.models.llama_rerank import LlamaReranker
 
-        return LlamaReranker(resolve, ref, family=opts.get("family"), n_ctx=opts.get("n_ctx", 2048),
-                             max_doc_tokens=opts.get("rerank_max_doc_tokens"), **common)
+        return LlamaReranker(
+            resolve,
+            ref,
+            family=opts.get("family"),
+            n_ctx=opts.get("n_ctx", 2048),
+            max_doc_tokens=opts.get("rerank_max_doc_tokens"),
+            **common,
+        )
     raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
 
 
-def load_models(preset: Optional[str] = None, *, embed: Any = None, expand: Any = None, rerank: Any = None,
-                config: Union[Mapping, str, os.PathLike, None] = None, n_threads: Optional[int] = None,
-                idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT, chunking: Optional[Mapping] = None,
-                sampling=None, batch_size: int = 32, progress: bool = False) -> ModelSet:
+def load_models(
+    preset: Optional[str] = None,
+    *,
+    embed: Any = None,
+    expand: Any = None,
+    rerank: Any = None,
+    config: Union[Mapping, str, os.PathLike, None] = None,
+    n_threads: Optional[int] = None,
+    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+    chunking: Optional[Mapping] = None,
+    sampling=None,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> ModelSet:
     """A lazy :class:`~qmdlab.models.base.ModelSet` for a preset plus per-role overrides.
 
     Parameters
@@ -280,16 +338,27 @@ def load_models(preset: Optional[str] = None, *, embed: Any = None, expand: Any 
     True
     """
     _, refs = resolve_refs(preset, {"embed": embed, "expand": expand, "rerank": rerank}, config)
-    kw = dict(n_threads=n_threads, idle_timeout=idle_timeout, chunking=chunking, sampling=sampling,
-              batch_size=batch_size, progress=progress)
-    return ModelSet(build_model("embed", refs["embed"], **kw), build_model("expand", refs["expand"], **kw),
-                    build_model("rerank", refs["rerank"], **kw))
+    kw = dict(
+        n_threads=n_threads,
+        idle_timeout=idle_timeout,
+        chunking=chunking,
+        sampling=sampling,
+        batch_size=batch_size,
+        progress=progress,
+    )
+    return ModelSet(
+        build_model("embed", refs["embed"], **kw),
+        build_model("expand", refs["expand"], **kw),
+        build_model("rerank", refs["rerank"], **kw),
+    )
 
 
 def with_cache(models: ModelSet, cache) -> ModelSet:
     """Wrap the expander and reranker of ``models`` in the LLM-output cache (embedder unchanged)."""
     from qmdlab.models.cached import CachedExpander, CachedReranker
 
-    return ModelSet(models.embedder,
-                    CachedExpander(models.expander, cache) if models.expander is not None else None,
-                    CachedReranker(models.reranker, cache) if models.reranker is not None else None)
+    return ModelSet(
+        models.embedder,
+        CachedExpander(models.expander, cache) if models.expander is not None else None,
+        CachedReranker(models.reranker, cache) if models.reranker is not None else None,
+    )

