@@ -142,7 +142,8 @@ def page_environment() -> str:
 def _click_pages(cmd, prefix: str, out: list[str]) -> None:
     import click
 
-    ctx = click.Context(cmd, info_name=prefix)
+    # a fixed width: the page must not depend on the terminal (or the test worker) it is made in
+    ctx = click.Context(cmd, info_name=prefix, terminal_width=100, max_content_width=100)
     out += [f"## `{prefix}`", "", "```text", cmd.get_help(ctx).replace(REPO.as_posix(), "."), "```", ""]
     if isinstance(cmd, click.Group):
         for name in sorted(cmd.list_commands(ctx)):
