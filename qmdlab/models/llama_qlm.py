@@ -321,7 +321,7 @@ def inner_ref(ref: str, role: str = "rerank") -> str:
 
 def build(
     ref: str,
-    resolve_path: Callable[[str], Path],
+    resolve_path: Callable[..., Path],
     known: dict,
     *,
     role: str = "rerank",
