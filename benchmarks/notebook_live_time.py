@@ -8,7 +8,7 @@ open what is recorded, not record). Prints one line per repeat (with the 1-minut
 and min/median at the end.
 
     .venv/bin/python benchmarks/notebook_live_time.py --mode edit --repeats 5
-    .venv/bin/python benchmarks/notebook_live_time.py --mode run --home /tmp/demo-home
+    .venv/bin/python benchmarks/notebook_live_time.py --mode run --home "$QMDLAB_HOME"
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -137,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between page probes")
     ap.add_argument("--timeout", type=float, default=400)
     ap.add_argument(
-        "--work", type=Path, default=Path("/tmp/qmdlab-notebook-live-time"), help="server logs and browser profiles"
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "qmdlab-notebook-live-time",
+        help="server logs and browser profiles",
     )
     args = ap.parse_args(argv)
     home = args.home or Path(os.environ.get("QMDLAB_HOME") or Path.home() / ".cache" / "qmdlab")

@@ -42,6 +42,7 @@ import resource
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ class BenchConfig:
 
     sizes: list[int] = field(default_factory=lambda: [10_000, 100_000])
     out: Path = Path("results/scale")
-    work: Path = Path("/tmp/qmdlab-scale-bench")
+    work: Path = Path(tempfile.gettempdir()) / "qmdlab-scale-bench"
     queries: int = 20
     vocab: int = 20_000
     words_per_doc: int = 80

@@ -54,7 +54,7 @@ GRID = tuple(
 )
 """The settings the inner cross-validation chooses from (8; fixed for a run — this grid itself was
 revised once after earlier CISI cross-validation runs, so CISI's held-out number for it is not a
-first look: see the issue-16 notes)."""
+first look: docs/results/retrieval.md)."""
 
 
 @dataclass(frozen=True)

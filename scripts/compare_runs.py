@@ -3,10 +3,10 @@
 Used for refactors: each refactor commit C and its parent evaluated the same suite in
 separate ``QMDLAB_HOME``s (so no trace cache is shared), e.g. ::
 
-    git worktree add /tmp/wt-old C^ && git worktree add /tmp/wt-new C
-    for wt in /tmp/wt-old /tmp/wt-new; do (cd $wt && PYTHONPATH=$wt QMDLAB_HOME=$wt.home \\
+    git worktree add ../wt-old C^ && git worktree add ../wt-new C
+    for wt in ../wt-old ../wt-new; do (cd $wt && PYTHONPATH=$wt QMDLAB_HOME=$wt.home \\
         python -m qmdlab.cli eval default --preset fake --ablate --out $wt.out --no-progress); done
-    python scripts/compare_runs.py /tmp/wt-old.out /tmp/wt-new.out --tol 1e-9
+    python scripts/compare_runs.py ../wt-old.out ../wt-new.out --tol 1e-9
 
 Compared: every TREC run file (the main run and each ablation row: same (qid, docno) pairs, same
 ranks, scores within ``--tol``; the files carry 9 decimals), every number in ``metrics.json``

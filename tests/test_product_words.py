@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: (pattern, why it is not product text)
 HISTORY = [
-    (r"\b[Ii]ssues? #?\d+", "a tracker number"),
-    (r"\b[Ss]ession[ -]\d+", "a work session"),
+    (r"\b[Ii]ssues? #?\d+|\b[Ii]ssue-\d+", "a tracker number"),
+    (r"\b[Ss]ession[ -]\d+|\b(?:this|that|a later|an earlier) session\b", "a work session"),
     (r"\bDESIGN §", "a section of a document that is not in the repository (use docs/design.md)"),
     (r"\bthe lead\b|\bother engineers\b|\bhelpers?-\d\b", "people who built it"),
     (r"/tmp/i20", "a path on one machine"),
@@ -100,6 +100,8 @@ def test_committed_data_holds_no_machine_paths():
     "line,pattern",
     [
         ("see issue 16 for why", HISTORY[0][0]),
+        ("the pre-issue-16 defaults", HISTORY[0][0]),
+        ("not run in this session", HISTORY[1][0]),
         ("Issue #3", HISTORY[0][0]),
         ("in session 4", HISTORY[1][0]),
         ("DESIGN §3 step 2", HISTORY[2][0]),

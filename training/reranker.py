@@ -4,7 +4,7 @@
 --suite cisi --out runs/rr-cisi [--field value ...]`` (TRL-style: every field of
 :class:`RerankerRunConfig` is a flag or a YAML key).
 
-Recipe (chosen for a 2-core CPU; each part measured, see the issue-14 notes):
+Recipe (chosen for a 2-core CPU; each part measured, docs/results/reranker.md):
 
 1. **Record** the suite through the pipeline once (:func:`qmdlab.eval.runner.run_suite`, traces cached
    per query; expansion and rerank off by default, so the fused order is BM25 + vector RRF).

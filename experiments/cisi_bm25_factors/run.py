@@ -243,7 +243,7 @@ def _knob_rows(suite_name: str, log) -> list[Row]:
         dict(
             bm25_weight_filepath=1.5,
             bm25_prefix=True,
-            bm25_stopwords=True,  # the pre-issue-16 defaults
+            bm25_stopwords=True,  # the defaults before query-term frequency
             bm25_query_tf=False,
         ),
     ]
