@@ -21,7 +21,7 @@ from qmdlab.errors import QmdlabError
 
 # Areas of the core whose commands are registered; a missing module (area not built yet, or an
 # optional extra not installed) must not break the other verbs.
-COMMAND_MODULES = ("store", "navigate", "models", "query", "mcp", "doctor")
+COMMAND_MODULES = ("store", "navigate", "models", "query", "mcp", "doctor", "expand_docs")
 
 # Which core area registers each top-level verb, so that ``qmdlab search`` imports only
 # ``qmdlab.commands.store`` (cold start: ``import qmdlab.cli`` loads no area at all). A verb
@@ -43,6 +43,7 @@ COMMAND_VERBS = {
     "jump": "navigate",
     "chunks": "navigate",
     "embed": "models",
+    "expand-docs": "expand_docs",
     "models": "models",
     "pull": "models",
     "vsearch": "models",

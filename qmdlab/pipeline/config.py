@@ -53,6 +53,7 @@ OMITTED_AT_DEFAULT = frozenset(
         "ann_ef_search",
         "weight_original_heading",
         "budget_s",
+        "bm25_weight_expansions",
     }
 )
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
@@ -132,6 +133,11 @@ class PipelineConfig:
     bm25_weight_filepath, bm25_weight_title, bm25_weight_body : float
         FTS5 ``bm25()`` column weights (>= 0, not all 0). The filepath column holds
         ``collection/path``; the body repeats the title's ``# heading``.
+    bm25_weight_expansions : float
+        FTS5 ``bm25()`` weight of the ``expansions`` column: the kept generated queries of the
+        document's chunks (doc2query, ``qmdlab expand-docs``). 0 (the default) = the column is left
+        out of the match (:mod:`qmdlab.search.lexical`); an index without expansions scores the same
+        at any weight.
     bm25_prefix : bool
         Bare query terms as prefix terms ``"term"*`` (``and`` mode always uses them).
     bm25_stopwords : bool
@@ -251,6 +257,7 @@ class PipelineConfig:
     vector_index: str = "exact"
     ann_ef_search: int = 512
     budget_s: float = 0.0
+    bm25_weight_expansions: float = 0.0
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -278,6 +285,11 @@ class PipelineConfig:
         for name, w in zip(("bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body"), weights):
             if not (w >= 0 and w != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0, got {w!r}")
+        w = self.bm25_weight_expansions
+        if not (w >= 0 and w != float("inf")):
+            raise ConfigError(
+                f"option 'bm25_weight_expansions' must be a finite number >= 0 (0 = column off), got {w!r}"
+            )
         if not any(weights):
             raise ConfigError(
                 "bm25_weight_filepath, bm25_weight_title and bm25_weight_body are all 0: "
@@ -524,12 +536,23 @@ class PipelineConfig:
     def lexical(self) -> dict[str, Any]:
         """The BM25 knobs as keyword arguments of :func:`qmdlab.search.bm25_search`.
 
+        ``weights`` has a fourth item, the expansions column's, when that weight is above 0.
+
         >>> PipelineConfig(bm25_weight_title=2).lexical()["weights"]
         (1.5, 2.0, 1.0)
+        >>> PipelineConfig(bm25_weight_expansions=0.5).lexical()["weights"]
+        (1.5, 4.0, 1.0, 0.5)
         """
+        weights: tuple[float, ...] = (
+            float(self.bm25_weight_filepath),
+            float(self.bm25_weight_title),
+            float(self.bm25_weight_body),
+        )
+        if self.bm25_weight_expansions > 0:
+            weights += (float(self.bm25_weight_expansions),)
         return {
             "mode": self.bm25_mode,
-            "weights": (float(self.bm25_weight_filepath), float(self.bm25_weight_title), float(self.bm25_weight_body)),
+            "weights": weights,
             "prefix": self.bm25_prefix or self.bm25_mode == "and",
             "stopwords": self.bm25_stopwords,
             "query_tf": self.bm25_query_tf,

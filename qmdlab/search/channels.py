@@ -3,7 +3,8 @@ original query that the pipeline fuses like any other list (off by default: weig
 
 ``phrase`` — the whole query verbatim (a verbatim whole-query bonus, a phrase
 channel): an FTS5 phrase of every word piece of the query in order, stopwords kept, ranked by
-BM25 with the pipeline's column weights. Needs at least two pieces (one word is the BM25 list).
+BM25 with the pipeline's column weights (the expansions column as BM25's, see
+:mod:`qmdlab.search.lexical`). Needs at least two pieces (one word is the BM25 list).
 
 ``like`` — the substring leg (a third keyword leg, the ``LIKE`` one beside FTS and
 vectors): a document is listed when its text contains a query term as a plain substring
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
-from qmdlab.search.lexical import BM25_WEIGHTS, _split_query, check_weights
+from qmdlab.search.lexical import BM25_WEIGHTS, _split_query, _weights_sql, column_filter, scoped
 from qmdlab.terms import CJK_RUN, query_pieces, terms
 
 if TYPE_CHECKING:
@@ -105,7 +106,8 @@ def phrase_search(
     expr = phrase_expression(text)
     if expr is None or limit <= 0:
         return []
-    w = ", ".join(repr(x) for x in check_weights(weights))
+    w = _weights_sql(tuple(weights))
+    expr = scoped(expr, column_filter(idx, weights))
     where, params = idx._coll_clause(collections, scoped=True)
     fsql, fparams = (filters or SearchFilters()).sql("d")
     sql = (

@@ -26,7 +26,15 @@ least :func:`required_matches` of the distinct positive terms (``min_match`` ≥
 0 < ``min_match`` < 1 a share of the terms, rounded down, at least one — Elasticsearch's
 ``minimum_should_match``). Ranking is unchanged: it is the ``or`` ranking, filtered.
 
-Column weights (``filepath, title, body``) go straight to FTS5's ``bm25()``.
+Column weights (``filepath, title, body`` and, optionally, ``expansions``) go straight to FTS5's
+``bm25()``. ``expansions`` holds the document's kept generated queries (doc2query,
+``qmdlab expand-docs``; :mod:`qmdlab.store.doc_expansions`). At expansion weight 0 (the default) the
+match itself is restricted to the other three columns (``{filepath title body} : (…)``), so no
+document is found through its expansions alone and no expansion term adds to a score; what stays is
+FTS5's length normalisation, which counts every column's tokens: once an index has expansions, a
+document's length includes them at any weight (as the appended queries of docT5query do), and
+``qmdlab expand-docs --clear`` gives the index its old scores back. An index made before the column
+existed has three columns (:func:`fts_column_count`): the fourth weight is ignored there.
 ``experiments/cisi_bm25_factors/run.py`` measures each choice (experiments/cisi_bm25_factors/README.md).
 
 Limits: a query longer than :data:`MAX_QUERY_CHARS` characters or with more than
@@ -41,6 +49,7 @@ character can act as FTS5 syntax (``"``, ``*``, ``^``, ``:``, ``(``, ``NEAR``, `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sqlite3
@@ -55,8 +64,11 @@ from qmdlab.terms import BM25_STOPWORDS, CJK_RUN, bigrams, query_pieces
 if TYPE_CHECKING:
     from qmdlab.store import Index
 
-#: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``).
+#: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``); the
+#: expansions column, when no fourth weight is given, has weight 0.
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
+#: The column filter of a search that leaves the expansions column out (its weight is 0).
+TEXT_COLUMNS = "{filepath title body}"
 MODES = ("and", "or", "msm")
 #: Longest query text searched (characters); longer ones are refused.
 MAX_QUERY_CHARS = 10_000
@@ -242,21 +254,72 @@ def required_matches(n_terms: int, min_match: float) -> int:
     return max(1, min(n_terms, need))
 
 
-def check_weights(weights: Sequence[float]) -> tuple[float, float, float]:
-    """Validate FTS5 column weights ``(filepath, title, body)``: three numbers ≥ 0, not all 0."""
+def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
+    """Validate FTS5 column weights ``(filepath, title, body[, expansions])``: three or four numbers
+    ≥ 0, at least one of the first three above 0 (the expansions column is empty in most indexes).
+
+    >>> check_weights((1.5, 4, 1)), check_weights((1.5, 4, 1, 0.5))
+    ((1.5, 4.0, 1.0), (1.5, 4.0, 1.0, 0.5))
+    """
     w = tuple(float(x) for x in weights)
-    if len(w) != 3 or any(not math.isfinite(x) or x < 0 for x in w) or not any(w):
+    if len(w) not in (3, 4) or any(not math.isfinite(x) or x < 0 for x in w) or not any(w[:3]):
         raise QmdlabError(
-            f"BM25 column weights {list(weights)!r}: need three finite numbers >= 0 "
-            "(filepath, title, body), at least one above 0"
+            f"BM25 column weights {list(weights)!r}: need three or four finite numbers >= 0 "
+            "(filepath, title, body[, expansions]), at least one of the first three above 0"
         )
-    return w  # type: ignore[return-value]
+    return w
 
 
 @functools.lru_cache(maxsize=64)
 def _weights_sql(weights: tuple) -> str:
-    """The ``bm25()`` weight arguments of validated column weights, e.g. ``'1.5, 4.0, 1.0'``."""
-    return ", ".join(repr(x) for x in check_weights(weights))
+    """The ``bm25()`` weight arguments of validated column weights, always four (FTS5 ignores a
+    weight past the table's columns and gives a missing one 1.0), e.g. ``'1.5, 4.0, 1.0, 0.0'``."""
+    w = check_weights(weights)
+    return ", ".join(repr(x) for x in w + (0.0,) * (4 - len(w)))
+
+
+def expansion_weight(weights: Sequence[float]) -> float:
+    """The expansions column's weight of a weight list (0 when it has three).
+
+    >>> expansion_weight((1.5, 4.0, 1.0)), expansion_weight((1.5, 4.0, 1.0, 2.0))
+    (0.0, 2.0)
+    """
+    return float(weights[3]) if len(weights) > 3 else 0.0
+
+
+def fts_column_count(idx: Index) -> int:
+    """Columns of the index's ``documents_fts`` (4; 3 in an index made before ``expansions``),
+    kept on ``idx`` until the schema changes (``PRAGMA schema_version``: a migration by any
+    connection)."""
+    from qmdlab.store.schema import fts_columns
+
+    conn = idx.conn
+    with idx._lock:
+        version = conn.execute("PRAGMA schema_version").fetchone()[0]
+        held = getattr(idx, "_fts_column_count", None)
+        if held is not None and held[0] is conn and held[1] == version:
+            return held[2]
+        n = fts_columns(conn)
+        with contextlib.suppress(AttributeError):  # an index object that takes no attributes
+            idx._fts_column_count = (conn, version, n)
+        return n
+
+
+def column_filter(idx: Index, weights: Sequence[float]) -> str:
+    """``TEXT_COLUMNS`` when the index has an expansions column and its weight is 0 (the match
+    must leave it out), else ``""`` (every column)."""
+    if expansion_weight(weights) > 0:
+        return ""
+    return TEXT_COLUMNS if fts_column_count(idx) > 3 else ""
+
+
+def scoped(expression: str, columns: str) -> str:
+    """``expression`` restricted to ``columns`` (an FTS5 column filter; ``""`` = unrestricted).
+
+    >>> scoped('"a" OR "b"', TEXT_COLUMNS), scoped('"a"', "")
+    ('{filepath title body} : ("a" OR "b")', '"a"')
+    """
+    return f"{columns} : ({expression})" if columns else expression
 
 
 def bm25_search(
@@ -289,8 +352,10 @@ def bm25_search(
         Restrict to these collections (unknown names raise :class:`~qmdlab.errors.ConfigError`).
     filters : SearchFilters, optional
         Tag and date filters.
-    weights : (float, float, float)
-        FTS5 column weights for ``filepath, title, body`` (:func:`check_weights`).
+    weights : (float, float, float) or (float, float, float, float)
+        FTS5 column weights for ``filepath, title, body`` and optionally ``expansions``
+        (:func:`check_weights`; no fourth weight or 0: the expansions column is left out of
+        the match, see the module docstring).
     prefix : bool
         Bare terms as prefix terms ``"t"*`` (``and`` mode: always).
     stopwords : bool
@@ -314,6 +379,8 @@ def bm25_search(
         return []
     limit = min(int(limit), MAX_LIMIT)  # "all": no more rows than SQLite's integers (or the index) hold
     w = _weights_sql(tuple(weights))
+    columns = column_filter(idx, weights)
+    query = scoped(query, columns)
     need = required_matches(len(built.positive), min_match) if mode == "msm" else 0
     rows = None
     if collections is None:  # an unscoped search leaves out excluded collections
@@ -333,7 +400,7 @@ def bm25_search(
                 "(documents_fts.rowid IN (SELECT rowid FROM documents_fts WHERE documents_fts MATCH ?))"
                 for _ in built.positive
             )
-            msm_sql, msm_params = f" AND ({counted}) >= ?", [*built.positive, need]
+            msm_sql, msm_params = f" AND ({counted}) >= ?", [*(scoped(t, columns) for t in built.positive), need]
         sql = (
             f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
             "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "

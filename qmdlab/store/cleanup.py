@@ -5,7 +5,7 @@ its content, chunks and vectors stay until they are cleaned up. :func:`cleanup` 
 one transaction:
 
 1. inactive document rows;
-2. content no document row refers to, and its chunks;
+2. content no document row refers to, and its chunks and generated queries;
 3. vectors of chunks that no longer exist (orphans) — and, with ``stale_vectors``, vectors of
    every embedder fingerprint except ``keep_fingerprint``;
 4. with ``cache``, every LLM cache entry;
@@ -97,6 +97,8 @@ def cleanup(
         ).rowcount
         n_chunks = c.execute("DELETE FROM chunks WHERE hash NOT IN (SELECT hash FROM documents)").rowcount
         n_content = c.execute("DELETE FROM content WHERE hash NOT IN (SELECT hash FROM documents)").rowcount
+        # generated queries of content no document holds (the transaction made the table: migrate_fts)
+        c.execute("DELETE FROM doc_queries WHERE hash NOT IN (SELECT hash FROM documents)")
         n_vec += c.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)").rowcount
         if stale_vectors:
             n_vec += c.execute("DELETE FROM vectors WHERE fingerprint != ?", (keep_fingerprint,)).rowcount

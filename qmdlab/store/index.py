@@ -157,6 +157,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         self._capacity: dict[str | None, tuple[tuple, list]] = {}  # fingerprint -> (limits, checks)
         self._data_version = None
         self._write_checked = False
+        self._fts_checked = False
 
     @staticmethod
     def _connect(target: str) -> sqlite3.Connection:
@@ -226,6 +227,8 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 raise StoreError(read_only_message(self.dir))
             if not self._write_checked:
                 self._check_before_write()
+            if not self._fts_checked:
+                self._migrate_fts()
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as err:
@@ -279,6 +282,28 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             if problem is not None:
                 raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
         self._write_checked = True
+
+    def _migrate_fts(self) -> None:
+        """Before the first write of this :class:`Index`: give an index made before
+        ``documents_fts.expansions`` existed its four-column table (:func:`~qmdlab.store.schema.migrate_fts`),
+        in a transaction of its own, so a failing write later cannot undo it."""
+        if schema.fts_columns(self.conn) < len(schema.FTS_COLUMNS):
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as err:
+                if "locked" in str(err) or "busy" in str(err):
+                    raise StoreError(
+                        f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
+                        "is writing to it); retry when that update or embed has finished"
+                    ) from err
+                raise
+            try:
+                schema.migrate_fts(self.conn)  # checks again under the write lock: another process may have
+            except BaseException:
+                self._rollback()
+                raise
+            self.conn.execute("COMMIT")
+        self._fts_checked = True
 
     def _raise_if_damaged(self, err: BaseException) -> None:
         """After a failed write: when ``err`` suggests damage and ``PRAGMA quick_check`` confirms it,

@@ -4,10 +4,22 @@
 - ``documents``: one row per (collection, path); ``active = 0`` once the file vanished.
   ``metadata`` is the front matter as JSON; ``tags`` (JSON list) and ``date`` (ISO) are
   denormalised from it for filtering (``date`` falls back to the file's mtime day).
-- ``documents_fts``: FTS5 (``porter unicode61``) over filepath (= docno), title and body of
-  *active* documents, kept in sync by triggers. Title and body pass through
-  ``qmdlab_fts_text`` (CJK characters spaced apart, see :mod:`qmdlab.terms`); the function
-  is registered on every connection :class:`~qmdlab.store.Index` opens.
+- ``documents_fts``: FTS5 (``porter unicode61``) over filepath (= docno), title, body and
+  expansions of *active* documents, kept in sync by triggers. Title, body and expansions pass
+  through ``qmdlab_fts_text`` (CJK characters spaced apart, see :mod:`qmdlab.terms`); the
+  function is registered on every connection :class:`~qmdlab.store.Index` opens.
+  ``expansions`` holds the kept generated queries (``doc_queries.kept = 1``) of the document's
+  chunks for the index's active generator (``meta.doc2query_generator``), one per line, in
+  chunk order; empty without one. An index made before the column existed has three columns:
+  readers keep working (:func:`fts_columns`; search code never names the fourth column there)
+  and its next write rebuilds the table with four (:func:`migrate_fts`).
+- ``doc_queries``: queries generated for a chunk (doc2query, ``qmdlab expand-docs``), keyed by
+  content hash, chunk seq, generator fingerprint and sample number ``n``: the ``raw`` generated
+  text, the parsed ``query`` (``NULL``: not a usable query), ``kept`` (the round-trip filter:
+  1 kept, 0 dropped, ``NULL`` not filtered yet) and ``source_rank`` (the best BM25 rank of a
+  document holding the chunk for that query, ``NULL`` beyond the filter's depth).
+  Keyed by content, like ``chunks``: a moved file keeps its expansions; a changed one has none
+  until ``expand-docs`` runs again. See :mod:`qmdlab.store.doc_expansions`.
 - ``chunks``: keyed by content hash, so a moved or duplicated file is never re-chunked or
   re-embedded; ``text = substr(body, char_start + 1, char_end - char_start)``.
 - ``chunks.id`` is never reused: new chunks get ids above every id ever given
@@ -45,6 +57,57 @@ STAT_DIGEST = (
 )
 _STAT_DIGEST_SQL = ";\n".join(STAT_DIGEST)
 
+#: ``meta`` key of the index's active doc2query generator (its fingerprint): the one whose kept
+#: queries fill ``documents_fts.expansions``.
+ACTIVE_GENERATOR = "doc2query_generator"
+
+DOC_QUERIES = (
+    "CREATE TABLE IF NOT EXISTS doc_queries (hash TEXT NOT NULL, seq INTEGER NOT NULL, generator TEXT NOT NULL, "
+    "n INTEGER NOT NULL, raw TEXT NOT NULL, query TEXT, kept INTEGER, source_rank INTEGER, "
+    "PRIMARY KEY (hash, seq, generator, n))"
+)
+
+FTS_COLUMNS = ("filepath", "title", "body", "expansions")
+"""The columns of ``documents_fts``, in order (an index made before ``expansions`` has the first three)."""
+
+
+def expansion_text(hash_sql: str) -> str:
+    """The SQL value of a document's ``expansions`` column: the kept queries of the chunks of the
+    content ``hash_sql`` for the active generator, one per line in (seq, n) order (``''``: none).
+    Duplicates stay: a query sampled twice counts twice, as docT5query's appended queries do."""
+    return (
+        f"{FTS_FUNCTION}(coalesce((SELECT group_concat(x.query, char(10)) FROM (SELECT q.query FROM doc_queries q "
+        f"WHERE q.hash = {hash_sql} AND q.kept = 1 AND q.query IS NOT NULL AND q.generator = "
+        f"(SELECT value FROM meta WHERE key = '{ACTIVE_GENERATOR}') ORDER BY q.seq, q.n) x), ''))"
+    )
+
+
+# The FTS table and the triggers that keep it in sync with ``documents``. Filepath, title and body
+# are written as they always were; ``expansions`` is :func:`expansion_text` of the document's hash.
+FTS_TABLE = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5("
+    "filepath, title, body, expansions, tokenize = 'porter unicode61')"
+)
+FTS_TRIGGERS = (
+    f"""CREATE TRIGGER IF NOT EXISTS documents_ai AFTER INSERT ON documents WHEN new.active = 1 BEGIN
+    INSERT INTO documents_fts(rowid, filepath, title, body, expansions)
+    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
+           {FTS_FUNCTION}(c.body), {expansion_text("new.hash")}
+    FROM content c WHERE c.hash = new.hash;
+END""",
+    """CREATE TRIGGER IF NOT EXISTS documents_ad AFTER DELETE ON documents BEGIN
+    DELETE FROM documents_fts WHERE rowid = old.id;
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS documents_au AFTER UPDATE OF collection, path, title, hash, active ON documents BEGIN
+    DELETE FROM documents_fts WHERE rowid = old.id;
+    INSERT INTO documents_fts(rowid, filepath, title, body, expansions)
+    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
+           {FTS_FUNCTION}(c.body), {expansion_text("new.hash")}
+    FROM content c WHERE c.hash = new.hash AND new.active = 1;
+END""",
+)
+_FTS_SQL = ";\n".join((FTS_TABLE, *FTS_TRIGGERS))
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS content (
@@ -67,25 +130,8 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE INDEX IF NOT EXISTS documents_hash ON documents(hash);
 {STAT_INDEX};
-CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5(
-    filepath, title, body, tokenize = 'porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS documents_ai AFTER INSERT ON documents WHEN new.active = 1 BEGIN
-    INSERT INTO documents_fts(rowid, filepath, title, body)
-    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
-           {FTS_FUNCTION}(c.body)
-    FROM content c WHERE c.hash = new.hash;
-END;
-CREATE TRIGGER IF NOT EXISTS documents_ad AFTER DELETE ON documents BEGIN
-    DELETE FROM documents_fts WHERE rowid = old.id;
-END;
-CREATE TRIGGER IF NOT EXISTS documents_au AFTER UPDATE OF collection, path, title, hash, active ON documents BEGIN
-    DELETE FROM documents_fts WHERE rowid = old.id;
-    INSERT INTO documents_fts(rowid, filepath, title, body)
-    SELECT new.id, {FTS_FUNCTION}(new.collection || '/' || new.path), {FTS_FUNCTION}(new.title),
-           {FTS_FUNCTION}(c.body)
-    FROM content c WHERE c.hash = new.hash AND new.active = 1;
-END;
+{DOC_QUERIES};
+{_FTS_SQL};
 {_STAT_DIGEST_SQL};
 CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY,
@@ -175,3 +221,35 @@ def next_chunk_id(conn, n: int) -> int:
     first = int(row[0]) + 1
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (CHUNK_ID_HIGH, str(first + n - 1)))
     return first
+
+
+def fts_columns(conn) -> int:
+    """How many columns ``documents_fts`` has: 4, or 3 in an index made before ``expansions``."""
+    return len(conn.execute("PRAGMA table_info(documents_fts)").fetchall())
+
+
+def migrate_fts(conn) -> bool:
+    """Rebuild a three-column ``documents_fts`` with the ``expansions`` column (run inside a write
+    transaction); ``False`` when it has four already.
+
+    FTS5 cannot add a column, so the table and its three triggers are dropped and made again
+    (:data:`FTS_TABLE`, :data:`FTS_TRIGGERS`) and every active document's row is written anew —
+    filepath, title and body exactly as the triggers write them, so every score of the old
+    index stays the same while ``expansions`` is empty.
+    """
+    if fts_columns(conn) >= len(FTS_COLUMNS):
+        return False
+    conn.execute(DOC_QUERIES)
+    for name in ("documents_ai", "documents_ad", "documents_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute("DROP TABLE documents_fts")
+    conn.execute(FTS_TABLE)
+    for sql in FTS_TRIGGERS:
+        conn.execute(sql)
+    conn.execute(
+        "INSERT INTO documents_fts(rowid, filepath, title, body, expansions) "
+        f"SELECT d.id, {FTS_FUNCTION}(d.collection || '/' || d.path), {FTS_FUNCTION}(d.title), "
+        f"{FTS_FUNCTION}(c.body), {expansion_text('d.hash')} "
+        "FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1 ORDER BY d.id"
+    )
+    return True
