@@ -26,7 +26,7 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
 from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, empty, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS, Columns, empty, height, sort_within_qid
 
 
 def band_weight(fused_rank: pl.Expr, bands: tuple[int, int], weights: tuple[float, float, float]) -> pl.Expr:
@@ -129,16 +129,47 @@ def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: Pipelin
 
 
 def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig) -> pl.DataFrame | None:
-    """:func:`blend` in plain Python (a few candidates of one query: polars' per-call cost would
-    dominate); the same formulas, floats and order. ``None`` (use polars) when ``rerank`` scores a
-    (qid, docno) pair twice (the join would duplicate the candidate)."""
+    """:func:`blend` in plain Python (:func:`_blend_rows`; a few candidates of one query: polars'
+    per-call cost would dominate)."""
     qids, docs, ranks, fscores = (
         candidates.get_column(c).to_list() for c in ("qid", "docno", "fused_rank", "fused_score")
     )
-    scores: dict[tuple[str, str], float | None] = {}
+    rr = None
     if rerank is not None and rerank.height:
-        rq, rd, rs = (rerank.get_column(c).to_list() for c in ("qid", "docno", "rerank_score"))
-        for q, d, v in zip(rq, rd, rs):
+        rr = [rerank.get_column(c).to_list() for c in ("qid", "docno", "rerank_score")]
+    out = _blend_rows(qids, docs, ranks, fscores, rr, config)
+    return None if out is None else out.frame("final")
+
+
+def blend_columns(candidates: Columns, rerank: Columns | None, config: PipelineConfig) -> Columns | None:
+    """:func:`blend` of plain columns (``fused`` rows and ``rerank`` rows of one query): the same
+    rows and floats, as :class:`~qmdlab.pipeline.trace.Columns` of ``final``. ``None`` where
+    :func:`blend` must run (more than :data:`SMALL_ROWS` candidates, a null rank or score, a
+    pair scored twice)."""
+    if config.blend not in BLEND_METHODS:
+        raise ConfigError(f"unknown blend method {config.blend!r}; choose one of: {', '.join(BLEND_METHODS)}")
+    n = height(candidates)
+    if n == 0:
+        return Columns.empty("final")
+    if n > SMALL_ROWS:
+        return None
+    rr = None
+    if rerank is not None and height(rerank):
+        rr = [rerank["qid"], rerank["docno"], rerank["rerank_score"]]
+    return _blend_rows(
+        candidates["qid"], candidates["docno"], candidates["fused_rank"], candidates["fused_score"], rr, config
+    )
+
+
+def _blend_rows(
+    qids: list, docs: list, ranks: list, fscores: list, rerank: list[list] | None, config: PipelineConfig
+) -> Columns | None:
+    """The blend of candidates given as columns, with ``rerank`` as ``[qids, docnos, scores]``; the
+    same formulas, floats and order as the polars path. ``None`` (use polars) when ``rerank`` scores
+    a (qid, docno) pair twice (the join would duplicate the candidate) or a rank or score is null."""
+    scores: dict[tuple[str, str], float | None] = {}
+    if rerank is not None:
+        for q, d, v in zip(*rerank):
             if (q, d) in scores:
                 return None
             scores[(q, d)] = None if v is None else float(v)
@@ -170,8 +201,8 @@ def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: 
         rows.append((q, d, r, pos, w, rr, final))
     rows.sort(key=lambda x: (order[x[0]], -x[6], x[2], x[1]))
     out_rank = ranks_within_qid(x[0] for x in rows)
-    cols = list(zip(*rows))
-    return pl.DataFrame(
+    cols = [list(c) for c in zip(*rows)]
+    return Columns(
         {
             "qid": cols[0],
             "docno": cols[1],
@@ -181,8 +212,7 @@ def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: 
             "rerank_score": cols[5],
             "final_score": cols[6],
             "final_rank": out_rank,
-        },
-        schema=SCHEMAS["final"],
+        }
     )
 
 
@@ -194,4 +224,12 @@ def rank_final(df: pl.DataFrame) -> pl.DataFrame:
     return out.select([pl.col(c).cast(t) for c, t in SCHEMAS["final"].items()])
 
 
-__all__ = ["blend", "band_weight", "reciprocal_rank", "normalised_score", "blend_formula", "rank_final"]
+__all__ = [
+    "blend",
+    "blend_columns",
+    "band_weight",
+    "reciprocal_rank",
+    "normalised_score",
+    "blend_formula",
+    "rank_final",
+]

@@ -15,7 +15,7 @@ import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS, Columns, height, sort_within_qid
 
 
 def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[str], places: int) -> pl.DataFrame:
@@ -71,9 +71,16 @@ def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None] | None:
 
 
 def _content_duplicates_small(final: pl.DataFrame, hashes: dict[str, str | None]) -> list[tuple[str, str, str]]:
-    """:func:`content_duplicates`' rows in plain Python: rows ranked within each query (queries in
-    first-seen order, ties in ``final_rank`` in row order), first document of each digest kept."""
-    qids, docs, ranks = (final.get_column(c).to_list() for c in ("qid", "docno", "final_rank"))
+    """:func:`content_duplicates`' rows in plain Python (:func:`content_duplicate_rows`)."""
+    return content_duplicate_rows(*(final.get_column(c).to_list() for c in ("qid", "docno", "final_rank")), hashes)
+
+
+def content_duplicate_rows(
+    qids: Sequence[str], docs: Sequence[str], ranks: Sequence[int], hashes: dict[str, str | None]
+) -> list[tuple[str, str, str]]:
+    """``(qid, docno, kept)`` of :func:`content_duplicates` from plain columns (no null rank): rows
+    ranked within each query (queries in first-seen order, ties in ``final_rank`` in row order),
+    first document of each digest kept."""
     order: dict[str, int] = {}
     for q in qids:
         order.setdefault(q, len(order))
@@ -178,7 +185,44 @@ def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.Data
     rows and order; the tag lift, when asked for, still runs :func:`tag_lift`. ``None`` (use
     polars) when a rank or score is null or ``doc_tags`` lists a document twice."""
     cols = [c for c in SCHEMAS["final"] if c in final.columns]
-    data = [final.get_column(c).to_list() for c in cols]
+    got = _finish_rows(cols, [final.get_column(c).to_list() for c in cols], config, doc_tags)
+    if got is None:
+        return None
+    schema = {c: (pl.Int64 if c == "final_rank" else final.schema[c]) for c in cols}
+    out_df = pl.DataFrame(dict(zip(cols, got)), schema=schema)
+    if config.tags and config.tag_lift > 0 and doc_tags is not None:
+        out_df = tag_lift(out_df, doc_tags, config.tags, config.tag_lift)
+    if out_df.height > config.limit:
+        out_df = out_df.filter(pl.col("final_rank") <= config.limit)
+    return out_df  # columns already in SCHEMAS["final"] order (tag_lift keeps them)
+
+
+def finish_columns(final: Columns, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> Columns | None:
+    """:func:`finish` of ``final`` given as plain columns (one query of ``Lab.query``): the same
+    rows, as :class:`~qmdlab.pipeline.trace.Columns`. ``None`` where :func:`finish` must run (a
+    tag lift, more than :data:`SMALL_ROWS` rows, a null rank or score, a docno twice in ``doc_tags``)."""
+    n = height(final)
+    if n == 0:
+        return final
+    if n > SMALL_ROWS or (config.tags and config.tag_lift > 0 and doc_tags is not None):
+        return None
+    cols = list(SCHEMAS["final"])
+    got = _finish_rows(cols, [final[c] for c in cols], config, doc_tags)
+    if got is None:
+        return None
+    out = Columns(zip(cols, got))
+    ranks = out["final_rank"]
+    if any(r > config.limit for r in ranks):
+        keep = [i for i, r in enumerate(ranks) if r <= config.limit]
+        out = Columns({c: [v[i] for i in keep] for c, v in out.items()})
+    return out
+
+
+def _finish_rows(
+    cols: list[str], data: list[list], config: PipelineConfig, doc_tags: pl.DataFrame | None
+) -> list[list] | None:
+    """Dedupe, content dedupe, min score (with the fallback probe) and ``final_rank`` renumbered,
+    on the columns ``data`` (named ``cols``); the rows before the tag lift and the limit."""
     iq, idoc, iscore, irank = (cols.index(c) for c in ("qid", "docno", "final_score", "final_rank"))
     rows = list(zip(*data))
     if any(r[irank] is None or r[iscore] is None for r in rows):
@@ -223,14 +267,16 @@ def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.Data
                 out.append(r)
         passed = out
     ranks = ranks_within_qid(r[iq] for r in passed)
-    schema = {c: (pl.Int64 if c == "final_rank" else final.schema[c]) for c in cols}
-    columns = list(zip(*passed)) if passed else [[] for _ in cols]
-    out_df = pl.DataFrame({c: (ranks if c == "final_rank" else list(v)) for c, v in zip(cols, columns)}, schema=schema)
-    if config.tags and config.tag_lift > 0 and doc_tags is not None:
-        out_df = tag_lift(out_df, doc_tags, config.tags, config.tag_lift)
-    if out_df.height > config.limit:
-        out_df = out_df.filter(pl.col("final_rank") <= config.limit)
-    return out_df  # columns already in SCHEMAS["final"] order (tag_lift keeps them)
+    columns = [list(v) for v in zip(*passed)] if passed else [[] for _ in cols]
+    columns[irank] = ranks
+    return columns
 
 
-__all__ = ["finish", "min_score_filter", "tag_lift", "content_duplicates"]
+__all__ = [
+    "finish",
+    "finish_columns",
+    "min_score_filter",
+    "tag_lift",
+    "content_duplicates",
+    "content_duplicate_rows",
+]

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import itemgetter
+from typing import Any
 
 import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.trace import SCHEMAS, empty
+from qmdlab.pipeline.trace import SCHEMAS, Columns, empty
 
 LIST_KEY = ["qid", "list_id"]
 DOC_KEY = ["qid", "docno"]
@@ -181,11 +182,20 @@ def _aggregate(
 def _aggregate_small(
     lists: pl.DataFrame, base: pl.Expr, bonus: Callable[[pl.Expr], pl.Expr] | None, multiply_by_n: bool
 ) -> pl.DataFrame | None:
-    """:func:`_aggregate` in plain Python, the same floats: a pair's terms are added in ``list_id``
-    order with Kahan compensation (polars' float group sum). ``None`` (use polars) when a list holds
-    a document twice (polars' order of those terms is not defined) or a term is null."""
+    """:func:`_aggregate` in plain Python (:func:`_aggregate_rows`), the same floats."""
     cols = lists.select("qid", "docno", "list_id", "rank", base.alias("_c"))
     qids, docs, lids, ranks, terms = (cols.get_column(c).to_list() for c in cols.columns)
+    out = _aggregate_rows(qids, docs, lids, ranks, terms, bonus, multiply_by_n)
+    return None if out is None else out.frame("fused")
+
+
+def _aggregate_rows(
+    qids: list, docs: list, lids: list, ranks: list, terms: list, bonus: Any, multiply_by_n: bool
+) -> Columns | None:
+    """The ``fused`` columns of list entries given as plain columns (``terms``: each entry's base
+    contribution). A pair's terms are added in ``list_id`` order with Kahan compensation (polars'
+    float group sum). ``None`` (use polars) when a list holds a document twice (polars' order of
+    those terms is not defined) or a term is null."""
     order: dict[str, int] = {}
     groups: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
     for q, d, lid, r, c in zip(qids, docs, lids, ranks, terms):
@@ -219,8 +229,7 @@ def _aggregate_small(
         bonuses = [0.0] * len(rows)
     scored = [(q, d, base_, best_, b, base_ + b, n) for (q, d, base_, best_, n), b in zip(rows, bonuses)]
     scored.sort(key=lambda r: (order[r[0]], -r[5], r[3], r[1]))
-    ranks_out = ranks_within_qid(r[0] for r in scored)
-    return pl.DataFrame(
+    return Columns(
         {
             "qid": [r[0] for r in scored],
             "docno": [r[1] for r in scored],
@@ -228,11 +237,33 @@ def _aggregate_small(
             "best_rank": [r[3] for r in scored],
             "bonus": [r[4] for r in scored],
             "fused_score": [r[5] for r in scored],
-            "fused_rank": ranks_out,
+            "fused_rank": ranks_within_qid(r[0] for r in scored),
             "n_lists": [r[6] for r in scored],
-        },
-        schema=SCHEMAS["fused"],
+        }
     )
+
+
+def fuse_columns(lists: Columns, config: PipelineConfig) -> Columns | None:
+    """:func:`fuse` of ``lists`` given as plain columns (one query of :meth:`qmdlab.Lab.query`),
+    for the rank-only methods ``qmd_rrf`` and ``rrf``: the same rows and floats
+    (``tests/pipeline/test_small_paths.py``). ``None`` for the other methods, more than
+    :data:`SMALL_ROWS` rows, or rows the plain path leaves to polars: call :func:`fuse`."""
+    n = len(lists["qid"])
+    if config.fusion not in ("qmd_rrf", "rrf") or n > SMALL_ROWS:
+        return None
+    if n == 0:
+        return Columns.empty("fused")
+    k = config.rrf_k
+    ranks = lists["rank"]
+    if any(r is None for r in ranks):
+        return None
+    if config.fusion == "qmd_rrf":  # rrf_term: weight / (k + rank), the same float operations
+        terms = [None if w is None else w / (k + float(r)) for w, r in zip(lists["weight"], ranks)]
+        bonus: Any = _RankBonus(config.bonus_rank1, config.bonus_rank23)
+    else:
+        terms = [1.0 / (k + float(r)) for r in ranks]
+        bonus = None
+    return _aggregate_rows(lists["qid"], lists["docno"], lists["list_id"], ranks, terms, bonus, False)
 
 
 def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:
@@ -378,6 +409,8 @@ __all__ = [
     "rank_fused",
     "contributions",
     "candidates",
+    "candidates_columns",
+    "fuse_columns",
 ]
 
 
@@ -390,3 +423,11 @@ def candidates(fused: pl.DataFrame, limit: int) -> pl.DataFrame:
         if n == 0 or (ranks[0] == 1 and ranks[n - 1] == n and ranks.is_sorted() and ranks.n_unique() == n):
             return fused.head(max(int(limit), 0))
     return fused.filter(pl.col("fused_rank") <= limit)
+
+
+def candidates_columns(fused: Columns, limit: int) -> Columns:
+    """:func:`candidates` of ``fused`` given as plain columns: the rows with ``fused_rank <= limit``."""
+    keep = [i for i, r in enumerate(fused["fused_rank"]) if r is not None and r <= limit]
+    if len(keep) == len(fused["fused_rank"]):
+        return fused
+    return Columns({c: [v[i] for i in keep] for c, v in fused.items()})

@@ -24,17 +24,17 @@ from typing import Any
 import polars as pl
 
 from qmdlab.errors import QmdlabError
-from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.blend import blend, blend_columns
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.expand import Expansion, filter_expansions, kept_lines, parse_query_document
-from qmdlab.pipeline.finish import finish
-from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.finish import finish, finish_columns
+from qmdlab.pipeline.fuse import candidates, candidates_columns, fuse, fuse_columns
 from qmdlab.pipeline.probe import strong_signal
-from qmdlab.pipeline.rerank import rerank
-from qmdlab.pipeline.retrieve import retrieve, route
+from qmdlab.pipeline.rerank import rerank, rerank_columns
+from qmdlab.pipeline.retrieve import retrieve_columns, route
 from qmdlab.pipeline.retune import retune
-from qmdlab.pipeline.select import select_chunks
-from qmdlab.pipeline.trace import SCHEMAS, Trace, empty
+from qmdlab.pipeline.select import select_chunk_columns, select_chunks
+from qmdlab.pipeline.trace import SCHEMAS, Columns, Trace, as_frame, column, empty, height
 from qmdlab.store import limits
 
 _TYPED_LINE = re.compile(r"^\s*(lex|vec|hyde|intent)\s*:", re.IGNORECASE | re.MULTILINE)
@@ -177,7 +177,7 @@ class Lab:
             for msg in limits.index_notes(self.index, self.embedder if cfg.vector else None):
                 run.note("capacity", msg)
             routes = route(text, kept_lines(expansions), cfg)
-            got = retrieve(
+            got = retrieve_columns(
                 self.index,
                 self.embedder if cfg.vector else None,
                 routes,
@@ -191,49 +191,75 @@ class Lab:
                 run.note(stage, msg)
             if not cfg.vector:
                 run.note("retrieve", "vector search disabled")
+        # Each table stays plain columns (Columns) while the plain-Python stage paths apply: the
+        # trace builds a polars frame only for the tables a caller reads. A stage that needs polars
+        # (a method or size the plain paths leave to it) gets frames from there on.
+        lists: pl.DataFrame | Columns = got.lists
         # 4. fusion + candidates
         with run.stage("fuse"):
-            fused = fuse(got.lists, cfg, docs=self._learned_docs(cfg, got.lists))
-            cands = candidates(fused, cfg.candidate_limit)
+            fused: pl.DataFrame | Columns | None = fuse_columns(got.lists, cfg)
+            if fused is None:
+                lists = as_frame("lists", got.lists)
+                fused = fuse(lists, cfg, docs=self._learned_docs(cfg, lists))
+            cands = candidates_columns(fused, cfg.candidate_limit) if isinstance(fused, Columns) else None
+            if cands is None:
+                cands = candidates(as_frame("fused", fused), cfg.candidate_limit)
         # 5.-6. chunk selection + rerank
-        rerank_table = empty("rerank")
+        rerank_table: pl.DataFrame | Columns = Columns.empty("rerank")
+        spans: dict[int, tuple[int, int]] | None = None
         budget = limits.query_budget_note(run.elapsed_ms())
         if budget is not None:
             run.note("capacity", budget[1])
         if not cfg.rerank:
             run.note("rerank", "rerank disabled: fusion order kept")
-        elif budget is not None and budget[0] == "over" and cands.height:
+        elif budget is not None and budget[0] == "over" and height(cands):
             run.note("rerank", "query time budget used up before rerank: rerank skipped, fusion order kept")
-        elif cands.height:
+        elif height(cands):
             with run.stage("select"):
-                docnos = cands["docno"].to_list()
-                selected = select_chunks(self.index.chunks(docnos), docnos, text or _search_text(searches), intent, cfg)
+                docnos = column(cands, "docno")
+                chunks = self.index.chunks(docnos)
+                selected = select_chunk_columns(chunks, docnos, text or _search_text(searches), intent, cfg)
+                # the snippets read these chunks' line spans instead of reading the chunks again
+                spans = dict(
+                    zip(
+                        chunks.get_column("chunk_id").to_list(),
+                        zip(chunks.get_column("line_start").to_list(), chunks.get_column("line_end").to_list()),
+                    )
+                )
             with run.stage("rerank"):
                 rq = text or intent or _search_text(searches)
                 rerank_table = self._rerank(rq, selected, qid, cfg, run)
         # 7.-8. blend + finish
         with run.stage("blend"):
             doc_tags = self._doc_tags(cfg)
-            blended = blend(cands, rerank_table if cfg.rerank else None, cfg)
-            final = finish(blended, cfg, doc_tags=doc_tags)
-            if cfg.min_score_fallback > 0 and final.height and final["final_score"].max() < cfg.min_score:
+            rr = rerank_table if cfg.rerank else None
+            blended: pl.DataFrame | Columns | None = None
+            if isinstance(cands, Columns) and (rr is None or isinstance(rr, Columns)):
+                blended = blend_columns(cands, rr, cfg)
+            if blended is None:
+                blended = blend(as_frame("fused", cands), None if rr is None else as_frame("rerank", rr), cfg)
+            final: pl.DataFrame | Columns | None = None
+            if isinstance(blended, Columns):
+                final = finish_columns(blended, cfg, doc_tags=doc_tags)
+            if final is None:
+                final = finish(as_frame("final", blended), cfg, doc_tags=doc_tags)
+            scores = column(final, "final_score")
+            if cfg.min_score_fallback > 0 and scores and max(scores) < cfg.min_score:
                 run.note(
                     "finish",
                     f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
-                    f"{cfg.min_score - cfg.min_score_fallback:g} kept {final.height} "
+                    f"{cfg.min_score - cfg.min_score_fallback:g} kept {len(scores)} "
                     f"(at most {cfg.fallback_max})",
                 )
             if cfg.dedupe_content:
-                from qmdlab.pipeline.finish import content_duplicates
-
-                shown = set(final["docno"].to_list())
-                for _, dup, kept in content_duplicates(blended, doc_tags).iter_rows():
+                shown = set(column(final, "docno"))
+                for _, dup, kept in self._content_duplicates(blended, doc_tags):
                     if kept in shown:
                         run.note("finish", f"{dup}: same content as {kept} (shown once)")
         with run.stage("snippets"):
-            results = self._results(final, text, intent, searches, rerank_table)
-        queries = pl.DataFrame({"qid": [qid], "text": [text], "intent": [intent]}, schema=SCHEMAS["queries"])
-        exp_rows = pl.DataFrame(
+            results = self._results(final, text, intent, searches, rerank_table, spans)
+        queries = Columns({"qid": [qid], "text": [text], "intent": [intent]})
+        exp_rows = Columns(
             {
                 "qid": [qid] * len(expansions),
                 "type": [e.type for e in expansions],
@@ -241,13 +267,12 @@ class Lab:
                 "kept": [e.kept for e in expansions],
                 "reason_dropped": [e.reason_dropped for e in expansions],
                 "origin": [e.origin for e in expansions],
-            },
-            schema=SCHEMAS["expansions"],
+            }
         )
         trace = Trace(
             queries=queries,
             expansions=exp_rows,
-            lists=got.lists,
+            lists=lists,
             fused=fused,
             rerank=rerank_table,
             final=final,
@@ -260,6 +285,18 @@ class Lab:
             run.first_note("stages", plan.line(trace))
             trace.notes = run.notes_frame()
         return trace
+
+    @staticmethod
+    def _content_duplicates(blended: pl.DataFrame | Columns, doc_tags: pl.DataFrame | None) -> list:
+        """``(qid, docno, kept)`` of :func:`~qmdlab.pipeline.finish.content_duplicates` on the blended rows."""
+        from qmdlab.pipeline.finish import content_duplicate_rows, content_duplicates, doc_hashes
+
+        if isinstance(blended, Columns) and doc_tags is not None and "hash" in doc_tags.columns:
+            ranks = blended["final_rank"]
+            hashes = doc_hashes(doc_tags) if ranks and all(r is not None for r in ranks) else None
+            if hashes is not None:
+                return content_duplicate_rows(blended["qid"], blended["docno"], ranks, hashes)
+        return content_duplicates(as_frame("final", blended), doc_tags).rows()
 
     # ------------------------------------------------------------------ many queries
     def run_queries(self, queries: pl.DataFrame, progress: bool = True, **overrides: Any) -> Trace:
@@ -392,13 +429,13 @@ class Lab:
         run.note("expand", f"{kept} of {len(out)} lines kept" + (" (from cache)" if cached else ""))
         return out
 
-    def _rerank(self, query: str, selected: pl.DataFrame, qid: str, cfg: PipelineConfig, run: _Run) -> pl.DataFrame:
+    def _rerank(self, query: str, selected: dict[str, list], qid: str, cfg: PipelineConfig, run: _Run) -> Columns:
         """Rerank ``selected`` — unless the query's deadline (``budget_s``) leaves too little time for
         the pairs not cached, judged from the reranker's measured speed — and time the pairs computed."""
         from qmdlab.pipeline import speed
 
         limit_s, deadline = cfg.stage_budget_s, False
-        texts = selected["text"].to_list()
+        texts = selected["text"]
         peek = getattr(self.reranker, "peek_cached", None)
         if cfg.budget_s > 0 and self.reranker is not None and texts and (peek is None or peek(query, texts) is None):
             fit = speed.fits(
@@ -413,19 +450,19 @@ class Lab:
             if not fit.ok:
                 run.note("budget", fit.note)
                 run.note("rerank", "rerank skipped (--budget): fusion order kept")
-                return empty("rerank")
+                return Columns.empty("rerank")
             deadline = not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
             limit_s = fit.cap_s
         t0 = time.perf_counter()
-        res = rerank(self.reranker, query, selected, qid=qid, budget_s=limit_s)
+        res = rerank_columns(self.reranker, query, selected, qid=qid, budget_s=limit_s)
         seconds = time.perf_counter() - t0
         for stage, msg in res.notes:
             run.note(stage, msg)
         table = res.table
-        computed = int((~table["cached"]).sum()) if table.height else 0
+        computed = sum(not c for c in table["cached"])
         if self.reranker is not None and texts and computed:
             speed.observe(self.reranker, "rerank", seconds, computed, persist=cfg.budget_s > 0)
-        elif self.reranker is not None and texts and not table.height and limit_s and seconds >= limit_s:
+        elif self.reranker is not None and texts and not table["qid"] and limit_s and seconds >= limit_s:
             speed.observe(self.reranker, "rerank", seconds, len(texts), persist=cfg.budget_s > 0)  # at least
             if deadline:
                 run.note(
@@ -489,40 +526,43 @@ class Lab:
 
     def _results(
         self,
-        final: pl.DataFrame,
+        final: pl.DataFrame | Columns,
         text: str,
         intent: str | None,
         searches: Sequence[tuple[str, str]] | None,
-        rerank_table: pl.DataFrame | None = None,
-    ) -> pl.DataFrame:
+        rerank_table: pl.DataFrame | Columns | None = None,
+        spans: dict[int, tuple[int, int]] | None = None,
+    ) -> Columns:
         """Title, docid, context and a line-numbered snippet per final row (:mod:`qmdlab.pipeline.results`),
         taken from the chunk that was reranked when there is one."""
-        if final.height == 0:
-            return empty("results")
+        if height(final) == 0:
+            return Columns.empty("results")
         from qmdlab.pipeline.results import build_rows
         from qmdlab.search import Hit
 
-        chunk_of = {} if rerank_table is None else dict(rerank_table.select("docno", "chunk_id").iter_rows())
+        chunk_of = (
+            {} if rerank_table is None else dict(zip(column(rerank_table, "docno"), column(rerank_table, "chunk_id")))
+        )
+        ranks = column(final, "final_rank")
         hits = [
             Hit(d, chunk_of.get(d), r, s, s)
-            for d, r, s in final.select("docno", "final_rank", "final_score").iter_rows()
+            for d, r, s in zip(column(final, "docno"), ranks, column(final, "final_score"))
         ]
         words = " ".join(x for x in (text, intent or "", _search_text(searches)) if x)
-        rows = build_rows(self.index, hits, words)
-        qid = final["qid"][0]
-        return pl.DataFrame(
+        rows = build_rows(self.index, hits, words, spans=spans)
+        qid = column(final, "qid")[0]
+        return Columns(
             {
                 "qid": [qid] * len(rows),
                 "docno": [r.docno for r in rows],
                 "docid": [r.docid for r in rows],
                 "title": [r.title for r in rows],
-                "final_rank": [h.rank for h in hits],
+                "final_rank": list(ranks),
                 "final_score": [r.score for r in rows],
                 "line": [r.line for r in rows],
                 "context": [r.context for r in rows],
                 "snippet": [r.snippet for r in rows],
-            },
-            schema=SCHEMAS["results"],
+            }
         )
 
 
@@ -556,24 +596,22 @@ class _Run:
         finally:
             self._times.append((name, (time.perf_counter() - t0) * 1000.0))
 
-    def timings(self) -> pl.DataFrame:
-        return pl.DataFrame(
+    def timings(self) -> Columns:
+        return Columns(
             {
                 "qid": [self.qid] * len(self._times),
                 "stage": [s for s, _ in self._times],
                 "ms": [m for _, m in self._times],
-            },
-            schema=SCHEMAS["timings"],
+            }
         )
 
-    def notes_frame(self) -> pl.DataFrame:
-        return pl.DataFrame(
+    def notes_frame(self) -> Columns:
+        return Columns(
             {
                 "qid": [self.qid] * len(self._notes),
                 "stage": [s for s, _ in self._notes],
                 "message": [m for _, m in self._notes],
-            },
-            schema=SCHEMAS["notes"],
+            }
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from qmdlab.models.cached import text_hash as chunk_hash  # sha256 of the chunk text, as the cache keys it
-from qmdlab.pipeline.trace import SCHEMAS, empty
+from qmdlab.pipeline.trace import Columns, empty
 
 
 class Reranked(NamedTuple):
@@ -25,15 +25,32 @@ class Reranked(NamedTuple):
     notes: list[tuple[str, str]]
 
 
+class RerankedColumns(NamedTuple):
+    """:class:`Reranked` with the table as :class:`~qmdlab.pipeline.trace.Columns`."""
+
+    table: Columns
+    notes: list[tuple[str, str]]
+
+
 def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str, budget_s: float | None = None) -> Reranked:
-    """Score every selected chunk.
+    """Score every selected chunk (:func:`rerank_columns`, the table as a frame)."""
+    sel = {c: selected.get_column(c).to_list() for c in ("docno", "chunk_id", "text")}
+    got = rerank_columns(reranker, query, sel, qid=qid, budget_s=budget_s)
+    table = got.table.frame("rerank") if got.table["qid"] else empty("rerank")
+    return Reranked(table, got.notes)
+
+
+def rerank_columns(
+    reranker: Any, query: str, selected: dict[str, list], *, qid: str, budget_s: float | None = None
+) -> RerankedColumns:
+    """Score every selected chunk; the ``rerank`` rows as plain columns.
 
     Parameters
     ----------
     reranker : Reranker or None
     query : str
-    selected : polars.DataFrame
-        ``docno, chunk_id, text`` from :func:`qmdlab.pipeline.select.select_chunks`.
+    selected : dict of lists
+        ``docno, chunk_id, text`` columns (:func:`qmdlab.pipeline.select.select_chunk_columns`).
     qid : str
     budget_s : float, optional
         Seconds the model call may take (``PipelineConfig.stage_budget_s``; 0/None = unbounded);
@@ -41,11 +58,12 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str, budge
     """
     from qmdlab.pipeline.budget import StageBusy, StageTimeout, call_with_budget
 
+    none = Columns.empty("rerank")
     if reranker is None:
-        return Reranked(empty("rerank"), [("rerank", "no reranker: fusion order kept")])
-    if selected.height == 0:
-        return Reranked(empty("rerank"), [])
-    texts = selected["text"].to_list()
+        return RerankedColumns(none, [("rerank", "no reranker: fusion order kept")])
+    texts = selected["text"]
+    if not texts:
+        return RerankedColumns(none, [])
     try:
         if hasattr(reranker, "score_cached"):
             pairs = call_with_budget(
@@ -69,8 +87,8 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str, budge
         if bad:
             raise ValueError(f"reranker scores outside [0, 1]: {bad[:3]}")
     except StageTimeout:
-        return Reranked(
-            empty("rerank"),
+        return RerankedColumns(
+            none,
             [
                 (
                     "rerank",
@@ -80,25 +98,22 @@ def rerank(reranker: Any, query: str, selected: pl.DataFrame, *, qid: str, budge
             ],
         )
     except StageBusy as err:
-        return Reranked(empty("rerank"), [("rerank", f"reranker skipped ({err}): fusion order kept")])
+        return RerankedColumns(none, [("rerank", f"reranker skipped ({err}): fusion order kept")])
     except Exception as err:  # fail-open: degrade to fusion order and say so
-        return Reranked(
-            empty("rerank"), [("rerank", f"reranker failed ({type(err).__name__}: {err}): fusion order kept")]
-        )
-    table = pl.DataFrame(
+        return RerankedColumns(none, [("rerank", f"reranker failed ({type(err).__name__}: {err}): fusion order kept")])
+    table = Columns(
         {
             "qid": [qid] * len(texts),
-            "docno": selected["docno"].to_list(),
-            "chunk_id": selected["chunk_id"].to_list(),
+            "docno": list(selected["docno"]),
+            "chunk_id": list(selected["chunk_id"]),
             "chunk_hash": [chunk_hash(t) for t in texts],
             "rerank_score": scores,
             "cached": cached,
-        },
-        schema=SCHEMAS["rerank"],
+        }
     )
     n_cached = sum(cached)
     notes = [("rerank", f"{len(texts)} chunks scored ({n_cached} from cache)")]
-    return Reranked(table, notes)
+    return RerankedColumns(table, notes)
 
 
-__all__ = ["rerank", "Reranked", "chunk_hash"]
+__all__ = ["rerank", "rerank_columns", "Reranked", "RerankedColumns", "chunk_hash"]

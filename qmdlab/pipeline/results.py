@@ -81,13 +81,20 @@ def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] |
     return Snippet(first, best, "\n".join(all_lines[first - 1 : last]))
 
 
-def build_rows(idx: Index, hits: Sequence[Hit], query: str, *, context: int = 1) -> list[ResultRow]:
+def build_rows(
+    idx: Index, hits: Sequence[Hit], query: str, *, context: int = 1, spans: dict[int, tuple[int, int]] | None = None
+) -> list[ResultRow]:
     """Rows for hits: title, all matching contexts (joined by `` | ``), and a snippet (inside
-    the hit's chunk when it has one, else anywhere below the front matter)."""
+    the hit's chunk when it has one, else anywhere below the front matter).
+
+    ``spans`` (``{chunk_id: (line_start, line_end)}`` covering the hits' chunks, e.g. from the
+    ``Index.chunks`` rows a caller already read) saves reading the chunks again."""
     rows = []
     span_of: dict[int, tuple[int, int]] = {}
     chunk_ids = [h.chunk_id for h in hits if h.chunk_id is not None]
-    if chunk_ids:
+    if chunk_ids and spans is not None and all(c in spans for c in chunk_ids):
+        span_of = spans
+    elif chunk_ids:
         ch = idx.chunks([h.docno for h in hits if h.chunk_id is not None])
         for cid, ls, le in zip(ch["chunk_id"].to_list(), ch["line_start"].to_list(), ch["line_end"].to_list()):
             span_of[cid] = (ls, le)

@@ -17,7 +17,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.trace import SCHEMAS, empty
+from qmdlab.pipeline.trace import SCHEMAS, Columns, empty
 
 KEYWORD_CHANNELS = ("phrase", "like", "trigram", "heading")
 """Sources of the extra keyword lists of the original query (:mod:`qmdlab.search.channels`)."""
@@ -183,6 +183,13 @@ class Retrieved(NamedTuple):
     notes: list[tuple[str, str]]
 
 
+class RetrievedColumns(NamedTuple):
+    """:class:`Retrieved` with the lists table as :class:`~qmdlab.pipeline.trace.Columns`."""
+
+    lists: Columns
+    notes: list[tuple[str, str]]
+
+
 def retrieve(
     index: Any,
     embedder: Any,
@@ -194,7 +201,25 @@ def retrieve(
     filters: Any = None,
     fts_hits: dict[str, list] | None = None,
 ) -> Retrieved:
-    """Run every route against the index.
+    """:func:`retrieve_columns` with the lists table as a polars frame."""
+    got = retrieve_columns(
+        index, embedder, routes, config, qid=qid, collections=collections, filters=filters, fts_hits=fts_hits
+    )
+    return Retrieved(got.lists.frame("lists") if got.lists["qid"] else empty("lists"), got.notes)
+
+
+def retrieve_columns(
+    index: Any,
+    embedder: Any,
+    routes: Sequence[Route],
+    config: PipelineConfig,
+    *,
+    qid: str,
+    collections: Sequence[str] | None = None,
+    filters: Any = None,
+    fts_hits: dict[str, list] | None = None,
+) -> RetrievedColumns:
+    """Run every route against the index; the ``lists`` rows as plain columns.
 
     Parameters
     ----------
@@ -212,7 +237,7 @@ def retrieve(
     from qmdlab.search import bm25_search, vector_search
 
     notes: list[tuple[str, str]] = []
-    cols: dict[str, list] = {c: [] for c in SCHEMAS["lists"]}  # every list's rows, one frame at the end
+    cols = Columns.empty("lists")  # every list's rows; the trace builds one frame if it is read
     vec_ran = False
     vec_ok = embedder is not None
     if not vec_ok and any(r.source == "vec" for r in routes):
@@ -296,8 +321,18 @@ def retrieve(
             )
         _append_hits(cols, qid, list_id, r, hits, weight)
         vec_ran = vec_ran or (r.source == "vec" and bool(hits))
-    lists = pl.DataFrame(cols, schema=SCHEMAS["lists"]) if cols["qid"] else empty("lists")
-    return Retrieved(lists, notes)
+    return RetrievedColumns(cols, notes)
 
 
-__all__ = ["Route", "route", "hits_frame", "reweight", "ablate", "retrieve", "Retrieved", "embed_route"]
+__all__ = [
+    "Route",
+    "route",
+    "hits_frame",
+    "reweight",
+    "ablate",
+    "retrieve",
+    "retrieve_columns",
+    "Retrieved",
+    "RetrievedColumns",
+    "embed_route",
+]

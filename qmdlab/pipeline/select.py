@@ -65,6 +65,17 @@ def select_chunks(
     polars.DataFrame
         ``docno, chunk_id, text, hits`` — one row per candidate that has chunks.
     """
+    return pl.DataFrame(select_chunk_columns(chunks, docnos, query, intent, config), schema=SELECTED)
+
+
+SELECTED = {"docno": pl.String, "chunk_id": pl.Int64, "text": pl.String, "hits": pl.Float64}
+"""Columns of :func:`select_chunks`' frame."""
+
+
+def select_chunk_columns(
+    chunks: pl.DataFrame, docnos: Sequence[str], query: str, intent: str | None, config: PipelineConfig
+) -> dict[str, list]:
+    """:func:`select_chunks` as plain columns ``{docno, chunk_id, text, hits: list}``."""
     terms = query_terms(query)
     intent_terms = [t for t in query_terms(intent)] if intent else []
     ordered = chunks.sort(["docno", "seq"])
@@ -74,7 +85,7 @@ def select_chunks(
     if config.df_filter and by_doc:
         docs_text = ["\n".join(t for _, t in by_doc[d]) for d in docnos if d in by_doc]
         terms = df_filtered_terms(terms, docs_text)
-    rows = {"docno": [], "chunk_id": [], "text": [], "hits": []}
+    rows: dict[str, list] = {"docno": [], "chunk_id": [], "text": [], "hits": []}
     for d in docnos:
         best = None
         for cid, text in by_doc.get(d, ()):
@@ -86,7 +97,7 @@ def select_chunks(
             rows["chunk_id"].append(best[1])
             rows["text"].append(best[2])
             rows["hits"].append(best[0])
-    return pl.DataFrame(rows, schema={"docno": pl.String, "chunk_id": pl.Int64, "text": pl.String, "hits": pl.Float64})
+    return rows
 
 
-__all__ = ["chunk_score", "df_filtered_terms", "select_chunks"]
+__all__ = ["chunk_score", "df_filtered_terms", "select_chunks", "select_chunk_columns", "SELECTED"]

@@ -123,17 +123,17 @@ class StagePlan:
                 "rerank": self.rerank,
                 "blend": self.rerank,
             }
-        exp = trace.expansions
-        lists = trace.lists
+        # columns read without building the trace's frames (Trace.column)
+        sources = set(trace.column("lists", "source"))
         # the expander answered (its note counts the lines it kept, maybe none), from the model or the cache
-        expanded = (exp.height > 0 and bool((exp["origin"] == "expander").any())) or any(
+        expanded = "expander" in trace.column("expansions", "origin") or any(
             " lines kept" in m for m in trace.notes_for("expand")
         )
-        reranked = trace.rerank.height > 0
+        reranked = trace.height("rerank") > 0
         return {
             "expand": expanded,
-            "bm25": bool((lists["source"] == "fts").any()) or lists.height == 0,
-            "vector": bool((lists["source"] == "vec").any()),
+            "bm25": "fts" in sources or trace.height("lists") == 0,
+            "vector": "vec" in sources,
             "fusion": True,
             "rerank": reranked,
             "blend": reranked,

@@ -3,6 +3,11 @@
 Run-like tables use PyTerrier-style ``qid, docno, <score>, <rank>`` columns so a
 ranx run is one line away (:meth:`Trace.to_ranx_run`). Every table has a fixed
 schema (:data:`SCHEMAS`), also when empty, so traces of many queries concatenate.
+
+A table may be handed to :class:`Trace` as :class:`Columns` (plain Python lists, one per
+column, as the stages of one query build them) instead of a frame: the frame is then built
+on first read and kept. A caller that reads one table of a query's trace pays for that
+table only; each polars frame costs tens of microseconds to build however few its rows.
 """
 
 from __future__ import annotations
@@ -88,6 +93,83 @@ each qid, and a ``qid`` on timings/notes)."""
 TABLES = tuple(SCHEMAS)
 
 
+class Columns(dict):
+    """A trace table as plain Python lists, ``{column: values}`` in :data:`SCHEMAS` order.
+
+    :class:`Trace` builds the polars frame from it on first read. The lists are not copied:
+    whoever hands them over stops changing them.
+
+    >>> c = Columns.empty("timings")
+    >>> list(c), height(c)
+    (['qid', 'stage', 'ms'], 0)
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def empty(cls, table: str) -> Columns:
+        """No rows, the columns of ``table``."""
+        return cls({c: [] for c in SCHEMAS[table]})
+
+    def frame(self, table: str) -> pl.DataFrame:
+        """The polars frame of ``table`` (its schema) holding these columns."""
+        return pl.DataFrame(self, schema=SCHEMAS[table])
+
+
+def height(table: pl.DataFrame | Columns) -> int:
+    """Rows of a frame or of :class:`Columns`."""
+    if isinstance(table, pl.DataFrame):
+        return table.height
+    return len(next(iter(table.values()))) if table else 0
+
+
+def column(table: pl.DataFrame | Columns, name: str) -> list:
+    """One column of a frame or of :class:`Columns` as a list (not to be changed)."""
+    if isinstance(table, pl.DataFrame):
+        return table.get_column(name).to_list()
+    return table[name]
+
+
+def as_frame(name: str, table: pl.DataFrame | Columns) -> pl.DataFrame:
+    """``table`` (a frame or :class:`Columns` of the trace table ``name``) as a frame."""
+    return table if isinstance(table, pl.DataFrame) else table.frame(name)
+
+
+BUILT: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
+"""How many trace frames were built from :class:`Columns`, per table (a diagnostic: what a
+front end that reads a few tables really paid for)."""
+
+
+class _Table:
+    """A :class:`Trace` field: the frame of one table, built from :class:`Columns` on first read.
+
+    As a dataclass field's default it makes the field optional (``None``: an empty table)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.key = f"_table_{name}"
+
+    def __get__(self, obj: object, objtype: type | None = None) -> pl.DataFrame:
+        if obj is None:
+            return None  # type: ignore[return-value]  # the dataclass default: an empty table
+        held = obj.__dict__[self.key]
+        if isinstance(held, pl.DataFrame):
+            return held
+        df = empty(self.name) if held is None else held.frame(self.name)
+        obj.__dict__[self.key] = df
+        if held is not None:
+            BUILT[self.name] += 1
+        return df
+
+    def __set__(self, obj: object, value: pl.DataFrame | Columns | None) -> None:
+        if isinstance(value, Columns):
+            if list(value) != list(SCHEMAS[self.name]):
+                raise ValueError(f"{self.name} columns {list(value)} are not {list(SCHEMAS[self.name])}")
+        elif value is not None:
+            value = conform(self.name, value)
+        obj.__dict__[self.key] = value
+
+
 def empty(table: str) -> pl.DataFrame:
     """An empty frame with the schema of ``table``.
 
@@ -118,7 +200,9 @@ class Trace:
     ----------
     queries, expansions, lists, fused, rerank, final, results, timings, notes : polars.DataFrame
         The tables of :data:`SCHEMAS`. ``final`` is the ranked, filtered and
-        limited result list; ``results`` adds title, docid and a snippet.
+        limited result list; ``results`` adds title, docid and a snippet. Each may be
+        given as a frame (conformed to its schema), as :class:`Columns` (the frame is
+        built on first read, see :meth:`built`) or left out (empty).
     config : dict
         The :class:`~qmdlab.pipeline.config.PipelineConfig` (as a dict) that made it.
 
@@ -129,28 +213,45 @@ class Trace:
     (['qid', 'docno', 'fused_rank'], 0)
     """
 
-    queries: pl.DataFrame = field(default_factory=lambda: empty("queries"))
-    expansions: pl.DataFrame = field(default_factory=lambda: empty("expansions"))
-    lists: pl.DataFrame = field(default_factory=lambda: empty("lists"))
-    fused: pl.DataFrame = field(default_factory=lambda: empty("fused"))
-    rerank: pl.DataFrame = field(default_factory=lambda: empty("rerank"))
-    final: pl.DataFrame = field(default_factory=lambda: empty("final"))
-    results: pl.DataFrame = field(default_factory=lambda: empty("results"))
-    timings: pl.DataFrame = field(default_factory=lambda: empty("timings"))
-    notes: pl.DataFrame = field(default_factory=lambda: empty("notes"))
+    # _Table descriptors: the value given goes through _Table.__set__, reads through __get__
+    queries: pl.DataFrame = _Table()  # type: ignore[assignment]
+    expansions: pl.DataFrame = _Table()  # type: ignore[assignment]
+    lists: pl.DataFrame = _Table()  # type: ignore[assignment]
+    fused: pl.DataFrame = _Table()  # type: ignore[assignment]
+    rerank: pl.DataFrame = _Table()  # type: ignore[assignment]
+    final: pl.DataFrame = _Table()  # type: ignore[assignment]
+    results: pl.DataFrame = _Table()  # type: ignore[assignment]
+    timings: pl.DataFrame = _Table()  # type: ignore[assignment]
+    notes: pl.DataFrame = _Table()  # type: ignore[assignment]
     config: dict = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        for name in TABLES:
-            setattr(self, name, conform(name, getattr(self, name)))
-
     # -- views ------------------------------------------------------------------------
+    def built(self) -> list[str]:
+        """The tables held as polars frames now (given as frames, or read since); the others
+        are still :class:`Columns` or empty, and cost nothing until read.
+
+        >>> t = Trace(timings=Columns({"qid": ["q"], "stage": ["probe"], "ms": [0.1]}))
+        >>> t.built(), t.timings.height, t.built()
+        ([], 1, ['timings'])
+        """
+        return [n for n in TABLES if isinstance(self.__dict__[f"_table_{n}"], pl.DataFrame)]
+
+    def height(self, table: str) -> int:
+        """Rows of ``table``, without building its frame."""
+        held = self.__dict__[f"_table_{table}"]
+        return 0 if held is None else height(held)
+
+    def column(self, table: str, name: str) -> list:
+        """One column of ``table`` as a list, without building its frame (not to be changed)."""
+        held = self.__dict__[f"_table_{table}"]
+        return [] if held is None else column(held, name)
+
     @property
     def qids(self) -> list[str]:
         """Query ids in first-seen order (from ``lists``, ``final`` and ``notes``)."""
         seen: dict[str, None] = {}
         for name in ("queries", "expansions", "lists", "final", "notes"):
-            for q in getattr(self, name)["qid"].to_list():
+            for q in self.column(name, "qid"):
                 seen.setdefault(q, None)
         return list(seen)
 
@@ -160,8 +261,10 @@ class Trace:
 
     def notes_for(self, stage: str | None = None) -> list[str]:
         """Messages of the notes table, optionally of one stage."""
-        df = self.notes if stage is None else self.notes.filter(pl.col("stage") == stage)
-        return df["message"].to_list()
+        messages = self.column("notes", "message")
+        if stage is None:
+            return list(messages)
+        return [m for s, m in zip(self.column("notes", "stage"), messages) if s == stage]
 
     def to_ranx_run(self, table: str = "final", name: str = "qmdlab"):
         """A ``ranx.Run`` from a run-like table (``final``, ``fused``, ``rerank``).
@@ -206,9 +309,20 @@ class Trace:
         traces = list(traces)
         if not traces:
             return Trace()
-        return Trace(
-            **{n: pl.concat([getattr(t, n) for t in traces], how="vertical") for n in TABLES}, config=traces[0].config
-        )
+        tables: dict[str, pl.DataFrame] = {}
+        for n in TABLES:
+            held = [t.__dict__[f"_table_{n}"] for t in traces]
+            if all(h is None or isinstance(h, Columns) for h in held):
+                # every part still in columns (traces of Lab.query): one frame from the joined lists
+                cols = Columns.empty(n)
+                for h in held:
+                    if h is not None:
+                        for c, values in h.items():
+                            cols[c].extend(values)
+                tables[n] = cols.frame(n)
+            else:
+                tables[n] = pl.concat([getattr(t, n) for t in traces], how="vertical")
+        return Trace(**tables, config=traces[0].config)
 
     # -- persistence ----------------------------------------------------------------
     def to_parquet(self, directory: str | Path) -> Path:
@@ -236,7 +350,7 @@ class Trace:
         return all(getattr(self, n).equals(getattr(other, n)) for n in TABLES)
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{n}={getattr(self, n).height}" for n in TABLES)
+        sizes = ", ".join(f"{n}={self.height(n)}" for n in TABLES)
         return f"Trace({sizes})"
 
 
@@ -259,4 +373,16 @@ def sort_within_qid(df: pl.DataFrame, by: list[str], descending: list[bool] | No
     )
 
 
-__all__ = ["Trace", "SCHEMAS", "TABLES", "empty", "conform", "sort_within_qid"]
+__all__ = [
+    "Trace",
+    "Columns",
+    "SCHEMAS",
+    "TABLES",
+    "BUILT",
+    "empty",
+    "conform",
+    "sort_within_qid",
+    "height",
+    "column",
+    "as_frame",
+]
