@@ -216,6 +216,35 @@ def register(group: click.Group) -> None:
         )
         _echo({k: res.get(k) for k in ("suite", "queries", "model", "auc", "heldout", "seconds")})
 
+    @train.command("doc2query")
+    @_config_opt
+    @click.option("--suite", default=None, help="Suite whose collection (and train queries) to learn from.")
+    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @click.option("--out", default=None, help="Run directory (default runs/doc2query).")
+    @click.option("--base", default=None, help="pkg:smollm2-135m-instruct (default), a GGUF file or an HF dir.")
+    @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
+    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_set_opt
+    def doc2query_cmd(config, suite, fmt, out, base, max_steps, n_threads, sets) -> None:
+        """Train a document → query generator for `qmdlab expand-docs` (LoRA SFT on train-split queries)."""
+        from qmdlab.training.doc2query import Doc2QueryRunConfig, run_doc2query
+
+        res = run_doc2query(
+            _config(
+                Doc2QueryRunConfig,
+                config,
+                sets,
+                suite=suite,
+                format=fmt,
+                out=out,
+                base=base,
+                max_steps=max_steps,
+                n_threads=n_threads,
+            ),
+            log=lambda m: click.echo(m, err=True),
+        )
+        _echo({k: res.get(k) for k in ("suite", "pairs", "heldout_queries", "steps", "train_loss", "gguf", "seconds")})
+
     @train.command("synth")
     @_config_opt
     @click.option("--collection", default=None, help="Collection of the index to sample passages from.")

@@ -26,13 +26,13 @@ PASSAGE_PREFIX = "Passage: "
 QUERY_CUE = "\nA search query this passage answers:"
 # Generation stops at the first newline: a query is one line.
 STOP = ["\n"]
-# Passages are cut to this many characters before prompting (about 256 tokens of English):
-# the generator was trained on chunks of the index's chunk size, and a longer prompt costs time
-# without changing what a query is about.
-MAX_PASSAGE_CHARS = 1200
-# Queries shorter or longer than this many words are not kept (a lone word says little; a
-# sentence-long output is a summary, not a query).
-MIN_WORDS = 2
+# Passages are cut to this many characters before prompting (about 130 tokens of English): a
+# chunk's head says what it is about, and on a CPU every prompt token is paid once per chunk at
+# generation and in every training step. Trainer and generator cut at the same length.
+MAX_PASSAGE_CHARS = 600
+# Queries longer than this many words are not kept: a sentence-long output is a summary, not a
+# query. One word is a query (an error code, a name).
+MIN_WORDS = 1
 MAX_WORDS = 16
 
 
@@ -51,8 +51,8 @@ def parse_query(generated: str) -> str | None:
     """The query in a generated continuation: its first line, stripped; ``None`` when it is not
     a usable query (empty, fewer than :data:`MIN_WORDS` or more than :data:`MAX_WORDS` words).
 
-    >>> parse_query("   ") is None, parse_query("backups") is None
-    (True, True)
+    >>> parse_query("   ") is None, parse_query("TP-2002"), parse_query("a " * 17) is None
+    (True, 'TP-2002', True)
     """
     line = generated.strip().split("\n", 1)[0].strip().strip('"').strip()
     words = line.split()
