@@ -1,0 +1,167 @@
+"""One query's trace builds a polars frame only for the tables a caller reads (``Trace`` holds the
+stages' plain columns until then), and the tables it builds are those of the polars stage paths:
+same schemas, same values, whatever is read first."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+
+import polars as pl
+import pytest
+
+from qmdlab.models.base import ModelSet
+from qmdlab.models.fakes import RuleExpander, TableReranker
+from qmdlab.pipeline import blend as blend_mod
+from qmdlab.pipeline import finish as finish_mod
+from qmdlab.pipeline import fuse as fuse_mod
+from qmdlab.pipeline import trace as trace_mod
+from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
+from qmdlab.pipeline.lab import Lab
+from qmdlab.pipeline.trace import SCHEMAS, TABLES, Columns, Trace
+
+RULES = {"git rebase": [("lex", "rebase squash"), ("vec", "rebase branch"), ("hyde", "git rebase replays commit")]}
+
+
+def pasta_lover(query: str, text: str) -> float:
+    return 0.9 if "pasta" in text.lower() else 0.1
+
+
+def full_lab(small_index, **cfg) -> Lab:
+    idx, emb = small_index
+    models = ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=pasta_lover))
+    return Lab(idx, models, PipelineConfig(**cfg))
+
+
+@contextlib.contextmanager
+def polars_only():
+    """Force the polars stage paths (the reference the plain columns must equal)."""
+    saved = fuse_mod.SMALL_ROWS, blend_mod.SMALL_ROWS, finish_mod.SMALL_ROWS
+    fuse_mod.SMALL_ROWS = blend_mod.SMALL_ROWS = finish_mod.SMALL_ROWS = -1
+    try:
+        yield
+    finally:
+        fuse_mod.SMALL_ROWS, blend_mod.SMALL_ROWS, finish_mod.SMALL_ROWS = saved
+
+
+def built_counts() -> dict[str, int]:
+    return dict(trace_mod.BUILT)
+
+
+@pytest.mark.parametrize("table", ["final", "results"])
+def test_reading_one_table_builds_only_that_frame(small_index, table):
+    lab = full_lab(small_index)
+    lab.query("git rebase")  # fill the caches: the repeated query is the one that matters
+    before = built_counts()
+    t = lab.query("git rebase")
+    assert t.built() == []  # nothing built yet
+    df = getattr(t, table)
+    assert df.height > 0 and df.schema == pl.Schema(SCHEMAS[table])
+    assert t.built() == [table]
+    after = built_counts()
+    assert {n: after[n] - before[n] for n in TABLES} == {n: int(n == table) for n in TABLES}
+    assert getattr(t, table) is df  # built once, then kept
+    assert t.built() == [table]
+
+
+def test_views_that_need_one_column_build_nothing(small_index):
+    t = full_lab(small_index).query("git rebase")
+    assert t.qids == ["q"]
+    assert t.notes_for("expand") and repr(t).startswith("Trace(queries=1, expansions=3, lists=")
+    assert t.height("lists") == t.lists.height > 0 and t.built() == ["lists"]
+
+
+def test_the_stage_line_of_a_front_end_builds_nothing(small_index):
+    from qmdlab.pipeline.stages import plan_stages
+
+    cfg, plan = plan_stages(PipelineConfig(), "qmd")
+    idx, emb = small_index
+    lab = Lab(idx, ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=pasta_lover)), cfg, plan=plan)
+    t = lab.query("git rebase")
+    assert t.notes_for("stages")[0].startswith("stages: expansion+bm25+vector+fusion+rerank+blend")
+    assert t.built() == []
+
+
+@pytest.mark.parametrize("fusion", FUSION_METHODS)
+@pytest.mark.parametrize("query", ["git rebase", "pasta network", "branch"])
+def test_lazy_tables_equal_the_polars_paths(small_index, fusion, query):
+    lab = full_lab(small_index, fusion=fusion, min_score_fallback=0.0, limit=3)
+    lab.query(query)
+    lazy = lab.query(query)
+    with polars_only():
+        ref = lab.query(query)
+    for name in TABLES:
+        if name == "timings":  # milliseconds differ run to run; the stages timed do not
+            assert lazy.timings["stage"].to_list() == ref.timings["stage"].to_list()
+            continue
+        got, want = getattr(lazy, name), getattr(ref, name)
+        assert got.schema == want.schema == pl.Schema(SCHEMAS[name]), name
+        assert got.equals(want), (name, got, want)
+
+
+def test_content_duplicates_and_fallback_notes_match_polars(tmp_path):
+    from tests.pipeline.conftest import build_index
+
+    idx, emb = build_index(tmp_path)
+    try:
+        notes_dir = tmp_path / "notes"  # build_index's collection
+        (notes_dir / "copy.md").write_text((notes_dir / "git-rebase.md").read_text(encoding="utf-8"), encoding="utf-8")
+        idx.update()
+        todo = idx.chunks_needing_vectors(emb.fingerprint)
+        idx.store_vectors(
+            todo["chunk_id"].to_list(),
+            emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
+            emb.fingerprint,
+        )
+        lab = Lab(idx, ModelSet(emb, None, None), PipelineConfig(min_score=2.0, min_score_fallback=1.5))
+        lazy = lab.query("git rebase")
+        with polars_only():
+            ref = lab.query("git rebase")
+        assert any("same content as" in m for m in lazy.notes_for("finish"))
+        assert any("fallback probe" in m for m in lazy.notes_for("finish"))
+        assert lazy.notes.equals(ref.notes) and lazy.final.equals(ref.final) and lazy.results.equals(ref.results)
+    finally:
+        idx.close()
+
+
+def test_front_ends_read_the_same_tables(small_index, tmp_path):
+    lab = full_lab(small_index)
+    lab.query("git rebase"), lab.query("pasta")  # cached from here on: the same `cached` column each run
+    a, b = lab.query("git rebase", qid="a"), lab.query("pasta", qid="b")
+    frames = [Trace(**{n: getattr(t, n) for n in TABLES}, config=t.config) for t in (a, b)]
+    lazy = [lab.query("git rebase", qid="a"), lab.query("pasta", qid="b")]
+    both = Trace.concat(lazy)  # the parts still in columns: one frame per table from the joined lists
+    ref = Trace.concat(frames)
+    for n in TABLES:
+        assert getattr(both, n).schema == pl.Schema(SCHEMAS[n])
+        if n != "timings":
+            assert getattr(both, n).equals(getattr(ref, n)), n
+    assert both.for_qid("b").final.equals(b.final)
+    mixed = Trace.concat([frames[0], lazy[1]])  # a frame and columns of one table
+    assert mixed.final.equals(ref.final)
+    back = Trace.from_parquet(both.to_parquet(tmp_path / "t"))
+    assert back == both
+    assert both.to_ranx_run().run == ref.to_ranx_run().run
+
+
+def test_copies_and_replace_keep_tables_apart(small_index):
+    t = full_lab(small_index).query("git rebase")
+    c = copy.copy(t)
+    c.notes = pl.DataFrame({"qid": ["q"], "stage": ["x"], "message": ["m"]})
+    assert t.notes.height > 1 and c.notes.height == 1
+    r = dataclasses.replace(t, final=t.final.head(1))
+    assert r.final.height == 1 and t.final.height > 1 and r.lists.equals(t.lists)
+
+
+def test_columns_must_name_the_tables_columns():
+    with pytest.raises(ValueError, match="timings columns"):
+        Trace(timings=Columns({"qid": ["q"], "ms": [1.0]}))
+    with pytest.raises(ValueError, match="lacks columns"):
+        Trace(final=pl.DataFrame({"qid": ["q"]}))
+    t = Trace(
+        final=pl.DataFrame({"qid": ["q"], "docno": ["d"], "extra": [1]}).with_columns(
+            fused_rank=1, position_score=1.0, blend_weight=1.0, rerank_score=None, final_score=1.0, final_rank=1
+        )
+    )
+    assert t.final.columns == list(SCHEMAS["final"])  # a frame is conformed when given
