@@ -47,11 +47,14 @@ every other row:
 ``two-unit-gate``  ``two-unit gate``          ``bm25_mode: msm``, ``bm25_min_match: 2``
 ``field-weights``  ``field weights``          ``eval/configs/content-first-fields.yaml`` (0.25/0.5/1.0)
 ``no-skip``        ``no strong-signal skip``  ``strong_signal: false`` (every query expanded)
+``expansions``     ``+expansions column``     ``bm25_weight_expansions: 1.0`` (doc2query column)
 =================  =========================  ==================================================
 
 A variant whose overrides the main config already holds is the main recording itself (no second
 recording); so is ``no-skip`` when the main recording has nothing to skip (expansion off, no
-expander, or no query with a strong signal), which its description says.
+expander, or no query with a strong signal), which its description says; and ``expansions`` when the
+suite's index has no generated queries written (``qmdlab --index <suite index> expand-docs --generator
+MODEL`` writes them; :mod:`qmdlab.pipeline.doc_expand`).
 
 What the cut cannot reproduce, and why it is still exact: BM25-only and vector-only runs
 would issue the same original-query searches, so their lists are identical to the recorded
@@ -169,7 +172,7 @@ def variants(
 class RecordedVariant(NamedTuple):
     """A row of its own recording (:data:`RECORDED_VARIANTS`): the main config with ``overrides``.
 
-    ``inert(config, study, models)`` gives the reason the overrides cannot change what the main
+    ``inert(config, study, models, suite)`` gives the reason the overrides cannot change what the main
     recording retrieved (the row is then the main recording itself), or ``""``.
     """
 
@@ -179,12 +182,39 @@ class RecordedVariant(NamedTuple):
     inert: Callable | None = None
 
 
-def _skip_inert(config: PipelineConfig, study, models) -> str:
+def _skip_inert(config: PipelineConfig, study, models, suite=None) -> str:
     if not config.expand or (models is not None and models[1] is None):
         return "expansion off: nothing to skip"
     if not strong_signal_qids(study.trace.notes):
         return "no query had a strong signal"
     return ""
+
+
+#: The expansions column's weight in the ``expansions`` variant and the frontier's expansion row
+#: (the body's weight: a generated query counts as much as a word of the text).
+EXPANSION_WEIGHT = 1.0
+
+
+def index_has_expansions(suite, config: PipelineConfig) -> bool:
+    """Whether the suite's index for ``config``'s chunker holds generated queries in its
+    expansions column (no index yet: ``False``; nothing is created or written)."""
+    from qmdlab.store import Index
+    from qmdlab.store.doc_expansions import has_expansions
+    from qmdlab.store.index import DB_NAME
+
+    from .record import index_dir
+
+    path = index_dir(suite, config.chunker)
+    if not (path / DB_NAME).is_file():
+        return False
+    with Index.open(path, create=False) as idx:
+        return has_expansions(idx)
+
+
+def _expansions_inert(config: PipelineConfig, study, models, suite=None) -> str:
+    if suite is not None and index_has_expansions(suite, config):
+        return ""
+    return "the suite's index has no expansions: run `qmdlab --index <suite index> expand-docs --generator MODEL`"
 
 
 RECORDED_VARIANTS: dict[str, RecordedVariant] = {
@@ -212,6 +242,12 @@ RECORDED_VARIANTS: dict[str, RecordedVariant] = {
     "no-skip": RecordedVariant(
         "no strong-signal skip", {"strong_signal": False}, "own recording: every query expanded (skip off)", _skip_inert
     ),
+    "expansions": RecordedVariant(
+        "+expansions column",
+        {"bm25_weight_expansions": EXPANSION_WEIGHT},
+        f"own recording: BM25 with the generated-query column (weight {EXPANSION_WEIGHT:g})",
+        _expansions_inert,
+    ),
 }
 """RecordingInfo variants by ``--variants`` name (see the module table)."""
 
@@ -224,7 +260,7 @@ def check_variant(name: str, flag: str = "--variants") -> str:
     >>> check_variant("bigram")
     Traceback (most recent call last):
     ...
-    qmdlab.errors.ConfigError: --variants 'bigram': unknown variant; use all or one of phrase, like, trigram, heading, two-unit-gate, field-weights, no-skip
+    qmdlab.errors.ConfigError: --variants 'bigram': unknown variant; use all or one of phrase, like, trigram, heading, two-unit-gate, field-weights, no-skip, expansions
     """
     from qmdlab.errors import ConfigError
 
@@ -271,7 +307,7 @@ def variant_evaluations(
     out = {}
     for name in names:
         v = RECORDED_VARIANTS[check_variant(name)]
-        reason = v.inert(study.config, study, models) if v.inert else ""
+        reason = v.inert(study.config, study, models, suite) if v.inert else ""
         if not reason and study.config.replace(**v.overrides) == study.config:
             reason = "the main config already has it"
         if reason:

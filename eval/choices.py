@@ -29,20 +29,33 @@ class Tier(NamedTuple):
 def tiers(suite: Suite) -> list[Tier]:
     """What can be recorded for ``suite``, cheapest first: the retrieval tier (BM25 + vectors, no
     LLM; what ``make demo`` records on every query), the demo's LLM tier (expansion + rerank of
-    the top 5) and the suite's full pipeline. The same config and model roles give the same
+    the top 5) and the suite's full pipeline; when the suite's index has expansions written
+    (``qmdlab expand-docs``), a retrieval tier with the expansions column weighted comes second.
+    The same config and model roles give the same
     cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
 
     >>> from qmdlab.eval.suites import get_suite
     >>> [t.name for t in tiers(get_suite("default"))][0]
     'retrieval: BM25 + vectors, no LLM'
     """
+    from qmdlab.eval.ablation import EXPANSION_WEIGHT, index_has_expansions
+
     base = suite_config(suite)
+    retrieval = {"expand": "none", "rerank": "none"}
+    expanded = (
+        [
+            Tier(
+                "retrieval + expansions column: BM25 with generated queries + vectors, no LLM",
+                base.replace(expand=False, rerank=False, bm25_weight_expansions=EXPANSION_WEIGHT),
+                retrieval,
+            )
+        ]
+        if index_has_expansions(suite, base)
+        else []
+    )
     return [
-        Tier(
-            "retrieval: BM25 + vectors, no LLM",
-            base.replace(expand=False, rerank=False),
-            {"expand": "none", "rerank": "none"},
-        ),
+        Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False), retrieval),
+        *expanded,
         Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
         Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {}),
     ]

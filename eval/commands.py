@@ -247,7 +247,7 @@ def register(group: click.Group) -> None:
         default=None,
         metavar="all|NAME,…",
         help="With --ablate: a row per feature that changes retrieval (phrase, like, trigram, heading, "
-        "two-unit-gate, field-weights, no-skip), each the same queries recorded again with it.",
+        "two-unit-gate, field-weights, no-skip, expansions), each the same queries recorded again with it.",
     )
     @click.option(
         "--out",
@@ -474,8 +474,9 @@ def register(group: click.Group) -> None:
     @click.option(
         "--lexical",
         is_flag=True,
-        help="Also tune the BM25 column weights (bm25_weight_title/body/filepath); each new setting "
-        "re-runs the recorded BM25 lists against the suite's index (slower).",
+        help="Also tune the BM25 column weights (bm25_weight_title/body/filepath, and bm25_weight_expansions "
+        "when the suite's index has expansions); each new setting re-runs the recorded BM25 lists against the "
+        "suite's index (slower).",
     )
     @click.option(
         "--explain",
@@ -538,12 +539,12 @@ def register(group: click.Group) -> None:
             return
         space = None
         if lexical:
-            from qmdlab.eval.lexical import LEXICAL_SPACE, LexicalStudy
+            from qmdlab.eval.lexical import LexicalStudy, lexical_space
             from qmdlab.eval.optimise import default_space
             from qmdlab.store import Index
 
             study = LexicalStudy(study, Index.open(s.workdir() / "index"))
-            space = default_space(study.config) + LEXICAL_SPACE
+            space = default_space(study.config) + lexical_space(study.index)
         report = cross_validate(
             study,
             base=study.config,

@@ -9,6 +9,10 @@ Two recordings, made (or loaded from the trace cache) by :func:`qmdlab.eval.reco
   ``bm25``, ``vector``, and BM25 + vectors under each fusion method (``hybrid <method>``); plus the
   k-fold rows: ``tuned`` (:func:`qmdlab.eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
   and ``learned fusion`` (:func:`qmdlab.eval.learn.cross_validate_learned`, when LightGBM is installed);
+  and, when the suite's index has expansions written (``qmdlab expand-docs``), ``bm25 + expansions`` and
+  ``hybrid <fusion> + expansions``: the same rows with the expansions column weighted
+  (:data:`qmdlab.eval.ablation.EXPANSION_WEIGHT`), their BM25 lists re-run on the index
+  (:class:`qmdlab.eval.lexical.LexicalStudy`);
 - the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
   reranker, ``candidates`` documents reranked) gives ``+lex``, ``+lex+vec``, ``+lex+vec+hyde`` and
   ``+rerank``; their ``n`` column says how many queries they stand on;
@@ -55,7 +59,7 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
 
-from .ablation import ORIGINAL, Variant, variants
+from .ablation import EXPANSION_WEIGHT, ORIGINAL, Variant, variants
 from .metrics import HEADLINE
 from .significance import paired_pvalues
 
@@ -283,6 +287,30 @@ def frontier(
                 None,
             )
         )
+    # the expansions column (doc2query), when the index has one written: the bm25 and hybrid rows with it weighted
+    from qmdlab.store.doc_expansions import has_expansions
+
+    expanded = hybrid.replace(bm25_weight_expansions=EXPANSION_WEIGHT)
+    with_expansions = has_expansions(rec.lab.index)
+    if with_expansions:
+        from .lexical import LexicalStudy
+
+        lex_study = LexicalStudy(study, rec.lab.index)
+        for v in [r for r in rows if r.name in ("bm25", f"hybrid {hybrid.fusion}")]:
+            bm25_only = v.name == "bm25"
+            cfg = expanded.replace(vector=False) if bm25_only else expanded.replace(**v.overrides)
+            ev = lex_study.evaluate(expanded.replace(**v.overrides), lists=v.lists)
+            points.append(
+                Point(
+                    f"{v.name} + expansions",
+                    f"{v.description}, + the generated-query column (weight {EXPANSION_WEIGHT:g})",
+                    ev.per_query.select("qid", metric),
+                    "all queries (nothing fitted)",
+                    cfg,
+                    "bm25+expansions" if bm25_only else "bm25+vector+expansions",
+                    None,
+                )
+            )
     # k-fold rows: tuned knobs and learned fusion, each query scored by a model fitted without it
     from .optimise import cross_validate
 
@@ -340,6 +368,10 @@ def frontier(
     runs = {"bm25": hybrid.replace(vector=False), "bm25+vector": hybrid}
     if learned_cfg is not None:
         runs["learned fusion"] = learned_cfg
+    if with_expansions:
+        runs["bm25+expansions"] = expanded.replace(vector=False)
+        if has_vector:
+            runs["bm25+vector+expansions"] = expanded
     # timed at a query's own result count (10), not the recording's evaluation depth: snippets are built per result
     shown = PipelineConfig().limit
     labs = {name: Lab(rec.lab.index, retrieval_models, cfg.replace(limit=shown)) for name, cfg in runs.items()}

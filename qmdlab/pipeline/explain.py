@@ -104,7 +104,9 @@ def _lexical_lines(trace: Trace, config: PipelineConfig | None) -> list[str]:
     w = lex["weights"]
     on = lambda flag: "on" if flag else "off"  # noqa: E731
     lines = [
-        f"bm25: mode {lex['mode']}, weights filepath {w[0]:g} / title {w[1]:g} / body {w[2]:g}, "
+        f"bm25: mode {lex['mode']}, weights filepath {w[0]:g} / title {w[1]:g} / body {w[2]:g}"
+        + (f" / expansions {w[3]:g}" if len(w) > 3 else "")
+        + ", "
         f"prefix {on(lex['prefix'])}, stopwords dropped {on(lex['stopwords'])}, "
         f"query tf {on(lex['query_tf'])}" + (f", min match {lex['min_match']:g}" if lex["mode"] == "msm" else "")
     ]

@@ -54,12 +54,31 @@ def _models():
     return ModelSet(fake.embedder, RuleExpander(RULES, default=[("lex", "swim water")]), fake.reranker)
 
 
+def _expand_suite_index(suite, models) -> None:
+    """Write generated queries into the suite index's expansions column (a fake generator: the
+    penguin note gets "penguin animals", a word no document has, which query 2 asks for)."""
+    from qmdlab.eval.record import prepare_index
+    from qmdlab.models.doc_query_gen import TableDocQueryGenerator
+    from qmdlab.pipeline.doc_expand import expand_documents
+
+    def fn(passage: str, i: int) -> str:
+        return " penguin animals" if "penguin" in passage.lower() else " " + " ".join(passage.split()[1:3])
+
+    idx = prepare_index(suite, models.embedder, progress=False, log=lambda m: None)
+    try:
+        rep = expand_documents(idx, TableDocQueryGenerator(fn), per_chunk=1)
+        assert rep.kept >= 1
+    finally:
+        idx.close()
+
+
 def _keys(suite) -> set[str]:
     return {p.name for p in cache_root(suite).iterdir() if p.is_dir()}
 
 
 def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home):
     suite, models, cfg = _suite(tmp_path), _models(), PipelineConfig()
+    _expand_suite_index(suite, models)  # so the expansions variant has a column to weigh
     res = run_suite(
         suite,
         models,
@@ -128,8 +147,11 @@ def test_inert_variants_are_the_main_recording(tmp_path, qmdlab_home):
         suite, models, PipelineConfig(expand=False, weight_original_like=1.0), progress=False, log=lambda m: None
     )
     study = Study.from_recording(rec)
-    rows = variant_evaluations(study, suite, models, ["no-skip", "like"])
+    rows = variant_evaluations(study, suite, models, ["no-skip", "like", "expansions"])
     assert rows["no strong-signal skip"].description == "= the main recording (expansion off: nothing to skip)"
+    assert rows["+expansions column"].description.startswith(
+        "= the main recording (the suite's index has no expansions"
+    )
     assert rows["+like list"].description == "= the main recording (the main config already has it)"
     assert rows["+like list"].evaluation.metrics == study.evaluate(study.config).metrics
     assert _keys(suite) == {rec.cache_dir.name}  # nothing recorded again
