@@ -226,8 +226,21 @@ class DocumentsMixin:
                     names = ", ".join(f"{r[0]}/{r[1]}" for r in rows[:5])
                     raise StoreError(f"{ref!r} matches several documents ({names}); give the full docno")
         if not rows:
+            self._raise_if_listed(ref)
             raise StoreError(f"no document {ref!r}{self._suggest(ref)}")
         return self._make_doc(rows[0])
+
+    def _raise_if_listed(self, ref: str) -> None:
+        """A docno the document list holds but its lookup missed means a damaged file (an index
+        b-tree that disagrees with its table): raise the rebuild message instead of "no document"."""
+        from qmdlab.store.failures import damaged_message, quick_check
+
+        if ref not in set(self.documents()["docno"].to_list()):
+            return
+        with self._lock:
+            problem = quick_check(self.conn)
+        if problem is not None:
+            raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
 
     def _suggest(self, ref: str) -> str:
         docs = self.documents()
