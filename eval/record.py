@@ -313,6 +313,19 @@ def _fingerprint(model: Any) -> str:
     )
 
 
+def index_fingerprints(config: PipelineConfig, index: Any) -> list[str]:
+    """What a trace depends on in the index beyond the suite's documents: with the BM25
+    expansions column weighted, the active document-expansion generator and how many of its
+    queries the column holds (another generator, or a re-filter, is another recording).
+    Appended to the model fingerprints of the key and the manifest; empty otherwise."""
+    if not getattr(config, "bm25_weight_expansions", 0) or index is None:
+        return []
+    from qmdlab.store.doc_expansions import status
+
+    s = status(index)
+    return [f"expansions:{s.generator}:{s.kept}:{s.documents}"]
+
+
 def cache_key(suite: Suite, config: PipelineConfig, models: Any) -> str:
     """Hash of everything a query's trace depends on: suite content, config, model fingerprints
     and the trace schema (a new trace column invalidates old caches)."""
@@ -384,8 +397,9 @@ def record(
     lab = open_lab(suite, models, config, progress=progress, log=log)
     timings["index_s"] = time.perf_counter() - t0
     queries = judged_queries(suite, limit, qids)
-    cache_dir = cache_root(suite) / cache_key(suite, config, models)
-    _write_manifest(cache_dir, suite, config, models, name)
+    prints = model_fingerprints(models) + index_fingerprints(config, lab.index)
+    cache_dir = cache_root(suite) / _key(suite, config, prints)
+    _write_manifest(cache_dir, suite, config, prints, name)
     t1 = time.perf_counter()
     trace, cached = query_traces(
         suite, lab, queries, cache_dir, progress=progress, on_progress=on_progress, remote=remote
@@ -513,7 +527,7 @@ def degraded_queries(trace: Trace) -> pl.DataFrame:
 
 
 # -- what is recorded ------------------------------------------------------------------------
-def _write_manifest(cache_dir: Path, suite: Suite, config: PipelineConfig, models: Any, name: str) -> None:
+def _write_manifest(cache_dir: Path, suite: Suite, config: PipelineConfig, prints: list[str], name: str) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / MANIFEST
     old = {}
@@ -522,7 +536,7 @@ def _write_manifest(cache_dir: Path, suite: Suite, config: PipelineConfig, model
     info = {
         "suite": suite.name,
         "config": config.to_dict(),
-        "models": model_fingerprints(models),
+        "models": prints,
         "name": name or old.get("name", ""),
     }
     if info != old:
