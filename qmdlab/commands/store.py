@@ -430,6 +430,12 @@ def register(group: click.Group) -> None:
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")
+        exp = st.get("expansions")
+        if exp:
+            click.echo(
+                f"expansions {exp['generator']}: {exp['kept']} of {exp['generated']} generated queries kept, "
+                f"in {exp['documents']} documents (searched with bm25_weight_expansions > 0)"
+            )
         from qmdlab.mcp_server.daemon import read_pid
 
         running = read_pid()

@@ -344,4 +344,15 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 for fp, (d, n) in self.vector_fingerprints().items()
             },
             "llm_cache_entries": self.cache.count(),
+            "expansions": _expansion_status(self),
         }
+
+
+def _expansion_status(idx: Index) -> dict[str, Any] | None:
+    """``qmdlab status``'s document expansion block (``None``: no active doc2query generator)."""
+    from qmdlab.store.doc_expansions import status
+
+    st = status(idx)
+    if st.generator is None:
+        return None
+    return {"generator": st.generator, "generated": st.generated, "kept": st.kept, "documents": st.documents}

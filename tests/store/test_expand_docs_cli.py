@@ -105,3 +105,15 @@ def test_expand_docs_errors_and_clear(tmp_path, qmdlab_home):
     assert both.exit_code == 2 and "drop --generator" in both.output
     cleared = _run(index, "--clear")
     assert cleared.exit_code == 0 and "expansions cleared: 0 documents rewritten" in cleared.output
+    from qmdlab.models.doc_query_gen import TableDocQueryGenerator
+    from qmdlab.pipeline.doc_expand import expand_documents
+
+    with Index.open(index, create=False) as idx:
+        gen = TableDocQueryGenerator(lambda p, i: " " + " ".join(p.split()[1:4]))
+        rep = expand_documents(idx, gen, per_chunk=2)
+    status = CliRunner().invoke(cli, ["--index", index, "status"])
+    assert status.exit_code == 0, status.output
+    assert f"expansions {gen.fingerprint}: {rep.kept} of 4 generated queries kept, in 2 documents" in status.output
+    cleared = _run(index, "--clear")
+    assert cleared.exit_code == 0 and "expansions cleared: 2 documents rewritten" in cleared.output
+    assert "expansions " not in CliRunner().invoke(cli, ["--index", index, "status"]).output
