@@ -78,9 +78,13 @@ def select_chunk_columns(
     """:func:`select_chunks` as plain columns ``{docno, chunk_id, text, hits: list}``."""
     terms = query_terms(query)
     intent_terms = [t for t in query_terms(intent)] if intent else []
-    ordered = chunks.sort(["docno", "seq"])
+    cids, docs, seqs, texts = (chunks.get_column(c).to_list() for c in ("chunk_id", "docno", "seq", "text"))
+    if any(d is None for d in docs) or any(q is None for q in seqs):
+        rows_in = chunks.sort(["docno", "seq"]).select("chunk_id", "docno", "text").rows()
+    else:  # a Python sort of a few rows: polars' per-call cost would dominate (same order: by code point)
+        rows_in = [(c, d, t) for d, _, c, t in sorted(zip(docs, seqs, cids, texts), key=lambda r: (r[0], r[1]))]
     by_doc: dict[str, list[tuple[int, str]]] = {}
-    for cid, d, text in ordered.select("chunk_id", "docno", "text").iter_rows():
+    for cid, d, text in rows_in:
         by_doc.setdefault(d, []).append((cid, text))
     if config.df_filter and by_doc:
         docs_text = ["\n".join(t for _, t in by_doc[d]) for d in docnos if d in by_doc]

@@ -165,3 +165,29 @@ def test_columns_must_name_the_tables_columns():
         )
     )
     assert t.final.columns == list(SCHEMAS["final"])  # a frame is conformed when given
+
+
+def test_chunk_selection_orders_chunks_as_polars_does():
+    """select_chunk_columns sorts the chunk rows in Python: the same order as polars' sort by
+    (docno, seq), non-ASCII docnos and rows given shuffled included."""
+    import random
+
+    from qmdlab.pipeline.select import select_chunk_columns
+
+    rng = random.Random(3)
+    docs = ["n/b.md", "n/a.md", "n/é.md", "n/東京.md", "n/z.md", "n/Z.md"]
+    rows = [
+        (i, d, seq, f"alpha {'beta ' * rng.randint(0, 2)}{d}")
+        for i, (d, seq) in enumerate((d, s) for d in docs for s in range(3))
+    ]
+    for _ in range(20):
+        rng.shuffle(rows)
+        chunks = pl.DataFrame(rows, schema=["chunk_id", "docno", "seq", "text"], orient="row")
+        want_order = chunks.sort(["docno", "seq"])["chunk_id"].to_list()
+        got = select_chunk_columns(chunks, docs, "beta", None, PipelineConfig())
+        # the best chunk of each doc: the most hits, ties to the first chunk in (docno, seq) order
+        for d, cid, hits in zip(got["docno"], got["chunk_id"], got["hits"]):
+            mine = [c for c in want_order if chunks.filter(pl.col("chunk_id") == c)["docno"][0] == d]
+            scores = {c: float("beta" in chunks.filter(pl.col("chunk_id") == c)["text"][0]) for c in mine}
+            assert cid == next(c for c in mine if scores[c] == max(scores.values())) and hits == max(scores.values())
+        assert got["docno"] == docs
