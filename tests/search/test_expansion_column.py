@@ -106,3 +106,21 @@ def test_config_field_flows_into_the_weights():
         check_weights((0, 0, 0, 1))
     with pytest.raises(QmdlabError, match="column weights"):
         check_weights((1, 1, 1, 1, 1))
+
+
+def test_pipeline_and_explain_use_the_column(expanded):
+    """A query whose words only an expansion holds: the pipeline's BM25 list finds the document
+    at weight > 0 and not at 0, and --explain names the weight."""
+    from qmdlab.models.base import ModelSet
+    from qmdlab.pipeline.explain import format_explain
+    from qmdlab.pipeline.lab import Lab
+
+    lab = Lab(expanded, ModelSet(None, None, None), PipelineConfig(expand=False, rerank=False, vector=False))
+    off = lab.query("cherry tomato")
+    on = lab.query("cherry tomato", bm25_weight_expansions=1.0)
+    assert off.final.height == 0
+    assert set(on.final["docno"].to_list()) == {"kb/git-rebase.md", "kb/pasta.md"}
+    assert "weights filepath 1.5 / title 4 / body 1 / expansions 1," in format_explain(
+        on, PipelineConfig(bm25_weight_expansions=1.0)
+    )
+    assert "weights filepath 1.5 / title 4 / body 1, prefix" in format_explain(on, PipelineConfig())
