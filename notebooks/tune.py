@@ -34,10 +34,9 @@ with app.setup(hide_code=True):
 
     import marimo as mo
     import polars as pl
-    from matplotlib.figure import Figure
 
     from qmdlab import models as qmodels
-    from qmdlab.eval import choices, optimise, record, suites
+    from qmdlab.eval import choices, optimise, record, suites, tune_view
     from qmdlab.eval.lexical import LexicalStudy
     from qmdlab.eval.study import Study
     from qmdlab.paths import home
@@ -136,7 +135,9 @@ def _(auto_record, cost, record_button, record_queries, suite, tier, tier_models
 
 
 @app.cell(hide_code=True)
-def _(baseline, baseline_label, config, defaults, evaluation, heldout, study):
+def _(baseline, baseline_label, evaluation, heldout, study):
+    # The headline, first and small: it depends only on the re-scored evaluation (one cell above
+    # the recorded data), so its output reaches the page before the per-query views below.
     def _stat(metric, label):
         now, then = evaluation.metrics[metric], baseline.metrics[metric]
         delta = now - then
@@ -174,40 +175,32 @@ def _(baseline, baseline_label, config, defaults, evaluation, heldout, study):
                 kind="info",
             ),
         )
-    mo.vstack(
-        [
-            _cards,
-            mo.md(f"{len(study.qids)} labelled queries"),
-            *_notes,
-            mo.accordion({"configuration vs defaults": mo.md(f"```\n{config.diff(defaults)}\n```")}),
-        ]
-    )
+    mo.vstack([_cards, mo.md(f"{len(study.qids)} labelled queries"), *_notes])
     return
 
 
 @app.cell(hide_code=True)
-def _(baseline, evaluation, queries):
-    per_query_delta = (
-        baseline.per_query.select("qid", pl.col("ndcg@10").alias("ndcg_default"))
-        .join(evaluation.per_query.select("qid", pl.col("ndcg@10").alias("ndcg_now")), on="qid")
-        .with_columns((pl.col("ndcg_now") - pl.col("ndcg_default")).alias("delta"))
-        .join(queries.select("qid", "query"), on="qid", how="left")
-        .select("qid", "query", "ndcg_default", "ndcg_now", "delta")
-        .sort("delta")
+def _(baseline, config, defaults, evaluation, queries):
+    # The per-query table and the configuration diff sit in a lazy accordion: they are built when
+    # opened, so a control change does not re-render a data grid the page is not showing.
+    per_query_delta = tune_view.per_query_delta(baseline.per_query, evaluation.per_query, queries)
+    _changed = tune_view.changed(per_query_delta)
+    _better, _worse, _same = tune_view.delta_counts(per_query_delta)
+    _table = mo.ui.table(
+        _changed if _changed.height else per_query_delta,
+        selection=None,
+        page_size=10,
+        format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")},
     )
-    _changed = per_query_delta.filter(pl.col("delta").abs() > 1e-12)
-    _better = _changed.filter(pl.col("delta") > 0).height
     mo.vstack(
         [
-            mo.md(
-                f"**Per query:** {_better} better, {_changed.height - _better} worse, "
-                f"{per_query_delta.height - _changed.height} unchanged (nDCG@10)."
-            ),
-            mo.ui.table(
-                _changed if _changed.height else per_query_delta,
-                selection=None,
-                page_size=10,
-                format_mapping={c: "{:.4f}" for c in ("ndcg_default", "ndcg_now", "delta")},
+            mo.md(f"**Per query:** {_better} better, {_worse} worse, {_same} unchanged (nDCG@10)."),
+            mo.accordion(
+                {
+                    "per-query table (changed queries, worst first)": _table,
+                    "configuration vs defaults": lambda: mo.md(f"```\n{config.diff(defaults)}\n```"),
+                },
+                lazy=True,
             ),
         ]
     )
@@ -215,22 +208,17 @@ def _(baseline, evaluation, queries):
 
 
 @app.cell(hide_code=True)
-def _(per_query_delta):
-    _fig = Figure(figsize=(10, 3.6), layout="constrained")
-    _ax1, _ax2 = _fig.subplots(1, 2)
-    _ax1.scatter(per_query_delta["ndcg_default"], per_query_delta["ndcg_now"], s=14, alpha=0.7)
-    _ax1.plot([0, 1], [0, 1], color="grey", lw=1, ls="--")
-    _ax1.set(
-        xlabel="nDCG@10, defaults",
-        ylabel="nDCG@10, current",
-        title="per query (above the line = better)",
-        xlim=(-0.02, 1.02),
-        ylim=(-0.02, 1.02),
-    )
-    _ax2.hist(per_query_delta["delta"].to_numpy(), bins=21, range=(-1, 1), color="tab:green")
-    _ax2.axvline(0, color="grey", lw=1)
-    _ax2.set(xlabel="nDCG@10 gain", ylabel="queries", title="distribution of gains")
-    _fig
+def _(baseline_label, study):
+    # Drawn once per study; each control change only gives it new points and bar heights.
+    delta_figure = tune_view.DeltaFigure(baseline_label)
+    return (delta_figure,)
+
+
+@app.cell(hide_code=True)
+def _(delta_figure, per_query_delta):
+    delta_figure.update(per_query_delta)
+    # One PNG draw at 100 dpi (marimo's Figure display draws twice, at twice the resolution).
+    mo.image(delta_figure.png(), width=delta_figure.width_px)
     return
 
 
