@@ -289,17 +289,10 @@ class Trace:
         """``results`` as :class:`qmdlab.pipeline.results.ResultRow` values (for ``format_results``)."""
         from qmdlab.pipeline.results import ResultRow
 
-        return [
-            ResultRow(
-                r["docno"],
-                r["docid"] or "",
-                float(r["final_score"]),
-                int(r["line"] or 1),
-                r["title"] or r["docno"],
-                r["context"],
-                r["snippet"] or "",
-            )
-            for r in self.results.iter_rows(named=True)
+        cols = ("docno", "docid", "final_score", "line", "title", "context", "snippet")
+        return [  # read from the columns: a front end that prints results builds no frame
+            ResultRow(docno, docid or "", float(score), int(line or 1), title or docno, context, snip or "")
+            for docno, docid, score, line, title, context, snip in zip(*(self.column("results", c) for c in cols))
         ]
 
     # -- many queries ---------------------------------------------------------------

@@ -69,7 +69,11 @@ def test_views_that_need_one_column_build_nothing(small_index):
     t = full_lab(small_index).query("git rebase")
     assert t.qids == ["q"]
     assert t.notes_for("expand") and repr(t).startswith("Trace(queries=1, expansions=3, lists=")
-    assert t.height("lists") == t.lists.height > 0 and t.built() == ["lists"]
+    rows = t.result_rows()  # what the CLI prints
+    assert t.built() == [] and len(rows) == t.height("results") > 0
+    framed = Trace(results=t.results)  # the same rows read from a frame
+    assert framed.result_rows() == rows
+    assert t.height("lists") == t.lists.height > 0 and t.built() == ["lists", "results"]
 
 
 def test_the_stage_line_of_a_front_end_builds_nothing(small_index):
