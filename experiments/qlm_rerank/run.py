@@ -80,9 +80,17 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="pkg:smollm2-135m-instruct-q4_1", help="the MODEL of qlm:MODEL")
     ap.add_argument("--candidates", type=int, default=10, help="fused documents scored per query")
     ap.add_argument("--max-doc-tokens", type=int, default=192, help="tokens of each chunk the model reads")
+    ap.add_argument("--prompt", default="plain", help="QLM prompt template: plain, chatml, doc2query")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None, help="only the first N judged queries (smoke runs)")
+    ap.add_argument(
+        "--splits",
+        type=Path,
+        default=None,
+        help="a run's splits.json: only its held-out queries (for a model trained on the train ones, "
+        "e.g. a `qmdlab train doc2query` generator)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -101,12 +109,22 @@ def main(argv=None) -> None:
 
     retrieval = load_models(expand="none", rerank="none")
     qlm = llama_qlm.build(
-        f"qlm:{args.model}", resolve_path, KNOWN, idle_timeout=None, max_doc_tokens=args.max_doc_tokens
+        f"qlm:{args.model}",
+        resolve_path,
+        KNOWN,
+        idle_timeout=None,
+        max_doc_tokens=args.max_doc_tokens,
+        prompt=args.prompt,
     )
     models = ModelSet(retrieval.embedder, None, qlm)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
-    rec = record(suite, models, base, limit=args.limit, name=f"qlm top {args.candidates}", progress=True)
+    qids = None
+    if args.splits is not None:
+        from qmdlab.training.splits import load_splits
+
+        qids = list(load_splits(args.splits)[suite.name].heldout)
+    rec = record(suite, models, base, limit=args.limit, qids=qids, name=f"qlm top {args.candidates}", progress=True)
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()
     study = Study.from_recording(rec)

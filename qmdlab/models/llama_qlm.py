@@ -76,6 +76,9 @@ QLM_PROMPTS: dict[str, QLMPrompt] = {
         "\nPlease write a question based on this passage.<|im_end|>\n<|im_start|>assistant\n",
         "",
     ),
+    # the format a `qmdlab train doc2query` generator was trained on (qmdlab.models.doc2query),
+    # so the trained generator scores the query it would have written
+    "doc2query": QLMPrompt("Passage:", " ", "\nA search query this passage answers:", " "),
 }
 MAPPINGS = ("pmi", "exp")
 DEFAULT_TEMPERATURE = 1.0

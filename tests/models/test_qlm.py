@@ -225,3 +225,12 @@ def test_qlm_reads_only_the_token_budget_of_a_text(smollm2, direct):
         assert abs(ll - _direct_mean_logp(direct, full, n_q)) > 1e-3  # the cut changed what the model saw
     finally:
         r.release()
+
+
+def test_the_doc2query_prompt_is_the_trained_generators_format():
+    from qmdlab.models import doc2query
+
+    p = QLM_PROMPTS["doc2query"]
+    text, query = "Backups run nightly at two.", "when do backups run"
+    scored = p.head + p.text_prefix + text + p.middle + p.query_prefix + query
+    assert scored == doc2query.prompt(text) + doc2query.completion(query).rstrip("\n")
