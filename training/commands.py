@@ -53,7 +53,8 @@ _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", hel
 def register(group: click.Group) -> None:
     @group.group("train")
     def train() -> None:
-        """Fine-tune a query expander (prepare → sft → grpo → export → evaluate, synth) or a reranker."""
+        """Fine-tune a query expander (prepare → sft → grpo → export → evaluate, synth), a reranker,
+        a doc2query generator or the embedder."""
 
     @train.command("prepare")
     @click.option(
@@ -244,6 +245,47 @@ def register(group: click.Group) -> None:
             log=lambda m: click.echo(m, err=True),
         )
         _echo({k: res.get(k) for k in ("suite", "pairs", "heldout_queries", "steps", "train_loss", "gguf", "seconds")})
+
+    @train.command("embedder")
+    @_config_opt
+    @click.option("--suite", default=None, help="Suite whose index holds the kept generated queries.")
+    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @click.option(
+        "--synthetic",
+        default=None,
+        help="The doc2query generator's run directory (its splits.json names the held-out queries) or that file.",
+    )
+    @click.option("--out", default=None, help="Run directory (default runs/embedder).")
+    @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
+    @click.option("--hard-negatives", type=int, default=None, help="BM25-mined negative chunks per pair (default 1).")
+    @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
+    @click.option("--seed", type=int, default=None)
+    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_set_opt
+    def embedder_cmd(
+        config, suite, fmt, synthetic, out, base, hard_negatives, max_steps, seed, n_threads, sets
+    ) -> None:
+        """Fine-tune the MiniLM embedder on filtered generated queries; report it on the held-out split."""
+        from qmdlab.training.embedder import EmbedderRunConfig, run_embedder
+
+        res = run_embedder(
+            _config(
+                EmbedderRunConfig,
+                config,
+                sets,
+                suite=suite,
+                format=fmt,
+                synthetic=synthetic,
+                out=out,
+                base=base,
+                hard_negatives=hard_negatives,
+                max_steps=max_steps,
+                seed=seed,
+                n_threads=n_threads,
+            ),
+            log=lambda m: click.echo(m, err=True),
+        )
+        _echo({k: res.get(k) for k in ("suite", "pairs", "steps", "train_loss", "model", "heldout", "seconds")})
 
     @train.command("synth")
     @_config_opt

@@ -182,6 +182,45 @@ def write_expansions(idx: Index) -> int:
     return len(changed)
 
 
+class KeptQuery(NamedTuple):
+    """A generated query the round-trip filter kept, with the chunk it was generated from: the
+    chunk's content ``hash`` and ``seq``, the first active document holding it (``docno``, its
+    ``title``) and the chunk ``text``."""
+
+    query: str
+    hash: str
+    seq: int
+    docno: str
+    title: str
+    text: str
+
+
+def kept_queries(
+    idx: Index, generator: str | None = None, *, collections: Iterable[str] | None = None
+) -> list[KeptQuery]:
+    """The kept queries of ``generator`` (default: the active one; none without it) for chunks of
+    active documents in ``collections``, in (hash, seq, n) order. A chunk shared by several
+    documents is given once, under its first docno."""
+    if not _has_table(idx):
+        return []
+    gen = generator if generator is not None else active_generator(idx)
+    if gen is None:
+        return []
+    where, params = _scope(idx, collections)
+    sql = (
+        "SELECT q.query, q.hash, q.seq, min(d.collection || '/' || d.path), d.title, "
+        "substr(c.body, k.char_start + 1, k.char_end - k.char_start) FROM doc_queries q "
+        "JOIN chunks k ON k.hash = q.hash AND k.seq = q.seq "
+        f"JOIN documents d ON d.hash = q.hash AND d.active = 1{where} "
+        "JOIN content c ON c.hash = q.hash "
+        "WHERE q.generator = ? AND q.kept = 1 AND q.query IS NOT NULL "
+        "GROUP BY q.hash, q.seq, q.n ORDER BY q.hash, q.seq, q.n"
+    )
+    with idx._lock:
+        rows = idx.conn.execute(sql, [*params, gen]).fetchall()
+    return [KeptQuery(q, h, int(s), d, t or "", x) for q, h, s, d, t, x in rows]
+
+
 class ExpansionStatus(NamedTuple):
     """What :func:`status` reports: the active generator, and for it the samples stored, judged
     and kept, and the active documents whose expansions column is not empty."""
@@ -217,6 +256,7 @@ __all__ = [
     "ChunkToExpand",
     "GeneratedQuery",
     "FilterVerdict",
+    "KeptQuery",
     "ExpansionStatus",
     "ensure_table",
     "chunks_to_expand",
@@ -224,6 +264,7 @@ __all__ = [
     "queries_to_filter",
     "store_verdicts",
     "source_docnos",
+    "kept_queries",
     "active_generator",
     "set_active_generator",
     "write_expansions",

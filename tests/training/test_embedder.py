@@ -1,0 +1,140 @@
+"""The embedder trainer: pairs from kept generated queries with BM25 hard negatives, the held-out
+leak guard, and one real training step of the packaged MiniLM whose GGUF embeds as the
+sentence-transformers model does."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qmdlab.models.doc_query_gen import TableDocQueryGenerator
+from qmdlab.pipeline.doc_expand import expand_documents
+from qmdlab.store import Index
+from qmdlab.store import doc_expansions as dx
+from qmdlab.training.embedder import build_pairs, check_no_heldout, document_text, load_split
+from qmdlab.training.splits import LeakError, QuerySplit, save_splits
+
+# each note has two words of its own and shares "field notes" with the others
+NOTES = {
+    "alpha.md": "# Alpha\n\nThe zebra grazes near a quarry. Field notes.\n",
+    "beta.md": "# Beta\n\nA walrus sleeps beside the lighthouse. Field notes.\n",
+    "gamma.md": "# Gamma\n\nThe falcon circles the vineyard. Field notes.\n",
+    "delta.md": "# Delta\n\nMarmots whistle in the glacier valley. Field notes.\n",
+}
+UNIQUE = {"alpha": "zebra quarry", "beta": "walrus lighthouse", "gamma": "falcon vineyard", "delta": "marmots glacier"}
+NEXT = {"alpha": "beta", "beta": "gamma", "gamma": "delta", "delta": "alpha"}
+
+
+def _owner(passage: str) -> str:
+    return next(k for k in UNIQUE if passage.lower().startswith(f"# {k}"))
+
+
+def _generate(passage: str, i: int) -> str:
+    """Sample 0: own words + the shared ones (kept: the note ranks first; the other notes match the
+    shared words, so BM25 finds negatives); sample 1: the next note's words only (the round trip
+    drops it); sample 2: sample 0 again (a duplicate pair)."""
+    k = _owner(passage)
+    return [f" {UNIQUE[k]} field notes\n", f" {UNIQUE[NEXT[k]]}\n", f" {UNIQUE[k]} field notes\n"][i]
+
+
+@pytest.fixture
+def expanded(tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for name, body in NOTES.items():
+        (root / name).write_text(body, encoding="utf-8")
+    idx = Index.open(str(tmp_path / "idx"))
+    idx.add_collection("n", root)
+    idx.update()
+    rep = expand_documents(idx, TableDocQueryGenerator(_generate), per_chunk=3, top_k=20)
+    assert (rep.kept, rep.dropped) == (8, 4)
+    yield idx
+    idx.close()
+
+
+def test_kept_queries_reads_only_the_filter_kept_ones(expanded):
+    kept = dx.kept_queries(expanded)
+    assert sorted({(k.docno, k.query) for k in kept}) == sorted(
+        (f"n/{k}.md", f"{UNIQUE[k]} field notes") for k in UNIQUE
+    )
+    assert len(kept) == 8  # the duplicate sample is a row of its own
+    by_doc = {k.docno: k for k in kept}
+    assert {d: (k.title, k.text) for d, k in by_doc.items()} == {
+        f"n/{name}": (name.removesuffix(".md").capitalize(), body) for name, body in NOTES.items()
+    }
+    assert dx.kept_queries(expanded, "no-such-generator") == []
+
+
+def test_pairs_are_the_kept_queries_with_negatives_from_other_documents(expanded):
+    pairs, counts = build_pairs(expanded, hard_negatives=2, depth=20)
+    assert counts == {"kept": 8, "duplicates": 4, "no_negatives": 0, "pairs": 4, "chunks": 4}
+    assert sorted(p["anchor"] for p in pairs) == sorted(f"{UNIQUE[k]} field notes" for k in UNIQUE)
+    for p in pairs:
+        own = p["docno"].removeprefix("n/").removesuffix(".md")
+        assert p["anchor"].startswith(UNIQUE[own])
+        assert p["positive"] == document_text(own.capitalize(), NOTES[f"{own}.md"])
+        assert len(p["negative_docnos"]) == 2 and p["docno"] not in p["negative_docnos"]
+        for i, d in enumerate(p["negative_docnos"], 1):
+            other = d.removeprefix("n/").removesuffix(".md")
+            assert p[f"negative_{i}"] == document_text(other.capitalize(), NOTES[f"{other}.md"])
+    # more negatives than other documents: every pair is dropped, not padded
+    none, counts = build_pairs(expanded, hard_negatives=4, depth=20)
+    assert none == [] and counts["no_negatives"] == 4
+
+
+def test_a_generated_query_equal_to_a_heldout_query_is_a_leak(expanded):
+    pairs, _ = build_pairs(expanded, hard_negatives=1)
+    split = QuerySplit("s", ("1",), ("2",), 0, 0.5)
+    check_no_heldout(pairs, split, {"1": "zebra quarry field notes", "2": "something else"})  # train: allowed
+    with pytest.raises(LeakError, match="held-out query 's:2'"):
+        check_no_heldout(pairs, split, {"1": "x", "2": "  Walrus LIGHTHOUSE field   notes"})
+
+
+def test_load_split_from_a_run_directory_or_file(tmp_path):
+    save_splits([QuerySplit("default", ("a",), ("b",), 0, 0.5)], tmp_path / "splits.json")
+    assert load_split(tmp_path, "default").heldout == ("b",)
+    assert load_split(tmp_path / "splits.json", "default").train == ("a",)
+    from qmdlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no split of suite 'cisi'"):
+        load_split(tmp_path, "cisi")
+    with pytest.raises(ConfigError, match="--synthetic is required"):
+        load_split(None, "default")
+
+
+def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_path, require, monkeypatch):
+    require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from qmdlab.errors import ModelError
+    from qmdlab.training.embedder import fit, gguf_embedder, resolve_base, to_gguf
+
+    try:
+        base = resolve_base("pkg:all-minilm-l6-v2")
+    except ModelError as err:
+        require(False, f"the packaged MiniLM is not installed: {err}")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(1)
+    pairs, _ = build_pairs(expanded, hard_negatives=1)
+    res = fit(pairs, base, tmp_path / "run", hard_negatives=1, max_steps=1, batch_size=2, max_seq_length=64, warmup=0.0)
+    assert res["steps"] == 1 and np.isfinite(res["train_loss"])
+    tuned = SentenceTransformer(res["model_dir"], device="cpu", local_files_only=True)
+    before = SentenceTransformer(str(base), device="cpu", local_files_only=True)
+    text = document_text("Alpha", NOTES["alpha.md"])
+    a, b = tuned.encode([text], normalize_embeddings=True)[0], before.encode([text], normalize_embeddings=True)[0]
+    assert a.shape == (384,) and not np.allclose(a, b)  # the step moved the weights
+    assert json.loads((tmp_path / "run" / "model" / "modules.json").read_text())  # a sentence-transformers dir
+    try:
+        gguf = to_gguf(tmp_path / "run" / "model", tmp_path / "run" / "model.gguf")
+    except ModelError as err:
+        require(False, f"llama.cpp's converter is missing: {err}")
+    emb = gguf_embedder(gguf)
+    try:
+        g = emb.embed_documents([("Alpha", NOTES["alpha.md"])])[0]
+    finally:
+        emb.release()
+    # the pipeline's GGUF embedder agrees with the trained model (mean pooling, L2-normalised)
+    assert float(g @ a) > 0.99 and float(g @ b) < float(g @ a)
