@@ -72,6 +72,10 @@ from tests.notebooks.test_browser import FIND, _sliders, _stat_text  # noqa: E40
 CHEAP = "return document.querySelectorAll('marimo-slider').length > 0 && document.querySelectorAll('marimo-stat').length > 0"
 
 
+class LiveTimeError(RuntimeError):
+    """The page did not do what a move asks (no new nDCG@10, a control missing, a recording made)."""
+
+
 @dataclass(frozen=True)
 class Control:
     """One kind of control the benchmark moves."""
@@ -184,7 +188,7 @@ class Expected:
 def _host(driver, control: Control):
     found = driver.execute_script(FIND, control.tag, control.label)
     if not found:
-        raise SystemExit(f"no {control.tag} labelled {control.label!r} on the page")
+        raise LiveTimeError(f"no {control.tag} labelled {control.label!r} on the page")
     return found[0]
 
 
@@ -252,10 +256,12 @@ class Page:
             hit = next((t for t, text in log if _shows(text, want)), None)
             if hit is not None:
                 if not inputs:
-                    raise SystemExit("the page noted no input event for a move")
+                    raise LiveTimeError("the page noted no input event for a move")
                 return hit - inputs[0]
             if time.monotonic() - t0 > self.timeout:
-                raise SystemExit(f"nDCG@10 did not become {want} within {self.timeout:.0f} s (shown: {self.shown()!r})")
+                raise LiveTimeError(
+                    f"nDCG@10 did not become {want} within {self.timeout:.0f} s (shown: {self.shown()!r})"
+                )
             time.sleep(self.poll)
 
     def settle(self, want: str, gap: float) -> None:
@@ -263,7 +269,7 @@ class Page:
         t0 = time.monotonic()
         while not _shows(self.shown(), want):
             if time.monotonic() - t0 > self.timeout:
-                raise SystemExit(f"nDCG@10 did not become {want} (shown: {self.shown()!r})")
+                raise LiveTimeError(f"nDCG@10 did not become {want} (shown: {self.shown()!r})")
             time.sleep(self.poll)
         time.sleep(gap)
 
@@ -345,7 +351,7 @@ def _pick_recording(driver, page: Page, expected: Expected, rec, gap: float) -> 
     t0 = time.monotonic()
     while not any(v is not None for v in _sliders(driver)):
         if time.monotonic() - t0 > page.timeout:
-            raise SystemExit("the controls did not come back after changing the recording")
+            raise LiveTimeError("the controls did not come back after changing the recording")
         time.sleep(page.poll)
     time.sleep(gap)
 
@@ -438,7 +444,7 @@ def once(args, home: Path, expected: Expected) -> dict:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
     if _trace_files(home) != before:
-        raise SystemExit("the notebook changed the trace cache (it recorded): it must open what is recorded")
+        raise LiveTimeError("the notebook changed the trace cache (it recorded): it must open what is recorded")
     return {"page_to_sliders_s": t2 - t1, "command_to_sliders_s": t2 - t0, "controls": rows}
 
 
@@ -510,7 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.launches):
         load = os.getloadavg()[0]
         expected = Expected("default", args.limit)
-        got = once(args, home, expected)
+        try:
+            got = once(args, home, expected)
+        except LiveTimeError as err:
+            print(f"notebook_live_time: {err}", file=sys.stderr)
+            return 1
         got["load_1min"] = [load, os.getloadavg()[0]]
         launches.append(got)
         all_rows += got["controls"]

@@ -133,7 +133,8 @@ class DeltaFigure:
     def png(self, dpi: float | None = None) -> bytes:
         """The figure as PNG bytes, drawn once at ``dpi`` (default: the figure's own)."""
         buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=dpi or self.figure.dpi)
+        # compress_level 1: a third less encoding time than the default 6 for a few per cent more bytes
+        self.figure.savefig(buf, format="png", dpi=dpi or self.figure.dpi, pil_kwargs={"compress_level": 1})
         return buf.getvalue()
 
     def counts(self) -> list[int]:

@@ -15,6 +15,11 @@ the LLM tier on the queries it ran, loaded in seconds with no model. Recording m
 button with its cost (measured from earlier recordings) and a progress bar; ``--record``
 records what is missing without asking (headless runs). Every control change re-fuses and
 re-blends the recorded traces with ``qmdlab.eval.study.Study`` — no model call, no index access.
+The headline numbers (nDCG@10, MRR@10, recall@10) are one small cell that runs first on each change;
+below it the per-query counts, the per-query table and the configuration diff (in an accordion,
+built when opened) and the per-query plots (``qmdlab.eval.tune_view.DeltaFigure``: drawn once per
+study, then given new points and bar heights). ``benchmarks/notebook_live_time.py`` times a control
+move to the new nDCG@10 on screen.
 
 Rerank source: the recording's own rerank scores, or — when a finished ``qmdlab train reranker``
 run of the suite exists (``runs/*``, e.g. ``make train-reranker``'s ``runs/reranker``, or

@@ -19,6 +19,7 @@ import shutil
 import time
 
 import marimo as mo
+import polars as pl
 import pytest
 
 from .conftest import NB_ARGS, NOTEBOOKS, RECORD_ARGS, REPO, RESULTS
@@ -67,6 +68,16 @@ return all(document).filter(h => !(h.getAttribute('data-label') || '').includes(
   const thumb = h.shadowRoot && h.shadowRoot.querySelector('[role=slider]');
   return thumb ? thumb.getAttribute('aria-valuenow') : null;   // null: inside a closed accordion
 });
+"""
+
+
+PAGE_TEXT = """
+function text(root) {
+  let out = root.textContent || '';
+  for (const el of root.querySelectorAll('*')) if (el.shadowRoot) out += ' ' + text(el.shadowRoot);
+  return out;
+}
+return text(document.body);
 """
 
 
@@ -154,6 +165,14 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
         time.sleep(1.5)  # let the re-drawn plot replace the stale one
         driver.save_screenshot(str(shot))
 
+        # The per-query table is built when its accordion opens: it lists the moved config's
+        # changed queries, the worst first (the same rows as the in-process run's table).
+        worst = moved["per_query_delta"].filter(pl.col("delta").abs() > 1e-12)["qid"][0]
+        assert worst not in driver.execute_script(PAGE_TEXT)
+        trigger = next(b for b in driver.execute_script(FIND, "button", "") if "per-query table" in b.text)
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].click();", trigger)
+        wait.until(lambda d: worst in d.execute_script(PAGE_TEXT))
+
         # The optimiser (2 folds) loads its tuned config into the controls.
         folds = driver.execute_script(FIND, "marimo-slider", "folds")[0].shadow_root.find_element(
             "css selector", "[role=slider]"
@@ -186,3 +205,49 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
     assert shot.stat().st_size > 10_000 and (tmp_path / "tune-live.png").stat().st_size > 10_000
     if os.environ.get("QMDLAB_UPDATE_SCREENSHOT") == "1":
         shutil.copy(tmp_path / "tune-live.png", README_SHOT)
+
+
+def _live_time_module():
+    """benchmarks/notebook_live_time.py (it imports this module's probes, so it is loaded late)."""
+    import importlib.util
+    import sys
+
+    path = REPO / "benchmarks" / "notebook_live_time.py"
+    spec = importlib.util.spec_from_file_location("notebook_live_time", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("mode", ["run", "edit"])
+def test_every_kind_of_control_moves_the_displayed_ndcg(mode, marimo_server, chrome, nb_env, monkeypatch):
+    """``marimo run`` and ``marimo edit``: a fusion weight, RRF k, a blend weight, a stage switch and a
+    BM25 weight each moved back and forth; after every move the page must show the nDCG@10 that
+    the same recording gives under the moved config (computed here with LexicalStudy) — it fails
+    when the number does not change, or changes to another value. The move times are printed,
+    not asserted (benchmarks/notebook_live_time.py measures them)."""
+    from .conftest import LIMIT, run_notebook
+
+    live = _live_time_module()
+    run_notebook(NOTEBOOKS / "tune.py", *RECORD_ARGS, monkeypatch=monkeypatch)  # records the traces (cached)
+    recorded = _trace_files()
+    expected = live.Expected("default", LIMIT)
+    assert expected.n_queries == LIMIT
+    url = marimo_server(NOTEBOOKS / "tune.py", *NB_ARGS, mode=mode)
+    chrome.get(url)
+    live.wait_live(chrome, 0.25, 300)
+    kinds = list(live.CONTROLS)
+    rows = live.drive(chrome, expected, kinds, moves=2, gap=0.5, poll=0.05, timeout=90)
+    print(f"marimo {mode}, move -> new nDCG@10 (ms, 1-min load {os.getloadavg()[0]:.1f}):")
+    for row in rows:
+        print(f"  {row['kind']}: {row.get('ms') or row.get('skipped')}")
+    by_kind = {r["kind"]: r for r in rows}
+    assert set(by_kind) == set(kinds)
+    for kind in kinds:
+        row = by_kind[kind]
+        assert "skipped" not in row, f"{kind}: {row.get('skipped')}"
+        assert len(row["ms"]) == 2 and row["ndcg"][0] != row["ndcg"][1]
+    assert _trace_files() == recorded, "moving the controls recorded traces"
