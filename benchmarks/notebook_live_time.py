@@ -45,6 +45,12 @@ marimo version, the command).
     .venv/bin/python benchmarks/notebook_live_time.py --mode edit --json /tmp/tune-live-edit.json
     .venv/bin/python benchmarks/notebook_live_time.py --mode run --home "$QMDLAB_HOME" --json /tmp/tune-live-run.json
     .venv/bin/python benchmarks/notebook_live_time.py --controls fusion,stage --moves 4   # quicker
+    .venv/bin/python benchmarks/notebook_live_time.py --gap 0.3   # moves back to back: the cells below
+                                                                  # the headline still running count
+
+The home needs ``make demo``'s two tiers (or any recording of the default suite; ``--limit N``
+when it was recorded with the notebook's ``--limit``). Take published figures on a quiet machine
+and give the 1-minute load printed beside them.
 """
 
 from __future__ import annotations
