@@ -314,22 +314,27 @@ def _fingerprint(model: Any) -> str:
 
 
 def index_fingerprints(config: PipelineConfig, index: Any) -> list[str]:
-    """What a trace depends on in the index beyond the suite's documents: with the BM25
-    expansions column weighted, the active document-expansion generator and how many of its
-    queries the column holds (another generator, or a re-filter, is another recording).
+    """What a trace depends on in the index beyond the suite's documents: when the BM25
+    expansions column holds generated queries, the active generator and how many of its queries
+    the column holds (another generator, or a re-filter, is another recording). At weight 0 too:
+    FTS5's ``bm25()`` normalises by the length of the whole row, so a filled column lengthens
+    every document it is in and shifts BM25 scores slightly even when nothing matches in it.
     Appended to the model fingerprints of the key and the manifest; empty otherwise."""
-    if not getattr(config, "bm25_weight_expansions", 0) or index is None:
+    if index is None:
         return []
     from qmdlab.store.doc_expansions import status
 
     s = status(index)
+    if not s.documents:
+        return []
     return [f"expansions:{s.generator}:{s.kept}:{s.documents}"]
 
 
-def cache_key(suite: Suite, config: PipelineConfig, models: Any) -> str:
-    """Hash of everything a query's trace depends on: suite content, config, model fingerprints
-    and the trace schema (a new trace column invalidates old caches)."""
-    return _key(suite, config, model_fingerprints(models))
+def cache_key(suite: Suite, config: PipelineConfig, models: Any, index: Any = None) -> str:
+    """Hash of everything a query's trace depends on: suite content, config, model fingerprints,
+    the trace schema (a new trace column invalidates old caches) and, given the suite's ``index``,
+    its document expansions (:func:`index_fingerprints`; what :func:`record` uses)."""
+    return _key(suite, config, model_fingerprints(models) + index_fingerprints(config, index))
 
 
 def _key(suite: Suite | str, config: PipelineConfig, fingerprints: Sequence[str]) -> str:

@@ -101,11 +101,18 @@ def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home
         assert r["wins"] + r["ties"] + r["losses"] == 4 and r["p_ttest"] is not None and r["p_fisher"] is not None
         assert not r["description"].startswith("="), (label, r["description"])
     # one trace-cache entry per variant (the key hashes to_dict()), beside the main recording's
-    keys = {
-        name: cache_key(suite, res_cfg, models)
-        for name, res_cfg in [("main", cfg.replace(limit=100))]
-        + [(n, cfg.replace(limit=100, **v.overrides)) for n, v in RECORDED_VARIANTS.items()]
-    }
+    from qmdlab.eval.record import index_dir
+    from qmdlab.store import Index
+
+    idx = Index.open(index_dir(suite))
+    try:  # the index holds expansions: they are part of every key
+        keys = {
+            name: cache_key(suite, res_cfg, models, idx)
+            for name, res_cfg in [("main", cfg.replace(limit=100))]
+            + [(n, cfg.replace(limit=100, **v.overrides)) for n, v in RECORDED_VARIANTS.items()]
+        }
+    finally:
+        idx.close()
     assert len(set(keys.values())) == len(keys) and _keys(suite) == set(keys.values())
     # each feature fires here: its recording retrieved other lists than the main one
     cols = ["qid", "source", "query_type", "docno", "rank", "score"]

@@ -1,4 +1,4 @@
-"""A recording with the expansions column weighted is keyed by the index's generated queries:
+"""A recording on an index whose expansions column holds generated queries is keyed by them:
 another generator (or another filter's verdicts) is another recording, never a stale cache hit."""
 
 from __future__ import annotations
@@ -35,6 +35,15 @@ def test_another_generator_is_another_recording(tmp_path, qmdlab_home):
 
     assert first.cache_dir != second.cache_dir
     assert second.timings["queries_cached"] == 0  # recomputed under the new column, not read back
-    # unweighted, the column is not read: the generator does not enter the key
-    assert plain_first.cache_dir == plain_second.cache_dir
-    assert plain_second.timings["queries_cached"] == plain_second.timings["queries"]
+    # unweighted, the column still lengthens documents in BM25's normalisation: another recording too
+    assert plain_first.cache_dir != plain_second.cache_dir
+    assert plain_second.timings["queries_cached"] == 0
+
+
+def test_an_index_without_expansions_keeps_its_key(tmp_path, qmdlab_home):
+    suite = zoo(tmp_path)
+    models = loader(expand="none", rerank="none")
+    plain = PipelineConfig(expand=False, rerank=False)
+    before = record(suite, models, plain, log=lambda m: None)
+    again = record(suite, models, plain, log=lambda m: None)
+    assert before.cache_dir == again.cache_dir and again.timings["queries_cached"] == again.timings["queries"]
