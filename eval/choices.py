@@ -9,6 +9,10 @@ from qmdlab.eval.record import RecordingInfo, suite_config
 from qmdlab.eval.suites import Suite
 from qmdlab.pipeline.config import PipelineConfig
 
+#: Fused documents ``make demo``'s LLM tier reranks (``scripts/demo.py --candidates``): the notebook
+#: offers the same tier, so recording more of it extends the demo's trace cache.
+DEMO_CANDIDATES = 3
+
 
 class Tier(NamedTuple):
     """A recording a front end offers (:func:`tiers`): a config and the model roles it needs.
@@ -56,7 +60,11 @@ def tiers(suite: Suite) -> list[Tier]:
     return [
         Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False), retrieval),
         *expanded,
-        Tier("LLM tier of make demo: expansion + rerank top 5", base.replace(candidate_limit=5), {}),
+        Tier(
+            f"LLM tier of make demo: expansion + rerank top {DEMO_CANDIDATES}",
+            base.replace(candidate_limit=DEMO_CANDIDATES),
+            {},
+        ),
         Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {}),
     ]
 

@@ -277,6 +277,10 @@ def _(defaults, rerank_source, start, suite_picker):
             "bm25_weight_title": _slider("bm25_weight_title", 0.0, 10.0, 0.5, "title weight"),
             "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
             "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),
+            # the generated queries of `qmdlab expand-docs` (no effect on an index without them)
+            "bm25_weight_expansions": _slider(
+                "bm25_weight_expansions", 0.0, 4.0, 0.25, "expansions weight (doc2query)"
+            ),
             "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
             "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
             "bm25_query_tf": mo.ui.switch(value=start.bm25_query_tf, label="repeated words count again"),
@@ -330,6 +334,7 @@ def _(defaults, rerank_source, start, suite_picker):
                 "bm25_weight_title",
                 "bm25_weight_body",
                 "bm25_weight_filepath",
+                "bm25_weight_expansions",
                 "bm25_prefix",
                 "bm25_stopwords",
                 "bm25_query_tf",

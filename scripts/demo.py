@@ -49,6 +49,8 @@ sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from qmdlab.eval.choices import DEMO_CANDIDATES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="offline")
     ap.add_argument("--limit", type=int, default=None, help="retrieval tier: only the first N judged queries")
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--candidates",
         type=int,
-        default=3,
+        default=DEMO_CANDIDATES,
         help="LLM tier: fused documents reranked per query (the pipeline default is 40)",
     )
     ap.add_argument("--out", default=None, help="results directory (default under $QMDLAB_HOME/eval/default/results)")

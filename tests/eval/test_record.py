@@ -68,4 +68,4 @@ def test_tiers_share_keys_with_the_demo_configs(suite):
     names = [t.name for t in choices.tiers(suite)]
     assert names[0].startswith("retrieval") and len(names) == 3
     assert choices.tiers(suite)[0].config == PipelineConfig(expand=False, rerank=False)
-    assert choices.tiers(suite)[1].config == PipelineConfig(candidate_limit=5)
+    assert choices.tiers(suite)[1].config == PipelineConfig(candidate_limit=choices.DEMO_CANDIDATES)

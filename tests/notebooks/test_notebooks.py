@@ -446,10 +446,10 @@ def test_tune_opens_what_the_demo_recorded_and_records_nothing_itself(nb_env, mo
         monkeypatch=monkeypatch,
         defs={"recording_picker": types.SimpleNamespace(value=llm.key)},
     )
-    assert len(picked["study"].qids) == 3 and picked["defaults"].candidate_limit == 5
+    assert len(picked["study"].qids) == 3 and picked["defaults"].candidate_limit == choices.DEMO_CANDIDATES
     assert picked["study"].trace.rerank.height > 0  # the LLM tier's rerank scores, from the cache
     # the demo's LLM tier is one of the notebook's tiers: recording more of it extends the same cache
-    tier = next(t for t in choices.tiers(get_suite("default")) if t.config.candidate_limit == 5)
+    tier = next(t for t in choices.tiers(get_suite("default")) if t.config.candidate_limit == choices.DEMO_CANDIDATES)
     assert (
         record.cache_key(
             get_suite("default"),
