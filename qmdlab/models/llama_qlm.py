@@ -322,6 +322,23 @@ def inner_ref(ref: str, role: str = "rerank") -> str:
     return inner
 
 
+#: Written by ``qmdlab train doc2query`` beside its ``model.gguf``: the model continues the
+#: :mod:`qmdlab.models.doc2query` format.
+DOC2QUERY_MARKER = "doc2query.json"
+
+
+def trained_doc2query(inner: str) -> bool:
+    """Whether ``inner`` is a GGUF file with :data:`DOC2QUERY_MARKER` beside it.
+
+    >>> trained_doc2query("pkg:smollm2-135m-instruct-q4_1")
+    False
+    """
+    if inner.startswith(("pkg:", "hf:")):
+        return False
+    path = Path(inner).expanduser()
+    return path.is_file() and (path.parent / DOC2QUERY_MARKER).is_file()
+
+
 def build(
     ref: str,
     resolve_path: Callable[..., Path],
@@ -337,11 +354,15 @@ def build(
 
     ``known`` holds the inner model's options (``n_ctx``, ``rerank_max_doc_tokens``; the registry's
     ``KNOWN``); ``options`` (``prompt``, ``max_doc_tokens``, ``mapping``, ``temperature``) override
-    them. The model file is resolved at first use.
+    them. The model file is resolved at first use. A GGUF written by ``qmdlab train doc2query``
+    (a :data:`DOC2QUERY_MARKER` file beside it) is scored with the ``doc2query`` prompt, the format it
+    was trained on, unless ``prompt`` is given.
     """
     inner = inner_ref(ref, role)
     opts = dict(known.get(inner, {}))
     kw = {"max_doc_tokens": opts.get("rerank_max_doc_tokens") or 384, "n_ctx": opts.get("n_ctx", 2048), **options}
+    if "prompt" not in options and trained_doc2query(inner):
+        kw["prompt"] = "doc2query"
     return QLMReranker(
         lambda: resolve_path(inner, progress=progress), ref, n_threads=n_threads, idle_timeout=idle_timeout, **kw
     )

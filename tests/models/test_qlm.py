@@ -234,3 +234,15 @@ def test_the_doc2query_prompt_is_the_trained_generators_format():
     text, query = "Backups run nightly at two.", "when do backups run"
     scored = p.head + p.text_prefix + text + p.middle + p.query_prefix + query
     assert scored == doc2query.prompt(text) + doc2query.completion(query).rstrip("\n")
+
+
+def test_a_trained_doc2query_gguf_is_scored_in_its_own_format(tmp_path):
+    from qmdlab.models import llama_qlm
+    from qmdlab.models.registry import KNOWN, resolve_path
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")  # never read: the model loads at first use
+    assert llama_qlm.build(f"qlm:{gguf}", resolve_path, KNOWN).prompt_name == "plain"
+    (tmp_path / llama_qlm.DOC2QUERY_MARKER).write_text("{}")
+    assert llama_qlm.build(f"qlm:{gguf}", resolve_path, KNOWN).prompt_name == "doc2query"
+    assert llama_qlm.build(f"qlm:{gguf}", resolve_path, KNOWN, prompt="chatml").prompt_name == "chatml"
