@@ -42,8 +42,8 @@ Output: one line per launch and a table of min/median/max per control on stdout 
 load average), and ``--json PATH`` (every move's milliseconds, the load before and after, the
 marimo version, the command).
 
-    .venv/bin/python benchmarks/notebook_live_time.py --mode edit --json /tmp/tune-live-edit.json
-    .venv/bin/python benchmarks/notebook_live_time.py --mode run --home "$QMDLAB_HOME" --json /tmp/tune-live-run.json
+    .venv/bin/python benchmarks/notebook_live_time.py --mode edit --json results/tune-live-edit.json
+    .venv/bin/python benchmarks/notebook_live_time.py --mode run --home "$QMDLAB_HOME" --json results/tune-live-run.json
     .venv/bin/python benchmarks/notebook_live_time.py --controls fusion,stage --moves 4   # quicker
     .venv/bin/python benchmarks/notebook_live_time.py --gap 0.3   # moves back to back: the cells below
                                                                   # the headline still running count
