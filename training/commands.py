@@ -194,9 +194,16 @@ def register(group: click.Group) -> None:
     @click.option("--seed", type=int, default=None)
     @click.option("--loss", default=None, help="lambda (default) | listnet | ranknet | bce.")
     @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @click.option(
+        "--synthetic",
+        default=None,
+        help="Train on the filtered generated queries of this doc2query run directory instead of labels; "
+        "judged on its held-out split.",
+    )
     @_set_opt
-    def reranker_cmd(config, suite, fmt, out, base, folds, seed, loss, n_threads, sets) -> None:
-        """Train a cross-encoder reranker on a suite's labelled queries; report it on held-out folds."""
+    def reranker_cmd(config, suite, fmt, out, base, folds, seed, loss, n_threads, synthetic, sets) -> None:
+        """Train a cross-encoder reranker on a suite's labelled queries (held-out folds), or on a
+        doc2query generator's filtered queries with --synthetic (its held-out split)."""
         from qmdlab.training.reranker import RerankerRunConfig, run_reranker
 
         res = run_reranker(
@@ -212,10 +219,11 @@ def register(group: click.Group) -> None:
                 seed=seed,
                 loss=loss,
                 n_threads=n_threads,
+                synthetic=synthetic,
             ),
             log=lambda m: click.echo(m, err=True),
         )
-        _echo({k: res.get(k) for k in ("suite", "queries", "model", "auc", "heldout", "seconds")})
+        _echo({k: res.get(k) for k in ("suite", "queries", "pairs", "model", "auc", "heldout", "seconds")})
 
     @train.command("doc2query")
     @_config_opt

@@ -135,7 +135,9 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def check_no_heldout(pairs: Sequence[dict], split: QuerySplit, queries: dict[str, str]) -> None:
+def check_no_heldout(
+    pairs: Sequence[dict], split: QuerySplit, queries: dict[str, str], where: str = "embedder pairs"
+) -> None:
     """Raise :class:`~qmdlab.training.splits.LeakError` if a pair's query is the text of a held-out
     query (case and spacing ignored).
 
@@ -151,8 +153,7 @@ def check_no_heldout(pairs: Sequence[dict], split: QuerySplit, queries: dict[str
         q = held.get(_norm(p["anchor"]))
         if q is not None:
             raise LeakError(
-                f"embedder pairs: generated query {p['anchor']!r} is the held-out query '{split.suite}:{q}' "
-                f"({queries[q]!r})"
+                f"{where}: generated query {p['anchor']!r} is the held-out query '{split.suite}:{q}' ({queries[q]!r})"
             )
 
 
@@ -177,8 +178,12 @@ def build_pairs(
     seed: int = 0,
     collections: Sequence[str] | None = None,
     config=None,
+    as_text: Callable[[str, str], str] | None = None,
 ) -> tuple[list[dict], dict]:
     """Training pairs from the index's kept generated queries (see the module notes).
+
+    ``as_text(title, text)`` is how a chunk is shown to the model being trained: the embedder's
+    ``plain`` template by default (:func:`document_text`); the cross-encoder reads the chunk text alone.
 
     Returns
     -------
@@ -215,6 +220,7 @@ def build_pairs(
     if hard_negatives:
         docs = idx.documents(None)
         titles = dict(zip(docs["docno"].to_list(), docs["title"].fill_null("").to_list()))
+    show = as_text or document_text
     seen: set[tuple[str, str, int]] = set()
     pairs: list[dict] = []
     dup = no_neg = 0
@@ -224,7 +230,7 @@ def build_pairs(
             dup += 1
             continue
         seen.add(key)
-        row: dict[str, Any] = {"anchor": k.query, "positive": document_text(k.title, k.text)}
+        row: dict[str, Any] = {"anchor": k.query, "positive": show(k.title, k.text)}
         negs: list[str] = []
         if hard_negatives:
             own = holders.get(k.hash, set()) | {k.docno}
@@ -235,7 +241,7 @@ def build_pairs(
                 continue
             for i, d in enumerate(negs, 1):
                 texts = chunks_of(d)
-                row[f"negative_{i}"] = document_text(titles.get(d, ""), texts[best_chunk(k.query, texts)])
+                row[f"negative_{i}"] = show(titles.get(d, ""), texts[best_chunk(k.query, texts)])
         row.update(docno=k.docno, hash=k.hash, seq=k.seq, negative_docnos=negs)
         pairs.append(row)
     if max_pairs is not None and len(pairs) > max_pairs:

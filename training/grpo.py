@@ -9,6 +9,9 @@ Rewards (weights are config):
 - ``rule``: :func:`qmdlab.training.reward.rule_reward`, the same function evaluation uses;
 - ``retrieval``: ΔnDCG@10 of the qmdlab pipeline with the completion's expansions vs. no
   expansion, for prompts whose query has relevance labels (None elsewhere, which TRL skips);
+  for *synthetic prompts* — the round-trip-filtered generated queries of ``synthetic_suites``
+  (``qmdlab expand-docs``), thousands per collection where the labelled train queries are a few
+  dozen — the change in the source document's reciprocal rank (``synthetic_metric``);
 - ``rule_format`` … ``rule_entities``: the rule score's parts, weight 0 — logged per step
   (``rewards/rule_format/mean`` …) but not optimised separately.
 
@@ -64,6 +67,22 @@ class GRPORunConfig:
         metadata={
             "help": "splits.json (qmdlab.training.splits): only `train` qids become prompts; a held-out qid is an error."
         },
+    )
+    synthetic_suites: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Suites whose index holds kept generated queries (`qmdlab expand-docs`): each is a prompt whose "
+            "relevant document is its source; needs splits_file (a generated held-out query text is an error)."
+        },
+    )
+    synthetic_generator: str | None = field(
+        default=None, metadata={"help": "Generator fingerprint of the synthetic prompts (default: the active one)."}
+    )
+    synthetic_max_prompts: int = field(
+        default=2000, metadata={"help": "At most this many synthetic prompts per suite."}
+    )
+    synthetic_metric: str = field(
+        default="rr", metadata={"help": "Retrieval reward of a synthetic prompt: rr (source's reciprocal rank) | ndcg."}
     )
     unlabelled_prompts: bool = field(
         default=True,
@@ -134,6 +153,74 @@ def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
         rows += load_labelled(cfg.labelled_file)
     if cfg.labelled_suites:
         rows += split_rows(cfg)
+    if cfg.synthetic_suites:
+        rows += synthetic_rows(cfg)
+    return rows
+
+
+#: Local qids of synthetic prompts start with this (``default:syn-…``); the retrieval term routes on it.
+SYNTHETIC_PREFIX = "syn-"
+
+
+def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
+    """The kept generated queries of ``synthetic_suites`` as labelled prompts: qid
+    ``suite:syn-<chunk hash>-<seq>-<n>``, qrels ``{source docno: 1}`` (every active document holding
+    the chunk), one prompt per distinct query text, a seeded sample of at most
+    ``synthetic_max_prompts`` per suite. Raises :class:`qmdlab.training.splits.LeakError` when a
+    generated query is the text of a held-out query of ``splits_file``."""
+    import random
+
+    import polars as pl
+
+    from qmdlab.eval.record import prepare_index
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.store import doc_expansions as store
+    from qmdlab.training.embedder import check_no_heldout
+    from qmdlab.training.splits import load_splits, tag
+
+    if not cfg.splits_file:
+        raise ConfigError(
+            "synthetic_suites needs splits_file (the doc2query run's splits.json): the generator was trained on its "
+            "train queries only, and the held-out ones are checked against every generated prompt"
+        )
+    splits = load_splits(cfg.splits_file)
+    rows: list[dict] = []
+    for name in cfg.synthetic_suites:
+        suite = get_suite(name)
+        if suite.name not in splits:
+            raise ConfigError(f"{cfg.splits_file} has no split for suite {suite.name!r} (it has {sorted(splits)})")
+        idx = prepare_index(suite, None, progress=False, log=lambda _m: None)
+        kept = store.kept_queries(idx, cfg.synthetic_generator, collections=[suite.collection])
+        if not kept:
+            raise ConfigError(
+                f"suite {suite.name!r}: its index {idx.dir} holds no kept generated queries; run "
+                f"`qmdlab --index {idx.dir} expand-docs --generator RUN/model.gguf` first"
+            )
+        holders = store.source_docnos(idx, [suite.collection])
+        seen: set[str] = set()
+        part: list[dict] = []
+        for k in kept:
+            key = " ".join(k.query.lower().split())
+            if key in seen:
+                continue
+            seen.add(key)
+            docnos = sorted(holders.get(k.hash, set()) | {k.docno})
+            part.append(
+                {
+                    "qid": tag(suite.name, f"{SYNTHETIC_PREFIX}{k.hash[:12]}-{k.seq}-{len(part)}"),
+                    "query": k.query,
+                    "intent": None,
+                    "qrels": {d: 1 for d in docnos},
+                    "suite": suite.name,
+                    "synthetic": True,
+                }
+            )
+        if len(part) > cfg.synthetic_max_prompts:
+            part = random.Random(cfg.seed).sample(part, cfg.synthetic_max_prompts)
+        judged = suite.data().judged_queries()
+        texts = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
+        check_no_heldout([{"anchor": r["query"]} for r in part], splits[suite.name], texts, where="GRPO prompts")
+        rows += part
     return rows
 
 
@@ -206,7 +293,7 @@ def rule_part_reward(part: str):
 
 def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
     """The retrieval term over the qmdlab pipeline, or None when not configured."""
-    if cfg.labelled_suites and cfg.retrieval_weight:
+    if (cfg.labelled_suites or cfg.synthetic_suites) and cfg.retrieval_weight:
         return suite_retrieval(cfg)
     rows = labelled_rows(cfg)
     if not (rows and cfg.index and cfg.retrieval_weight):
@@ -235,18 +322,28 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | None:
 
 class RoutedRetrieval:
     """The retrieval term of several suites: a ``suite:qid`` prompt is scored by its suite's
-    :class:`~qmdlab.training.reward.RetrievalReward` (same interface, so GRPO and tests use either)."""
+    :class:`~qmdlab.training.reward.RetrievalReward` (same interface, so GRPO and tests use either),
+    a synthetic prompt (``suite:syn-…``) by the suite's ``suite/synthetic`` reward."""
 
     def __init__(self, by_suite: dict[str, RetrievalReward]):
         self.by_suite = by_suite
 
-    def __call__(self, query: str, qid: str | None, completion) -> float | None:
+    @staticmethod
+    def route(qid: str) -> str:
+        """The ``by_suite`` key of a tagged qid.
+
+        >>> RoutedRetrieval.route("cisi:12"), RoutedRetrieval.route("cisi:syn-ab12-0-3")
+        ('cisi', 'cisi/synthetic')
+        """
         from qmdlab.training.splits import untag
 
+        suite, local = untag(qid)
+        return f"{suite}/synthetic" if local.startswith(SYNTHETIC_PREFIX) else suite
+
+    def __call__(self, query: str, qid: str | None, completion) -> float | None:
         if not qid or ":" not in qid:
             return None
-        suite, _ = untag(qid)
-        reward = self.by_suite.get(suite)
+        reward = self.by_suite.get(self.route(qid))
         return None if reward is None else reward(query, qid, completion)
 
     def reward_func(self, prompts=None, completions=(), query=None, qid=None, **kwargs) -> list[float | None]:
@@ -264,14 +361,20 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     from qmdlab.training.reward import engine_scorer
 
     models = load_models(cfg.models_preset, expand="none", rerank="none", n_threads=2)
-    rows = split_rows(cfg)
+    rows = split_rows(cfg) if cfg.labelled_suites else []
+    synthetic = synthetic_rows(cfg) if cfg.synthetic_suites else []
     by_suite = {}
-    for name in cfg.labelled_suites:
+    for name in dict.fromkeys([*cfg.labelled_suites, *cfg.synthetic_suites]):
         suite = get_suite(name)
         config = suite_config(suite).replace(rerank=False, expand=True)
         lab = open_lab(suite, ModelSet(models.embedder, None, None), config, log=lambda _m: None)
-        qrels = {r["qid"]: r["qrels"] for r in rows if r["suite"] == suite.name}
-        by_suite[suite.name] = RetrievalReward(engine_scorer(lab), qrels)
+        scorer = engine_scorer(lab)  # one per lab: it owns the lab's expander slot
+        if name in cfg.labelled_suites:
+            qrels = {r["qid"]: r["qrels"] for r in rows if r["suite"] == suite.name}
+            by_suite[suite.name] = RetrievalReward(scorer, qrels)
+        if name in cfg.synthetic_suites:
+            qrels = {r["qid"]: r["qrels"] for r in synthetic if r["suite"] == suite.name}
+            by_suite[f"{suite.name}/synthetic"] = RetrievalReward(scorer, qrels, metric=cfg.synthetic_metric)
     return RoutedRetrieval(by_suite)
 
 

@@ -107,6 +107,28 @@ class RerankerRunConfig:
     )
     final: bool = field(default=True, metadata={"help": "Also train the serving model on all labelled queries."})
     score_weak: bool = field(default=True, metadata={"help": "Also report the label-free (weak) model on every query."})
+    # training on synthetic queries instead of labels (qmdlab.training.reranker_synthetic)
+    synthetic: str | None = field(
+        default=None,
+        metadata={
+            "help": "A doc2query run directory (or its splits.json): train on the index's kept generated queries, "
+            "judge on its held-out split."
+        },
+    )
+    generator: str | None = field(
+        default=None, metadata={"help": "Generator fingerprint whose kept queries to use (default: the active one)."}
+    )
+    synthetic_max_pairs: int = field(
+        default=5000, metadata={"help": "At most this many synthetic pairs (seeded sample)."}
+    )
+    synthetic_hard_negatives: int = field(
+        default=3, metadata={"help": "BM25-mined negative chunks per synthetic pair."}
+    )
+    synthetic_negative_depth: int = field(default=20, metadata={"help": "BM25 hits searched for hard negatives."})
+    synthetic_epochs: float = 2.0
+    synthetic_learning_rate: float = 5e-5
+    synthetic_head_learning_rate: float = 1e-3
+    synthetic_batch_size: int = 16
     n_threads: int | None = field(
         default=1,
         metadata={
@@ -841,6 +863,10 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         raise ConfigError(f"--folds {cfg.folds}: use 0 (no held-out evaluation) or at least 2")
     if not 0 <= cfg.tune_fraction < 1:
         raise ConfigError(f"tune_fraction must be in [0, 1), got {cfg.tune_fraction}")
+    if cfg.synthetic:
+        from qmdlab.training.reranker_synthetic import run_synthetic
+
+        return run_synthetic(cfg, log)
     out = Path(cfg.out)
     done = rundir.done_result(out)
     if done:

@@ -31,6 +31,10 @@ of it, so RL and evaluation can never disagree about it.
 Retrieval term (:class:`RetrievalReward`): for a query with relevance labels,
 nDCG@10 of the pipeline searching with the completion's expansions minus nDCG@10 of the
 pipeline without expansion; ``None`` where the query has no labels (TRL then ignores it).
+For a synthetic prompt (a generated query whose one "relevant" document is its source) the
+metric is the source document's reciprocal rank (``metric="rr"``). GRPO standardises rewards
+within a prompt's group of completions, so subtracting the no-expansion baseline changes
+nothing the policy sees; it keeps the logged reward readable as a gain.
 The pipeline is reached through an injectable *scorer* so this module stays pure.
 """
 
@@ -282,9 +286,30 @@ def ndcg_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> 
     return float(scores[0]) if len(scores) else 0.0
 
 
+def rr_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int = 10) -> float:
+    """Reciprocal rank of the first relevant document in the top ``k`` (0 when none is there),
+    a document counted once, at its best rank.
+
+    >>> rr_at_k(["a", "b"], {"b": 1}), rr_at_k(["a", "a", "b"], {"b": 1}), rr_at_k(["a", "b"], {"b": 1}, k=1)
+    (0.5, 0.5, 0.0)
+    >>> rr_at_k(["x", "y", "z"], {"z": 2, "y": 0})
+    0.3333333333333333
+    """
+    for i, d in enumerate(dict.fromkeys(ranking)):
+        if i >= k:
+            break
+        if qrels.get(d, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+METRICS: dict[str, Callable[[Sequence[str], Mapping[str, int], int], float]] = {"ndcg": ndcg_at_k, "rr": rr_at_k}
+
+
 @dataclass
 class RetrievalReward:
-    """ΔnDCG@k of searching with a completion's expansions vs. with none.
+    """Δ metric@k (nDCG by default, ``metric="rr"`` for reciprocal rank) of searching with a
+    completion's expansions vs. with none.
 
     Parameters
     ----------
@@ -296,6 +321,8 @@ class RetrievalReward:
         ``qid -> {docno: relevance}``.
     k : int
         Cutoff (10).
+    metric : str
+        ``ndcg`` (graded labels) or ``rr`` (the reciprocal rank of the first relevant document).
 
     Examples
     --------
@@ -307,16 +334,29 @@ class RetrievalReward:
     True
     >>> r("alpha", "q1", "garbage") is None
     True
+    >>> RetrievalReward(r.scorer, r.qrels, metric="rr")("alpha", "q1", "lex: alpha")
+    0.5
     """
 
     scorer: Scorer
     qrels: Qrels
     k: int = 10
+    metric: str = "ndcg"
     _baseline: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            from qmdlab.errors import ConfigError
+
+            raise ConfigError(f"unknown retrieval metric {self.metric!r}; choose one of {', '.join(METRICS)}")
+
+    def value(self, ranking: Sequence[str], qid: str) -> float:
+        """The metric of one ranking against ``qid``'s labels."""
+        return METRICS[self.metric](list(ranking), self.qrels[qid], self.k)
 
     def baseline(self, query: str, qid: str) -> float:
         if qid not in self._baseline:
-            self._baseline[qid] = ndcg_at_k(list(self.scorer(query, None)), self.qrels[qid], self.k)
+            self._baseline[qid] = self.value(self.scorer(query, None), qid)
         return self._baseline[qid]
 
     def __call__(self, query: str, qid: str | None, completion) -> float | None:
@@ -327,7 +367,7 @@ class RetrievalReward:
         parsed = parse_completion(completion_text(completion))
         if parsed.gate or not parsed.lines:
             return None
-        with_exp = ndcg_at_k(list(self.scorer(query, parsed.lines)), self.qrels[qid], self.k)
+        with_exp = self.value(self.scorer(query, parsed.lines), qid)
         return with_exp - self.baseline(query, qid)
 
     def reward_func(self, prompts=None, completions=(), query=None, qid=None, **kwargs) -> list[float | None]:

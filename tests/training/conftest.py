@@ -1,4 +1,5 @@
-"""Fixtures of the training tests: the tiny random Qwen3 model (real Qwen3 tokenizer)."""
+"""Fixtures of the training tests: the tiny random Qwen3 model (real Qwen3 tokenizer), a BM25 lab and
+a six-query SMART suite."""
 
 from __future__ import annotations
 
@@ -44,3 +45,23 @@ def bm25_lab(tmp_path, qmdlab_home):
     lab = Lab(idx, None)
     lab.config = lab.config.replace(vector=False, rerank=False)
     return lab
+
+
+@pytest.fixture
+def suite_dir(tmp_path, qmdlab_home):
+    """A SMART-format suite of six judged queries (query 6 has only a non-relevant judgement)."""
+    d = tmp_path / "toy"
+    d.mkdir()
+    docs = {
+        "1": "cats purr and sleep",
+        "2": "dogs bark at cats",
+        "3": "birds fly south",
+        "4": "fish swim",
+        "5": "cows eat grass",
+        "6": "owls hunt at night",
+    }
+    (d / "T.ALL").write_text("".join(f".I {i}\n.T\nDoc {i}\n.W\n{w}\n" for i, w in docs.items()))
+    queries = {"1": "cats", "2": "dogs barking", "3": "birds", "4": "fish", "5": "cows", "6": "owls"}
+    (d / "T.QRY").write_text("".join(f".I {i}\n.W\n{q}\n" for i, q in queries.items()))
+    (d / "T.REL").write_text("1 1 0 0.0\n2 2 0 0.0\n3 3 0 0.0\n4 4 0 0.0\n5 5 0 0.0\n")
+    return d

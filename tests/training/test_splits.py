@@ -75,26 +75,6 @@ def test_load_splits_names_the_file_when_missing_or_not_json(tmp_path):
 
 
 # -- GRPO prompts: only the train side ----------------------------------------------------------
-@pytest.fixture
-def suite_dir(tmp_path, qmdlab_home):
-    """A SMART-format suite of six judged queries (query 6 has only a non-relevant judgement)."""
-    d = tmp_path / "toy"
-    d.mkdir()
-    docs = {
-        "1": "cats purr and sleep",
-        "2": "dogs bark at cats",
-        "3": "birds fly south",
-        "4": "fish swim",
-        "5": "cows eat grass",
-        "6": "owls hunt at night",
-    }
-    (d / "T.ALL").write_text("".join(f".I {i}\n.T\nDoc {i}\n.W\n{w}\n" for i, w in docs.items()))
-    queries = {"1": "cats", "2": "dogs barking", "3": "birds", "4": "fish", "5": "cows", "6": "owls"}
-    (d / "T.QRY").write_text("".join(f".I {i}\n.W\n{q}\n" for i, q in queries.items()))
-    (d / "T.REL").write_text("1 1 0 0.0\n2 2 0 0.0\n3 3 0 0.0\n4 4 0 0.0\n5 5 0 0.0\n")
-    return d
-
-
 def _grpo_cfg(suite_dir, splits_file, **kw):
     from qmdlab.training.grpo import GRPORunConfig
 
