@@ -54,6 +54,14 @@ class RecipeConfig:
     seed_data: str = "data/training/seed.jsonl"
     teacher_row: bool = field(default=False, metadata={"help": "Also evaluate the packaged Qwen2.5-Coder-0.5B."})
     skip_base: bool = field(default=False, metadata={"help": "Do not export/evaluate the untrained base model."})
+    synthetic_prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "A doc2query run directory whose generator expanded the suites' indexes (`qmdlab expand-docs`): "
+            "its kept queries join the GRPO prompts, rewarded by the source document's reciprocal rank. Its "
+            "splits.json must equal the recipe's split."
+        },
+    )
 
 
 def base_gguf(base: str) -> Path | None:
@@ -94,6 +102,31 @@ def make_splits(cfg: RecipeConfig, out: Path) -> dict:
             splits.append(split_queries(suite.name, qids, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed))
         save_splits(splits, path)
     return {s.suite: {"train": len(s.train), "heldout": len(s.heldout)} for s in load_splits(path).values()}
+
+
+def check_generator_split(run: str | Path, recipe_splits: Path, suites) -> Path:
+    """The generator run's ``splits.json``, after checking it splits every suite as the recipe does:
+    a generator trained on another split may have read the recipe's held-out queries.
+
+    Raises
+    ------
+    qmdlab.training.splits.LeakError
+        When a suite's train or held-out side differs between the two files.
+    """
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.training.splits import LeakError, load_splits
+
+    path = Path(run) / "splits.json" if Path(run).is_dir() else Path(run)
+    theirs, ours = load_splits(path), load_splits(recipe_splits)
+    for name in suites:
+        suite = get_suite(name).name
+        a, b = theirs.get(suite), ours.get(suite)
+        if a is None or b is None or (a.train, a.heldout) != (b.train, b.heldout):
+            raise LeakError(
+                f"synthetic_prompts: {path} splits suite {suite!r} differently from {recipe_splits}; train the "
+                f"generator with the recipe's split (same seed and held-out fraction) so it never saw a held-out query"
+            )
+    return path
 
 
 def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
@@ -185,6 +218,10 @@ def run_recipe(cfg: RecipeConfig) -> dict:
             )
         ),
     )
+    synthetic = {}
+    if cfg.synthetic_prompts:
+        check_generator_split(cfg.synthetic_prompts, out / "splits.json", cfg.suites)
+        synthetic = {"synthetic_suites": list(cfg.suites)}
     grpo = stage(
         "grpo",
         lambda: run_grpo(
@@ -196,6 +233,7 @@ def run_recipe(cfg: RecipeConfig) -> dict:
                 splits_file=str(out / "splits.json"),
                 output_dir=str(out / "grpo"),
                 seed=cfg.seed,
+                **synthetic,
             )
         ),
     )

@@ -104,3 +104,15 @@ def test_the_dataset_and_the_reward_route_synthetic_prompts(tmp_path, suite_dir)
     assert syn.baseline(row[1], row[0]) == 1.0
     gain = routed(row[1], row[0], "lex: hunt night\nvec: owls hunt at night")
     assert gain is not None and -1.0 <= gain <= 0.0
+
+
+def test_the_recipe_refuses_a_generator_trained_on_another_split(tmp_path, suite_dir):
+    from qmdlab.training.cpu_run import check_generator_split
+
+    ours = _splits(tmp_path)
+    (tmp_path / "gen").mkdir()
+    same = save_splits([QuerySplit("toy", ("1", "3", "5"), ("2", "4"), 0, 0.5)], tmp_path / "gen" / "splits.json")
+    assert check_generator_split(tmp_path / "gen", ours, [str(suite_dir)]) == same
+    save_splits([QuerySplit("toy", ("1", "2", "5"), ("3", "4"), 1, 0.5)], tmp_path / "gen" / "splits.json")
+    with pytest.raises(LeakError, match="splits suite 'toy' differently"):
+        check_generator_split(tmp_path / "gen", ours, [str(suite_dir)])
