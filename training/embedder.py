@@ -456,7 +456,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         raise QmdlabError(
             f"index {index.dir}: no kept generated queries"
             f"{' of generator ' + cfg.generator if cfg.generator else ''}; run "
-            f"`qmdlab expand-docs --suite {cfg.suite} --generator {Path(cfg.synthetic or '')}/model.gguf` first"
+            f"`qmdlab --index {index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
         )
     judged = suite.data().judged_queries()
     queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))

@@ -194,7 +194,7 @@ def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
         if not kept:
             raise ConfigError(
                 f"suite {suite.name!r}: its index {idx.dir} holds no kept generated queries; run "
-                f"`qmdlab expand-docs --suite {name} --generator RUN/model.gguf` first"
+                f"`qmdlab --index {idx.dir} expand-docs --generator RUN/model.gguf` first"
             )
         holders = store.source_docnos(idx, [suite.collection])
         seen: set[str] = set()

@@ -143,7 +143,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
         raise QmdlabError(
             f"index {rec.index.dir}: no kept generated queries"
             f"{' of generator ' + cfg.generator if cfg.generator else ''}; run "
-            f"`qmdlab expand-docs --suite {cfg.suite} --generator {Path(cfg.synthetic or '')}/model.gguf` first"
+            f"`qmdlab --index {rec.index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
         )
     texts = dict(rec.queries.select("qid", "query").iter_rows())
     check_no_heldout(pairs, split, texts, where="reranker pairs")

@@ -42,13 +42,6 @@ def register(group: click.Group) -> None:
     )
     @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
     @click.option(
-        "--suite",
-        default=None,
-        help="Expand a labelled suite's own index (default, cisi or a directory: the index `qmdlab eval` and "
-        "`qmdlab train … --suite` read) instead of --index's.",
-    )
-    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
-    @click.option(
         "--temperature",
         default=0.7,
         show_default=True,
@@ -80,8 +73,6 @@ def register(group: click.Group) -> None:
         per_chunk,
         top_k,
         collections,
-        suite,
-        fmt,
         temperature,
         seed,
         max_chunks,
@@ -100,14 +91,7 @@ def register(group: click.Group) -> None:
         from qmdlab.models.doc_query_gen import load_generator
         from qmdlab.pipeline.doc_expand import clear_expansions, expand_documents
 
-        if suite:
-            from qmdlab.eval.record import prepare_index
-            from qmdlab.eval.suites import get_suite
-
-            idx = prepare_index(get_suite(suite, fmt), None, progress=False, log=lambda m: click.echo(m, err=True))
-            click.echo(f"suite {suite}: index {idx.dir}", err=True)
-        else:
-            idx = open_index(ctx)
+        idx = open_index(ctx)
         if clear:
             if generator_ref:
                 raise click.UsageError("--clear empties the column; drop --generator (or --clear)")

@@ -117,30 +117,3 @@ def test_expand_docs_errors_and_clear(tmp_path, qmdlab_home):
     cleared = _run(index, "--clear")
     assert cleared.exit_code == 0 and "expansions cleared: 2 documents rewritten" in cleared.output
     assert "expansions " not in CliRunner().invoke(cli, ["--index", index, "status"]).output
-
-
-def test_expand_docs_suite_expands_the_suites_own_index(tmp_path, qmdlab_home):
-    """``--suite`` works on the index `qmdlab eval` and the trainers read, not on --index's."""
-    import json
-
-    from qmdlab.eval.record import prepare_index
-    from qmdlab.eval.suites import get_suite
-    from qmdlab.models.doc_query_gen import TableDocQueryGenerator
-    from qmdlab.pipeline.doc_expand import expand_documents
-
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    docs = [{"id": f"d{i}", "title": f"Note {i}", "text": f"note {i} about topic{i} and more words"} for i in range(3)]
-    (suite / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
-    (suite / "queries.jsonl").write_text(json.dumps({"qid": "1", "query": "topic1", "qrels": {"d1": 1}}) + "\n")
-    other = _index(tmp_path)
-    idx = prepare_index(get_suite(str(suite), "jsonl"), None, progress=False, log=lambda m: None)
-    rep = expand_documents(idx, TableDocQueryGenerator(lambda p, i: " " + p.split()[-6]), per_chunk=1)
-    suite_dir = str(idx.dir)
-    idx.close()
-    assert rep.documents == 3
-    res = CliRunner().invoke(
-        cli, ["--index", other, "expand-docs", "--suite", str(suite), "--format", "jsonl", "--clear"]
-    )
-    assert res.exit_code == 0, res.output
-    assert f"index {suite_dir}" in res.output and "expansions cleared: 3 documents rewritten" in res.output
