@@ -552,6 +552,35 @@ def mean_query_auc(frame: pl.DataFrame, score_col: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def calibrate_and_blend(cfg: RerankerRunConfig, rec: RecordingInfo, model_dir: Path, qids: Sequence[str]):
+    """The Platt calibration of ``model_dir``'s logits and the blend chosen on ``qids`` (never held-out
+    queries): ``(calibration, blend config or None, its nDCG@10)``; ``((1, 0), None, None)`` without queries."""
+    if not qids:
+        return (1.0, 0.0), None, None
+    from qmdlab.models.cross_encoder import sigmoid
+
+    scores = score_table(model_dir, rec.table, qids, max_length=cfg.max_length, n_threads=cfg.n_threads)
+    graded = scores.join(rec.table.select("qid", "docno", "grade"), on=["qid", "docno"], how="left")
+    calib = platt(graded["logit"].to_numpy(), (graded["grade"].fill_null(0) >= 1).to_numpy())
+    scores = scores.with_columns(rerank_score=pl.Series(sigmoid(calib[0] * scores["logit"].to_numpy() + calib[1])))
+    blend_cfg, score = tune_blend(with_rerank(rec.study, scores, qids), rec.config)
+    return calib, blend_cfg, score
+
+
+def fit_info(res: FitResult, **extra) -> dict:
+    """A finished training stage's record (``DONE`` and ``metrics.jsonl``): ``extra`` fields, then the
+    model directory, pair evaluations, steps, seconds, pairs/s and the final loss."""
+    return {
+        "model_dir": str(res.model_dir),
+        **extra,
+        "pair_evals": res.pairs,
+        "steps": res.steps,
+        "seconds": round(res.seconds, 1),
+        "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
+        "train_loss": res.train_loss,
+    }
+
+
 # -- the run --------------------------------------------------------------------------------------
 class FoldSplit(NamedTuple):
     fold: int
@@ -628,15 +657,7 @@ def _pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) -
             "labels_used": False,
         },
     )
-    info = {
-        "model_dir": str(res.model_dir),
-        "pairs": len(pairs),
-        "pair_evals": res.pairs,
-        "steps": res.steps,
-        "seconds": round(res.seconds, 1),
-        "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
-        "train_loss": res.train_loss,
-    }
+    info = fit_info(res, pairs=len(pairs))
     rundir.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
     rundir.mark_done(run, info)
     return res.model_dir, info
@@ -702,17 +723,7 @@ def _supervised(
         save_steps=cfg.save_steps,
         pairs_per_row=per_row,
     )
-    calib, blend_cfg, tune_score = (1.0, 0.0), None, None
-    if tune_q:
-        tune_scores = score_table(res.model_dir, rec.table, tune_q, max_length=cfg.max_length, n_threads=cfg.n_threads)
-        graded = tune_scores.join(rec.table.select("qid", "docno", "grade"), on=["qid", "docno"], how="left")
-        calib = platt(graded["logit"].to_numpy(), (graded["grade"].fill_null(0) >= 1).to_numpy())
-        from qmdlab.models.cross_encoder import sigmoid
-
-        tune_scores = tune_scores.with_columns(
-            rerank_score=pl.Series(sigmoid(calib[0] * tune_scores["logit"].to_numpy() + calib[1]))
-        )
-        blend_cfg, tune_score = tune_blend(with_rerank(rec.study, tune_scores, tune_q), rec.config)
+    calib, blend_cfg, tune_score = calibrate_and_blend(cfg, rec, res.model_dir, tune_q)
     write_meta(
         res.model_dir,
         {
@@ -727,15 +738,7 @@ def _supervised(
         },
     )
     info = {
-        "model_dir": str(res.model_dir),
-        "fit_queries": len(fit_q),
-        "tune_queries": len(tune_q),
-        "lists": len(lists),
-        "pair_evals": res.pairs,
-        "steps": res.steps,
-        "seconds": round(res.seconds, 1),
-        "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
-        "train_loss": res.train_loss,
+        **fit_info(res, fit_queries=len(fit_q), tune_queries=len(tune_q), lists=len(lists)),
         "calibration": list(calib),
         "blend": _blend_dict(blend_cfg),
         "tune_ndcg@10": tune_score,

@@ -87,23 +87,21 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     from sentence_transformers.cross_encoder.losses import MultipleNegativesRankingLoss
 
     from qmdlab.eval.significance import compare_to_baseline
-    from qmdlab.models.cross_encoder import sigmoid
     from qmdlab.training.embedder import build_pairs, check_no_heldout, load_split, train_columns
     from qmdlab.training.reranker import (
         _blend_dict,
         _config_with,
         _pretrain,
+        calibrate_and_blend,
         evaluate_heldout,
         fit,
+        fit_info,
         format_table,
         freeze,
         new_model,
-        platt,
         record,
         resolve_base,
         score_table,
-        tune_blend,
-        with_rerank,
         write_meta,
     )
 
@@ -181,31 +179,16 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
             pairs_per_row=2 + cfg.synthetic_hard_negatives + cfg.weak_in_batch_negatives - 1,
             no_duplicates=True,
         )
-        info = {
-            "model_dir": str(res.model_dir),
-            "pairs": len(pairs),
-            "pair_evals": res.pairs,
-            "steps": res.steps,
-            "seconds": round(res.seconds, 1),
-            "pairs_per_s": round(res.pairs / max(res.seconds, 1e-9), 2),
-            "train_loss": res.train_loss,
-        }
+        info = fit_info(res, pairs=len(pairs))
         rundir.append_metrics(cfg.out, {"stage": "synthetic", "final": True, **info})
         rundir.mark_done(run, info)
         log(f"synthetic: {res.steps} steps, {info['pairs_per_s']} pairs/s, loss {res.train_loss:.4f}")
     model_dir = Path(info["model_dir"])
 
     # Choices on the train queries only.
-    calib, blend_cfg, tune_score = (1.0, 0.0), None, None
+    calib, blend_cfg, tune_score = calibrate_and_blend(cfg, rec, model_dir, train_q)
     tuned_fusion, tuned_fusion_train = rec.config.replace(rerank=False), None
     if train_q:
-        train_scores = score_table(model_dir, rec.table, train_q, max_length=cfg.max_length, n_threads=cfg.n_threads)
-        graded = train_scores.join(rec.table.select("qid", "docno", "grade"), on=["qid", "docno"], how="left")
-        calib = platt(graded["logit"].to_numpy(), (graded["grade"].fill_null(0) >= 1).to_numpy())
-        train_scores = train_scores.with_columns(
-            rerank_score=pl.Series(sigmoid(calib[0] * train_scores["logit"].to_numpy() + calib[1]))
-        )
-        blend_cfg, tune_score = tune_blend(with_rerank(rec.study, train_scores, train_q), rec.config)
         tuned_fusion, tuned_fusion_train = tune_fusion(rec.study.subset(train_q), rec.config)
     blend = _blend_dict(blend_cfg)
     write_meta(
