@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from qmdlab.search.filters import SearchFilters
 from qmdlab.search.hit import Hit, normalize_bm25
-from qmdlab.search.lexical import BM25_WEIGHTS, _split_query, _weights_sql, column_filter, scoped
+from qmdlab.search.lexical import BM25_WEIGHTS, _raise_fts_error, _split_query, _weights_sql, column_filter, scoped
 from qmdlab.terms import CJK_RUN, query_pieces, terms
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ def phrase_search(
     try:
         with idx._lock:
             rows = idx.conn.execute(sql, [expr, *params, *fparams, int(limit)]).fetchall()
-    except sqlite3.OperationalError as err:  # a builder bug, never user syntax
-        raise RuntimeError(f"FTS5 rejected the phrase query {expr!r}: {err}") from err
+    except sqlite3.OperationalError as err:  # FTS5 syntax is a builder bug; a damaged file is the database's
+        _raise_fts_error(expr, err)
     return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 
 import pytest
 
@@ -160,3 +161,28 @@ def test_the_mcp_query_tool_runs_the_configured_channels(idx):
     found_on = [r["docno"] for r in on.query("bouncer restarts", rerank=False)[1]["results"]]
     assert found_off == ["kb/infix.md"]  # BM25 alone: 'bouncer' is no token of any note
     assert found_on[0] == "kb/infix.md" and set(found_on) == {"kb/infix.md", "kb/exact.md", "kb/reordered.md"}
+
+
+class _FailingConnection:
+    """Stands in for the index connection at the phrase query: every statement fails with ``message``."""
+
+    def __init__(self, real, message: str):
+        self.real, self.message = real, message
+
+    def execute(self, sql, params=()):
+        if "documents_fts MATCH" in sql:
+            raise sqlite3.OperationalError(self.message)
+        return self.real.execute(sql, params)
+
+
+@pytest.mark.parametrize(
+    ("message", "raised"),
+    [('fts5: syntax error near "x"', RuntimeError), ("database disk image is malformed", sqlite3.DatabaseError)],
+)
+def test_phrase_channel_tells_a_builder_bug_from_a_damaged_database(idx, monkeypatch, message, raised):
+    # a damaged file must reach the CLI as the database's own error (which it turns into rebuild
+    # instructions), not as a rejected phrase
+    monkeypatch.setattr(idx, "conn", _FailingConnection(idx.conn, message))
+    with pytest.raises(raised, match=message if raised is not RuntimeError else "FTS5 rejected") as caught:
+        ch.phrase_search(idx, "connection pooling")
+    assert (caught.type is RuntimeError) == (raised is RuntimeError)
