@@ -32,7 +32,13 @@ class LlamaEmbedder:
         Context (and batch) size in tokens; longer inputs are truncated to it, so it is part of
         :attr:`fingerprint`.
     batch_size : int
-        Texts per ``llama_decode`` call in :meth:`embed_documents`.
+        Texts between two cancellation checks in :meth:`embed_documents` (and per
+        ``llama_decode`` call when ``pack`` is on).
+    pack : bool
+        Put several texts in one ``llama_decode``. Off by default: llama.cpp gives a packed batch
+        one attention over all its tokens (masked per sequence, computed in full), so on a CPU a
+        batch of long chunks costs more than the same texts one by one; see
+        ``docs/results/embeddinggemma.md``. The vectors agree either way to float rounding.
     dim : int, optional
         Known output dimension (avoids loading the model just to read it).
     """
@@ -46,6 +52,7 @@ class LlamaEmbedder:
         chunking: Optional[Mapping] = None,
         n_ctx: int = 512,
         batch_size: int = 32,
+        pack: bool = False,
         dim: Optional[int] = None,
         n_threads: Optional[int] = None,
         idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
@@ -56,6 +63,7 @@ class LlamaEmbedder:
         self.model_id = model_id
         self.chunking = dict(chunking or {})
         self.batch_size = max(1, int(batch_size))
+        self.pack = bool(pack)
         self._dim = dim
         self.llama = LazyLlama(
             resolve,
@@ -87,8 +95,12 @@ class LlamaEmbedder:
         with self.llama.use() as llm:
             for i in range(0, len(texts), self.batch_size):
                 cancel.check()  # a budgeted call that ran out stops between batches
+                batch = texts[i : i + self.batch_size]
                 try:
-                    vecs = llm.embed(texts[i : i + self.batch_size], truncate=True)
+                    if self.pack:
+                        vecs = llm.embed(batch, truncate=True)
+                    else:
+                        vecs = [llm.embed([text], truncate=True)[0] for text in batch]
                 except (RuntimeError, ValueError) as err:
                     raise ModelError(f"embedding with {self.model_id} failed: {err}") from err
                 out.append(np.asarray(vecs, dtype=np.float32))

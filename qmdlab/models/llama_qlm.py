@@ -274,7 +274,7 @@ class QLMReranker:
 # -- the ``qlm:`` reference ------------------------------------------------------------------------
 PREFIX = "qlm:"
 #: Packaged models that are embedders, not causal language models.
-_NOT_GENERATIVE = ("pkg:all-minilm-l6-v2", "pkg:embeddinggemma-300m")
+_NOT_GENERATIVE = ("pkg:all-minilm-l6-v2", "pkg:embeddinggemma-300m", "pkg:embeddinggemma-300m-q8_0")
 _USAGE = (
     "give a causal language model after the prefix, e.g. --rerank-model qlm:pkg:smollm2-135m-instruct-q4_1 "
     "(or QMDLAB_RERANK_MODEL=qlm:…; pkg:NAME, hf:ORG/REPO/FILE.gguf or a .gguf path)"

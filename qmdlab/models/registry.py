@@ -37,6 +37,7 @@ MINILM = "pkg:all-minilm-l6-v2"
 QWEN_CODER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
 SMOLLM2 = "pkg:smollm2-135m-instruct-q4_1"
 EMBEDDINGGEMMA = "pkg:embeddinggemma-300m"
+EMBEDDINGGEMMA_Q8 = "pkg:embeddinggemma-300m-q8_0"
 
 PRESETS: dict[str, dict[str, str]] = {
     "qmd": {"embed": QMD_EMBED, "expand": QMD_EXPAND, "rerank": QMD_RERANK},
@@ -57,6 +58,7 @@ KNOWN: dict[str, dict[str, Any]] = {
     # 256 = the model's sentence-transformers max_seq_length (what it was trained with)
     MINILM: {"template": "plain", "dim": 384, "n_ctx": 256},
     EMBEDDINGGEMMA: {"template": "gemma", "dim": 768, "n_ctx": 2048},
+    EMBEDDINGGEMMA_Q8: {"template": "gemma", "dim": 768, "n_ctx": 2048},
     # Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
     # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
     # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.

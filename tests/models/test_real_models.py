@@ -57,12 +57,17 @@ def test_embeddings_paraphrase_closer_than_unrelated(models):
     assert cos(a, docs[0]) > cos(a, docs[1]) + 0.2
 
 
-def test_batched_embeddings_equal_unbatched(models):
+def test_packed_embeddings_equal_one_text_per_decode(models):
     e = models.embedder
+    assert not e.pack  # the default: one text per llama_decode
     pairs = [("A", "short text"), ("", "a considerably longer text " * 20), ("T", "git rebase"), ("", "x")]
-    batched = e.embed_documents(pairs)
-    single = np.stack([e.embed_documents([p])[0] for p in pairs])
-    np.testing.assert_allclose(batched, single, atol=2e-3)
+    single = e.embed_documents(pairs)
+    e.pack = True
+    try:
+        packed = e.embed_documents(pairs)
+    finally:
+        e.pack = False
+    np.testing.assert_allclose(packed, single, atol=2e-3)
 
 
 def test_gguf_conversion_matches_sentence_transformers(models, require):
