@@ -37,35 +37,44 @@ def tiers(suite: Suite) -> list[Tier]:
     (``qmdlab expand-docs``), a retrieval tier with the expansions column weighted comes second.
     The same config and model roles give the same
     cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
+    Each tier's stages and model roles come from the stage rule of every front end
+    (:func:`qmdlab.pipeline.stages.plan_stages`).
 
     >>> from qmdlab.eval.suites import get_suite
     >>> [t.name for t in tiers(get_suite("default"))][0]
     'retrieval: BM25 + vectors, no LLM'
     """
     from qmdlab.eval.ablation import EXPANSION_WEIGHT, index_has_expansions
+    from qmdlab.pipeline.stages import CUSTOM, model_roles, plan_stages
+
+    def tier(name: str, config: PipelineConfig, llm: bool) -> Tier:
+        # a retrieval tier turns both stages off as flags; an LLM tier runs every stage the suite's
+        # config does not turn off (CUSTOM: no preset's defaults, each tier's models are its roles)
+        flag = None if llm else False
+        cfg, _ = plan_stages(config, CUSTOM, expand=flag, rerank=flag)
+        return Tier(name, cfg, model_roles(cfg))
 
     base = suite_config(suite)
-    retrieval = {"expand": "none", "rerank": "none"}
     expanded = (
         [
-            Tier(
+            tier(
                 "retrieval + expansions column: BM25 with generated queries + vectors, no LLM",
-                base.replace(expand=False, rerank=False, bm25_weight_expansions=EXPANSION_WEIGHT),
-                retrieval,
+                base.replace(bm25_weight_expansions=EXPANSION_WEIGHT),
+                False,
             )
         ]
         if index_has_expansions(suite, base)
         else []
     )
     return [
-        Tier("retrieval: BM25 + vectors, no LLM", base.replace(expand=False, rerank=False), retrieval),
+        tier("retrieval: BM25 + vectors, no LLM", base, False),
         *expanded,
-        Tier(
+        tier(
             f"LLM tier of make demo: expansion + rerank top {DEMO_CANDIDATES}",
             base.replace(candidate_limit=DEMO_CANDIDATES),
-            {},
+            True,
         ),
-        Tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, {}),
+        tier(f"full pipeline: expansion + rerank top {base.candidate_limit}", base, True),
     ]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from qmdlab.commands.model_options import role_options
 from qmdlab.errors import ConfigError
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
@@ -20,27 +21,45 @@ def _suite(name: str, fmt: str | None, corpus: str | None = None, grades: str | 
 
     root = click.get_current_context().find_root().obj or {}
     suite = get_suite(name, fmt, corpus=corpus, index=root.get("index"), grades=grades)
-    suite.check()
+    suite.data()  # read now (once): a malformed file is the one error line, before the stage plan's
     return suite
 
 
-def _config(suite, config_path: str | None, no_expand: bool, no_rerank: bool):
+def _plan(suite, config_path: str | None, preset: str | None, expand: bool | None, rerank: bool | None, **kw):
+    """The run's config — the ``--config`` file, else the suite's own — with its stages planned by the
+    rule of every front end (:func:`qmdlab.pipeline.stages.plan_stages`: flag, config, preset), and the
+    plan said first on stderr, as ``qmdlab query`` says it. Returns ``(config, plan, config path)``."""
     from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.stages import plan_stages, preset_name
 
     path = config_path or (str(suite.config) if suite.config else None)
     cfg = PipelineConfig.from_file(path) if path else PipelineConfig()
-    overrides = {}
-    if no_expand:
-        overrides["expand"] = False
-    if no_rerank:
-        overrides["rerank"] = False
-    return cfg.replace(**overrides), path
+    cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank, **kw)
+    click.echo(plan.line(), err=True)
+    return cfg, plan, path
 
 
-def _models(preset: str | None, no_expand: bool, no_rerank: bool):
+def _roles(cfg, roles: dict) -> dict:
+    """``load_models`` roles: the ``--*-model`` overrides, and ``none`` for a stage planned off."""
+    from qmdlab.pipeline.stages import model_roles
+
+    return {**roles, **model_roles(cfg)}
+
+
+def _models(plan, cfg, roles: dict):
     from qmdlab.models import load_models
 
-    return load_models(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
+    return load_models(plan.preset, **_roles(cfg, roles))
+
+
+_EXPAND_HELP = (
+    "Run query expansion, or skip it [default: the preset's — off for offline, offline-gemma and tiny, "
+    "on for qmd — unless the config sets 'expand'], as on `qmdlab query`."
+)
+_RERANK_HELP = (
+    "Rerank the fused candidates with the LLM reranker, or keep the fusion order [default: the preset's — "
+    "off for offline, offline-gemma and tiny, on for qmd — unless the config sets 'rerank'], as on `qmdlab query`."
+)
 
 
 _FORMATS = ["qmdlab", "smart", "trec", "beir", "jsonl", "qmd-bench"]
@@ -138,9 +157,10 @@ def _frontier(
     corpus,
     grades,
     config_path,
-    no_expand,
-    no_rerank,
+    expand,
+    rerank,
     preset,
+    roles,
     out,
     progress,
     llm_queries,
@@ -156,7 +176,10 @@ def _frontier(
     limit: int | None = None,
 ) -> None:
     """``qmdlab eval SUITE --frontier``: all logic in :mod:`qmdlab.eval.frontier`."""
+    from functools import partial
+
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
+    from qmdlab.models import load_models
 
     if ablate:
         raise click.UsageError(
@@ -173,16 +196,25 @@ def _frontier(
         n_llm = int(text)
     else:
         raise click.BadParameter(f"{llm_queries!r}: give a number of queries or 'all'", param_hint="--llm-queries")
-    if no_expand and no_rerank:
-        n_llm = 0
     if folds < 2:
         raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
     s = _suite(suite, fmt, corpus, grades)
+    # the LLM rows are there to measure expansion and rerank: each is on unless a flag or the config says off
+    cfg, plan, _ = _plan(
+        s,
+        config_path,
+        preset,
+        expand,
+        rerank,
+        defaults={"expand": True, "rerank": True},
+        default_reason=f"the frontier's LLM rows measure it on {n_llm if n_llm is not None else 'all'} queries",
+    )
+    if not (cfg.expand or cfg.rerank):
+        n_llm = 0
     click.echo(f"suite {s.name}: frontier, {s.grades_note()}")
-    cfg, _ = _config(s, config_path, False, False)
     res = frontier(
         s,
-        preset,
+        plan.preset,
         base=cfg,
         llm_queries=n_llm,
         candidates=candidates,
@@ -193,6 +225,7 @@ def _frontier(
         log=lambda m: click.echo(m, err=True),
         reranker_runs=reranker_runs,
         limit=limit,
+        load_models=partial(load_models, **roles),
     )
     click.echo(format_table(res))
     click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
@@ -224,8 +257,8 @@ def register(group: click.Group) -> None:
         default=None,
         help="Pipeline config (YAML/TOML) — e.g. the file `qmdlab tune` writes.",
     )
-    @click.option("--no-expand", is_flag=True, help="Skip query expansion.")
-    @click.option("--no-rerank", is_flag=True, help="Skip the LLM reranker.")
+    @click.option("--expand/--no-expand", "expand", default=None, help=_EXPAND_HELP)
+    @click.option("--rerank/--no-rerank", "rerank", default=None, help=_RERANK_HELP)
     @click.option("--ablate", is_flag=True, help="Also print the ablation matrix (cut from the same traces).")
     @click.option(
         "--baseline",
@@ -261,6 +294,7 @@ def register(group: click.Group) -> None:
         default=None,
         help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
     )
+    @role_options()
     @click.option("--limit", type=int, default=None, help="Only the first N judged queries (a smoke run).")
     @click.option("--per-query", is_flag=True, help="Print every query's metrics too.")
     @click.option("--progress/--no-progress", default=True, help="Progress bars on stderr.")
@@ -325,14 +359,15 @@ def register(group: click.Group) -> None:
         corpus,
         grades,
         config_path,
-        no_expand,
-        no_rerank,
+        expand,
+        rerank,
         ablate,
         baseline,
         chunkers,
         variant_names,
         out,
         preset,
+        roles,
         limit,
         per_query,
         progress,
@@ -364,9 +399,10 @@ def register(group: click.Group) -> None:
                 corpus,
                 grades,
                 config_path,
-                no_expand,
-                no_rerank,
+                expand,
+                rerank,
                 preset,
+                roles,
                 out,
                 progress,
                 llm_queries,
@@ -389,13 +425,13 @@ def register(group: click.Group) -> None:
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
         recorded_variants = _variants(variant_names, ablate)
         s = _suite(suite, fmt, corpus, grades)
-        cfg, path = _config(s, config_path, no_expand, no_rerank)
-        models = _models(preset, no_expand, no_rerank)
+        cfg, plan, path = _plan(s, config_path, preset, expand, rerank)
+        models = _models(plan, cfg, roles)
         remote = None
         if ray_opts is not None:
             from qmdlab.scale.ray_queries import ModelSpec, RayQueries
 
-            spec = ModelSpec.resolve(preset, expand="none" if no_expand else None, rerank="none" if no_rerank else None)
+            spec = ModelSpec.resolve(plan.preset, **_roles(cfg, roles))
             remote = RayQueries(spec, ray_opts, models=models, progress=progress)
         res = run_suite(
             s,
@@ -453,9 +489,10 @@ def register(group: click.Group) -> None:
     )
     @click.option("--metric", default="ndcg@10", show_default=True, help="Objective metric.")
     @click.option("--seed", type=int, default=0, show_default=True)
-    @click.option("--no-expand", is_flag=True, help="Record and tune without query expansion.")
-    @click.option("--no-rerank", is_flag=True, help="Record and tune without the reranker.")
+    @click.option("--expand/--no-expand", "expand", default=None, help=_EXPAND_HELP)
+    @click.option("--rerank/--no-rerank", "rerank", default=None, help=_RERANK_HELP)
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
+    @role_options()
     @click.option(
         "--out",
         "out",
@@ -497,9 +534,10 @@ def register(group: click.Group) -> None:
         method,
         metric,
         seed,
-        no_expand,
-        no_rerank,
+        expand,
+        rerank,
         preset,
+        roles,
         out,
         learn,
         lexical,
@@ -521,11 +559,11 @@ def register(group: click.Group) -> None:
         if learn and Path(out).suffix in (".yaml", ".yml", ".toml"):
             raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
         s = _suite(suite, fmt, corpus, grades)
+        cfg, plan, _ = _plan(s, config_path, preset, expand, rerank)
         click.echo(f"suite {s.name}: {s.grades_note()}", err=True)
-        cfg, _ = _config(s, config_path, no_expand, no_rerank)
         res = run_suite(
             s,
-            _models(preset, no_expand, no_rerank),
+            _models(plan, cfg, roles),
             cfg,
             name="tune-base",
             progress=progress,

@@ -218,7 +218,9 @@ def frontier(
     preset : str, optional
         Model preset (``None``: ``$QMDLAB_PRESET`` / the model config / ``offline``).
     base : PipelineConfig, optional
-        The suite's config (default :func:`qmdlab.eval.record.suite_config`).
+        The suite's config (default :func:`qmdlab.eval.record.suite_config`). Its ``expand``/``rerank``
+        say which stages the LLM recording measures (``qmdlab eval --frontier`` plans them with
+        :func:`qmdlab.pipeline.stages.plan_stages`, each on unless a flag or the config turns it off).
     llm_queries : int or None
         Judged queries of the LLM recording (the first N; ``None`` = all, 0 = no LLM rows).
     candidates : int, optional
@@ -386,7 +388,9 @@ def frontier(
     # the LLM rows
     n_llm = cands = 0
     if llm_queries != 0:
-        models = load_models(preset)
+        from qmdlab.pipeline.stages import model_roles
+
+        models = load_models(preset, **model_roles(base))  # a stage planned off loads no model
         if models.expander is None and models.reranker is None:
             notes.append("the preset has no expander or reranker: no LLM rows")
         else:

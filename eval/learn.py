@@ -5,7 +5,7 @@
 1. the features of every (query, document) in the recorded lists
    (:func:`qmdlab.pipeline.learned.features`) are built once, labelled with the qrels grade
    (0 when unjudged);
-2. the judged queries are split into k folds (:func:`qmdlab.eval.optimise.kfold`); for each fold a
+2. the judged queries are split into k folds (:meth:`qmdlab.eval.study.Study.folds`: k-fold, or the official split); for each fold a
    booster is trained on the *other* folds' rows only — the qids it saw are recorded in
    :attr:`LearnReport.trained_on` and checked disjoint from the fold's test qids — and the
    fold's queries are fused by it and run through the rest of the pipeline (candidates, blend,
@@ -40,8 +40,8 @@ from qmdlab.pipeline.learned import FEATURES, contributions, features, fuse_scor
 from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.retune import rerank_scores_of
 
+from .folds import kfold
 from .metrics import HEADLINE, Scorer
-from .optimise import kfold
 from .significance import paired_pvalues
 
 MODEL_FILE = "learned.lgb.txt"
@@ -272,7 +272,8 @@ def cross_validate_learned(
     scores = rerank_scores_of(study.trace) if base.rerank else None
     base_pq = scorer.score(base_final.rename({"final_rank": "rank"})).select("qid", pl.col(metric).alias("base"))
     rows, held, finals_, trained_on, tested_on, chosen = [], [], [], [], [], []
-    for i, fold in enumerate(kfold(study.qids, cfg.folds, cfg.seed)):
+    splits = study.folds(cfg.folds, cfg.seed)
+    for i, fold in enumerate(splits):
         train_qids = list(fold.train) if _train_filter is None else list(_train_filter(fold.train, fold.test))
         train = frame.filter(pl.col("qid").is_in(train_qids))
         test = frame.filter(pl.col("qid").is_in(list(fold.test)))
@@ -292,17 +293,23 @@ def cross_validate_learned(
         rows.append((i, len(seen), len(fold.test), float(pq["base"].mean()), float(pq["learned"].mean())))
         if progress:
             progress(
-                f"fold {i + 1}/{cfg.folds}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
+                f"fold {i + 1}/{len(splits)}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
                 f"({len(seen)} training queries; {chosen[-1]})"
             )
     held_out = pl.concat(held).select("qid", "fold", "base", "learned").sort("qid")
     p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["learned"].to_numpy())
-    final_cfg = select(frame, lists, base, cfg, scorer, metric, scores)[0] if cfg.select else cfg
+    # the saved model is fitted on every query a fold trained on: all of them under k-fold, only the
+    # training side of an official split (its test queries are never fitted)
+    fit_qids = set().union(*(f.train for f in splits))
+    fit_frame = frame if fit_qids >= set(study.qids) else frame.filter(pl.col("qid").is_in(sorted(fit_qids)))
+    final_cfg = select(fit_frame, lists, base, cfg, scorer, metric, scores)[0] if cfg.select else cfg
     chosen.append({k: getattr(final_cfg, k) for k in GRID[0]})
-    booster = fit(frame, final_cfg)
-    in_sample = scorer.score(
-        finals(lists, frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"})
-    )[metric].mean()
+    booster = fit(fit_frame, final_cfg)
+    in_sample_pq = scorer.score(
+        finals(lists, fit_frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"})
+    ).filter(pl.col("qid").is_in(sorted(fit_qids)))
+    in_sample = in_sample_pq[metric].mean()
+    fit_base = base_pq.join(in_sample_pq.select("qid"), on="qid", how="semi")["base"].mean()
     table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "test_base", "test_learned"], orient="row")
     return LearnReport(
         booster,
@@ -315,7 +322,7 @@ def cross_validate_learned(
         float((held_out["learned"] - held_out["base"]).mean()),
         p_t,
         p_f,
-        float(in_sample - base_pq["base"].mean()),
+        float(in_sample - fit_base),
         time.perf_counter() - t0,
         chosen,
     )

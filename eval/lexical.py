@@ -108,6 +108,10 @@ class LexicalStudy:
     ) -> float:
         return self.evaluate(config, lists).metrics[metric]
 
+    def folds(self, k: int, seed: int = 0):
+        """The wrapped study's folds (:meth:`qmdlab.eval.study.Study.folds`)."""
+        return self.study.folds(k, seed)
+
     def subset(self, qids: Iterable[str]) -> LexicalStudy:
         """The same study on some queries; BM25 re-runs are shared with this one (they are per
         query, so a fold never sees another fold's judgments through them)."""

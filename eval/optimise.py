@@ -11,8 +11,8 @@ the data it was tuned on):
   dependency; the default);
 - ``tpe``: Optuna's TPE sampler (``pip install 'qmdlab[tune]'``).
 
-:func:`cross_validate` splits the judged queries into k folds (:func:`kfold`), tunes on the
-training folds, scores the held-out fold with the tuned and with the base config, and
+:func:`cross_validate` splits the judged queries into folds (:meth:`qmdlab.eval.study.Study.folds`:
+k folds, or a collection's official split as one fold), tunes on the training folds, scores the held-out fold with the tuned and with the base config, and
 reports the per-query held-out gain — the number that says whether tuning generalises or
 only fits the queries it saw. The config it returns is tuned on all queries.
 """
@@ -216,38 +216,6 @@ def _tpe(
 
 
 # -- cross-validation -------------------------------------------------------------------------
-class Fold(NamedTuple):
-    """Query ids used to tune (``train``) and to check (``test``) in one fold."""
-
-    train: tuple[str, ...]
-    test: tuple[str, ...]
-
-
-def kfold(qids: Sequence[str], k: int = 5, seed: int = 0) -> list[Fold]:
-    """Split query ids into ``k`` folds (shuffled with ``seed``; sizes differ by at most one).
-
-    Every query is in exactly one test fold and never in its own fold's training set.
-
-    >>> sorted(f.test for f in kfold(["a", "b", "c"], 3, seed=1))
-    [('a',), ('b',), ('c',)]
-    >>> sorted(len(f.test) for f in kfold([str(i) for i in range(10)], 3))
-    [3, 3, 4]
-    """
-    qids = sorted(dict.fromkeys(str(q) for q in qids))
-    if k < 2:
-        raise ConfigError(f"cross-validation needs at least 2 folds, got {k}")
-    if k > len(qids):
-        raise ConfigError(f"{k} folds but only {len(qids)} judged queries; use --folds {max(2, len(qids))} or fewer")
-    order = np.random.default_rng(seed).permutation(len(qids))
-    parts = np.array_split(order, k)
-    folds = []
-    for part in parts:
-        test = tuple(qids[i] for i in sorted(part))
-        held = set(test)
-        folds.append(Fold(tuple(q for q in qids if q not in held), test))
-    return folds
-
-
 class CVReport(NamedTuple):
     """What :func:`cross_validate` found.
 
@@ -318,7 +286,8 @@ def cross_validate(
         return apply_params(base, res.params), res.value
 
     rows, held = [], []
-    for i, fold in enumerate(kfold(study.qids, folds, seed)):
+    splits = study.folds(folds, seed)
+    for i, fold in enumerate(splits):
         train, test = study.subset(fold.train), study.subset(fold.test)
         tuned, train_value = tune(train)
         b = test.evaluate(base).per_query.select("qid", pl.col(metric).alias("base"))
@@ -337,12 +306,16 @@ def cross_validate(
         )
         if progress:
             progress(
-                f"fold {i + 1}/{folds}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
+                f"fold {i + 1}/{len(splits)}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
                 f"held-out {rows[-1][5]:.4f}->{rows[-1][6]:.4f}"
             )
     held_out = pl.concat(held).select("qid", "fold", "base", "tuned").sort("qid")
     p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["tuned"].to_numpy())
-    final, final_value = tune(study)
+    # the written config is fitted on every query a fold trained on: all of them under k-fold, only
+    # the training side of an official split (its test queries are never fitted)
+    fit_qids = set().union(*(f.train for f in splits))
+    fit_study = study if fit_qids >= set(study.qids) else study.subset(sorted(fit_qids))
+    final, final_value = tune(fit_study)
     table = pl.DataFrame(
         rows, schema=["fold", "n_train", "n_test", "train_base", "train_tuned", "test_base", "test_tuned"], orient="row"
     )
@@ -353,7 +326,7 @@ def cross_validate(
         float((held_out["tuned"] - held_out["base"]).mean()),
         p_t,
         p_f,
-        final_value - study.score(base, metric),
+        final_value - fit_study.score(base, metric),
         time.perf_counter() - t0,
     )
 

@@ -18,7 +18,9 @@ explore notebooks and :mod:`qmdlab.training.evaluate`:
    :func:`load_recorded` can open a recording **without loading any model**.
 
 :func:`estimate` says what recording a config would cost (queries to run, seconds measured
-from earlier recordings with the same models) before anything is started.
+from earlier recordings with the same models) before anything is started; :func:`record` logs
+its :meth:`Estimate.warning` (the estimate and how to make the run cheaper) before a run
+estimated over :data:`WARN_SECONDS`, or one of unknown length with a model stage.
 
 Imports point down: this module knows suites, the pipeline and the store, not
 :class:`qmdlab.eval.study.Study` (which is built from a :class:`Recording`) nor the runner.
@@ -51,6 +53,9 @@ EVAL_DEPTH = 100
 still returns at most ``candidate_limit`` documents (recall@100 is the candidate pool's)."""
 
 MANIFEST = "recording.json"
+
+WARN_SECONDS = 600.0
+"""A recording estimated longer than this (10 minutes) is warned about before it starts (:meth:`Estimate.warning`)."""
 
 
 class Progress(NamedTuple):
@@ -146,12 +151,18 @@ class Estimate(NamedTuple):
         Expected time for the others; ``None`` when nothing is known about the models' speed.
     basis : str
         How ``seconds`` was obtained (measured per-stage medians, or why it is unknown).
+    stages : tuple of str
+        The model stages the run needs (``"expand"``, ``"rerank"``): what :meth:`warning` offers to drop.
+    candidates : int
+        Documents reranked per query (with ``"rerank"`` in ``stages``).
     """
 
     queries: int
     cached: int
     seconds: float | None
     basis: str
+    stages: tuple[str, ...] = ()
+    candidates: int = 0
 
     @property
     def to_run(self) -> int:
@@ -169,6 +180,27 @@ class Estimate(NamedTuple):
             return f"all {self.queries} queries are recorded: loads from the cache in seconds"
         cost = "unknown time" if self.seconds is None else f"about {_duration(self.seconds)}"
         return f"{self.to_run} of {self.queries} queries to run ({self.cached} cached), {cost} ({self.basis})"
+
+    def warning(self) -> str:
+        """One line before a long run — estimated over :data:`WARN_SECONDS`, or of unknown time with a
+        model stage (a CPU spends seconds per expansion and per reranked document) — saying the estimate
+        and how to make the run cheaper; ``""`` otherwise.
+
+        >>> Estimate(103, 0, 5400.0, "measured", ("rerank",), 40).warning()
+        'warning: a long run: 103 of 103 queries to run (0 cached), about 1.5 h (measured); cheaper: --limit N (fewer queries), --no-rerank, or fewer reranked candidates than 40 (candidate_limit)'
+        >>> Estimate(103, 0, 120.0, "measured").warning(), Estimate(103, 0, None, "never timed").warning()
+        ('', '')
+        """
+        if not self.to_run or (self.seconds is None and not self.stages):
+            return ""
+        if self.seconds is not None and self.seconds <= WARN_SECONDS:
+            return ""
+        cheaper = ["--limit N (fewer queries)"]
+        if "expand" in self.stages:
+            cheaper.append("--no-expand")
+        if "rerank" in self.stages:
+            cheaper += ["--no-rerank", f"or fewer reranked candidates than {self.candidates} (candidate_limit)"]
+        return f"warning: a long run: {self.summary()}; cheaper: {', '.join(cheaper)}"
 
 
 def _duration(s: float) -> str:
@@ -404,6 +436,9 @@ def record(
     queries = judged_queries(suite, limit, qids)
     prints = model_fingerprints(models) + index_fingerprints(config, lab.index)
     cache_dir = cache_root(suite) / _key(suite, config, prints)
+    warning = _estimate(suite, config, prints, cache_dir, [str(q) for q in queries["qid"].to_list()]).warning()
+    if warning:
+        log(warning)
     _write_manifest(cache_dir, suite, config, prints, name)
     t1 = time.perf_counter()
     trace, cached = query_traces(
@@ -663,27 +698,31 @@ def estimate(
     config = depth_config(config or suite_config(suite), depth)
     prints = model_fingerprints(models)
     cache_dir = cache_root(suite) / _key(suite, config, prints)
-    qids = [str(q) for q in judged_queries(suite, limit)["qid"].to_list()]
+    return _estimate(suite, config, prints, cache_dir, [str(q) for q in judged_queries(suite, limit)["qid"].to_list()])
+
+
+def _estimate(suite: Suite, config: PipelineConfig, prints: list[str], cache_dir: Path, qids: list[str]) -> Estimate:
+    """:func:`estimate` of the queries ``qids`` recorded under ``cache_dir`` with fingerprints ``prints``."""
     done = {q for q in qids if (_qdir(cache_dir, q) / "DONE").exists()}
     todo = len(qids) - len(done)
-    if not todo:
-        return Estimate(len(qids), len(done), 0.0, "measured")
-    per_query, expand_s, rerank_s = _measured_seconds(suite, prints)
-    need = [
+    need = tuple(
         s for s, on, i in (("expand", config.expand, 1), ("rerank", config.rerank, 2)) if on and prints[i] != "none"
-    ]
+    )
+    cands = config.candidate_limit if "rerank" in need else 0
+    if not todo:
+        return Estimate(len(qids), len(done), 0.0, "measured", need, cands)
+    per_query, expand_s, rerank_s = _measured_seconds(suite, prints)
     missing = [s for s, vals in (("expand", expand_s), ("rerank", rerank_s)) if s in need and not vals]
     if not per_query or missing:
         what = ", ".join(missing) or "any stage"
-        return Estimate(
-            len(qids), len(done), None, f"{what} never timed here with these models (cache hits do not count)"
-        )
+        basis = f"{what} never timed here with these models (cache hits do not count)"
+        return Estimate(len(qids), len(done), None, basis, need, cands)
     each = statistics.median(per_query)
     if "expand" in need:
         each += statistics.median(expand_s)
     if "rerank" in need:
         each += statistics.median(rerank_s) * config.candidate_limit
-    return Estimate(len(qids), len(done), each * todo, "measured medians of earlier recordings")
+    return Estimate(len(qids), len(done), each * todo, "measured medians of earlier recordings", need, cands)
 
 
 def _measured_seconds(suite: Suite, prints: list[str], sample: int = 20) -> tuple[list, list, list]:

@@ -127,6 +127,7 @@ def run_suite(
     remote: Callable | None = None,
     chunkers: Sequence[str] = (),
     recorded_variants: Sequence[str] = (),
+    all_queries: bool = False,
 ) -> RunResult:
     """Index, run, score and save one suite (see the module notes).
 
@@ -155,6 +156,9 @@ def run_suite(
     chunkers : sequence of str
         With ``ablate``: a ``chunker=<c>`` row per chunker, each from its own index and recording
         (:func:`qmdlab.eval.ablation.chunker_evaluations`).
+    all_queries : bool
+        Record every judged query. By default a suite with an official split (SciFact) records and
+        scores its ``test`` queries only, the figures it reports; tuning records both sides and fits ``train``.
     recorded_variants : sequence of str
         With ``ablate``: a row per recorded variant (names of :data:`qmdlab.eval.ablation.RECORDED_VARIANTS`,
         ``qmdlab eval --variants``), each the same queries recorded with the variant's config overrides
@@ -162,7 +166,10 @@ def run_suite(
     """
     config = config or PipelineConfig()
     name = name or run_name(config)
-    rec = record(suite, models, config, limit=limit, name=name, progress=progress, log=log, remote=remote)
+    qids = None if all_queries else suite.report_qids()
+    if qids is not None:
+        log(f"suite {suite.name}: scoring its official test split ({len(qids)} queries; tuning and training use train)")
+    rec = record(suite, models, config, limit=limit, qids=qids, name=name, progress=progress, log=log, remote=remote)
     config, trace, qrels, queries, timings = rec.config, rec.trace, rec.qrels, rec.queries, dict(rec.timings)
     degraded = degraded_queries(trace)
     if degraded.height:

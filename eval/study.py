@@ -29,15 +29,17 @@ from typing import NamedTuple
 
 import polars as pl
 
+from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.fastretune import FastRetune, Ranked
 from qmdlab.pipeline.retune import blend_finish, fuse_candidates, rerank_scores_of, retune
 from qmdlab.pipeline.trace import Trace
 
 from .fastmetrics import CodedScorer
+from .folds import Fold, kfold
 from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
 from .record import EVAL_DEPTH, Recording, load_run_dir, record
-from .suites import Suite, get_suite
+from .suites import OfficialSplit, Suite, get_suite
 
 
 class Evaluation(NamedTuple):
@@ -79,6 +81,9 @@ class Study:
         ``qmdlab.Lab.rerank_fn(trace)``: when given, candidates a config newly promotes are
         reranked (a model call, cached by the lab) and their scores added to :attr:`trace`, so
         each is computed once. Without it (the default, and the slider path) no model is called.
+    split : OfficialSplit, optional
+        The collection's official train/test split (:attr:`qmdlab.eval.suites.Suite.split`):
+        :meth:`folds` is then that one fold (fit on ``train``, report ``test``) instead of k-fold.
 
     Examples
     --------
@@ -102,6 +107,7 @@ class Study:
         config: PipelineConfig | None = None,
         rerank_fn=None,
         docs: pl.DataFrame | None = None,
+        split: OfficialSplit | None = None,
     ):
         qrels = qrels.select(pl.col("qid").cast(pl.Utf8), pl.col("docno").cast(pl.Utf8), pl.col("grade").cast(pl.Int64))
         self.qrels = qrels
@@ -113,6 +119,7 @@ class Study:
         self.scorer = Scorer(qrels, self.metrics)
         self.rerank_fn = rerank_fn
         self.docs = docs  # per-document features for fusion=learned (qmdlab.pipeline.learned.doc_features)
+        self.split = split
         self._scores: pl.DataFrame | None = None
         self.fast = True  # False: every config through the polars stages (the reference path)
         self._coded: tuple[FastRetune, CodedScorer] | None = None
@@ -129,6 +136,7 @@ class Study:
         lab = recording.lab
         if complete_rerank and lab is not None and getattr(lab, "reranker", None) is not None:
             rfn = lab.rerank_fn(recording.trace, recording.config)
+        kwargs.setdefault("split", recording.suite.split)
         return cls(recording.trace, recording.qrels, config=recording.config, rerank_fn=rfn, **kwargs)
 
     @classmethod
@@ -182,7 +190,28 @@ class Study:
             config=self.config,
             rerank_fn=self.rerank_fn,
             docs=self.docs,
+            split=self.split,
         )
+
+    def folds(self, k: int, seed: int = 0) -> list[Fold]:
+        """The folds every tuner and learner of this study uses: with an official split, the one
+        fold ``train → test`` (restricted to the study's queries); otherwise :func:`kfold`.
+
+        >>> qrels = pl.DataFrame({"qid": ["1", "2", "3"], "docno": ["c/a.md"] * 3, "grade": [1, 1, 1]})
+        >>> Study(Trace(), qrels, split=OfficialSplit(("1", "2", "9"), ("3",))).folds(5)
+        [Fold(train=('1', '2'), test=('3',))]
+        """
+        if self.split is None:
+            return kfold(self.qids, k, seed)
+        have = set(self.qids)
+        train = tuple(q for q in self.split.train if q in have)
+        test = tuple(q for q in self.split.test if q in have)
+        if not train or not test:
+            raise ConfigError(
+                f"the official split needs queries on both sides; this study has {len(train)} training and "
+                f"{len(test)} test queries (record the suite's training queries too)"
+            )
+        return [Fold(train, test)]
 
     # -- evaluation -----------------------------------------------------------------------
     def retuned(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> Trace:

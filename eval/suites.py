@@ -3,8 +3,9 @@
 A suite is named either by a registered name or by a directory plus a format:
 
 - ``default`` — the embedded corpus in the repository's ``data/`` (qmdlab layout);
-- ``cisi`` — the CISI SMART collection, read from ``$QMDLAB_CISI_DIR`` or
-  ``../shared/data/cisi`` next to the repository; not shipped (see :meth:`Suite.check`);
+- ``cisi``, ``cacm``, ``med`` (SMART) and ``scifact`` (BEIR, with its official train/test split) —
+  public test collections read from ``$QMDLAB_<NAME>_DIR`` or ``../shared/data/<name>`` next to
+  the repository; not shipped (see :meth:`Suite.check` and :data:`COLLECTIONS`);
 - any directory: ``qmdlab eval path/to/dir --format smart|trec|beir|jsonl|qmdlab``;
 - a qmd bench fixture file: ``qmdlab eval fixture.json --format qmd-bench`` over the markdown
   folder ``--corpus DIR`` or the qmdlab collection the fixture names (indexed in place;
@@ -28,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 import polars as pl
@@ -35,7 +37,7 @@ import polars as pl
 from qmdlab.errors import QmdlabError
 from qmdlab.paths import home, resolve_index_dir
 
-from .loaders import FORMATS, SuiteData, detect_format, load
+from .loaders import FORMATS, OfficialSplit, SuiteData, detect_format, load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,9 +46,37 @@ class SuiteUnavailable(QmdlabError):
     """A registered suite whose data is not on this machine (the message says why and how to fix it)."""
 
 
+class Collection(NamedTuple):
+    """A public test collection that qmdlab reads from where the user keeps it."""
+
+    format: str
+    files: str  # what its folder holds, for the error when it is missing
+
+    def env(self, name: str) -> str:
+        """The variable naming its folder.
+
+        >>> COLLECTIONS["scifact"].env("scifact")
+        'QMDLAB_SCIFACT_DIR'
+        """
+        return f"QMDLAB_{name.upper()}_DIR"
+
+
+COLLECTIONS: dict[str, Collection] = {
+    "cisi": Collection("smart", "CISI.ALL/.QRY/.REL"),
+    "cacm": Collection("smart", "CACM.ALL/.QRY/.REL"),
+    "med": Collection("smart", "MED.ALL/.QRY/.REL"),
+    "scifact": Collection("beir", "corpus.jsonl, queries.jsonl, qrels/train.tsv and qrels/test.tsv"),
+}
+
+
+def collection_dir(name: str) -> Path:
+    """``$QMDLAB_<NAME>_DIR``, else ``../shared/data/<name>`` relative to the repository."""
+    return Path(os.environ.get(COLLECTIONS[name].env(name)) or REPO.parent / "shared" / "data" / name)
+
+
 def cisi_dir() -> Path:
     """``$QMDLAB_CISI_DIR``, else ``../shared/data/cisi`` relative to the repository."""
-    return Path(os.environ.get("QMDLAB_CISI_DIR") or REPO.parent / "shared" / "data" / "cisi")
+    return collection_dir("cisi")
 
 
 def _safe_name(name: str) -> str:
@@ -118,7 +148,8 @@ class Suite:
                 )
             return
         if not self.path.is_dir():
-            hint = " (set QMDLAB_CISI_DIR to the directory holding CISI.ALL/.QRY/.REL)" if self.name == "cisi" else ""
+            known = COLLECTIONS.get(self.name)
+            hint = f" (set {known.env(self.name)} to the directory holding {known.files})" if known else ""
             raise SuiteUnavailable(f"suite {self.name!r}: {self.path} not found{hint}")
 
     def data(self) -> SuiteData:
@@ -130,6 +161,16 @@ class Suite:
                 opts["grades"] = self.grades
             self._data = load(self.path, self.format, **opts)
         return self._data
+
+    @property
+    def split(self) -> OfficialSplit | None:
+        """The collection's official train/test split of its judged queries, or ``None``."""
+        return self.data().split
+
+    def report_qids(self) -> tuple[str, ...] | None:
+        """The queries every reported figure is on: the official ``test`` side, or ``None`` (all)."""
+        split = self.split
+        return split.test if split is not None else None
 
     def grades_note(self) -> str:
         """How this suite's grades were read, for the first line of an evaluation's output.
@@ -217,11 +258,11 @@ def _default() -> Suite:
     return Suite("default", REPO / "data", "qmdlab")
 
 
-def _cisi() -> Suite:
-    return Suite("cisi", cisi_dir(), "smart")
+def _collection(name: str) -> Callable[[], Suite]:
+    return lambda: Suite(name, collection_dir(name), COLLECTIONS[name].format)
 
 
-REGISTRY: dict[str, Callable[[], Suite]] = {"default": _default, "cisi": _cisi}
+REGISTRY: dict[str, Callable[[], Suite]] = {"default": _default, **{n: _collection(n) for n in COLLECTIONS}}
 
 
 QMD_BENCH = "qmd-bench"

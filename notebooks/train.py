@@ -32,6 +32,7 @@ with app.setup:
     from qmdlab.eval import record, suites
     from qmdlab.paths import home
     from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.pipeline.stages import model_roles, plan_stages
     from qmdlab.training import rundir
     from qmdlab.training.data import SEED_PATH, load_examples
     from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
@@ -194,12 +195,13 @@ def _():
         """The suite's index with the preset's models, and its labelled queries/qrels."""
         suite = suites.get_suite(suite_name)
         suite.check()
-        models = qmodels.load_models(preset)
+        # Expansion on, rerank off (flags of the stage rule): the retrieval term measures the expansion, as in training.
+        config, _ = plan_stages(PipelineConfig(), preset, expand=True, rerank=False)
+        models = qmodels.load_models(preset, **model_roles(config))
         with mo.status.progress_bar(
             total=1, title=f"Opening suite {suite.name!r}", subtitle="indexing and embedding", remove_on_exit=True
         ) as bar:
-            # Rerank off: the retrieval term measures the expansion, as in training.
-            lab = record.open_lab(suite, models, PipelineConfig(rerank=False), log=lambda _msg: None)
+            lab = record.open_lab(suite, models, config, log=lambda _msg: None)
             bar.update()
         from qmdlab.eval.metrics import qrels_dict
 

@@ -263,17 +263,25 @@ def register(group: click.Group) -> None:
         default=None,
         help="The doc2query generator's run directory (its splits.json names the held-out queries) or that file.",
     )
+    @click.option(
+        "--labelled",
+        is_flag=True,
+        default=None,
+        help="Train on the suite's own training queries (its official train/test split, e.g. scifact) "
+        "instead of --synthetic generated ones; report on its test queries.",
+    )
     @click.option("--out", default=None, help="Run directory (default runs/embedder).")
     @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
-    @click.option("--hard-negatives", type=int, default=None, help="BM25-mined negative chunks per pair (default 1).")
+    @click.option("--hard-negatives", type=int, default=None, help="Mined negative chunks per pair (default 1).")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
     @click.option("--seed", type=int, default=None)
     @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
     @_set_opt
     def embedder_cmd(
-        config, suite, fmt, synthetic, out, base, hard_negatives, max_steps, seed, n_threads, sets
+        config, suite, fmt, synthetic, labelled, out, base, hard_negatives, max_steps, seed, n_threads, sets
     ) -> None:
-        """Fine-tune the MiniLM embedder on filtered generated queries; report it on the held-out split."""
+        """Fine-tune the MiniLM embedder on filtered generated queries (or, with --labelled, on the suite's
+        training queries); report it on the held-out split."""
         from qmdlab.training.embedder import EmbedderRunConfig, run_embedder
 
         res = run_embedder(
@@ -284,6 +292,7 @@ def register(group: click.Group) -> None:
                 suite=suite,
                 format=fmt,
                 synthetic=synthetic,
+                labelled=labelled,
                 out=out,
                 base=base,
                 hard_negatives=hard_negatives,

@@ -1,5 +1,6 @@
-"""Fine-tune the MiniLM embedder on synthetic (generated query, source chunk) pairs, and measure it
-on held-out labelled queries.
+"""Fine-tune the MiniLM embedder on synthetic (generated query, source chunk) pairs — or, with
+``--labelled``, on a suite's own training queries (its official split) — and measure it on held-out
+labelled queries.
 
 ``qmdlab train embedder --suite default --synthetic RUN --out DIR`` or ``python -m
 qmdlab.training.embedder --suite default --synthetic RUN --out DIR [--field value ...]`` (every field
@@ -14,7 +15,9 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    :func:`~qmdlab.search.bm25_search`, without the expansions column, as the round trip searched)
    that do not hold the source chunk, each represented by its chunk sharing the most query terms.
    Texts are what the embedder sees in the pipeline: the query as typed, the chunk as
-   ``title\\ntext`` (the ``plain`` template).
+   ``title\\ntext`` (the ``plain`` template). With ``--labelled`` the pairs are the train side of
+   the suite's official split instead (:func:`labelled_pairs`: judged documents as positives,
+   negatives drawn from the baseline hybrid's ranking), and the held-out side is its test queries.
 2. **Leak guard** — the generator was trained on the *train* side of ``RUN/splits.json`` only; a
    generated query equal (case and spacing ignored) to a *held-out* query's text fails the run
    (:func:`check_no_heldout`).
@@ -66,6 +69,14 @@ class EmbedderRunConfig:
     )
     generator: str | None = field(
         default=None, metadata={"help": "Generator fingerprint whose kept queries to use (default: the active one)."}
+    )
+    labelled: bool = field(
+        default=False,
+        metadata={
+            "help": "Train on the suite's own training queries (its official split's train side, e.g. SciFact's "
+            "809 claims) with their judged documents as positives and hybrid-ranked hard negatives, instead of "
+            "--synthetic generated queries; evaluation is on the split's test side."
+        },
     )
     base: str = field(
         default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, a sentence-transformers dir or hf:org/name."}
@@ -256,6 +267,75 @@ def build_pairs(
     return pairs, counts
 
 
+def labelled_pairs(
+    chunks_by_doc: dict[str, list[str]],
+    titles: dict[str, str],
+    queries: dict[str, str],
+    relevant: dict[str, list[str]],
+    ranked: dict[str, list[str]],
+    train_qids: Sequence[str],
+    *,
+    hard_negatives: int = 1,
+    depth: int = 20,
+    seed: int = 0,
+    as_text: Callable[[str, str], str] | None = None,
+) -> tuple[list[dict], dict]:
+    """Training pairs from judged training queries: for each train query and each of its relevant
+    documents, the document's best chunk (:func:`~qmdlab.training.doc2query.best_chunk`) is the
+    positive, and ``hard_negatives`` documents drawn (seeded) from the query's top ``depth`` of
+    ``ranked`` (the pipeline's own ranking of it) that are not judged relevant to it are the
+    negatives, each as its best chunk. A drawn sample rather than the very top: the first
+    unjudged hits are the likeliest unjudged relevant ones.
+
+    >>> pairs, counts = labelled_pairs(
+    ...     {"r": ["Obesity shortens life."], "n": ["Diet and sleep."], "m": ["Cats purr."]},
+    ...     {"r": "Obesity", "n": "", "m": ""}, {"1": "obesity and life", "2": "held out"},
+    ...     {"1": ["r"], "2": ["m"]}, {"1": ["r", "n"], "2": ["m", "r"]}, ["1"])
+    >>> [(p["anchor"], p["positive"], p["negative_1"]) for p in pairs], counts["no_negatives"]
+    ([('obesity and life', 'Obesity\\nObesity shortens life.', 'Diet and sleep.')], 0)
+    """
+    from qmdlab.training.doc2query import best_chunk
+
+    if hard_negatives < 0:
+        raise ConfigError(f"hard_negatives must be 0 or more, got {hard_negatives}")
+    show = as_text or document_text
+    rng = random.Random(seed)
+    pairs: list[dict] = []
+    no_neg = missing = 0
+    for qid in sorted(train_qids):
+        query = queries.get(qid)
+        if not query:
+            continue
+        judged = set(relevant.get(qid, []))
+        pool = [d for d in ranked.get(qid, [])[:depth] if d not in judged and chunks_by_doc.get(d)]
+        for docno in sorted(judged):
+            chunks = chunks_by_doc.get(docno)
+            if not chunks:
+                missing += 1
+                continue
+            row: dict[str, Any] = {
+                "anchor": query,
+                "positive": show(titles.get(docno, ""), chunks[best_chunk(query, chunks)]),
+            }
+            if len(pool) < hard_negatives:
+                no_neg += 1
+                continue
+            negs = rng.sample(pool, hard_negatives) if hard_negatives else []
+            for i, d in enumerate(negs, 1):
+                texts = chunks_by_doc[d]
+                row[f"negative_{i}"] = show(titles.get(d, ""), texts[best_chunk(query, texts)])
+            row.update(qid=qid, docno=docno, negative_docnos=negs)
+            pairs.append(row)
+    counts = {
+        "queries": len({p["qid"] for p in pairs}),
+        "pairs": len(pairs),
+        "missing": missing,
+        "no_negatives": no_neg,
+        "chunks": len({p["docno"] for p in pairs}),
+    }
+    return pairs, counts
+
+
 # -- training -------------------------------------------------------------------------------------
 def train_columns(pairs: Sequence[dict], hard_negatives: int) -> list[dict]:
     """The columns the loss reads, in order: ``anchor``, ``positive``, ``negative_1`` …"""
@@ -422,6 +502,64 @@ def format_table(rows: Sequence[dict]) -> str:
 
 
 # -- the run --------------------------------------------------------------------------------------
+def official_query_split(suite) -> QuerySplit:
+    """The suite's official split as a :class:`~qmdlab.training.splits.QuerySplit` (train → held-out test).
+
+    Raises
+    ------
+    ConfigError
+        The suite has no official split.
+    """
+    official = suite.split
+    if official is None:
+        raise ConfigError(
+            f"--labelled: suite {suite.name!r} has no official train/test split (SciFact has one, as does any BEIR "
+            "folder with qrels/train.tsv and qrels/test.tsv); train on generated queries with --synthetic instead"
+        )
+    n = len(official.train) + len(official.test)
+    return QuerySplit(suite.name, official.train, official.test, 0, len(official.test) / n)
+
+
+def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[str, str], log):
+    """The index, pairs and counts of a ``--labelled`` run: the training queries ranked by the
+    baseline hybrid (expansion and rerank off; recorded, so cached), their judged documents and
+    hard negatives drawn from that ranking (:func:`labelled_pairs`)."""
+    import polars as pl
+
+    from qmdlab.eval.record import record, suite_config
+    from qmdlab.eval.study import Study
+    from qmdlab.models import load_models
+
+    models = load_models(cfg.preset, expand="none", rerank="none")
+    base_cfg = suite_config(suite).replace(expand=False, rerank=False)
+    rec = record(
+        suite, models, base_cfg, qids=list(split.train), name="embedder-mining", progress=cfg.progress, log=log
+    )
+    final = Study.from_recording(rec, metrics=[METRIC]).evaluate(rec.config).final.sort("qid", "final_rank")
+    ranked = {q: g["docno"].to_list() for (q,), g in final.group_by("qid", maintain_order=True)}
+    index = rec.lab.index
+    chunks = index.chunks(None).sort("docno", "seq")
+    chunks_by_doc = {d: g["text"].to_list() for (d,), g in chunks.group_by("docno", maintain_order=True)}
+    docs = index.documents([suite.collection])
+    titles = dict(zip(docs["docno"].to_list(), docs["title"].fill_null("").to_list()))
+    qrels = suite.qrels_docnos().filter(pl.col("grade") > 0)
+    relevant = {q: g["docno"].to_list() for (q,), g in qrels.group_by("qid", maintain_order=True)}
+    pairs, counts = labelled_pairs(
+        chunks_by_doc,
+        titles,
+        queries,
+        relevant,
+        ranked,
+        split.train,
+        hard_negatives=cfg.hard_negatives,
+        depth=cfg.negative_depth,
+        seed=cfg.seed,
+    )
+    if not pairs:
+        raise QmdlabError(f"suite {suite.name!r}: no training pairs from its {len(split.train)} training queries")
+    return index, pairs, counts
+
+
 def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> dict:
     """Pairs → leak guard → training → GGUF → held-out evaluation; resumable (see module notes)."""
     import polars as pl
@@ -435,40 +573,48 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         return done
     t0 = time.perf_counter()
     suite = get_suite(cfg.suite, cfg.format)
-    split = load_split(cfg.synthetic, suite.name)
+    split = official_query_split(suite) if cfg.labelled else load_split(cfg.synthetic, suite.name)
     base_dir = resolve_base(cfg.base)
     if cfg.n_threads:
         import torch
 
         torch.set_num_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
-    index = prepare_index(suite, None, progress=False, log=log)
-    pairs, counts = build_pairs(
-        index,
-        generator=cfg.generator,
-        hard_negatives=cfg.hard_negatives,
-        depth=cfg.negative_depth,
-        max_pairs=cfg.max_pairs,
-        seed=cfg.seed,
-        collections=[suite.collection],
-    )
-    if not pairs:
-        raise QmdlabError(
-            f"index {index.dir}: no kept generated queries"
-            f"{' of generator ' + cfg.generator if cfg.generator else ''}; run "
-            f"`qmdlab --index {index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
-        )
     judged = suite.data().judged_queries()
     queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
+    if cfg.labelled:
+        index, pairs, counts = _labelled(cfg, suite, split, queries, log)
+        log(
+            f"embedder pairs: {counts['pairs']} (query, judged document) pairs from {counts['queries']} training "
+            f"queries ({counts['no_negatives']} without {cfg.hard_negatives} hard negatives); "
+            f"{len(split.heldout)} test queries kept out"
+        )
+    else:
+        index = prepare_index(suite, None, progress=False, log=log)
+        pairs, counts = build_pairs(
+            index,
+            generator=cfg.generator,
+            hard_negatives=cfg.hard_negatives,
+            depth=cfg.negative_depth,
+            max_pairs=cfg.max_pairs,
+            seed=cfg.seed,
+            collections=[suite.collection],
+        )
+        if not pairs:
+            raise QmdlabError(
+                f"index {index.dir}: no kept generated queries"
+                f"{' of generator ' + cfg.generator if cfg.generator else ''}; run "
+                f"`qmdlab --index {index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
+            )
+        log(
+            f"embedder pairs: {counts['pairs']} (query, chunk) pairs over {counts['chunks']} chunks from "
+            f"{counts['kept']} kept queries ({counts['duplicates']} duplicates, {counts['no_negatives']} without "
+            f"{cfg.hard_negatives} hard negatives); {len(split.heldout)} held-out queries kept out"
+        )
     check_no_heldout(pairs, split, queries)
     with (out / "pairs.jsonl").open("w", encoding="utf-8") as f:
         for p in pairs:
             f.write(json.dumps(p, ensure_ascii=False) + "\n")
-    log(
-        f"embedder pairs: {counts['pairs']} (query, chunk) pairs over {counts['chunks']} chunks from "
-        f"{counts['kept']} kept queries ({counts['duplicates']} duplicates, {counts['no_negatives']} without "
-        f"{cfg.hard_negatives} hard negatives); {len(split.heldout)} held-out queries kept out"
-    )
     trained = fit(
         pairs,
         base_dir,
@@ -490,7 +636,12 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     result: dict = {
         "suite": suite.name,
         "index": str(index.dir),
-        "split": {"train": len(split.train), "heldout": len(split.heldout), "seed": split.seed},
+        "split": {
+            "train": len(split.train),
+            "heldout": len(split.heldout),
+            "seed": split.seed,
+            "official": bool(cfg.labelled),
+        },
         **counts,
         **trained,
         "gguf": str(gguf) if gguf else None,
@@ -520,19 +671,34 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
 
 def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
     table = f"```\n{format_table(result['heldout'])}\n```\n" if result.get("heldout") else "(not evaluated)\n"
+    split = result["split"]
+    if cfg.labelled:
+        title = f"qmdlab MiniLM embedder fine-tuned on {result['suite']}'s training queries"
+        data = (
+            f"{result['pairs']} (training query, judged document) pairs from {result['queries']} of the "
+            f"{split['train']} queries on the train side of the suite's official split, each with "
+            f"{cfg.hard_negatives} hard negative(s) drawn from the top {cfg.negative_depth} of the baseline hybrid's "
+            f"ranking that are not judged relevant. No test query was read for training"
+        )
+        held = f"the {split['heldout']} test queries of the official split"
+    else:
+        title = f"qmdlab MiniLM embedder fine-tuned on synthetic queries — {result['suite']}"
+        data = (
+            f"{result['pairs']} (generated query, source chunk) pairs over {result['chunks']} chunks — the "
+            f"round-trip-filtered queries of the doc2query generator of `{cfg.synthetic}` — each with "
+            f"{cfg.hard_negatives} BM25-mined hard negative(s) from other documents. No labelled query was read "
+            f"for training; the generator saw only the {split['train']} train-split queries"
+        )
+        held = f"{split['heldout']} held-out queries of the split"
     rundir.write_model_card(
         out,
-        f"qmdlab MiniLM embedder fine-tuned on synthetic queries — {result['suite']}",
+        title,
         f"""
-Base: `{cfg.base}`. Training data: {result["pairs"]} (generated query, source chunk) pairs over
-{result["chunks"]} chunks — the round-trip-filtered queries of the doc2query generator of `{cfg.synthetic}` —
-each with {cfg.hard_negatives} BM25-mined hard negative(s) from other documents;
+Base: `{cfg.base}`. Training data: {data}.
 MultipleNegativesRankingLoss, lr {cfg.learning_rate}, batch {cfg.batch_size}, {result["steps"]} steps, seed
-{cfg.seed}; final training loss {result["train_loss"]:.4f}. No labelled query was read for training; the
-generator saw only the {result["split"]["train"]} train-split queries.
+{cfg.seed}; final training loss {result["train_loss"]:.4f}.
 
-Held-out evaluation ({result["split"]["heldout"]} queries of the split; expansion and rerank off; nDCG@10,
-paired against the packaged MiniLM):
+Held-out evaluation ({held}; expansion and rerank off; nDCG@10, paired against the packaged MiniLM):
 
 {table}
 Use it: `QMDLAB_EMBED_MODEL={result.get("model") or "<out>/model.gguf"}` (the evaluation loads it with the

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -51,6 +51,9 @@ import polars as pl
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.reranker_data import candidate_table, collection_pairs, pair_rows, query_lists
+
+if TYPE_CHECKING:
+    from qmdlab.eval.loaders import OfficialSplit
 
 LOSSES = ("lambda", "listnet", "ranknet", "bce")
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
@@ -589,17 +592,29 @@ class FoldSplit(NamedTuple):
     test: tuple[str, ...]
 
 
-def splits(qids: Sequence[str], folds: int, tune_fraction: float, seed: int) -> list[FoldSplit]:
-    """K folds of the queries; each fold's training queries split into fit/tune (seeded).
+def splits(
+    qids: Sequence[str], folds: int, tune_fraction: float, seed: int, official: OfficialSplit | None = None
+) -> list[FoldSplit]:
+    """K folds of the queries — or, with a collection's ``official`` split, its one fold train → test —
+    each fold's training queries split into fit/tune (seeded).
 
     >>> s = splits([str(i) for i in range(10)], 2, 0.25, 0)
     >>> [len(x.fit) + len(x.tune) + len(x.test) for x in s], set(s[0].test) & set(s[0].fit + s[0].tune)
     ([10, 10], set())
+    >>> from qmdlab.eval.loaders import OfficialSplit
+    >>> [(len(x.fit), len(x.tune), x.test) for x in splits(list("abcdef"), 5, 0.25, 0, OfficialSplit(tuple("abcd"), ("e",)))]
+    [(3, 1, ('e',))]
     """
-    from qmdlab.eval.optimise import kfold
+    from qmdlab.eval.folds import Fold, kfold
 
+    have = set(qids)
+    parts = (
+        kfold(list(qids), folds, seed)
+        if official is None
+        else [Fold(tuple(q for q in official.train if q in have), tuple(q for q in official.test if q in have))]
+    )
     out = []
-    for i, f in enumerate(kfold(list(qids), folds, seed)):
+    for i, f in enumerate(parts):
         train = list(f.train)
         order = np.random.default_rng(seed + 1000 + i).permutation(len(train))
         n_tune = int(round(len(train) * tune_fraction)) if tune_fraction > 0 else 0
@@ -892,14 +907,19 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
     if cfg.weak:
         init_dir, weak_info = _pretrain(cfg, rec, base_dir, log)
     result: dict = {"suite": rec.suite.name, "queries": len(qids), "weak": weak_info, "folds": []}
+    # a collection's official split (SciFact): one fold, fitted and tuned on train, scored on test; the
+    # serving model is that fold's (it saw every training query it may see)
+    official = rec.suite.split
+    if official is not None:
+        result["official_split"] = {"train": len(official.train), "test": len(official.test)}
     if cfg.folds >= 2 and cfg.supervised:
-        if cfg.folds > len(qids):
+        if official is None and cfg.folds > len(qids):
             raise ConfigError(
                 f"--folds {cfg.folds} but only {len(qids)} queries have a relevant document; "
                 f"use --folds {max(2, len(qids))} or fewer"
             )
         parts, fold_blends, fold_of = [], {}, {}
-        for sp in splits(qids, cfg.folds, cfg.tune_fraction, cfg.seed):
+        for sp in splits(qids, cfg.folds, cfg.tune_fraction, cfg.seed, official):
             run = out / f"fold-{sp.fold}"
             info = _supervised(cfg, rec, init_dir, run, sp.fit, sp.tune, sp.test, teacher, f"fold-{sp.fold}", log)
             cal = tuple(info["calibration"])
@@ -932,7 +952,16 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         log(format_table(held.table))
         log("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in held.auc.items() if v is not None))
     model_ref = None
-    if cfg.final and cfg.supervised:
+    if cfg.final and cfg.supervised and official is not None and result["folds"]:
+        result["final"] = result["folds"][0]
+        model_dir = out / "model"
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        shutil.copytree(result["final"]["model_dir"], model_dir)
+        model_ref = f"cross-encoder:{model_dir.resolve()}"
+    elif cfg.final and cfg.supervised:
+        if official is not None:  # no held-out fold ran (--folds 0): fit on the training side only
+            qids = [q for q in qids if q in set(official.train)]
         rng = np.random.default_rng(cfg.seed + 7)
         order = rng.permutation(len(qids))
         n_tune = int(round(len(qids) * cfg.tune_fraction))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from ._common import SuiteData
+from ._common import OfficialSplit, SuiteData
 from .beir import load_beir
 from .default import load_default
 from .jsonl import load_jsonl
@@ -66,6 +66,7 @@ def load(directory: str | Path, fmt: str | None = None, **options) -> SuiteData:
 
 
 __all__ = [
+    "OfficialSplit",
     "SuiteData",
     "FORMATS",
     "LOADERS",

@@ -9,9 +9,10 @@ external tool.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
@@ -20,6 +21,59 @@ from qmdlab.errors import DataFormatError
 QUERY_SCHEMA = {"qid": pl.Utf8, "query": pl.Utf8, "category": pl.Utf8, "intent": pl.Utf8}
 QRELS_SCHEMA = {"qid": pl.Utf8, "docid": pl.Utf8, "grade": pl.Int64}
 DOCS_SCHEMA = {"docid": pl.Utf8, "title": pl.Utf8, "text": pl.Utf8}
+
+
+class OfficialSplit(NamedTuple):
+    """A collection's published division of its judged queries: fit on ``train``, report ``test``.
+
+    The two sides are sorted and disjoint, and no ``train`` query has the text of a ``test`` query
+    (:func:`official_split` moves such a training query to ``dropped``: SciFact's training claims
+    repeat two test claims word for word, with the same relevant abstract), so a figure on ``test``
+    never saw one of its queries, by id or by text, during tuning or training.
+    """
+
+    train: tuple[str, ...]
+    test: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+
+
+def same_text(text: str) -> str:
+    """The key under which two query texts count as the same query (case and spacing ignored).
+
+    >>> same_text("  Obesity decreases\tlife quality. ") == same_text("obesity decreases life quality.")
+    True
+    """
+    return " ".join(text.casefold().split())
+
+
+def official_split(
+    train: Iterable[str], test: Iterable[str], source: Path, texts: Mapping[str, str] | None = None
+) -> OfficialSplit:
+    """The split of ``train`` and ``test`` qids; a qid on both sides is a :class:`DataFormatError`,
+    and a training query whose text (``texts[qid]``) is a test query's text is dropped from ``train``.
+
+    >>> official_split(["2", "1"], ["3"], Path("qrels"))
+    OfficialSplit(train=('1', '2'), test=('3',), dropped=())
+    >>> official_split(["1", "2"], ["3"], Path("qrels"), {"1": "A b", "2": "c", "3": "a  B"})
+    OfficialSplit(train=('2',), test=('3',), dropped=('1',))
+    >>> official_split(["1"], ["1", "3"], Path("qrels"))
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.DataFormatError: qrels: queries judged in both the train and the test split: ['1'] (a query belongs to one side; remove it from one qrels file)
+    """
+    tr, te = sorted(set(map(str, train))), sorted(set(map(str, test)))
+    both = sorted(set(tr) & set(te))
+    if both:
+        raise DataFormatError(
+            source,
+            None,
+            f"queries judged in both the train and the test split: {both[:10]}",
+            "a query belongs to one side; remove it from one qrels file",
+        )
+    texts = texts or {}
+    test_texts = {same_text(texts[q]) for q in te if q in texts}
+    dropped = tuple(q for q in tr if q in texts and same_text(texts[q]) in test_texts)
+    return OfficialSplit(tuple(q for q in tr if q not in dropped), tuple(te), dropped)
 
 
 @dataclass(frozen=True)
@@ -38,12 +92,17 @@ class SuiteData:
     corpus_dir : Path or None
         Directory of markdown files indexed in place (the default corpus), whose
         docids are paths relative to it.
+    split : OfficialSplit or None
+        The collection's own train/test division of its judged queries (BEIR's
+        ``qrels/train.tsv`` and ``qrels/test.tsv``), when it has one: tuning and training read
+        ``train`` only and every reported figure is on ``test`` (:class:`OfficialSplit`).
     """
 
     queries: pl.DataFrame
     qrels: pl.DataFrame
     docs: pl.DataFrame | None = None
     corpus_dir: Path | None = None
+    split: OfficialSplit | None = None
 
     def judged_queries(self) -> pl.DataFrame:
         """Queries that have at least one judgment (the ones evaluation uses)."""

@@ -3,6 +3,10 @@
 ``corpus.jsonl`` lines are ``{"_id", "title", "text"}``, ``queries.jsonl`` lines
 ``{"_id", "text"}``; the qrels TSV has a header (``query-id corpus-id score``) and one
 judgment per line. Only queries with judgments in the chosen split are kept.
+
+A directory with both ``qrels/train.tsv`` and ``qrels/test.tsv`` (SciFact, FiQA, NFCorpus, …) is
+read with its official split: the judged queries of both files, and :attr:`SuiteData.split`
+saying which side each is on, so tuning and training fit ``train`` and report ``test``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,16 @@ from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from ._common import SuiteData, docs_frame, field, numbered_lines, qrels_frame, queries_frame, read_jsonl
+from ._common import (
+    SuiteData,
+    docs_frame,
+    field,
+    numbered_lines,
+    official_split,
+    qrels_frame,
+    queries_frame,
+    read_jsonl,
+)
 
 
 def read_beir_qrels(path: Path) -> list[tuple[str, str, int]]:
@@ -40,12 +53,26 @@ def read_beir_qrels(path: Path) -> list[tuple[str, str, int]]:
     return rows
 
 
-def load_beir(directory: str | Path, split: str = "test") -> SuiteData:
+def load_beir(directory: str | Path, split: str | None = None) -> SuiteData:
     """Load a BEIR dataset directory; ``split`` names ``qrels/<split>.tsv``.
 
-    When that split is missing and the directory has exactly one qrels file, that one is used.
+    With no ``split``, a directory holding ``qrels/train.tsv`` and ``qrels/test.tsv`` loads both
+    with its official split (:attr:`SuiteData.split`); otherwise ``test`` is read, and when that
+    is missing and the directory has exactly one qrels file, that one is used.
     """
     directory = Path(directory)
+    qdir = directory / "qrels"
+    if split is None and (qdir / "train.tsv").is_file() and (qdir / "test.tsv").is_file():
+        test = load_beir(directory, "test")
+        train_rows = read_beir_qrels(qdir / "train.tsv")
+        train = qrels_frame(train_rows)
+        queries = _queries(directory)
+        texts = dict(zip(queries["qid"].to_list(), queries["query"].to_list(), strict=True))
+        parts = official_split(train["qid"].unique(), test.qrels["qid"].unique(), qdir, texts)
+        qrels = qrels_frame(list(test.qrels.iter_rows()) + train_rows)
+        whole = SuiteData(queries=queries, qrels=qrels, docs=test.docs)
+        return SuiteData(queries=whole.judged_queries(), qrels=qrels, docs=test.docs, split=parts)
+    split = split or "test"
     for name in ("corpus.jsonl", "queries.jsonl"):
         if not (directory / name).is_file():
             raise DataFormatError(
@@ -74,13 +101,19 @@ def load_beir(directory: str | Path, split: str = "test") -> SuiteData:
                 field(obj, ("text",), directory / "corpus.jsonl", n),
             )
         )
-    queries = [
-        {
-            "qid": field(obj, ("_id", "id"), directory / "queries.jsonl", n),
-            "query": field(obj, ("text", "query"), directory / "queries.jsonl", n),
-        }
-        for n, obj in read_jsonl(directory / "queries.jsonl")
-    ]
     qrels = qrels_frame(read_beir_qrels(qrels_path))
-    data = SuiteData(queries=queries_frame(queries), qrels=qrels, docs=docs_frame(docs))
+    data = SuiteData(queries=_queries(directory), qrels=qrels, docs=docs_frame(docs))
     return SuiteData(queries=data.judged_queries(), qrels=qrels, docs=data.docs)
+
+
+def _queries(directory: Path):
+    """``queries.jsonl`` as a queries frame."""
+    return queries_frame(
+        [
+            {
+                "qid": field(obj, ("_id", "id"), directory / "queries.jsonl", n),
+                "query": field(obj, ("text", "query"), directory / "queries.jsonl", n),
+            }
+            for n, obj in read_jsonl(directory / "queries.jsonl")
+        ]
+    )

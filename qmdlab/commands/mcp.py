@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from qmdlab.commands.model_options import role_options
+
 
 def register(group: click.Group) -> None:
     group.add_command(mcp_command)
@@ -28,6 +30,7 @@ def register(group: click.Group) -> None:
     default=None,
     help="Model preset (offline, offline-gemma, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.",
 )
+@role_options()
 @click.option(
     "--config",
     "config_file",
@@ -50,6 +53,7 @@ def mcp_command(
     host: str,
     port: int,
     preset: str | None,
+    roles: dict[str, str],
     config_file: str | None,
     daemon: bool,
     stop_daemon: bool,
@@ -74,6 +78,7 @@ def mcp_command(
         from qmdlab.mcp_server.daemon import log_file, pid_file, start
 
         extra = (["--preset", preset] if preset else []) + (["--config", config_file] if config_file else [])
+        extra += [arg for role, ref in roles.items() for arg in (f"--{role}-model", ref)]
         info = start(extra, host=host, port=port, index=(ctx.obj or {}).get("index"))
         click.echo(
             f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file {pid_file()}, "
@@ -97,7 +102,14 @@ def mcp_command(
         from qmdlab.pipeline.config import PipelineConfig
 
         config = PipelineConfig.from_file(config_file)
-    engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config)
+    models = None
+    if roles:  # the preset's models with the overridden roles; the stage rule stays the preset's
+        from qmdlab.models import load_models
+        from qmdlab.pipeline.stages import preset_name
+
+        preset = preset_name(preset)
+        models = load_models(preset, **roles)
+    engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config, models=models)
     if use_http:
         from qmdlab.mcp_server.http import serve_http
 

@@ -15,6 +15,7 @@ import time
 
 import click
 
+from qmdlab.commands.model_options import role_options
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
 from qmdlab.errors import ModelError, QmdlabError
 from qmdlab.scale.cli_options import ray_options, ray_options_from
@@ -36,13 +37,7 @@ def _human(n: int) -> str:
 
 
 def _model_options(fn):
-    for role in ("rerank", "expand", "embed"):
-        fn = click.option(
-            f"--{role}-model",
-            f"{role}_model",
-            default=None,
-            help=f"Override the {role} model (hf:…, pkg:…, a .gguf path, or 'none').",
-        )(fn)
+    fn = role_options()(fn)
     return click.option(
         "--preset",
         default=None,
@@ -61,11 +56,11 @@ def _open_index(ctx: click.Context):
     return obj["_store_index"]
 
 
-def _embedder(preset, embed_model, threads=None, batch_size=32):
+def _embedder(preset, roles, threads=None, batch_size=32):
     from qmdlab.models import load_models
 
     emb = load_models(
-        preset, embed=embed_model, expand="none", rerank="none", n_threads=threads, batch_size=batch_size
+        preset, embed=roles.get("embed"), expand="none", rerank="none", n_threads=threads, batch_size=batch_size
     ).embedder
     if emb is None:
         raise ModelError("the embed role is disabled ('none'); pick an embedder with --embed-model or --preset")
@@ -77,11 +72,11 @@ def register(group: click.Group) -> None:
 
     @group.command("models")
     @_model_options
-    def models_cmd(preset, embed_model, expand_model, rerank_model) -> None:
+    def models_cmd(preset, roles) -> None:
         """List each role's model: reference, file, size and whether it is ready."""
         from qmdlab.models.registry import ref_status, resolve_refs
 
-        name, refs = resolve_refs(preset, {"embed": embed_model, "expand": expand_model, "rerank": rerank_model})
+        name, refs = resolve_refs(preset, roles)
         click.echo(f"preset: {name}")
         for role, ref in refs.items():
             if ref is None:
@@ -98,12 +93,12 @@ def register(group: click.Group) -> None:
         is_flag=True,
         help="Check downloaded hf: models for a newer version (ETag) and fetch it if there is one.",
     )
-    def pull(preset, embed_model, expand_model, rerank_model, refresh) -> None:
+    def pull(preset, roles, refresh) -> None:
         """Download / assemble / convert the models of a preset (idempotent; files present are kept
         unless --refresh finds a newer one)."""
         from qmdlab.models.registry import resolve_path, resolve_refs
 
-        name, refs = resolve_refs(preset, {"embed": embed_model, "expand": expand_model, "rerank": rerank_model})
+        name, refs = resolve_refs(preset, roles)
         done: dict[str, str] = {}
         for role, ref in refs.items():
             if ref is None or str(ref).startswith("fake:"):
@@ -150,7 +145,7 @@ def register(group: click.Group) -> None:
         "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
     )
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @click.option("--embed-model", default=None, help="Override the embed model (hf:…, pkg:…, or a .gguf path).")
+    @role_options("embed")
     @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
     @ray_options
     @click.pass_context
@@ -164,7 +159,7 @@ def register(group: click.Group) -> None:
         timeout,
         threads,
         preset,
-        embed_model,
+        roles,
         progress,
         ray_address,
         ray_actors,
@@ -185,7 +180,7 @@ def register(group: click.Group) -> None:
             )
         deadline = Deadline(timeout)
         idx = _open_index(ctx)
-        emb = _embedder(preset, embed_model, threads, batch_size)
+        emb = _embedder(preset, roles, threads, batch_size)
         fp = emb.fingerprint
         colls = list(collections) or None
         if force:
@@ -207,7 +202,7 @@ def register(group: click.Group) -> None:
             from qmdlab.models.registry import resolve_refs
             from qmdlab.scale.ray_embed import EmbedderSpec, embed_with_ray
 
-            spec = EmbedderSpec(str(resolve_refs(preset, {"embed": embed_model})[1]["embed"]), threads, batch_size)
+            spec = EmbedderSpec(str(resolve_refs(preset, roles)[1]["embed"]), threads, batch_size)
             rep = embed_with_ray(idx, todo, spec, fp, ray_opts, progress=progress)
             click.echo(
                 f"embedded {rep.chunks} chunks with {emb.model_id} ({fp}) on Ray, {rep.actors} actors, "
@@ -255,7 +250,7 @@ def register(group: click.Group) -> None:
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")
     @result_options()
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @click.option("--embed-model", default=None, help="Override the embed model.")
+    @role_options("embed")
     @click.option(
         "--ann",
         is_flag=True,
@@ -287,7 +282,7 @@ def register(group: click.Group) -> None:
         line_numbers,
         context,
         preset,
-        embed_model,
+        roles,
         ann,
         ann_ef,
     ) -> None:
@@ -300,7 +295,7 @@ def register(group: click.Group) -> None:
         if ann_ef is not None and not ann:
             raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
         idx = _open_index(ctx)
-        emb = _embedder(preset, embed_model)
+        emb = _embedder(preset, roles)
         if not query.strip():
             raise QmdlabError("vsearch needs a non-empty QUERY")
         ann_cfg = None

@@ -11,6 +11,7 @@ import json
 
 import click
 
+from qmdlab.commands.model_options import role_options
 from qmdlab.commands.result_options import result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
@@ -73,6 +74,7 @@ def register(group: click.Group) -> None:
         default=None,
         help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
     )
+    @role_options()
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
     @click.option(
         "--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required), as on `search`."
@@ -114,6 +116,7 @@ def register(group: click.Group) -> None:
         min_score_fallback,
         config_file,
         preset,
+        roles,
         explain,
         tags,
         prefer_tags,
@@ -169,7 +172,7 @@ def register(group: click.Group) -> None:
         cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank)
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None, create=creates_index(ctx))
         ctx.call_on_close(idx.close)
-        models = load_models(plan.preset, **model_roles(cfg))
+        models = load_models(plan.preset, **{**roles, **model_roles(cfg)})  # a stage off loads no model
         filters = SearchFilters(tuple(tags), None, None) if tags else None
         trace = Lab(idx, models, cfg, plan=plan).query(
             text, intent=intent, collections=list(collections) or None, filters=filters

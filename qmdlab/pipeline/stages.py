@@ -15,8 +15,10 @@ measured no significant held-out gain as expander or reranker, at 6–9 s per ex
 rerank pair on 2 CPU cores. The qmd preset keeps qmd's whole pipeline (its fine-tuned expander and
 Qwen3 reranker), the fake preset too (the test models cost nothing and every stage gets exercised).
 
-Evaluation (``qmdlab eval``, ``tune``, the record/ablation machinery) does not go through this
-rule: its tiers and configurations say every stage explicitly.
+Evaluation goes through the same rule: ``qmdlab eval`` and ``qmdlab tune`` plan with their
+``--expand``/``--rerank`` flags (so the offline preset's ablation runs no LLM stage unless asked),
+the notebooks' recording tiers pass each stage as a flag, and the frontier — whose LLM rows exist to
+measure the stages — passes its own ``defaults`` with the reason to show.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class StagePlan:
     expand: bool
     rerank: bool
     source: Mapping[str, str] = field(default_factory=dict)
+    default_reason: str = ""
+    """Why a stage no flag or config decided is on or off, when a front end's own ``defaults``
+    replaced the preset's (:func:`plan_stages`)."""
 
     def reason(self, stage: str) -> str:
         """``"offline preset default; --expand turns it on"``, ``"--no-rerank"``, ``"config"``."""
@@ -75,6 +80,8 @@ class StagePlan:
         toggle = f"{flag_off} turns it off" if on else f"{flag_on} turns it on"
         if src == "config":
             return f"config; {toggle}"
+        if self.default_reason:
+            return f"{self.default_reason}; {toggle}"
         if self.preset == CUSTOM:
             return f"models given by the caller; {toggle}"
         return f"{self.preset} preset default; {toggle}"
@@ -180,6 +187,8 @@ def plan_stages(
     *,
     expand: bool | None = None,
     rerank: bool | None = None,
+    defaults: Mapping[str, bool] | None = None,
+    default_reason: str = "",
 ) -> tuple[PipelineConfig, StagePlan]:
     """The config a front end runs, with ``expand``/``rerank`` decided by the rule of this module.
 
@@ -192,6 +201,9 @@ def plan_stages(
         The model preset (``None``: resolved as :func:`preset_name`).
     expand, rerank : bool, optional
         A front end's flags; ``None`` = not given.
+    defaults : mapping, optional
+        A front end's own default per stage in place of the preset's (the frontier measures every
+        stage); ``default_reason`` says why, in :meth:`StagePlan.reason`.
 
     >>> cfg, plan = plan_stages(PipelineConfig(), "offline")
     >>> cfg.expand, cfg.rerank, plan.source["expand"]
@@ -201,10 +213,13 @@ def plan_stages(
     (True, True, 'config; --no-rerank turns it off')
     >>> plan_stages(PipelineConfig(), "qmd", rerank=False)[0].rerank
     False
+    >>> on = {"expand": True, "rerank": True}
+    >>> plan_stages(PipelineConfig(), "offline", defaults=on, default_reason="measured")[1].reason("rerank")
+    'measured; --no-rerank turns it off'
     """
     base = config if config is not None else PipelineConfig()
     name = preset if preset is not None else preset_name()
-    defaults = stage_defaults(name)
+    defaults = {**stage_defaults(name), **(defaults or {})}
     given = base.given()
     chosen: dict[str, bool] = {}
     source: dict[str, str] = {}
@@ -216,7 +231,7 @@ def plan_stages(
         else:
             chosen[stage], source[stage] = defaults[stage], "preset"
     cfg = base.replace(**{s: v for s, v in chosen.items() if getattr(base, s) != v})
-    return cfg, StagePlan(name, chosen["expand"], chosen["rerank"], source)
+    return cfg, StagePlan(name, chosen["expand"], chosen["rerank"], source, default_reason)
 
 
 def model_roles(config: PipelineConfig) -> dict[str, str]:

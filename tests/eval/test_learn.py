@@ -147,6 +147,22 @@ def test_cross_validation_never_trains_on_a_held_out_query():
     assert honest.in_sample_gain > honest.gain + 0.3
 
 
+def test_official_split_trains_on_train_only_and_reports_test():
+    """A collection's official split is one fold: every booster, the saved one included, sees only
+    the training queries, and the noise suite's test queries stay at chance."""
+    from qmdlab.eval.loaders import OfficialSplit
+
+    study = _suite(40, 20, seed=7, relevant_by_title=False)
+    train, test = tuple(study.qids[:30]), tuple(study.qids[30:])
+    study.split = OfficialSplit(train, test)
+    cfg = LearnConfig(min_data_in_leaf=1, num_leaves=31, n_estimators=300, learning_rate=0.2, select=False)
+    report = cross_validate_learned(study, cfg=cfg)
+    assert report.trained_on == [train] and report.tested_on == [test]
+    assert sorted(report.held_out["qid"].to_list()) == list(test)
+    assert report.held_out["learned"].mean() < 0.55  # memorised training queries do not carry over
+    assert report.in_sample_gain > report.gain + 0.3  # the saved model's in-sample figure is on train only
+
+
 def test_save_load_and_fuse_round_trip(title_study, tmp_path):
     rep = cross_validate_learned(title_study, cfg=LearnConfig(folds=3))  # nested selection on (the default)
     assert len(rep.chosen) == 4 and all(set(c) == {"n_estimators", "num_leaves", "prior_scale"} for c in rep.chosen)

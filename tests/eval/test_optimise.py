@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qmdlab.errors import ConfigError
+from qmdlab.eval.folds import Fold, kfold
 from qmdlab.eval.optimise import (
     Param,
     apply_params,
     cross_validate,
     default_space,
-    kfold,
     params_of,
     search,
     write_config,
@@ -165,7 +165,7 @@ def test_a_tuner_that_sees_the_held_out_fold_fails_that_check(trace_factory, mon
 
     folds, prefer_vec = _held_out_has_another_optimum(trace_factory)
     study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)
-    leaky = [opt.Fold(tuple(sorted(set(f.train) | set(f.test))), f.test) for f in folds]
-    monkeypatch.setattr(opt, "kfold", lambda qids, k=5, seed=0: leaky)
+    leaky = [Fold(tuple(sorted(set(f.train) | set(f.test))), f.test) for f in folds]
+    monkeypatch.setattr(Study, "folds", lambda self, k=5, seed=0: leaky)
     report = opt.cross_validate(study, base=BASE, space=SPACE, method="coordinate", trials=30, folds=5, points=5)
     assert report.folds.row(0, named=True)["test_tuned"] == pytest.approx(1.0, abs=1e-12)

@@ -185,3 +185,57 @@ def test_python_api_and_mcp_follow_the_same_rule(small, offline_on_fakes):
     assert data["notes"][0]["stage"] == "stages" and "rerank off (offline preset default" in data["notes"][0]["message"]
     _, data = engine.query("git rebase", limit=3, rerank=True)
     assert "rerank on (--rerank)" in data["notes"][0]["message"]
+
+
+# -- the model-role overrides: one option, on every verb that loads the role ---------------------
+VERBS_ROLES = {
+    "query": ("embed", "expand", "rerank"),
+    "vsearch": ("embed",),
+    "embed": ("embed",),
+    "eval": ("embed", "expand", "rerank"),
+    "tune": ("embed", "expand", "rerank"),
+    "mcp": ("embed", "expand", "rerank"),
+    "models": ("embed", "expand", "rerank"),
+    "pull": ("embed", "expand", "rerank"),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS_ROLES))
+def test_every_verb_that_loads_a_role_takes_its_override(verb):
+    ctx = cli.make_context("qmdlab", [verb])
+    command = cli.get_command(ctx, verb)
+    options = {o for p in command.params for o in p.opts}
+    assert {f"--{r}-model" for r in VERBS_ROLES[verb]} <= options
+
+
+def test_query_role_overrides_are_applied(index_dir, monkeypatch):
+    monkeypatch.delenv("QMDLAB_PRESET", raising=False)
+    argv = ["--index", index_dir, "query", "how do i rebase git", "--preset", "fake", "--no-strong-signal"]
+    res = CliRunner().invoke(cli, [*argv, "--json"])
+    assert res.exit_code == 0, res.output
+    assert any(r["explain"]["rerank_score"] is not None for r in json.loads(res.stdout)["results"])
+    # the fake preset reranks; with its rerank role overridden to none the stage has no model
+    res = CliRunner().invoke(cli, [*argv, "--rerank-model", "none", "--expand-model", "fake:rules", "--json"])
+    assert res.exit_code == 0, res.output
+    line = res.stderr.splitlines()[0]
+    assert "rerank on (fake preset default; --no-rerank turns it off) but not run for this query" in line
+    assert all(r["explain"]["rerank_score"] is None for r in json.loads(res.stdout)["results"])
+    res = CliRunner().invoke(cli, [*argv, "--embed-model", "none", "--format", "files"])
+    assert res.exit_code == 0, res.output
+    assert "vectors not run for this query" in res.stderr.splitlines()[0]
+    res = CliRunner().invoke(cli, [*argv, "--expand-model", "fake:overlap"])
+    assert res.exit_code != 0 and "'fake:overlap' is not a fake expand model" in res.output
+
+
+def test_mcp_serves_with_the_role_overrides(index_dir, monkeypatch, require):
+    require.module("mcp", "the MCP server needs the 'mcp' extra")
+    from qmdlab.mcp_server import server
+
+    served = []
+    monkeypatch.setattr(server, "serve_stdio", served.append)
+    res = CliRunner().invoke(cli, ["--index", index_dir, "mcp", "--preset", "fake", "--rerank-model", "none"])
+    assert res.exit_code == 0, res.output
+    (engine,) = served
+    assert engine.models.reranker is None and engine.models.expander is not None
+    _, data = engine.query("how do i rebase git", limit=3)
+    assert "rerank on (fake preset default" in data["notes"][0]["message"]

@@ -1,0 +1,298 @@
+"""SciFact with its official split: every untrained configuration and every trainer, fitted on the
+809 training claims and scored once on the 300 test claims.
+
+    .venv/bin/python experiments/scifact/run.py --out docs/results/scifact --work runs/scifact
+
+Stages (``--stages``, default all, each resumable: a finished stage's JSON is read back):
+
+- ``untrained`` — the offline preset (MiniLM), expansion and rerank off: BM25, vectors, and the
+  hybrid under every fusion method; nothing fitted, scored on the test claims.
+- ``tuned`` — the hybrid's fusion knobs tuned on the training claims (``qmdlab tune``'s space and
+  search), scored on the test claims: the best configuration without a trained model.
+- ``learned`` — LightGBM lambdarank fusion fitted on the training claims (``qmdlab tune --learn``).
+- ``embedder`` — MiniLM fine-tuned on the training claims (``qmdlab train embedder --labelled``:
+  MultipleNegativesRankingLoss, negatives drawn from the baseline hybrid's ranking), then the hybrid
+  with it, its fusion tuned on the training claims as for the untrained row.
+- ``reranker`` — the MiniLM cross-encoder trained on the training claims' hybrid candidates
+  (``qmdlab train reranker --suite scifact``), calibrated and blended on held-back training claims.
+
+Every row is compared per test claim with the best untrained row (paired t-test, Fisher
+randomisation, wins/ties/losses). Writes ``<out>/scifact.json`` (rows, comparisons, per-claim
+nDCG@10, costs) and ``<out>/runs/<untrained|trained>-<row>.trec`` (top 100, SciFact's ids), so
+anyone can re-score them against ``qrels/test.tsv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+METRICS = ("ndcg@10", "recall@100")
+STAGES = ("untrained", "tuned", "learned", "embedder", "reranker")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _study(suite, embedder, name: str):
+    """All judged claims (train and test) recorded with ``embedder``, expansion and rerank off."""
+    from qmdlab.eval.record import record, suite_config
+    from qmdlab.eval.study import Study
+    from qmdlab.models.base import ModelSet
+
+    cfg = suite_config(suite).replace(expand=False, rerank=False)
+    rec = record(suite, ModelSet(embedder, None, None), cfg, name=name, progress=True, log=_log)
+    return Study.from_recording(rec, metrics=list(METRICS)), rec
+
+
+def _row(name: str, final, study, test, out: Path, suite, kind: str) -> dict:
+    """Score ``final`` (qid, docno, final_rank, final_score) on the test claims and write its run."""
+    import polars as pl
+
+    from qmdlab.eval.runner import write_trec_run
+
+    final = final.filter(pl.col("qid").is_in(list(test)) & (pl.col("final_rank") <= 100))
+    pq = study.scorer.score(final.rename({"final_rank": "rank"})).filter(pl.col("qid").is_in(list(test)))
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    fname = f"{kind}-{name.replace(' ', '-').replace('+', 'plus-')}.trec"
+    write_trec_run(final, runs / fname, f"{kind}-{name}", suite.docid)
+    return {
+        "row": name,
+        "kind": kind,
+        "queries": pq.height,
+        **{m: float(pq[m].mean()) for m in METRICS},
+        "run": f"runs/{fname}",
+        "per_query": dict(zip(pq["qid"].to_list(), pq["ndcg@10"].to_list())),
+    }
+
+
+def untrained(suite, out: Path) -> list[dict]:
+    from qmdlab.eval.ablation import variants
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import FUSION_METHODS
+
+    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    test = suite.split.test
+    rows = []
+    for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False):
+        if v.name in ("bm25", "vector"):
+            ev = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
+            rows.append(_row(v.name, ev.final, study, test, out, suite, "untrained"))
+    for m in FUSION_METHODS:
+        ev = study.evaluate(study.config.replace(fusion=m))
+        rows.append(_row(f"hybrid {m}", ev.final, study, test, out, suite, "untrained"))
+    return rows
+
+
+def _tune(study, suite, out: Path, name: str, kind: str) -> tuple[dict, dict]:
+    """Fusion tuned on the training claims (the one official fold), its test row and the config."""
+    from qmdlab.eval.optimise import cross_validate, default_space
+
+    t0 = time.perf_counter()
+    report = cross_validate(study, space=default_space(study.config), metric="ndcg@10", progress=_log)
+    seconds = time.perf_counter() - t0
+    test = suite.split.test
+    final = study.subset(test).evaluate(report.config).final
+    row = _row(name, final, study, test, out, suite, kind)
+    row["fit_s"] = round(seconds, 1)
+    return row, report.config.diff(study.config)
+
+
+def tuned(suite, out: Path) -> list[dict]:
+    from qmdlab.models import load_models
+
+    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    row, changed = _tune(study, suite, out, "hybrid tuned fusion", "untrained")
+    row["changed"] = str(changed)
+    return [row]
+
+
+def learned(suite, out: Path) -> list[dict]:
+    from qmdlab.eval.learn import LearnConfig, cross_validate_learned, suite_docs
+    from qmdlab.models import load_models
+
+    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    study.docs = suite_docs(suite)
+    t0 = time.perf_counter()
+    report = cross_validate_learned(study, cfg=LearnConfig(), metric="ndcg@10", progress=_log)
+    row = _row("learned fusion", report.heldout_final, study, suite.split.test, out, suite, "trained")
+    row["fit_s"] = round(time.perf_counter() - t0, 1)
+    return [row]
+
+
+def embedder(suite, out: Path, work: Path, args) -> list[dict]:
+    from qmdlab.eval.ablation import variants
+    from qmdlab.training.embedder import EmbedderRunConfig, gguf_embedder, run_embedder
+
+    t0 = time.perf_counter()
+    res = run_embedder(
+        EmbedderRunConfig(
+            suite="scifact",
+            labelled=True,
+            out=str(work / "embedder"),
+            hard_negatives=args.hard_negatives,
+            negative_depth=20,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=2e-5,
+            evaluate=False,
+            n_threads=args.threads,
+            progress=False,
+        ),
+        log=_log,
+    )
+    train_s = time.perf_counter() - t0
+    study, _ = _study(suite, gguf_embedder(Path(res["gguf"])), "scifact-minilm-tuned")
+    test = suite.split.test
+    rows = []
+    ev = study.evaluate(study.config)
+    for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False):
+        if v.name == "vector":
+            vec = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
+            rows.append(_row("trained MiniLM vector", vec.final, study, test, out, suite, "trained"))
+    rows.append(_row("trained MiniLM hybrid qmd_rrf", ev.final, study, test, out, suite, "trained"))
+    row, _ = _tune(study, suite, out, "trained MiniLM hybrid tuned fusion", "trained")
+    rows.append(row)
+    for r in rows:
+        r["train"] = {
+            k: res.get(k) for k in ("pairs", "queries", "steps", "train_loss", "train_s", "no_negatives", "seconds")
+        }
+        r["train_and_index_s"] = round(train_s, 1)
+    return rows
+
+
+def reranker(suite, out: Path, work: Path, args) -> list[dict]:
+    import polars as pl
+
+    from qmdlab.training.reranker import RerankerRunConfig, run_reranker
+
+    t0 = time.perf_counter()
+    run = work / "reranker"
+    res = run_reranker(
+        RerankerRunConfig(
+            suite="scifact",
+            out=str(run),
+            candidates=args.candidates,
+            weak=False,
+            score_weak=False,
+            epochs=args.rerank_epochs,
+            n_threads=args.threads,
+            progress=False,
+        ),
+        log=_log,
+    )
+    seconds = time.perf_counter() - t0
+    per_query = pl.read_parquet(run / "heldout_per_query.parquet")
+    rows = []
+    for name in sorted(per_query["run"].unique().to_list()):
+        if name == "fused":
+            continue
+        pq = per_query.filter(pl.col("run") == name)
+        src = run / f"{name}-heldout.trec"
+        dest = out / "runs" / f"trained-cross-encoder-{name}.trec"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+        rows.append(
+            {
+                "row": f"trained cross-encoder {name}",
+                "kind": "trained",
+                "queries": pq.height,
+                **{m: float(pq[m].mean()) for m in METRICS if m in pq.columns},
+                "run": f"runs/{dest.name}",
+                "per_query": dict(zip(pq["qid"].to_list(), pq["ndcg@10"].to_list())),
+                "train_s": round(seconds, 1),
+                "auc": res.get("auc"),
+            }
+        )
+    return rows
+
+
+def _compare(best: dict, row: dict) -> dict:
+    import numpy as np
+
+    from qmdlab.eval.significance import paired_pvalues
+
+    qids = sorted(set(best["per_query"]) & set(row["per_query"]))
+    x = np.array([best["per_query"][q] for q in qids])
+    y = np.array([row["per_query"][q] for q in qids])
+    p_t, p_f = paired_pvalues(x, y)
+    d = y - x
+    return {
+        "row": row["row"],
+        "against": best["row"],
+        "queries": len(qids),
+        "delta": float(d.mean()),
+        "p_ttest": float(p_t),
+        "p_fisher": float(p_f),
+        "wins": int((d > 1e-12).sum()),
+        "ties": int((abs(d) <= 1e-12).sum()),
+        "losses": int((d < -1e-12).sum()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "scifact")
+    ap.add_argument("--work", type=Path, default=REPO / "runs" / "scifact", help="Training run folders.")
+    ap.add_argument("--stages", default=",".join(STAGES), help=f"Comma-separated, of {', '.join(STAGES)}.")
+    ap.add_argument("--epochs", type=float, default=1.0, help="Embedder epochs over the training pairs.")
+    ap.add_argument("--batch-size", type=int, default=32, help="Embedder pairs per step (in-batch negatives).")
+    ap.add_argument("--hard-negatives", type=int, default=1, help="Embedder hard negatives per pair.")
+    ap.add_argument("--rerank-epochs", type=float, default=1.0, help="Cross-encoder epochs.")
+    ap.add_argument("--candidates", type=int, default=20, help="Hybrid candidates the cross-encoder reranks.")
+    ap.add_argument("--threads", type=int, default=2, help="Torch CPU threads for training.")
+    args = ap.parse_args(argv)
+
+    from qmdlab.eval.suites import get_suite
+
+    suite = get_suite("scifact")
+    suite.check()
+    split = suite.split
+    _log(
+        f"scifact: {len(split.train)} training claims ({len(split.dropped)} more left out: their text is a test "
+        f"claim's), {len(split.test)} test claims"
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = args.out / "scifact.json"
+    data = json.loads(store.read_text()) if store.is_file() else {"stages": {}}
+    for stage in [s.strip() for s in args.stages.split(",") if s.strip()]:
+        if stage not in STAGES:
+            ap.error(f"--stages: unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+        if stage in data["stages"]:
+            _log(f"{stage}: done earlier (delete it from {store} to run it again)")
+            continue
+        t0 = time.perf_counter()
+        if stage in ("embedder", "reranker"):
+            rows = {"embedder": embedder, "reranker": reranker}[stage](suite, args.out, args.work, args)
+        else:
+            rows = {"untrained": untrained, "tuned": tuned, "learned": learned}[stage](suite, args.out)
+        data["stages"][stage] = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
+        store.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    rows = [r for st in data["stages"].values() for r in st["rows"]]
+    untrained_rows = [r for r in rows if r["kind"] == "untrained"]
+    best = max(untrained_rows, key=lambda r: r["ndcg@10"]) if untrained_rows else None
+    data["best_untrained"] = best["row"] if best else None
+    data["comparisons"] = [_compare(best, r) for r in rows if best and r is not best]
+    data["split"] = {"train": len(split.train), "dropped": list(split.dropped), "test": len(split.test)}
+    store.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(f"{'row':<44} {'kind':<10} {'n':>4} {'nDCG@10':>8} {'R@100':>7}")
+    for r in rows:
+        print(f"{r['row']:<44} {r['kind']:<10} {r['queries']:>4} {r['ndcg@10']:>8.4f} {r.get('recall@100', 0):>7.4f}")
+    if best:
+        print(f"\nagainst the best untrained row ({best['row']}, {best['ndcg@10']:.4f}):")
+        for c in data["comparisons"]:
+            print(
+                f"  {c['row']:<44} Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  p(F) {c['p_fisher']:.3g}  "
+                f"W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

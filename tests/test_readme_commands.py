@@ -1,0 +1,169 @@
+"""Every ``qmdlab …`` command in the docs' shell blocks parses against the CLI, and the cheap ones run.
+
+The commands are read from the fenced shell blocks (```` ```bash ````, ```` ```sh ````, unlabelled …)
+of README.md, docs/*.md and training/README.md: line continuations joined, ``$`` prompts and
+trailing ``# comments`` dropped, ``&&``/``;``/``|`` chains split, ``VAR=value`` prefixes skipped.
+Each is checked by click's own parser, level by level (``make_context`` on the root group, then on
+each sub-command with ``resilient_parsing=False``): the command path exists, every option exists
+on that command, each takes the values it is given. The verbs that need no model and no network
+(collections, search, get, status, ls, context, update) then run for real, in the README's order,
+on a copy of the bundled corpus under a temporary ``QMDLAB_HOME``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from qmdlab.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "training" / "README.md"]
+SHELL = {"", "bash", "sh", "shell", "console", "zsh"}
+CHAINS = {";", "&&", "||", "|", "&"}
+
+RUN = {("collection", "add"), ("search",), ("get",), ("status",), ("ls",), ("context", "add"), ("update",)}
+"""Command paths run for real: no model, no network, seconds on the bundled corpus."""
+
+
+def shell_blocks(text: str) -> list[tuple[int, list[str]]]:
+    """``(first line number, lines)`` of each fenced block whose language is a shell (or none)."""
+    blocks, lang, start, lines = [], None, 0, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        fence = re.match(r"^\s*```\s*([\w+-]*)", line)
+        if fence and lang is None:
+            lang, start, lines = fence.group(1).lower(), number + 1, []
+        elif fence:
+            if lang in SHELL:
+                blocks.append((start, lines))
+            lang = None
+        elif lang is not None:
+            lines.append(line)
+    return blocks
+
+
+def commands(text: str) -> list[tuple[int, list[str]]]:
+    """``(line number, argv after "qmdlab")`` of every qmdlab command in the shell blocks of ``text``."""
+    found = []
+    for start, lines in shell_blocks(text):
+        joined, pending, first = [], "", None
+        for offset, line in enumerate(lines):
+            first = start + offset if first is None else first
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            joined.append((first, pending + line))
+            pending, first = "", None
+        for number, line in joined:
+            line = re.sub(r"^\s*\$\s+", "", line)
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+            lexer.whitespace_split, lexer.commenters = True, "#"
+            segment: list[str] = []
+            for token in [*lexer, ";"]:
+                if token not in CHAINS:
+                    segment.append(token)
+                    continue
+                while segment and re.match(r"^\w+=", segment[0]):  # VAR=value qmdlab …
+                    segment.pop(0)
+                if segment and segment[0] == "qmdlab":
+                    found.append((number, [t for t in segment[1:] if not t.startswith((">", "<"))]))
+                segment = []
+    return found
+
+
+def _doc_commands() -> list[tuple[str, list[str]]]:
+    return [
+        (f"{path.relative_to(REPO)}:{number}", argv)
+        for path in DOCS
+        if path.exists()
+        for number, argv in commands(path.read_text(encoding="utf-8"))
+    ]
+
+
+DOC_COMMANDS = _doc_commands()
+
+
+def parse(argv: list[str]) -> tuple[tuple[str, ...], click.Context]:
+    """The command path of ``argv`` and its context, parsed by click level by level (a missing verb,
+    an unknown option, a bad value or a wrong number of arguments raises a :class:`click.UsageError`)."""
+    ctx = cli.make_context("qmdlab", list(argv), resilient_parsing=False)
+    cmd: click.Command = cli
+    path: list[str] = []
+    while isinstance(cmd, click.Group):
+        # the arguments left for the sub-command: click >= 8.2 keeps the verb in _protected_args
+        state = vars(ctx)
+        rest = [*state.get("_protected_args", state.get("protected_args", [])), *ctx.args]
+        name, sub, rest = cmd.resolve_command(ctx, rest)
+        assert sub is not None and name is not None
+        path.append(name)
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        cmd = sub
+    return tuple(path), ctx
+
+
+def test_commands_are_read_as_a_shell_reads_them():
+    text = "\n".join(
+        [
+            "```bash",
+            "$ qmdlab search 'x y' -n 3   # top 3",
+            "qmdlab update \\",
+            "    --allow-vanish && qmdlab status",
+            "QMDLAB_PRESET=fake qmdlab ls | head > out.txt",
+            "```",
+            "```python",
+            "qmdlab.query('x')",
+            "```",
+        ]
+    )
+    assert commands(text) == [
+        (2, ["search", "x y", "-n", "3"]),
+        (3, ["update", "--allow-vanish"]),
+        (3, ["status"]),
+        (5, ["ls"]),
+    ]
+
+
+def test_the_docs_have_commands():
+    where = {w.split(":")[0] for w, _ in DOC_COMMANDS}
+    assert len(DOC_COMMANDS) > 30 and {"README.md", "training/README.md"} <= where
+
+
+@pytest.mark.parametrize(("where", "argv"), DOC_COMMANDS, ids=[f"{w} {' '.join(a)}" for w, a in DOC_COMMANDS])
+def test_doc_command_parses(where, argv, monkeypatch):
+    monkeypatch.chdir(REPO)  # the docs' relative paths (data/corpus, training/configs/…) are the repository's
+    try:
+        parse(argv)
+    except click.UsageError as err:
+        pytest.fail(f"{where}: qmdlab {shlex.join(argv)}: {err.format_message()}", pytrace=False)
+
+
+def test_parse_catches_what_a_doc_can_get_wrong():
+    with pytest.raises(click.UsageError, match="No such command"):
+        parse(["serch", "x"])
+    with pytest.raises(click.UsageError, match="No such option"):
+        parse(["query", "x", "--expand-modle", "m.gguf"])
+    with pytest.raises(click.UsageError, match="requires an argument"):
+        parse(["search", "x", "-n"])
+    with pytest.raises(click.UsageError, match="Got unexpected extra argument"):
+        parse(["status", "extra"])
+    assert parse(["collection", "add", "data/corpus", "--name", "notes"])[0] == ("collection", "add")
+
+
+def test_cheap_doc_commands_run(tmp_path, qmdlab_home, monkeypatch):
+    monkeypatch.chdir(REPO)
+    cheap = [(where, argv, path) for where, argv in DOC_COMMANDS if (path := parse(argv)[0]) in RUN]
+    shutil.copytree(REPO / "data" / "corpus", tmp_path / "data" / "corpus")
+    monkeypatch.chdir(tmp_path)  # data/corpus is the copy: nothing is written beside the repository's
+    monkeypatch.setenv("QMDLAB_PRESET", "fake")  # nothing here loads a model; if one did, a fake
+    ran = []
+    for where, argv, path in cheap:
+        res = CliRunner().invoke(cli, argv)
+        assert res.exit_code == 0, f"{where}: qmdlab {shlex.join(argv)} exited {res.exit_code}: {res.output}"
+        ran.append(path)
+    assert {("collection", "add"), ("search",), ("get",), ("status",)} <= set(ran)
