@@ -29,6 +29,10 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_TRUST_UPDATE_HOOKS": "`1`: run every collection's update command without `qmdlab trust` approval "
     "(unattended CI).",
     "QMDLAB_CISI_DIR": "Folder of the CISI collection (`CISI.ALL`, `.QRY`, `.REL`) for the `cisi` suite.",
+    "QMDLAB_CACM_DIR": "Folder of the CACM collection (`CACM.ALL`, `.QRY`, `.REL`) for the `cacm` suite.",
+    "QMDLAB_MED_DIR": "Folder of the MED (Medline) collection (`MED.ALL`, `.QRY`, `.REL`) for the `med` suite.",
+    "QMDLAB_SCIFACT_DIR": "Folder of SciFact in BEIR's layout (`corpus.jsonl`, `queries.jsonl`, `qrels/train.tsv`, "
+    "`qrels/test.tsv`) for the `scifact` suite.",
     "QMDLAB_SMART_GRADES": "How SMART relevance codes read: `gain` (higher is better) or `rank` (1 is best).",
     "QMDLAB_SMART_QRELS_IDS": "How SMART qrels name documents: `position` or `ids`.",
     "QMDLAB_DEMO_TIMES": "File where `make demo`'s tiers write where their time went.",
