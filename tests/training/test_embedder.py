@@ -138,3 +138,49 @@ def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_
         emb.release()
     # the pipeline's GGUF embedder agrees with the trained model (mean pooling, L2-normalised)
     assert float(g @ a) > 0.99 and float(g @ b) < float(g @ a)
+
+
+def _beir_suite(d, require_split: bool = True):
+    """A four-abstract BEIR folder with an official split: two training claims, one test claim."""
+    d.mkdir(parents=True)
+    docs = {"a": ("Alpha", "zebra quarry field notes"), "b": ("Beta", "walrus lighthouse field notes")}
+    docs |= {"c": ("Gamma", "falcon vineyard field notes"), "e": ("Delta", "marmots glacier field notes")}
+    (d / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in docs.items())
+    )
+    queries = {"t1": "zebra quarry field notes", "t2": "walrus lighthouse field notes", "e1": "falcon vineyard"}
+    (d / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (d / "qrels").mkdir()
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\ne1\tc\t1\n")
+    if require_split:
+        (d / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nt1\ta\t1\nt2\tb\t1\n")
+    return d
+
+
+def test_labelled_run_trains_on_the_official_train_side_only(tmp_path, qmdlab_home, require, monkeypatch):
+    require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from qmdlab.errors import ConfigError, ModelError
+    from qmdlab.training.embedder import EmbedderRunConfig, resolve_base, run_embedder
+
+    try:
+        resolve_base("pkg:all-minilm-l6-v2")
+    except ModelError as err:
+        require(False, f"the packaged MiniLM is not installed: {err}")
+    suite = _beir_suite(tmp_path / "sf")
+    cfg = EmbedderRunConfig(
+        suite=str(suite), format="beir", labelled=True, out=str(tmp_path / "run"), preset="fake", max_steps=1,
+        batch_size=2, max_seq_length=32, gguf=False, evaluate=False, n_threads=1, progress=False,
+    )  # fmt: skip
+    res = run_embedder(cfg, log=lambda m: None)
+    pairs = [json.loads(line) for line in (tmp_path / "run" / "pairs.jsonl").read_text().splitlines()]
+    assert sorted(p["anchor"] for p in pairs) == [
+        "walrus lighthouse field notes",
+        "zebra quarry field notes",
+    ]  # never the test claim
+    assert all(p["negative_docnos"] and p["docno"] not in p["negative_docnos"] for p in pairs)
+    assert res["steps"] == 1 and res["split"] == {"train": 2, "heldout": 1, "seed": 0, "official": True}
+    # a suite without an official split has nothing labelled to train on
+    cfg.suite, cfg.out = str(_beir_suite(tmp_path / "nosplit", require_split=False)), str(tmp_path / "run2")
+    with pytest.raises(ConfigError, match="no official train/test split"):
+        run_embedder(cfg, log=lambda m: None)
