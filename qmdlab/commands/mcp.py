@@ -108,7 +108,7 @@ def mcp_command(
         from qmdlab.pipeline.stages import preset_name
 
         preset = preset_name(preset)
-        models = load_models(preset, **roles)
+        models = load_models(preset, embed=roles.get("embed"), expand=roles.get("expand"), rerank=roles.get("rerank"))
     engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config, models=models)
     if use_http:
         from qmdlab.mcp_server.http import serve_http
