@@ -232,6 +232,7 @@ def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Record
         progress=cfg.progress,
         check_ranx=False,
         log=log,
+        all_queries=True,  # an official split's training queries are what the model learns from
     )
     pcfg = pcfg.replace(candidate_limit=cfg.candidates)  # the rerank depth; recorded traces are unchanged
     study = Study(res.trace, res.qrels, config=pcfg)

@@ -219,9 +219,9 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
         assert json.loads((tmp_path / "run" / f"fold-{sp.fold}" / "train_qids.json").read_text()) == sorted(set(sp.fit))
 
     # a split that leaks (a held-out query also in fit) is refused before any training
-    def leaky(qids, folds, tune_fraction, seed):
+    def leaky(qids, folds, tune_fraction, seed, official=None):
         out = []
-        for sp in real_splits(qids, folds, tune_fraction, seed):
+        for sp in real_splits(qids, folds, tune_fraction, seed, official):
             out.append(sp._replace(fit=sp.fit + sp.test[:1]))
         return out
 
@@ -231,6 +231,50 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
         tr.run_reranker(
             small_cfg(suite, tmp_path / "leak", tiny_bert, final=False, folds=4, weak=False), log=lambda m: None
         )
+
+
+def beir_suite(root: Path, test_topics: int = 4) -> Path:
+    """:func:`write_suite`'s topics as a BEIR folder with an official split: the last ``test_topics``
+    queries are the test side."""
+    jsonl = write_suite(root / "jsonl")
+    docs = [json.loads(ln) for ln in (jsonl / "docs.jsonl").read_text().splitlines()]
+    queries = [json.loads(ln) for ln in (jsonl / "queries.jsonl").read_text().splitlines()]
+    d = root / "beir"
+    (d / "qrels").mkdir(parents=True)
+    (d / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": x["id"], "title": x["title"], "text": x["text"]}) + "\n" for x in docs)
+    )
+    (d / "queries.jsonl").write_text("".join(json.dumps({"_id": q["qid"], "text": q["query"]}) + "\n" for q in queries))
+    head = "query-id\tcorpus-id\tscore\n"
+    rows = [(q["qid"], "".join(f"{q['qid']}\t{doc}\t{g}\n" for doc, g in q["qrels"].items())) for q in queries]
+    (d / "qrels" / "train.tsv").write_text(head + "".join(r for _, r in rows[:-test_topics]))
+    (d / "qrels" / "test.tsv").write_text(head + "".join(r for _, r in rows[-test_topics:]))
+    return d
+
+
+@pytest.mark.slow
+def test_official_split_trains_on_train_and_scores_test_only(tmp_path, qmdlab_home, tiny_bert, monkeypatch):
+    """A suite with an official split is one fold: every dataset the trainer fits holds training
+    queries only, the held-out runs hold exactly the test queries, and the served model is that fold's."""
+    import qmdlab.training.reranker as tr
+
+    seen: list[tuple[str, set[str]]] = []
+    real_fit = tr.fit
+
+    def spy(model, rows, loss, run_dir, **kw):
+        seen.append((Path(run_dir).name, {r.get("query") or r.get("anchor") for r in rows}))
+        return real_fit(model, rows, loss, run_dir, **kw)
+
+    monkeypatch.setattr(tr, "fit", spy)
+    suite = beir_suite(tmp_path / "suite")
+    res = tr.run_reranker(small_cfg(suite, tmp_path / "run", tiny_bert, format="beir", weak=False), log=lambda m: None)
+    test_texts = {f"how to care for {t} number {i}" for i, t in enumerate(TOPICS) if i >= len(TOPICS) - 4}
+    assert [name for name, _ in seen] == ["fold-0"]  # one fold, and no retraining for the served model
+    assert seen[0][1] and not seen[0][1] & test_texts
+    lines = (tmp_path / "run" / "rerank-tuned-heldout.trec").read_text().splitlines()
+    assert {ln.split()[0] for ln in lines} == {f"q{i:02d}" for i in range(len(TOPICS) - 4, len(TOPICS))}
+    assert res["official_split"] == {"train": 12, "test": 4} and res["final"]["model_dir"].endswith("fold-0/model")
+    assert (tmp_path / "run" / "model").is_dir() and res["model"].startswith("cross-encoder:")
 
 
 def test_empty_suite_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
