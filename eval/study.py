@@ -38,7 +38,7 @@ from qmdlab.pipeline.trace import Trace
 from .fastmetrics import CodedScorer
 from .folds import Fold, kfold
 from .metrics import DEFAULT_METRICS, HEADLINE, Scorer, mean_scores
-from .record import EVAL_DEPTH, Recording, load_run_dir, record
+from .record import EVAL_DEPTH, Recording, load_run_dir, record, suite_config
 from .suites import OfficialSplit, Suite, get_suite
 
 
@@ -161,8 +161,10 @@ class Study:
     ) -> Study:
         """Record (or load from the per-query trace cache) a suite and return its Study.
 
-        ``models`` defaults to ``qmdlab.models.load_models()``, ``config`` to the suite's own.
-        This is :func:`qmdlab.eval.record.record` (same cache as ``qmdlab eval``) without writing a
+        ``models`` defaults to ``qmdlab.models.load_models()``, ``config`` to the suite's own; with the
+        default models, the stages are those of the preset's default plan
+        (:func:`qmdlab.pipeline.stages.plan_stages`: on the offline preset, no LLM stage unless the config
+        turns one on). This is :func:`qmdlab.eval.record.record` (same cache as ``qmdlab eval``) without writing a
         results directory; ``limit`` keeps the first N judged queries.
         """
         if unused:
@@ -171,11 +173,13 @@ class Study:
             raise QmdlabError(
                 f"Study.for_suite: unknown option(s) {sorted(unused)}; valid: depth, limit, progress, on_progress, log"
             )
-        if models is None:
-            from qmdlab.models import load_models
-
-            models = load_models()
         s = suite if isinstance(suite, Suite) else get_suite(suite)
+        if models is None:  # the default models run the stages the preset's default plan runs
+            from qmdlab.models import load_models
+            from qmdlab.pipeline.stages import model_roles, plan_stages
+
+            config, _ = plan_stages(config or suite_config(s))
+            models = load_models(**model_roles(config))
         return cls.from_recording(
             record(s, models, config, depth=depth, limit=limit, progress=progress, on_progress=on_progress, log=log)
         )

@@ -123,3 +123,12 @@ def test_a_long_run_is_warned_about_before_it_starts(suite, qmdlab_home, monkeyp
     monkeypatch.setattr(record, "_measured_seconds", lambda suite, prints: ([1.0], [], [0.01]))
     record.record(suite, models, cfg.replace(rrf_k=30), log=logged.append)  # 3 x 1.2 s: no warning
     assert not [m for m in logged if m.startswith("warning")]
+
+
+def test_study_for_suite_plans_the_default_models_stages(suite, qmdlab_home, offline_on_fakes):
+    from qmdlab.eval.study import Study
+
+    study = Study.for_suite(suite, limit=1, progress=False, log=lambda m: None)
+    assert (study.config.expand, study.config.rerank) == (False, False)
+    (listed,) = record.recorded(suite)
+    assert listed.models[1:3] == ["none", "none"]
