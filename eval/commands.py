@@ -568,8 +568,10 @@ def register(group: click.Group) -> None:
             name="tune-base",
             progress=progress,
             log=lambda m: click.echo(m, err=True),
+            all_queries=True,
         )
-        study = Study(res.trace, res.qrels, metrics=[metric])  # the recorded config (eval depth 100)
+        # the recorded config (eval depth 100); a suite's official split makes the folds train -> test
+        study = Study(res.trace, res.qrels, metrics=[metric], split=s.split)
         if learn:
             _tune_learn(
                 s, study, folds=folds, seed=seed, metric=metric, out=out, explain_qid=explain_qid, limit=cfg.limit

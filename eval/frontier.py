@@ -259,6 +259,11 @@ def frontier(
     if limit and (llm_queries is None or llm_queries > limit):
         llm_queries = limit
     study = Study.from_recording(rec, metrics=[metric])
+    # a collection with an official split (SciFact): every row is reported on its test queries, and the
+    # tuned and learned rows fit the training queries (Study.folds)
+    reported = suite.report_qids()
+    unfitted = "test split (nothing fitted)" if reported else "all queries (nothing fitted)"
+    fitted = "fitted on train, scored on test" if reported else f"{folds}-fold"
     hybrid = study.config
     has_vector = bool(study.trace.lists.filter(pl.col("source") == "vec").height)
     points: list[Point] = []
@@ -283,7 +288,7 @@ def frontier(
                 v.name,
                 v.description,
                 ev.per_query.select("qid", metric),
-                "all queries (nothing fitted)",
+                unfitted,
                 cfg,
                 "bm25" if v.name == "bm25" else "bm25+vector",
                 None,
@@ -307,7 +312,7 @@ def frontier(
                     f"{v.name} + expansions",
                     f"{v.description}, + the generated-query column (weight {EXPANSION_WEIGHT:g})",
                     ev.per_query.select("qid", metric),
-                    "all queries (nothing fitted)",
+                    unfitted,
                     cfg,
                     "bm25+expansions" if bm25_only else "bm25+vector+expansions",
                     None,
@@ -321,9 +326,9 @@ def frontier(
     points.append(
         Point(
             "tuned",
-            f"knobs tuned by `qmdlab tune` ({folds}-fold)",
+            f"knobs tuned by `qmdlab tune` ({fitted})",
             report.held_out.select("qid", pl.col("tuned").alias(metric)),
-            f"{folds}-fold",
+            fitted,
             report.config,
             "bm25+vector",
             None,
@@ -354,9 +359,9 @@ def frontier(
             points.append(
                 Point(
                     "learned fusion",
-                    f"LightGBM lambdarank fusion ({folds}-fold)",
+                    f"LightGBM lambdarank fusion ({fitted})",
                     lrep.held_out.select("qid", pl.col("learned").alias(metric)),
-                    f"{folds}-fold",
+                    fitted,
                     learned_cfg,
                     "learned fusion",
                     None,
@@ -401,7 +406,14 @@ def frontier(
             cost = estimate(suite, models, llm_cfg, limit=llm_queries or None)
             log(f"frontier: LLM recording, {llm_queries or 'all'} queries, top {cands} reranked: {cost.summary()}")
             rec2 = record(
-                suite, models, llm_cfg, limit=llm_queries or None, name="frontier-llm", progress=progress, log=log
+                suite,
+                models,
+                llm_cfg,
+                limit=llm_queries or None,
+                qids=reported,
+                name="frontier-llm",
+                progress=progress,
+                log=log,
             )
             s2 = Study.from_recording(rec2, metrics=[metric])
             n_llm = len(s2.qids)
@@ -437,7 +449,7 @@ def frontier(
                         v.name,
                         v.description + f" ({n_llm} queries)",
                         ev.per_query.select("qid", metric),
-                        "all queries (nothing fitted)",
+                        unfitted,
                         cfg,
                         "recorded pipeline" if rerank_row else "recorded, rerank stages left out",
                         secs,
@@ -448,8 +460,12 @@ def frontier(
                 notes.append("the LLM recording has no expansion or rerank output (see its notes)")
             elif models.expander is not None and not lists.filter(~ORIGINAL).height:
                 notes.append(f"no expansion rows: the expander gave no usable lines on the {n_llm} LLM queries")
+    if reported is not None:
+        for p in points:
+            p.per_query = p.per_query.filter(pl.col("qid").is_in(list(reported)))
     table = _table(points, metric)
-    result = Frontier(suite.name, metric, points, table, n_llm, len(study.qids), out_dir, notes, cands)
+    n_reported = len(study.qids) if reported is None else len(set(study.qids) & set(reported))
+    result = Frontier(suite.name, metric, points, table, n_llm, n_reported, out_dir, notes, cands)
     table.write_csv(out_dir / "frontier.csv")
     pl.concat([p.per_query.with_columns(pl.lit(p.name).alias("config")) for p in points]).write_parquet(
         out_dir / "per_query.parquet"
