@@ -1,0 +1,112 @@
+"""The default configuration, the best untrained one and a trained embedder on every labelled collection.
+
+    .venv/bin/python experiments/generalisation/run.py default cisi cacm med scifact \\
+        --embedder runs/scifact/embedder/model.gguf --out docs/results/generalisation
+
+For each suite, its judged queries (SciFact: its 300 test claims) are recorded with expansion and
+rerank off — with the offline preset's MiniLM and, when ``--embedder`` is given, with that GGUF
+embedder (loaded with MiniLM's options) — and scored without fitting anything: BM25 alone, the
+default hybrid (qmd's weighted RRF) and the hybrid under CombMNZ fusion. nDCG@10 and recall@100
+per row; the trained embedder's rows are compared per query with the same row under MiniLM (paired
+t-test, Fisher randomisation, wins/ties/losses). Writes ``<out>/<suite>.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+METRICS = ("ndcg@10", "recall@100")
+
+
+def _rows(suite, embedder, name: str) -> dict[str, dict]:
+    from qmdlab.eval.ablation import variants
+    from qmdlab.eval.record import record, suite_config
+    from qmdlab.eval.study import Study
+    from qmdlab.models.base import ModelSet
+
+    cfg = suite_config(suite).replace(expand=False, rerank=False)
+    rec = record(suite, ModelSet(embedder, None, None), cfg, qids=suite.report_qids(), name=name, log=print)
+    study = Study.from_recording(rec, metrics=list(METRICS))
+    cuts = {v.name: v for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False)}
+    runs = {
+        "bm25": study.evaluate(study.config.replace(**cuts["bm25"].overrides), lists=cuts["bm25"].lists),
+        "hybrid qmd_rrf": study.evaluate(study.config),
+        "hybrid combmnz": study.evaluate(study.config.replace(fusion="combmnz")),
+    }
+    return {
+        row: {
+            **{m: float(ev.per_query[m].mean()) for m in METRICS},
+            "queries": ev.per_query.height,
+            "per_query": dict(zip(ev.per_query["qid"].to_list(), ev.per_query["ndcg@10"].to_list())),
+        }
+        for row, ev in runs.items()
+    }
+
+
+def _paired(a: dict, b: dict) -> dict:
+    import numpy as np
+
+    from qmdlab.eval.significance import paired_pvalues
+
+    qids = sorted(set(a) & set(b))
+    x, y = np.array([a[q] for q in qids]), np.array([b[q] for q in qids])
+    p_t, p_f = paired_pvalues(x, y)
+    d = y - x
+    return {
+        "delta": float(d.mean()),
+        "p_ttest": float(p_t),
+        "p_fisher": float(p_f),
+        "wins": int((d > 1e-12).sum()),
+        "ties": int((abs(d) <= 1e-12).sum()),
+        "losses": int((d < -1e-12).sum()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suites", nargs="+")
+    ap.add_argument("--embedder", type=Path, default=None, help="A trained GGUF embedder (MiniLM's options).")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    from qmdlab.eval.record import prepare_index
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.models import load_models
+    from qmdlab.training.embedder import gguf_embedder
+
+    minilm = load_models("offline", expand="none", rerank="none").embedder
+    print(f"{'suite':<9} {'row':<30} {'n':>4} {'nDCG@10':>8} {'R@100':>7}")
+    for name in args.suites:
+        suite = get_suite(name)
+        prepare_index(suite, minilm, log=lambda m: None)
+        res = {"suite": name, "minilm": _rows(suite, minilm, "generalisation-minilm")}
+        if args.embedder:
+            trained = gguf_embedder(args.embedder)
+            prepare_index(suite, trained, log=lambda m: None)
+            res["trained"] = _rows(suite, trained, "generalisation-trained")
+            res["trained_vs_minilm"] = {
+                row: _paired(res["minilm"][row]["per_query"], res["trained"][row]["per_query"])
+                for row in ("hybrid qmd_rrf", "hybrid combmnz")
+            }
+        for emb in ("minilm", "trained"):
+            for row, r in res.get(emb, {}).items():
+                if emb == "trained" and row == "bm25":
+                    continue
+                label = row if emb == "minilm" else f"{row} (trained embedder)"
+                print(f"{name:<9} {label:<30} {r['queries']:>4} {r['ndcg@10']:>8.4f} {r['recall@100']:>7.4f}")
+        for row, c in res.get("trained_vs_minilm", {}).items():
+            print(
+                f"{name:<9} trained vs MiniLM, {row}: Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  "
+                f"p(F) {c['p_fisher']:.3g}  W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
+            )
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
