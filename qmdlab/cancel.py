@@ -47,6 +47,19 @@ def check() -> None:
         raise CallStopped("the model call was stopped (its time budget ran out)")
 
 
+def wait(seconds: float) -> None:
+    """Pause ``seconds`` (a retry's backoff), leaving with :class:`CallStopped` as soon as the
+    current thread's call is asked to stop.
+
+    >>> wait(0.0)
+    """
+    event = getattr(_local, "event", None)
+    if event is None:
+        threading.Event().wait(seconds)
+    elif event.wait(seconds):
+        check()
+
+
 def run_stoppable(event: threading.Event, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with ``event`` as this thread's stop event."""
     previous = getattr(_local, "event", None)
@@ -57,4 +70,4 @@ def run_stoppable(event: threading.Event, fn: Callable[..., Any], *args: Any, **
         _local.event = previous
 
 
-__all__ = ["CallStopped", "stop_requested", "check", "run_stoppable"]
+__all__ = ["CallStopped", "stop_requested", "check", "wait", "run_stoppable"]

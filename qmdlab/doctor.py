@@ -452,13 +452,55 @@ def model_files(preset: Optional[str] = None, *, hash_files: bool = True) -> tup
 
 def child_library() -> dict:
     """(Child) import llama.cpp and return its system info and files."""
-    from qmdlab.models._llama import import_llama_cpp
+    from qmdlab.models._llama import gpu_layers, gpu_offload_supported, gpu_setting, import_llama_cpp
 
     t0 = time.perf_counter()
     llama_cpp = import_llama_cpp()
     info = llama_cpp.llama_print_system_info()
     info = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
-    return {"system_info": info.strip(), "seconds": time.perf_counter() - t0, "version": llama_cpp.__version__}
+    return {
+        "system_info": info.strip(),
+        "seconds": time.perf_counter() - t0,
+        "version": llama_cpp.__version__,
+        "gpu_offload": gpu_offload_supported(llama_cpp),
+        "gpu_setting": gpu_setting(),
+        "gpu_layers": gpu_layers(llama_cpp),
+    }
+
+
+def backend_line(result: dict) -> str:
+    """Which backend the local models run on, from :func:`child_library`'s result.
+
+    >>> backend_line({"gpu_offload": False, "gpu_setting": "auto", "gpu_layers": 0})
+    'CPU (this llama.cpp build cannot offload to a GPU; QMDLAB_GPU=auto)'
+    >>> backend_line({"gpu_offload": True, "gpu_setting": "auto", "gpu_layers": -1})
+    'GPU offload, every layer (QMDLAB_GPU=auto)'
+    >>> backend_line({"gpu_offload": True, "gpu_setting": "off", "gpu_layers": 0})
+    'CPU (GPU offload available, switched off: QMDLAB_GPU=off)'
+    """
+    setting, layers = result.get("gpu_setting"), result.get("gpu_layers")
+    if not result.get("gpu_offload"):
+        return f"CPU (this llama.cpp build cannot offload to a GPU; QMDLAB_GPU={setting})"
+    if not layers:
+        return f"CPU (GPU offload available, switched off: QMDLAB_GPU={setting})"
+    return f"GPU offload, {'every layer' if layers == -1 else f'{layers} layers'} (QMDLAB_GPU={setting})"
+
+
+def child_served(role: str, ref: str) -> dict:
+    """(Child) call one served model once (it has no file and no load)."""
+    from qmdlab.models.registry import build_model
+
+    model = build_model(role, ref, chunking={})
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"role": role, "ref": ref, "smoke": True, "load_s": None}
+    if role == "embed":
+        out["dim"] = int(model.embed_query(QUERY).shape[0])
+    elif role == "expand":
+        out["text"] = model.expand(QUERY).raw[:200]
+    else:
+        out["p_yes"] = float(model.score(QUERY, [BENCH_TEXT[:200]])[0])
+    out["first_s"] = time.perf_counter() - t0
+    return out
 
 
 def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int] = None) -> dict:
@@ -467,8 +509,11 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
     Returns load seconds, first-call seconds and, when measured: ``chunks_per_s`` (embed),
     ``tokens_per_s`` and ``prompt_tokens_per_s`` (expand), ``pairs_per_s`` (rerank).
     """
+    from qmdlab.models._http import is_remote
     from qmdlab.models.registry import build_model
 
+    if is_remote(ref):
+        return child_served(role, ref)
     out: dict[str, Any] = {"role": role, "ref": ref, "smoke": smoke}
     if role == "embed":
         emb = build_model("embed", ref, idle_timeout=None, n_threads=n_threads, chunking={})
@@ -747,6 +792,9 @@ def diagnose(
         "wheel": _s(wheel.wheel),
         "cmake_args": wheel.cmake_args,
         "system_info": lib.result["system_info"] if lib else None,
+        "backend": backend_line(lib.result) if lib else None,
+        "gpu_offload": lib.result.get("gpu_offload") if lib else None,
+        "gpu_layers": lib.result.get("gpu_layers") if lib else None,
         "features": sorted(f for f, v in features.items() if v not in ("0", "")),
         "not_advertised_by_cpu": missing,
     }
@@ -809,6 +857,8 @@ def format_report(rep: Report) -> str:
     lines.append(f"llama.cpp  {b['version'] or 'not installed'}  {b['cpu_library'] or ''}")
     if b["system_info"] is not None:
         lines.append("           compiled with " + " ".join(b["features"]))
+    if b.get("backend"):
+        lines.append("           backend " + b["backend"])
     lines.append(f"           wheel {b['wheel'] or 'not from the wheelhouse (' + str(wheelhouse()) + ')'}")
     if b["cmake_args"]:
         lines.append(f"           CMAKE_ARGS {b['cmake_args']}")

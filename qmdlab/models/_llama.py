@@ -51,6 +51,70 @@ def default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+_OFF = ("0", "off", "no", "false", "cpu")
+_ALL = ("on", "all", "yes", "true", "gpu")
+
+
+def gpu_setting(environ=None) -> str:
+    """The GPU offload setting: ``$QMDLAB_GPU`` (``auto``, ``off``, ``all`` or a layer count), else
+    ``off`` when qmd's ``$QMD_FORCE_CPU`` is set to a true value, else ``auto``.
+
+    >>> gpu_setting({}), gpu_setting({"QMD_FORCE_CPU": "1"}), gpu_setting({"QMDLAB_GPU": "all", "QMD_FORCE_CPU": "1"})
+    ('auto', 'off', 'all')
+    >>> gpu_setting({"QMDLAB_GPU": "sometimes"})
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.ModelError: QMDLAB_GPU='sometimes' is not auto, off, all or a number of layers; set it to e.g. auto
+    """
+    env = os.environ if environ is None else environ
+    text = (env.get("QMDLAB_GPU") or "").strip().lower()
+    if not text:
+        force = (env.get("QMD_FORCE_CPU") or "").strip().lower()
+        return "off" if force and force not in ("0", "false", "no") else "auto"
+    if text == "auto":
+        return "auto"
+    if text in _ALL:
+        return "all"
+    if text in _OFF:
+        return "off"
+    if text.isdigit():
+        return text
+    raise ModelError(
+        f"QMDLAB_GPU={env.get('QMDLAB_GPU')!r} is not auto, off, all or a number of layers; set it to e.g. auto"
+    )
+
+
+def gpu_layers(llama_cpp=None, environ=None) -> int:
+    """``n_gpu_layers`` for llama.cpp: ``-1`` (every layer) when offloading, ``0`` on the CPU.
+
+    ``auto`` offloads every layer when the installed build can offload
+    (``llama_cpp.llama_supports_gpu_offload()``: a CUDA, Metal, Vulkan or ROCm build) and keeps a
+    CPU-only build on the CPU; ``all`` and a count are passed as they are (a CPU build ignores them).
+
+    >>> gpu_layers(type("Cpu", (), {"llama_supports_gpu_offload": staticmethod(lambda: False)}), {})
+    0
+    >>> gpu_layers(type("Gpu", (), {"llama_supports_gpu_offload": staticmethod(lambda: True)}), {})
+    -1
+    >>> gpu_layers(None, {"QMDLAB_GPU": "12"}), gpu_layers(None, {"QMDLAB_GPU": "off"})
+    (12, 0)
+    """
+    setting = gpu_setting(environ)
+    if setting == "off":
+        return 0
+    if setting == "all":
+        return -1
+    if setting.isdigit():
+        return int(setting)
+    return -1 if gpu_offload_supported(llama_cpp) else 0
+
+
+def gpu_offload_supported(llama_cpp=None) -> bool:
+    """Whether the llama.cpp build can offload layers to a GPU (``False`` when it cannot say)."""
+    llama_cpp = llama_cpp or import_llama_cpp()
+    probe = getattr(llama_cpp, "llama_supports_gpu_offload", None)
+    return bool(probe()) if callable(probe) else False
+
+
 class LazyLlama:
     """A ``llama_cpp.Llama`` created on first use and released after ``idle_timeout`` idle seconds.
 
@@ -64,7 +128,8 @@ class LazyLlama:
     idle_timeout : float or None
         Seconds of inactivity before the weights are freed; ``None`` keeps them.
     **params
-        Further ``llama_cpp.Llama`` keyword arguments (``n_ctx``, ``embedding``, …).
+        Further ``llama_cpp.Llama`` keyword arguments (``n_ctx``, ``embedding``, …). Without an
+        ``n_gpu_layers``, it is :func:`gpu_layers` at load time (``$QMDLAB_GPU``).
     """
 
     def __init__(
@@ -86,6 +151,7 @@ class LazyLlama:
         self.path: Optional[Path] = None
         self.loads = 0
         self.load_seconds: Optional[float] = None
+        self.n_gpu_layers: Optional[int] = None  # what the last load asked llama.cpp to offload
         self._on_load: list[Callable[[Any], None]] = []
 
     @property
@@ -99,6 +165,9 @@ class LazyLlama:
     def _load(self) -> None:
         llama_cpp = import_llama_cpp()
         path = Path(self.resolve())
+        params = dict(self.params)
+        params.setdefault("n_gpu_layers", gpu_layers(llama_cpp))
+        self.n_gpu_layers = params["n_gpu_layers"]
         t0 = time.perf_counter()
         try:
             llm = llama_cpp.Llama(
@@ -106,7 +175,7 @@ class LazyLlama:
                 n_threads=self.n_threads,
                 n_threads_batch=self.n_threads,
                 verbose=False,
-                **self.params,
+                **params,
             )
         except (ValueError, RuntimeError, OSError) as err:
             raise ModelError(

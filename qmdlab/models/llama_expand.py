@@ -49,6 +49,20 @@ def split_truncated(raw: str, finish_reason: Optional[str]) -> tuple[str, Option
     return raw, None
 
 
+def parse_generated(text: str, finish_reason: Optional[str], max_tokens: int) -> ExpandResult:
+    """The typed lines of generated ``text``; a last line cut off by ``max_tokens`` is dropped with
+    that reason (every expander backend parses its output here, so lines are read identically).
+
+    >>> parse_generated("lex: a\\nvec: half", "length", 9).dropped
+    [('vec: half', 'cut off at max_tokens=9')]
+    """
+    raw, cut = split_truncated(text, finish_reason)
+    res = parse_expansion(raw)
+    if cut is not None:
+        res.dropped.append((cut, f"cut off at max_tokens={max_tokens}"))
+    return ExpandResult(text, res.lines, res.dropped)
+
+
 class LlamaExpander:
     """Grammar-constrained query expansion with any instruct GGUF.
 
@@ -116,11 +130,7 @@ class LlamaExpander:
                 raise ModelError(f"query expansion with {self.model_id} failed: {err}") from err
             cancel.check()  # a stopped generation is partial: never returned, never cached
         choice = out["choices"][0]
-        raw, cut = split_truncated(choice["text"], choice.get("finish_reason"))
-        res = parse_expansion(raw)
-        if cut is not None:
-            res.dropped.append((cut, f"cut off at max_tokens={s.max_tokens}"))
-        return ExpandResult(choice["text"], res.lines, res.dropped)
+        return parse_generated(choice["text"], choice.get("finish_reason"), s.max_tokens)
 
     def prepare(self) -> None:
         """Load the weights in the calling thread (see :meth:`LazyLlama.ensure_loaded`)."""

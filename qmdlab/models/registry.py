@@ -9,11 +9,20 @@ A **reference** is one of
 - ``cross-encoder:DIR`` — a trained cross-encoder (rerank role only; :mod:`qmdlab.models.cross_encoder`);
 - ``qlm:MODEL`` — query-likelihood rerank with the language model ``MODEL`` (any reference above;
   rerank role only; :mod:`qmdlab.models.llama_qlm`);
+- ``http://HOST:PORT/v1#MODEL`` (or ``https://``) — a model served by an OpenAI-compatible server
+  (llama-server, vLLM, Ollama, TEI): embeddings from ``/embeddings``, expansion from
+  ``/chat/completions``, rerank scores from ``/rerank``; the part after ``#`` is the model name sent
+  (optional), options follow it after ``?`` (``scores=logit`` for a reranker that answers logits,
+  ``template=NAME`` for an embedder's input template);
+- ``openai:MODEL`` — the same, at ``$QMDLAB_OPENAI_BASE_URL`` / ``$OPENAI_BASE_URL`` (default
+  OpenAI's API) with the key ``$OPENAI_API_KEY`` (:mod:`qmdlab.models._http`: keys, timeouts,
+  retries);
 - ``none`` — the role is disabled (its pipeline stage is skipped and noted).
 
 Which reference a role gets, highest priority first: an explicit argument (the CLI's
 ``--embed-model`` etc.), the environment (``QMDLAB_EMBED_MODEL``, ``QMDLAB_EXPAND_MODEL``,
-``QMDLAB_RERANK_MODEL``), the config (a mapping or YAML file with keys ``preset``, ``embed``,
+``QMDLAB_RERANK_MODEL``, each falling back to qmd's name for it: ``QMD_EMBED_MODEL``,
+``QMD_GENERATE_MODEL``, ``QMD_RERANK_MODEL``), the config (a mapping or YAML file with keys ``preset``, ``embed``,
 ``expand``, ``rerank``; default file ``$QMDLAB_HOME/models.yaml`` when it exists), then the
 preset — itself chosen by argument, ``$QMDLAB_PRESET``, the config, else ``"offline"``.
 """
@@ -27,6 +36,7 @@ from typing import Any, Optional, Union
 
 from qmdlab.errors import ConfigError, ModelError
 from qmdlab.models import hf, packaged
+from qmdlab.models._http import is_remote
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT
 from qmdlab.models.base import ROLES, ModelSet
 
@@ -49,6 +59,8 @@ PRESETS: dict[str, dict[str, str]] = {
 }
 DEFAULT_PRESET = "offline"
 ENV_VARS = {"embed": "QMDLAB_EMBED_MODEL", "expand": "QMDLAB_EXPAND_MODEL", "rerank": "QMDLAB_RERANK_MODEL"}
+#: qmd's names for the same settings, read when the ``QMDLAB_*`` one is unset (or empty).
+QMD_ENV_VARS = {"embed": "QMD_EMBED_MODEL", "expand": "QMD_GENERATE_MODEL", "rerank": "QMD_RERANK_MODEL"}
 
 #: Known per-reference backend options (template/family, context, dimension).
 KNOWN: dict[str, dict[str, Any]] = {
@@ -122,6 +134,9 @@ def resolve_refs(
     '/e.gguf'
     >>> resolve_refs(None, None, config={}, environ={"QMDLAB_PRESET": "fake"})[0]
     'fake'
+    >>> env = {"QMD_GENERATE_MODEL": "/qmd/x.gguf", "QMD_RERANK_MODEL": "/qmd/r.gguf", "QMDLAB_RERANK_MODEL": "fake:overlap"}
+    >>> resolve_refs("fake", None, config={}, environ=env)[1]
+    {'embed': 'fake:keyword', 'expand': '/qmd/x.gguf', 'rerank': 'fake:overlap'}
     """
     env = os.environ if environ is None else environ
     cfg = _load_config(config)
@@ -131,7 +146,8 @@ def resolve_refs(
     refs: dict[str, Any] = {}
     for role in ROLES:
         value = PRESETS[name][role]
-        for layer in (cfg.get(role), env.get(ENV_VARS[role]), (overrides or {}).get(role)):
+        from_env = env.get(ENV_VARS[role]) or env.get(QMD_ENV_VARS[role])
+        for layer in (cfg.get(role), from_env, (overrides or {}).get(role)):
             if layer is not None and layer != "":
                 value = layer
         refs[role] = None if isinstance(value, str) and value.lower() == "none" else value
@@ -148,6 +164,8 @@ def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> 
         return hf.ensure(ref, refresh=refresh, progress=progress)
     if ref.startswith("fake:"):
         raise ModelError(f"{ref} is a fake model and has no file")
+    if is_remote(ref):
+        raise ModelError(f"{ref} is a model served over HTTP and has no file; nothing to fetch")
     if ref.startswith("cross-encoder:"):
         from qmdlab.models.cross_encoder import model_dir
 
@@ -169,7 +187,7 @@ def ref_status(ref: str) -> dict[str, Any]:
     ready = False
     if ref.startswith("qlm:"):
         return ref_status(ref[4:])
-    if ref.startswith("fake:"):
+    if ref.startswith("fake:") or is_remote(ref):  # nothing on disk: a served model is checked by calling it
         return {"path": None, "ready": True, "size": 0}
     if ref.startswith("pkg:"):
         model = packaged.get(ref[4:])
@@ -216,6 +234,22 @@ def _fake(role: str, ref: str, chunking: Optional[Mapping]):
     raise ConfigError(f"{ref!r} is not a fake {role} model; use fake:keyword, fake:rules or fake:overlap")
 
 
+def _served(role: str, ref: str, chunking: Optional[Mapping], sampling, batch_size: int):
+    if role == "embed":
+        from qmdlab.models.http_embed import HttpEmbedder
+
+        return HttpEmbedder(ref, chunking=default_chunking() if chunking is None else chunking, batch_size=batch_size)
+    if role == "expand":
+        from qmdlab.models.http_expand import HttpExpander
+
+        return HttpExpander(ref) if sampling is None else HttpExpander(ref, sampling=sampling)
+    if role == "rerank":
+        from qmdlab.models.http_rerank import HttpReranker
+
+        return HttpReranker(ref)
+    raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+
+
 def build_model(
     role: str,
     ref: Any,
@@ -241,6 +275,8 @@ def build_model(
         )
     if ref.startswith("fake:"):
         return _fake(role, ref, chunking)
+    if is_remote(ref):
+        return _served(role, ref, chunking, sampling, batch_size)
     if ref.startswith("cross-encoder:"):
         if role != "rerank":
             raise ConfigError(f"{ref!r} is a cross-encoder: it can only be the rerank model, not {role}")

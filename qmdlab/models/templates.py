@@ -161,11 +161,23 @@ def expand_prompt(family: str, query: str, intent: Optional[str] = None) -> str:
     >>> expand_prompt("qwen3", "git rebase")
     '<|im_start|>user\\n/no_think Expand this search query: git rebase<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'
     """
+    system, user = expand_turns(family, query, intent)
+    return render_chat(family, user, system)
+
+
+def expand_turns(family: str, query: str, intent: Optional[str] = None) -> tuple[Optional[str], str]:
+    """``(system, user)`` turns of the query-expansion prompt (:func:`expand_prompt` renders them;
+    a chat-completions server is sent them as messages).
+
+    >>> expand_turns("qwen3", "git rebase", "undo")
+    (None, '/no_think Expand this search query: git rebase\\nIntent: undo')
+    >>> expand_turns("chatml", "x")[0] == EXPAND_SYSTEM
+    True
+    """
     user = EXPAND_USER.format(query=query)
     if intent:
         user += f"\nIntent: {intent}"
-    system = None if family == "qwen3" else EXPAND_SYSTEM
-    return render_chat(family, user, system)
+    return (None if family == "qwen3" else EXPAND_SYSTEM), user
 
 
 # --------------------------------------------------------------------------- reranker
