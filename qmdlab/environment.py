@@ -12,9 +12,20 @@ ENVIRONMENT: dict[str, str] = {
     "without it, a project's `.qmdlab/` (`qmdlab init`) in the current folder or above, else `default`.",
     "QMDLAB_CACHE": "Downloaded and assembled model files (default `~/.cache/qmdlab/models`).",
     "QMDLAB_PRESET": "The model preset (`offline`, `qmd`, `tiny`, `fake`) when neither `--preset` nor the config names one.",
-    "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path or `pkg:NAME`), over the preset's.",
-    "QMDLAB_EXPAND_MODEL": "The query-expansion model reference, over the preset's.",
-    "QMDLAB_RERANK_MODEL": "The reranker reference (an LLM GGUF, `qlm:MODEL` for query likelihood, or `cross-encoder:PATH`), over the preset's.",
+    "QMDLAB_EMBED_MODEL": "The embedding model reference (`hf:…`, a path, `pkg:NAME`, or a served model "
+    "`http://HOST:PORT/v1#MODEL` / `openai:MODEL`), over the preset's; unset, qmd's `QMD_EMBED_MODEL` is read.",
+    "QMDLAB_EXPAND_MODEL": "The query-expansion model reference (also a served chat model), over the preset's; "
+    "unset, qmd's `QMD_GENERATE_MODEL` is read.",
+    "QMDLAB_RERANK_MODEL": "The reranker reference (an LLM GGUF, `qlm:MODEL` for query likelihood, `cross-encoder:PATH`, "
+    "or a served `/rerank` endpoint), over the preset's; unset, qmd's `QMD_RERANK_MODEL` is read.",
+    "QMDLAB_OPENAI_BASE_URL": "Base URL of `openai:MODEL` references (over `OPENAI_BASE_URL`; default "
+    "`https://api.openai.com/v1`).",
+    "QMDLAB_MODEL_API_KEY": "Bearer key sent to served models (`http://…`, `openai:…`); `openai:` references "
+    "fall back to `OPENAI_API_KEY`.",
+    "QMDLAB_HTTP_TIMEOUT": "Seconds a served model may take to answer one request (default 60); connection errors, "
+    "5xx and 429 answers are retried twice with backoff.",
+    "QMDLAB_GPU": "GPU offload of local GGUF models: `auto` (default: every layer when the llama.cpp build can "
+    "offload), `off`, `all` or a number of layers; unset, qmd's `QMD_FORCE_CPU=1` means `off`.",
     "QMDLAB_THREADS": "Threads for llama.cpp calls (default: the CPU count, at most 4).",
     "QMDLAB_CONVERTER": "Path of llama.cpp's `convert_hf_to_gguf.py` used to convert packaged models.",
     "QMDLAB_DEBUG": "Any value: print the full traceback of an error instead of its one-line message.",
