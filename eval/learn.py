@@ -344,7 +344,7 @@ def save(
     import json
 
     from .optimise import write_config
-    from .runner import write_trec_run
+    from .runfiles import write_trec_run
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -165,10 +165,10 @@ def print_bench(suite, res, echo=print, warn=None) -> Path:
     the results directory; ``warn`` gets a line about expected files no corpus file matches;
     writes ``qmd-bench.json`` and returns its path."""
     from .loaders.qmdbench import corpus_files, read_fixture, unmatched_expected
-    from .runner import _file_safe
+    from .runfiles import file_safe
 
     fixture = read_fixture(suite.path)
-    main_name = _file_safe(res.name)
+    main_name = file_safe(res.name)
     table, summ = bench_report(fixture, runs_in(res.out_dir, main_name))
     main = summ.filter(pl.col("run") == main_name)
     others = summ.filter((pl.col("run") != main_name) & (pl.col("type") == "all"))

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from .record import (
     model_fingerprints,
     record,
 )
+from .runfiles import file_safe, write_trec_run
 from .study import Study
 from .suites import Suite
 
@@ -89,24 +89,6 @@ def run_name(config: PipelineConfig, config_path: str | Path | None = None) -> s
     if config_path:
         name += "-" + Path(config_path).stem
     return name
-
-
-def write_trec_run(final: pl.DataFrame, path: Path, name: str, docid: Callable[[str], str]) -> None:
-    """Write ``final`` (``qid, docno, final_rank, final_score``) as a TREC run with collection ids.
-
-    Scores are made strictly decreasing within a query (a tie is lowered by 1e-9 per place) so
-    that tools which re-sort by score (trec_eval, ranx) keep the pipeline's order.
-    """
-    lines = []
-    for (qid,), part in final.sort(["qid", "final_rank"]).group_by("qid", maintain_order=True):
-        prev = None
-        for pos, (docno, score) in enumerate(part.select("docno", "final_score").iter_rows(), start=1):
-            score = float(score) if score is not None else 0.0
-            if prev is not None and score >= prev:
-                score = prev - 1e-9
-            prev = score
-            lines.append(f"{qid} Q0 {docid(docno)} {pos} {score:.9f} {name}")
-    path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
 
 
 def run_suite(
@@ -223,13 +205,13 @@ def run_suite(
         timings["ablation_s"] = time.perf_counter() - t2
     # -- save -----------------------------------------------------------------------------
     for run, final in finals.items():
-        write_trec_run(final, out_dir / f"{_file_safe(run)}.trec", _file_safe(run), suite.docid)
+        write_trec_run(final, out_dir / f"{file_safe(run)}.trec", file_safe(run), suite.docid)
     qrels_c = suite.data().qrels.join(queries.select("qid"), on="qid", how="semi")
     (out_dir / "qrels.txt").write_text("".join(f"{q} 0 {d} {g}\n" for q, d, g in qrels_c.iter_rows()), encoding="utf-8")
     means = {run: mean_scores(t) for run, t in runs.items()}
     t_ranx = time.perf_counter()
     ranx_means = (
-        ranx_check(out_dir / "qrels.txt", out_dir / f"{_file_safe(name)}.trec", means[name]) if check_ranx else None
+        ranx_check(out_dir / "qrels.txt", out_dir / f"{file_safe(name)}.trec", means[name]) if check_ranx else None
     )
     timings["ranx_check_s"] = time.perf_counter() - t_ranx  # numba compiles ranx's metrics on a first use
     (out_dir / "metrics.json").write_text(json.dumps(means, indent=1), encoding="utf-8")
@@ -294,12 +276,3 @@ def ranx_check(qrels_path: Path, run_path: Path, ours: dict[str, float]) -> dict
     if bad:
         raise RuntimeError(f"metrics disagree with ranx on {run_path.name}: {bad}")
     return out
-
-
-def _file_safe(run: str) -> str:
-    """Run names as file names / TREC run tags (no spaces, slashes or ``+``).
-
-    >>> _file_safe("fusion=qmd_rrf"), _file_safe("+lex+vec"), _file_safe("bm25+vector")
-    ('fusion=qmd_rrf', 'plus_lex_plus_vec', 'bm25_plus_vector')
-    """
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", run.replace("+", " plus ")).strip("_")

@@ -807,7 +807,7 @@ def evaluate_heldout(
 ) -> HeldOut:
     """Score each held-out fold with its own model's scores and blends; write the TREC runs."""
     from qmdlab.eval.metrics import mean_scores
-    from qmdlab.eval.runner import write_trec_run
+    from qmdlab.eval.runfiles import write_trec_run
     from qmdlab.eval.significance import compare_to_baseline
 
     qids = sorted(fold_of)

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from qmdlab.cli import cli
 from qmdlab.eval import record
-from qmdlab.eval.runner import _file_safe, run_suite
+from qmdlab.eval.runfiles import file_safe
+from qmdlab.eval.runner import run_suite
 from qmdlab.models import load_models
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.stages import model_roles, plan_stages
@@ -100,7 +101,7 @@ def test_rows_without_llm_stages_score_as_cut_from_the_full_recording(qmdlab_hom
     assert full.metrics["bm25+vector"] != full.metrics["bm25"] != full.metrics["vector"]  # rows that can differ
     for row in ("bm25", "vector", "bm25+vector"):
         assert lean.metrics[row] == full.metrics[row], row
-        run_file = f"{_file_safe(row)}.trec"
+        run_file = f"{file_safe(row)}.trec"
         assert (lean.out_dir / run_file).read_text() == (full.out_dir / run_file).read_text(), row
     saved = json.loads((lean.out_dir / "metrics.json").read_text())
     assert saved["bm25+vector"] == json.loads((full.out_dir / "metrics.json").read_text())["bm25+vector"]
