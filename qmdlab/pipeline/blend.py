@@ -25,7 +25,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
-from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
+from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
 from qmdlab.pipeline.trace import SCHEMAS, Columns, empty, height, sort_within_qid
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.fuse import SMALL_ROWS, ranks_within_qid
+from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
 from qmdlab.pipeline.trace import SCHEMAS, Columns, height, sort_within_qid
 
 

@@ -45,6 +45,7 @@ import polars as pl
 
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import LIST_KEYS, PipelineConfig
+from qmdlab.pipeline.ranking import rank_fused
 from qmdlab.terms import ALNUM_PATTERN
 
 RANK_FEATURES = tuple(f"rank_{k}" for k in LIST_KEYS)
@@ -230,7 +231,6 @@ def score_features(feats: pl.DataFrame, booster: Any, scale: float = PRIOR_SCALE
 
 def fuse_scored(lists: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """The ``fused`` table from ``learned_score`` (``rrf_base = fused_score = learned_score``, no bonus)."""
-    from qmdlab.pipeline.fuse import rank_fused
     from qmdlab.pipeline.trace import empty
 
     if lists.height == 0:
