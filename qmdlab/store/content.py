@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
-from qmdlab.store.breakpoints import chunk_document
 from qmdlab.store.chunkers import DEFAULT_CHUNKER, LEGACY_FINGERPRINT, check_chunker, chunker_fingerprint
+from qmdlab.store.chunking import chunk_document
 from qmdlab.store.frontmatter import parse_front_matter
 from qmdlab.store.schema import next_chunk_id
 

@@ -34,7 +34,8 @@ from hypothesis import strategies as st
 from qmdlab.errors import DataFormatError
 from qmdlab.models.expansion import LINE_TYPES, format_lines, matches_grammar, parse_expansion
 from qmdlab.search.lexical import build_fts_query
-from qmdlab.store.breakpoints import chunk_document, find_code_fences, heading_paths
+from qmdlab.store.breakpoints import find_code_fences, heading_paths
+from qmdlab.store.chunking import chunk_document
 from qmdlab.store.frontmatter import parse_front_matter
 
 from .conftest import fuzz_settings

@@ -9,13 +9,13 @@ from qmdlab.store.breakpoints import (
     CHUNK_SIZE_CHARS,
     CHUNK_WINDOW_CHARS,
     BreakPoint,
-    chunk_document,
     chunk_spans,
     decayed_score,
     find_best_cutoff,
     find_code_fences,
     scan_break_points,
 )
+from qmdlab.store.chunking import chunk_document
 
 
 def test_constants_follow_qmd():
