@@ -164,7 +164,7 @@ class _Group(click.Group):
     "`qmdlab init`, else 'default').",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.version_option(package_name="qmdlab")
+@click.version_option(None, "-v", "--version", package_name="qmdlab")
 @click.pass_context
 def cli(ctx: click.Context, index_name: str | None, debug: bool) -> None:
     """qmdlab: traced hybrid search over markdown, with evaluation, tuning and training."""

@@ -1,5 +1,7 @@
 """qmd's documented commands against ``qmdlab``: each is accepted (click parses it) or is a row of
 ``docs/qmd-differences.md``; every switch the document offers to restore qmd's behaviour parses too.
+The page is generated from the conformance table of ``tests/test_qmd_conformance.py`` (its
+deviation rows), which also asserts the behaviour of the rows that match qmd's.
 
 ``QMD_COMMANDS`` is taken from qmd 2.8.3's ``src/cli/qmd.ts`` help text and its README's examples:
 ``(command line after "qmd", the document's row for it or None)``. A row names a deviation even
@@ -26,6 +28,8 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("query $'lex: CAP theorem\\nvec: consistency'", None),
     ("query -n 10 --min-score 0.3 'API design patterns'", None),
     ("query --json --explain 'quarterly reports'", None),
+    ("query 'expand: quarterly reports'", None),
+    ("query --explain --csv 'quarterly reports'", "--explain (csv, xml, files)"),
     ("query --intent 'web page load times' 'slow pages'", None),
     ("query --no-rerank q", None),
     ("query -C 20 q", None),
@@ -40,17 +44,23 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("search API -c notes", "qmd search -n"),
     ("search --json -n 10 authentication", None),
     ("search --md --full 'error handling'", None),
-    ("search --csv q", None),
+    ("search --csv q", "snippet lines"),
     ("search --xml q", None),
     ("search --all --files --min-score 0.3 API", None),
     ("search --line-numbers q", None),
+    ("search --json --line-numbers q", "--line-numbers (json, md, xml)"),
+    ("search --json q", "score (json, --files)"),
+    ("search --format cli q", "--format cli"),
+    ("--index work search --json q", "file ?index=NAME"),
     ("search --full-path q", "--full-path"),
     ("vsearch 'how to deploy'", "qmd vsearch --min-score"),
+    ("vsearch --intent 'deploy to prod' 'how to deploy'", "vsearch --intent (expansion)"),
     ("vector-search 'how to deploy'", "qmd vector-search"),
     ("deep-search 'quarterly planning'", "qmd deep-search"),
     ("--index work search 'quarterly reports'", None),
     # documents
     ("get notes/meeting.md", "qmd get line numbers"),
+    ("get qmd://notes/meeting.md", "get header"),
     ("get '#abc123'", None),
     ("get notes/meeting.md:50 -l 100", None),
     ("get notes/meeting.md:120:40", None),
@@ -67,11 +77,14 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("multi-get 'docs/*.md' --no-line-numbers", None),
     ("multi-get 'docs/*.md' --format xml", None),
     ("multi-get 'docs/*.md' --full-path", "--full-path"),
-    ("ls", None),
-    ("ls notes", None),
+    ("ls", "ls (no argument)"),
+    ("ls notes", "ls rows"),
+    ("ls notes/2024", None),
+    ("ls qmd://notes/2024", None),
     # collections and contexts
     ("collection add ~/notes --name notes", "qmd collection add (built-in exclusions)"),
     ("collection add . --mask '**/*.md'", None),
+    ("collection add . --glob '**/*.md'", None),
     ("collection list", None),
     ("collection remove notes", None),
     ("collection rm notes", None),
@@ -88,24 +101,28 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("context add qmd://notes 'Personal notes and ideas'", "context (longest prefix)"),
     ("context add qmd://journals/2024 'Context for 2024 journals'", "context prefixes"),
     ("context add / 'Global context for all collections'", None),
-    ("context add 'Context for current directory'", "qmd context add TEXT"),
+    ("context add 'Context for current directory'", None),
+    ("context add ~/notes/2024 'Context for 2024 journals'", None),
     ("context list", None),
     ("context rm qmd://journals/2024", None),
     ("context remove /", None),
     # maintenance
     ("init", "qmd init"),
-    ("status", None),
+    ("status", "status layout"),
     ("update", None),
     ("update --pull", None),
-    ("embed", None),
+    ("embed", "embed --timeout (default)"),
+    ("embed --timeout 30", None),
     ("embed -f", None),
     ("embed -c notes", None),
     ("embed --max-docs-per-batch 64", "qmd embed --max-docs-per-batch / --max-batch-mb"),
     ("embed --max-batch-mb 64", "qmd embed --max-docs-per-batch / --max-batch-mb"),
     ("embed --chunk-strategy auto", "qmd embed --chunk-strategy"),
     ("cleanup", None),
+    ("cleanup --dry-run", None),
     ("pull", None),
     ("pull --refresh", None),
+    ("pull --progress", None),
     ("doctor", None),
     ("trust", "qmd trust"),
     ("trust list", "qmd trust"),
@@ -132,6 +149,7 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("bench my-fixture.json -c my-collection", "qmd bench"),
     # global
     ("--version", None),
+    ("-v", None),
     ("--help", None),
 ]
 # keys of rows about a config file or environment rather than a command line

@@ -6,7 +6,7 @@
 ``--line-numbers`` (numbered snippet lines in every format; the ``cli`` format always numbers
 them), ``--context`` (each hit's parent section summary and sibling headings; cli, md, json).
 Only flag plumbing lives here; the row transforms are :func:`qmdlab.pipeline.results.full_rows`
-and :func:`~qmdlab.pipeline.results.numbered_rows`, the hit context
+and :func:`~qmdlab.pipeline.results.located_rows`, the hit context
 :func:`qmdlab.search.navigate.hit_contexts`.
 """
 
@@ -109,19 +109,31 @@ def check_flags(fmt: str, *, full: bool = False, max_chars: int = 0, context: bo
 
 
 def render(
-    idx, rows, fmt: str, *, full: bool = False, line_numbers: bool = False, max_chars: int = 0, context: bool = False
+    idx,
+    rows,
+    fmt: str,
+    *,
+    full: bool = False,
+    line_numbers: bool = False,
+    max_chars: int = 0,
+    context: bool = False,
+    explains=None,
 ) -> str:
     """Apply ``--full`` (capped by ``--max-chars``), ``--line-numbers`` and ``--context`` to result
-    rows and format them; the ``cli`` and ``md`` formats carry each snippet's heading breadcrumb
-    (:func:`qmdlab.search.navigate.breadcrumbs`; not with ``--full``, which shows whole documents;
-    the other formats keep qmd's fields). ``--context`` is
-    :func:`qmdlab.search.navigate.hit_contexts` of the hits' snippet lines (with ``--full`` too)."""
+    rows and format them in qmd's shapes (:func:`qmdlab.output.format_results`); the ``cli``,
+    ``md`` and ``json`` formats carry each snippet's heading breadcrumb
+    (:func:`qmdlab.search.navigate.breadcrumbs`; not with ``--full``, which shows whole documents).
+    ``--context`` is :func:`qmdlab.search.navigate.hit_contexts` of the hits' snippet lines (with
+    ``--full`` too). ``explains`` (one explain block per row, ``query --explain``) goes into json's
+    rows."""
     from qmdlab.output import format_results
-    from qmdlab.pipeline.results import full_rows, numbered_rows
+    from qmdlab.pipeline.results import full_rows, located_rows
 
     check_flags(fmt, full=full, max_chars=max_chars, context=context)
     crumbs = contexts = None
-    if not full and fmt in ("cli", "md") and rows:
+    if rows and fmt != "cli":
+        rows = located_rows(idx, rows)
+    if not full and fmt in ("cli", "md", "json") and rows:
         from qmdlab.search.navigate import breadcrumbs
 
         crumbs = breadcrumbs(idx, rows)
@@ -130,11 +142,20 @@ def render(
 
         contexts = hit_contexts(idx, rows)
     if full:
-        rows = full_rows(idx, rows, max_chars=max_chars)
-    if line_numbers and fmt not in ("cli", "files"):
-        rows = numbered_rows(rows)
+        kept = full_rows(idx, rows, max_chars=max_chars)
+        if explains is not None and len(kept) != len(rows):
+            left = {r.docno for r in kept}
+            explains = [e for r, e in zip(rows, explains) if r.docno in left]
+        rows = kept
     return format_results(
-        rows, fmt, crumbs=crumbs, contexts=contexts, links=editor_links(idx, rows) if fmt == "cli" else None
+        rows,
+        fmt,
+        crumbs=crumbs,
+        contexts=contexts,
+        links=editor_links(idx, rows) if fmt == "cli" else None,
+        full=full,
+        line_numbers=line_numbers,
+        explains=explains,
     )
 
 
@@ -145,6 +166,7 @@ def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | No
     import sys
 
     from qmdlab.output import editor_link, editor_template
+    from qmdlab.pipeline.results import hit_line
 
     if not rows or not (sys.stdout.isatty() if tty is None else tty):
         return None
@@ -155,7 +177,7 @@ def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | No
     out = []
     for r in rows:
         coll, _, rel = r.docno.partition("/")
-        out.append(editor_link(template, str(roots[coll] / rel), r.line) if coll in roots else None)
+        out.append(editor_link(template, str(roots[coll] / rel), hit_line(r)) if coll in roots else None)
     return out
 
 

@@ -16,6 +16,6 @@
 ``trace``      :class:`Trace`, the tables of docs/design.md, trace
 ``lab``        :class:`Lab` and :func:`query`, the whole pipeline over an index
 ``retune``     :func:`retune`, the cheap stages again with no model or index call
-``explain``    per-result contributions for ``qmdlab query --explain``/``--json``
+``explain``    per-result contributions for ``qmdlab query --explain``/``--trace-json``
 =============  ===================================================================
 """

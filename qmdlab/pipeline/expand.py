@@ -116,6 +116,58 @@ def parse_query_document(doc: str) -> tuple[str, str | None, list[tuple[str, str
     return " ".join(plain), intent, searches
 
 
+def check_query_document(doc: str) -> str:
+    """A query as qmd's command line reads it (its grammar: ``expand_query | query_document``):
+    the text to run, or a :class:`~qmdlab.errors.QmdlabError` naming the line that breaks it.
+
+    A single ``expand: TEXT`` line is the plain query ``TEXT``; a document of several lines has
+    one typed line (``lex:``, ``vec:``, ``hyde:``, at most one ``intent:``) per non-empty line,
+    each with text, and at least one search besides the intent. Anything else is returned as given.
+
+    >>> check_query_document("expand: how to rebase"), check_query_document("lex: a\\nvec: b")
+    ('how to rebase', 'lex: a\\nvec: b')
+    >>> check_query_document("lex: rebase\\nrewrite history")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.QmdlabError: query line 2 is missing a lex:/vec:/hyde:/intent: prefix; start every line of a query document with one (or give a single line of plain text)
+    """
+    from qmdlab.errors import QmdlabError
+
+    lines = [(no, raw.strip()) for no, raw in enumerate(doc.split("\n"), 1) if raw.strip()]
+    intent_seen = searches = 0
+    for no, line in lines:
+        head, sep, rest = line.partition(":")
+        key = head.strip().lower() if sep else ""
+        text = rest.strip()
+        if key == "expand":
+            if len(lines) > 1:
+                raise QmdlabError(
+                    f"query line {no} starts with expand:, which cannot be mixed with other lines; "
+                    "give a single expand: line or typed lex:/vec:/hyde: lines"
+                )
+            if not text:
+                raise QmdlabError(f"query line {no}: expand: needs text (expand: YOUR QUERY)")
+            return text
+        if key == "intent":
+            if intent_seen:
+                raise QmdlabError(f"query line {no}: only one intent: line is allowed per query document")
+            if not text:
+                raise QmdlabError(f"query line {no}: intent: needs text (intent: WHAT YOU MEAN)")
+            intent_seen = no
+        elif key in TYPES:
+            if not text:
+                raise QmdlabError(f"query line {no} ({key}:) needs text ({key}: YOUR SEARCH)")
+            searches += 1
+        elif len(lines) > 1:
+            raise QmdlabError(
+                f"query line {no} is missing a lex:/vec:/hyde:/intent: prefix; start every line of a "
+                "query document with one (or give a single line of plain text)"
+            )
+    if intent_seen and not searches:
+        raise QmdlabError(f"query line {intent_seen}: intent: cannot stand alone; add a lex:, vec: or hyde: line")
+    return doc
+
+
 def kept_lines(expansions: Sequence[Expansion]) -> list[tuple[str, str]]:
     """``(type, text)`` of the kept lines, in order."""
     return [(e.type, e.text) for e in expansions if e.kept]
@@ -127,6 +179,7 @@ __all__ = [
     "shares_term",
     "filter_expansions",
     "parse_query_document",
+    "check_query_document",
     "kept_lines",
     "TYPES",
 ]

@@ -124,7 +124,8 @@ def result_explain(trace: Trace, config: PipelineConfig | None = None) -> dict[t
     ``best_rank``, ``n_lists``), the rerank (``rerank_score``, ``rerank_chunk_id``,
     ``rerank_cached``) and the blend (``position_score``, ``blend_weight``, ``final_score``).
 
-    One block for every front end: ``qmdlab query --json`` (:func:`to_json`, key ``explain``) and
+    One block for every front end: ``qmdlab query --trace-json`` (:func:`to_json`, key ``explain``),
+    ``qmdlab query --json --explain`` (each result's ``explain``) and
     the MCP ``query`` tool with ``explain: true`` (key ``stages``)."""
     table = explain(trace, config)
     fused = {(r["qid"], r["docno"]): r for r in trace.fused.iter_rows(named=True)}

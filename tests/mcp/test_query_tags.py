@@ -39,7 +39,7 @@ def _cli(mcp_env, *flags):
             "--no-rerank",
             "--preset",
             "fake",
-            "--json",
+            "--trace-json",
             *flags,
         ],
     )

@@ -59,7 +59,7 @@ def test_embed_then_vsearch(index_dir):
     assert forced.output.startswith("embedded 3 chunks")
     res = run("--index", str(index_dir), "vsearch", "git rebase branch", "--preset", "fake", "--format", "files")
     assert res.exit_code == 0, res.output
-    assert res.output.splitlines()[0].split(",")[2] == "notes/git-rebase.md"
+    assert res.output.splitlines()[0].split(",")[2] == "qmd://notes/git-rebase.md"
 
 
 def test_embed_is_resumable_after_a_crash(index_dir, monkeypatch):

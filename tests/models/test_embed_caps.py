@@ -63,9 +63,15 @@ def test_embed_timeout_stops_between_batches_and_resumes(indexed, monkeypatch):
     assert "embedded 1 chunks" in res.output and _vectors(indexed) == (5, 0)
 
 
-def test_embed_timeout_zero_embeds_nothing(indexed):
+def test_embed_timeout_is_minutes_as_in_qmd_and_zero_is_no_limit(indexed):
+    """qmd's ``--timeout <minutes>`` (0 = no limit); ``90s``/``2h`` name their unit; a word is refused."""
+    from qmdlab.commands.models import parse_timeout
+
+    assert (parse_timeout("30"), parse_timeout("90s"), parse_timeout("2h")) == (1800.0, 90.0, 7200.0)
     res = indexed("embed", "--preset", "fake", "--timeout", "0", "--no-progress")
-    assert "embedded 0 of 5 chunks" in res.output and _vectors(indexed) == (0, 5)
+    assert "embedded 5 chunks" in res.output and _vectors(indexed) == (5, 0)
+    bad = indexed("embed", "--preset", "fake", "--timeout", "soon", ok=False)
+    assert bad.exit_code == 2 and "--timeout" in bad.output and "give minutes (30)" in bad.output
 
 
 def test_embed_batch_caps_set_the_number_of_batches(indexed):

@@ -86,7 +86,7 @@ def test_query_cli_flag(tmp_path):
     base = ["--index", idx, "query", "beta", "--preset", "fake", "--no-rerank", "--no-expand", "--min-score", "1.5"]
     none = runner.invoke(cli, [*base, "--format", "json"])
     assert none.exit_code == 0 and json.loads(none.stdout) == []
-    res = runner.invoke(cli, [*base, "--min-score-fallback", "1.5", "--json"])
+    res = runner.invoke(cli, [*base, "--min-score-fallback", "1.5", "--trace-json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert [r["file"] for r in data["results"]] == ["kb/a.md"]

@@ -42,12 +42,12 @@ def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
     idx, _ = small_index
     d = str(idx.dir)
     rows = json.loads(_run(d, "sqlite search network", "--format", "json"))
-    assert {r["file"] for r in rows} >= {"notes/sqlite.md", "notes/docker.md"}
+    assert {r["file"] for r in rows} >= {"qmd://notes/sqlite.md", "qmd://notes/docker.md"}
     only = json.loads(_run(d, "sqlite search network", "--format", "json", "--tag", "ops"))
-    assert [r["file"] for r in only] == ["notes/docker.md"]  # --tag requires the tag, as on `search`
-    plain = [r["file"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10"))]
+    assert [r["docno"] for r in only] == ["notes/docker.md"]  # --tag requires the tag, as on `search`
+    plain = [r["docno"] for r in json.loads(_run(d, "git network", "--format", "json", "-n", "10"))]
     lifted = [
-        r["file"]
+        r["docno"]
         for r in json.loads(
             _run(d, "git network", "--format", "json", "-n", "10", "--prefer-tag", "ops", "--tag-lift", "10")
         )
@@ -57,15 +57,15 @@ def test_query_tag_filter_prefer_tag_and_result_flags(small_index):
     assert len(json.loads(_run(d, "git", "-n", "1", "--format", "json"))) == 1
     assert len(json.loads(_run(d, "git", "-n", "1", "--all", "--format", "json"))) >= 2
     full = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--full"))[0]
-    assert full["line"] == 1 and full["snippet"] == idx.get(full["file"]).body.rstrip("\n")
+    assert "snippet" not in full and full["body"] == idx.get(full["docno"]).body.rstrip("\n")
     num = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--line-numbers"))[0]
-    assert num["snippet"].startswith(f"{num['line']}: ")
+    header, first = num["snippet"].split("\n")[:2]  # qmd's @@ header, then numbered lines
+    assert header.startswith("@@ -") and first.startswith(header[4:].split(",")[0] + ": ")
     capped = json.loads(_run(d, "rebase", "-n", "1", "--format", "json", "--full", "--max-chars", "20"))[0]
     assert (
-        capped["file"] == full["file"]
-        and capped["snippet"] == cap_text(full["snippet"], 20, read_on=(full["file"], 1)).text
+        capped["file"] == full["file"] and capped["body"] == cap_text(full["body"], 20, read_on=(full["docno"], 1)).text
     )
-    assert f"more characters; read on with `qmdlab get {full['file']}:" in capped["snippet"]
+    assert f"more characters; read on with `qmdlab get {full['docno']}:" in capped["body"]
 
 
 def test_query_no_strong_signal_flag(small_index, tmp_path):
@@ -74,13 +74,15 @@ def test_query_no_strong_signal_flag(small_index, tmp_path):
     cfg.write_text("strong_signal_min: 0.3\nstrong_signal_gap: 0.1\n")
     probe = [
         n["message"]
-        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json"))["notes"]
+        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--trace-json"))["notes"]
         if n["stage"] == "probe"
     ]
     assert probe[0].endswith("expansion skipped")
     probe = [
         n["message"]
-        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--json", "--no-strong-signal"))["notes"]
+        for n in json.loads(_run(str(idx.dir), "pasta", "--config", str(cfg), "--trace-json", "--no-strong-signal"))[
+            "notes"
+        ]
         if n["stage"] == "probe"
     ]
     assert probe[0].endswith("but the skip is off (strong_signal: false): expanding")
@@ -131,6 +133,6 @@ def test_vsearch_result_flags(small_index_no_vectors):
     assert len(json.loads(vs("-n", "1", "--json"))) == 1
     assert len(json.loads(vs("-n", "1", "--all", "--json"))) >= 2
     top = json.loads(vs("-n", "1", "--json", "--full"))[0]
-    assert top["line"] == 1 and top["snippet"] == idx.get(top["file"]).body.rstrip("\n")
+    assert top["body"] == idx.get(top["docno"]).body.rstrip("\n")
     capped = json.loads(vs("-n", "1", "--json", "--full", "--max-chars", "15"))[0]
-    assert capped["file"] == top["file"] and "more characters; read on with `qmdlab get" in capped["snippet"]
+    assert capped["file"] == top["file"] and "more characters; read on with `qmdlab get" in capped["body"]

@@ -138,7 +138,7 @@ def test_cli_and_mcp_take_the_budget(small_index, monkeypatch):
     speed.observe(rr, "rerank", 10.0, 1)  # measured: 10 s a pair
     monkeypatch.setattr("qmdlab.models.load_models", lambda *a, **k: ModelSet(emb, None, rr))
     res = CliRunner().invoke(
-        cli, ["--index", str(idx.dir), "query", "git rebase", "--preset", "fake", "--budget", "1", "--json"]
+        cli, ["--index", str(idx.dir), "query", "git rebase", "--preset", "fake", "--budget", "1", "--trace-json"]
     )
     assert res.exit_code == 0, res.output
     notes = json.loads(res.stdout)["notes"]

@@ -68,7 +68,7 @@ def test_the_rule_flag_then_config_then_preset():
 
 
 def test_offline_query_runs_retrieval_only_and_says_why(index_dir, offline_on_fakes):
-    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline", "--json"])
+    res = CliRunner().invoke(cli, ["--index", index_dir, "query", "git rebase", "--preset", "offline", "--trace-json"])
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines()[0] == (
         "stages: bm25+vector+fusion; expansion off (offline preset default; --expand turns it on), "
@@ -92,7 +92,7 @@ def test_offline_query_with_expand_and_rerank_flags(index_dir, offline_on_fakes)
             "--expand",
             "--rerank",
             "--no-strong-signal",
-            "--json",
+            "--trace-json",
         ],
     )
     assert res.exit_code == 0, res.output
@@ -211,11 +211,11 @@ def test_every_verb_that_loads_a_role_takes_its_override(verb):
 def test_query_role_overrides_are_applied(index_dir, monkeypatch):
     monkeypatch.delenv("QMDLAB_PRESET", raising=False)
     argv = ["--index", index_dir, "query", "how do i rebase git", "--preset", "fake", "--no-strong-signal"]
-    res = CliRunner().invoke(cli, [*argv, "--json"])
+    res = CliRunner().invoke(cli, [*argv, "--trace-json"])
     assert res.exit_code == 0, res.output
     assert any(r["explain"]["rerank_score"] is not None for r in json.loads(res.stdout)["results"])
     # the fake preset reranks; with its rerank role overridden to none the stage has no model
-    res = CliRunner().invoke(cli, [*argv, "--rerank-model", "none", "--expand-model", "fake:rules", "--json"])
+    res = CliRunner().invoke(cli, [*argv, "--rerank-model", "none", "--expand-model", "fake:rules", "--trace-json"])
     assert res.exit_code == 0, res.output
     line = res.stderr.splitlines()[0]
     assert "rerank on (fake preset default; --no-rerank turns it off) but not run for this query" in line

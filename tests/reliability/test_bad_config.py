@@ -102,7 +102,7 @@ def test_stale_vectors_of_another_dimension(env):
     fails(env, "vsearch", "pasta", "--preset", "fake", contains=("dims", "5-d", "qmdlab embed -f"))
     fails(env, "embed", "--preset", "fake", contains=("5-d", "qmdlab embed -f"))
     # the pipeline degrades instead of failing: BM25 only, with a note
-    res = CliRunner().invoke(cli, ["--index", str(env["idx"]), "query", "pasta", "--preset", "fake", "--json"])
+    res = CliRunner().invoke(cli, ["--index", str(env["idx"]), "query", "pasta", "--preset", "fake", "--trace-json"])
     assert res.exit_code == 0, res.output
     assert "vector lists skipped" in res.output and "kb/a.md" in res.output
 

@@ -74,11 +74,13 @@ def test_search_results_carry_breadcrumbs(run):
     out = run("search", "apt zebra", "-n", "1").output.splitlines()
     assert out[0].startswith("kb/guide.md:") and out[2] == "  § Guide > Install > Linux"
     md = run("search", "apt zebra", "-n", "1", "--md").output
-    assert "· § Guide > Install > Linux" in md
-    # json/csv/xml keep qmd's fields; --full shows whole documents, so no breadcrumb
+    assert "**section:** Guide > Install > Linux" in md
+    # json carries qmd's keys and the breadcrumb; csv/xml keep qmd's fields; --full shows whole
+    # documents, so no breadcrumb
     data = json.loads(run("search", "apt zebra", "-n", "1", "--json").output)
-    assert set(data[0]) == {"docid", "score", "file", "line", "title", "context", "snippet"}
-    assert run("search", "apt zebra", "--csv").output.splitlines()[0] == "docid,score,file,line,title,context,snippet"
+    assert set(data[0]) == {"docid", "score", "file", "line", "title", "snippet", "docno", "breadcrumb"}
+    assert data[0]["breadcrumb"] == "Guide > Install > Linux"
+    assert run("search", "apt zebra", "--csv").output.splitlines()[0] == "docid,score,file,title,context,line,snippet"
     assert "§" not in run("search", "apt zebra", "-n", "1", "--full").output
 
 
@@ -97,17 +99,17 @@ def test_search_context_shows_parent_summary_and_siblings(run):
     ]
     assert "parent:" not in run("search", "daily", "-n", "1").output  # opt-in
     md = run("search", "daily", "-n", "1", "--md", "--context").output
-    assert "- parent: Guide — The guide.\n- siblings: Install\n" in md
+    assert "**parent:** Guide — The guide.\n**siblings:** Install\n" in md
     (hit,) = json.loads(run("search", "daily", "-n", "1", "--json", "--context").output)
     assert hit["parent"] == {"address": "guide", "title": "Guide", "summary": "The guide."}
     assert hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
     # the same context as navigate.hit_context of the snippet's line (no logic of the CLI's own)
-    from qmdlab.search.navigate import hit_context, snippet_hit_line
+    from qmdlab.search.navigate import hit_context
     from qmdlab.store import Index
 
     idx = Index.open(run.index_dir)
     try:
-        want = hit_context(idx, hit["file"], snippet_hit_line(hit["line"], hit["snippet"])).as_dict()
+        want = hit_context(idx, hit["docno"], hit["line"]).as_dict()
     finally:
         idx.close()
     assert (hit["parent"], hit["siblings"]) == (want["parent"], want["siblings"])
@@ -126,8 +128,8 @@ def test_query_context_with_the_fake_preset(run):
     assert "  siblings: Install" in lines
     (hit,) = json.loads(run(*args, "--format", "json").stdout)
     assert hit["parent"]["address"] == "guide" and hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
-    res = run(*args, "--json", ok=False)
-    assert res.exit_code == 1 and "--json prints the whole trace" in res.output
+    res = run(*args, "--trace-json", ok=False)
+    assert res.exit_code == 1 and "--trace-json prints the whole trace" in res.output
 
 
 def test_full_max_chars_caps_whole_documents(run, tmp_path):
@@ -137,20 +139,18 @@ def test_full_max_chars_caps_whole_documents(run, tmp_path):
 
     body = (tmp_path / "notes" / "long.md").read_text(encoding="utf-8").rstrip("\n")
     (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full").output)
-    assert hit["file"] == "kb/long.md" and hit["snippet"] == body  # today's --full: unchanged
+    assert hit["file"] == "qmd://kb/long.md" and hit["body"] == body  # --full: the body, uncapped
     (hit,) = json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300").output)
-    assert hit["snippet"] == cap_text(body, 300, read_on=("kb/long.md", 1)).text
-    assert hit["snippet"].endswith("more characters; read on with `qmdlab get kb/long.md:6`]")
-    assert (
-        json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "0").output)[0]["snippet"] == body
-    )
+    assert hit["body"] == cap_text(body, 300, read_on=("kb/long.md", 1)).text
+    assert hit["body"].endswith("more characters; read on with `qmdlab get kb/long.md:6`]")
+    assert json.loads(run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "0").output)[0]["body"] == body
     # numbered lines (cli always, json with --line-numbers) leave the closing note unnumbered
     cli = run("search", "row", "-n", "1", "--full", "--max-chars", "300").output.rstrip("\n").splitlines()
     assert cli[-2].startswith("      5: row 2 ") and cli[-1].startswith("         … [")
     (hit,) = json.loads(
         run("search", "row", "-n", "1", "--json", "--full", "--max-chars", "300", "--line-numbers").output
     )
-    assert hit["snippet"].split("\n")[-2].startswith("5: row 2 ") and hit["snippet"].split("\n")[-1].startswith("… [")
+    assert hit["body"].split("\n")[-2].startswith("5: row 2 ") and hit["body"].split("\n")[-1].startswith("… [")
     res = run("search", "row", "--max-chars", "300", ok=False)
     assert res.exit_code == 1 and "add --full" in res.output
     res = run("search", "row", "--full", "--max-chars", "-1", ok=False)

@@ -32,8 +32,9 @@ def test_collection_lifecycle(run, notes):
 def test_search_formats_filters_and_no_results(run, notes):
     run("collection", "add", str(notes), "--name", "kb", "--mask", "**/*.md")
     res = json.loads(run("search", "rebase squash", "--format", "json").output)
-    assert res[0]["file"] == "kb/git.md" and res[0]["docid"].startswith("#")
-    assert set(res[0]) == {"docid", "score", "file", "line", "title", "context", "snippet"}
+    assert res[0]["file"] == "qmd://kb/git.md" and res[0]["docid"].startswith("#")
+    assert {"docid", "score", "file", "line", "title", "snippet"} <= set(res[0])  # qmd's keys, then qmdlab's
+    assert res[0]["docno"] == "kb/git.md"
     assert run("search", "nothingmatcheszzz").output.strip() == "No results."
     assert run("search", 'NEAR( "*:^ AND').exit_code == 0
     assert run("search", "rebase", "--tag", "food").output.strip() == "No results."
@@ -58,7 +59,7 @@ def test_search_msm_mode_and_min_match(run, notes):
 
     def files(*flags):
         out = run("search", "rebase pasta salt", "--format", "json", *flags).output
-        return [] if out.strip() == "No results." else [r["file"] for r in json.loads(out)]
+        return [] if out.strip() == "No results." else [r["docno"] for r in json.loads(out)]
 
     assert set(files()) == {"kb/git.md", "kb/cooking/pasta.md"}  # or: any term
     assert files("--mode", "msm", "--min-match", "2") == ["kb/cooking/pasta.md"]  # pasta + salt; git.md: rebase only

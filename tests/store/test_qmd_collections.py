@@ -31,7 +31,7 @@ def two(tmp_path, cli_run, qmdlab_home):
 
 
 def _files(res):
-    return sorted(line.split(",")[2] for line in res.output.splitlines() if line.startswith("#"))
+    return sorted(line.split(",")[2].removeprefix("qmd://") for line in res.output.splitlines() if line.startswith("#"))
 
 
 def test_exclude_leaves_a_collection_out_of_unscoped_searches_only(two, cli_run):

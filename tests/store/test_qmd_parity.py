@@ -131,14 +131,15 @@ def test_search_all_full_line_numbers_and_shorthands(run, notes):
         assert run("search", "pasta", flag).output == run("search", "pasta", "--format", flag[2:]).output
     full = json.loads(run("search", "rebase", "--json", "--full").output)[0]
     assert (
-        full["line"] == 1
-        and full["snippet"].startswith("---\ntitle: Git rebase guide")
-        and full["snippet"].endswith("squash commits.")
+        "snippet" not in full
+        and full["body"].startswith("---\ntitle: Git rebase guide")
+        and full["body"].endswith("squash commits.")
     )
     numbered = json.loads(run("search", "rebase", "--json", "--line-numbers").output)[0]
     plain = json.loads(run("search", "rebase", "--json").output)[0]
-    first = plain["line"]
-    assert numbered["snippet"].split("\n")[0] == f"{first}: {plain['snippet'].split(chr(10))[0]}"
+    header, first_line = plain["snippet"].split("\n")[:2]  # qmd's @@ header, then the text
+    first = int(header.split(",")[0].removeprefix("@@ -"))
+    assert numbered["snippet"].split("\n")[:2] == [header, f"{first}: {first_line}"]
     bad = run("search", "pasta", "--json", "--csv", ok=False)
     assert bad.exit_code == 1 and "--json and --csv ask for different formats" in bad.output
     bad = run("search", "pasta", "--format", "md", "--json", ok=False)
