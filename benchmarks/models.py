@@ -288,7 +288,8 @@ def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) 
     train-reranker` (runs/reranker/model) when it exists, else the same architecture (MiniLM-L6
     + a fresh head, from the packaged weights): the speed depends on the architecture only."""
     try:
-        from qmdlab.training.reranker import new_model, resolve_base
+        from qmdlab.training.base_models import resolve_encoder_base
+        from qmdlab.training.reranker_fit import new_model
     except ImportError as err:
         skip("rerank", "cross-encoder pairs/s at 256 tokens", f"train extra missing ({err})")
         return
@@ -299,7 +300,7 @@ def bench_cross_encoder(w: Work, sz: dict, llm_s_per_pair: float | None = None) 
         path, which = trained, "trained (runs/reranker/model)"
     else:
         try:
-            base = resolve_base("pkg:all-minilm-l6-v2")
+            base = resolve_encoder_base("pkg:all-minilm-l6-v2")
         except Exception as err:
             skip("rerank", "cross-encoder pairs/s at 256 tokens", str(err))
             return

@@ -510,7 +510,8 @@ def _():
 
 @app.cell
 def _():
-    from qmdlab.training.reranker import format_table, load_report
+    from qmdlab.training.reranker import load_report
+    from qmdlab.training.reranker_eval import format_table
 
     reranker_arg = str(mo.cli_args().get("reranker") or "runs/reranker")
     reranker_report = load_report(reranker_arg)

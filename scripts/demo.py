@@ -376,7 +376,8 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
     run; otherwise the command that adds them. Reads stored results only (no model call)."""
     import polars as pl
 
-    from qmdlab.training.reranker import format_table, load_report
+    from qmdlab.training.reranker import load_report
+    from qmdlab.training.reranker_eval import format_table
 
     report = load_report(run_dir)
     if report is None or report.heldout is None:

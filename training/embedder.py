@@ -50,6 +50,7 @@ from typing import Any
 
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
+from qmdlab.training.base_models import resolve_encoder_base
 from qmdlab.training.splits import LeakError, QuerySplit
 
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
@@ -107,13 +108,6 @@ class EmbedderRunConfig:
 
 
 # -- inputs ---------------------------------------------------------------------------------------
-def resolve_base(ref: str) -> Path:
-    """The sentence-transformers directory of ``--base`` (see :func:`qmdlab.training.reranker.resolve_base`)."""
-    from qmdlab.training.reranker import resolve_base as _resolve
-
-    return _resolve(ref)
-
-
 def load_split(synthetic: str | Path | None, suite: str) -> QuerySplit:
     """The generator run's split of ``suite``: ``synthetic`` is the run directory (its
     ``splits.json``) or the split file itself.
@@ -574,7 +568,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     t0 = time.perf_counter()
     suite = get_suite(cfg.suite, cfg.format)
     split = official_query_split(suite) if cfg.labelled else load_split(cfg.synthetic, suite.name)
-    base_dir = resolve_base(cfg.base)
+    base_dir = resolve_encoder_base(cfg.base)
     if cfg.n_threads:
         import torch
 

@@ -21,12 +21,17 @@ Three sources, each a plain list of rows the sentence-transformers trainer reads
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
 
 from qmdlab.errors import QmdlabError
+
+if TYPE_CHECKING:
+    from qmdlab.training.reranker import RerankerRunConfig
 
 CANDIDATE_SCHEMA = {
     "qid": pl.Utf8,
@@ -255,3 +260,64 @@ def collection_pairs(
 
 
 __all__ = ["CANDIDATE_SCHEMA", "candidate_table", "query_lists", "pair_rows", "collection_pairs", "strip_heading"]
+
+
+# -- the recorded suite ---------------------------------------------------------------------------
+class RecordingInfo(NamedTuple):
+    """The suite as the reranker sees it."""
+
+    suite: object
+    table: pl.DataFrame  # training_data.CANDIDATE_SCHEMA
+    study: object  # qmdlab.eval.study.Study of the recorded traces
+    index: object
+    queries: pl.DataFrame  # qid, query
+    config: object  # PipelineConfig used for recording (rerank off)
+
+
+def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> RecordingInfo:
+    """Run (or load from the trace cache) the suite with expansion/rerank off; build the candidate table."""
+    from qmdlab.eval.runner import run_suite
+    from qmdlab.eval.study import Study
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import PipelineConfig
+    from qmdlab.store import Index
+
+    suite = get_suite(cfg.suite, cfg.format)
+    data = suite.data()
+    judged = data.judged_queries()
+    if judged.height == 0:
+        raise QmdlabError(
+            f"suite {suite.name!r} ({suite.path}) has no judged queries: add qrels (query id, "
+            "document id, grade ≥ 1) or train without labels with --folds 0 --set supervised=false"
+        )
+    if not data.qrels.filter(pl.col("grade") >= 1).height:
+        raise QmdlabError(
+            f"suite {suite.name!r} ({suite.path}) has no positive judgments (every grade is 0): "
+            "mark at least one relevant document per query with grade ≥ 1"
+        )
+    pcfg = PipelineConfig.from_yaml(cfg.pipeline_config) if cfg.pipeline_config else PipelineConfig()
+    pcfg = pcfg.replace(rerank=False, expand=cfg.expand and pcfg.expand)
+    models = load_models(cfg.preset, expand=None if pcfg.expand else "none", rerank="none", n_threads=cfg.n_threads)
+    res = run_suite(
+        suite,
+        models,
+        pcfg,
+        out=Path(cfg.out) / "recorded",
+        name="fused",
+        progress=cfg.progress,
+        check_ranx=False,
+        log=log,
+        all_queries=True,  # an official split's training queries are what the model learns from
+    )
+    pcfg = pcfg.replace(candidate_limit=cfg.candidates)  # the rerank depth; recorded traces are unchanged
+    study = Study(res.trace, res.qrels, config=pcfg)
+    index = Index.open(suite.workdir() / "index")
+    queries = judged.select(pl.col("qid").cast(pl.Utf8), "query", *(["intent"] if "intent" in judged.columns else []))
+    table = candidate_table(res.trace, res.qrels, queries, index, pcfg)
+    if not table.filter(pl.col("grade") >= 1).height:
+        raise QmdlabError(
+            f"suite {suite.name!r}: no relevant document of any query is in the index "
+            f"{index.dir}; check that the qrels' document ids match the collection"
+        )
+    return RecordingInfo(suite, table, study, index, queries.select("qid", "query"), pcfg)

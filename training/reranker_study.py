@@ -107,7 +107,7 @@ def load_heldout_study(out: str | Path) -> HeldOutStudy:
         When ``out`` is not a finished run with held-out scores (names the command that makes one).
     """
     from qmdlab.eval.study import Study
-    from qmdlab.training.reranker import with_rerank
+    from qmdlab.training.reranker_eval import with_rerank
 
     d = Path(out)
     if not is_finished_run(d):

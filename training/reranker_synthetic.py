@@ -9,7 +9,7 @@ Recipe (InPars / Promptagator style: thousands of filtered synthetic queries tra
 reranker where a few dozen labelled queries could not):
 
 1. **Record** the suite through the pipeline once, expansion and rerank off
-   (:func:`qmdlab.training.reranker.record`); the candidates of each judged query are the chunks
+   (:func:`qmdlab.training.reranker_data.record`); the candidates of each judged query are the chunks
    the pipeline would send the reranker.
 2. **Pairs** — the round-trip-filtered generated queries of the index's active generator, each with
    its source chunk as the positive and ``synthetic_hard_negatives`` BM25-mined chunks of other
@@ -87,23 +87,18 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     from sentence_transformers.cross_encoder.losses import MultipleNegativesRankingLoss
 
     from qmdlab.eval.significance import compare_to_baseline
+    from qmdlab.training.base_models import resolve_encoder_base
     from qmdlab.training.embedder import build_pairs, check_no_heldout, load_split, train_columns
-    from qmdlab.training.reranker import (
-        _blend_dict,
-        _config_with,
-        _pretrain,
+    from qmdlab.training.reranker_data import record
+    from qmdlab.training.reranker_eval import (
+        blend_dict,
         calibrate_and_blend,
+        config_with,
         evaluate_heldout,
-        fit,
-        fit_info,
         format_table,
-        freeze,
-        new_model,
-        record,
-        resolve_base,
         score_table,
-        write_meta,
     )
+    from qmdlab.training.reranker_fit import fit, fit_info, freeze, new_model, pretrain, write_meta
 
     out = Path(cfg.out)
     done = rundir.done_result(out)
@@ -112,7 +107,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     if cfg.synthetic_hard_negatives < 0:
         raise ConfigError(f"synthetic_hard_negatives must be 0 or more, got {cfg.synthetic_hard_negatives}")
     t0 = time.perf_counter()
-    base_dir = resolve_base(cfg.base)
+    base_dir = resolve_encoder_base(cfg.base)
     if cfg.n_threads:
         import torch
 
@@ -155,7 +150,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
 
     init_dir, weak_info = base_dir, None
     if cfg.weak:
-        init_dir, weak_info = _pretrain(cfg, rec, base_dir, log)
+        init_dir, weak_info = pretrain(cfg, rec, base_dir, log)
     run = out / "synthetic"
     info = rundir.done_result(run)
     if info is None:
@@ -190,7 +185,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     tuned_fusion, tuned_fusion_train = rec.config.replace(rerank=False), None
     if train_q:
         tuned_fusion, tuned_fusion_train = tune_fusion(rec.study.subset(train_q), rec.config)
-    blend = _blend_dict(blend_cfg)
+    blend = blend_dict(blend_cfg)
     write_meta(
         model_dir,
         {
@@ -235,9 +230,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     import yaml
 
     (out / "blend.yaml").write_text(
-        yaml.safe_dump(
-            _blend_dict(_config_with(rec.config, blend)) if blend else {"blend": "position"}, sort_keys=False
-        ),
+        yaml.safe_dump(blend_dict(config_with(rec.config, blend)) if blend else {"blend": "position"}, sort_keys=False),
         encoding="utf-8",
     )
     result = {
@@ -268,12 +261,12 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
 
 
 def held_per(held, run: str) -> pl.DataFrame:
-    """One run's per-query scores from a :class:`qmdlab.training.reranker.HeldOut`."""
+    """One run's per-query scores from a :class:`qmdlab.training.reranker_eval.HeldOut`."""
     return held.per_query.filter(pl.col("run") == run).drop("run")
 
 
 def _model_card(cfg, result: dict, out: Path) -> None:
-    from qmdlab.training.reranker import format_table
+    from qmdlab.training.reranker_eval import format_table
 
     table = format_table(pl.DataFrame(result["heldout"]))
     vs = format_table(pl.DataFrame(result["heldout_vs_tuned"]))

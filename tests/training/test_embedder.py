@@ -108,10 +108,11 @@ def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_
     require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from qmdlab.errors import ModelError
-    from qmdlab.training.embedder import fit, gguf_embedder, resolve_base, to_gguf
+    from qmdlab.training.base_models import resolve_encoder_base
+    from qmdlab.training.embedder import fit, gguf_embedder, to_gguf
 
     try:
-        base = resolve_base("pkg:all-minilm-l6-v2")
+        base = resolve_encoder_base("pkg:all-minilm-l6-v2")
     except ModelError as err:
         require(False, f"the packaged MiniLM is not installed: {err}")
     import torch
@@ -161,10 +162,11 @@ def test_labelled_run_trains_on_the_official_train_side_only(tmp_path, qmdlab_ho
     require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from qmdlab.errors import ConfigError, ModelError
-    from qmdlab.training.embedder import EmbedderRunConfig, resolve_base, run_embedder
+    from qmdlab.training.base_models import resolve_encoder_base
+    from qmdlab.training.embedder import EmbedderRunConfig, run_embedder
 
     try:
-        resolve_base("pkg:all-minilm-l6-v2")
+        resolve_encoder_base("pkg:all-minilm-l6-v2")
     except ModelError as err:
         require(False, f"the packaged MiniLM is not installed: {err}")
     suite = _beir_suite(tmp_path / "sf")

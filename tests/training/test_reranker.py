@@ -192,6 +192,7 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
     The suite's query texts are unique per query, so a leak would be visible; the same check is
     run against a deliberately leaking split, which must be caught."""
     import qmdlab.training.reranker as tr
+    from qmdlab.training import reranker_fit
 
     seen: list[tuple[str, set[str]]] = []
     real_fit = tr.fit
@@ -202,6 +203,7 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
         return real_fit(model, rows, loss, run_dir, **kw)
 
     monkeypatch.setattr(tr, "fit", spy)
+    monkeypatch.setattr(reranker_fit, "fit", spy)  # the in-collection pretraining fits there
     suite = write_suite(tmp_path / "suite")
     cfg = small_cfg(suite, tmp_path / "run", tiny_bert, final=False, folds=3)
     tr.run_reranker(cfg, log=lambda m: None)
@@ -257,6 +259,7 @@ def test_official_split_trains_on_train_and_scores_test_only(tmp_path, qmdlab_ho
     """A suite with an official split is one fold: every dataset the trainer fits holds training
     queries only, the held-out runs hold exactly the test queries, and the served model is that fold's."""
     import qmdlab.training.reranker as tr
+    from qmdlab.training import reranker_fit
 
     seen: list[tuple[str, set[str]]] = []
     real_fit = tr.fit
@@ -266,6 +269,7 @@ def test_official_split_trains_on_train_and_scores_test_only(tmp_path, qmdlab_ho
         return real_fit(model, rows, loss, run_dir, **kw)
 
     monkeypatch.setattr(tr, "fit", spy)
+    monkeypatch.setattr(reranker_fit, "fit", spy)  # the in-collection pretraining fits there
     suite = beir_suite(tmp_path / "suite")
     res = tr.run_reranker(small_cfg(suite, tmp_path / "run", tiny_bert, format="beir", weak=False), log=lambda m: None)
     test_texts = {f"how to care for {t} number {i}" for i, t in enumerate(TOPICS) if i >= len(TOPICS) - 4}
@@ -297,13 +301,14 @@ def test_no_positives_is_one_clear_error(tmp_path, qmdlab_home, tiny_bert):
 
 def test_missing_base_model_names_the_fix(tmp_path, qmdlab_home):
     from qmdlab.errors import ModelError
-    from qmdlab.training.reranker import resolve_base, run_reranker
+    from qmdlab.training.base_models import resolve_encoder_base
+    from qmdlab.training.reranker import run_reranker
 
     suite = write_suite(tmp_path / "suite")
     with pytest.raises(ModelError, match="--base DIR"):
         run_reranker(small_cfg(suite, tmp_path / "run", tmp_path / "nowhere"), log=lambda m: None)
     with pytest.raises(ModelError, match="huggingface-cli download"):
-        resolve_base("hf:nobody/no-such-model-here")
+        resolve_encoder_base("hf:nobody/no-such-model-here")
 
 
 def test_cli_reports_bad_suite(tmp_path, qmdlab_home):
@@ -319,7 +324,7 @@ def test_cli_reports_bad_suite(tmp_path, qmdlab_home):
 
 
 def test_platt_and_auc_closed_form():
-    from qmdlab.training.reranker import auc, platt
+    from qmdlab.training.reranker_eval import auc, platt
 
     assert auc(np.array([3.0, 2.0, 1.0]), np.array([True, False, False])) == 1.0
     assert auc(np.array([1.0, 1.0]), np.array([True, False])) == 0.5

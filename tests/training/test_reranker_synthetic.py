@@ -37,7 +37,7 @@ def _expanded_suite(tmp_path: Path, tiny_bert: Path, generate=_topic_query):
     """A suite whose index holds kept generated queries, and a generator run directory with a split."""
     from qmdlab.models.doc_query_gen import TableDocQueryGenerator
     from qmdlab.pipeline.doc_expand import expand_documents
-    from qmdlab.training.reranker import record
+    from qmdlab.training.reranker_data import record
     from qmdlab.training.splits import QuerySplit, save_splits
 
     suite = write_suite(tmp_path / "suite")
@@ -67,27 +67,27 @@ def _cfg(suite, out, tiny_bert, run, **kw):
 
 @pytest.mark.slow
 def test_end_to_end_on_synthetic_pairs(tmp_path, qmdlab_home, tiny_bert, monkeypatch):
-    from qmdlab.training import reranker, reranker_synthetic
+    from qmdlab.training import reranker_eval, reranker_fit, reranker_synthetic
     from qmdlab.training.reranker import run_reranker
 
     suite, run, qids = _expanded_suite(tmp_path, tiny_bert)
     heldout = set(qids[1::2])
     seen_rows: list[dict] = []
-    real_fit = reranker.fit
+    real_fit = reranker_fit.fit
 
     def spy_fit(model, rows, loss, run_dir, **kw):
         seen_rows.extend(rows)
         return real_fit(model, rows, loss, run_dir, **kw)
 
     scored: dict[str, set[str]] = {}
-    real_score = reranker.score_table
+    real_score = reranker_eval.score_table
 
     def spy_score(model_dir, table, q, **kw):
         scored.setdefault(Path(model_dir).name + ":" + Path(model_dir).parent.name, set()).update(q)
         return real_score(model_dir, table, q, **kw)
 
-    monkeypatch.setattr(reranker, "fit", spy_fit)
-    monkeypatch.setattr(reranker, "score_table", spy_score)
+    monkeypatch.setattr(reranker_fit, "fit", spy_fit)
+    monkeypatch.setattr(reranker_eval, "score_table", spy_score)
     tuned: list[set[str]] = []
     real_tune = reranker_synthetic.tune_fusion
 
