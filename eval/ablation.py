@@ -198,9 +198,9 @@ EXPANSION_WEIGHT = 1.0
 def index_has_expansions(suite, config: PipelineConfig) -> bool:
     """Whether the suite's index for ``config``'s chunker holds generated queries in its
     expansions column (no index yet: ``False``; nothing is created or written)."""
+    from qmdlab.paths import DB_NAME
     from qmdlab.store import Index
     from qmdlab.store.doc_expansions import has_expansions
-    from qmdlab.store.index import DB_NAME
 
     from .record import index_dir
 
