@@ -32,7 +32,9 @@ def plan_batches(
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    out, start, docs, size = [], 0, set(), 0
+    out: list[tuple[int, int]] = []
+    docs: set[str] = set()
+    start = size = 0
     for i, (docno, text) in enumerate(zip(docnos, texts)):
         n = len((text or "").encode("utf-8"))
         full = i - start >= batch_size
