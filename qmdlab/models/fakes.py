@@ -107,6 +107,7 @@ class RuleExpander:
         if self._fn is not None:
             value = self._fn(query)
         else:
+            assert self._table is not None  # rules that are not a function are a table
             value = self._table.get(query.strip().lower(), self.default)
         raw = value if isinstance(value, str) else format_lines(value)
         return parse_expansion(raw)
