@@ -147,7 +147,7 @@ def _dist_files(model: PackagedModel, dist: str) -> list[Path]:
             f"package {dist!r} (model pkg:{model.name}) is not installed; run "
             f"`{model.install}` then `qmdlab pull --preset offline`"
         ) from None
-    found = sorted(Path(d.locate_file(f)) for f in (d.files or []) if str(f).endswith(model.pattern))
+    found = sorted(Path(str(d.locate_file(f))) for f in (d.files or []) if str(f).endswith(model.pattern))
     if not found:
         raise ModelError(
             f"package {dist!r} holds no '*{model.pattern}' file; reinstall it with `{model.install} --force-reinstall`"
