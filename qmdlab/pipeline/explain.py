@@ -7,6 +7,8 @@ fusion method, :func:`qmdlab.pipeline.fuse.contributions`) to ``fused`` and
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
@@ -158,7 +160,7 @@ def result_explain(trace: Trace, config: PipelineConfig | None = None) -> dict[t
     return out
 
 
-_NO_EXPLAIN = {
+_NO_EXPLAIN: dict[str, Any] = {
     "lists": [],
     **dict.fromkeys(
         (
