@@ -111,7 +111,8 @@ def matrix_key(vm: VectorMatrix, fingerprint: str, cfg: AnnConfig) -> str:
     )
     h.update(np.ascontiguousarray(vm.chunk_ids, dtype=np.int64).tobytes())
     h.update("\0".join(vm.docnos).encode())
-    h.update(memoryview(np.ascontiguousarray(vm.matrix, dtype=np.float32)).cast("B"))
+    # an ndarray is a buffer (no copy), but numpy's stubs declare __buffer__ only for Python >= 3.12
+    h.update(memoryview(np.ascontiguousarray(vm.matrix, dtype=np.float32)).cast("B"))  # type: ignore[arg-type]
     return h.hexdigest()
 
 
