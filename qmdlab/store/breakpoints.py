@@ -33,6 +33,7 @@ start inside a table moves back to the newline before its row (:func:`_row_start
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 CHUNK_SIZE_TOKENS = 900
@@ -143,7 +144,7 @@ def find_tables(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _inside(pos: int, fences: list[tuple[int, int]]) -> tuple[int, int] | None:
+def _inside(pos: int, fences: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
     for start, end in fences:
         if start < pos < end:
             return start, end
@@ -165,7 +166,7 @@ def find_best_cutoff(
     points: list[BreakPoint],
     target: int,
     window: int = CHUNK_WINDOW_CHARS,
-    fences: list[tuple[int, int]] = (),
+    fences: Sequence[tuple[int, int]] = (),
 ) -> int:
     """The best break position in ``[target - window, target]``, or ``target`` if none.
 
