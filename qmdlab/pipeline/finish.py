@@ -72,7 +72,8 @@ def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None] | None:
 
 def _content_duplicates_small(final: pl.DataFrame, hashes: dict[str, str | None]) -> list[tuple[str, str, str]]:
     """:func:`content_duplicates`' rows in plain Python (:func:`content_duplicate_rows`)."""
-    return content_duplicate_rows(*(final.get_column(c).to_list() for c in ("qid", "docno", "final_rank")), hashes)
+    qids, docs, ranks = (final.get_column(c).to_list() for c in ("qid", "docno", "final_rank"))
+    return content_duplicate_rows(qids, docs, ranks, hashes)
 
 
 def content_duplicate_rows(
@@ -105,7 +106,7 @@ def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl
     >>> content_duplicates(f, h).rows()
     [('q', 'c', 'a')]
     """
-    schema = {"qid": pl.String, "docno": pl.String, "kept": pl.String}
+    schema = pl.Schema({"qid": pl.String, "docno": pl.String, "kept": pl.String})
     if doc_tags is None or "hash" not in doc_tags.columns or final.height == 0:
         return pl.DataFrame(schema=schema)
     if final.height <= SMALL_ROWS and final["final_rank"].null_count() == 0:
