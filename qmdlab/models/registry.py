@@ -288,7 +288,6 @@ def build_model(
     def resolve() -> Path:
         return resolve_path(ref, progress=progress)
 
-    common = dict(n_threads=n_threads, idle_timeout=idle_timeout)
     if role == "embed" and chunking is None:
         chunking = default_chunking()
     if role == "embed":
@@ -302,7 +301,8 @@ def build_model(
             n_ctx=opts.get("n_ctx", 512),
             chunking=chunking,
             batch_size=batch_size,
-            **common,
+            n_threads=n_threads,
+            idle_timeout=idle_timeout,
         )
     if role == "expand":
         from qmdlab.models.expansion import grammar_for
@@ -317,7 +317,8 @@ def build_model(
             sampling=sampling,
             grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
             n_ctx=opts.get("n_ctx", 2048),
-            **common,
+            n_threads=n_threads,
+            idle_timeout=idle_timeout,
         )
     if role == "rerank":
         from qmdlab.models.llama_rerank import LlamaReranker
@@ -328,7 +329,8 @@ def build_model(
             family=opts.get("family"),
             n_ctx=opts.get("n_ctx", 2048),
             max_doc_tokens=opts.get("rerank_max_doc_tokens"),
-            **common,
+            n_threads=n_threads,
+            idle_timeout=idle_timeout,
         )
     raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
 
