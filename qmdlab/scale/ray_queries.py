@@ -59,8 +59,8 @@ class ModelSpec(NamedTuple):
         """The :class:`~qmdlab.models.ModelSet` (lazy: llama.cpp weights load on first use)."""
         from qmdlab.models import load_models
 
-        kw = {r: ("none" if ref is None else ref) for r, ref in zip(ROLES, self.refs)}
-        return load_models(n_threads=self.n_threads, **kw)
+        embed, expand, rerank = ("none" if ref is None else ref for ref in self.refs)  # in ROLES order
+        return load_models(embed=embed, expand=expand, rerank=rerank, n_threads=self.n_threads)
 
 
 def fingerprints(models: Any) -> list[str | None]:
