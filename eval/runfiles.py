@@ -17,8 +17,10 @@ def write_trec_run(final: pl.DataFrame, path: Path, name: str, docid: Callable[[
     """Write ``final`` (``qid, docno, final_rank, final_score``) as a TREC run with collection ids.
 
     Scores are made strictly decreasing within a query (a tie is lowered by 1e-9 per place) so
-    that tools which re-sort by score (trec_eval, ranx) keep the pipeline's order.
+    that tools which re-sort by score (trec_eval, ranx) keep the pipeline's order. The run tag is
+    one token (whitespace becomes ``_``): trec_eval and ranx split each line on whitespace.
     """
+    name = "_".join(name.split()) or "run"
     lines = []
     for (qid,), part in final.sort(["qid", "final_rank"]).group_by("qid", maintain_order=True):
         prev = None
