@@ -484,7 +484,7 @@ class PipelineConfig:
         (0.75, 0.6, 0.1)
         """
         plain = {k: v for k, v in params.items() if _blend_item(k) is None}
-        items = {"blend_weights": list(self.blend_weights), "blend_bands": list(self.blend_bands)}
+        items: dict[str, list[Any]] = {"blend_weights": list(self.blend_weights), "blend_bands": list(self.blend_bands)}
         for k, v in params.items():
             item = _blend_item(k)
             if item is not None:
@@ -593,7 +593,8 @@ def _resolve_model(data: Any, path: Path) -> Any:
     """Make a relative ``learned_model`` path relative to the config file's folder."""
     if not isinstance(data, Mapping):
         return data
-    inner = data.get("pipeline") if set(data) == {"pipeline"} and isinstance(data.get("pipeline"), Mapping) else data
+    pipeline = data.get("pipeline")
+    inner: Mapping = pipeline if set(data) == {"pipeline"} and isinstance(pipeline, Mapping) else data
     model = inner.get("learned_model")
     if isinstance(model, str) and model and not Path(model).is_absolute():
         inner = dict(inner)
