@@ -36,7 +36,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qmdlab.errors import QmdlabError
 from qmdlab.store.outline import DocumentOutline, Section, slugify
@@ -498,7 +498,8 @@ def context_of(
     sec = outline.section_at_line(max(int(line), 1))
     parent = outline.parent(sec.address) if sec.address else None
     if parent is None:
-        p_addr, p_title, p_sum, sibs = None, "", "", ()
+        p_addr, p_title, p_sum = None, "", ""
+        sibs: tuple[tuple[str, str], ...] = ()
     else:
         p_addr, p_title = parent.address, parent.title
         p_sum = section_summary(outline, parent, summary_chars)
@@ -533,7 +534,7 @@ def snippet_hit_line(line: int, snippet: str) -> int:
     return int(line) + (1 if int(line) > 1 and "\n" in (snippet or "") else 0)
 
 
-def _row_outlines(idx: Index, rows: Iterable) -> list[tuple[object, DocumentOutline | None]]:
+def _row_outlines(idx: Index, rows: Iterable) -> list[tuple[Any, DocumentOutline | None]]:
     """``(row, outline)`` per result row; ``None`` for a document no longer indexed or a row
     without a line. Each document is parsed once."""
     cache: dict[str, DocumentOutline | None] = {}
