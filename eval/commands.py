@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from qmdlab.commands.model_options import role_options
 from qmdlab.errors import ConfigError
+from qmdlab.role_options import role_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 

@@ -23,6 +23,10 @@ class StoreError(QmdlabError):
     """The index cannot do what was asked (missing document, corrupt DB, …)."""
 
 
+class DocumentNotFoundError(StoreError):
+    """No indexed document answers to a reference (it may have been renamed or removed since)."""
+
+
 class ModelError(QmdlabError):
     """A model is missing, corrupt or failed to load."""
 

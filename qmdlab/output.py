@@ -2,57 +2,93 @@
 
 Build :class:`~qmdlab.pipeline.results.ResultRow` values with
 :func:`~qmdlab.pipeline.results.build_rows` (re-exported here) or directly, then render them with
-:func:`format_results`. Every format carries the
-same fields as qmd's JSON: docid, score, file, line, title, context, snippet. ``file`` is the
-docno (``collection/path``); ``line`` is the 1-based line where the snippet starts.
+:func:`format_results`. The machine formats are qmd's (``src/cli/qmd.ts``'s ``outputResults``):
+docid, score, file (the ``qmd://collection/path`` URI), title, context, line (the best-matching
+line) and snippet (qmd's ``@@`` header and capped text) or, with ``--full``, the body; qmdlab's
+own fields (docno, breadcrumb, parent, siblings, explain) are added beside them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
+from qmdlab.display import json_text, printable, printable_text, xml_text
 from qmdlab.errors import QmdlabError
-from qmdlab.pipeline.results import ResultRow, Snippet, build_rows, query_terms, snippet  # noqa: F401 — re-exported
+from qmdlab.pipeline.results import (  # noqa: F401 — re-exported
+    SNIPPET_CAP,
+    SNIPPET_CAP_JSON,
+    ResultRow,
+    Snippet,
+    build_rows,
+    cap_snippet,
+    hit_line,
+    numbered_rows,
+    query_terms,
+    snippet,
+    snippet_header,
+)
 
 FORMATS = ("cli", "json", "csv", "md", "xml", "files")
 
 
-def printable(text: str) -> str:
-    """``text`` for a terminal: Unicode format characters (bidirectional overrides such as
-    U+202E, zero-width ones) written as ``\\uXXXX``, so a file name cannot display as another.
-    The machine formats (json, csv, xml, files) keep names exact.
+def qmd_uri(docno: str) -> str:
+    """A document's ``qmd://collection/path`` URI (qmd's ``file``) from its docno.
 
-    >>> printable("notes/\u202egnp.md"), printable("東京.md")
-    ('notes/\\\\u202egnp.md', '東京.md')
+    >>> qmd_uri("notes/a b.md")
+    'qmd://notes/a b.md'
     """
-    if text.isascii():
-        return text
-    import unicodedata
-
-    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch) == "Cf" else ch for ch in text)
+    return f"qmd://{docno}"
 
 
-def _dicts(rows: Iterable[ResultRow], contexts: Sequence | None = None) -> list[dict]:
-    out = [
-        {
+def _machine_text(r: ResultRow, *, full: bool, cap: int, line_numbers: bool) -> str:
+    """A row's snippet (or, with ``full``, its whole document) as the machine formats show it:
+    capped at ``cap`` characters, numbered with ``line_numbers``, and — a snippet — opened by
+    qmd's ``@@ -FIRST,COUNT @@ (B before, A after)`` header."""
+    text = r.snippet if full else cap_snippet(r.snippet, cap)
+    if line_numbers:
+        text = numbered_rows([r._replace(snippet=text)])[0].snippet
+    header = None if full else snippet_header(r)
+    return text if header is None else f"{header}\n{text}"
+
+
+def _dicts(
+    rows: Sequence[ResultRow],
+    contexts: Sequence | None = None,
+    *,
+    full: bool = False,
+    line_numbers: bool = False,
+    crumbs: Sequence[str] | None = None,
+    explains: Sequence | None = None,
+    cap: int = SNIPPET_CAP_JSON,
+) -> list[dict]:
+    """qmd's JSON result objects (``docid``, ``score``, ``file`` as a ``qmd://`` URI, ``line`` = the
+    best-matching line, ``title``, ``context`` when there is one, ``snippet`` — or ``body`` with
+    ``full``), then qmdlab's: ``docno``, ``breadcrumb``, ``parent``/``siblings``, ``explain``."""
+    out = []
+    for i, r in enumerate(rows):
+        d: dict = {
             "docid": f"#{r.docid}",
             "score": round(r.score, 4),
-            "file": r.docno,
-            "line": r.line,
+            "file": qmd_uri(r.docno),
+            "line": hit_line(r),
             "title": r.title,
-            "context": r.context,
-            "snippet": r.snippet,
         }
-        for r in rows
-    ]
-    if contexts is not None:
-        for d, hc in zip(out, contexts):
+        if r.context:
+            d["context"] = r.context
+        d["body" if full else "snippet"] = _machine_text(r, full=full, cap=cap, line_numbers=line_numbers)
+        d["docno"] = r.docno
+        if crumbs is not None:
+            d["breadcrumb"] = crumbs[i]
+        if contexts is not None:
+            hc = contexts[i]
             shown = hc.as_dict() if hc is not None else {"parent": None, "siblings": []}
             d["parent"], d["siblings"] = shown["parent"], shown["siblings"]
+        if explains is not None and explains[i] is not None:
+            d["explain"] = explains[i]
+        out.append(d)
     return out
 
 
@@ -119,88 +155,121 @@ def format_results(
     crumbs: Sequence[str] | None = None,
     contexts: Sequence | None = None,
     links: Sequence[str | None] | None = None,
+    full: bool = False,
+    line_numbers: bool = False,
+    explains: Sequence | None = None,
+    cap: int | None = None,
 ) -> str:
-    """Render rows; the text ends without a trailing newline (``click.echo`` adds one).
+    """Render rows as qmd's formats do; the text ends without a trailing newline (``click.echo`` adds one).
 
-    ``crumbs`` (one ``"A > B"`` heading breadcrumb per row, :func:`qmdlab.search.navigate.breadcrumbs`)
-    adds a ``§ A > B`` line (cli) or a ``§`` item (md); json, csv, xml and files keep qmd's fields
-    (the MCP tools' results carry ``heading_path``). ``contexts`` (one
+    json, csv, xml, md and files are qmd's shapes: ``file`` is the ``qmd://collection/path`` URI,
+    ``line`` the best-matching line, a snippet opens with qmd's ``@@ -FIRST,COUNT @@ (B before, A
+    after)`` header and is capped at ``cap`` characters (qmd's: 300 in json, 500 in the others;
+    0 = no cap); ``full`` (rows from :func:`~qmdlab.pipeline.results.full_rows`) shows whole
+    documents (json: under ``body``); ``line_numbers`` numbers the lines from the document's line
+    numbers (cli always does). csv's columns are qmd's ``docid,score,file,title,context,line,snippet``.
+
+    qmdlab's fields come on top: ``crumbs`` (one ``"A > B"`` heading breadcrumb per row,
+    :func:`qmdlab.search.navigate.breadcrumbs`) adds a ``§ A > B`` line (cli), a ``**section:**``
+    line (md) or a ``breadcrumb`` key (json); ``contexts`` (one
     :class:`~qmdlab.search.navigate.HitContext` or ``None`` per row,
-    :func:`~qmdlab.search.navigate.hit_contexts`: ``--context``) adds the parent section (title and
-    summary) and the sibling headings: ``parent:``/``siblings:`` lines (cli, md) or the MCP hits'
-    ``parent``/``siblings`` keys (json). A capped snippet's closing note (``truncated``) is not numbered. ``links`` (one editor URI or ``None`` per
-    row, cli only) makes each ``path:line`` a terminal hyperlink (:func:`hyperlink`).
+    :func:`~qmdlab.search.navigate.hit_contexts`: ``--context``) adds the parent section and the
+    sibling headings (cli, md; json's ``parent``/``siblings``); ``explains`` (one explain block or
+    ``None`` per row: ``query --explain``) adds json's ``explain`` key; json rows also carry the
+    ``docno``. A capped document's closing note (``truncated``) is not numbered. ``links`` (one
+    editor URI or ``None`` per row, cli only) makes each ``path:line`` a terminal hyperlink
+    (:func:`hyperlink`).
 
-    >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x")]
+    >>> r = [ResultRow("n/a.md", "abc123", 0.5, 3, "A", None, "x", total_lines=4)]
     >>> print(format_results(r, "files"))
-    #abc123,0.5000,n/a.md,
-    >>> print(format_results([r[0]._replace(docno="n/a, b.md")], "files"))  # CSV-quoted when needed
-    #abc123,0.5000,"n/a, b.md",
+    #abc123,0.5000,qmd://n/a.md
+    >>> print(format_results([r[0]._replace(docno="n/a, b.md", context="C")], "files"))  # CSV-quoted when needed
+    #abc123,0.5000,"qmd://n/a, b.md",C
     >>> print(format_results(r, "csv"))
-    docid,score,file,line,title,context,snippet
-    #abc123,0.5000,n/a.md,3,A,,x
+    docid,score,file,title,context,line,snippet
+    #abc123,0.5000,qmd://n/a.md,A,,3,"@@ -3,1 @@ (2 before, 1 after)
+    x"
     """
     if fmt not in FORMATS:
         raise QmdlabError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    limit = (SNIPPET_CAP_JSON if fmt == "json" else SNIPPET_CAP) if cap is None else cap
     if fmt == "json":
-        return json.dumps(_dicts(rows, contexts), ensure_ascii=False, indent=2)
+        return json_text(
+            _dicts(rows, contexts, full=full, line_numbers=line_numbers, crumbs=crumbs, explains=explains, cap=limit)
+        )
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["docid", "score", "file", "line", "title", "context", "snippet"])
+        w.writerow(["docid", "score", "file", "title", "context", "line", "snippet"])
         for r in rows:
-            w.writerow([f"#{r.docid}", f"{r.score:.4f}", r.docno, r.line, r.title, r.context or "", r.snippet])
+            w.writerow(
+                [
+                    f"#{r.docid}",
+                    f"{r.score:.4f}",
+                    printable(qmd_uri(r.docno)),
+                    printable(r.title),
+                    printable_text(r.context or ""),
+                    hit_line(r),
+                    printable_text(_machine_text(r, full=full, cap=limit, line_numbers=line_numbers)),
+                ]
+            )
         return buf.getvalue().rstrip("\n")
     if fmt == "files":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         for r in rows:
-            w.writerow([f"#{r.docid}", f"{r.score:.4f}", r.docno, r.context or ""])
+            fields = [f"#{r.docid}", f"{r.score:.4f}", printable(qmd_uri(r.docno))]
+            w.writerow(fields + [printable(r.context)] if r.context else fields)
         return buf.getvalue().rstrip("\n")
     if fmt == "xml":
         from xml.sax.saxutils import escape, quoteattr  # imports urllib.request: only when asked
 
-        out = ["<results>"]
+        if not rows:
+            return "<results></results>"
+        items = []
         for r in rows:
-            out.append(
-                f'  <result docid={quoteattr("#" + r.docid)} score="{r.score:.4f}" file={quoteattr(r.docno)} '
-                f'line="{r.line}">'
-            )
-            out.append(f"    <title>{escape(r.title)}</title>")
+            attrs = f"docid={quoteattr('#' + r.docid)} name={quoteattr(qmd_uri(r.docno))}"
+            if r.title:
+                attrs += f" title={quoteattr(r.title)}"
             if r.context:
-                out.append(f"    <context>{escape(r.context)}</context>")
-            out.append(f"    <snippet>{escape(r.snippet)}</snippet>")
-            out.append("  </result>")
-        out.append("</results>")
-        return "\n".join(out)
-    if not rows:
-        return "No results."
+                attrs += f" context={quoteattr(r.context)}"
+            attrs += f' line="{hit_line(r)}" score="{r.score:.4f}"'
+            text = _machine_text(r, full=full, cap=limit, line_numbers=line_numbers)
+            items.append(f"<file {attrs}>\n{escape(text)}\n</file>")
+        return xml_text("\n\n".join(items))
     if fmt == "md":
         out = []
-        for i, r in enumerate(rows, 1):
-            crumb = f" · § {crumbs[i - 1]}" if crumbs is not None and crumbs[i - 1] else ""
-            out.append(
-                f"## {i}. {printable(r.title)}\n\n`{printable(r.docno)}:{r.line}` · #{r.docid} · "
-                f"score {r.score:.4f}{crumb}\n"
-            )
-            if contexts is not None and _context_lines(contexts[i - 1]):
-                out.append("".join(f"- {line}\n" for line in _context_lines(contexts[i - 1])))
+        for i, r in enumerate(rows):
+            block = [
+                "---",
+                f"# {printable(r.title or qmd_uri(r.docno))}",
+                f"**file:** `{printable(qmd_uri(r.docno))}`",
+                f"**docid:** `#{r.docid}`",
+            ]
             if r.context:
-                out.append(f"> {r.context}\n")
-            out.append("```\n" + r.snippet + "\n```\n")
-        return "\n".join(out).rstrip("\n")
+                block.append(f"**context:** {printable_text(r.context)}")
+            if crumbs is not None and crumbs[i]:
+                block.append(f"**section:** {printable(crumbs[i])}")
+            if contexts is not None:
+                block.extend(f"**{printable(line).replace(': ', ':** ', 1)}" for line in _context_lines(contexts[i]))
+            block.append("")
+            block.append(printable_text(_machine_text(r, full=full, cap=limit, line_numbers=line_numbers)))
+            out.append("\n".join(block))
+        return "\n\n".join(out)
+    if not rows:
+        return "No results."
     out = []
     for i, r in enumerate(rows):
-        where = f"{printable(r.docno)}:{r.line}"
+        where = f"{printable(r.docno)}:{hit_line(r)}"
         out.append(f"{hyperlink(where, links[i]) if links is not None else where}  #{r.docid}  score {r.score:.4f}")
         out.append(f"  {printable(r.title)}")
         if crumbs is not None and crumbs[i]:
-            out.append(f"  § {crumbs[i]}")
+            out.append(f"  § {printable(crumbs[i])}")
         if contexts is not None:
-            out.extend(f"  {line}" for line in _context_lines(contexts[i]))
+            out.extend(f"  {printable(line)}" for line in _context_lines(contexts[i]))
         if r.context:
-            out.append(f"  context: {r.context}")
-        lines = r.snippet.split("\n")
+            out.append(f"  context: {printable_text(r.context)}")
+        lines = printable_text(r.snippet if full else cap_snippet(r.snippet, limit)).split("\n")
         for k, text in enumerate(lines):
             last_note = r.truncated and k == len(lines) - 1
             out.append(f"  {'':>5}  {text}" if last_note else f"  {r.line + k:>5}: {text}")

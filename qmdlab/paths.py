@@ -23,6 +23,8 @@ def model_cache_dir() -> Path:
 
 
 PROJECT_DIR = ".qmdlab"
+#: The SQLite database file inside an index directory.
+DB_NAME = "index.sqlite"
 
 
 def project_index(cwd: str | os.PathLike | None = None) -> Path | None:
@@ -59,7 +61,10 @@ def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
         value = "default"
     text = str(value)
     if os.sep in text or text.startswith((".", "~")) or Path(text).is_dir():
-        return Path(text).expanduser().resolve()
+        # links above the folder are resolved, the folder itself is kept: a linked project
+        # ``.qmdlab`` is still seen as one (``qmdlab.store.trust.check_index_links``)
+        path = Path(os.path.abspath(Path(text).expanduser()))
+        return path.parent.resolve() / path.name if path.name else path
     return home() / "indexes" / text
 
 

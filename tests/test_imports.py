@@ -240,6 +240,7 @@ LAYERS = (
             "qmdlab.mcp_server",
             "qmdlab.output",
             "qmdlab.doctor",
+            "qmdlab.role_options",
         ),
     ),
 )

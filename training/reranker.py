@@ -219,10 +219,17 @@ class FoldSplit(NamedTuple):
 
 
 def splits(
-    qids: Sequence[str], folds: int, tune_fraction: float, seed: int, official: OfficialSplit | None = None
+    qids: Sequence[str],
+    folds: int,
+    tune_fraction: float,
+    seed: int,
+    official: OfficialSplit | None = None,
+    texts: dict[str, str] | None = None,
 ) -> list[FoldSplit]:
     """K folds of the queries — or, with a collection's ``official`` split, its one fold train → test —
-    each fold's training queries split into fit/tune (seeded).
+    each fold's training queries split into fit/tune (seeded). With ``texts`` (qid → query text), a
+    tuning query whose text a fitting query also has moves to fit: the blend is tuned on queries the
+    model never saw, by id or by text (SciFact's training claims repeat some texts under two ids).
 
     >>> s = splits([str(i) for i in range(10)], 2, 0.25, 0)
     >>> [len(x.fit) + len(x.tune) + len(x.test) for x in s], set(s[0].test) & set(s[0].fit + s[0].tune)
@@ -230,8 +237,13 @@ def splits(
     >>> from qmdlab.eval.loaders import OfficialSplit
     >>> [(len(x.fit), len(x.tune), x.test) for x in splits(list("abcdef"), 5, 0.25, 0, OfficialSplit(tuple("abcd"), ("e",)))]
     [(3, 1, ('e',))]
+    >>> texts = {q: "same claim" if q in "ab" else q for q in "abcdefgh"}
+    >>> (sp,) = splits(list("abcdefgh"), 5, 0.5, 0, OfficialSplit(tuple("abcdefg"), ("h",)), texts)
+    >>> sorted(sp.fit + sp.tune) == list("abcdefg"), {texts[q] for q in sp.tune} & {texts[q] for q in sp.fit}
+    (True, set())
     """
     from qmdlab.eval.folds import Fold, kfold
+    from qmdlab.eval.loaders import same_text
 
     have = set(qids)
     parts = (
@@ -246,6 +258,11 @@ def splits(
         n_tune = int(round(len(train) * tune_fraction)) if tune_fraction > 0 else 0
         tune = tuple(sorted(train[j] for j in order[:n_tune]))
         fit_q = tuple(sorted(train[j] for j in order[n_tune:]))
+        if texts:
+            seen = {same_text(texts[q]) for q in fit_q if q in texts}
+            moved = {q for q in tune if q in texts and same_text(texts[q]) in seen}
+            tune = tuple(q for q in tune if q not in moved)
+            fit_q = tuple(sorted({*fit_q, *moved}))
         out.append(FoldSplit(i, fit_q, tune, tuple(f.test)))
     return out
 
@@ -389,7 +406,8 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
                 f"use --folds {max(2, len(qids))} or fewer"
             )
         parts, fold_blends, fold_of = [], {}, {}
-        for sp in splits(qids, cfg.folds, cfg.tune_fraction, cfg.seed, official):
+        texts = dict(rec.queries.select("qid", "query").iter_rows())
+        for sp in splits(qids, cfg.folds, cfg.tune_fraction, cfg.seed, official, texts):
             run = out / f"fold-{sp.fold}"
             info = _supervised(cfg, rec, init_dir, run, sp.fit, sp.tune, sp.test, teacher, f"fold-{sp.fold}", log)
             cal = tuple(info["calibration"])

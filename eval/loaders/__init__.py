@@ -12,7 +12,7 @@ from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from ._common import OfficialSplit, SuiteData
+from ._common import OfficialSplit, SuiteData, same_text
 from .beir import load_beir
 from .default import load_default
 from .jsonl import load_jsonl
@@ -78,4 +78,5 @@ __all__ = [
     "load_qmd_bench",
     "load_smart",
     "load_trec",
+    "same_text",
 ]

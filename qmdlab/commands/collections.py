@@ -8,6 +8,7 @@ in :mod:`qmdlab.store.catalog`, :mod:`qmdlab.store.trust` and :mod:`qmdlab.store
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,12 +16,12 @@ from pathlib import Path
 
 import click
 
+from qmdlab.commands.common import open_index, print_report
+from qmdlab.display import printable
 from qmdlab.errors import ConfigError
 
 
 def _open(ctx):
-    from qmdlab.commands.store import open_index
-
     return open_index(ctx)
 
 
@@ -92,7 +93,7 @@ def run_update_commands(idx, names: list[str] | None) -> None:
         if not trust.is_approved(idx.config_path, coll):
             click.echo(f"warning: {trust.refusal(coll)}", err=True)
             continue
-        click.echo(f"{coll.name}: running update command: {coll.update_cmd}", err=True)
+        click.echo(f"{trust.shown(coll.name)}: running update command: {trust.shown(coll.update_cmd)}", err=True)
         ok, message = trust.run_update_command(coll)
         if not ok:
             raise ConfigError(
@@ -140,22 +141,24 @@ def register_collection_verbs(collection: click.Group) -> None:
         c = idx.collection(name)
         docs = next((x["documents"] for x in idx.status()["collections"] if x["name"] == name), 0)
         click.echo(f"collection: {c.name}")
-        click.echo(f"path:       {c.root}")
-        click.echo(f"mask:       {c.mask}")
-        click.echo(f"ignore:     {', '.join(c.ignore) if c.ignore else '(none)'}")
+        click.echo(f"path:       {printable(str(c.root))}")
+        click.echo(f"mask:       {printable(c.mask)}")
+        click.echo(f"ignore:     {printable(', '.join(c.ignore)) if c.ignore else '(none)'}")
         click.echo(f"include:    {'yes' if c.include else 'no (only searched with -c ' + name + ')'}")
         if c.update_cmd:
             state = (
                 "approved" if trust.is_approved(idx.config_path, c) else f"not approved (run `qmdlab trust -c {name}`)"
             )
-            click.echo(f"update:     {c.update_cmd}  [{state}]")
+            if trust.never_run(c) is not None:
+                state = "never run: it holds a raw control character (`qmdlab trust` says which)"
+            click.echo(f"update:     {trust.shown(c.update_cmd)}  [{state}]")
         else:
             click.echo("update:     (none)")
         click.echo(f"documents:  {docs}")
         ctxs = [x for x in idx.contexts() if x.target.strip("/").split("/")[0] == name]
         click.echo("contexts:" + ("" if ctxs else "   (none)"))
         for x in ctxs:
-            click.echo(f"  {x.target}\t{x.text}")
+            click.echo(f"  {printable(x.target)}\t{printable(x.text)}")
 
     @collection.command("ignore")
     @click.argument("name")
@@ -186,15 +189,22 @@ def register_collection_verbs(collection: click.Group) -> None:
         config; one that arrives in a config file runs only after `qmdlab trust`."""
         from qmdlab.store import trust
 
-        idx = _open(ctx)
         text = " ".join(command).strip() or None
+        bad = trust.unsafe_character(text or "")
+        if bad is not None:
+            raise ConfigError(
+                f"the command holds a raw {bad[1]} at character {bad[0] + 1}: {trust.shown(text or '')} — "
+                "such a command is never run; write the character out (in bash $'\\r', or printf '\\r'); "
+                "nothing was set"
+            )
+        idx = _open(ctx)
         c = idx.update_collection(name, update_cmd=text)
         if text is None:
             trust.revoke(idx.config_path, [name])
             click.echo(f"collection {name}: update command cleared")
             return
         trust.approve(idx.config_path, [c])
-        click.echo(f"collection {name}: `qmdlab update` first runs: {text}")
+        click.echo(f"collection {name}: `qmdlab update` first runs: {trust.shown(text)}")
 
     @collection.command("import-qmd")
     @click.argument("config", required=False, type=click.Path(path_type=Path))
@@ -238,9 +248,55 @@ def register_collection_verbs(collection: click.Group) -> None:
         if res.pending_commands and not dry_run:
             click.echo("update commands wait for approval: `qmdlab trust` (shows them first)")
         if res.registered and not dry_run and not no_update:
-            from qmdlab.commands.store import print_report
-
             print_report(idx.update(res.registered, progress=True))
+
+
+def _config_only(ctx):
+    """``(index folder, collections.yaml)`` of ``--index`` for ``trust``, which never opens the
+    database (a linked one is what it may be asked to approve); a missing index is refused as
+    every writer refuses it (:func:`qmdlab.store.index.no_index_message`)."""
+    from qmdlab.errors import StoreError
+    from qmdlab.paths import resolve_index_dir
+    from qmdlab.store import trust
+    from qmdlab.store.index import CONFIG_NAME, CONFIGURED, index_exists, no_index_message
+
+    name = (ctx.find_root().obj or {}).get("index")
+    directory = resolve_index_dir(name)
+    if not index_exists(directory, CONFIGURED) and not trust.index_links(directory):
+        raise StoreError(no_index_message(directory, name))
+    return directory, directory / CONFIG_NAME
+
+
+def _config_collections(config_path: Path, names: tuple[str, ...]):
+    """The collections of a config file (only ``names`` when given; an unknown one is an error)."""
+    from qmdlab.store import config as store_config
+
+    colls = store_config.load(config_path).collections
+    if not names:
+        return colls
+    by_name = {c.name: c for c in colls}
+    for n in names:
+        if n not in by_name:
+            known = ", ".join(by_name) or "none"
+            raise ConfigError(f"unknown collection {n!r} (known: {known}); see `qmdlab collection list`")
+    return [by_name[n] for n in dict.fromkeys(names)]
+
+
+def _show_command(c) -> None:
+    """One update command as `qmdlab trust` shows it: exactly (escaped where it does not print as
+    itself), with the hash that is approved."""
+    from qmdlab.store import trust
+
+    text = c.update_cmd or ""
+    click.echo(f"  {trust.shown(c.name)} (runs in {trust.shown(str(c.root))}): {trust.shown(text)}")
+    hidden = sum(1 for ch in text if not ch.isprintable())
+    note = (
+        f"shown escaped: it holds {hidden} non-printing character(s), written as \\n, \\t, \\uXXXX …; "
+        "a backslash of the command shows as \\\\; "
+        if hidden
+        else ""
+    )
+    click.echo(f"      {note}sha256 {trust.digest(text)[:16]}")
 
 
 def register(group: click.Group) -> None:
@@ -248,59 +304,99 @@ def register(group: click.Group) -> None:
 
     @group.group("trust", invoke_without_command=True)
     @click.option("-c", "--collection", "names", multiple=True, help="Only these collections (repeatable).")
-    @click.option("-y", "--yes", is_flag=True, help="Approve without asking (the commands are still printed).")
+    @click.option("-y", "--yes", is_flag=True, help="Approve without asking (everything is still printed).")
     @click.pass_context
     def trust_cmd(ctx, names: tuple[str, ...], yes: bool) -> None:
-        """Review and approve the update commands of this index's collections (each runs before
-        `qmdlab update` re-indexes its collection). `trust list` shows approvals, `trust revoke` drops them."""
+        """Review and approve what a checked-in config asks for: the update commands of this index's
+        collections (each runs before `qmdlab update` re-indexes its collection) and, in a project's
+        .qmdlab/, collection roots outside the project and linked index files. Each is shown exactly
+        (non-printing characters escaped) and approved by the hash of exactly that text; any change
+        asks again. `trust list` shows approvals, `trust revoke` drops them."""
         if ctx.invoked_subcommand is not None:
             return
         from qmdlab.store import trust
 
-        idx = _open(ctx)
-        colls = [idx.collection(n) for n in names] if names else idx.collections()
-        todo = trust.pending(idx.config_path, colls)
-        if not todo:
+        directory, config_path = _config_only(ctx)
+        colls = _config_collections(config_path, names)
+        links = [x for x in trust.pending_links(directory) if not names or x.special]
+        special = [x for x in links if x.special]
+        links = [x for x in links if not x.special]
+        roots = trust.pending_roots(directory, config_path, colls)
+        cmds = trust.pending(config_path, colls)
+        refused = [c for c in cmds if trust.never_run(c) is not None]
+        cmds = [c for c in cmds if trust.never_run(c) is None]
+        if not (links or special or roots or cmds or refused):
             click.echo(
-                "nothing to approve: no update command is waiting" + (" for " + ", ".join(names) if names else "")
+                "nothing to approve: no update command or path is waiting"
+                + (" for " + ", ".join(names) if names else "")
             )
             return
-        click.echo(f"update commands in {idx.config_path}:")
-        for c in todo:
-            click.echo(f"  {c.name} (runs in {c.root}): {c.update_cmd}")
-        if not yes:
-            if not sys.stdin.isatty():
-                raise ConfigError(
-                    "not approved: no terminal to ask on; re-run `qmdlab trust --yes` to approve "
-                    "the commands listed above"
-                )
-            if not click.confirm("approve these commands?", default=False):
-                click.echo("nothing approved")
-                return
-        for c in trust.approve(idx.config_path, todo):
-            click.echo(f"approved: {c.name}: {c.update_cmd}")
+        for x in special:
+            click.echo(f"refused: {trust.link_refusal(x)}", err=True)
+        for c in refused:
+            click.echo(f"refused: {trust.never_run(c)}", err=True)
+        if links or roots or cmds:
+            if links:
+                click.echo(f"linked index files in {trust.shown(str(directory))}:")
+                for x in links:
+                    there = "" if os.path.lexists(x.target) else "  (does not exist: qmdlab would create it)"
+                    click.echo(f"  {trust.shown(x.name)} -> {trust.shown(x.target)}{there}")
+            if roots:
+                click.echo(f"collection roots outside the project {trust.shown(str(directory.parent))}:")
+                for c, real in roots:
+                    click.echo(f"  {trust.shown(c.name)}: {trust.shown(real)}  (mask {trust.shown(c.mask)})")
+            if cmds:
+                click.echo(f"update commands in {trust.shown(str(config_path))}:")
+                for c in cmds:
+                    _show_command(c)
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise ConfigError(
+                        "not approved: no terminal to ask on; re-run `qmdlab trust --yes` to approve "
+                        "what is listed above"
+                    )
+                if not click.confirm("approve what is listed above?", default=False):
+                    click.echo("nothing approved")
+                    return
+            for a in trust.approve_links(directory, links):
+                click.echo(f"approved: {trust.shown(a.collection)} -> {trust.shown(a.command)}")
+            for a in trust.approve_roots(config_path, roots):
+                click.echo(f"approved: {trust.shown(a.collection)}: root {trust.shown(a.command)}")
+            for c in trust.approve(config_path, cmds):
+                click.echo(f"approved: {trust.shown(c.name)}: {trust.shown(c.update_cmd or '')}")
+        if special or refused:
+            raise ConfigError(
+                f"{len(special) + len(refused)} item(s) refused (listed above with the reason and the fix); "
+                "nothing of them was approved"
+            )
 
     @trust_cmd.command("list")
     def trust_list() -> None:
-        """Every approved update command (all indexes)."""
+        """Every approval (all indexes): kind, collection or file, what was approved, config, date."""
         from qmdlab.store import trust
 
         rows = trust.approvals()
         if not rows:
-            click.echo("no approved update commands")
+            click.echo("no approvals")
         for a in rows:
-            click.echo(f"{a.collection}\t{a.command}\t{a.config}\t{a.approved_at}")
+            click.echo(
+                f"{a.kind}\t{trust.shown(a.collection)}\t{trust.shown(a.command)}\t{trust.shown(a.config)}\t{a.approved_at}"
+            )
 
     @trust_cmd.command("revoke")
     @click.option("-c", "--collection", "names", multiple=True, help="Only these collections (default: all).")
     @click.pass_context
     def trust_revoke(ctx, names: tuple[str, ...]) -> None:
-        """Drop the approvals of this index's update commands."""
+        """Drop the approvals of this index: its update commands and roots (and its linked index files
+        when no -c is given)."""
         from qmdlab.store import trust
 
-        idx = _open(ctx)
-        gone = trust.revoke(idx.config_path, list(names) or None)
-        click.echo(f"revoked {len(gone)} approval(s)" + "".join(f"\n  {a.collection}: {a.command}" for a in gone))
+        directory, config_path = _config_only(ctx)
+        gone = trust.revoke(config_path, list(names) or None, index_dir=directory)
+        click.echo(
+            f"revoked {len(gone)} approval(s)"
+            + "".join(f"\n  {trust.shown(a.collection)}: {trust.shown(a.command)}" for a in gone)
+        )
 
     @group.command("init")
     @click.argument("folder", required=False, type=click.Path(file_okay=False, path_type=Path))
@@ -317,17 +413,20 @@ def register(group: click.Group) -> None:
         root = (folder or Path.cwd()).expanduser().resolve()
         if not root.is_dir():
             raise ConfigError(f"{root}: not a folder; pass an existing project folder")
+        from qmdlab.store import trust
+
         target = root / PROJECT_DIR
+        trust.check_index_links(target)  # a linked .qmdlab (from a checkout) is used only once approved
         existed = (target / "collections.yaml").is_file()
         try:
             target.mkdir(exist_ok=True)
             ignore = target / ".gitignore"
-            if not ignore.exists():
-                ignore.write_text(
-                    "# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
-                    "index.sqlite*\n*.tmp\n",
-                    encoding="utf-8",
-                )
+            if not os.path.lexists(ignore):  # "x" never writes through a link
+                with open(ignore, "x", encoding="utf-8") as fh:
+                    fh.write(
+                        "# qmdlab's project-local index: the database is rebuilt by `qmdlab update`\n"
+                        "index.sqlite*\n*.tmp\n"
+                    )
         except OSError as err:
             raise ConfigError(
                 f"{target}: cannot create the project index ({err.strerror or err}); run "
@@ -343,8 +442,6 @@ def register(group: click.Group) -> None:
                 coll = idx.add_collection(name, root, mask)
                 click.echo(f"added collection {coll.name}: {coll.root} ({coll.mask})")
                 if not no_update:
-                    from qmdlab.commands.store import print_report
-
                     print_report(idx.update([coll.name], progress=True))
         click.echo(
             f"qmdlab now uses it in {root} and below (no --index needed); "

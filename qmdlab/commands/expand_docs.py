@@ -87,7 +87,7 @@ def register(group: click.Group) -> None:
         embedded)."""
         from tqdm import tqdm
 
-        from qmdlab.commands.store import open_index
+        from qmdlab.commands.common import open_index
         from qmdlab.models.doc_query_gen import load_generator
         from qmdlab.pipeline.doc_expand import clear_expansions, expand_documents
 

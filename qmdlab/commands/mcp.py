@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.model_options import role_options
+from qmdlab.role_options import role_options
 
 
 def register(group: click.Group) -> None:

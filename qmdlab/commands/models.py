@@ -15,9 +15,9 @@ import time
 
 import click
 
-from qmdlab.commands.model_options import role_options
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
-from qmdlab.errors import ModelError, QmdlabError
+from qmdlab.errors import ModelError, QmdlabError, StoreError
+from qmdlab.role_options import role_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
@@ -67,6 +67,45 @@ def _embedder(preset, roles, threads=None, batch_size=32):
     return emb
 
 
+def _dropped_note(dropped: int) -> str:
+    """``embed``'s words for vectors computed but not stored (their chunks left the index meanwhile).
+
+    >>> _dropped_note(0), _dropped_note(150)
+    ('', '; 150 computed vector(s) not stored: their chunks were removed meanwhile (an update or cleanup ran)')
+    """
+    if not dropped:
+        return ""
+    return f"; {dropped} computed vector(s) not stored: their chunks were removed meanwhile (an update or cleanup ran)"
+
+
+def parse_timeout(value: str | None) -> float | None:
+    """``embed --timeout`` in seconds: a bare number is minutes, as in qmd; ``90s``, ``5m`` and
+    ``2h`` name their unit; ``0`` (or nothing) is no limit.
+
+    >>> parse_timeout("30"), parse_timeout("90s"), parse_timeout("1.5h"), parse_timeout("0"), parse_timeout(None)
+    (1800.0, 90.0, 5400.0, None, None)
+    >>> parse_timeout("soon")
+    Traceback (most recent call last):
+    ...
+    click.exceptions.BadParameter: 'soon': give minutes (30), or a number with s, m or h (90s, 2h); 0 = no limit
+    """
+    if value is None:
+        return None
+    text = value.strip().lower()
+    unit = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:], None)
+    number = text[:-1] if unit is not None else text
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if amount < 0 or amount != amount:
+        raise click.BadParameter(
+            f"{value!r}: give minutes (30), or a number with s, m or h (90s, 2h); 0 = no limit", param_hint="--timeout"
+        )
+    seconds = amount * (unit if unit is not None else 60.0)
+    return seconds or None
+
+
 def register(group: click.Group) -> None:
     """Add the model verbs to the ``qmdlab`` group."""
 
@@ -93,7 +132,12 @@ def register(group: click.Group) -> None:
         is_flag=True,
         help="Check downloaded hf: models for a newer version (ETag) and fetch it if there is one.",
     )
-    def pull(preset, roles, refresh) -> None:
+    @click.option(
+        "--progress/--no-progress",
+        default=True,
+        help="Show a download progress bar (qmd's --progress; on by default here).",
+    )
+    def pull(preset, roles, refresh, progress) -> None:
         """Download / assemble / convert the models of a preset (idempotent; files present are kept
         unless --refresh finds a newer one)."""
         from qmdlab.models.registry import resolve_path, resolve_refs
@@ -107,7 +151,7 @@ def register(group: click.Group) -> None:
             ref = str(ref)
             if ref not in done:
                 t0 = time.perf_counter()
-                path = resolve_path(ref, refresh=refresh, progress=True)
+                path = resolve_path(ref, refresh=refresh, progress=progress)
                 done[ref] = f"{path} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
             click.echo(f"{role:<7} {ref}: {done[ref]}")
         click.echo(f"preset {name}: ready")
@@ -136,10 +180,10 @@ def register(group: click.Group) -> None:
     )
     @click.option(
         "--timeout",
-        type=click.FloatRange(min=0),
         default=None,
-        metavar="SECONDS",
-        help="Stop cleanly after this many seconds (between batches); run again to continue.",
+        metavar="MINUTES",
+        help="Stop cleanly after this many minutes, as qmd's --timeout (between batches; 0 = no limit; "
+        "90s or 2h for seconds or hours); run again to continue [default: no limit].",
     )
     @click.option(
         "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
@@ -178,6 +222,7 @@ def register(group: click.Group) -> None:
             raise click.UsageError(
                 "--timeout, --max-docs-per-batch and --max-batch-mb apply to local embedding; drop them or --ray"
             )
+        timeout_given, timeout = timeout, parse_timeout(timeout)
         deadline = Deadline(timeout)
         idx = _open_index(ctx)
         emb = _embedder(preset, roles, threads, batch_size)
@@ -207,6 +252,7 @@ def register(group: click.Group) -> None:
             click.echo(
                 f"embedded {rep.chunks} chunks with {emb.model_id} ({fp}) on Ray, {rep.actors} actors, "
                 f"{rep.batches} write batches, in {rep.seconds:.1f} s ({1000 * rep.seconds / n:.1f} ms/chunk)"
+                + _dropped_note(rep.dropped)
             )
             return
         ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
@@ -220,27 +266,38 @@ def register(group: click.Group) -> None:
         # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
         # to load leaves only its one-line error on stderr
         bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress, delay=0.5)
-        done = 0
+        done = stored = 0  # chunks embedded; vectors stored (a chunk removed meanwhile gets none)
         try:
             for a, b in batches:
                 if deadline.passed():
                     break
                 mat = emb.embed_documents(list(zip(titles[a:b], texts[a:b])))
-                idx.store_vectors(ids[a:b], mat, fp)  # one transaction per batch
+                stored += idx.store_vectors(ids[a:b], mat, fp)  # one transaction per batch
                 done += len(mat)
                 bar.update(len(mat))
+        except Exception as err:
+            if stored == 0:
+                raise
+            # earlier batches are committed: "nothing was changed" would be false
+            from qmdlab.store.failures import after_committed, as_user_error
+
+            mapped = as_user_error(err, idx)
+            if mapped is None:
+                raise
+            raise StoreError(after_committed(str(mapped), f"{stored} vector(s) stored by this run")) from err
         finally:
             bar.close()
         dt = time.perf_counter() - t0
         if done < n:
             click.echo(
-                f"stopped after {dt:.1f} s (--timeout {timeout:g}): embedded {done} of {n} chunks with "
+                f"stopped after {dt:.1f} s (--timeout {timeout_given}): embedded {stored} of {n} chunks with "
                 f"{emb.model_id} ({fp}); run `qmdlab embed` again to embed the other {n - done}"
+                + _dropped_note(done - stored)
             )
             return
         click.echo(
-            f"embedded {n} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
-            f"({1000 * dt / n:.1f} ms/chunk, {len(batches)} batches)"
+            f"embedded {stored} chunks with {emb.model_id} ({emb.dim}-d, {fp}) in {dt:.1f} s "
+            f"({1000 * dt / n:.1f} ms/chunk, {len(batches)} batches)" + _dropped_note(done - stored)
         )
 
     @group.command("vsearch")
@@ -248,6 +305,11 @@ def register(group: click.Group) -> None:
     @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")
+    @click.option(
+        "--intent",
+        default=None,
+        help="What the query means (qmd's --intent): its words also steer which line of each hit is the snippet.",
+    )
     @result_options()
     @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
     @role_options("embed")
@@ -270,6 +332,7 @@ def register(group: click.Group) -> None:
         limit,
         collections,
         min_score,
+        intent,
         fmt,
         as_json,
         as_csv,
@@ -304,6 +367,9 @@ def register(group: click.Group) -> None:
 
             ann_cfg = PipelineConfig(vector_index="hnsw", **({"ann_ef_search": ann_ef} if ann_ef else {})).ann()
         query = query.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
+        from qmdlab.search.lexical import check_query_length
+
+        check_query_length(query, "vsearch query")
         hits = vector_search(
             idx,
             emb.embed_query(query),
@@ -316,7 +382,7 @@ def register(group: click.Group) -> None:
         click.echo(
             render(
                 idx,
-                build_rows(idx, hits, query),
+                build_rows(idx, hits, f"{query} {intent}" if intent else query),
                 fmt,
                 full=full,
                 line_numbers=line_numbers,

@@ -7,11 +7,10 @@ with ``#address`` for a section (addresses as ``qmdlab get FILE --outline`` prin
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from qmdlab.commands.store import open_index
+from qmdlab.commands.common import open_index
+from qmdlab.display import json_text, printable
 from qmdlab.errors import QmdlabError
 
 
@@ -37,14 +36,14 @@ def register(group: click.Group) -> None:
 
         found = section_refs(open_index(ctx), ref)
         if as_json:
-            click.echo(json.dumps([r._asdict() for r in found], ensure_ascii=False, indent=2))
+            click.echo(json_text([r._asdict() for r in found]))
             return
         if not found:
             click.echo("No cross-references.")
         for r in found:
             where = (r.docno + (f"#{r.address}" if r.address else "")) if r.docno else f"(cannot follow: {r.problem})"
             text = f" [{r.text}]" if r.text != r.target else ""
-            click.echo(f"{r.n:>3}. line {r.line}: {r.target}{text} -> {where}")
+            click.echo(printable(f"{r.n:>3}. line {r.line}: {r.target}{text} -> {where}"))
 
     @group.command("jump")
     @click.argument("ref")
@@ -63,13 +62,15 @@ def register(group: click.Group) -> None:
             d = j._asdict()
             d["ref"] = j.ref._asdict()
             d["heading_path"] = list(j.heading_path)
-            click.echo(json.dumps(d, ensure_ascii=False, indent=2))
+            click.echo(json_text(d))
             return
         crumb = " > ".join(j.heading_path) or "(whole document)"
         src = j.source + (f"#{j.source_address}" if j.source_address else "")
         click.echo(
-            f"{src} -> {j.docno}{'#' + j.address if j.address else ''} (#{j.docid}) § {crumb} "
-            f"lines {j.line_start}-{j.line_end}"
+            printable(
+                f"{src} -> {j.docno}{'#' + j.address if j.address else ''} (#{j.docid}) § {crumb} "
+                f"lines {j.line_start}-{j.line_end}"
+            )
         )
         click.echo("")
         click.echo(_numbered(j.text, j.line_start, j.truncated) if line_numbers else j.text)
@@ -113,12 +114,14 @@ def register(group: click.Group) -> None:
             if as_json:
                 d = b._asdict()
                 d["heading_path"] = list(b.heading_path)
-                click.echo(json.dumps(d, ensure_ascii=False, indent=2))
+                click.echo(json_text(d))
                 return
             crumb = " > ".join(b.heading_path) or "(whole document)"
             click.echo(
-                f"{b.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
-                f"§ {crumb} lines {b.line_start}-{b.line_end}"
+                printable(
+                    f"{b.docno} chunk {b.chunk_id} (lines {b.highlight[0]}-{b.highlight[1]}, marked *) in "
+                    f"§ {crumb} lines {b.line_start}-{b.line_end}"
+                )
             )
             click.echo("")
             click.echo(b.marked())
@@ -127,13 +130,13 @@ def register(group: click.Group) -> None:
             idx, ref, list(chunk_ids) or None, preview_chars=preview_chars, full=full, max_chars=max_chars
         )
         if as_json:
-            click.echo(json.dumps([c.as_dict() for c in rows], ensure_ascii=False, indent=2))
+            click.echo(json_text([c.as_dict() for c in rows]))
             return
         for c in rows:
             crumb = " > ".join(c.heading_path)
             click.echo(
                 f"chunk {c.chunk_id} (#{c.seq}) lines {c.line_start}-{c.line_end}, {c.chars} chars"
-                + (f"  § {crumb}" if crumb else "")
+                + (f"  § {printable(crumb)}" if crumb else "")
             )
             body = c.text.replace("\n", "\n  ") if full else c.text
             click.echo(f"  {body}")

@@ -1,20 +1,19 @@
 """``qmdlab query``: the traced hybrid pipeline from the command line (thin front end).
 
 The query is plain text or a qmd query document (``intent:``/``lex:``/``vec:``/``hyde:``
-lines, e.g. ``$'lex: rebase\\nvec: rewrite history'``). Flags map one-to-one onto
+lines, e.g. ``$'lex: rebase\\nvec: rewrite history'``). ``--json`` and the other formats print
+qmd's result shapes; ``--trace-json`` prints the whole trace. Flags map one-to-one onto
 :class:`~qmdlab.pipeline.config.PipelineConfig` fields; ``--config FILE`` loads the rest.
 """
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from qmdlab.commands.model_options import role_options
 from qmdlab.commands.result_options import result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
+from qmdlab.role_options import role_options
 
 
 def register(group: click.Group) -> None:
@@ -93,12 +92,13 @@ def register(group: click.Group) -> None:
     )
     @click.option("--no-strong-signal", is_flag=True, help="Always expand (turn the strong-signal skip off).")
     @click.option(
-        "--json",
-        "as_json",
+        "--trace-json",
+        "trace_json",
         is_flag=True,
-        help="JSON with results, explanations, expansions and notes (--format json: the results only).",
+        help="The whole trace as one JSON object: results with their explanations, expansions, notes "
+        "and timings (--json prints qmd's array of results).",
     )
-    @result_options(json_flag=False)
+    @result_options()
     @click.pass_context
     def query(
         ctx,
@@ -122,8 +122,9 @@ def register(group: click.Group) -> None:
         prefer_tags,
         tag_lift,
         no_strong_signal,
-        as_json,
+        trace_json,
         fmt,
+        as_json,
         as_csv,
         as_md,
         as_xml,
@@ -139,20 +140,23 @@ def register(group: click.Group) -> None:
         The first line on stderr says which stages ran and why (the preset's measured default, the
         config or a flag)."""
         from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render
+        from qmdlab.display import json_text, printable_text
         from qmdlab.models import load_models
         from qmdlab.pipeline.config import PipelineConfig
-        from qmdlab.pipeline.explain import format_explain, to_json
+        from qmdlab.pipeline.expand import check_query_document
+        from qmdlab.pipeline.explain import format_explain, result_explain, to_json
         from qmdlab.pipeline.lab import Lab
         from qmdlab.pipeline.stages import model_roles, plan_stages, preset_name
         from qmdlab.search import SearchFilters
         from qmdlab.store import Index
         from qmdlab.store.index import creates_index
 
-        fmt = pick_format(fmt, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
-        if as_json and (context or max_chars):
+        text = check_query_document(text)  # qmd's grammar: a line-numbered error, expand: TEXT read as TEXT
+        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
+        if trace_json and (fmt != "cli" or context or max_chars or full or line_numbers):
             raise QmdlabError(
-                "--context and --max-chars shape the result formats; --json prints the whole trace "
-                "(use --format json for the results)"
+                "--trace-json prints the whole trace; the result formats and --context, --full, "
+                "--max-chars and --line-numbers shape results (drop --trace-json for those)"
             )
         check_flags(fmt, full=full, max_chars=max_chars, context=context)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
@@ -179,20 +183,28 @@ def register(group: click.Group) -> None:
         )
         for line in trace.notes_for("stages")[:1]:
             click.echo(line, err=True)
-        if as_json:
-            click.echo(json.dumps(to_json(trace, cfg), ensure_ascii=False, indent=2))
+        if trace_json:
+            click.echo(json_text(to_json(trace, cfg)))
             return
+        rows = trace.result_rows()
+        explains = None
+        if explain and fmt == "json":  # one explain block per result, inside the array
+            blocks = {docno: block for (_, docno), block in result_explain(trace, cfg).items()}
+            explains = [blocks.get(r.docno) for r in rows]
         click.echo(
             render(
                 idx,
-                trace.result_rows(),
+                rows,
                 fmt,
                 full=full,
                 line_numbers=line_numbers,
                 max_chars=max_chars,
                 context=context,
+                explains=explains,
             )
         )
-        if explain:
+        if explain and fmt in ("cli", "md"):
             click.echo("")
-            click.echo(format_explain(trace, cfg))
+            click.echo(printable_text(format_explain(trace, cfg)))
+        elif explain and fmt != "json":  # csv, xml, files: stdout stays parseable
+            click.echo(printable_text(format_explain(trace, cfg)), err=True)

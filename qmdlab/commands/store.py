@@ -12,24 +12,14 @@ from pathlib import Path
 
 import click
 
+from qmdlab.commands.common import open_index, print_report
 from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
+from qmdlab.display import printable
 from qmdlab.errors import QmdlabError, StoreError
-from qmdlab.output import build_rows, printable
+from qmdlab.output import build_rows
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
 from qmdlab.store.refs import split_address, split_range, strip_scheme
-
-
-def open_index(ctx: click.Context):
-    """The :class:`~qmdlab.store.Index` named by ``--index`` (opened once per invocation)."""
-    from qmdlab.store import Index
-    from qmdlab.store.index import creates_index
-
-    obj = ctx.find_root().ensure_object(dict)
-    if obj.get("_store_index") is None:  # a reading verb never creates an index
-        obj["_store_index"] = Index.open(obj.get("index"), create=creates_index(ctx))
-        ctx.call_on_close(obj["_store_index"].close)
-    return obj["_store_index"]
 
 
 def parse_ref(text: str) -> tuple[str, int | None, int | None]:
@@ -44,18 +34,22 @@ def parse_ref(text: str) -> tuple[str, int | None, int | None]:
     return ref, start, count
 
 
-def print_report(rep) -> None:
-    """An :class:`~qmdlab.store.UpdateReport` for people: the summary, skip counts by reason,
-    the first 20 skipped paths; capacity warnings go to stderr."""
-    click.echo(rep.summary())
-    if rep.skipped:
-        click.echo("  skipped by reason: " + ", ".join(f"{r} {n}" for r, n in rep.skip_counts().items()))
-    for docno, reason in rep.skipped_paths[:20]:
-        click.echo(f"  skipped ({reason}): {docno}")
-    if len(rep.skipped_paths) > 20:
-        click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
-    for w in rep.warnings:
-        click.echo(f"warning: {w}", err=True)
+def pending_embeddings(idx) -> int:
+    """Chunks that no embedder has a vector for yet (what ``qmdlab embed`` would embed first)."""
+    with idx._lock:
+        row = idx.conn.execute(
+            "SELECT COUNT(*) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id)"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def embed_hint(n: int) -> str:
+    """The next step after an update or in ``status`` when chunks lack vectors.
+
+    >>> embed_hint(3)
+    '3 chunks have no vectors yet: run `qmdlab embed` for vector search (vsearch, query)'
+    """
+    return f"{n} chunks have no vectors yet: run `qmdlab embed` for vector search (vsearch, query)"
 
 
 def register(group: click.Group) -> None:
@@ -73,7 +67,9 @@ def register(group: click.Group) -> None:
     @collection.command("add")
     @click.argument("path", type=click.Path(file_okay=False, path_type=Path))
     @click.option("--name", default=None, help="Collection name (default: the folder's name).")
-    @click.option("--mask", default="**/*.md", show_default=True, help="Glob(s), comma-separated union.")
+    @click.option(
+        "--mask", "--glob", "mask", default="**/*.md", show_default=True, help="Glob(s), comma-separated union."
+    )
     @click.option("--ignore", multiple=True, help="Glob of paths to leave out (repeatable).")
     @click.option("--no-update", is_flag=True, help="Only register; index later with `qmdlab update`.")
     @click.option(
@@ -87,9 +83,15 @@ def register(group: click.Group) -> None:
         ctx, path: Path, name: str | None, mask: str, ignore: tuple[str, ...], no_update: bool, chunker: str | None
     ) -> None:
         """Register PATH as a collection and index it."""
+        from qmdlab.store import trust
+
         idx = open_index(ctx)
         coll = idx.add_collection(name or path.expanduser().resolve().name, path, mask, ignore)
-        click.echo(f"added collection {coll.name}: {coll.root} ({coll.mask})")
+        click.echo(f"added collection {coll.name}: {printable(str(coll.root))} ({printable(coll.mask)})")
+        outside = trust.outside_root(idx.dir, coll)
+        if outside is not None:  # a root outside the project, typed by the user: approved for this config
+            trust.approve_roots(idx.config_path, [(coll, outside)])
+            click.echo(f"  its root is outside the project {printable(str(idx.dir.parent))}: approved for this index")
         if chunker:
             rep = idx.set_chunker(chunker, progress=True)
             if rep.changed:
@@ -108,7 +110,7 @@ def register(group: click.Group) -> None:
             click.echo("No collections; add one with `qmdlab collection add PATH --name NAME`.")
         for c in st["collections"]:
             click.echo(
-                f"{c['name']}\t{c['documents']} docs\t{c['root']}\t{c['mask']}"
+                f"{c['name']}\t{c['documents']} docs\t{printable(c['root'])}\t{printable(c['mask'])}"
                 + ("\texcluded" if c["name"] in excluded else "")
             )
 
@@ -135,12 +137,20 @@ def register(group: click.Group) -> None:
 
     @context.command("add")
     @click.argument("target")
-    @click.argument("text")
+    @click.argument("text", required=False)
     @click.pass_context
-    def context_add(ctx, target: str, text: str) -> None:
-        """Attach TEXT to TARGET (collection, collection/prefix, qmd://collection/prefix, or /)."""
-        open_index(ctx).add_context(target, text)
-        click.echo(f"context set on {target}")
+    def context_add(ctx, target: str, text: str | None) -> None:
+        """Attach TEXT to TARGET: a collection, collection/prefix, qmd://collection/prefix, / (every
+        collection) or a folder on disk inside a collection. With one argument, TEXT is attached to
+        the current folder (as in qmd)."""
+        from qmdlab.store.listing import context_target
+
+        if text is None:
+            target, text = ".", target
+        idx = open_index(ctx)
+        target = context_target(target, idx.collections())
+        idx.add_context(target, text)
+        click.echo(f"context set on {printable(target)}")
 
     @context.command("list")
     @click.pass_context
@@ -150,7 +160,7 @@ def register(group: click.Group) -> None:
         if not ctxs:
             click.echo("No contexts.")
         for c in ctxs:
-            click.echo(f"{c.target}\t{c.text}")
+            click.echo(f"{printable(c.target)}\t{printable(c.text)}")
 
     @context.command("rm")
     @click.argument("target")
@@ -195,6 +205,9 @@ def register(group: click.Group) -> None:
         if rep.changed:
             click.echo(rep.summary())
         print_report(idx.update(list(collections) or None, progress=progress, allow_vanish=allow_vanish))
+        pending = pending_embeddings(idx)
+        if pending:
+            click.echo(embed_hint(pending))
 
     @group.command("search")
     @click.argument("query")
@@ -378,11 +391,18 @@ def register(group: click.Group) -> None:
         click.echo(format_documents(items, fmt, line_numbers=line_numbers, max_bytes=max_bytes))
 
     @group.command("ls")
-    @click.argument("collection", required=False)
+    @click.argument("collection", required=False, metavar="[COLLECTION[/PREFIX]]")
     @click.pass_context
     def ls(ctx, collection: str | None) -> None:
-        """List indexed documents (docno, #docid, title)."""
-        docs = open_index(ctx).documents([collection] if collection else None)
+        """List indexed documents (docno, #docid, title): all, a collection's, or those under a
+        path prefix (``notes/2024``, ``qmd://notes/2024``)."""
+        from qmdlab.store.listing import split_ls_target
+
+        idx = open_index(ctx)
+        name, prefix = split_ls_target(collection, [c.name for c in idx.collections()]) if collection else (None, "")
+        docs = idx.documents([name] if name else None)
+        if prefix:
+            docs = docs.filter(docs["path"].str.starts_with(prefix))
         if docs.height == 0:
             click.echo("No documents.")
         for docno, docid, title in zip(docs["docno"], docs["docid"], docs["title"]):
@@ -391,32 +411,35 @@ def register(group: click.Group) -> None:
     @group.command("cleanup")
     @click.option("--cache", is_flag=True, help="Also clear the LLM cache (expansions, rerank scores).")
     @click.option("--no-vacuum", is_flag=True, help="Skip VACUUM (the file keeps its size).")
+    @click.option("--dry-run", is_flag=True, help="Report what would be removed; remove nothing.")
     @click.pass_context
-    def cleanup_cmd(ctx, cache: bool, no_vacuum: bool) -> None:
+    def cleanup_cmd(ctx, cache: bool, no_vacuum: bool, dry_run: bool) -> None:
         """Drop inactive documents and orphaned content, chunks and vectors, then VACUUM; report what was freed."""
         from qmdlab.store.cleanup import cleanup
 
-        click.echo(cleanup(open_index(ctx), cache=cache, vacuum=not no_vacuum).summary())
+        click.echo(cleanup(open_index(ctx), cache=cache, vacuum=not no_vacuum, dry_run=dry_run).summary())
 
     @group.command("status")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
     @click.pass_context
     def status(ctx, as_json: bool) -> None:
-        """Index location, collections, document/chunk/vector counts."""
+        """Index location, collections, document/chunk/vector counts (after an integrity check
+        of the database: a damaged one is reported, never called healthy)."""
         idx = open_index(ctx)
-        st = idx.status()
+        st = idx.status(integrity=True)
         excluded = {c.name for c in idx.collections() if not c.include}
+        st["pending_embeddings"] = pending_embeddings(idx)
         if as_json:
             click.echo(json.dumps(st, indent=2))
             return
-        click.echo(f"index: {st['index']}")
+        click.echo(f"index: {printable(st['index'])}")
         click.echo(
             f"documents: {st['documents']} active, {st['inactive_documents']} inactive; chunks: {st['chunks']}"
             + (f" ({st['chunker']})" if st.get("chunker") else "")
         )
         for c in st["collections"]:
             click.echo(
-                f"  {c['name']}: {c['documents']} docs  {c['root']}  ({c['mask']})"
+                f"  {c['name']}: {c['documents']} docs  {printable(c['root'])}  ({printable(c['mask'])})"
                 + ("  excluded from unscoped queries" if c["name"] in excluded else "")
             )
         for fp, v in st["vectors"].items():
@@ -429,6 +452,8 @@ def register(group: click.Group) -> None:
                 )
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
+        if st["pending_embeddings"]:
+            click.echo(f"pending: {embed_hint(st['pending_embeddings'])}")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")
         exp = st.get("expansions")
         if exp:

@@ -1,16 +1,27 @@
 """``qmdlab mcp --daemon`` / ``--stop``: the HTTP MCP server in the background, with a pid file.
 
-:func:`start` runs ``qmdlab mcp --http`` as a detached child (its own session, stdin closed,
-output to ``$QMDLAB_HOME/mcp.log``), waits until ``GET /health`` answers, and writes
-``$QMDLAB_HOME/mcp.pid`` (JSON: pid, host, port, index). :func:`stop` sends that process SIGTERM
-(the server finishes its requests and exits), waits for it, and removes the file; a pid file
-whose process is gone — or is no longer a qmdlab MCP server — is removed as stale.
+:func:`start` takes an exclusive ``flock`` on ``$QMDLAB_HOME/mcp.pid.lock`` (a second ``--daemon``
+of the same home, even one started at the same moment, is refused while it is held), runs
+``qmdlab mcp --http`` as a detached child that inherits the locked descriptor (its own session,
+stdin closed, output to ``$QMDLAB_HOME/mcp.log``) with a random token in its environment
+(:data:`TOKEN_ENV`), waits until ``GET /health`` answers from a socket that child listens on, and
+writes ``$QMDLAB_HOME/mcp.pid`` (JSON: pid, host, port, index, token, the process's start time).
+The lock is held as long as the daemon lives, and released by the kernel when it exits.
+
+:func:`stop` signals only a process it has identified as that daemon: the pid file's pid must be
+an integer above 1 (``0``, negative pids, ``-1`` would signal process groups or every process),
+the lock must be held (no daemon of this home runs otherwise: the file is stale and removed, and
+nothing is signalled), and — where ``/proc`` tells — the process must carry the token in its
+environment, have the recorded start time (a reused pid does not) and run ``qmdlab … mcp``. The
+process is pinned with a pidfd before it is checked, so the signal reaches the process checked;
+SIGTERM goes to that one pid (never ``killpg``), and the stop waits until the lock is released.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,63 +34,187 @@ from pathlib import Path
 from qmdlab.errors import QmdlabError
 from qmdlab.paths import home
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 15
+#: The daemon's environment variable holding the token its pid file records.
+TOKEN_ENV = "QMDLAB_MCP_DAEMON_TOKEN"
 
 
 def pid_file() -> Path:
     return home() / "mcp.pid"
 
 
+def lock_file() -> Path:
+    """``$QMDLAB_HOME/mcp.pid.lock``: held (``flock``) by the running daemon; never removed."""
+    return home() / "mcp.pid.lock"
+
+
 def log_file() -> Path:
     return home() / "mcp.log"
 
 
+# ------------------------------------------------------------------------------------- the lock
+def _acquire() -> int | None:
+    """The lock file's descriptor, locked exclusively; ``None`` when another process holds it."""
+    home().mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock_file(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as err:
+        raise QmdlabError(
+            f"{lock_file()}: cannot open the daemon's lock file ({err.strerror or err}); make $QMDLAB_HOME "
+            "writable (and the lock file a plain file)"
+        ) from None
+    if fcntl is None:  # pragma: no cover
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _lock_held() -> bool:
+    """Does a process (the daemon, or a start in progress) hold the lock? (Creates nothing when
+    no daemon was ever started here.)"""
+    if not os.path.lexists(lock_file()):
+        return False
+    fd = _acquire()
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+# ------------------------------------------------------------------------------------- identity
+def valid_pid(value: object) -> int | None:
+    """A pid file's pid when it can name one process: an integer above 1 (``0`` and negative
+    values name process groups, ``-1`` every process, ``1`` is init).
+
+    >>> [valid_pid(v) for v in (4242, 0, -1, -4242, 1, True, "4242", 42.0, None)]
+    [4242, None, None, None, None, None, None, None, None]
+    """
+    return value if type(value) is int and value > 1 else None
+
+
+def _proc(pid: int, name: str) -> bytes | None:
+    """``/proc/<pid>/<name>``, or ``None`` (no such process, no ``/proc``, not readable)."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return None
+
+
+def _has_proc() -> bool:
+    return Path("/proc/self/stat").exists()
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks after boot (``/proc/<pid>/stat`` field 22)."""
+    raw = _proc(pid, "stat")
+    if raw is None:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
 def _alive(pid: int) -> bool:
+    if valid_pid(pid) is None:
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone, or another user's process: not ours
         return False
-    except PermissionError:  # another user's process: not ours
-        return False
-    try:  # a zombie child of this process counts as gone
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
+    state = _proc(pid, "stat")
+    if state is not None and state[state.rfind(b")") + 2 :][:1] in (b"Z", b"X"):
+        return False  # a zombie (a child of this very process, not waited for) counts as gone
     return True
 
 
-def _is_ours(pid: int) -> bool:
-    """Is ``pid`` a qmdlab MCP server (its command line, where ``/proc`` tells)?"""
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return True  # no /proc: trust the pid file
-    try:
-        args = cmdline.read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return any(b"qmdlab" in a for a in args) and b"mcp" in args
+def _not_ours(pid: int, info: dict) -> str | None:
+    """Why ``pid`` is not the daemon ``info`` (the pid file) records; ``None`` when it is."""
+    if not _alive(pid):
+        return "no such process"
+    if not _has_proc():  # pragma: no cover - the lock (held) is all there is to go by
+        return None
+    cmdline = _proc(pid, "cmdline")
+    if cmdline is None:
+        return "its command line cannot be read"
+    args = cmdline.split(b"\0")
+    if not (any(b"qmdlab" in a for a in args) and b"mcp" in args):
+        return "its command line is not `qmdlab mcp`"
+    token = info.get("token")
+    environ = _proc(pid, "environ")
+    if not isinstance(token, str) or not token:
+        return "the pid file has no token (written by an older qmdlab?)"
+    if environ is None or f"{TOKEN_ENV}={token}".encode() not in environ.split(b"\0"):
+        return "it does not carry the pid file's token"
+    recorded = info.get("start_time")
+    if recorded is not None and str(recorded) != start_time(pid):
+        return "it started at another time than the daemon (its pid was reused)"
+    return None
 
 
-def read_pid() -> dict | None:
-    """The pid file's record, or ``None`` (no file, unreadable, or its process is gone)."""
+def _read_info() -> tuple[dict | None, str]:
+    """The pid file's record and, when it is unusable, why."""
     path = pid_file()
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
-        pid = int(info["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
+        return None, "is missing"
+    except (OSError, ValueError) as err:
+        return None, f"cannot be read ({err.__class__.__name__})"
+    if not isinstance(info, dict):
+        return None, "does not hold a pid record"
+    if valid_pid(info.get("pid")) is None:
+        return None, f"names pid {info.get('pid')!r}, which is not one process (a pid must be an integer above 1)"
+    return info, ""
+
+
+def read_pid() -> dict | None:
+    """The running daemon's record, or ``None`` (no file, unreadable, or its process is not the
+    daemon this home started)."""
+    info, _ = _read_info()
+    if info is None or not _lock_held():
         return None
-    return info if _alive(pid) and _is_ours(pid) else None
+    return info if _not_ours(int(info["pid"]), info) is None else None
 
 
+# ------------------------------------------------------------------------------------- start
 def _health(host: str, port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Does ``pid`` hold a listening TCP socket on ``port``? (True where ``/proc`` cannot tell.)"""
+    if not _has_proc():  # pragma: no cover
+        return True
+    sockets = set()
+    for table in ("net/tcp", "net/tcp6"):
+        for line in (_proc(pid, table) or b"").decode("ascii", "replace").splitlines()[1:]:
+            cols = line.split()  # sl local_address rem_address st … inode
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{cols[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _log_tail(n: int = 5) -> str:
@@ -90,63 +225,181 @@ def _log_tail(n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
+def _write_info(info: dict) -> None:
+    tmp = pid_file().with_name("mcp.pid.tmp")
+    tmp.unlink(missing_ok=True)
+    with open(tmp, "x", encoding="utf-8") as fh:
+        fh.write(json.dumps(info))
+    os.replace(tmp, pid_file())
+
+
 def start(
     server_args: Sequence[str], *, host: str, port: int, index: str | None, timeout: float = START_TIMEOUT_S
 ) -> dict:
     """Start the background server (``server_args``: the ``mcp --http …`` options) and return the
-    pid record; a :class:`QmdlabError` when one is running already or the child does not come up."""
-    running = read_pid()
-    if running is not None:
-        raise QmdlabError(
-            f"an MCP server is already running (PID {running['pid']}, port {running['port']}); "
-            "stop it with `qmdlab mcp --stop`"
-        )
-    home().mkdir(parents=True, exist_ok=True)
-    argv = (
-        [sys.executable, "-m", "qmdlab.cli"]
-        + (["--index", index] if index else [])
-        + ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
-    )
-    with open(log_file(), "wb") as log:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True
-        )
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
+    pid record; a :class:`QmdlabError` when one is running (or starting) already or the child does
+    not come up."""
+    lock = _acquire()
+    for _ in range(5):  # a `status` or `--stop` holds the lock for an instant while it looks
+        if lock is not None:
+            break
+        time.sleep(0.1)
+        lock = _acquire()
+    if lock is None:
+        running = read_pid()
+        if running is not None:
             raise QmdlabError(
-                f"the MCP server exited at start (status {proc.returncode}): {_log_tail()}; full log: {log_file()}"
+                f"an MCP server is already running (PID {running['pid']}, port {running['port']}); "
+                "stop it with `qmdlab mcp --stop`"
             )
-        if _health(host, port):
-            info = {"pid": proc.pid, "host": host, "port": port, "index": index}
-            tmp = pid_file().with_name("mcp.pid.tmp")
-            tmp.write_text(json.dumps(info), encoding="utf-8")
-            os.replace(tmp, pid_file())
-            return info
-        time.sleep(0.2)
-    proc.terminate()
-    raise QmdlabError(
-        f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; see {log_file()}"
-    )
+        raise QmdlabError(
+            f"an MCP server of this QMDLAB_HOME is already running or starting (it holds {lock_file()}); "
+            "wait for it, or stop it with `qmdlab mcp --stop`"
+        )
+    try:
+        pid_file().unlink(missing_ok=True)  # no daemon holds the lock: whatever the file says is stale
+        token = secrets.token_hex(16)
+        argv = (
+            [sys.executable, "-m", "qmdlab.cli"]
+            + (["--index", index] if index else [])
+            + ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
+        )
+        env = dict(os.environ, **{TOKEN_ENV: token})
+        with open(log_file(), "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(lock,),  # the daemon holds the lock as long as it lives
+                env=env,
+            )
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                raise QmdlabError(
+                    f"the MCP server exited at start (status {proc.returncode}): {_log_tail()}; full log: {log_file()}"
+                )
+            if _health(host, port) and _listens(proc.pid, port) and proc.poll() is None:
+                info = {
+                    "pid": proc.pid,
+                    "host": host,
+                    "port": port,
+                    "index": index,
+                    "token": token,
+                    "start_time": start_time(proc.pid),
+                }
+                try:
+                    _write_info(info)
+                except OSError as err:  # a daemon no pid file names must not be left running
+                    proc.terminate()
+                    raise QmdlabError(
+                        f"{pid_file()}: cannot write the pid file ({err.strerror or err}); the server was "
+                        "stopped — make $QMDLAB_HOME writable and start it again"
+                    ) from None
+                return info
+            time.sleep(0.2)
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise QmdlabError(
+            f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; see {log_file()}"
+        )
+    finally:
+        os.close(lock)
+
+
+# ------------------------------------------------------------------------------------- stop
+def _pin(pid: int) -> int | None:
+    """A pidfd of ``pid`` (the process it names cannot be replaced by a reused pid), or ``None``."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:  # pragma: no cover
+        return None
+    try:
+        return opener(pid)
+    except OSError:
+        return None
+
+
+def _terminate(pid: int, pidfd: int | None) -> None:
+    """SIGTERM to exactly one process (``pid`` > 1; never a process group)."""
+    assert valid_pid(pid) is not None
+    sender = getattr(signal, "pidfd_send_signal", None)
+    if pidfd is not None and sender is not None:
+        sender(pidfd, signal.SIGTERM)
+    else:  # pragma: no cover
+        os.kill(pid, signal.SIGTERM)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` when it is a child of this process (a daemon started
+    and stopped by one process, as in the tests), so it leaves no zombie."""
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done == pid:
+            return
+        time.sleep(0.05)
 
 
 def stop(timeout: float = STOP_TIMEOUT_S) -> str:
-    """Stop the background server; a line saying what happened."""
+    """Stop the background server; a line saying what happened. Nothing is signalled unless the
+    pid file names the daemon this home started (see the module's documentation)."""
     path = pid_file()
-    if not path.exists():
+    if not os.path.lexists(path) and not os.path.lexists(lock_file()):
         return "no MCP server running (no pid file)"
-    info = read_pid()
+    lock = _acquire()
+    if lock is not None:  # no daemon of this home runs
+        try:
+            if not os.path.lexists(path):
+                return "no MCP server running (no pid file)"
+            path.unlink(missing_ok=True)
+            return (
+                f"removed a stale pid file ({path}): its server was not running (no daemon of this "
+                "QMDLAB_HOME holds its lock), so nothing was signalled"
+            )
+        finally:
+            os.close(lock)
+    info, problem = _read_info()
     if info is None:
-        path.unlink(missing_ok=True)
-        return f"removed a stale pid file ({path}): its server was not running"
-    pid = int(info["pid"])
-    os.kill(pid, signal.SIGTERM)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and _alive(pid):
-        time.sleep(0.1)
-    if _alive(pid):
         raise QmdlabError(
-            f"the MCP server (PID {pid}) did not stop within {timeout:g} s of SIGTERM; stop it with `kill {pid}`"
+            f"an MCP server of this QMDLAB_HOME holds {lock_file()}, but {path} {problem}; nothing was "
+            "signalled — if a `qmdlab mcp --daemon` is starting, wait for it; otherwise find the server "
+            "(`ps -ef | grep 'qmdlab.cli mcp'`) and stop it with `kill PID`"
         )
-    path.unlink(missing_ok=True)
-    return f"stopped the MCP server (PID {pid}, port {info['port']})"
+    pid = int(info["pid"])
+    pidfd = _pin(pid)
+    try:
+        reason = _not_ours(pid, info)
+        if reason is not None:
+            raise QmdlabError(
+                f"{path} names PID {pid}, which is not the MCP server this QMDLAB_HOME started ({reason}); "
+                "nothing was signalled — find the server (`ps -ef | grep 'qmdlab.cli mcp'`) and stop it "
+                "with `kill PID`"
+            )
+        _terminate(pid, pidfd)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    end = time.monotonic() + timeout
+    while True:  # the daemon has exited once its lock is free; the file goes while this holds it
+        lock = _acquire()
+        if lock is not None:
+            try:
+                path.unlink(missing_ok=True)
+            finally:
+                os.close(lock)
+            _reap(pid)
+            return f"stopped the MCP server (PID {pid}, port {info['port']})"
+        if time.monotonic() >= end:
+            raise QmdlabError(
+                f"the MCP server (PID {pid}) did not stop within {timeout:g} s of SIGTERM; stop it with `kill {pid}`"
+            )
+        time.sleep(0.1)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qmdlab.errors import QmdlabError
+from qmdlab.errors import DocumentNotFoundError, QmdlabError
 from qmdlab.pipeline.results import snippet as make_snippet
 from qmdlab.search.navigate import cap_text, context_of, snippet_hit_line
 from qmdlab.store.outline import DocumentOutline
@@ -549,6 +549,9 @@ class Engine:
         text = (query or "").strip()
         if not text:
             raise QmdlabError(f"{tool} needs a non-empty 'query'")
+        from qmdlab.search.lexical import check_query_length
+
+        check_query_length(text, f"{tool} query")  # before the engine's lock: never embed a megabyte
         names = list(collections or []) + ([collection] if collection else [])
         with self.lock:
             colls = self._check_collections(names)
@@ -622,6 +625,13 @@ class Engine:
         for s in searches:
             if s.get("type") not in ("lex", "vec", "hyde") or not str(s.get("query", "")).strip():
                 raise QmdlabError(f"bad search {s!r}: each needs type lex|vec|hyde and a non-empty query")
+        from qmdlab.search.lexical import check_query_length
+
+        # before the engine's lock: a megabyte of vector or hyde text is refused, not embedded
+        check_query_length(text)
+        check_query_length(intent, "intent")
+        for s in searches:
+            check_query_length(str(s["query"]), f"{s['type']} search")
         with self.lock:
             colls = self._check_collections(collections)
             if tagLift is not None and int(tagLift) < 0:
@@ -727,17 +737,8 @@ class Engine:
                 doc = self.index.get(docno)
                 info = self._doc_info(doc)
                 body = doc.body or ""
-            except QmdlabError:  # deleted since the search ran
-                collection, _, path = docno.partition("/")
-                info = {
-                    "docno": docno,
-                    "docid": done.get("docid"),
-                    "collection": collection,
-                    "path": path,
-                    "uri": resource_uri(docno),
-                    "title": done.get("title") or "",
-                }
-                body = ""
+            except DocumentNotFoundError:  # renamed or removed while the query ran (the trace notes it)
+                continue
             line, snippet = done.get("line"), done.get("snippet")
             if line is None and body:  # not in the pipeline's results table: the same snippet rule
                 snip = make_snippet(body, " ".join(x for x in (query_text, intent) if x))

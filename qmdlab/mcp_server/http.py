@@ -23,8 +23,12 @@ not received within :data:`BODY_TIMEOUT_S` **408**; a connection that has not se
 request head within :data:`HEADER_TIMEOUT_S` is closed, an idle kept-alive one after
 :data:`KEEP_ALIVE_S`; an MCP session with no request for :data:`SESSION_IDLE_S` is closed, and
 at most :data:`MAX_SESSIONS` are open at once; a ``/query`` taking longer than
-:data:`QUERY_TIMEOUT_S` is answered **503** (an MCP tool call, a tool error). ``/health`` never
-waits for a running query.
+:data:`QUERY_TIMEOUT_S` is answered **503** (an MCP tool call, a tool error). At most
+:data:`MAX_QUEUED_QUERIES` searches (``/query`` and MCP tool calls, running or waiting, an abandoned
+run counted until its thread ends) are in flight at once: one more gets **503** with a
+``Retry-After`` header (a tool call, a tool error) at once, instead of queuing without bound.
+``/health`` never waits for a query: it has its own worker thread, not anyio's shared pool of
+40 that queries fill, and answers with the last count when the index is busy.
 
 >>> g = OriginHostGuard(None, host="127.0.0.1", port=8181, allowed_origins=(), allowed_hosts=())
 >>> g.origin_ok("http://localhost:3000"), g.origin_ok("https://evil.example"), g.origin_ok(None)
@@ -59,7 +63,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import qmdlab
 from qmdlab.errors import QmdlabError
 from qmdlab.mcp_server.engine import Engine
-from qmdlab.mcp_server.server import QueryRequest, build_server
+from qmdlab.mcp_server.server import QueryRequest, build_server, has_lone_surrogate
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 DEFAULT_HOST = "127.0.0.1"
@@ -81,6 +85,13 @@ MAX_SESSIONS = 256
 """MCP sessions open at once at most (a new one past it is refused)."""
 QUERY_TIMEOUT_S = 120.0
 """Seconds a ``/query`` may run before it is answered 503."""
+MAX_QUEUED_QUERIES = 32
+"""Searches in flight at once (running or waiting for the engine); one more is answered 503. Below
+anyio's 40 worker threads, so queries alone never take every thread."""
+RETRY_AFTER_S = 1
+"""The ``Retry-After`` (seconds) of a 503 for a full query queue."""
+HEALTH_LOCK_WAIT_S = 0.5
+"""How long ``/health`` waits for the index before it answers with the last count it read."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,74 @@ class HttpLimits:
     session_idle_s: float = SESSION_IDLE_S
     max_sessions: int = MAX_SESSIONS
     query_timeout_s: float = QUERY_TIMEOUT_S
+    max_queued_queries: int = MAX_QUEUED_QUERIES
+
+
+class QueryGate:
+    """At most ``limit`` searches in flight: :meth:`enter` says whether one more may start; the
+    worker thread calls :meth:`leave` when it ends (so a run abandoned at its deadline still counts
+    until its thread is done). Thread-safe.
+
+    >>> g = QueryGate(1)
+    >>> g.enter(), g.enter(), g.leave(), g.enter()
+    (True, False, None, True)
+    """
+
+    def __init__(self, limit: int):
+        import threading
+
+        self.limit = int(limit)
+        self.in_flight = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.in_flight >= self.limit:
+                return False
+            self.in_flight += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight = max(0, self.in_flight - 1)
+
+    def busy_message(self) -> str:
+        return f"the server is busy ({self.limit} searches in flight); retry in {RETRY_AFTER_S} s"
+
+    async def run_in_thread(self, fn: Any) -> Any:
+        """``fn()`` on a worker thread, after a successful :meth:`enter`; the slot is left
+        exactly once: by the thread when ``fn`` ends (a run abandoned at its deadline keeps it
+        until then), or here when the wait is cancelled before the thread started (then ``fn``
+        never runs)."""
+        import threading
+
+        lock = threading.Lock()
+        state = {"started": False, "left": False}
+
+        def leave_once() -> None:
+            with lock:
+                if state["left"]:
+                    return
+                state["left"] = True
+            self.leave()
+
+        def call() -> Any:
+            with lock:
+                if state["left"]:  # the caller gave up before a thread was free
+                    return None
+                state["started"] = True
+            try:
+                return fn()
+            finally:
+                leave_once()
+
+        try:
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        finally:
+            with lock:
+                never_started = not state["started"]
+            if never_started:
+                leave_once()
 
 
 def _env_list(name: str) -> tuple[str, ...]:
@@ -292,16 +371,31 @@ def build_app(
     """The ASGI app: ``/mcp`` (Streamable HTTP), ``/query`` (REST), ``/health``, behind the guard
     and the body limit (:class:`HttpLimits`)."""
     limits = limits or HttpLimits()
-    mcp = build_server(engine, deadline_s=limits.query_timeout_s)
+    gate = QueryGate(limits.max_queued_queries)
+    mcp = build_server(engine, deadline_s=limits.query_timeout_s, gate=gate)
+    # /health's own worker thread: anyio's default limiter (40 threads) is what queries fill
+    health_limiter = anyio.CapacityLimiter(1)
+    last_count: list[int | None] = [None]
 
     async def health(request: Request) -> JSONResponse:
-        def count() -> int:  # the index's own lock only: a running query holds the engine's
+        def count() -> int | None:  # the index's own lock only (a running query holds the engine's), briefly
             idx = engine.index
-            with idx._lock:
-                return int(idx.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0])
+            if not idx._lock.acquire(timeout=HEALTH_LOCK_WAIT_S):
+                return last_count[0]  # a long statement holds the index: the last count read
+            try:
+                last_count[0] = int(idx.conn.execute("SELECT count(*) FROM documents WHERE active = 1").fetchone()[0])
+            finally:
+                idx._lock.release()
+            return last_count[0]
 
+        documents = await anyio.to_thread.run_sync(count, limiter=health_limiter)
         return JSONResponse(
-            {"status": "ok", "version": qmdlab.__version__, "documents": await anyio.to_thread.run_sync(count)}
+            {
+                "status": "ok",
+                "version": qmdlab.__version__,
+                "documents": documents,
+                "queries_in_flight": gate.in_flight,
+            }
         )
 
     async def query(request: Request) -> JSONResponse:
@@ -313,6 +407,11 @@ def build_app(
             return JSONResponse({"error": f"request body is not JSON: {err}"}, status_code=400)
         if not isinstance(payload, dict):
             return JSONResponse({"error": 'request body must be a JSON object like {"query": "..."}'}, status_code=400)
+        if has_lone_surrogate(payload):
+            return JSONResponse(
+                {"error": "request body holds a lone surrogate escape (such as \\ud800): not Unicode text"},
+                status_code=400,
+            )
         try:
             req = QueryRequest.model_validate(payload)
         except ValidationError as err:
@@ -325,13 +424,19 @@ def build_app(
                 {"error": f"invalid query request: {problems}", "accepted": sorted(QueryRequest.model_fields)},
                 status_code=400,
             )
+        if not gate.enter():  # a bounded queue: one more is told to come back, not parked on a thread
+            return JSONResponse(
+                {"error": gate.busy_message()}, status_code=503, headers={"retry-after": str(RETRY_AFTER_S)}
+            )
         try:
             with anyio.fail_after(limits.query_timeout_s):
-                _, data = await anyio.to_thread.run_sync(
-                    lambda: engine.query(**req.engine_kwargs()), abandon_on_cancel=True
-                )
+                _, data = await gate.run_in_thread(lambda: engine.query(**req.engine_kwargs()))
         except QmdlabError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
+        except UnicodeError as err:  # text that cannot be encoded, wherever it was met
+            return JSONResponse(
+                {"error": f"the request holds text that is not Unicode ({err.__class__.__name__})"}, status_code=400
+            )
         except sqlite3.DatabaseError as err:  # a damaged index, or a search too large for SQLite
             from qmdlab.store.failures import as_user_error
 

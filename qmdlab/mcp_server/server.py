@@ -29,7 +29,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.mcpserver.tools import Tool
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations, jsonrpc_message_adapter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -150,17 +150,24 @@ def _strict(tool: Tool) -> Tool:
     return tool
 
 
-def _with_deadline(tool: Tool, seconds: float) -> Tool:
+def _with_deadline(tool: Tool, seconds: float, gate: Any = None) -> Tool:
     """Run ``tool`` on a worker thread and answer a tool error once it has run ``seconds``
-    (the run is abandoned: its thread finishes on its own, the client is not kept waiting)."""
+    (the run is abandoned: its thread finishes on its own, the client is not kept waiting).
+    With ``gate`` (:class:`qmdlab.mcp_server.http.QueryGate`), a call past the gate's number of
+    calls in flight gets a tool error at once."""
     import anyio
 
     fn, name = tool.fn, tool.name
 
     async def run(**kwargs: Any) -> Any:
+        call = functools.partial(fn, **kwargs)
+        if gate is not None and not gate.enter():
+            raise ToolError(gate.busy_message())
         try:
             with anyio.fail_after(seconds):
-                return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), abandon_on_cancel=True)
+                if gate is not None:
+                    return await gate.run_in_thread(call)
+                return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
         except TimeoutError:
             raise ToolError(f"{name} took longer than {seconds:g} s; shorten the request or retry") from None
 
@@ -168,9 +175,10 @@ def _with_deadline(tool: Tool, seconds: float) -> Tool:
     return tool
 
 
-def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServer:
+def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any = None) -> MCPServer:
     """An :class:`MCPServer` exposing ``engine`` (tools, resources, instructions); with
-    ``deadline_s``, a tool call running longer gets a tool error instead of its answer."""
+    ``deadline_s``, a tool call running longer gets a tool error instead of its answer, and with
+    ``gate`` one past its number of calls in flight gets a tool error at once."""
 
     def query(
         query: Annotated[str | None, Field(description="A plain search query (expanded, fused and reranked).")] = None,
@@ -454,7 +462,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None) -> MCPServe
             )
         )
     if deadline_s:
-        tools = [_with_deadline(t, deadline_s) for t in tools]
+        tools = [_with_deadline(t, deadline_s, gate) for t in tools]
     server: MCPServer = MCPServer(
         "qmdlab",
         title="qmdlab knowledge base",
@@ -502,8 +510,43 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
 
 
 def _valid_id(value: Any) -> bool:
-    """A JSON-RPC id MCP accepts: a string or an integer (not a bool, a float or null)."""
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    """A JSON-RPC id MCP accepts: a string (of Unicode text) or an integer (not a bool, a float or null)."""
+    if isinstance(value, str):
+        return not has_lone_surrogate(value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def has_lone_surrogate(data: Any) -> bool:
+    """Does a parsed JSON value hold a string with a lone surrogate (``"\\ud800"`` is valid JSON
+    syntax but no Unicode text: it cannot be encoded, so it fails wherever the text is used)?
+
+    >>> has_lone_surrogate({"a": ["ok", {"b": "x\\ud800"}]}), has_lone_surrogate({"a": "\\U0001f642"})
+    (True, False)
+    """
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _sdk_accepts(line: str) -> bool:
+    """Would the SDK's stdio transport accept the frame (its message model)?"""
+    try:
+        jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError:
+        return False
+    return True
 
 
 def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -514,7 +557,9 @@ def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
     The JSON-RPC 2.0 rules: text that is not JSON (or nests too deeply) gets ``-32700`` with id
     ``null``; a batch (MCP has none), a ``jsonrpc`` other than ``"2.0"``, a method that is not a
     string, params that are not an object, or an id that is not a string or an integer get
-    ``-32600``, with the request's id when it is a valid one.
+    ``-32600``, with the request's id when it is a valid one. So does a string holding a lone
+    surrogate escape (``"\\ud800"``), and any other frame the SDK's own message model refuses:
+    the SDK would drop it without an answer, leaving its id pending forever.
 
     >>> check_frame('{"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}')[1]["error"]["code"]
     -32600
@@ -546,6 +591,8 @@ def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
         return error(-32600, 'Invalid Request: "jsonrpc" must be "2.0"', request_id)
     if "method" not in data:
         if "id" in data and _valid_id(request_id) and ("result" in data) != ("error" in data):
+            if not _sdk_accepts(line) or has_lone_surrogate(data):
+                return None, None  # a malformed response: nothing answers a response
             return data, None  # a response to a request of this server's
         if "result" in data or "error" in data:
             return None, None
@@ -556,6 +603,17 @@ def check_frame(line: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
         return error(-32600, 'Invalid Request: "id" must be a string or an integer')
     if "params" in data and not isinstance(data["params"], dict):
         return error(-32600, 'Invalid Request: "params" must be an object', request_id)
+    if has_lone_surrogate(data):
+        return error(
+            -32600,
+            "Invalid Request: a string holds a lone surrogate escape (such as \\ud800), not Unicode text",
+            request_id,
+        )
+    try:  # what the SDK's stdio transport does with the line; a frame it refuses is answered here
+        jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as err:
+        first = err.errors()[0]["msg"] if hasattr(err, "errors") and err.errors() else str(err)
+        return error(-32600, f"Invalid Request: {first}", request_id)
     return data, None
 
 

@@ -134,6 +134,12 @@ class Lab:
             text, doc_intent, searches = parse_query_document(text)
             intent = intent or doc_intent
         text = text.strip()
+        from qmdlab.search.lexical import check_query_length
+
+        check_query_length(text)  # every query text is capped as keyword text is (vector ones too)
+        check_query_length(intent, "intent")
+        for kind, sub in searches or ():
+            check_query_length(sub, f"{kind} search")
         if not text and not searches:
             if cfg.tags:
                 return self._tag_listing(qid, cfg, collections, plan)
@@ -257,7 +263,7 @@ class Lab:
                     if kept in shown:
                         run.note("finish", f"{dup}: same content as {kept} (shown once)")
         with run.stage("snippets"):
-            results = self._results(final, text, intent, searches, rerank_table, spans)
+            results = self._results(final, text, intent, searches, rerank_table, spans, run)
         queries = Columns({"qid": [qid], "text": [text], "intent": [intent]})
         exp_rows = Columns(
             {
@@ -532,12 +538,14 @@ class Lab:
         searches: Sequence[tuple[str, str]] | None,
         rerank_table: pl.DataFrame | Columns | None = None,
         spans: dict[int, tuple[int, int]] | None = None,
+        run: _Run | None = None,
     ) -> Columns:
         """Title, docid, context and a line-numbered snippet per final row (:mod:`qmdlab.pipeline.results`),
-        taken from the chunk that was reranked when there is one."""
+        taken from the chunk that was reranked when there is one. A row whose document left the
+        index while the query ran (renamed or removed by an ``update``) is left out, with a note."""
         if height(final) == 0:
             return Columns.empty("results")
-        from qmdlab.pipeline.results import build_rows
+        from qmdlab.pipeline.results import build_rows, vanished_note
         from qmdlab.search import Hit
 
         chunk_of = (
@@ -549,7 +557,13 @@ class Lab:
             for d, r, s in zip(column(final, "docno"), ranks, column(final, "final_score"))
         ]
         words = " ".join(x for x in (text, intent or "", _search_text(searches)) if x)
-        rows = build_rows(self.index, hits, words, spans=spans)
+        vanished: list[str] = []
+        rows = build_rows(self.index, hits, words, spans=spans, vanished=vanished)
+        if vanished:
+            gone = set(vanished)
+            ranks = [r for d, r in zip(column(final, "docno"), ranks) if d not in gone]
+            if run is not None:
+                run.note("finish", vanished_note(vanished))
         qid = column(final, "qid")[0]
         return Columns(
             {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from qmdlab.display import number_lines
 from qmdlab.terms import terms
 
 if TYPE_CHECKING:
@@ -31,6 +32,11 @@ class ResultRow(NamedTuple):
     truncated: bool = False
     """The snippet was capped (:func:`full_rows` with ``max_chars``): its last line is the note
     saying how much was left out, not a line of the document."""
+    best_line: int = 0
+    """1-based number of the best-matching line (qmd's ``line``); 0 = not known (a row read back
+    from a trace: :func:`located_rows` estimates it)."""
+    total_lines: int = 0
+    """Lines in the whole document (for the snippet header's before/after counts); 0 = not known."""
 
 
 class Snippet(NamedTuple):
@@ -82,13 +88,23 @@ def snippet(body: str, query: str, *, context: int = 1, lines: tuple[int, int] |
 
 
 def build_rows(
-    idx: Index, hits: Sequence[Hit], query: str, *, context: int = 1, spans: dict[int, tuple[int, int]] | None = None
+    idx: Index,
+    hits: Sequence[Hit],
+    query: str,
+    *,
+    context: int = 1,
+    spans: dict[int, tuple[int, int]] | None = None,
+    vanished: list[str] | None = None,
 ) -> list[ResultRow]:
     """Rows for hits: title, all matching contexts (joined by `` | ``), and a snippet (inside
     the hit's chunk when it has one, else anywhere below the front matter).
 
     ``spans`` (``{chunk_id: (line_start, line_end)}`` covering the hits' chunks, e.g. from the
-    ``Index.chunks`` rows a caller already read) saves reading the chunks again."""
+    ``Index.chunks`` rows a caller already read) saves reading the chunks again.
+
+    A hit whose document left the index after the search found it (an ``update`` renamed or
+    removed the file meanwhile) gets no row; its docno is appended to ``vanished`` for the
+    caller's note. A damaged index still raises."""
     rows = []
     span_of: dict[int, tuple[int, int]] = {}
     chunk_ids = [h.chunk_id for h in hits if h.chunk_id is not None]
@@ -103,7 +119,11 @@ def build_rows(
     docs = idx.get_many(h.docno for h in hits)  # one query for the list
     contexts = idx.contexts()
     for h in hits:
-        doc = docs.get(h.docno) or idx.get(h.docno)  # not found: get() raises with suggestions
+        doc = docs.get(h.docno) or _still_there(idx, h.docno)
+        if doc is None:
+            if vanished is not None:
+                vanished.append(h.docno)
+            continue
         span = span_of.get(h.chunk_id) if h.chunk_id is not None else None
         if span is None:  # whole document: search below the front matter
             off = parse_front_matter(doc.body).body_offset
@@ -111,9 +131,39 @@ def build_rows(
         snip = snippet(doc.body, query, context=context, lines=span)
         ctx = idx.contexts_for(h.docno, contexts)
         rows.append(
-            ResultRow(h.docno, doc.docid, h.score, snip.line, doc.title, " | ".join(ctx) or None, snip.text, h.chunk_id)
+            ResultRow(
+                h.docno,
+                doc.docid,
+                h.score,
+                snip.line,
+                doc.title,
+                " | ".join(ctx) or None,
+                snip.text,
+                h.chunk_id,
+                best_line=snip.best_line,
+                total_lines=doc.body.count("\n") + 1,
+            )
         )
     return rows
+
+
+def _still_there(idx: Index, docno: str):
+    """The document ``docno``, or ``None`` when it is no longer indexed (a damaged index raises)."""
+    from qmdlab.errors import DocumentNotFoundError
+
+    try:
+        return idx.get(docno)
+    except DocumentNotFoundError:
+        return None
+
+
+def vanished_note(docnos: Sequence[str]) -> str:
+    """The note for hits whose documents left the index while the query ran.
+
+    >>> vanished_note(["a/x.md"])
+    'a/x.md: renamed or removed from the index while the query ran; left out (run the query again)'
+    """
+    return f"{', '.join(docnos)}: renamed or removed from the index while the query ran; left out (run the query again)"
 
 
 def full_rows(idx: Index, rows: Sequence[ResultRow], *, max_chars: int = 0) -> list[ResultRow]:
@@ -127,22 +177,72 @@ def full_rows(idx: Index, rows: Sequence[ResultRow], *, max_chars: int = 0) -> l
 
     out = []
     for r in rows:
-        body = idx.get(r.docno).body
+        doc = _still_there(idx, r.docno)
+        if doc is None:  # renamed or removed since the search: left out, as build_rows does
+            continue
+        body = doc.body
         capped = cap_text(body[:-1] if body.endswith("\n") else body, max_chars, read_on=(r.docno, 1))
         out.append(r._replace(line=1, snippet=capped.text, truncated=capped.truncated))
     return out
 
 
-def number_lines(text: str, first: int) -> str:
-    """Prefix every line of ``text`` with its 1-based number (width of the largest): ``--line-numbers``.
+#: qmd's snippet caps (``extractSnippet``'s ``maxLen``): 300 characters in JSON and MCP replies,
+#: 500 in every other format.
+SNIPPET_CAP_JSON = 300
+SNIPPET_CAP = 500
 
-    >>> print(number_lines("a\\nb", 9))
-     9: a
-    10: b
+
+def cap_snippet(text: str, max_len: int) -> str:
+    """``text`` cut to ``max_len`` characters, ending in ``...`` when cut (qmd's snippet cap).
+
+    >>> cap_snippet("abcdefgh", 6), cap_snippet("abc", 6), cap_snippet("abcdefgh", 0)
+    ('abc...', 'abc', 'abcdefgh')
     """
-    lines = text.split("\n")
-    width = len(str(first + len(lines) - 1))
-    return "\n".join(f"{first + i:>{width}}: {line}" for i, line in enumerate(lines))
+    if max_len <= 0 or len(text) <= max_len:
+        return text
+    return text[: max(0, max_len - 3)] + "..."
+
+
+def hit_line(row: ResultRow) -> int:
+    """The row's best-matching line: :attr:`ResultRow.best_line`, else estimated from the snippet
+    (one context line above the best one, :func:`qmdlab.search.navigate.snippet_hit_line`).
+
+    >>> hit_line(ResultRow("k/a.md", "d", 1.0, 3, "A", None, "x\\ny\\nz", best_line=5)), hit_line(ResultRow("k/a.md", "d", 1.0, 3, "A", None, "x\\ny"))
+    (5, 4)
+    """
+    if row.best_line:
+        return row.best_line
+    line = int(row.line or 1)
+    return line + (1 if line > 1 and "\n" in (row.snippet or "") else 0)
+
+
+def snippet_header(row: ResultRow) -> str | None:
+    """qmd's diff-style snippet header: ``@@ -FIRST,COUNT @@ (B before, A after)`` — where the
+    snippet starts, its lines and how many lines of the document are above and below it; ``None``
+    when the document's length is not known.
+
+    >>> snippet_header(ResultRow("k/a.md", "d", 1.0, 3, "A", None, "x\\ny\\nz", total_lines=10))
+    '@@ -3,3 @@ (2 before, 5 after)'
+    """
+    if not row.total_lines:
+        return None
+    count = row.snippet.count("\n") + 1
+    before = row.line - 1
+    after = max(0, row.total_lines - (row.line + count - 1))
+    return f"@@ -{row.line},{count} @@ ({before} before, {after} after)"
+
+
+def located_rows(idx: Index, rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """The rows with :attr:`~ResultRow.best_line` and :attr:`~ResultRow.total_lines` filled where
+    they are not known (rows read back from a trace); one read for the list."""
+    todo = [r.docno for r in rows if not r.total_lines]
+    docs = idx.get_many(todo) if todo else {}
+    out = []
+    for r in rows:
+        doc = docs.get(r.docno)
+        total = r.total_lines or (doc.body.count("\n") + 1 if doc is not None else 0)
+        out.append(r._replace(best_line=hit_line(r), total_lines=total))
+    return out
 
 
 def numbered_rows(rows: Sequence[ResultRow]) -> list[ResultRow]:

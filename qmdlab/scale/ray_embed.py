@@ -81,12 +81,14 @@ class EmbedActor:
 
 
 class RayEmbedReport(NamedTuple):
-    """What :func:`embed_with_ray` did: chunks stored, write transactions, actors, seconds."""
+    """What :func:`embed_with_ray` did: chunks stored, write transactions, actors, seconds, and
+    vectors computed but not stored (``dropped``: their chunks left the index meanwhile)."""
 
     chunks: int
     batches: int
     actors: int
     seconds: float
+    dropped: int = 0
 
 
 def embed_with_ray(
@@ -150,7 +152,7 @@ def embed_with_ray(
             num_cpus=options.num_cpus,
             num_gpus=options.num_gpus or None,
         )
-        done = batches = 0
+        done = batches = dropped = 0
         batches_out = iter(ds.iter_batches(batch_size=write_batch, batch_format="numpy"))
         try:
             with tqdm(
@@ -164,12 +166,17 @@ def embed_with_ray(
                             f"under {fingerprint!r}: every node must have the same model file and "
                             "qmdlab version (run `qmdlab pull` there)"
                         )
-                    store([int(i) for i in out["chunk_id"]], np.asarray(out["vector"], dtype=np.float32), fingerprint)
-                    done += len(out["chunk_id"])
+                    got = len(out["chunk_id"])
+                    kept = store(
+                        [int(i) for i in out["chunk_id"]], np.asarray(out["vector"], dtype=np.float32), fingerprint
+                    )
+                    kept = got if kept is None else int(kept)  # a store that does not count stored all
+                    done += kept
+                    dropped += got - kept
                     batches += 1
                     bar.update(len(out["chunk_id"]))
         finally:
             close = getattr(batches_out, "close", None)
             if close is not None:  # a crash mid-run: stop the pipeline now, releasing its actors
                 close()
-    return RayEmbedReport(done, batches, actors, time.perf_counter() - t0)
+    return RayEmbedReport(done, batches, actors, time.perf_counter() - t0, dropped)

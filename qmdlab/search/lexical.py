@@ -151,6 +151,21 @@ def parse_fts_query(
     return _parse_fts_query(text, mode, bool(prefix), bool(stopwords), bool(query_tf))
 
 
+def check_query_length(text: str | None, what: str = "query") -> None:
+    """Refuse query text over :data:`MAX_QUERY_CHARS` characters with a one-line
+    :class:`~qmdlab.errors.QmdlabError` — the cap every query text has (keyword, vector and hyde
+    sub-queries and intents alike: a megabyte of text costs seconds to embed).
+
+    >>> check_query_length("x" * MAX_QUERY_CHARS)
+    >>> check_query_length("x" * (MAX_QUERY_CHARS + 1), "vec search")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.QmdlabError: vec search of 10001 characters is over the limit of 10000; shorten it
+    """
+    if text is not None and len(text) > MAX_QUERY_CHARS:
+        raise QmdlabError(f"{what} of {len(text)} characters is over the limit of {MAX_QUERY_CHARS}; shorten it")
+
+
 @functools.lru_cache(maxsize=512)
 def _parse_fts_query(text: str, mode: str, prefix: bool, stopwords: bool, query_tf: bool) -> FtsQuery:
     if mode not in MODES:

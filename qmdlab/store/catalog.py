@@ -14,6 +14,7 @@ from pathlib import Path
 from qmdlab.errors import ConfigError
 from qmdlab.store import config as cfg
 from qmdlab.store.config import Collection, Context
+from qmdlab.store.scan import check_globs
 
 
 class CatalogMixin:
@@ -39,6 +40,12 @@ class CatalogMixin:
             self._config_cache = cached
         conf = cached[1]
         return cfg.Config(list(conf.collections), list(conf.contexts), conf.editor_uri)
+
+    def _save_config(self, conf: cfg.Config) -> None:
+        """Write ``collections.yaml``, after the checks every writer makes (a damaged or read-only
+        index is refused: :meth:`~qmdlab.store.Index.check_writable`)."""
+        self.check_writable(self.config_path)
+        cfg.save(self.config_path, conf)
 
     def collections(self) -> list[Collection]:
         return self._config().collections
@@ -71,8 +78,9 @@ class CatalogMixin:
                     f"collection {name!r} exists; pick another --name or `qmdlab collection remove {name}`"
                 )
             coll = Collection(name, root_path, mask or cfg.DEFAULT_MASK, tuple(ignore), include, update_cmd or None)
+            check_globs(coll)
             conf.collections.append(coll)
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
         return coll
 
     def remove_collection(self, name: str) -> None:
@@ -89,7 +97,7 @@ class CatalogMixin:
                 for x in conf.contexts
                 if not cfg.context_matches(x.target, x.target, name) or x.target.strip("/") == ""
             ]
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
 
     def rename_collection(self, old: str, new: str) -> None:
         self.collection(old)
@@ -109,7 +117,7 @@ class CatalogMixin:
                 else:
                     ctxs.append(x)
             conf.contexts = ctxs
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
 
     def update_collection(self, name: str, **changes) -> Collection:
         """Change a collection's settings (``mask``, ``ignore``, ``include``, ``update_cmd``) in
@@ -118,7 +126,10 @@ class CatalogMixin:
         with self._lock:
             conf = self._config()
             conf.collections = [x.replace(**changes) if x.name == name else x for x in conf.collections]
-            cfg.save(self.config_path, conf)
+            for x in conf.collections:
+                if x.name == name:
+                    check_globs(x)
+            self._save_config(conf)
         return self.collection(name)
 
     def default_collections(self) -> list[str] | None:
@@ -137,7 +148,7 @@ class CatalogMixin:
         with self._lock:
             conf = self._config()
             conf.editor_uri = template or None
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
 
     def add_context(self, target: str, text: str) -> None:
         """Attach ``text`` to a collection, a docno prefix (``notes/work``, or the URI
@@ -152,7 +163,7 @@ class CatalogMixin:
         with self._lock:
             conf = self._config()
             conf.contexts = [x for x in conf.contexts if x.target.strip("/") != t] + [Context(t or "/", text)]
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
 
     def remove_context(self, target: str) -> None:
         from qmdlab.store.refs import strip_scheme
@@ -164,7 +175,7 @@ class CatalogMixin:
             if len(kept) == len(conf.contexts):
                 raise ConfigError(f"no context on {target!r}; see `qmdlab context list`")
             conf.contexts = kept
-            cfg.save(self.config_path, conf)
+            self._save_config(conf)
 
     def contexts(self) -> list[Context]:
         return self._config().contexts

@@ -125,13 +125,17 @@ def _stored_root(path: Path, root: Path) -> str:
 def load(path: Path) -> Config:
     if not path.exists():
         return Config()
+    from qmdlab.store import safeyaml
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = safeyaml.load_config(path) or {}  # within the parser limits of qmdlab.store.limits
     except UnicodeDecodeError as err:
         raise ConfigError(
             f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start : err.start + 1]!r}); "
             "fix or delete the file"
         ) from err
+    except safeyaml.YamlLimitError as err:
+        raise ConfigError(f"{path}: {err}, over qmdlab's limit for a config; fix or delete the file") from err
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
@@ -180,7 +184,9 @@ def save(path: Path, config: Config) -> None:
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.unlink(missing_ok=True)  # a leftover (or a checked-in link) where the temp file goes
+        with open(tmp, "x", encoding="utf-8") as fh:  # "x": never writes through a link
+            fh.write(text)
         os.replace(tmp, path)
     except OSError as err:  # a full or read-only disk: the old file stays, no partial .tmp is left
         try:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # polars is imported by the methods that use it (CLI cold start)
     import polars as pl
 
-from qmdlab.errors import StoreError
+from qmdlab.errors import DocumentNotFoundError, StoreError
 
 
 def docid_of(content_hash: str) -> str:
@@ -227,18 +227,18 @@ class DocumentsMixin:
                     raise StoreError(f"{ref!r} matches several documents ({names}); give the full docno")
         if not rows:
             self._raise_if_listed(ref)
-            raise StoreError(f"no document {ref!r}{self._suggest(ref)}")
+            raise DocumentNotFoundError(f"no document {ref!r}{self._suggest(ref)}")
         return self._make_doc(rows[0])
 
     def _raise_if_listed(self, ref: str) -> None:
         """A docno the document list holds but its lookup missed means a damaged file (an index
         b-tree that disagrees with its table): raise the rebuild message instead of "no document"."""
-        from qmdlab.store.failures import damaged_message, quick_check
+        from qmdlab.store.failures import damaged_message, integrity_check
 
         if ref not in set(self.documents()["docno"].to_list()):
             return
         with self._lock:
-            problem = quick_check(self.conn)
+            problem = integrity_check(self.conn)
         if problem is not None:
             raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
 

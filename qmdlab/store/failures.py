@@ -63,10 +63,51 @@ def damaged_message(db_path: str | os.PathLike, detail: str) -> str:
     collections.yaml is kept), then run `qmdlab update` and `qmdlab embed`'
     """
     name = Path(db_path).name
+    if wal_deleted_under_a_process(db_path):
+        return wal_deleted_message(db_path, detail)
     return (
         f"{db_path}: not a usable qmdlab index ({_brief(detail)}); pass another --index, or rebuild this one from its "
         f"collections: remove {db_path} (and any {name}-wal, -shm beside it; collections.yaml is kept), then run "
         "`qmdlab update` and `qmdlab embed`"
+    )
+
+
+def wal_deleted_under_a_process(db_path: str | os.PathLike) -> bool:
+    """Is the index's write-ahead log gone (or emptied: the next process to open the index makes a
+    new, empty one) while the shared-memory file beside it still counts frames in it? Then a
+    process still has the index open with the deleted log (the last one to close removes both):
+    SQLite answers every other process "disk I/O error", and the database itself is sound."""
+    import struct
+
+    db = str(db_path)
+    try:
+        with open(db + "-shm", "rb") as f:
+            head = f.read(48)
+        wal_size = os.path.getsize(db + "-wal") if os.path.exists(db + "-wal") else 0
+    except OSError:
+        return False
+    if len(head) < 48 or wal_size >= 32:
+        return False
+    max_frame = struct.unpack_from("=I", head, 16)[0]  # WalIndexHdr.mxFrame, native byte order
+    return max_frame > 0 and os.path.exists(db)
+
+
+def wal_deleted_message(db_path: str | os.PathLike, detail: str = "disk I/O error") -> str:
+    """The one line for a write-ahead log deleted under a running process: stop that process, do
+    not remove the index (closing it writes its last commits back from the log it still holds).
+
+    >>> wal_deleted_message("/i/index.sqlite")  # doctest: +NORMALIZE_WHITESPACE
+    '/i/index.sqlite: the index is in use by another process and its write-ahead log index.sqlite-wal was
+    deleted (disk I/O error); stop that process — a running `qmdlab mcp` server: `qmdlab mcp --stop` — and
+    run the command again. Do not remove the index: the process still holds its last changes and writes
+    them back when it stops'
+    """
+    name = Path(db_path).name
+    return (
+        f"{db_path}: the index is in use by another process and its write-ahead log {name}-wal was deleted "
+        f"({_brief(detail)}); stop that process — a running `qmdlab mcp` server: `qmdlab mcp --stop` — and run "
+        "the command again. Do not remove the index: the process still holds its last changes and writes them "
+        "back when it stops"
     )
 
 
@@ -91,6 +132,22 @@ def disk_full_message(path: str | os.PathLike, needed: int | None = None) -> str
     )
 
 
+def after_committed(message: str, kept: str) -> str:
+    """A failure's one line when earlier transactions of the same command had committed: the
+    failing one was rolled back, the earlier ones are kept ("nothing was changed" would be false).
+
+    >>> after_committed("/i: the disk is full (1.0 MiB free); nothing was changed — free some space", "80 vector(s)")
+    '/i: the disk is full (1.0 MiB free); the failing write was rolled back, the 80 vector(s) before it are kept — free some space'
+    >>> after_committed("/i: not a usable qmdlab index (x)", "80 vector(s)")
+    '/i: not a usable qmdlab index (x) (the 80 vector(s) written before this failure are kept)'
+    """
+    if "nothing was changed" in message:
+        return message.replace(
+            "nothing was changed", f"the failing write was rolled back, the {kept} before it are kept"
+        )
+    return f"{message} (the {kept} written before this failure are kept)"
+
+
 def read_only_message(path: str | os.PathLike) -> str:
     return (
         f"{path}: the index is read-only here (file or folder permissions, or a read-only file system); "
@@ -105,8 +162,7 @@ def _db_path(where: object) -> Path | None:
     db = getattr(where, "db_path", None)
     if db is not None:
         return Path(db)
-    from qmdlab.paths import resolve_index_dir
-    from qmdlab.store.index import DB_NAME
+    from qmdlab.paths import DB_NAME, resolve_index_dir
 
     try:
         return resolve_index_dir(where if where != "" else None) / DB_NAME
@@ -152,13 +208,37 @@ def as_user_error(err: BaseException, where: object = None) -> QmdlabError | Non
 
 
 def quick_check(conn: sqlite3.Connection) -> str | None:
-    """``None`` when ``PRAGMA quick_check`` finds the database sound, else its first complaint."""
+    """``None`` when ``PRAGMA quick_check`` finds the database sound, else its first complaint.
+
+    ``quick_check`` does not compare an index with its table: a damaged index (a ``UNIQUE``
+    index that lost entries) passes it, and writes through it then store duplicates. Writers
+    use :func:`integrity_check`."""
+    return _pragma_check(conn, "quick_check")
+
+
+def integrity_check(conn: sqlite3.Connection) -> str | None:
+    """``None`` when ``PRAGMA integrity_check`` finds the database sound, else its first
+    complaint: everything ``quick_check`` checks, plus every index against its table (a row
+    missing from an index, a ``UNIQUE`` index holding duplicates)."""
+    return _pragma_check(conn, "integrity_check")
+
+
+def _pragma_check(conn: sqlite3.Connection, pragma: str) -> str | None:
     try:
-        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+        rows = conn.execute(f"PRAGMA {pragma}(1)").fetchall()
     except sqlite3.DatabaseError as err:
         return str(err)
     first = rows[0][0] if rows else "no answer"
     return None if first == "ok" else str(first)
 
 
-__all__ = ["as_user_error", "damaged_message", "disk_full_message", "quick_check", "read_only_message"]
+__all__ = [
+    "after_committed",
+    "as_user_error",
+    "damaged_message",
+    "disk_full_message",
+    "integrity_check",
+    "quick_check",
+    "read_only_message",
+    "wal_deleted_message",
+]

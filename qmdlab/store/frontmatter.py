@@ -4,6 +4,11 @@ Front matter is a YAML mapping between a first line ``---`` and the next ``---``
 ``...``) line. ``title``, ``tags`` and ``date`` are recognised; every other scalar field is kept
 as metadata (lists of scalars too); nested mappings are dropped. Malformed YAML is not an
 error: the block is treated as ordinary text (a note must never fail to index).
+
+The block is parsed within the parser limits of :mod:`qmdlab.store.limits` (its size, its YAML
+nodes with aliases counted expanded, its nesting, its number of tags; :mod:`qmdlab.store.safeyaml`):
+past one, :attr:`FrontMatter.problem` says which, and ``update`` skips the note (reason
+``frontmatter``) instead of spending minutes and gigabytes on it.
 """
 
 from __future__ import annotations
@@ -14,16 +19,22 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from qmdlab.store import safeyaml
+from qmdlab.store.limits import MAX_FRONT_MATTER_BYTES, MAX_FRONT_MATTER_NODES, MAX_TAGS
+
 _OPEN = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n")
 _CLOSE = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.M)
 _HEADING = re.compile(r"^(#{1,2})[ \t]+(.+?)[ \t#]*$")
 
 
 class FrontMatter(NamedTuple):
-    """``metadata`` (JSON-safe), and ``body_offset``: where the text after the block starts."""
+    """``metadata`` (JSON-safe), ``body_offset``: where the text after the block starts, and
+    ``problem``: which parser limit the block is over (``None`` within them; then the note is
+    not indexed, see the module notes)."""
 
     metadata: dict[str, Any]
     body_offset: int
+    problem: str | None = None
 
 
 def _scalar(v: Any) -> Any:
@@ -39,18 +50,18 @@ def normalize_tags(value: Any) -> list[str]:
 
     >>> normalize_tags("Python, #git  notes")
     ['python', 'git', 'notes']
-    >>> normalize_tags(["A", 3])
+    >>> normalize_tags(["A", 3, "a"])
     ['a', '3']
     """
     if value is None:
         return []
     items = value if isinstance(value, list) else re.split(r"[,\s]+", str(value))
-    out = []
+    out: dict[str, None] = {}  # insertion-ordered and O(1) membership: 40,000 tags take milliseconds
     for it in items:
         t = str(it).strip().lstrip("#").lower()
-        if t and t not in out:
-            out.append(t)
-    return out
+        if t:
+            out[t] = None
+    return list(out)
 
 
 def normalize_date(value: Any) -> str | None:
@@ -76,7 +87,12 @@ def parse_front_matter(text: str) -> FrontMatter:
     >>> fm.body_offset
     53
     >>> parse_front_matter("# no front matter")
-    FrontMatter(metadata={}, body_offset=0)
+    FrontMatter(metadata={}, body_offset=0, problem=None)
+    >>> parse_front_matter("---\\na: &a [x, x]\\nb: &b [*a, *a]\\nc: &c [*b, *b]\\n---\\n").problem is None
+    True
+    >>> parse_front_matter("---\\ntags: " + "t, " * 2000 + "u\\n---\\n").problem  # one tag, repeated
+    >>> parse_front_matter("---\\ntags: " + " ".join(f"t{i}" for i in range(2000)) + "\\n---\\n").problem
+    'front matter over the limit: 2000 tags (at most 1000)'
     """
     m = _OPEN.match(text)
     if not m:
@@ -85,7 +101,11 @@ def parse_front_matter(text: str) -> FrontMatter:
     if not close:
         return FrontMatter({}, 0)
     try:
-        data = yaml.safe_load(text[m.end() : close.start()])
+        data = safeyaml.load(
+            text[m.end() : close.start()], max_bytes=MAX_FRONT_MATTER_BYTES, max_nodes=MAX_FRONT_MATTER_NODES
+        )
+    except safeyaml.YamlLimitError as err:
+        return FrontMatter({}, 0, f"front matter over the limit: {err}")
     except yaml.YAMLError:
         return FrontMatter({}, 0)
     if not isinstance(data, dict):
@@ -98,6 +118,8 @@ def parse_front_matter(text: str) -> FrontMatter:
         key = str(k)
         if key == "tags":
             meta["tags"] = normalize_tags(v)
+            if len(meta["tags"]) > MAX_TAGS:
+                return FrontMatter({}, 0, f"front matter over the limit: {len(meta['tags'])} tags (at most {MAX_TAGS})")
         elif key == "date":
             meta["date"] = normalize_date(v)
         elif isinstance(v, list):

@@ -12,11 +12,14 @@ proved by ``tests/reliability/test_crash.py``.
 
 Capacity limits (documents, chunks, vector matrix bytes) are in :mod:`qmdlab.store.limits`.
 
-A damaged database is never written to: the first write transaction of an :class:`Index` runs
-``PRAGMA quick_check`` first (databases up to :data:`QUICK_CHECK_MAX_BYTES`; larger ones when a
-write fails in a way that suggests damage), and refuses with the rebuild instructions of
-:mod:`qmdlab.store.failures` when it finds any. A write that fails (a full disk, a read-only
-file) is rolled back and its own error is what is raised.
+A damaged database is never written to: before the first write of an :class:`Index` (a write
+transaction, or a change to ``collections.yaml``: :meth:`Index.check_writable`) it runs ``PRAGMA
+integrity_check`` (databases up to :data:`INTEGRITY_CHECK_MAX_BYTES`; larger ones when a write
+fails in a way that suggests damage), once per :class:`Index`, and refuses with the rebuild
+instructions of :mod:`qmdlab.store.failures` when it finds any. ``quick_check`` is not enough: it
+does not compare an index b-tree with its table, so a ``UNIQUE`` index that lost entries passes it
+and ``INSERT OR REPLACE`` through it stores duplicates. ``status`` runs the same check. A write
+that fails (a full disk, a read-only file) is rolled back and its own error is what is raised.
 
 The class is assembled from one module per concern, each a mixin this module combines:
 
@@ -43,13 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from qmdlab.errors import StoreError
-from qmdlab.paths import resolve_index_dir
-from qmdlab.store import schema, testhooks
+from qmdlab.paths import DB_NAME, resolve_index_dir
+from qmdlab.store import schema, testhooks, trust
 from qmdlab.store.cache import LLMCache
 from qmdlab.store.catalog import CatalogMixin
 from qmdlab.store.content import ContentMixin
 from qmdlab.store.documents import Document, DocumentsMixin, docid_of
-from qmdlab.store.failures import damaged_message, quick_check, read_only_message
+from qmdlab.store.failures import damaged_message, integrity_check, read_only_message
 from qmdlab.store.schema import FTS_FUNCTION, SCHEMA_VERSION
 from qmdlab.store.update import UPDATE_SKIP_REASONS, UpdateMixin, UpdateReport
 from qmdlab.store.usage import UsageMixin
@@ -63,18 +66,20 @@ __all__ = [
     "VectorMatrix",
     "docid_of",
     "UPDATE_SKIP_REASONS",
-    "DB_NAME",
     "CONFIG_NAME",
     "BUSY_TIMEOUT_S",
     "READ_ONLY_VERBS",
+    "CREATING_VERBS",
+    "CONFIGURED",
     "creates_index",
+    "index_exists",
 ]
 
-DB_NAME = "index.sqlite"
 BUSY_TIMEOUT_S = 30
 CONFIG_NAME = "collections.yaml"
-#: Databases up to this size are checked (``PRAGMA quick_check``) before their first write.
-QUICK_CHECK_MAX_BYTES = 512 * 2**20
+#: Databases up to this size are checked (``PRAGMA integrity_check``) before their first write.
+INTEGRITY_CHECK_MAX_BYTES = 512 * 2**20
+QUICK_CHECK_MAX_BYTES = INTEGRITY_CHECK_MAX_BYTES  # the former name
 
 
 #: Verbs that only read an index (the command path below ``qmdlab``): they open an existing
@@ -110,9 +115,35 @@ def verb_path(ctx: Any) -> str:
     return " ".join(reversed(names))
 
 
-def creates_index(ctx: Any) -> bool:
-    """Whether the verb of ``ctx`` may create its index (every verb but :data:`READ_ONLY_VERBS`)."""
-    return verb_path(ctx) not in READ_ONLY_VERBS
+#: Verbs that create a missing index: the ones that register collections. Every other writer
+#: (``update``, ``embed``, ``trust``, ``context add`` …) opens an index whose database or
+#: ``collections.yaml`` exists (a project checked out, not yet updated), so a mistyped ``--index``
+#: (or a notes folder given as ``--index``) is named and nothing is created.
+CREATING_VERBS = frozenset({"collection add", "collection import-qmd", "init"})
+
+#: :meth:`Index.open`'s ``create`` for a writer that may make the database of an index that has a
+#: ``collections.yaml`` but creates no new index.
+CONFIGURED = "configured"
+
+
+def creates_index(ctx: Any) -> bool | str:
+    """How the verb of ``ctx`` opens its index (:meth:`Index.open`'s ``create``): ``True`` for
+    :data:`CREATING_VERBS`, ``False`` (an existing database only) for :data:`READ_ONLY_VERBS`,
+    :data:`CONFIGURED` for every other verb."""
+    verb = verb_path(ctx)
+    if verb in CREATING_VERBS:
+        return True
+    return False if verb in READ_ONLY_VERBS else CONFIGURED
+
+
+def index_exists(directory: Path, create: bool | str = False) -> bool:
+    """Is there an index at ``directory`` to open with ``create`` (``CONFIGURED``: its database or
+    its ``collections.yaml``; ``False``: its database)?"""
+    if create is True:
+        return True
+    if (directory / DB_NAME).is_file():
+        return True
+    return create == CONFIGURED and (directory / CONFIG_NAME).is_file()
 
 
 def no_index_message(directory: Path, name_or_path: object = None) -> str:
@@ -133,6 +164,9 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
 
     def __init__(self, directory: Path):
         self.dir = Path(directory)
+        # A project's .qmdlab/ may have come with a checkout: a linked index file or folder is
+        # opened only once approved (`qmdlab trust`), before anything is read or written.
+        trust.check_index_links(self.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.dir / DB_NAME
         self.config_path = self.dir / CONFIG_NAME
@@ -194,12 +228,14 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             self.conn.close()
 
     @classmethod
-    def open(cls, name_or_path: str | os.PathLike | None = None, *, create: bool = True) -> Index:
-        """Open the index named or located by ``name_or_path``, creating it when ``create``;
-        otherwise a missing one is a :class:`StoreError` listing the indexes that exist (and
-        nothing is written: no folder, no file)."""
+    def open(cls, name_or_path: str | os.PathLike | None = None, *, create: bool | str = True) -> Index:
+        """Open the index named or located by ``name_or_path``, creating it when ``create`` is
+        true; with :data:`CONFIGURED` only one whose database or ``collections.yaml`` exists (its
+        database is made then), with ``False`` only one whose database exists. A missing one is a
+        :class:`StoreError` listing the indexes that exist (and nothing is written: no folder, no file)."""
         directory = resolve_index_dir(name_or_path)
-        if not create and not (directory / DB_NAME).is_file():
+        trust.check_index_links(directory)  # before anything else: a linked (or special) index file
+        if not index_exists(directory, create):
             raise StoreError(no_index_message(directory, name_or_path))
         return cls(directory)
 
@@ -272,16 +308,32 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 self.conn.execute("ROLLBACK")
 
     def _check_before_write(self) -> None:
-        """Refuse to write into a damaged database (checked once per :class:`Index`)."""
+        """Refuse to write into a damaged database (``PRAGMA integrity_check``, once per :class:`Index`)."""
+        problem = self.integrity_problem()
+        if problem is not None:
+            raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
+        self._write_checked = True
+
+    def check_writable(self, path: Path | None = None) -> None:
+        """Before a write outside a transaction (``path``, e.g. ``collections.yaml``: collections,
+        contexts): refuse a read-only index or a damaged database, as :meth:`transaction` does."""
+        with self._lock:
+            if self.read_only:
+                raise StoreError(read_only_message(path or self.dir))
+            if not self._write_checked:
+                self._check_before_write()
+
+    def integrity_problem(self) -> str | None:
+        """``PRAGMA integrity_check``'s first complaint about the database, ``None`` when it is sound
+        or larger than :data:`INTEGRITY_CHECK_MAX_BYTES` (too slow to check on every write)."""
         try:
             size = os.path.getsize(self.db_path)
         except OSError:
             size = 0
-        if size <= QUICK_CHECK_MAX_BYTES:
-            problem = quick_check(self.conn)
-            if problem is not None:
-                raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
-        self._write_checked = True
+        if size > INTEGRITY_CHECK_MAX_BYTES:
+            return None
+        with self._lock:
+            return integrity_check(self.conn)
 
     def _migrate_fts(self) -> None:
         """Before the first write of this :class:`Index`: give an index made before
@@ -306,20 +358,26 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         self._fts_checked = True
 
     def _raise_if_damaged(self, err: BaseException) -> None:
-        """After a failed write: when ``err`` suggests damage and ``PRAGMA quick_check`` confirms it,
+        """After a failed write: when ``err`` suggests damage and ``PRAGMA integrity_check`` confirms it,
         raise the rebuild message instead."""
         if not isinstance(err, sqlite3.DatabaseError):
             return
         text = str(err).lower()
         if any(s in text for s in ("full", "readonly", "read-only", "locked", "busy", "interrupted")):
             return
-        problem = quick_check(self.conn)
+        problem = integrity_check(self.conn)
         if problem is not None:
             raise StoreError(damaged_message(self.db_path, f"{err}; integrity check: {problem}")) from err
 
     # ------------------------------------------------------------------ status
-    def status(self) -> dict[str, Any]:
-        """Counts for ``qmdlab status``."""
+    def status(self, integrity: bool = False) -> dict[str, Any]:
+        """Counts for ``qmdlab status``; with ``integrity``, first ``PRAGMA integrity_check``
+        (:meth:`integrity_problem`): a damaged database raises the rebuild message, so a status
+        never calls a damaged index healthy."""
+        if integrity:
+            problem = self.integrity_problem()
+            if problem is not None:
+                raise StoreError(damaged_message(self.db_path, f"integrity check: {problem}"))
         with self._lock:
             per = dict(
                 self.conn.execute("SELECT collection, count(*) FROM documents WHERE active = 1 GROUP BY 1").fetchall()

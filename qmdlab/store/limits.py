@@ -20,6 +20,28 @@ limit               default                     past the limit
 At :data:`WARN_FRACTION` (80 %) of a limit a warning is given: ``update`` prints it, and the
 pipeline records it in ``trace.notes`` (stage ``capacity``). Each limit can be changed with an
 environment variable (:data:`ENV`), e.g. ``QMDLAB_MAX_DOCUMENTS=500000``.
+
+Parser limits (input that arrives with a note, a config or a request; fixed, not tunable):
+what a hostile or broken file can cost is bounded before it is parsed, so no note or config
+can stall ``update`` or a server, whatever it holds.
+
+==========================  ==================  ==================================================
+limit                       value               past the limit
+==========================  ==================  ==================================================
+front matter block          64 KiB              the note is skipped (reason ``frontmatter``)
+front matter YAML nodes     10,000 (aliases     the note is skipped (reason ``frontmatter``); an
+                            counted expanded)   alias bomb is refused before it is built
+tags of one note            1,000               the note is skipped (reason ``frontmatter``)
+YAML nesting                100 levels          as the node limit
+a config file               1 MiB               one-line :class:`~qmdlab.errors.ConfigError`
+config YAML nodes           100,000 (expanded)  one-line :class:`~qmdlab.errors.ConfigError`
+one glob                    1,024 characters    refused with one line (a mask, an ignore, a
+                                                ``multi-get`` pattern)
+globs ``{a,b}`` expands to  256                 ``import-qmd`` leaves the collection out
+glob wildcards that can     2                   refused with one line: the pattern is
+backtrack                                       simplified or rewritten first (see
+                                                :func:`qmdlab.store.scan.glob_regex`)
+==========================  ==================  ==================================================
 """
 
 from __future__ import annotations
@@ -48,6 +70,18 @@ ENV: dict[str, str] = {
     "query_ms": "QMDLAB_QUERY_BUDGET_MS",
 }
 UNITS = {"documents": "documents", "chunks": "chunks", "vector_bytes": "bytes", "query_ms": "ms"}
+
+
+#: Parser limits (see the module notes): front matter and configs are parsed within them.
+MAX_FRONT_MATTER_BYTES = 64 * 1024
+MAX_FRONT_MATTER_NODES = 10_000
+MAX_TAGS = 1_000
+MAX_YAML_DEPTH = 100
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_NODES = 100_000
+MAX_GLOB_CHARS = 1_024
+MAX_BRACE_EXPANSIONS = 256
+MAX_GLOB_BACKTRACKING = 2
 
 
 class CapacityError(StoreError):
@@ -131,6 +165,15 @@ __all__ = [
     "MAX_CHUNKS",
     "MAX_VECTOR_BYTES",
     "QUERY_TIME_BUDGET_MS",
+    "MAX_FRONT_MATTER_BYTES",
+    "MAX_FRONT_MATTER_NODES",
+    "MAX_TAGS",
+    "MAX_YAML_DEPTH",
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_NODES",
+    "MAX_GLOB_CHARS",
+    "MAX_BRACE_EXPANSIONS",
+    "MAX_GLOB_BACKTRACKING",
     "ENV",
     "index_notes",
     "query_budget_note",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 from xml.sax.saxutils import escape, quoteattr
 
+from qmdlab.display import json_text, number_lines, printable, xml_text  # names escaped as in search results
 from qmdlab.errors import QmdlabError
 from qmdlab.store.refs import glob_docnos, is_glob, split_refs
 
@@ -76,8 +76,6 @@ def collect(idx: Index, pattern: str, *, max_bytes: int = 10240, max_lines: int 
 
 
 def _numbered(body: str) -> str:
-    from qmdlab.pipeline.results import number_lines
-
     return number_lines(body, 1)
 
 
@@ -100,7 +98,7 @@ def format_documents(
     if line_numbers:
         items = [it._replace(body=_numbered(it.body)) if it.body is not None else it for it in items]
     if fmt == "json":
-        return json.dumps(
+        return json_text(
             [
                 {
                     "file": it.docno,
@@ -114,9 +112,7 @@ def format_documents(
                     "body": it.body,
                 }
                 for it in items
-            ],
-            ensure_ascii=False,
-            indent=2,
+            ]
         )
     if fmt == "csv":
         buf = io.StringIO()
@@ -125,9 +121,9 @@ def format_documents(
         for it in items:
             w.writerow(
                 [
-                    it.docno,
+                    printable(it.docno),
                     f"#{it.docid}",
-                    it.title,
+                    printable(it.title),
                     it.bytes,
                     it.lines,
                     it.total_lines,
@@ -139,7 +135,8 @@ def format_documents(
         return buf.getvalue().rstrip("\n")
     if fmt == "files":
         return "\n".join(
-            f"#{it.docid},{it.docno},{it.bytes}," + ("skipped" if it.skipped else "truncated" if it.truncated else "")
+            f"#{it.docid},{printable(it.docno)},{it.bytes},"
+            + ("skipped" if it.skipped else "truncated" if it.truncated else "")
             for it in items
         )
     if fmt == "xml":
@@ -155,13 +152,13 @@ def format_documents(
                 out.append(f"    <body>{escape(it.body)}</body>")
             out.append("  </document>")
         out.append("</documents>")
-        return "\n".join(out)
+        return xml_text("\n".join(out))
     if not items:
         return "No documents match."
     out = []
     for it in items:
         if fmt == "md":
-            out.append(f"## {it.title}\n\n`{it.docno}` · #{it.docid}\n")
+            out.append(f"## {printable(it.title)}\n\n`{printable(it.docno)}` · #{it.docid}\n")
             if it.skipped:
                 out.append(f"_skipped: {it.bytes} bytes > --max-bytes {max_bytes}_\n")
             else:
@@ -169,7 +166,7 @@ def format_documents(
                 if it.truncated:
                     out.append(f"_first {it.lines} of {it.total_lines} lines_\n")
             continue
-        out.append(f"=== {it.docno} (#{it.docid}) ===")
+        out.append(f"=== {printable(it.docno)} (#{it.docid}) ===")
         if it.skipped:
             out.append(f"[skipped: {it.bytes} bytes > --max-bytes {max_bytes}]")
         else:

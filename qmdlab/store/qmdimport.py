@@ -35,7 +35,6 @@ registered with another root) is reported and left out. qmd's file is only read,
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,9 @@ from typing import Any
 import yaml
 
 from qmdlab.errors import ConfigError
+from qmdlab.store import safeyaml
 from qmdlab.store.config import _NAME, DEFAULT_MASK
+from qmdlab.store.limits import MAX_BRACE_EXPANSIONS, MAX_GLOB_CHARS
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
 QMD_TOP_KEYS = {"collections", "global_context", "models", "editor_uri", "editor_uri_template"}
@@ -109,17 +110,79 @@ def find_qmd_config(
     )
 
 
-def expand_braces(pattern: str) -> str:
-    """qmd's one-glob ``pattern`` as qmdlab's comma-separated union (``{a,b}`` expanded).
+def expand_braces(pattern: str, limit: int = MAX_BRACE_EXPANSIONS) -> str:
+    """qmd's one-glob ``pattern`` as qmdlab's comma-separated union: ``{a,b}`` expanded as a shell
+    does (nested braces too; an unmatched brace is a literal), bounded: a pattern longer than
+    :data:`~qmdlab.store.limits.MAX_GLOB_CHARS`, nested deeper than 32 braces or expanding to more
+    than ``limit`` globs is a :class:`ConfigError`, found before anything is expanded (``{a,b}``
+    twenty times over would be a million globs).
 
-    >>> expand_braces("**/*.{md,markdown}"), expand_braces("docs/**/*.md")
-    ('**/*.md,**/*.markdown', 'docs/**/*.md')
+    >>> expand_braces("**/*.{md,markdown}"), expand_braces("docs/**/*.md"), expand_braces("{a,{b,c}}.md")
+    ('**/*.md,**/*.markdown', 'docs/**/*.md', 'a.md,b.md,c.md')
+    >>> expand_braces("x{a,b"), expand_braces("{a,b}{c,d}")
+    ('x{a,b', 'ac,ad,bc,bd')
+    >>> expand_braces("{a,b}" * 20)
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.ConfigError: pattern expands to more than 256 globs; write fewer alternatives
     """
-    m = re.search(r"\{([^{}]*)\}", pattern)
-    if not m:
-        return pattern
-    head, tail = pattern[: m.start()], pattern[m.end() :]
-    return ",".join(expand_braces(head + alt + tail) for alt in m.group(1).split(","))
+    if len(pattern) > MAX_GLOB_CHARS:
+        raise ConfigError(f"pattern of {len(pattern)} characters, over {MAX_GLOB_CHARS}; shorten it")
+    tree = _brace_tree(pattern)
+    if _count(tree, limit) > limit:
+        raise ConfigError(f"pattern expands to more than {limit} globs; write fewer alternatives")
+    return ",".join(dict.fromkeys(_expand(tree)))
+
+
+_MAX_BRACE_DEPTH = 32
+# A sequence is a list of parts; a part is literal text or a group: a list of alternative sequences.
+_Seq = list
+
+
+def _brace_tree(pattern: str) -> _Seq:
+    """Parse ``pattern``'s braces (iteratively): the top-level sequence."""
+    frames: list[tuple[list[_Seq], _Seq]] = [([], [])]  # (finished alternatives, current sequence)
+    for ch in pattern:
+        alts, cur = frames[-1]
+        if ch == "{":
+            if len(frames) > _MAX_BRACE_DEPTH:
+                raise ConfigError(f"pattern nests braces more than {_MAX_BRACE_DEPTH} deep; simplify it")
+            frames.append(([], []))
+        elif ch == "," and len(frames) > 1:
+            alts.append(cur)
+            frames[-1] = (alts, [])
+        elif ch == "}" and len(frames) > 1:
+            frames.pop()
+            alts.append(cur)
+            frames[-1][1].append(alts)
+        elif cur and isinstance(cur[-1], str):
+            cur[-1] += ch
+        else:
+            cur.append(ch)
+    while len(frames) > 1:  # an unclosed brace: its text is literal (groups closed inside it stay groups)
+        alts, cur = frames.pop()
+        parts: _Seq = ["{"]
+        for alt in alts:
+            parts += [*alt, ","]
+        frames[-1][1].extend(parts + cur)
+    return frames[0][1]
+
+
+def _count(seq: _Seq, cap: int) -> int:
+    """How many globs ``seq`` expands to, at most ``cap + 1`` (a sequence multiplies, a group adds)."""
+    n = 1
+    for part in seq:
+        if not isinstance(part, str):
+            n = min(n * min(sum(_count(alt, cap) for alt in part), cap + 1), cap + 1)
+    return n
+
+
+def _expand(seq: _Seq) -> list[str]:
+    out = [""]
+    for part in seq:
+        subs = [part] if isinstance(part, str) else [s for alt in part for s in _expand(alt)]
+        out = [o + x for o in out for x in subs]
+    return out
 
 
 @dataclass
@@ -160,11 +223,13 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
     """Parse qmd's config into an :class:`ImportPlan` (reads the file, writes nothing)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safeyaml.load_config(path)  # within the parser limits of qmdlab.store.limits
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror or err}); pass a readable qmd config") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; pass qmd's index.yml") from None
+    except safeyaml.YamlLimitError as err:
+        raise ConfigError(f"{path}: {err}, over qmdlab's limit for a config; fix qmd's config first") from None
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
         where = f"{path}:{line + 1}" if line is not None else str(path)
@@ -215,7 +280,11 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
             continue
         cp = CollectionPlan(name, root)
         if isinstance(c.get("pattern"), str) and c["pattern"].strip():
-            cp.mask = expand_braces(c["pattern"].strip())
+            try:
+                cp.mask = expand_braces(c["pattern"].strip())
+            except ConfigError as err:
+                plan.skipped.append(f"collection {name}: {err}; left out")
+                continue
         ignore = _str_list(c.get("ignore"))
         if ignore is None:
             plan.skipped.append(f"collection {name}: 'ignore' is not a list of globs; left out")
@@ -257,8 +326,8 @@ def merge_models(path: Path, models: Mapping[str, str]) -> dict:
     current: dict = {}
     if path.is_file():
         try:
-            current = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError:
+            current = safeyaml.load_config(path) or {}
+        except (yaml.YAMLError, UnicodeDecodeError, safeyaml.YamlLimitError):
             raise ConfigError(f"{path}: malformed YAML; fix or delete it, then import again") from None
         if not isinstance(current, dict):
             raise ConfigError(f"{path}: expected a mapping of preset/embed/expand/rerank; fix or delete it")

@@ -22,15 +22,19 @@ indexed (its hash stays the sha256 of the raw bytes).
 from __future__ import annotations
 
 import codecs
+import errno
 import functools
 import hashlib
 import os
 import re
+import stat
+import sys
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from qmdlab.errors import ConfigError
 from qmdlab.store.config import Collection
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
@@ -63,7 +67,7 @@ def display_path(rel: str) -> str:
     text = raw.decode("utf-8", "backslashreplace")
     text = _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
     if not text.isascii():  # format characters (U+202E …) would make the name display as another
-        from qmdlab.output import printable
+        from qmdlab.display import printable
 
         text = printable(text)
     return text
@@ -228,6 +232,12 @@ def _name_suffixes(coll: Collection) -> tuple[str, ...] | None:
     return tuple(out) or None
 
 
+def check_globs(coll: Collection) -> None:
+    """Raise :class:`GlobError` (one line) for a mask or ignore glob of ``coll`` that qmdlab will
+    not match (:func:`_glob_regex`): before it is saved, not at the next ``update``."""
+    _matchers(coll)
+
+
 def _matchers(coll: Collection) -> tuple[re.Pattern, re.Pattern | None]:
     """The masks and the ignore patterns (each also at any depth) as two compiled regexes."""
     want = re.compile("|".join(f"(?:{_glob_regex(m)})" for m in coll.masks))
@@ -320,6 +330,124 @@ def _check_path(root: Path, real_root: Path, rel: str, max_bytes: int) -> FileEn
     return FileEntry(rel, str(p), st.st_mtime, st.st_size, skip)
 
 
+class ReadResult(NamedTuple):
+    """What :func:`read_file` read: the raw bytes, the text (``None`` when skipped), the skip
+    reason, and the ``mtime`` and ``size`` of the file *that was read* (``fstat`` of the open
+    descriptor, not an earlier scan's)."""
+
+    raw: bytes
+    text: str | None
+    skip: str | None
+    mtime: float = 0.0
+    size: int = 0
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0) | _NONBLOCK
+_PROC_FD = "/proc/self/fd"
+
+
+def _opened_path(fd: int, path: str) -> str | None:
+    """The real path of the file open on ``fd``: ``/proc/self/fd`` where the OS has it (what was
+    opened, whatever the path names now); elsewhere the path resolved again, accepted only when
+    it still names the same file as ``fd``."""
+    try:
+        real = os.readlink(f"{_PROC_FD}/{fd}")
+        if real.startswith("/"):
+            return real[: -len(" (deleted)")] if real.endswith(" (deleted)") else real
+    except OSError:
+        pass
+    try:
+        real = os.path.realpath(path)
+        a, b = os.fstat(fd), os.stat(real)
+    except OSError:
+        return None
+    return real if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) else None
+
+
+def _inside(real: str, real_root: str) -> bool:
+    """Is the real path ``real`` the folder ``real_root`` or below it?
+
+    >>> _inside("/a/b/c.md", "/a/b"), _inside("/a/bc.md", "/a/b"), _inside("/x.md", "/")
+    (True, False, True)
+    """
+    root = real_root.rstrip(os.sep) + os.sep
+    return real.startswith(root) or real == real_root
+
+
+def read_file(
+    path: str | os.PathLike,
+    real_root: str | os.PathLike | None = None,
+    *,
+    follow: bool = False,
+    max_bytes: int | None = None,
+) -> ReadResult:
+    """Open and read one file safely: never a file outside ``real_root``, never a fifo or device.
+
+    A folder of the path, or the file itself, may have been swapped for a symbolic link since the
+    scan listed it; so the path is opened once (``O_NOFOLLOW`` first: a link as the last
+    component is opened only when ``real_root`` is given, or with ``follow``) and the descriptor
+    is what is checked: its real path (``/proc/self/fd``) must lie inside ``real_root`` (else
+    ``symlink``), it must be a regular file (else ``unreadable``; opened non-blocking, so a
+    fifo put in its place never hangs the read) and at most ``max_bytes`` long (else
+    ``large``). ``mtime`` is the descriptor's ``fstat`` after the read, ``size`` the bytes read.
+
+    The text rules are :func:`read_text`'s.
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, _READ_FLAGS | (0 if follow else _NOFOLLOW))
+    except OSError as err:
+        if follow or err.errno not in (errno.ELOOP, errno.EMLINK):
+            return ReadResult(b"", None, "unreadable")
+        if real_root is None:  # the file itself is a link, and nothing says where it may lead
+            return ReadResult(b"", None, "symlink")
+        try:  # a link to a note inside the collection is indexed: where it leads is checked below
+            fd = os.open(path, _READ_FLAGS)
+        except OSError:
+            return ReadResult(b"", None, "symlink")
+    try:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return ReadResult(b"", None, "unreadable")
+        if not stat.S_ISREG(st.st_mode):
+            return ReadResult(b"", None, "unreadable", st.st_mtime, 0)
+        if real_root is not None:
+            real = _opened_path(fd, path)
+            if real is None or not _inside(real, os.fspath(real_root)):
+                return ReadResult(b"", None, "symlink", st.st_mtime, st.st_size)
+        if max_bytes is not None and st.st_size > max_bytes:
+            return ReadResult(b"", None, "large", st.st_mtime, st.st_size)
+        chunks = []
+        total = 0
+        limit = None if max_bytes is None else max_bytes + 1
+        try:
+            while True:
+                want = 1 << 20 if limit is None else min(1 << 20, limit - total)
+                if want <= 0:
+                    break
+                piece = os.read(fd, want)
+                if not piece:
+                    break
+                chunks.append(piece)
+                total += len(piece)
+        except OSError:
+            return ReadResult(b"", None, "unreadable", st.st_mtime, st.st_size)
+        raw = b"".join(chunks)
+        if max_bytes is not None and len(raw) > max_bytes:  # grew since the fstat
+            return ReadResult(b"", None, "large", st.st_mtime, len(raw))
+        try:
+            st = os.fstat(fd)  # after the read: the date and size of what was read
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
+    _, text, skip = decode_text(raw)
+    return ReadResult(raw, text, skip, st.st_mtime, len(raw))
+
+
 def read_text(path: str | os.PathLike) -> tuple[bytes, str | None, str | None]:
     """``(raw bytes, text or None, skip reason or None)``. A UTF-8 BOM is dropped from the text;
     UTF-16 with a BOM is decoded. An unreadable file gives ``(b"", None, "unreadable")``."""
@@ -328,6 +456,11 @@ def read_text(path: str | os.PathLike) -> tuple[bytes, str | None, str | None]:
             raw = f.read()
     except OSError:
         return b"", None, "unreadable"
+    return decode_text(raw)
+
+
+def decode_text(raw: bytes) -> tuple[bytes, str | None, str | None]:
+    """The text of a file's bytes, or why it is not text (:func:`read_text`'s rules)."""
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not raw.startswith(codecs.BOM_UTF32_LE):
         try:
             text = raw.decode("utf-16")
@@ -362,33 +495,131 @@ def glob_match(path: str, pattern: str) -> bool:
     return re.fullmatch(_glob_regex(pattern), path) is not None
 
 
-@functools.lru_cache(maxsize=256)
-def _glob_regex(pattern: str) -> str:
-    """The regular expression (unanchored) of a :func:`glob_match` pattern."""
-    out, i = [], 0
+_ATOMIC = sys.version_info >= (3, 11)  # (?>...) groups; before 3.11 a glob is matched as written
+
+
+class GlobError(ConfigError):
+    """A glob qmdlab will not match: too long, a bad ``[...]`` class, or too many wildcards that
+    could make the match backtrack (:data:`~qmdlab.store.limits.MAX_GLOB_BACKTRACKING`)."""
+
+
+def _glob_tokens(pattern: str) -> list[tuple[str, str]]:
+    """``(kind, regex)`` tokens: ``A`` (``*``), ``B`` (``**``), ``C`` (``**/``) are the wildcards;
+    ``/`` a literal slash, ``c`` a class that can match a slash, ``f`` any other fixed-width token."""
+    out: list[tuple[str, str]] = []
+    i = 0
     while i < len(pattern):
         if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+            out.append(("C", "(?:.*/)?"))
             i += 3
         elif pattern.startswith("**", i):
-            out.append(".*")
+            out.append(("B", ".*"))
             i += 2
         elif pattern[i] == "*":
-            out.append("[^/]*")
+            out.append(("A", "[^/]*"))
             i += 1
         elif pattern[i] == "?":
-            out.append("[^/]")
+            out.append(("f", "[^/]"))
             i += 1
         elif pattern[i] == "[":
             j = pattern.find("]", i + 1)
             if j < 0:
-                out.append(re.escape("["))
+                out.append(("f", re.escape("[")))
                 i += 1
             else:
                 body = pattern[i + 1 : j].replace("\\", "\\\\")
-                out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
+                cls = "[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]"
+                try:
+                    slash = re.fullmatch(cls, "/") is not None
+                except re.error as err:
+                    raise GlobError(f"glob {pattern!r}: bad character class {pattern[i : j + 1]!r} ({err})") from None
+                out.append(("c" if slash else "f", cls))
                 i = j + 1
         else:
-            out.append(re.escape(pattern[i]))
+            out.append(("/" if pattern[i] == "/" else "f", re.escape(pattern[i])))
             i += 1
+    return out
+
+
+# Two wildcards side by side match what one does: ``**/**/`` is ``**/``, ``**/*`` is ``**`` …
+_MERGE = {("A", "A"): "A", ("C", "C"): "C", ("C", "A"): "B"}
+_STAR_RE = {"A": "[^/]*", "B": ".*", "C": "(?:.*/)?"}
+_LAZY_RE = {"A": "[^/]*?", "B": ".*?", "C": "(?:.*?/)??"}
+
+
+def _pinned(fixed: list[tuple[str, str]]) -> bool:
+    """After a ``*``: does the fixed part hold a literal ``/`` with nothing before it that can match
+    one? Then ``*`` ends at the first ``/`` it meets: the part has one place only."""
+    for kind, _ in fixed:
+        if kind == "/":
+            return True
+        if kind != "f":
+            return False
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> str:
+    """The regular expression (unanchored) of a :func:`glob_match` pattern, written so that
+    matching cannot backtrack without bound.
+
+    A glob of wildcards and fixed parts is a regex of quantifiers, and a naive one backtracks
+    through every way to split a path between them (``**/`` twelve times against a 25-folder
+    path: 51 s; ``*a*a*a*a*a*b`` against a 120-character name: 2 minutes). So: adjacent
+    wildcards are merged first (``**/**/`` → ``**/``, ``**/*`` → ``**``); then a wildcard
+    followed by a fixed part and another wildcard takes the *first* place the fixed part fits,
+    atomically, wherever that provably loses no match (the next wildcard can absorb whatever the
+    first place leaves: it is ``**``, or it is ``**/`` after a part ending in ``/``, or both are
+    ``*`` around a part that cannot match ``/``: the classic greedy wildcard match; or the part
+    has one place only: a ``*`` then a part with a ``/`` ends at the first ``/``). At most
+    :data:`~qmdlab.store.limits.MAX_GLOB_BACKTRACKING` wildcards may remain free to backtrack
+    (the last one always does: it is matched against the end); a glob with more, or over
+    :data:`~qmdlab.store.limits.MAX_GLOB_CHARS` characters, is refused (:class:`GlobError`).
+
+    >>> _glob_regex("**/*.md"), _glob_regex("kb/**/**/x")
+    ('.*\\\\.md', 'kb/(?:.*/)?x')
+    """
+    from qmdlab.store.limits import MAX_GLOB_BACKTRACKING, MAX_GLOB_CHARS
+
+    if len(pattern) > MAX_GLOB_CHARS:
+        raise GlobError(f"a glob of {len(pattern)} characters, over {MAX_GLOB_CHARS}; shorten it")
+    tokens: list[tuple[str, str]] = []
+    for kind, rx in _glob_tokens(pattern):
+        if tokens and kind in "ABC" and tokens[-1][0] in "ABC":
+            prev = tokens[-1][0]
+            merged = "B" if "B" in (prev, kind) else _MERGE.get((prev, kind))
+            if merged is not None:
+                tokens[-1] = (merged, _STAR_RE[merged])
+                continue
+        tokens.append((kind, rx))
+    # segments: fixed runs between wildcards
+    stars = [k for k, (kind, _) in enumerate(tokens) if kind in "ABC"]
+    out: list[str] = [rx for _, rx in tokens[: stars[0] if stars else len(tokens)]]
+    free = 0
+    for n, at in enumerate(stars):
+        star = tokens[at][0]
+        end = stars[n + 1] if n + 1 < len(stars) else len(tokens)
+        fixed = tokens[at + 1 : end]
+        after = tokens[end][0] if end < len(tokens) else None
+        commit = (
+            _ATOMIC
+            and fixed
+            and (
+                after == "B"
+                or (after == "C" and fixed[-1][0] == "/")
+                or (after == "A" and star == "A" and all(k == "f" for k, _ in fixed))
+                or (star == "A" and _pinned(fixed))
+            )
+        )
+        body = "".join(rx for _, rx in fixed)
+        if commit:
+            out.append(f"(?>{_LAZY_RE[star]}{body})")
+        else:
+            free += 1
+            out.append(_STAR_RE[star] + body)
+    if free > MAX_GLOB_BACKTRACKING and _ATOMIC:  # (before Python 3.11 no glob is refused: matched as written)
+        raise GlobError(
+            f"glob {pattern!r} has {free} wildcards whose matches could backtrack (at most "
+            f"{MAX_GLOB_BACKTRACKING}); use fewer '*', or put a '/' or '**' between them"
+        )
     return "".join(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,19 +20,20 @@ from typing import Any, NamedTuple
 from qmdlab.errors import StoreError
 from qmdlab.store import limits, schema, testhooks
 from qmdlab.store.config import Collection
-from qmdlab.store.frontmatter import extract_title, parse_front_matter
+from qmdlab.store.frontmatter import FrontMatter, extract_title, parse_front_matter
 from qmdlab.store.scan import (
     DEFAULT_MAX_BYTES,
     SKIP_REASONS,
     display_path,
     list_files,
-    read_text,
+    read_file,
     stat_digest,
     stat_files,
 )
 
-#: Every reason a file can be left out of the index: the scanner's plus ``capacity``.
-UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity",)
+#: Every reason a file can be left out of the index: the scanner's, ``capacity`` and
+#: ``frontmatter`` (front matter over a parser limit of :mod:`qmdlab.store.limits`).
+UPDATE_SKIP_REASONS = SKIP_REASONS + ("capacity", "frontmatter")
 #: ``update`` refuses to let more than half of a collection's indexed files vanish at once when at
 #: least this many would (and always when all would), unless told ``allow_vanish``.
 VANISH_GUARD_MIN = 10
@@ -60,6 +62,8 @@ class UpdateReport(NamedTuple):
     skipped_name: int = 0
     skipped_capacity: int = 0
     warnings: tuple[str, ...] = ()  # capacity warnings (80 % of a limit or past it)
+    skipped_frontmatter: int = 0
+    skip_details: tuple[tuple[str, str], ...] = ()  # (printable docno, what exactly) where a reason has more to say
 
     @property
     def skipped(self) -> int:
@@ -90,6 +94,7 @@ class UpdateReport(NamedTuple):
 class _Counts:
     values: dict[str, int] = field(default_factory=dict)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    details: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, key: str, n: int = 1) -> None:
         self.values[key] = self.values.get(key, 0) + n
@@ -140,6 +145,9 @@ class UpdateMixin:
         """
         names = list(collections) if collections is not None else [c.name for c in self.collections()]
         colls = [self.collection(n) for n in names]
+        from qmdlab.store.trust import check_roots
+
+        check_roots(self.dir, self.config_path, colls)  # a project's roots outside it: approved, or nothing changes
         self.ensure_chunker(progress=progress)  # stored chunks of another chunker (or version): re-chunk first
         counts = _Counts()
         caps = {k: limits.limit(k) for k in ("documents", "chunks")}
@@ -168,6 +176,7 @@ class UpdateMixin:
             chunks_added=v.get("chunks", 0),
             **{f"skipped_{r}": v.get(f"skipped_{r}", 0) for r in UPDATE_SKIP_REASONS},
             skipped_paths=tuple(counts.skipped),
+            skip_details=tuple(counts.details),
             warnings=tuple(warnings),
         )
 
@@ -225,6 +234,7 @@ class UpdateMixin:
                 f"collection {coll.name!r}: root {coll.root} cannot be read; fix its permissions (nothing was changed)"
             )
         kept_dirs = tuple(unreadable)
+        real_root = os.path.realpath(coll.root)  # every file read must lie under it (read_file)
         bar = None
         if progress:
             from tqdm import tqdm
@@ -261,7 +271,11 @@ class UpdateMixin:
                     seen.add(e.rel)
                     local.add("unchanged")
                     continue
-                raw, text, skip = read_text(e.abs_path)
+                # Opened safely and checked after opening: a folder swapped for a link since the scan
+                # cannot bring in a file from outside the root; the date and size stored are those
+                # of the bytes read, not the scan's.
+                got = read_file(e.abs_path, real_root, max_bytes=max_bytes)
+                raw, text, skip = got.raw, got.text, got.skip
                 if skip:
                     local.add(f"skipped_{skip}")
                     local.skipped.append((f"{coll.name}/{display_path(e.rel)}", skip))
@@ -271,8 +285,15 @@ class UpdateMixin:
                 h = hashlib.sha256(raw).hexdigest()
                 if old is not None and old[5] == 1 and old[2] == h:
                     seen.add(e.rel)
-                    c.execute("UPDATE documents SET mtime = ?, size = ? WHERE id = ?", (e.mtime, e.size, old[0]))
+                    c.execute("UPDATE documents SET mtime = ?, size = ? WHERE id = ?", (got.mtime, got.size, old[0]))
                     local.add("unchanged")
+                    continue
+                fm = parse_front_matter(text)
+                if fm.problem is not None:  # over a parser limit: skipped, never a stalled update
+                    docno = f"{coll.name}/{display_path(e.rel)}"
+                    local.add("skipped_frontmatter")
+                    local.skipped.append((docno, "frontmatter"))
+                    local.details.append((docno, fm.problem))
                     continue
                 known = c.execute("SELECT 1 FROM content WHERE hash = ?", (h,)).fetchone() is not None
                 pieces = None if known else self._chunk(text)
@@ -290,15 +311,15 @@ class UpdateMixin:
                 if pieces is not None:
                     n_chunks += len(pieces)
                     local.add("chunks", self._store_content(c, h, text, pieces))
-                meta, title, tags, date = self._describe(text, e.rel, e.mtime)
+                meta, title, tags, date = self._describe(text, e.rel, got.mtime, fm)
                 if old is not None and old[5] == 1:
                     c.execute(
                         "UPDATE documents SET title=?, hash=?, mtime=?, size=?, metadata=?, tags=?, date=? WHERE id=?",
                         (
                             title,
                             h,
-                            e.mtime,
-                            e.size,
+                            got.mtime,
+                            got.size,
                             json.dumps(meta, ensure_ascii=False),
                             json.dumps(tags, ensure_ascii=False),
                             date,
@@ -307,7 +328,9 @@ class UpdateMixin:
                     )
                     local.add("changed")
                 else:
-                    pending.append((e.rel, old, h, title, {"meta": meta, "tags": tags, "date": date}, e.mtime, e.size))
+                    pending.append(
+                        (e.rel, old, h, title, {"meta": meta, "tags": tags, "date": date}, got.mtime, got.size)
+                    )
                 testhooks.point("update.file")
             vanished = {p: r for p, r in existing.items() if r[5] == 1 and p not in seen}
             vanished_by_hash: dict[str, list[str]] = {}
@@ -350,6 +373,7 @@ class UpdateMixin:
         for k, n in local.values.items():
             counts.add(k, n)
         counts.skipped.extend(local.skipped)
+        counts.details.extend(local.details)
 
     @staticmethod
     def _check_vanish(coll: Collection, existing: dict[str, tuple], kept: set[str], present: set[str]) -> None:
@@ -367,8 +391,10 @@ class UpdateMixin:
             )
 
     @staticmethod
-    def _describe(text: str, rel: str, mtime: float) -> tuple[dict, str, list[str], str | None]:
-        fm = parse_front_matter(text)
+    def _describe(
+        text: str, rel: str, mtime: float, fm: FrontMatter | None = None
+    ) -> tuple[dict, str, list[str], str | None]:
+        fm = parse_front_matter(text) if fm is None else fm
         title = extract_title(text[fm.body_offset :], fm.metadata, rel)
         tags = list(fm.metadata.get("tags") or [])
         date = fm.metadata.get("date") or _dt.datetime.fromtimestamp(mtime, _dt.timezone.utc).date().isoformat()

@@ -32,7 +32,16 @@ def test_plain_query_and_explain(index_dir):
 
 def test_json_has_explanations_and_notes(index_dir):
     res = run(
-        "--index", index_dir, "query", "git rebase", "--preset", "fake", "--trace-json", "--no-rerank", "--fusion", "rrf"
+        "--index",
+        index_dir,
+        "query",
+        "git rebase",
+        "--preset",
+        "fake",
+        "--trace-json",
+        "--no-rerank",
+        "--fusion",
+        "rrf",
     )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)  # stderr starts with the stages line

@@ -189,21 +189,21 @@ def test_unreadable_file_is_skipped_not_fatal(tmp_path, monkeypatch):
     root.mkdir()
     (root / "a.md").write_text("# A\n\nalpha\n")
     (root / "b.md").write_text("# B\n\nbeta\n")
-    import builtins
-
     from qmdlab.store import scan
 
-    def deny(path, *args, **kwargs):  # the scanner reads files with the builtin open()
-        if Path(path).name in ("b.md", "c.md"):
-            raise PermissionError(13, "Permission denied", str(path))
-        return builtins.open(path, *args, **kwargs)
+    real_open = os.open
+
+    def deny(path, *args, **kwargs):  # the scanner opens files with os.open (scan.read_file)
+        if Path(os.fsdecode(path)).name in ("b.md", "c.md"):
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real_open(path, *args, **kwargs)
 
     with Index(tmp_path / "idx") as idx:
         idx.add_collection("c", root)
         assert idx.update().new == 2
         (root / "b.md").write_text("# B\n\nbeta changed\n")
         (root / "c.md").write_text("# C\n\ngamma\n")
-        monkeypatch.setattr(scan, "open", deny, raising=False)
+        monkeypatch.setattr(scan.os, "open", deny)
         rep = idx.update()
         monkeypatch.undo()
         assert rep.skip_counts() == {"unreadable": 2} and rep.vanished == 0
