@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from qmdlab.errors import ConfigError
+from qmdlab.errors import ConfigError, import_extra
 from qmdlab.role_options import role_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
@@ -391,6 +391,7 @@ def register(group: click.Group) -> None:
         from qmdlab.eval.ablation import format_table
         from qmdlab.eval.runner import run_name, run_suite
 
+        import_extra("ranx", "eval")  # before any query runs, not after the last one
         extra = list(ctx.args)
         if frontier:
             _frontier(
@@ -551,6 +552,7 @@ def register(group: click.Group) -> None:
         from qmdlab.eval.runner import run_suite
         from qmdlab.eval.study import Study
 
+        import_extra("ranx", "eval")  # before any query runs, not after the last one
         if folds < 2:
             raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
         if explain_qid is not None and not learn:

@@ -26,6 +26,8 @@ from typing import NamedTuple
 
 import polars as pl
 
+from qmdlab.errors import import_extra
+
 DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "p@5")
 HEADLINE = "ndcg@10"
 _KINDS = {"ndcg": "ndcg", "ndcg_burges": "ndcg_burges", "mrr": "mrr", "recall": "recall", "p": "p", "precision": "p"}
@@ -204,7 +206,7 @@ def qrels_dict(qrels: pl.DataFrame, *, doc_col: str = "docno") -> dict[str, dict
 
 def ranx_qrels(qrels: pl.DataFrame, *, doc_col: str = "docno"):
     """A ``ranx.Qrels`` from a ``qid, <doc_col>, grade`` frame."""
-    from ranx import Qrels
+    Qrels = import_extra("ranx", "eval").Qrels
 
     return Qrels(qrels_dict(qrels, doc_col=doc_col))
 
@@ -212,7 +214,7 @@ def ranx_qrels(qrels: pl.DataFrame, *, doc_col: str = "docno"):
 def ranx_run(run: pl.DataFrame, name: str | None = None, *, doc_col: str = "docno"):
     """A ``ranx.Run`` from a ``qid, <doc_col>, rank`` frame; the score is ``-position`` so ranx
     orders exactly as the run does (ties in the pipeline's scores cannot reorder it)."""
-    from ranx import Run
+    Run = import_extra("ranx", "eval").Run
 
     out: dict[str, dict[str, float]] = {}
     for qid, doc, pos in _positions(run, doc_col).iter_rows():

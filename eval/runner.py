@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from qmdlab.errors import import_extra
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import Trace
 
@@ -252,7 +253,8 @@ RANX_NAMES = {"p": "precision"}
 def ranx_check(qrels_path: Path, run_path: Path, ours: dict[str, float]) -> dict[str, float]:
     """``ranx.evaluate`` of a saved run file against saved qrels; raises if any metric differs
     from ``ours`` by more than 1e-9 (that would be a bug in :mod:`qmdlab.eval.metrics` or the writer)."""
-    from ranx import Qrels, Run, evaluate
+    ranx = import_extra("ranx", "eval")
+    Qrels, Run, evaluate = ranx.Qrels, ranx.Run, ranx.evaluate
 
     names = {
         m: (

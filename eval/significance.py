@@ -21,6 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 import polars as pl
 
+from qmdlab.errors import import_extra
+
 SCHEMA = {
     "run": pl.Utf8,
     "mean": pl.Float64,
@@ -87,7 +89,7 @@ def paired_pvalues(
     >>> paired_pvalues(np.array([0.1, 0.2]), np.array([0.1, 0.2]))
     (1.0, 1.0)
     """
-    from ranx.statistical_tests import paired_student_t_test
+    paired_student_t_test = import_extra("ranx.statistical_tests", "eval").paired_student_t_test
 
     a, b = np.asarray(baseline, dtype=np.float64), np.asarray(treatment, dtype=np.float64)
     if a.shape != b.shape:

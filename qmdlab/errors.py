@@ -8,7 +8,9 @@ else escaping is a bug.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 
 class QmdlabError(Exception):
@@ -49,3 +51,23 @@ class DataFormatError(QmdlabError):
         if fix:
             msg += f" ({fix})"
         super().__init__(msg)
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """Import ``module``, an optional dependency; when it is missing, a :class:`QmdlabError` naming
+    the extra that installs it (the core install carries no evaluation library and no model stack).
+
+    >>> import_extra("json", "eval").__name__
+    'json'
+    >>> import_extra("qmdlab_no_such_module", "eval")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.QmdlabError: qmdlab_no_such_module is not installed: pip install 'qmdlab[eval]'
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        top = module.split(".")[0]
+        if (err.name or "").split(".")[0] != top:  # the package is there but something it needs is broken
+            raise
+        raise QmdlabError(f"{top} is not installed: pip install 'qmdlab[{extra}]'") from None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
-from qmdlab.errors import QmdlabError
+from qmdlab.errors import QmdlabError, import_extra
 
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "queries": {"qid": pl.String, "text": pl.String, "intent": pl.String},
@@ -272,7 +272,7 @@ class Trace:
         The score column is ``final_score``, ``fused_score`` or ``rerank_score``.
         Queries with no rows are absent (ranx scores them 0 against qrels).
         """
-        from ranx import Run
+        Run = import_extra("ranx", "eval").Run
 
         score = {"final": "final_score", "fused": "fused_score", "rerank": "rerank_score"}.get(table)
         if score is None:
