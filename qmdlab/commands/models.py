@@ -21,7 +21,7 @@ from qmdlab.role_options import role_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     """Bytes as a short human-readable size.
 
     >>> _human(0), _human(512), _human(46226496), _human(491400064)
