@@ -338,6 +338,7 @@ def register(group: click.Group) -> None:
                 click.echo(f"{doc.docno} (#{doc.docid}): {doc.title}")
                 click.echo(out.tree_text())
                 return
+            assert address is not None  # --outline alone returned above
             try:
                 sec = out.section(address)
             except QmdlabError as err:
