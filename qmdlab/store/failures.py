@@ -162,6 +162,8 @@ def _db_path(where: object) -> Path | None:
     db = getattr(where, "db_path", None)
     if db is not None:
         return Path(db)
+    if not isinstance(where, (str, os.PathLike)):
+        return None
     from qmdlab.paths import DB_NAME, resolve_index_dir
 
     try:
