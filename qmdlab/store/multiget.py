@@ -162,7 +162,7 @@ def format_documents(
             if it.skipped:
                 out.append(f"_skipped: {it.bytes} bytes > --max-bytes {max_bytes}_\n")
             else:
-                out.append("````markdown\n" + it.body + "\n````\n")
+                out.append("````markdown\n" + (it.body or "") + "\n````\n")
                 if it.truncated:
                     out.append(f"_first {it.lines} of {it.total_lines} lines_\n")
             continue
@@ -170,7 +170,7 @@ def format_documents(
         if it.skipped:
             out.append(f"[skipped: {it.bytes} bytes > --max-bytes {max_bytes}]")
         else:
-            out.append(it.body)
+            out.append(it.body or "")  # None only when skipped
             if it.truncated:
                 out.append(f"[… {it.total_lines - it.lines} more lines; first {it.lines} of {it.total_lines} shown]")
     return "\n".join(out).rstrip("\n")
