@@ -396,11 +396,11 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
         if not dry_run:
             idx.set_editor_uri(plan.editor_uri)
     if plan.models:
-        target = home() / "models.yaml"
+        models_file = home() / "models.yaml"
         if models:
-            res.lines.append(f"models ({target}): " + ", ".join(f"{k} = {v}" for k, v in plan.models.items()))
+            res.lines.append(f"models ({models_file}): " + ", ".join(f"{k} = {v}" for k, v in plan.models.items()))
             if not dry_run:
-                merge_models(target, plan.models)
+                merge_models(models_file, plan.models)
         else:
             res.skipped.append("models: left out (--no-models)")
     return res
