@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -100,7 +100,7 @@ def embed_with_ray(
     *,
     write_batch: int | None = None,
     progress: bool = True,
-    store: Callable[[list[int], np.ndarray, str], None] | None = None,
+    store: Callable[[Sequence[int], np.ndarray, str], int | None] | None = None,
 ) -> RayEmbedReport:
     """Embed ``todo`` (``chunk_id, title, text``) on Ray and store the vectors under ``fingerprint``.
 
