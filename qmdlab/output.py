@@ -92,6 +92,19 @@ def _dicts(
     return out
 
 
+def result_dicts(
+    rows: Sequence[ResultRow], *, cap: int = SNIPPET_CAP_JSON, line_numbers: bool = False, full: bool = False
+) -> list[dict]:
+    r"""qmd's result objects for ``rows`` — the one definition behind ``--json``, the MCP server's
+    ``structuredContent`` and its REST ``/query`` and ``/search`` replies (each front end adds its
+    own fields beside them).
+
+    >>> result_dicts([ResultRow("n/a.md", "abc123", 0.5, 3, "A", "C", "x", total_lines=4)], line_numbers=True)[0]
+    {'docid': '#abc123', 'score': 0.5, 'file': 'qmd://n/a.md', 'line': 3, 'title': 'A', 'context': 'C', 'snippet': '@@ -3,1 @@ (2 before, 1 after)\n3: x', 'docno': 'n/a.md'}
+    """
+    return _dicts(rows, full=full, line_numbers=line_numbers, cap=cap)
+
+
 def _context_lines(hc) -> list[str]:
     """``parent: Title — summary`` and ``siblings: A · B`` of a hit (what there is of them)."""
     if hc is None:

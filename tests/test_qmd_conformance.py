@@ -10,7 +10,8 @@ deviations by ``scripts/gen_qmd_differences.py``; :func:`test_the_page_is_genera
 fails when the page is stale.
 
 Citations are ``FILE:LINE`` in qmd 2.8.3's source tree (``src/cli/qmd.ts``, ``src/cli/formatter.ts``,
-``src/store.ts``, ``src/collections.ts``).
+``src/store.ts``, ``src/collections.ts``, ``src/mcp/server.ts``). The MCP rows call the server's engine
+and tools directly on the same index; the REST rows ask the HTTP app.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Row:
 
 Q = "src/cli/qmd.ts"
 F = "src/cli/formatter.ts"
+S = "src/mcp/server.ts"
 
 ROWS: list[Row] = [
     # -- output shapes (outputResults) ----------------------------------------------------------
@@ -380,6 +382,73 @@ ROWS: list[Row] = [
         switch="`qmdlab embed --max-docs-per-batch N --max-batch-mb N` with qmd's numbers",
     ),
     Row("context add TEXT (current folder)", f"{Q}:4329", "context_one_argument"),
+    # -- MCP tools (src/mcp/server.ts) ----------------------------------------------------------------
+    Row(
+        "MCP query arguments (query, searches, limit, minScore, candidateLimit, collections, intent, rerank)",
+        f"{S}:316",
+        "mcp_query_arguments",
+    ),
+    Row("MCP query result key docid (#)", f"{S}:383", "mcp_result_keys"),
+    Row("MCP query result key title", f"{S}:385", "mcp_result_keys"),
+    Row("MCP query result key context (string or null)", f"{S}:387", "mcp_result_context"),
+    Row("MCP query result key line (best-matching line)", f"{S}:388", "mcp_result_line"),
+    Row("MCP query snippet (@@ header, capped at 300)", f"{S}:381", "mcp_snippet_cap"),
+    Row("MCP query structuredContent {results}", f"{S}:395", "mcp_result_keys"),
+    Row(
+        "MCP query result key file",
+        f"{S}:384",
+        qmd="the display path `collection/path` (REST `/query` gives the `qmd://` URI, server.ts:1023)",
+        ours="the `qmd://collection/path` URI in MCP and REST alike (as `--json`), `docno` beside it",
+        why="one row shape for every front end; `get` and `multi_get` accept the URI and the bare path alike",
+    ),
+    Row(
+        "MCP query result key score",
+        f"{S}:386",
+        qmd="rounded to 2 decimals",
+        ours="rounded to 4 decimals (as `--json`)",
+        why="one row shape with the CLI's `--json`; two decimals tie distinct fused scores",
+    ),
+    Row(
+        "MCP query snippet line numbers",
+        f"{S}:389",
+        qmd="`addLineNumbers(snippet, line)`: the `@@` header is numbered as the best line, the text after it off by one",
+        ours="the `@@` header unnumbered, each snippet line numbered with its own line in the document",
+        why="qmd's numbers do not match the document's lines; the header already says where the snippet starts",
+    ),
+    Row(
+        "MCP query rerank (default true)",
+        f"{S}:334",
+        qmd="rerank on unless `rerank: false`",
+        ours="the server's preset decides (off for offline/tiny, on for qmd); the first note says which stages ran",
+        switch="`rerank: true` in the call, or `qmdlab mcp --preset qmd`",
+    ),
+    Row("MCP get file (:from[:count] suffix, #docid)", f"{S}:411", "mcp_get_range"),
+    Row("MCP get fromLine / maxLines", f"{S}:412", "mcp_get_range"),
+    Row("MCP get lineNumbers (default true)", f"{S}:414", "mcp_line_numbers_default"),
+    Row("MCP get resource item (qmd:// URI, context comment)", f"{S}:462", "mcp_get_resource"),
+    Row(
+        "MCP get resource name and title",
+        f"{S}:467",
+        qmd="`name` (display path) and `title` on the resource contents",
+        ours="in the contents' `_meta` (`name`, `title`); `structuredContent` carries `docno` and `title` too",
+        why="the MCP SDK's text resource contents carry no `name`/`title` fields",
+    ),
+    Row("MCP multi_get pattern (glob, list, docids)", f"{S}:488", "mcp_multi_get_items"),
+    Row("MCP multi_get maxLines (truncation note)", f"{S}:524", "mcp_multi_get_items"),
+    Row("MCP multi_get maxBytes (default 64 KB)", f"{S}:490", "mcp_line_numbers_default"),
+    Row("MCP multi_get lineNumbers (default true)", f"{S}:491", "mcp_line_numbers_default"),
+    Row("MCP multi_get skipped and errors items", f"{S}:514", "mcp_multi_get_items"),
+    Row("MCP status keys (totalDocuments, needsEmbedding, hasVectorIndex, collections)", f"{S}:47", "mcp_status_keys"),
+    Row(
+        "MCP status collections[].lastUpdated",
+        f"{S}:56",
+        qmd="the collection's last update time",
+        ours="`null` (beside qmdlab's `root`, `mask` and counts)",
+        why="qmdlab records no per-collection update time",
+    ),
+    Row("MCP resources: a qmd:// template, no list", f"{S}:198", "mcp_resource_template"),
+    Row("REST POST /search (alias of /query)", f"{S}:983", "rest_search"),
+    Row("REST result key file (qmd:// URI)", f"{S}:1023", "rest_search"),
 ]
 
 
@@ -622,6 +691,125 @@ def check_update_hint(run):
     assert "chunks have no vectors yet: run `qmdlab embed`" in run("update").stdout
     run("embed", "--preset", "fake", "--no-progress")
     assert "qmdlab embed" not in run("update").stdout
+
+
+def _engine(run):
+    from qmdlab.mcp_server.engine import Engine
+
+    return Engine(run.index_dir, preset="fake")
+
+
+def _tools(engine):
+    import anyio
+
+    from qmdlab.mcp_server.server import build_server
+
+    server = build_server(engine)
+    return server, {t.name: t for t in anyio.run(server.list_tools)}
+
+
+def check_mcp_query_arguments(run):
+    _, tools = _tools(_engine(run))
+    args = {"query", "searches", "limit", "minScore", "candidateLimit", "collections", "intent", "rerank"}
+    assert args <= set(tools["query"].input_schema["properties"])
+
+
+def _mcp_hits(run, query="heron"):
+    _, data = _engine(run).query(searches=[{"type": "lex", "query": query}], rerank=False, expand=False)
+    return {h["docno"]: h for h in data["results"]}, data
+
+
+def check_mcp_result_keys(run):
+    hits, data = _mcp_hits(run)
+    assert set(data) >= {"results"} and hits
+    for h in hits.values():
+        assert QMD_KEYS | {"context"} <= set(h) and h["docid"].startswith("#") and h["file"] == "qmd://" + h["docno"]
+        assert h["title"]
+
+
+def check_mcp_result_context(run):
+    hits, _ = _mcp_hits(run)
+    assert hits["kb/a.md"]["context"] == "Team notes" and hits["misc/c.md"]["context"] is None
+
+
+def check_mcp_result_line(run):
+    hits, _ = _mcp_hits(run)
+    body = (run.tmp / "kb" / "a.md").read_text(encoding="utf-8").split("\n")
+    assert "heron" in body[hits["kb/a.md"]["line"] - 1]
+
+
+def check_mcp_snippet_cap(run):
+    hits, _ = _mcp_hits(run, "zebra")
+    header, _, text = hits["kb/sub/b.md"]["snippet"].partition("\n")
+    first = int(HEADER.match(header).group(1))
+    assert text.startswith(f"{first}: ") and text.endswith("...")
+    plain = "\n".join(line.split(": ", 1)[1] for line in text.split("\n"))  # capped before numbering
+    assert len(plain) == 300
+
+
+def check_mcp_get_range(run):
+    engine = _engine(run)
+    _, d = engine.get("kb/a.md:5:1")
+    assert d["text"] == "5: the heron nests here"
+    _, d = engine.get("#" + d["docid"], from_line=5, max_lines=1)
+    assert d["text"] == "5: the heron nests here"
+
+
+def check_mcp_line_numbers_default(run):
+    _, tools = _tools(_engine(run))
+    for name in ("get", "multi_get"):
+        assert tools[name].input_schema["properties"]["lineNumbers"]["default"] is True, name
+    assert tools["multi_get"].input_schema["properties"]["maxBytes"]["default"] == 64 * 1024
+
+
+def check_mcp_get_resource(run):
+    from qmdlab.mcp_server.server import _document_result
+
+    result = _document_result(*_engine(run).get("kb/a.md"))
+    (item,) = result.content
+    assert item.type == "resource" and str(item.resource.uri) == "qmd://kb/a.md"
+    assert item.resource.mime_type == "text/markdown"
+    assert item.resource.text.startswith("<!-- Context: Team notes -->\n\n1: # Alpha")
+
+
+def check_mcp_multi_get_items(run):
+    from qmdlab.mcp_server.server import _documents_result
+
+    engine = _engine(run)
+    result = _documents_result(*engine.multi_get("kb/a.md, nope.md", max_lines=2, max_bytes=1000))
+    kinds = [c.type for c in result.content]
+    assert kinds == ["text", "resource"] and result.content[0].text.startswith("Errors:\n")
+    assert result.content[1].resource.text.endswith("[... truncated 6 more lines]")
+    result = _documents_result(*engine.multi_get("kb/**/*.md", max_bytes=100))
+    assert any(c.type == "text" and c.text.startswith("[SKIPPED: kb/sub/b.md") for c in result.content)
+
+
+def check_mcp_status_keys(run):
+    _, d = _engine(run).status()
+    assert (d["totalDocuments"], d["hasVectorIndex"]) == (3, False) and d["needsEmbedding"] == 3
+    assert {"name", "path", "pattern", "documents", "lastUpdated"} <= set(d["collections"][0])
+
+
+def check_mcp_resource_template(run):
+    import anyio
+
+    server, _ = _tools(_engine(run))
+    assert anyio.run(server.list_resources) == []
+    assert [t.uri_template for t in anyio.run(server.list_resource_templates)] == ["qmd://{collection}/{+path}"]
+
+
+def check_rest_search(run):
+    from starlette.testclient import TestClient
+
+    from qmdlab.mcp_server.http import build_app
+
+    body = {"searches": [{"type": "lex", "query": "heron"}], "rerank": False}
+    with TestClient(build_app(_engine(run)), base_url="http://127.0.0.1:8181") as http:
+        r = http.post("/search", json=body)
+        assert r.status_code == 200, r.text
+        hits = r.json()["results"]
+        assert hits and all(h["file"].startswith("qmd://") and QMD_KEYS <= set(h) for h in hits)
+        assert http.post("/query", json=body).json()["results"] == hits
 
 
 CHECKS = {name[len("check_") :]: fn for name, fn in globals().items() if name.startswith("check_")}

@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from qmdlab.errors import DocumentNotFoundError, QmdlabError
+from qmdlab.pipeline.results import SNIPPET_CAP_JSON, ResultRow, hit_line, located_rows
 from qmdlab.pipeline.results import snippet as make_snippet
-from qmdlab.search.navigate import cap_text, context_of, snippet_hit_line
+from qmdlab.search.navigate import cap_text, context_of
 from qmdlab.store.outline import DocumentOutline
-from qmdlab.store.refs import glob_docnos, is_glob, parse_ref, split_refs
+from qmdlab.store.refs import glob_docnos, is_glob, line_window, parse_ref, resolve_ref, split_refs
 
 SCHEME = "qmd"
-DEFAULT_MULTI_GET_MAX_BYTES = 10_240
+DEFAULT_MULTI_GET_MAX_BYTES = 65_536
+"""qmd's ``DEFAULT_MULTI_GET_MAX_BYTES`` (64 KB): ``multi_get`` skips larger documents."""
 DEFAULT_MULTI_GET_MAX_DOCS = 50
 _NO_CONTEXT = {"address": "", "heading_path": [], "parent": None, "siblings": []}
 """Hit context of a result whose document is gone (:meth:`qmdlab.search.navigate.HitContext.as_dict`)."""
@@ -58,8 +60,22 @@ def _is_traversal(ref: str) -> bool:
 
 
 def _number(lines: Sequence[str], first: int) -> str:
-    width = len(str(first + len(lines) - 1))
-    return "\n".join(f"{first + i:>{width}}: {line}" for i, line in enumerate(lines))
+    """qmd's ``addLineNumbers``: ``N: line``, unpadded.
+
+    >>> _number(["a", "b"], 9)
+    '9: a\\n10: b'
+    """
+    return "\n".join(f"{first + i}: {line}" for i, line in enumerate(lines))
+
+
+def with_context(text: str, context: str | None) -> str:
+    """A document's text as qmd's ``get`` / ``multi_get`` / resources serve it: opened by an
+    ``<!-- Context: ... -->`` line when the document has a context.
+
+    >>> with_context("1: x", "Team notes"), with_context("1: x", None)
+    ('<!-- Context: Team notes -->\\n\\n1: x', '1: x')
+    """
+    return f"<!-- Context: {context} -->\n\n{text}" if context else text
 
 
 def _records(df: Any) -> list[dict[str, Any]]:
@@ -79,6 +95,25 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def qmd_status(engine: Any) -> dict[str, Any]:
+    """qmd's ``status`` keys: ``totalDocuments``, ``needsEmbedding`` (documents with a chunk that has
+    no vector for the embedder; 0 without one), ``hasVectorIndex``."""
+    idx = engine.index
+    st = idx.status()
+    needs = 0
+    embedder = getattr(engine.models, "embedder", None)
+    if embedder is not None:
+        try:
+            needs = int(idx.chunks_needing_vectors(embedder.fingerprint)["docno"].n_unique())
+        except Exception:  # a store error here must not take status down
+            needs = 0
+    return {
+        "totalDocuments": int(st["documents"]),
+        "needsEmbedding": needs,
+        "hasVectorIndex": bool(st.get("vectors")),
+    }
 
 
 class Engine:
@@ -208,8 +243,8 @@ class Engine:
             contexts = self.index.contexts_for(doc.docno)
         except Exception:  # contexts are optional decoration
             contexts = []
-        if contexts:
-            info["context"] = list(contexts)
+        info["context"] = " | ".join(contexts) or None  # qmd's: one string, or null
+        info["contexts"] = list(contexts)
         return info
 
     # -- tools ----------------------------------------------------------------------
@@ -218,36 +253,33 @@ class Engine:
         file: str,
         from_line: int | None = None,
         max_lines: int | None = None,
-        line_numbers: bool = False,
+        line_numbers: bool = True,
         max_chars: int = 0,
     ) -> tuple[str, dict[str, Any]]:
-        base, address, ref_start, ref_count = parse_ref(file)
+        """One document, a line range or a section, resolved as ``qmdlab get`` resolves it
+        (:func:`qmdlab.store.refs.resolve_ref`, :func:`~qmdlab.store.refs.line_window`: a section is
+        shown whole, a line range applies to a document). The text is numbered ``N: line`` by
+        default and opened by the document's context, as qmd's ``get``."""
         with self.lock:
-            doc = self.document(base)
+            doc, ref = resolve_ref(self.document, file, QmdlabError)
             body = doc.body or ""
-            if address is not None:
-                outline = DocumentOutline.parse(body, getattr(doc, "title", "") or "")
-                sec = outline.section(address)
-                first, last = sec.line_start, sec.line_end
-            else:
-                first, last = 1, None
+            sec = None
+            if ref.address is not None:
+                sec = DocumentOutline.parse(body, getattr(doc, "title", "") or "").section(ref.address)
             info = self._doc_info(doc)
         lines = body.split("\n")
         if lines and lines[-1] == "" and len(lines) > 1:
             lines = lines[:-1]
-        last = len(lines) if last is None else last
-        start = from_line if from_line is not None else ref_start
-        count = max_lines if max_lines is not None else ref_count
-        if start is not None:
-            if start < 1:
-                raise QmdlabError(f"fromLine must be 1 or more, got {start}")
-            first = max(first, start) if address is not None else start
-        if count is not None:
-            if count < 1:
-                raise QmdlabError(f"maxLines must be 1 or more, got {count}")
-            last = min(last, first + count - 1)
-        if first > len(lines) and len(lines) > 0:
-            raise QmdlabError(f"{doc.docno} has {len(lines)} lines; fromLine {first} is past the end")
+        start = from_line if from_line is not None else ref.start
+        count = max_lines if max_lines is not None else ref.count
+        if start is not None and start < 1:
+            raise QmdlabError(f"fromLine must be 1 or more, got {start}")
+        if count is not None and count < 1:
+            raise QmdlabError(f"maxLines must be 1 or more, got {count}")
+        try:
+            first, last = line_window(len(lines), start, count, (sec.line_start, sec.line_end) if sec else None)
+        except ValueError as err:
+            raise QmdlabError(f"{doc.docno}: {err}") from None
         selected = lines[first - 1 : last]
         capped = cap_text(
             _number(selected, first) if line_numbers else "\n".join(selected), max_chars, read_on=(doc.docno, first)
@@ -256,24 +288,24 @@ class Engine:
         shown = capped.text.count("\n") if capped.truncated else len(selected)  # the note is no line
         data = dict(
             info,
+            name=doc.docno,
             text=text,
             line_start=first,
             line_end=first + shown - 1,
             total_lines=len(lines),
             truncated=first > 1 or last < len(lines) or capped.truncated,
         )
-        if address is not None:
+        if sec is not None:
             data["address"] = sec.address
             data["heading_path"] = list(sec.heading_path)
-        header = f"{doc.docno} (#{info['docid']}) lines {data['line_start']}-{data['line_end']} of {len(lines)}"
-        return f"{header}\n\n{text}", data
+        return with_context(text, info["context"]), data
 
     def multi_get(
         self,
         pattern: str,
         max_lines: int | None = None,
         max_bytes: int = DEFAULT_MULTI_GET_MAX_BYTES,
-        line_numbers: bool = False,
+        line_numbers: bool = True,
         max_docs: int = DEFAULT_MULTI_GET_MAX_DOCS,
         max_chars: int = 0,
     ) -> tuple[str, dict[str, Any]]:
@@ -312,8 +344,11 @@ class Engine:
                 if lines and lines[-1] == "" and len(lines) > 1:
                     lines = lines[:-1]
                 shown = lines[:max_lines] if max_lines else lines
+                text = "\n".join(shown)
+                if len(shown) < len(lines):  # qmd's note, numbered with the text
+                    text += f"\n\n[... truncated {len(lines) - len(shown)} more lines]"
                 capped = cap_text(
-                    _number(shown, 1) if line_numbers else "\n".join(shown), max_chars, read_on=(doc.docno, 1)
+                    _number(text.split("\n"), 1) if line_numbers else text, max_chars, read_on=(doc.docno, 1)
                 )
                 documents.append(
                     dict(
@@ -324,7 +359,7 @@ class Engine:
                         truncated=len(shown) < len(lines) or capped.truncated,
                     )
                 )
-        parts = [f"--- {d['docno']} (#{d['docid']})\n{d['text']}" for d in documents]
+        parts = [f"--- {d['docno']} (#{d['docid']})\n{with_context(d['text'], d['context'])}" for d in documents]
         parts += [f"--- {s['docno']} skipped: {s['reason']}" for s in skipped]
         parts += [f"--- {e['ref']}: {e['error']}" for e in errors]
         summary = f"{len(documents)} document(s), {len(skipped)} skipped, {len(errors)} error(s)"
@@ -476,8 +511,15 @@ class Engine:
         from qmdlab.mcp_server.instructions import index_summary
 
         with self.lock:
-            summary = index_summary(self)
-        lines = [f"index: {summary['index_dir']}", f"documents: {summary['documents']}, chunks: {summary['chunks']}"]
+            summary = dict(qmd_status(self), **index_summary(self))
+            for c in summary["collections"]:  # qmd's keys beside qmdlab's
+                c.update(path=c.get("root"), pattern=c.get("mask"), lastUpdated=None)
+        lines = [
+            f"index: {summary['index_dir']}",
+            f"total documents: {summary['totalDocuments']}, needs embedding: {summary['needsEmbedding']}, "
+            f"vector index: {'yes' if summary['hasVectorIndex'] else 'no'}",
+        ]
+        lines += [f"documents: {summary['documents']}, chunks: {summary['chunks']}"]
         for c in summary["collections"]:
             lines.append(f"  {c['name']}: {c['documents']} docs at {c['root']}")
         if summary.get("chunks_without_vectors") is not None:
@@ -557,33 +599,13 @@ class Engine:
             colls = self._check_collections(names)
             hits = [h for h in run(text, colls, int(limit)) if h.score >= float(min_score)]
             rows = build_rows(self.index, hits, text)
-            results = []
-            for rank, r in enumerate(rows, 1):
-                try:
-                    doc = self.index.get(r.docno)
-                    info = self._doc_info(doc)
-                except QmdlabError:
-                    continue
-                hit_ctx = context_of(
-                    DocumentOutline.parse(doc.body or "", info["title"]), r.docno, snippet_hit_line(r.line, r.snippet)
-                )
-                results.append(
-                    dict(
-                        info,
-                        rank=rank,
-                        score=float(r.score),
-                        chunk_id=r.chunk_id,
-                        line=r.line,
-                        snippet=r.snippet,
-                        **hit_ctx.as_dict(),
-                    )
-                )
+            results = self._rows(rows)
         data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
         out = [f"{len(results)} result(s) for {text!r} ({tool})"]
         for r in results:
             crumb = " > ".join(r["heading_path"])
             out.append(
-                f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                f"{r['rank']}. {r['docno']} ({r['docid']}) score {r['score']:.3f}"
                 + (f"  [{crumb}]" if crumb else "")
                 + (f"\n   {r['title']}" if r.get("title") else "")
             )
@@ -680,7 +702,7 @@ class Engine:
         for r in results:
             crumb = " > ".join(r["heading_path"])
             out.append(
-                f"{r['rank']}. {r['docno']} (#{r['docid']}) score {r['score']:.3f}"
+                f"{r['rank']}. {r['docno']} ({r['docid']}) score {r['score']:.3f}"
                 + (f"  [{crumb}]" if crumb else "")
                 + (f"\n   {r['title']}" if r.get("title") else "")
             )
@@ -710,55 +732,74 @@ class Engine:
             **overrides,
         )
 
+    def _rows(
+        self, rows: Sequence[ResultRow], chunk_of: dict[str, int] | None = None, blocks: dict | None = None
+    ) -> list[dict[str, Any]]:
+        """qmd's result objects (:func:`qmdlab.output.result_dicts`, the CLI's ``--json`` rows: ``file``
+        a ``qmd://`` URI, ``docid`` with ``#``, ``context`` a string or ``null``, ``line`` the best
+        line, the ``@@`` snippet capped at 300 characters and numbered as qmd's), with qmdlab's fields
+        beside them: rank, docno, collection, path, uri, chunk_id, the snippet's heading breadcrumb
+        and section address, its parent and siblings (and ``stages`` with ``blocks``)."""
+        from qmdlab.output import result_dicts
+
+        rows = located_rows(self.index, rows)
+        out = []
+        for r, d in zip(rows, result_dicts(rows, cap=SNIPPET_CAP_JSON, line_numbers=True)):
+            try:
+                doc = self.index.get(r.docno)
+            except DocumentNotFoundError:  # renamed or removed while the query ran (the trace notes it)
+                continue
+            info = self._doc_info(doc)
+            body = doc.body or ""
+            hit_ctx = context_of(DocumentOutline.parse(body, info["title"]), r.docno, hit_line(r)) if body else None
+            d["context"] = info["context"]
+            d.update(
+                rank=len(out) + 1,
+                collection=info["collection"],
+                path=info["path"],
+                uri=info["uri"],
+                contexts=info["contexts"],
+                chunk_id=r.chunk_id if r.chunk_id is not None else (chunk_of or {}).get(r.docno),
+                snippet_line=r.line,
+                **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT),
+            )
+            if blocks is not None:
+                d["stages"] = blocks.get(r.docno)
+            out.append(d)
+        return out
+
     def _results(
         self, trace: Any, query_text: str, intent: str | None, explain: bool, config: Any = None
     ) -> list[dict[str, Any]]:
-        """Format the trace's finished rows: snippet and line come from the pipeline's ``results``
-        table; the heading breadcrumb and section address are those of the snippet's line."""
+        """The trace's finished rows in qmd's shape (:meth:`_rows`): snippet and line come from the
+        pipeline's ``results`` table, score and order from its ``final`` table."""
         final = trace.final.sort("final_rank")
         if final.height == 0:
             return []
-        finished = {r["docno"]: r for r in trace.results.iter_rows(named=True)}
+        finished = {r.docno: r for r in trace.result_rows()}
         chunk_of: dict[str, int] = {}  # the chunk each result was judged on, else its best list hit
         for table in (trace.rerank, trace.lists.sort("rank")):
             for row in table.iter_rows(named=True):
                 if row["chunk_id"] is not None:
                     chunk_of.setdefault(row["docno"], int(row["chunk_id"]))
-        blocks = {}
+        blocks = None
         if explain:  # the explain block of `qmdlab query --json`, one per result, under the query's config
             from qmdlab.pipeline.explain import result_explain
 
             blocks = {docno: b for (_, docno), b in result_explain(trace, config).items()}
-        results = []
+        rows = []
         for row in final.iter_rows(named=True):
-            docno = row["docno"]
-            done = finished.get(docno, {})
-            try:
-                doc = self.index.get(docno)
-                info = self._doc_info(doc)
-                body = doc.body or ""
-            except DocumentNotFoundError:  # renamed or removed while the query ran (the trace notes it)
-                continue
-            line, snippet = done.get("line"), done.get("snippet")
-            if line is None and body:  # not in the pipeline's results table: the same snippet rule
-                snip = make_snippet(body, " ".join(x for x in (query_text, intent) if x))
-                line, snippet = snip.line, snip.text
-            hit_ctx = None
-            if body and line:
-                # the snippet opens one context line above its best line (none at the top)
-                hit_ctx = context_of(
-                    DocumentOutline.parse(body, info["title"]), docno, snippet_hit_line(int(line), snippet or "")
+            docno, score = row["docno"], float(row["final_score"])
+            done = finished.get(docno)
+            if done is None:  # not in the pipeline's results table: the same snippet rule
+                try:
+                    doc = self.index.get(docno)
+                except DocumentNotFoundError:
+                    continue
+                snip = make_snippet(doc.body or "", " ".join(x for x in (query_text, intent) if x))
+                ctx = " | ".join(self.index.contexts_for(docno)) or None
+                done = ResultRow(
+                    docno, doc.docid, score, snip.line, doc.title, ctx, snip.text, best_line=snip.best_line
                 )
-            result = dict(
-                info,
-                rank=int(row["final_rank"]),
-                score=float(row["final_score"]),
-                chunk_id=chunk_of.get(docno),
-                line=line,
-                snippet=snippet or "",
-                **(hit_ctx.as_dict() if hit_ctx else _NO_CONTEXT),
-            )
-            if explain:
-                result["stages"] = blocks[docno]
-            results.append(result)
-        return results
+            rows.append(done._replace(score=score))
+        return self._rows(rows, chunk_of, blocks)

@@ -1,4 +1,5 @@
-"""HTTP front end: Streamable HTTP MCP at ``POST /mcp``, REST ``POST /query``, ``GET /health``.
+"""HTTP front end: Streamable HTTP MCP at ``POST /mcp``, REST ``POST /query`` (alias ``POST /search``,
+as qmd's), ``GET /health``.
 
 Security (DNS-rebinding and cross-site protection for a server on a developer machine):
 
@@ -449,6 +450,7 @@ def build_app(
         return JSONResponse(data)
 
     mcp.custom_route("/query", methods=["POST"])(query)
+    mcp.custom_route("/search", methods=["POST"])(query)  # qmd's alias of /query (same body, same reply)
     mcp.custom_route("/health", methods=["GET"])(health)
     # Origin/Host checks are the guard's (403 + allow-lists), for every route alike.
     app = mcp.streamable_http_app(

@@ -27,15 +27,21 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.mcpserver.tools import Tool
-from mcp_types import CallToolResult, TextContent, ToolAnnotations, jsonrpc_message_adapter
+from mcp_types import (
+    CallToolResult,
+    EmbeddedResource,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+    jsonrpc_message_adapter,
+)
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
 import qmdlab
 from qmdlab.errors import QmdlabError
-from qmdlab.mcp_server.engine import DEFAULT_MULTI_GET_MAX_BYTES, Engine, resource_uri
+from qmdlab.mcp_server.engine import DEFAULT_MULTI_GET_MAX_BYTES, Engine
 from qmdlab.mcp_server.instructions import build_instructions
 
 log = logging.getLogger(__name__)
@@ -101,14 +107,53 @@ def _result(text: str, data: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
-def _user_errors(fn: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[..., CallToolResult]:
+def _resource(uri: str, text: str, name: str, title: str | None) -> EmbeddedResource:
+    """qmd's ``resource`` content item: the document's ``qmd://`` URI, markdown text (its name and
+    title ride in ``_meta``: the SDK's resource contents carry no such fields)."""
+    meta = {"name": name, **({"title": title} if title else {})}
+    return EmbeddedResource(
+        type="resource",
+        resource=TextResourceContents(uri=uri, mime_type="text/markdown", text=text, meta=meta),
+    )
+
+
+def _document_result(text: str, data: dict[str, Any]) -> CallToolResult:
+    """``get``: one ``resource`` item (as qmd's) with the structured details beside it."""
+    item = _resource(data["uri"], text, data["docno"], data.get("title"))
+    return CallToolResult(content=[item], structured_content=data)
+
+
+def _documents_result(text: str, data: dict[str, Any]) -> CallToolResult:
+    """``multi_get``: qmd's items — the errors as text, one ``resource`` per document, one text
+    line per skipped document — with the structured details beside them."""
+    from qmdlab.mcp_server.engine import with_context
+
+    content: list[Any] = []
+    if data["errors"]:
+        content.append(
+            TextContent(type="text", text="Errors:\n" + "\n".join(f"{e['ref']}: {e['error']}" for e in data["errors"]))
+        )
+    for d in data["documents"]:
+        content.append(_resource(d["uri"], with_context(d["text"], d["context"]), d["docno"], d.get("title")))
+    for sk in data["skipped"]:
+        content.append(
+            TextContent(
+                type="text", text=f"[SKIPPED: {sk['docno']} - {sk['reason']}. Use 'get' with file=\"{sk['docno']}\".]"
+            )
+        )
+    return CallToolResult(content=content or [TextContent(type="text", text=text)], structured_content=data)
+
+
+def _user_errors(
+    fn: Callable[..., tuple[str, dict[str, Any]]], result: Callable[..., CallToolResult] = _result
+) -> Callable[..., CallToolResult]:
     """Turn :class:`QmdlabError` (and a damaged index's :class:`sqlite3.DatabaseError`) into a tool
     error whose message reaches the agent."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
         try:
-            return _result(*fn(*args, **kwargs))
+            return result(*fn(*args, **kwargs))
         except QmdlabError as err:
             raise ToolError(str(err)) from err
         except sqlite3.DatabaseError as err:  # a damaged index: the rebuild instructions, not a trace
@@ -328,7 +373,9 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         ],
         fromLine: Annotated[int | None, Field(ge=1, description="First line (1-based).")] = None,
         maxLines: Annotated[int | None, Field(ge=1, description="Lines to return at most.")] = None,
-        lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+        lineNumbers: Annotated[
+            bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
+        ] = True,
         maxChars: Annotated[
             int,
             Field(
@@ -340,7 +387,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """Read one indexed document (or a line range, or one section). `maxChars` caps the text: past the cap it
         ends with a line saying how many characters were left out and the line to read on from."""
-        return _user_errors(engine.get)(file, fromLine, maxLines, lineNumbers, maxChars)
+        return _user_errors(engine.get, _document_result)(file, fromLine, maxLines, lineNumbers, maxChars)
 
     def multi_get(
         pattern: Annotated[
@@ -351,7 +398,9 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         maxBytes: Annotated[
             int, Field(ge=1, description="Skip documents larger than this (bytes).")
         ] = DEFAULT_MULTI_GET_MAX_BYTES,
-        lineNumbers: Annotated[bool, Field(description="Prefix each line with its number.")] = False,
+        lineNumbers: Annotated[
+            bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
+        ] = True,
         maxChars: Annotated[
             int,
             Field(
@@ -363,7 +412,9 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """Read several indexed documents at once (size-capped; `maxChars` caps each document's text, saying how
         much was left out)."""
-        return _user_errors(engine.multi_get)(pattern, maxLines, maxBytes, lineNumbers, max_chars=maxChars)
+        return _user_errors(engine.multi_get, _documents_result)(
+            pattern, maxLines, maxBytes, lineNumbers, max_chars=maxChars
+        )
 
     def status() -> CallToolResult:
         """Index status: documents and chunks per collection, embedding gaps, models."""
@@ -476,37 +527,37 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
 
 
 def _add_resources(server: MCPServer, engine: Engine) -> None:
+    """Documents are read through one resource template, ``qmd://{collection}/{+path}`` (as qmd's
+    ``qmd://{+path}``: no list — documents are found with the search tools, so a server over 100k
+    documents lists none of them at start-up). The text is numbered and opened by the document's
+    context, as qmd serves it."""
+    from qmdlab.mcp_server.engine import _number, with_context
+
     def read_doc(docno: str) -> str:
         try:
-            return engine.document(docno).body or ""
+            with engine.lock:
+                doc = engine.document(docno)
+                context = engine._doc_info(doc)["context"]
         except QmdlabError as err:
             from mcp.server.mcpserver.exceptions import ResourceError
 
             raise ResourceError(str(err)) from err
-
-    with engine.lock:
-        docs = engine.index.documents()
-    for row in docs.select("docno", "title").iter_rows(named=True):
-        docno = row["docno"]
-        server.add_resource(
-            FunctionResource.from_function(
-                functools.partial(read_doc, docno),
-                uri=resource_uri(docno),
-                name=docno,
-                title=row["title"] or None,
-                description=f"indexed markdown document {docno}",
-                mime_type="text/markdown",
-            )
-        )
+        body = doc.body or ""
+        lines = body.split("\n")
+        if len(lines) > 1 and lines[-1] == "":
+            lines = lines[:-1]
+        return with_context(_number(lines, 1), context)
 
     @server.resource(
         "qmd://{collection}/{+path}",
         name="document",
         mime_type="text/markdown",
-        description="An indexed markdown document: qmd://<collection>/<path>",
+        description="An indexed markdown document: qmd://<collection>/<path> (find documents with the search tools)",
     )
     def document(collection: str, path: str) -> str:
-        return read_doc(f"{collection}/{path}")
+        from urllib.parse import unquote
+
+        return read_doc(unquote(f"{collection}/{path}"))
 
 
 def _valid_id(value: Any) -> bool:

@@ -15,8 +15,8 @@ Wherever a document, a glob or a context target is named, qmd's URI form
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from qmdlab.store.scan import glob_match
 
@@ -98,6 +98,62 @@ def parse_ref(text: str) -> Ref:
     return Ref(name, address, start, count)
 
 
+def resolve_ref(lookup: Callable[[str], Any], text: str, missing: type[Exception]) -> tuple[Any, Ref]:
+    """The document a typed reference names, and the reference's parts — the one rule of the CLI's
+    ``qmdlab get`` and the MCP server's ``get``.
+
+    ``lookup(name)`` returns a document or raises ``missing``. The whole text is tried first (a
+    file name holding ``#`` or ``:``); then, when it names a ``#address``, the part before it
+    (with a ``:from:count`` suffix of that part dropped); else the ``:from[:count]`` suffix is
+    split off. A section's address and a line range never come together: with an address the
+    range is ``None``.
+
+    >>> docs = {"kb/a.md": "A", "kb/b#1.md": "B"}
+    >>> def look(name):
+    ...     if name not in docs:
+    ...         raise KeyError(name)
+    ...     return docs[name]
+    >>> resolve_ref(look, "kb/a.md:3:2", KeyError), resolve_ref(look, "qmd://kb/a.md#install", KeyError)
+    (('A', Ref(name='kb/a.md', address=None, start=3, count=2)), ('A', Ref(name='kb/a.md', address='install', start=None, count=None)))
+    >>> resolve_ref(look, "kb/b#1.md", KeyError)
+    ('B', Ref(name='kb/b#1.md', address=None, start=None, count=None))
+    """
+    text = strip_scheme(text)
+    try:
+        return lookup(text), Ref(text, None, None, None)
+    except missing:
+        pass
+    name, address = split_address(text)
+    if address is not None:
+        try:
+            return lookup(name), Ref(name, address, None, None)
+        except missing:
+            base = split_range(name)[0]
+            return lookup(base), Ref(base, address, None, None)
+    name, start, count = split_range(text)
+    return lookup(name), Ref(name, None, start, count)
+
+
+def line_window(
+    total: int, start: int | None, count: int | None, section: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """The 1-based, inclusive lines ``(first, last)`` to show of a document of ``total`` lines:
+    a ``section``'s own lines (the range is not applied to a section, as ``qmdlab get FILE#address``),
+    else from ``start`` (default 1) for ``count`` lines (default: to the end). A start past the end
+    raises :class:`ValueError`.
+
+    >>> line_window(10, 3, 2), line_window(10, None, None), line_window(10, 4, 100), line_window(10, 2, 1, (5, 8))
+    ((3, 4), (1, 10), (4, 10), (5, 8))
+    """
+    if section is not None:
+        return section
+    first = max(1, start or 1)
+    if first > total and total:
+        raise ValueError(f"line {first} is past the end ({total} lines)")
+    last = total if count is None else min(total, first + count - 1)
+    return first, last
+
+
 def is_glob(pattern: str) -> bool:
     """A glob (``*``, ``?``, ``[``) rather than a comma-separated list of references.
 
@@ -135,6 +191,8 @@ __all__ = [
     "SCHEME",
     "strip_scheme",
     "parse_ref",
+    "resolve_ref",
+    "line_window",
     "split_range",
     "split_address",
     "is_glob",

@@ -39,6 +39,9 @@ def test_result_without_a_results_row_gets_the_shared_snippet(tmp_path, qmdlab_h
     trace = Trace(final=final)  # empty results table: the fallback branch
     (row,) = Engine(idx)._results(trace, "tomato basil", None, explain=False)
     expected = snippet(BODY, "tomato basil")
-    assert (row["line"], row["snippet"]) == (expected.line, expected.text)
+    # qmd's shape: line = the best line, the snippet opened by its @@ header and numbered
+    assert (row["line"], row["snippet_line"]) == (expected.best_line, expected.line)
+    header, _, text = row["snippet"].partition("\n")
+    assert header.startswith(f"@@ -{expected.line},") and text.split("\n")[0] == f"{expected.line}: "
     assert "Tomato and basil sauce." in row["snippet"]
     assert row["heading_path"] == ["Pasta", "Sauce"]

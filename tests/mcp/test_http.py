@@ -56,6 +56,15 @@ def test_rest_query_and_health(http_server):
         r = http.post("/query", json={"searches": [{"type": "lex", "query": "tomato basil"}], "explain": True})
         assert r.status_code == 200 and r.json()["results"][0]["docno"] == "notes/cooking/pasta.md"
         assert "stages" in r.json()["results"][0]
+        # qmd's POST /search: the same body and reply as /query, results in qmd's shape
+        body = {"searches": [{"type": "lex", "query": "tomato basil"}], "collections": ["notes"], "limit": 2}
+        r = http.post("/search", json=body)
+        assert r.status_code == 200, r.text
+        hit = r.json()["results"][0]
+        assert hit["file"] == "qmd://notes/cooking/pasta.md" and hit["docid"].startswith("#")
+        assert hit["context"] == "Kitchen recipes" and hit["snippet"].startswith("@@ -")
+        assert {"docid", "file", "title", "score", "context", "line", "snippet"} <= set(hit)
+        assert r.json()["results"] == http.post("/query", json=body).json()["results"]
         bad = http.post("/query", json={"query": "x", "top_k": 3})
         assert bad.status_code == 400 and "top_k: unknown parameter" in bad.json()["error"]
         assert set(bad.json()["accepted"]) == {

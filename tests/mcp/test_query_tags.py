@@ -39,28 +39,28 @@ def _cli(mcp_env, *flags):
             "--no-rerank",
             "--preset",
             "fake",
-            "--trace-json",
+            "--json",
             *flags,
         ],
     )
     assert res.exit_code == 0, res.output
-    return [(r["file"], r["score"]) for r in json.loads(res.stdout)["results"]]
+    return [(r["file"], r["score"]) for r in json.loads(res.stdout)]  # qmd's rows, as MCP's
 
 
 def _mcp(engine, **kwargs):
     _, data = engine.query(TEXT, collections=["notes"], limit=10, rerank=False, **kwargs)
-    return [(r["docno"], r["score"]) for r in data["results"]], data
+    return [(r["file"], r["score"]) for r in data["results"]], data
 
 
 def test_query_tags_and_prefer_tags_are_the_cli_flags(engine, mcp_env):
     plain, data = _mcp(engine)
     assert plain == _cli(mcp_env)
-    docs = [d for d, _ in plain]
+    docs = [d.removeprefix("qmd://") for d, _ in plain]
     assert "notes/guide.md" in docs and docs[0] != "notes/guide.md" and len(docs) >= 3
     assert data["tags"] == [] and data["preferTags"] == [] and data["tagLift"] == 0
 
     only, data = _mcp(engine, tags=["alpha"])  # guide.md is the only note tagged alpha
-    assert [d for d, _ in only] == ["notes/guide.md"] and only == _cli(mcp_env, "--tag", "alpha")
+    assert [d for d, _ in only] == ["qmd://notes/guide.md"] and only == _cli(mcp_env, "--tag", "alpha")
     assert data["tags"] == ["alpha"]
 
     lifted, data = _mcp(engine, preferTags=["alpha"])
@@ -69,7 +69,7 @@ def test_query_tags_and_prefer_tags_are_the_cli_flags(engine, mcp_env):
 
     far, data = _mcp(engine, preferTags=["alpha"], tagLift=10)
     assert far == _cli(mcp_env, "--prefer-tag", "alpha", "--tag-lift", "10")
-    assert far[0][0] == "notes/guide.md" and data["preferTags"] == ["alpha"] and data["tagLift"] == 10
+    assert far[0][0] == "qmd://notes/guide.md" and data["preferTags"] == ["alpha"] and data["tagLift"] == 10
 
     none, _ = _mcp(engine, tags=["alpha", "nosuchtag"])  # every tag is required
     assert none == [] == _cli(mcp_env, "--tag", "alpha", "--tag", "nosuchtag")
