@@ -14,10 +14,14 @@ import importlib
 import os
 import sqlite3
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from qmdlab.errors import QmdlabError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 # Areas of the core whose commands are registered; a missing module (area not built yet, or an
 # optional extra not installed) must not break the other verbs.
@@ -57,7 +61,7 @@ COMMAND_VERBS = {
 ENTRY_POINT_GROUP = "qmdlab.commands"
 
 
-def plugin_verbs() -> dict[str, object]:
+def plugin_verbs() -> dict[str, EntryPoint]:
     """``{verb: entry point}`` of the :data:`ENTRY_POINT_GROUP` group (read from the installed
     package metadata only when a verb outside :data:`COMMAND_VERBS` is looked up or ``--help``
     lists every verb: ``importlib.metadata`` is not imported by ``import qmdlab.cli``)."""
@@ -85,14 +89,14 @@ class _Group(click.Group):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._areas_loaded: set[str] = set()
-        self._plugins: dict[str, object] | None = None
+        self._plugins: dict[str, EntryPoint] | None = None
 
     def _load(self, area: str) -> None:
         if area not in self._areas_loaded:
             self._areas_loaded.add(area)
             _register_area(self, area)
 
-    def _plugin_verbs(self) -> dict[str, object]:
+    def _plugin_verbs(self) -> dict[str, EntryPoint]:
         if self._plugins is None:
             self._plugins = plugin_verbs()
         return self._plugins
@@ -175,7 +179,7 @@ def cli(ctx: click.Context, index_name: str | None, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        code = cli.main(args=argv, prog_name="qmdlab", standalone_mode=True) or 0
+        code: int = cli.main(args=argv, prog_name="qmdlab", standalone_mode=True) or 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     # A model call stopped by its time budget may still be inside one native step: wait for it
