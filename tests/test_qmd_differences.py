@@ -208,7 +208,8 @@ def test_qmd_command_is_accepted_or_listed(line, row):
 
 def test_every_row_is_about_a_listed_command_or_setting():
     used = {row for _, row in QMD_COMMANDS if row} | CONFIG_ROWS
-    stale = sorted(set(doc_rows()) - used)
+    # rows about the MCP server's tools and the REST routes come from the conformance table, not a command line
+    stale = sorted(k for k in set(doc_rows()) - used if not k.startswith(("MCP ", "REST ", "POST ", "GET ")))
     assert not stale, f"rows of {DOC.name} no qmd command in QMD_COMMANDS refers to: {stale}"
     assert len(doc_rows()) >= 20
 

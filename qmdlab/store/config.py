@@ -172,7 +172,12 @@ def load(path: Path) -> Config:
 def save(path: Path, config: Config) -> None:
     cols = []
     for c in config.collections:
-        entry: dict[str, object] = {"name": c.name, "root": _stored_root(path, c.root), "mask": c.mask, "ignore": list(c.ignore)}
+        entry: dict[str, object] = {
+            "name": c.name,
+            "root": _stored_root(path, c.root),
+            "mask": c.mask,
+            "ignore": list(c.ignore),
+        }
         if not c.include:
             entry["include"] = False
         if c.update_cmd:

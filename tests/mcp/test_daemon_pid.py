@@ -128,7 +128,7 @@ def test_a_negative_pid_never_signals_a_foreign_group(qmdlab_home, foreign):
 
 def test_pid_zero_never_signals_the_own_process_group(qmdlab_home, tmp_path):
     """--stop runs with a `sleep` in a new session (so the old code, signalling group 0, could only
-    hit that session); the sleep and --stop itself must come through."""
+    hit that process group); the sleep and --stop itself must come through."""
     _pid_file(qmdlab_home, 0)
     pidf = tmp_path / "sleep.pid"
     script = f"sleep 120 >/dev/null 2>&1 & echo $! > {pidf}; exec {sys.executable} -m qmdlab.cli mcp --stop"

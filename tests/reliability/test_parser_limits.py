@@ -9,9 +9,12 @@ behaviour fails the test instead of stalling the suite or the machine.
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -46,23 +49,34 @@ def _limit_memory() -> None:  # runs in the child: never let an old, unbounded p
 
 
 def _run_child(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``qmdlab ARGS`` in a child: (result, seconds, peak RSS of the child in MB)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(
+    """Run ``qmdlab ARGS`` in a child: (result, seconds, peak RSS of that child in MB).
+
+    The peak is the child's own, from ``os.wait4``: ``RUSAGE_CHILDREN`` would be the largest of every
+    child this test process ever reaped, a model run of an earlier test included."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.monotonic()
+        child = subprocess.Popen(
             [sys.executable, "-m", "qmdlab.cli", *args],
             env=env,
-            capture_output=True,
+            stdout=out,
+            stderr=err,
             text=True,
-            timeout=CHILD_TIMEOUT_S,
             preexec_fn=_limit_memory,
         )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"qmdlab {' '.join(args[:3])} … ran past {CHILD_TIMEOUT_S} s")
-    seconds = time.monotonic() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return proc, seconds, max(peak, before) / 1024  # ru_maxrss is in KiB on Linux
+        killer = threading.Timer(CHILD_TIMEOUT_S, child.kill)
+        killer.start()
+        try:
+            _, status, usage = os.wait4(child.pid, 0)
+        finally:
+            killer.cancel()
+        seconds = time.monotonic() - start
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        if seconds >= CHILD_TIMEOUT_S:
+            pytest.fail(f"qmdlab {' '.join(args[:3])} … ran past {CHILD_TIMEOUT_S} s")
+        out.seek(0)
+        err.seek(0)
+        proc = subprocess.CompletedProcess(child.args, child.returncode, out.read(), err.read())
+    return proc, seconds, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
 
 
 @pytest.fixture

@@ -221,9 +221,9 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
         assert json.loads((tmp_path / "run" / f"fold-{sp.fold}" / "train_qids.json").read_text()) == sorted(set(sp.fit))
 
     # a split that leaks (a held-out query also in fit) is refused before any training
-    def leaky(qids, folds, tune_fraction, seed, official=None):
+    def leaky(qids, folds, tune_fraction, seed, official=None, texts=None):
         out = []
-        for sp in real_splits(qids, folds, tune_fraction, seed, official):
+        for sp in real_splits(qids, folds, tune_fraction, seed, official, texts):
             out.append(sp._replace(fit=sp.fit + sp.test[:1]))
         return out
 
