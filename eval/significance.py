@@ -102,6 +102,31 @@ def paired_pvalues(
     return (1.0 if np.isnan(p_t) else p_t), float(p_f)
 
 
+def paired_comparison(baseline: Mapping[str, float], treatment: Mapping[str, float], *, tol: float = 1e-12) -> dict:
+    """Per-query scores (qid → value) of two runs, paired on their common queries: ``queries``,
+    ``delta`` (treatment − baseline, mean), ``p_ttest``, ``p_fisher``, ``wins``, ``ties``, ``losses``
+    (a difference within ``tol`` is a tie).
+
+    >>> c = paired_comparison({"1": 0.5, "2": 1.0, "3": 0.0}, {"1": 1.0, "2": 1.0, "4": 0.3})
+    >>> c["queries"], c["delta"], (c["wins"], c["ties"], c["losses"])
+    (2, 0.25, (1, 1, 0))
+    """
+    qids = sorted(set(baseline) & set(treatment))
+    a = np.array([baseline[q] for q in qids], dtype=np.float64)
+    b = np.array([treatment[q] for q in qids], dtype=np.float64)
+    p_t, p_f = paired_pvalues(a, b)
+    d = b - a
+    return {
+        "queries": len(qids),
+        "delta": float(d.mean()) if d.size else 0.0,
+        "p_ttest": p_t,
+        "p_fisher": p_f,
+        "wins": int((d > tol).sum()),
+        "ties": int((np.abs(d) <= tol).sum()),
+        "losses": int((d < -tol).sum()),
+    }
+
+
 def compare_to_baseline(
     scores: Mapping[str, pl.DataFrame],
     baseline: str,

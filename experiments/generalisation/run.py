@@ -47,22 +47,9 @@ def _rows(suite, embedder, name: str) -> dict[str, dict]:
 
 
 def _paired(a: dict, b: dict) -> dict:
-    import numpy as np
+    from qmdlab.eval.significance import paired_comparison
 
-    from qmdlab.eval.significance import paired_pvalues
-
-    qids = sorted(set(a) & set(b))
-    x, y = np.array([a[q] for q in qids]), np.array([b[q] for q in qids])
-    p_t, p_f = paired_pvalues(x, y)
-    d = y - x
-    return {
-        "delta": float(d.mean()),
-        "p_ttest": float(p_t),
-        "p_fisher": float(p_f),
-        "wins": int((d > 1e-12).sum()),
-        "ties": int((abs(d) <= 1e-12).sum()),
-        "losses": int((d < -1e-12).sum()),
-    }
+    return paired_comparison(a, b)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,26 +231,9 @@ def reranker(suite, out: Path, work: Path, args) -> list[dict]:
 
 
 def _compare(best: dict, row: dict) -> dict:
-    import numpy as np
+    from qmdlab.eval.significance import paired_comparison
 
-    from qmdlab.eval.significance import paired_pvalues
-
-    qids = sorted(set(best["per_query"]) & set(row["per_query"]))
-    x = np.array([best["per_query"][q] for q in qids])
-    y = np.array([row["per_query"][q] for q in qids])
-    p_t, p_f = paired_pvalues(x, y)
-    d = y - x
-    return {
-        "row": row["row"],
-        "against": best["row"],
-        "queries": len(qids),
-        "delta": float(d.mean()),
-        "p_ttest": float(p_t),
-        "p_fisher": float(p_f),
-        "wins": int((d > 1e-12).sum()),
-        "ties": int((abs(d) <= 1e-12).sum()),
-        "losses": int((d < -1e-12).sum()),
-    }
+    return {"row": row["row"], "against": best["row"], **paired_comparison(best["per_query"], row["per_query"])}
 
 
 def main(argv: list[str] | None = None) -> int:
