@@ -9,12 +9,10 @@ behaviour fails the test instead of stalling the suite or the machine.
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -48,35 +46,43 @@ def _limit_memory() -> None:  # runs in the child: never let an old, unbounded p
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def _run_child(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``qmdlab ARGS`` in a child: (result, seconds, peak RSS of that child in MB).
+# Runs ``qmdlab`` and, however it ends, writes its own memory high-water mark (VmHWM, KiB) to a file.
+# VmHWM belongs to the program's own address space, made at exec; ru_maxrss would also count the
+# pages the child inherited from this (possibly large) test process at fork.
+_MEASURED = """
+import os, runpy, sys
+sys.argv = ["qmdlab", *sys.argv[1:]]
+try:
+    runpy.run_module("qmdlab.cli", run_name="__main__")
+finally:
+    with open("/proc/self/status") as status:
+        hwm = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["QMDLAB_TEST_HWM_FILE"], "w") as out:
+        out.write(hwm)
+"""
 
-    The peak is the child's own, from ``os.wait4``: ``RUSAGE_CHILDREN`` would be the largest of every
-    child this test process ever reaped, a model run of an earlier test included."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+
+def _run_child(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``qmdlab ARGS`` in a child: (result, seconds, the child's own peak resident memory in MB)."""
+    with tempfile.TemporaryDirectory() as d:
+        hwm_file = Path(d) / "hwm"
         start = time.monotonic()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "qmdlab.cli", *args],
-            env=env,
-            stdout=out,
-            stderr=err,
-            text=True,
-            preexec_fn=_limit_memory,
-        )
-        killer = threading.Timer(CHILD_TIMEOUT_S, child.kill)
-        killer.start()
         try:
-            _, status, usage = os.wait4(child.pid, 0)
-        finally:
-            killer.cancel()
-        seconds = time.monotonic() - start
-        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-        if seconds >= CHILD_TIMEOUT_S:
+            proc = subprocess.run(
+                [sys.executable, "-c", _MEASURED, *args],
+                env={**env, "QMDLAB_TEST_HWM_FILE": str(hwm_file)},
+                capture_output=True,
+                text=True,
+                timeout=CHILD_TIMEOUT_S,
+                preexec_fn=_limit_memory,
+            )
+        except subprocess.TimeoutExpired:
             pytest.fail(f"qmdlab {' '.join(args[:3])} … ran past {CHILD_TIMEOUT_S} s")
-        out.seek(0)
-        err.seek(0)
-        proc = subprocess.CompletedProcess(child.args, child.returncode, out.read(), err.read())
-    return proc, seconds, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+        seconds = time.monotonic() - start
+        assert hwm_file.is_file(), f"the child wrote no memory figure: {proc.stderr[-500:]}"
+        peak_kib = int(hwm_file.read_text())
+    assert peak_kib > 10_000, peak_kib  # a Python that imported qmdlab holds more than 10 MB: the figure is real
+    return proc, seconds, peak_kib / 1024
 
 
 @pytest.fixture
