@@ -91,7 +91,7 @@ class Stages:
 
 def make_splits(cfg: RecipeConfig, out: Path) -> dict:
     from qmdlab.eval.suites import get_suite
-    from qmdlab.training.splits import load_splits, save_splits, split_queries
+    from qmdlab.training.splits import load_splits, save_splits, suite_split
 
     path = out / "splits.json"
     if not path.exists():
@@ -99,7 +99,7 @@ def make_splits(cfg: RecipeConfig, out: Path) -> dict:
         for name in cfg.suites:
             suite = get_suite(name)
             qids = suite.data().judged_queries()["qid"].cast(str).to_list()
-            splits.append(split_queries(suite.name, qids, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed))
+            splits.append(suite_split(suite, qids, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed))
         save_splits(splits, path)
     return {s.suite: {"train": len(s.train), "heldout": len(s.heldout)} for s in load_splits(path).values()}
 

@@ -7,8 +7,9 @@ qmdlab.training.doc2query --suite cisi --out runs/d2q-cisi [--field value ...]``
 Small generators trained doc → query pay at index time (docT5query; Doc2Query−−, Gospodinov et
 al. 2023), where zero-shot chat models of this size do not. The recipe, sized for a 2-core CPU:
 
-1. **Split** the suite's judged queries once (:func:`qmdlab.training.splits.split_queries`, seeded;
-   ``splits.json`` in the run directory). Only *train* queries become training data.
+1. **Split** the suite's judged queries once (:func:`qmdlab.training.splits.suite_split`: the suite's
+   official train/test split when it has one, else a seeded draw; ``splits.json`` in the run
+   directory). Only *train* queries become training data.
 2. **Pairs** in the shared format of :mod:`qmdlab.models.doc2query`:
 
    - *labelled*: for each train query and each of its relevant documents, the document's chunk
@@ -41,7 +42,7 @@ from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.models import doc2query as fmt
 from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
-from qmdlab.training.splits import LeakError, QuerySplit, split_queries
+from qmdlab.training.splits import LeakError, QuerySplit, suite_split
 
 BASE_DEFAULT = "pkg:smollm2-135m-instruct"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -227,7 +228,7 @@ def build_data(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -> d
                 "(train without labels: --set labels=false)"
             )
         queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
-        split = split_queries(suite.name, queries, heldout_fraction=cfg.heldout_fraction, seed=cfg.split_seed)
+        split = suite_split(suite, queries, heldout_fraction=cfg.heldout_fraction, seed=cfg.split_seed)
         save_splits([split], out / "splits.json")
         qrels = suite.qrels_docnos().filter(pl.col("grade") >= 1)
         relevant: dict[str, list[str]] = {}

@@ -504,14 +504,15 @@ def official_query_split(suite) -> QuerySplit:
     ConfigError
         The suite has no official split.
     """
+    from qmdlab.training.splits import suite_split
+
     official = suite.split
     if official is None:
         raise ConfigError(
             f"--labelled: suite {suite.name!r} has no official train/test split (SciFact has one, as does any BEIR "
             "folder with qrels/train.tsv and qrels/test.tsv); train on generated queries with --synthetic instead"
         )
-    n = len(official.train) + len(official.test)
-    return QuerySplit(suite.name, official.train, official.test, 0, len(official.test) / n)
+    return suite_split(suite, [*official.train, *official.test])
 
 
 def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[str, str], log):

@@ -63,6 +63,30 @@ def split_queries(suite: str, qids: Iterable[str], *, heldout_fraction: float = 
     return QuerySplit(suite, tuple(sorted(shuffled[n_held:])), tuple(sorted(shuffled[:n_held])), seed, heldout_fraction)
 
 
+def suite_split(suite, qids: Iterable[str], *, heldout_fraction: float = 0.5, seed: int = 0) -> QuerySplit:
+    """The split every trainer uses for ``suite``: its official train/test split when it has one
+    (:attr:`qmdlab.eval.suites.Suite.split`, SciFact's; restricted to ``qids``; ``seed`` and the
+    fraction are then only recorded), else :func:`split_queries`' seeded draw.
+
+    >>> from pathlib import Path
+    >>> from qmdlab.eval.loaders import OfficialSplit
+    >>> class S: name, split = "sf", OfficialSplit(("1", "2"), ("3",))
+    >>> suite_split(S(), ["1", "2", "3", "4"])
+    QuerySplit(suite='sf', train=('1', '2'), heldout=('3',), seed=0, heldout_fraction=0.3333333333333333)
+    """
+    official = getattr(suite, "split", None)
+    if official is None:
+        return split_queries(suite.name, qids, heldout_fraction=heldout_fraction, seed=seed)
+    have = {str(q) for q in qids}
+    train = tuple(q for q in official.train if q in have)
+    test = tuple(q for q in official.test if q in have)
+    if not train or not test:
+        raise ConfigError(
+            f"suite {suite.name!r}: its official split leaves {len(train)} training and {len(test)} test queries here"
+        )
+    return QuerySplit(suite.name, train, test, seed, len(test) / (len(train) + len(test)))
+
+
 def tag(suite: str, qid: str) -> str:
     """The cross-suite id of a query.
 
