@@ -57,7 +57,7 @@ try:
 finally:
     with open("/proc/self/status") as status:
         hwm = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    with open(os.environ["QMDLAB_TEST_HWM_FILE"], "w") as out:
+    with open(os.environ["HWM_REPORT_FILE"], "w") as out:
         out.write(hwm)
 """
 
@@ -70,7 +70,7 @@ def _run_child(args: list[str], env: dict[str, str]) -> tuple[subprocess.Complet
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", _MEASURED, *args],
-                env={**env, "QMDLAB_TEST_HWM_FILE": str(hwm_file)},
+                env={**env, "HWM_REPORT_FILE": str(hwm_file)},
                 capture_output=True,
                 text=True,
                 timeout=CHILD_TIMEOUT_S,
