@@ -54,7 +54,7 @@ import functools
 import math
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from qmdlab.errors import QmdlabError
 from qmdlab.search.filters import SearchFilters
@@ -430,7 +430,7 @@ def bm25_search(
     return [Hit(r[0], None, rank, r[1], norm(r[1])) for rank, r in enumerate(rows, 1)]
 
 
-def _raise_fts_error(query: str, err: sqlite3.OperationalError) -> None:
+def _raise_fts_error(query: str, err: sqlite3.OperationalError) -> NoReturn:
     """Raise for a failed MATCH: an FTS5 syntax error is a builder bug (never user syntax) and is
     reported plainly; anything else (a damaged or vanished file) is the database's own error,
     which the CLI and the servers turn into the rebuild instructions."""
@@ -450,7 +450,7 @@ def _docno_map(idx: Index) -> dict[int, str] | None:
         state = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
         held = getattr(idx, "_bm25_docnos", None)
         same = held is not None and held[0] is conn and held[1] == state
-        if same and held[2] is not None:
+        if same and held is not None and held[2] is not None:
             return held[2]
         if not same:
             built = None  # first search at this state: remember the state, build nothing yet

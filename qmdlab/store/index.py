@@ -162,6 +162,11 @@ def no_index_message(directory: Path, name_or_path: object = None) -> str:
 class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixin, UsageMixin):
     """An index directory; open it with :meth:`Index.open`."""
 
+    # Caches that qmdlab.search.lexical sets on an index (absent until first set): the FTS column
+    # count at a schema version, and the {rowid: docno} map at a data state.
+    _fts_column_count: tuple[sqlite3.Connection, int, int]
+    _bm25_docnos: tuple[sqlite3.Connection, tuple[int, int], dict[int, str] | None]
+
     def __init__(self, directory: Path):
         self.dir = Path(directory)
         # A project's .qmdlab/ may have come with a checkout: a linked index file or folder is
