@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
+from qmdlab.store.base import IndexBase
 from qmdlab.store.chunkers import DEFAULT_CHUNKER, LEGACY_FINGERPRINT, check_chunker, chunker_fingerprint
 from qmdlab.store.chunking import chunk_document
 from qmdlab.store.frontmatter import parse_front_matter
@@ -59,7 +60,7 @@ class RechunkReport(NamedTuple):
         )
 
 
-class ContentMixin:
+class ContentMixin(IndexBase):
     """Writing content and chunks, and garbage-collecting them."""
 
     def _store_content(self, c: sqlite3.Connection, h: str, text: str, chunks: list | None = None) -> int:
