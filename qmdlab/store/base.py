@@ -13,12 +13,18 @@ import threading
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from qmdlab.store.vectors import VectorMatrix
+
 
 class IndexBase:
     """What the mixins use of :class:`~qmdlab.store.Index` (set in ``Index.__init__``)."""
 
     conn: sqlite3.Connection
     _lock: threading.RLock
+    _vectors: dict[str, VectorMatrix]  # fingerprint -> the loaded matrix
+    _capacity: dict[str | None, tuple[tuple, list]]  # fingerprint -> (limits, checks)
+    _data_version: int | None  # PRAGMA data_version when the caches above were loaded
 
     if TYPE_CHECKING:
 

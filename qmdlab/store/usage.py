@@ -8,9 +8,10 @@ data_version``), which also drops the in-memory vector matrices.
 from __future__ import annotations
 
 from qmdlab.store import limits
+from qmdlab.store.base import IndexBase
 
 
-class UsageMixin:
+class UsageMixin(IndexBase):
     """Counts against the limits, cached until the data changes."""
 
     def _drop_stale_caches(self) -> None:
