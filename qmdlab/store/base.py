@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 class IndexBase:
     """What the mixins use of :class:`~qmdlab.store.Index` (set in ``Index.__init__``)."""
 
+    config_path: Path
     conn: sqlite3.Connection
     _lock: threading.RLock
     _vectors: dict[str, VectorMatrix]  # fingerprint -> the loaded matrix
@@ -31,3 +33,10 @@ class IndexBase:
         def transaction(self, label: str = "txn") -> AbstractContextManager[sqlite3.Connection]:
             """:meth:`Index.transaction <qmdlab.store.Index.transaction>`."""
             ...
+
+        def check_writable(self, path: Path | None = None) -> None:
+            """:meth:`Index.check_writable <qmdlab.store.Index.check_writable>`."""
+
+        @staticmethod
+        def _gc(c: sqlite3.Connection) -> None:
+            """:meth:`ContentMixin._gc <qmdlab.store.content.ContentMixin._gc>`."""

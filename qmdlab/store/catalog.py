@@ -13,11 +13,12 @@ from pathlib import Path
 
 from qmdlab.errors import ConfigError
 from qmdlab.store import config as cfg
+from qmdlab.store.base import IndexBase
 from qmdlab.store.config import Collection, Context
 from qmdlab.store.scan import check_globs
 
 
-class CatalogMixin:
+class CatalogMixin(IndexBase):
     """Collections (name, root, mask, ignores) and contexts (text attached to a docno prefix)."""
 
     def _config(self) -> cfg.Config:
