@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from qmdlab.store.config import Collection
     from qmdlab.store.vectors import VectorMatrix
 
 
 class IndexBase:
     """What the mixins use of :class:`~qmdlab.store.Index` (set in ``Index.__init__``)."""
 
+    db_path: Path
     config_path: Path
     conn: sqlite3.Connection
     _lock: threading.RLock
@@ -36,6 +39,16 @@ class IndexBase:
 
         def check_writable(self, path: Path | None = None) -> None:
             """:meth:`Index.check_writable <qmdlab.store.Index.check_writable>`."""
+
+        def collections(self) -> list[Collection]:
+            """:meth:`CatalogMixin.collections <qmdlab.store.catalog.CatalogMixin.collections>`."""
+            ...
+
+        def _coll_clause(
+            self, collections: Iterable[str] | None, alias: str = "d", *, scoped: bool = False
+        ) -> tuple[str, list[str]]:
+            """:meth:`CatalogMixin._coll_clause <qmdlab.store.catalog.CatalogMixin._coll_clause>`."""
+            ...
 
         @staticmethod
         def _gc(c: sqlite3.Connection) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # polars is imported by the methods that use it (CLI cold sta
     import polars as pl
 
 from qmdlab.errors import DocumentNotFoundError, StoreError
+from qmdlab.store.base import IndexBase
 
 
 def docid_of(content_hash: str) -> str:
@@ -69,7 +70,7 @@ def _docno_rows(docnos: Sequence[str]) -> tuple[str, list[str]]:
     )
 
 
-class DocumentsMixin:
+class DocumentsMixin(IndexBase):
     """Read-only access to documents and chunks."""
 
     def documents(self, collections: Iterable[str] | None = None) -> pl.DataFrame:
