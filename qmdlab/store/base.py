@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from qmdlab.store import limits
     from qmdlab.store.config import Collection
     from qmdlab.store.vectors import VectorMatrix
 
@@ -48,6 +49,13 @@ class IndexBase:
             self, collections: Iterable[str] | None, alias: str = "d", *, scoped: bool = False
         ) -> tuple[str, list[str]]:
             """:meth:`CatalogMixin._coll_clause <qmdlab.store.catalog.CatalogMixin._coll_clause>`."""
+            ...
+
+        def _drop_stale_caches(self) -> None:
+            """:meth:`UsageMixin._drop_stale_caches <qmdlab.store.usage.UsageMixin._drop_stale_caches>`."""
+
+        def vector_capacity(self, fingerprint: str) -> limits.Check:
+            """:meth:`UsageMixin.vector_capacity <qmdlab.store.usage.UsageMixin.vector_capacity>`."""
             ...
 
         @staticmethod

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them 
 
 from qmdlab.errors import DimensionMismatchError
 from qmdlab.store import limits, schema, testhooks
+from qmdlab.store.base import IndexBase
 from qmdlab.store.schema import CHUNK_KEY
 
 
@@ -36,7 +37,7 @@ class VectorMatrix(NamedTuple):
     matrix: np.ndarray
 
 
-class VectorsMixin:
+class VectorsMixin(IndexBase):
     """Chunks to embed, storing vectors, the normalised matrix per fingerprint."""
 
     def _key_match(self) -> str:
