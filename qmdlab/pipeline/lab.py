@@ -207,7 +207,9 @@ class Lab:
             if fused is None:
                 lists = as_frame("lists", got.lists)
                 fused = fuse(lists, cfg, docs=self._learned_docs(cfg, lists))
-            cands = candidates_columns(fused, cfg.candidate_limit) if isinstance(fused, Columns) else None
+            cands: pl.DataFrame | Columns | None = (
+                candidates_columns(fused, cfg.candidate_limit) if isinstance(fused, Columns) else None
+            )
             if cands is None:
                 cands = candidates(as_frame("fused", fused), cfg.candidate_limit)
         # 5.-6. chunk selection + rerank

@@ -213,16 +213,17 @@ class Trace:
     (['qid', 'docno', 'fused_rank'], 0)
     """
 
-    # _Table descriptors: the value given goes through _Table.__set__, reads through __get__
-    queries: pl.DataFrame = _Table()  # type: ignore[assignment]
-    expansions: pl.DataFrame = _Table()  # type: ignore[assignment]
-    lists: pl.DataFrame = _Table()  # type: ignore[assignment]
-    fused: pl.DataFrame = _Table()  # type: ignore[assignment]
-    rerank: pl.DataFrame = _Table()  # type: ignore[assignment]
-    final: pl.DataFrame = _Table()  # type: ignore[assignment]
-    results: pl.DataFrame = _Table()  # type: ignore[assignment]
-    timings: pl.DataFrame = _Table()  # type: ignore[assignment]
-    notes: pl.DataFrame = _Table()  # type: ignore[assignment]
+    # _Table descriptors: the value given (a frame, Columns or None) goes through _Table.__set__,
+    # reads (a frame) through __get__
+    queries: _Table = _Table()
+    expansions: _Table = _Table()
+    lists: _Table = _Table()
+    fused: _Table = _Table()
+    rerank: _Table = _Table()
+    final: _Table = _Table()
+    results: _Table = _Table()
+    timings: _Table = _Table()
+    notes: _Table = _Table()
     config: dict = field(default_factory=dict)
 
     # -- views ------------------------------------------------------------------------
