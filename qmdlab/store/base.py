@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from qmdlab.store import limits
     from qmdlab.store.config import Collection
+    from qmdlab.store.content import RechunkReport
     from qmdlab.store.vectors import VectorMatrix
 
 
 class IndexBase:
     """What the mixins use of :class:`~qmdlab.store.Index` (set in ``Index.__init__``)."""
 
+    dir: Path
     db_path: Path
     config_path: Path
     conn: sqlite3.Connection
@@ -45,10 +47,18 @@ class IndexBase:
             """:meth:`CatalogMixin.collections <qmdlab.store.catalog.CatalogMixin.collections>`."""
             ...
 
+        def collection(self, name: str) -> Collection:
+            """:meth:`CatalogMixin.collection <qmdlab.store.catalog.CatalogMixin.collection>`."""
+            ...
+
         def _coll_clause(
             self, collections: Iterable[str] | None, alias: str = "d", *, scoped: bool = False
         ) -> tuple[str, list[str]]:
             """:meth:`CatalogMixin._coll_clause <qmdlab.store.catalog.CatalogMixin._coll_clause>`."""
+            ...
+
+        def capacity(self, fingerprint: str | None = None) -> list[limits.Check]:
+            """:meth:`UsageMixin.capacity <qmdlab.store.usage.UsageMixin.capacity>`."""
             ...
 
         def _drop_stale_caches(self) -> None:
@@ -56,6 +66,18 @@ class IndexBase:
 
         def vector_capacity(self, fingerprint: str) -> limits.Check:
             """:meth:`UsageMixin.vector_capacity <qmdlab.store.usage.UsageMixin.vector_capacity>`."""
+            ...
+
+        def ensure_chunker(self, *, progress: bool = False) -> RechunkReport:
+            """:meth:`ContentMixin.ensure_chunker <qmdlab.store.content.ContentMixin.ensure_chunker>`."""
+            ...
+
+        def _chunk(self, text: str) -> list:
+            """:meth:`ContentMixin._chunk <qmdlab.store.content.ContentMixin._chunk>`."""
+            ...
+
+        def _store_content(self, c: sqlite3.Connection, h: str, text: str, chunks: list | None = None) -> int:
+            """:meth:`ContentMixin._store_content <qmdlab.store.content.ContentMixin._store_content>`."""
             ...
 
         @staticmethod

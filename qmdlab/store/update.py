@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from qmdlab.errors import StoreError
 from qmdlab.store import limits, schema, testhooks
+from qmdlab.store.base import IndexBase
 from qmdlab.store.config import Collection
 from qmdlab.store.frontmatter import FrontMatter, extract_title, parse_front_matter
 from qmdlab.store.scan import (
@@ -100,7 +101,7 @@ class _Counts:
         self.values[key] = self.values.get(key, 0) + n
 
 
-class UpdateMixin:
+class UpdateMixin(IndexBase):
     """Scanning collections and writing what changed."""
 
     def update(
@@ -282,6 +283,7 @@ class UpdateMixin:
                     if skip == "unreadable" and old is not None:  # keep what we had: a transient failure
                         seen.add(e.rel)
                     continue
+                assert text is not None  # read_file gives the text whenever it gives no skip reason
                 h = hashlib.sha256(raw).hexdigest()
                 if old is not None and old[5] == 1 and old[2] == h:
                     seen.add(e.rel)
@@ -336,7 +338,7 @@ class UpdateMixin:
             vanished_by_hash: dict[str, list[str]] = {}
             for p, r in vanished.items():
                 vanished_by_hash.setdefault(r[2], []).append(p)
-            for rel, old, h, title, d, mtime, size in pending:
+            for rel, old, h, title, described, mtime, size in pending:
                 outcome = "new"
                 if vanished_by_hash.get(h):
                     outcome = "moved"  # same bytes, new path: chunks and vectors are reused (keyed by hash)
@@ -353,9 +355,9 @@ class UpdateMixin:
                         h,
                         mtime,
                         size,
-                        json.dumps(d["meta"], ensure_ascii=False),
-                        json.dumps(d["tags"], ensure_ascii=False),
-                        d["date"],
+                        json.dumps(described["meta"], ensure_ascii=False),
+                        json.dumps(described["tags"], ensure_ascii=False),
+                        described["date"],
                     ),
                 )
                 local.add(outcome)
