@@ -19,19 +19,7 @@ from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.output import build_rows
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
 from qmdlab.store.chunkers import CHUNKERS
-from qmdlab.store.refs import split_address, split_range, strip_scheme
-
-
-def parse_ref(text: str) -> tuple[str, int | None, int | None]:
-    """``ref[:from[:count]]`` → (ref, from, count) (:func:`qmdlab.store.refs.split_range`).
-
-    >>> parse_ref("#abc123:10:5"), parse_ref("notes/a.md"), parse_ref("a.md:3")
-    (('#abc123', 10, 5), ('notes/a.md', None, None), ('a.md', 3, None))
-    """
-    ref, start, count = split_range(text)
-    if not ref:
-        raise QmdlabError(f"{text!r}: expected <path|#docid>[:from[:count]]")
-    return ref, start, count
+from qmdlab.store.refs import line_window, resolve_ref, split_address, strip_scheme
 
 
 def pending_embeddings(idx) -> int:
@@ -316,20 +304,16 @@ def register(group: click.Group) -> None:
         it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux)."""
         idx = open_index(ctx)
         ref = strip_scheme(ref)
-        address = None
-        try:
-            doc, start, count = idx.get(ref), None, None
-        except StoreError:
-            name, address = split_address(ref)
-            if address is not None:
-                start = count = None
-                try:
-                    doc = idx.get(name)
-                except StoreError:
-                    doc = idx.get(parse_ref(name)[0])
-            else:
-                name, start, count = parse_ref(ref)
-                doc = idx.get(name)
+
+        def lookup(name: str):
+            if not name:  # `:3`, or `:3#section`: the reference names no document
+                base, addr = split_address(ref)
+                typed = base if addr is not None else ref
+                raise QmdlabError(f"{typed!r}: expected <path|#docid>[:from[:count]]")
+            return idx.get(name)
+
+        doc, parsed = resolve_ref(lookup, ref, StoreError)
+        address = parsed.address
         if outline or address is not None:
             from qmdlab.store.outline import DocumentOutline
 
@@ -350,12 +334,12 @@ def register(group: click.Group) -> None:
         lines = doc.body.split("\n")
         if doc.body.endswith("\n"):
             lines = lines[:-1]
-        start = from_line if from_line is not None else start
-        count = max_lines if max_lines is not None else count
-        first = max(1, start or 1)
-        if first > len(lines) and lines:
-            raise QmdlabError(f"{ref}: line {first} is past the end ({len(lines)} lines) of {doc.docno}")
-        last = len(lines) if count is None else min(len(lines), first + count - 1)
+        start = from_line if from_line is not None else parsed.start
+        count = max_lines if max_lines is not None else parsed.count
+        try:
+            first, last = line_window(len(lines), start, count)
+        except ValueError as err:
+            raise QmdlabError(f"{ref}: {err} of {doc.docno}") from None
         for no in range(first, last + 1):
             text = lines[no - 1]
             click.echo(f"{no:>5}: {text}" if line_numbers else text)
