@@ -111,3 +111,60 @@ def cli_run(tmp_path):
 
     _run.index_dir = idx
     return _run
+
+
+# -- does qmdlab accept this argv -----------------------------------------------------------------
+def click_parse(argv: list[str]):
+    """The command path of ``qmdlab ARGV`` and its final context, parsed by click level by level;
+    nothing is invoked. A missing verb, an unknown option, a bad value or a wrong number of
+    arguments raises a :class:`click.UsageError` (``--help``/``--version``: :class:`click.exceptions.Exit`)."""
+    import warnings
+
+    import click
+
+    from qmdlab.cli import cli
+
+    ctx = cli.make_context("qmdlab", list(argv), resilient_parsing=False)
+    cmd: click.Command = cli
+    path: list[str] = []
+    while isinstance(cmd, click.Group):
+        # the arguments left for the sub-command: click >= 8.2 keeps the verb in _protected_args
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            rest = [*getattr(ctx, "protected_args", []), *ctx.args]
+        if not rest:
+            if cmd.invoke_without_command:
+                break
+            raise click.UsageError("a verb is missing", ctx)
+        name, sub, rest = cmd.resolve_command(ctx, rest)
+        assert sub is not None and name is not None
+        path.append(name)
+        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
+        cmd = sub
+    return tuple(path), ctx
+
+
+def click_accepts(argv: list[str]) -> tuple[bool, str]:
+    """``(ok, why)``: does click accept ``qmdlab ARGV`` (every group and command's options and
+    arguments)? ``--help``/``--version`` end the walk as accepted."""
+    import click
+
+    try:
+        click_parse(argv)
+    except click.exceptions.Exit:
+        return True, ""
+    except click.ClickException as err:
+        return False, err.format_message()
+    return True, ""
+
+
+@pytest.fixture(scope="session", name="click_parse")
+def click_parse_fixture():
+    """:func:`click_parse`: ``(argv) -> (command path, final context)``, raising click's errors."""
+    return click_parse
+
+
+@pytest.fixture(scope="session", name="click_accepts")
+def click_accepts_fixture():
+    """:func:`click_accepts`: ``(argv) -> (ok, why)``."""
+    return click_accepts

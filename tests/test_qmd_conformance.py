@@ -22,14 +22,10 @@ import io
 import json
 import re
 import shlex
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 import pytest
-
-from qmdlab.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "qmd-differences.md"
@@ -477,27 +473,6 @@ def _json(run, *args):
     return json.loads(res.stdout)
 
 
-def _parses(argv: list[str]) -> tuple[bool, str]:
-    """Does click accept ``qmdlab ARGV``? Nothing is invoked: each level is only parsed."""
-    try:
-        ctx = cli.make_context("qmdlab", list(argv))
-        cmd: click.Command = cli
-        while isinstance(cmd, click.Group):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                rest = [*getattr(ctx, "protected_args", []), *ctx.args]
-            if not rest:
-                return (True, "") if cmd.invoke_without_command else (False, "a verb is missing")
-            name, sub, rest = cmd.resolve_command(ctx, rest)
-            ctx = sub.make_context(name, rest, parent=ctx)
-            cmd = sub
-        return True, ""
-    except click.exceptions.Exit:
-        return True, ""
-    except click.ClickException as err:
-        return False, err.format_message()
-
-
 HEADER = re.compile(r"^@@ -(\d+),(\d+) @@ \((\d+) before, (\d+) after\)$")
 QMD_KEYS = {"docid", "score", "file", "line", "title", "snippet"}
 
@@ -830,8 +805,8 @@ def test_every_row_cites_qmds_source_and_ends_in_a_check_or_a_switch():
 
 
 @pytest.mark.parametrize("row", [r for r in SAME if r.check.startswith("parses:")], ids=lambda r: r.key)
-def test_qmds_command_line_is_accepted(row):
-    ok, why = _parses(shlex.split(row.check[len("parses:") :]))
+def test_qmds_command_line_is_accepted(row, click_accepts):
+    ok, why = click_accepts(shlex.split(row.check[len("parses:") :]))
     assert ok, f"{row.key} ({row.cite}): `qmdlab {row.check[7:]}` is rejected: {why}"
 
 
@@ -853,9 +828,9 @@ def test_the_page_is_generated_from_the_table():
     )
 
 
-def test_every_switch_on_the_page_parses():
+def test_every_switch_on_the_page_parses(click_accepts):
     for r in DEVIATIONS:
         for snippet in re.findall(r"`(qmdlab [^`]+)`", r.switch):
             argv = [{"N": "8181"}.get(w, w) for w in shlex.split(snippet.replace("[", "").replace("]", ""))[1:]]
-            ok, why = _parses(argv)
+            ok, why = click_accepts(argv)
             assert ok, f"{r.key}: `{snippet}` is rejected: {why}"

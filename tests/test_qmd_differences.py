@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import re
 import shlex
-import warnings
 from pathlib import Path
 
-import click
 import pytest
-
-from qmdlab.cli import cli
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "qmd-differences.md"
 
@@ -156,28 +152,6 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
 CONFIG_ROWS = {"editor_uri", "index.yml"}
 
 
-def parses(argv: list[str]) -> tuple[bool, str]:
-    """Does click accept ``qmdlab ARGV`` (every group and command's options and arguments)? Nothing
-    is invoked: each level is only parsed (``--help``/``--version`` end the walk as accepted)."""
-    try:
-        ctx = cli.make_context("qmdlab", list(argv))
-        cmd: click.Command = cli
-        while isinstance(cmd, click.Group):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                rest = [*getattr(ctx, "protected_args", []), *ctx.args]
-            if not rest:
-                return (True, "") if cmd.invoke_without_command else (False, "a verb is missing")
-            name, sub, rest = cmd.resolve_command(ctx, rest)
-            ctx = sub.make_context(name, rest, parent=ctx)
-            cmd = sub
-        return True, ""
-    except click.exceptions.Exit:
-        return True, ""
-    except click.ClickException as err:
-        return False, err.format_message()
-
-
 def doc_rows() -> dict[str, str]:
     """``{first cell without backticks: whole row}`` of the document's table."""
     rows = {}
@@ -188,7 +162,8 @@ def doc_rows() -> dict[str, str]:
     return rows
 
 
-def test_parses_rejects_what_click_rejects():
+def test_parses_rejects_what_click_rejects(click_accepts):
+    parses = click_accepts
     assert parses(["search", "q", "-n", "3"]) == (True, "")
     assert not parses(["search", "q", "--no-such-flag"])[0]
     assert not parses(["no-such-verb"])[0]
@@ -198,8 +173,8 @@ def test_parses_rejects_what_click_rejects():
 
 
 @pytest.mark.parametrize("line, row", QMD_COMMANDS, ids=[c for c, _ in QMD_COMMANDS])
-def test_qmd_command_is_accepted_or_listed(line, row):
-    ok, why = parses(shlex.split(line.replace("$'", "'")))
+def test_qmd_command_is_accepted_or_listed(line, row, click_accepts):
+    ok, why = click_accepts(shlex.split(line.replace("$'", "'")))
     rows = doc_rows()
     if row is not None:
         assert row in rows, f"qmd {line}: the row {row!r} is missing from {DOC.name}"
@@ -214,8 +189,8 @@ def test_every_row_is_about_a_listed_command_or_setting():
     assert len(doc_rows()) >= 20
 
 
-def test_most_qmd_commands_are_accepted():
-    accepted = [line for line, _ in QMD_COMMANDS if parses(shlex.split(line.replace("$'", "'")))[0]]
+def test_most_qmd_commands_are_accepted(click_accepts):
+    accepted = [line for line, _ in QMD_COMMANDS if click_accepts(shlex.split(line.replace("$'", "'")))[0]]
     assert len(accepted) >= 0.8 * len(QMD_COMMANDS), sorted(set(c for c, _ in QMD_COMMANDS) - set(accepted))
 
 
@@ -231,10 +206,10 @@ def restore_commands() -> list[str]:
     return out
 
 
-def test_every_restore_switch_parses():
+def test_every_restore_switch_parses(click_accepts):
     cmds = restore_commands()
     assert len(cmds) >= 15
     for snippet in cmds:
         argv = [PLACEHOLDERS.get(w, w) for w in shlex.split(snippet.replace("[", "").replace("]", ""))[1:]]
-        ok, why = parses(argv)
+        ok, why = click_accepts(argv)
         assert ok, f"{DOC.name} offers `{snippet}`, which qmdlab rejects: {why}"

@@ -89,24 +89,6 @@ def _doc_commands() -> list[tuple[str, list[str]]]:
 DOC_COMMANDS = _doc_commands()
 
 
-def parse(argv: list[str]) -> tuple[tuple[str, ...], click.Context]:
-    """The command path of ``argv`` and its context, parsed by click level by level (a missing verb,
-    an unknown option, a bad value or a wrong number of arguments raises a :class:`click.UsageError`)."""
-    ctx = cli.make_context("qmdlab", list(argv), resilient_parsing=False)
-    cmd: click.Command = cli
-    path: list[str] = []
-    while isinstance(cmd, click.Group):
-        # the arguments left for the sub-command: click >= 8.2 keeps the verb in _protected_args
-        state = vars(ctx)
-        rest = [*state.get("_protected_args", state.get("protected_args", [])), *ctx.args]
-        name, sub, rest = cmd.resolve_command(ctx, rest)
-        assert sub is not None and name is not None
-        path.append(name)
-        ctx = sub.make_context(name, rest, parent=ctx, resilient_parsing=False)
-        cmd = sub
-    return tuple(path), ctx
-
-
 def test_commands_are_read_as_a_shell_reads_them():
     text = "\n".join(
         [
@@ -135,15 +117,16 @@ def test_the_docs_have_commands():
 
 
 @pytest.mark.parametrize(("where", "argv"), DOC_COMMANDS, ids=[f"{w} {' '.join(a)}" for w, a in DOC_COMMANDS])
-def test_doc_command_parses(where, argv, monkeypatch):
+def test_doc_command_parses(where, argv, monkeypatch, click_parse):
     monkeypatch.chdir(REPO)  # the docs' relative paths (data/corpus, training/configs/…) are the repository's
     try:
-        parse(argv)
+        click_parse(argv)
     except click.UsageError as err:
         pytest.fail(f"{where}: qmdlab {shlex.join(argv)}: {err.format_message()}", pytrace=False)
 
 
-def test_parse_catches_what_a_doc_can_get_wrong():
+def test_parse_catches_what_a_doc_can_get_wrong(click_parse):
+    parse = click_parse
     with pytest.raises(click.UsageError, match="No such command"):
         parse(["serch", "x"])
     with pytest.raises(click.UsageError, match="No such option"):
@@ -155,9 +138,9 @@ def test_parse_catches_what_a_doc_can_get_wrong():
     assert parse(["collection", "add", "data/corpus", "--name", "notes"])[0] == ("collection", "add")
 
 
-def test_cheap_doc_commands_run(tmp_path, qmdlab_home, monkeypatch):
+def test_cheap_doc_commands_run(tmp_path, qmdlab_home, monkeypatch, click_parse):
     monkeypatch.chdir(REPO)
-    cheap = [(where, argv, path) for where, argv in DOC_COMMANDS if (path := parse(argv)[0]) in RUN]
+    cheap = [(where, argv, path) for where, argv in DOC_COMMANDS if (path := click_parse(argv)[0]) in RUN]
     shutil.copytree(REPO / "data" / "corpus", tmp_path / "data" / "corpus")
     monkeypatch.chdir(tmp_path)  # data/corpus is the copy: nothing is written beside the repository's
     monkeypatch.setenv("QMDLAB_PRESET", "fake")  # nothing here loads a model; if one did, a fake
