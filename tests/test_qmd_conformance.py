@@ -95,10 +95,12 @@ ROWS: list[Row] = [
     Row("embed --timeout (minutes)", f"{Q}:2105", "embed_timeout"),
     Row("embed -f / -c", f"{Q}:3590", "parses:embed -f -c kb"),
     Row("ls COLLECTION/PREFIX, ls qmd://COLLECTION/PREFIX", f"{Q}:1632", "ls_prefix"),
+    Row("ls (no argument): one `qmd://NAME/  (N files)` line per collection", f"{Q}:1596", "ls_summary"),
     Row("context add FOLDER TEXT", f"{Q}:1045", "context_folder"),
     Row("status: pending embeddings", f"{Q}:567", "status_pending"),
     Row("update: run embed next", f"{Q}:362", "update_hint"),
     Row("get FILE:FROM:COUNT, -l, --from", f"{Q}:3058", "parses:get kb/a.md:2:3 -l 5"),
+    Row("get header (qmd:// URI, #docid, Folder Context:, ---)", f"{Q}:1339", "get_header"),
     Row("multi-get --max-bytes", f"{Q}:3060", "parses:multi-get 'kb/*.md' --max-bytes 20480"),
     # -- deviations -----------------------------------------------------------------------------
     Row(
@@ -146,13 +148,6 @@ ROWS: list[Row] = [
         switch="`qmdlab query QUERY --json --explain`",
     ),
     Row(
-        "ls (no argument)",
-        f"{Q}:1596",
-        qmd="a summary: one `qmd://NAME/  (N files)` line per collection",
-        ours="every document: `docno<TAB>#docid<TAB>title`",
-        switch="`qmdlab collection list` (one line per collection with its document count)",
-    ),
-    Row(
         "ls rows",
         f"{Q}:1754",
         qmd="`ls -l`-style rows: size, date and the `qmd://` path",
@@ -172,13 +167,6 @@ ROWS: list[Row] = [
         qmd="the intent steers the vector query's expansion and the snippet",
         ours="the intent steers the snippet line; vsearch runs no expansion",
         switch="`qmdlab query QUERY --intent TEXT`",
-    ),
-    Row(
-        "get header",
-        f"{Q}:1339",
-        qmd="`get` prints a header (`qmd://…` path, `#docid`, `Folder Context:`) and `---` before the lines",
-        ours="the document's lines only",
-        switch="`qmdlab multi-get FILE --json` (file, title, context and body)",
     ),
     Row(
         "status layout",
@@ -633,6 +621,20 @@ def check_ls_prefix(run):
         assert run("ls", target).stdout.split("\t")[0] == "kb/sub/b.md", target
     bad = run("ls", "nope/x", ok=False)
     assert bad.exit_code == 1 and "unknown collection 'nope'" in bad.output
+
+
+def check_ls_summary(run):
+    assert run("ls").stdout == "Collections:\n\n  qmd://kb/  (2 files)\n  qmd://misc/  (1 files)\n"
+    assert run("ls", "--all").stdout.split("\t")[0] == "kb/a.md"  # every document, as before
+
+
+def check_get_header(run):
+    hits = {h["docno"]: h["docid"] for h in _json(run, "search", "heron", "--json")}
+    out = run("get", "kb/a.md:5:1").stdout
+    assert out == f"qmd://kb/a.md  {hits['kb/a.md']}\nFolder Context: Team notes\n---\n\nthe heron nests here\n"
+    out = run("get", hits["misc/c.md"]).stdout  # no context: no Folder Context line
+    assert out == f"qmd://misc/c.md  {hits['misc/c.md']}\n---\n\n# Gamma\n\nheron elsewhere\n"
+    assert run("get", "kb/a.md:5:1", "--no-header").stdout == "the heron nests here\n"
 
 
 def check_context_folder(run):

@@ -56,7 +56,7 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("--index work search 'quarterly reports'", None),
     # documents
     ("get notes/meeting.md", "qmd get line numbers"),
-    ("get qmd://notes/meeting.md", "get header"),
+    ("get qmd://notes/meeting.md", None),
     ("get '#abc123'", None),
     ("get notes/meeting.md:50 -l 100", None),
     ("get notes/meeting.md:120:40", None),
@@ -73,7 +73,7 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("multi-get 'docs/*.md' --no-line-numbers", None),
     ("multi-get 'docs/*.md' --format xml", None),
     ("multi-get 'docs/*.md' --full-path", "--full-path"),
-    ("ls", "ls (no argument)"),
+    ("ls", None),
     ("ls notes", "ls rows"),
     ("ls notes/2024", None),
     ("ls qmd://notes/2024", None),

@@ -298,11 +298,37 @@ def register(group: click.Group) -> None:
         help="Print at most this many lines (overrides a :count suffix).",
     )
     @click.option("--outline", is_flag=True, help="Print the heading tree with each section's #address instead.")
+    @click.option(
+        "--no-header",
+        "no_header",
+        is_flag=True,
+        help="Print the lines only, without the `qmd://` URI, #docid and `Folder Context:` header.",
+    )
     @click.pass_context
-    def get(ctx, ref: str, line_numbers: bool, from_line: int | None, max_lines: int | None, outline: bool) -> None:
+    def get(
+        ctx,
+        ref: str,
+        line_numbers: bool,
+        from_line: int | None,
+        max_lines: int | None,
+        outline: bool,
+        no_header: bool,
+    ) -> None:
         """Print a document: <docno|path|#docid>[:from[:count]] (1-based from), or one section of
-        it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux)."""
+        it: <docno|path|#docid>#<address> (addresses as printed by --outline, e.g. install/linux).
+        As qmd's ``get``, the lines follow a header: ``qmd://collection/path  #docid``, the
+        document's ``Folder Context:`` when it has one, then ``---`` and a blank line."""
         idx = open_index(ctx)
+
+        def header(doc) -> None:
+            if no_header:
+                return
+            click.echo(f"qmd://{printable(doc.docno)}  #{doc.docid}")
+            context = " | ".join(idx.contexts_for(doc.docno))
+            if context:
+                click.echo(f"Folder Context: {printable(context)}")
+            click.echo("---\n")
+
         ref = strip_scheme(ref)
 
         def lookup(name: str):
@@ -328,6 +354,7 @@ def register(group: click.Group) -> None:
             except QmdlabError as err:
                 raise QmdlabError(f"{doc.docno}: {err}; list them with `qmdlab get {doc.docno} --outline`") from err
             text = out.section_text(sec.address)
+            header(doc)
             for no, line in enumerate(text.split("\n"), sec.line_start):
                 click.echo(f"{no:>5}: {line}" if line_numbers else line)
             return
@@ -335,11 +362,12 @@ def register(group: click.Group) -> None:
         if doc.body.endswith("\n"):
             lines = lines[:-1]
         start = from_line if from_line is not None else parsed.start
-        count = max_lines if max_lines is not None else parsed.count
+        count = max_lines if max_lines is not None else parsed.n_lines
         try:
             first, last = line_window(len(lines), start, count)
         except ValueError as err:
             raise QmdlabError(f"{ref}: {err} of {doc.docno}") from None
+        header(doc)
         for no in range(first, last + 1):
             text = lines[no - 1]
             click.echo(f"{no:>5}: {text}" if line_numbers else text)
@@ -377,13 +405,25 @@ def register(group: click.Group) -> None:
 
     @group.command("ls")
     @click.argument("collection", required=False, metavar="[COLLECTION[/PREFIX]]")
+    @click.option("--all", "all_docs", is_flag=True, help="With no COLLECTION: list every document, not the summary.")
     @click.pass_context
-    def ls(ctx, collection: str | None) -> None:
-        """List indexed documents (docno, #docid, title): all, a collection's, or those under a
-        path prefix (``notes/2024``, ``qmd://notes/2024``)."""
+    def ls(ctx, collection: str | None, all_docs: bool) -> None:
+        """List the collections (as qmd: one ``qmd://NAME/  (N files)`` line each), or the documents
+        (docno, #docid, title) of a collection, under a path prefix (``notes/2024``,
+        ``qmd://notes/2024``) or, with ``--all``, of every collection."""
         from qmdlab.store.listing import split_ls_target
 
         idx = open_index(ctx)
+        if not collection and not all_docs:
+            colls = idx.collections()
+            if not colls:
+                click.echo("No collections found. Run 'qmdlab collection add .' to index files.")
+                return
+            counts = dict(idx.documents()["collection"].value_counts().iter_rows())
+            click.echo("Collections:\n")
+            for c in colls:
+                click.echo(f"  qmd://{printable(c.name)}/  ({counts.get(c.name, 0)} files)")
+            return
         name, prefix = split_ls_target(collection, [c.name for c in idx.collections()]) if collection else (None, "")
         docs = idx.documents([name] if name else None)
         if prefix:

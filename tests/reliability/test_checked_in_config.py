@@ -183,7 +183,7 @@ def test_a_checked_in_root_outside_the_project_needs_approval(project, tmp_path,
     assert msg.count("\n") == 0 and f"its root {(tmp_path / 'secret').resolve()} is outside the project" in msg
     assert "nothing was indexed or changed" in msg and "`qmdlab trust -c s`" in msg
     assert "zanzibar" not in _run("search", "zanzibar", "--files").output
-    assert "s/.ssh/id_rsa" not in _run("ls").output
+    assert "s/.ssh/id_rsa" not in _run("ls", "--all").output
     # approved after being shown: now it is indexed
     listed = _run("trust")
     assert listed.exit_code == 1 and "collection roots outside the project" in listed.output
@@ -191,7 +191,7 @@ def test_a_checked_in_root_outside_the_project_needs_approval(project, tmp_path,
     ok = _run("trust", "-c", "s", "--yes")
     assert ok.exit_code == 0 and "approved: s: root " in ok.output, ok.output
     assert _run("update", "--no-progress").exit_code == 0
-    assert "s/.ssh/id_rsa" in _run("ls").output
+    assert "s/.ssh/id_rsa" in _run("ls", "--all").output
 
 
 def test_a_changed_root_asks_again_and_a_typed_one_is_approved(project, tmp_path):
@@ -215,7 +215,7 @@ def test_roots_inside_the_project_and_home_indexes_need_no_approval(project, tmp
     _add_collection(project, {"name": "docs", "root": "docs"})
     assert _run("update", "--no-progress").exit_code == 0
     cli_run("collection", "add", str(tmp_path / "secret"), "--name", "s")  # an index of one's own: no question
-    assert "s/plan.md" in cli_run("ls").output
+    assert "s/plan.md" in cli_run("ls", "--all").output
 
 
 def _database(path: Path) -> str:

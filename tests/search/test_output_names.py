@@ -70,7 +70,7 @@ def test_ls_escapes_format_characters(tmp_path, monkeypatch):
     with Index.open(str(tmp_path / "idx")) as idx:
         idx.add_collection("notes", root)
         idx.update()
-    res = CliRunner().invoke(cli, ["--index", str(tmp_path / "idx"), "ls"])
+    res = CliRunner().invoke(cli, ["--index", str(tmp_path / "idx"), "ls", "--all"])
     assert res.exit_code == 0 and "\u202e" not in res.stdout and "notes/invoice\\u202efdp.md" in res.stdout
 
 
@@ -127,7 +127,7 @@ def test_search_files_and_csv_escape_a_bidi_override_in_a_name(tmp_path, monkeyp
         ("search", "total", "--xml"),
         ("multi-get", "notes/*.md", "--files"),
         ("multi-get", "notes/*.md", "--json"),
-        ("ls",),
+        ("ls", "--all"),
     ):
         res = runner.invoke(cli, ["--index", idx, *args])
         assert res.exit_code == 0, (args, res.output)

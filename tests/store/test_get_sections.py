@@ -23,31 +23,32 @@ def run(tmp_path, cli_run):
 
 
 def test_section_by_address(run):
-    assert run("get", "kb/guide.md#install/linux").output == "## Linux\napt install x\n"
+    assert run("get", "kb/guide.md#install/linux", "--no-header").output == "## Linux\napt install x\n"
     assert (
-        run("get", "guide.md#install").output == "# Install\nsteps\n## Linux\napt install x\n## macOS\nbrew install x\n"
+        run("get", "guide.md#install", "--no-header").output
+        == "# Install\nsteps\n## Linux\napt install x\n## macOS\nbrew install x\n"
     )
     # the fenced "# not a heading" stays inside the last section
-    assert run("get", "kb/guide.md#use").output == "# Use\nrun it\n```\n# not a heading\n```\n"
+    assert run("get", "kb/guide.md#use", "--no-header").output == "# Use\nrun it\n```\n# not a heading\n```\n"
     # a heading title instead of its slug resolves too
-    assert run("get", "kb/guide.md#Install/macOS").output == "## macOS\nbrew install x\n"
+    assert run("get", "kb/guide.md#Install/macOS", "--no-header").output == "## macOS\nbrew install x\n"
 
 
 def test_section_line_numbers_refer_to_the_file(run):
-    out = run("get", "kb/guide.md#install/macos", "--line-numbers").output
+    out = run("get", "kb/guide.md#install/macos", "--line-numbers", "--no-header").output
     assert out == "    9: ## macOS\n   10: brew install x\n"
     assert GUIDE.split("\n")[8] == "## macOS"  # line 9 of the file, front matter included
 
 
 def test_docid_with_and_without_address(run):
-    docid = [ln.split("\t")[1] for ln in run("ls").output.splitlines() if ln.startswith("kb/guide.md")][0]
+    docid = [ln.split("\t")[1] for ln in run("ls", "--all").output.splitlines() if ln.startswith("kb/guide.md")][0]
     assert docid.startswith("#") and len(docid) == 7
-    assert run("get", docid).output == GUIDE.rstrip("\n") + "\n"  # '#abc123' alone is the docid
-    assert run("get", f"{docid}#use").output.startswith("# Use\nrun it\n")
+    assert run("get", docid, "--no-header").output == GUIDE.rstrip("\n") + "\n"  # '#abc123' alone is the docid
+    assert run("get", f"{docid}#use", "--no-header").output.startswith("# Use\nrun it\n")
 
 
 def test_hash_in_a_real_file_name_is_not_an_address(run):
-    assert run("get", "kb/c#.md").output == "# Sharp\nc sharp notes\n"
+    assert run("get", "kb/c#.md", "--no-header").output == "# Sharp\nc sharp notes\n"
 
 
 def test_outline_prints_the_heading_tree_with_addresses(run):

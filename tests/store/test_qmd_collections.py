@@ -396,9 +396,9 @@ def test_qmd_verb_names_and_get_options(two, cli_run):
     cli_run("context", "add", "a2", "moved")
     cli_run("context", "remove", "a2")
     assert "No contexts." in cli_run("context", "list").output
-    assert cli_run("get", "a2/long.md", "--from", "5", "-l", "2").output == "row 5\nrow 6\n"
-    assert cli_run("get", "a2/long.md:5:9", "-l", "1", "--line-numbers").output == "    5: row 5\n"
-    assert cli_run("get", "a2/long.md:19", "--no-line-numbers").output == "row 19\nrow 20\n"
+    assert cli_run("get", "a2/long.md", "--from", "5", "-l", "2", "--no-header").output == "row 5\nrow 6\n"
+    assert cli_run("get", "a2/long.md:5:9", "-l", "1", "--line-numbers", "--no-header").output == "    5: row 5\n"
+    assert cli_run("get", "a2/long.md:19", "--no-line-numbers", "--no-header").output == "row 19\nrow 20\n"
     cli_run("collection", "rm", "a2")
     assert "a2" not in cli_run("collection", "list").output
     listed = [

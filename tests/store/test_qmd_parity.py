@@ -35,7 +35,7 @@ def test_refs_parse_uris():
 
 def test_uris_in_get_multi_get_and_context(run, notes):
     run("collection", "add", str(notes), "--name", "kb")
-    assert run("get", "qmd://kb/git.md:7:2").output == "# Rebasing\n\n"
+    assert run("get", "qmd://kb/git.md:7:2", "--no-header").output == "# Rebasing\n\n"
     assert run("get", "qmd://kb/git.md").output == run("get", "kb/git.md").output
     out = run("multi-get", "qmd://kb/cooking/*").output
     assert "=== kb/cooking/pasta.md" in out and "=== kb/cooking/soup.md" in out and "git" not in out
