@@ -152,6 +152,7 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
 
 
 def _frontier(
+    *,
     suite,
     fmt,
     corpus,
@@ -169,19 +170,21 @@ def _frontier(
     seed,
     write_config_path,
     pick_rule,
-    extra,
-    *,
-    ablate: bool,
+    extra: list[str],
+    ablation_flags: bool,
     reranker_runs=(),
     limit: int | None = None,
+    **_eval_only,
 ) -> None:
-    """``qmdlab eval SUITE --frontier``: all logic in :mod:`qmdlab.eval.frontier`."""
+    """``qmdlab eval SUITE --frontier``: all logic in :mod:`qmdlab.eval.frontier`. Takes ``eval``'s
+    parameters by name (those of the other modes are ignored); ``ablation_flags``: any of
+    --ablate/--chunkers/--variants given, which the frontier refuses."""
     from functools import partial
 
     from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
     from qmdlab.models import load_models
 
-    if ablate:
+    if ablation_flags:
         raise click.UsageError(
             "--frontier runs its own configurations: drop --ablate/--chunkers/--variants "
             "(--llm-queries N limits the LLM rows, --limit N every row)"
@@ -394,29 +397,8 @@ def register(group: click.Group) -> None:
         import_extra("ranx", "eval")  # before any query runs, not after the last one
         extra = list(ctx.args)
         if frontier:
-            _frontier(
-                suite,
-                fmt,
-                corpus,
-                grades,
-                config_path,
-                expand,
-                rerank,
-                preset,
-                roles,
-                out,
-                progress,
-                llm_queries,
-                candidates,
-                folds,
-                seed,
-                write_config_path,
-                pick_rule,
-                extra,
-                reranker_runs=reranker_runs,
-                limit=limit,
-                ablate=ablate or bool(chunkers) or bool(variant_names),
-            )
+            flags = {**ctx.params, "roles": roles}  # the --<role>-model options, gathered
+            _frontier(**flags, extra=extra, ablation_flags=ablate or bool(chunkers) or bool(variant_names))
             return
         if extra:
             raise click.UsageError(f"Got unexpected extra argument{'s' if len(extra) > 1 else ''} ({' '.join(extra)})")
