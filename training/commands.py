@@ -40,6 +40,26 @@ def _echo(result: dict) -> None:
     click.echo(json.dumps(result, indent=1, ensure_ascii=False, default=str))
 
 
+#: A flag whose parameter name is not its config field's.
+_FIELD = {"fmt": "format", "index_dir": "index"}
+
+
+def _step_config(cls, **extra):
+    """The running command's step config: ``--config``, then its flags by name (``_FIELD`` where a
+    name differs from the field's), ``extra``, and ``--set`` over all."""
+    params = dict(click.get_current_context().params)
+    config, sets = params.pop("config"), params.pop("sets")
+    flags = {_FIELD.get(k, k): v for k, v in params.items()}
+    return _config(cls, config, sets, **{**flags, **extra})
+
+
+def _run_logged(run, cls, keys: tuple[str, ...]) -> None:
+    """Run a step that logs its progress: ``run`` on its :func:`_step_config` with the log on
+    stderr, then print the ``keys`` of its result."""
+    res = run(_step_config(cls), log=lambda m: click.echo(m, err=True))
+    _echo({k: res.get(k) for k in keys})
+
+
 _config_opt = click.option(
     "--config",
     "config",
@@ -89,20 +109,7 @@ def register(group: click.Group) -> None:
         """Supervised fine-tuning with LoRA (TRL SFTTrainer)."""
         from qmdlab.training.sft import SFTRunConfig, run_sft
 
-        _echo(
-            run_sft(
-                _config(
-                    SFTRunConfig,
-                    config,
-                    sets,
-                    base=base,
-                    train_file=train_file,
-                    eval_file=eval_file,
-                    output_dir=output_dir,
-                    max_steps=max_steps,
-                )
-            )
-        )
+        _echo(run_sft(_step_config(SFTRunConfig)))
 
     @train.command("grpo")
     @_config_opt
@@ -117,21 +124,7 @@ def register(group: click.Group) -> None:
         """GRPO with the rule + retrieval reward (TRL GRPOTrainer)."""
         from qmdlab.training.grpo import GRPORunConfig, run_grpo
 
-        _echo(
-            run_grpo(
-                _config(
-                    GRPORunConfig,
-                    config,
-                    sets,
-                    base=base,
-                    prompts_file=prompts_file,
-                    suite=suite,
-                    index=index_dir,
-                    output_dir=output_dir,
-                    max_steps=max_steps,
-                )
-            )
-        )
+        _echo(run_grpo(_step_config(GRPORunConfig)))
 
     @train.command("export")
     @_config_opt
@@ -143,11 +136,7 @@ def register(group: click.Group) -> None:
         """Merge, convert to GGUF, quantise; the GGUF is then usable as the engine's expander."""
         from qmdlab.training.export import ExportConfig, run_export
 
-        _echo(
-            run_export(
-                _config(ExportConfig, config, sets, model=model, output_dir=output_dir, quants=list(quants) or None)
-            )
-        )
+        _echo(run_export(_step_config(ExportConfig, quants=list(quants) or None)))
 
     @train.command("evaluate")
     @_config_opt
@@ -165,22 +154,7 @@ def register(group: click.Group) -> None:
         """nDCG@10 with each expander vs no expansion, and the rule score."""
         from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
 
-        _echo(
-            run_evaluate(
-                _config(
-                    EvaluateConfig,
-                    config,
-                    sets,
-                    expander=expander,
-                    base_expander=base_expander,
-                    suite=suite,
-                    index=index_dir,
-                    examples_file=examples_file,
-                    max_queries=max_queries,
-                    output_dir=output_dir,
-                )
-            )
-        )
+        _echo(run_evaluate(_step_config(EvaluateConfig)))
 
     @train.command("reranker")
     @_config_opt
@@ -206,24 +180,9 @@ def register(group: click.Group) -> None:
         doc2query generator's filtered queries with --synthetic (its held-out split)."""
         from qmdlab.training.reranker import RerankerRunConfig, run_reranker
 
-        res = run_reranker(
-            _config(
-                RerankerRunConfig,
-                config,
-                sets,
-                suite=suite,
-                format=fmt,
-                out=out,
-                base=base,
-                folds=folds,
-                seed=seed,
-                loss=loss,
-                n_threads=n_threads,
-                synthetic=synthetic,
-            ),
-            log=lambda m: click.echo(m, err=True),
+        _run_logged(
+            run_reranker, RerankerRunConfig, ("suite", "queries", "pairs", "model", "auc", "heldout", "seconds")
         )
-        _echo({k: res.get(k) for k in ("suite", "queries", "pairs", "model", "auc", "heldout", "seconds")})
 
     @train.command("doc2query")
     @_config_opt
@@ -238,21 +197,11 @@ def register(group: click.Group) -> None:
         """Train a document → query generator for `qmdlab expand-docs` (LoRA SFT on train-split queries)."""
         from qmdlab.training.doc2query import Doc2QueryRunConfig, run_doc2query
 
-        res = run_doc2query(
-            _config(
-                Doc2QueryRunConfig,
-                config,
-                sets,
-                suite=suite,
-                format=fmt,
-                out=out,
-                base=base,
-                max_steps=max_steps,
-                n_threads=n_threads,
-            ),
-            log=lambda m: click.echo(m, err=True),
+        _run_logged(
+            run_doc2query,
+            Doc2QueryRunConfig,
+            ("suite", "pairs", "heldout_queries", "steps", "train_loss", "gguf", "seconds"),
         )
-        _echo({k: res.get(k) for k in ("suite", "pairs", "heldout_queries", "steps", "train_loss", "gguf", "seconds")})
 
     @train.command("embedder")
     @_config_opt
@@ -284,25 +233,9 @@ def register(group: click.Group) -> None:
         training queries); report it on the held-out split."""
         from qmdlab.training.embedder import EmbedderRunConfig, run_embedder
 
-        res = run_embedder(
-            _config(
-                EmbedderRunConfig,
-                config,
-                sets,
-                suite=suite,
-                format=fmt,
-                synthetic=synthetic,
-                labelled=labelled,
-                out=out,
-                base=base,
-                hard_negatives=hard_negatives,
-                max_steps=max_steps,
-                seed=seed,
-                n_threads=n_threads,
-            ),
-            log=lambda m: click.echo(m, err=True),
+        _run_logged(
+            run_embedder, EmbedderRunConfig, ("suite", "pairs", "steps", "train_loss", "model", "heldout", "seconds")
         )
-        _echo({k: res.get(k) for k in ("suite", "pairs", "steps", "train_loss", "model", "heldout", "seconds")})
 
     @train.command("synth")
     @_config_opt
@@ -317,17 +250,4 @@ def register(group: click.Group) -> None:
         from qmdlab.training.synth import SynthConfig, run_synth
 
         index = (ctx.obj or {}).get("index")
-        _echo(
-            run_synth(
-                _config(
-                    SynthConfig,
-                    config,
-                    sets,
-                    collection=collection,
-                    teacher=teacher,
-                    n_passages=n_passages,
-                    output=output,
-                    index=index,
-                )
-            )
-        )
+        _echo(run_synth(_step_config(SynthConfig, index=index)))
