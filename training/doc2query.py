@@ -42,10 +42,10 @@ from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.models import doc2query as fmt
 from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
+from qmdlab.training.lora import LORA_TARGETS, lora_config
 from qmdlab.training.splits import LeakError, QuerySplit, suite_split
 
 BASE_DEFAULT = "pkg:smollm2-135m-instruct"
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass
@@ -305,13 +305,11 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
     """LoRA SFT on ``cfg.out/train.jsonl``; writes ``adapter/`` and ``merged/``."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     out = Path(cfg.out)
-    if cfg.n_threads:
-        torch.set_num_threads(cfg.n_threads)
+    hardware.set_threads(cfg.n_threads)
     rows = [json.loads(line) for line in (out / "train.jsonl").read_text(encoding="utf-8").splitlines() if line]
     tok = hardware.load_tokenizer(str(base_dir))
     dataset = Dataset.from_list([fit_length(r, tok, cfg.max_length) for r in rows])
@@ -341,13 +339,7 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
         args=args,
         train_dataset=dataset,
         processing_class=tok,
-        peft_config=LoraConfig(
-            r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules=list(cfg.lora_targets),
-            task_type="CAUSAL_LM",
-        ),
+        peft_config=lora_config(cfg),
         callbacks=[rundir.metrics_callback(out, "doc2query")],
     )
     result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
@@ -395,9 +387,10 @@ def run_doc2query(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -
         "train_s": round(t2 - t1, 1),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    rundir.append_metrics(out, {"stage": "doc2query", "final": True, **res})
-    rundir.write_model_card(
+    rundir.finish(
         out,
+        "doc2query",
+        res,
         "qmdlab doc2query generator",
         f"""
 Base model: `{cfg.base}`. Suite: `{counts["suite"]}` — {counts["label_pairs"]} (relevant chunk → train query)
@@ -408,7 +401,6 @@ Prompt: `Passage: {{passage}}` / `A search query this passage answers:`, complet
 Next: `qmdlab expand-docs --generator {gguf or out / "merged"}`.
 """,
     )
-    rundir.mark_done(out, res)
     return res
 
 

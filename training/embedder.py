@@ -570,10 +570,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     suite = get_suite(cfg.suite, cfg.format)
     split = official_query_split(suite) if cfg.labelled else load_split(cfg.synthetic, suite.name)
     base_dir = resolve_encoder_base(cfg.base)
-    if cfg.n_threads:
-        import torch
-
-        torch.set_num_threads(cfg.n_threads)
+    hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
     judged = suite.data().judged_queries()
     queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))

@@ -30,6 +30,7 @@ from pathlib import Path
 from qmdlab.errors import ConfigError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import dedupe, load_examples, to_grpo_record
+from qmdlab.training.lora import lora_config
 from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
 from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
 
@@ -403,7 +404,6 @@ def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | None):
 def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None, callbacks=()):
     """The configured ``GRPOTrainer``; ``retrieval`` overrides the pipeline-built term (tests)."""
     import torch
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
     from trl.import_utils import is_vllm_available
@@ -442,13 +442,7 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = Non
         **flags,
         **hardware.device_flags(),
     )
-    peft_config = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_targets),
-        task_type="CAUSAL_LM",
-    )
+    peft_config = lora_config(cfg)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=funcs,
@@ -496,9 +490,10 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | None = None) ->
         "last_reward": logs[-1]["reward"] if logs else None,
         "retrieval_term": retrieval is not None,
     }
-    rundir.append_metrics(out, {"stage": "grpo", "final": True, **res})
-    rundir.write_model_card(
+    rundir.finish(
         out,
+        "grpo",
+        res,
         "qmdlab query expander — GRPO",
         f"""
 Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {", ".join(cfg.lora_targets)}.
@@ -508,7 +503,6 @@ Reward: rule score × {cfg.rule_weight}{f" + ΔnDCG@10 × {cfg.retrieval_weight}
 Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
 """,
     )
-    rundir.mark_done(out, res)
     return res
 
 

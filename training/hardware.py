@@ -1,5 +1,5 @@
-"""What a training step needs to know about the machine: precision and device flags for TRL, and
-the tokenizer a step loads (with a pad token, which causal models often lack)."""
+"""What a training step needs to know about the machine: precision and device flags for TRL, torch's
+CPU threads, and the tokenizer a step loads (with a pad token, which causal models often lack)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ def device_flags() -> dict[str, bool]:
     import torch
 
     return {"use_cpu": not torch.cuda.is_available()}
+
+
+def set_threads(n_threads: int | None) -> None:
+    """Torch's CPU threads for this process, when a step's config sets ``n_threads`` (0/None: torch's own)."""
+    if n_threads:
+        import torch
+
+        torch.set_num_threads(n_threads)
 
 
 def load_tokenizer(path: str | Path):

@@ -47,7 +47,7 @@ import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError, QmdlabError
-from qmdlab.training import rundir
+from qmdlab.training import hardware, rundir
 from qmdlab.training.base_models import resolve_encoder_base
 from qmdlab.training.reranker_data import (
     RecordingInfo,
@@ -378,10 +378,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         return done
     t0 = time.perf_counter()
     base_dir = resolve_encoder_base(cfg.base)
-    if cfg.n_threads:
-        import torch
-
-        torch.set_num_threads(cfg.n_threads)
+    hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
     rec = record(cfg, log)
     teacher = teacher_scores(cfg.distill)

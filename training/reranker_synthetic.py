@@ -41,7 +41,7 @@ from pathlib import Path
 import polars as pl
 
 from qmdlab.errors import ConfigError, QmdlabError
-from qmdlab.training import rundir
+from qmdlab.training import hardware, rundir
 
 METRIC = "ndcg@10"
 
@@ -108,10 +108,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
         raise ConfigError(f"synthetic_hard_negatives must be 0 or more, got {cfg.synthetic_hard_negatives}")
     t0 = time.perf_counter()
     base_dir = resolve_encoder_base(cfg.base)
-    if cfg.n_threads:
-        import torch
-
-        torch.set_num_threads(cfg.n_threads)
+    hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
     rec = record(cfg, log)
     split = load_split(cfg.synthetic, rec.suite.name)

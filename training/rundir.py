@@ -57,6 +57,14 @@ def write_model_card(run_dir: str | Path, title: str, body: str) -> Path:
     return path
 
 
+def finish(run_dir: str | Path, stage: str, result: dict, title: str, card: str) -> None:
+    """Close a step's run: its final ``metrics.jsonl`` line, the model card (``title``, ``card``),
+    and the ``DONE`` marker last, so a step stopped before the end is run again."""
+    append_metrics(run_dir, {"stage": stage, "final": True, **result})
+    write_model_card(run_dir, title, card)
+    mark_done(run_dir, result)
+
+
 def last_checkpoint(checkpoint_dir: str | Path) -> str | None:
     """The newest ``checkpoint-N`` folder under ``checkpoint_dir``, or None."""
     d = Path(checkpoint_dir)
