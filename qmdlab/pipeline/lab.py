@@ -386,21 +386,10 @@ class Lab:
         limit_s, deadline = cfg.stage_budget_s, False
         peek = getattr(self.expander, "peek", None)
         if cfg.budget_s > 0 and (peek is None or peek(text, intent=intent) is None):
-            fit = speed.fits(
-                self.expander,
-                "expand",
-                1,
-                cfg.budget_s - run.elapsed_ms() / 1000.0,
-                cfg.budget_s,
-                cfg.stage_budget_s,
-                stage="expansion",
-            )
-            if not fit.ok:
-                run.note("budget", fit.note)
-                run.note("expand", "expansion skipped (--budget): original query only")
+            fit = run.fit_budget(self.expander, "expand", 1, cfg, stage="expansion", fallback="original query only")
+            if fit is None:
                 return []
-            deadline = not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
-            limit_s = fit.cap_s
+            limit_s, deadline = fit
         t0 = time.perf_counter()
         try:
             res = call_with_budget(
@@ -410,11 +399,7 @@ class Lab:
         except StageTimeout:
             speed.observe(self.expander, "expand", time.perf_counter() - t0, persist=cfg.budget_s > 0)  # at least
             if deadline:
-                run.note(
-                    "budget",
-                    f"expansion cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s "
-                    "budget (--budget): original query only",
-                )
+                run.note_budget_cut("expansion", limit_s, cfg, fallback="original query only")
             run.note(
                 "expand",
                 f"expander over its {limit_s:g} s budget ("
@@ -446,21 +431,10 @@ class Lab:
         texts = selected["text"]
         peek = getattr(self.reranker, "peek_cached", None)
         if cfg.budget_s > 0 and self.reranker is not None and texts and (peek is None or peek(query, texts) is None):
-            fit = speed.fits(
-                self.reranker,
-                "rerank",
-                len(texts),
-                cfg.budget_s - run.elapsed_ms() / 1000.0,
-                cfg.budget_s,
-                cfg.stage_budget_s,
-                stage="rerank",
-            )
-            if not fit.ok:
-                run.note("budget", fit.note)
-                run.note("rerank", "rerank skipped (--budget): fusion order kept")
+            fit = run.fit_budget(self.reranker, "rerank", len(texts), cfg, stage="rerank", fallback="fusion order kept")
+            if fit is None:
                 return Columns.empty("rerank")
-            deadline = not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
-            limit_s = fit.cap_s
+            limit_s, deadline = fit
         t0 = time.perf_counter()
         res = rerank_columns(self.reranker, query, selected, qid=qid, budget_s=limit_s)
         seconds = time.perf_counter() - t0
@@ -473,11 +447,7 @@ class Lab:
         elif self.reranker is not None and texts and not table["qid"] and limit_s and seconds >= limit_s:
             speed.observe(self.reranker, "rerank", seconds, len(texts), persist=cfg.budget_s > 0)  # at least
             if deadline:
-                run.note(
-                    "budget",
-                    f"rerank cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s budget "
-                    "(--budget): fusion order kept",
-                )
+                run.note_budget_cut("rerank", limit_s, cfg, fallback="fusion order kept")
         return table
 
     def _doc_tags(self, cfg: PipelineConfig) -> pl.DataFrame | None:
@@ -603,6 +573,38 @@ class _Run:
 
     def first_note(self, stage: str, message: str) -> None:
         self._notes.insert(0, (stage, message))
+
+    def fit_budget(
+        self, model: Any, kind: str, units: int, cfg: PipelineConfig, *, stage: str, fallback: str
+    ) -> tuple[float, bool] | None:
+        """Whether a model stage (``kind`` expand|rerank, ``units`` calls/pairs) fits what is left of
+        the query's deadline (``cfg.budget_s``), judged by :func:`qmdlab.pipeline.speed.fits`:
+        ``(limit_s, deadline)`` — the stage's time limit, and whether that limit is the deadline's
+        rather than ``stage_budget_s`` — or None when the stage is skipped (noted, with ``fallback``:
+        what the query does instead)."""
+        from qmdlab.pipeline import speed
+
+        fit = speed.fits(
+            model,
+            kind,
+            units,
+            cfg.budget_s - self.elapsed_ms() / 1000.0,
+            cfg.budget_s,
+            cfg.stage_budget_s,
+            stage=stage,
+        )
+        if not fit.ok:
+            self.note("budget", fit.note)
+            self.note(kind, f"{stage} skipped (--budget): {fallback}")
+            return None
+        return fit.cap_s, not cfg.stage_budget_s or fit.cap_s < cfg.stage_budget_s
+
+    def note_budget_cut(self, stage: str, limit_s: float, cfg: PipelineConfig, *, fallback: str) -> None:
+        """Note a stage stopped at ``limit_s``, the rest of the query's deadline (:meth:`fit_budget`)."""
+        self.note(
+            "budget",
+            f"{stage} cut at {limit_s:.1f} s, what was left of the {cfg.budget_s:g} s budget (--budget): {fallback}",
+        )
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
