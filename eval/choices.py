@@ -8,6 +8,7 @@ from typing import NamedTuple
 from qmdlab.eval.record import RecordingInfo, suite_config
 from qmdlab.eval.suites import Suite
 from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.stages import ModelRoles
 
 #: Fused documents ``make demo``'s LLM tier reranks (``scripts/demo.py --candidates``): the notebook
 #: offers the same tier, so recording more of it extends the demo's trace cache.
@@ -21,13 +22,13 @@ class Tier(NamedTuple):
     ----------
     name : str
     config : PipelineConfig
-    roles : dict
+    roles : ModelRoles
         ``load_models`` per-role overrides (``{"expand": "none", "rerank": "none"}`` for retrieval).
     """
 
     name: str
     config: PipelineConfig
-    roles: dict
+    roles: ModelRoles
 
 
 def tiers(suite: Suite) -> list[Tier]:

@@ -35,7 +35,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, cast
 
 from qmdlab.subproc import ChildDied, ChildFailed, call_in_child
 
@@ -133,8 +133,8 @@ class CpuInfo(NamedTuple):
         ``platform.machine()`` (``x86_64``, ``aarch64``, ``arm64``…).
     model : str
         The model name, or ``""`` when unknown.
-    count : int
-        Logical CPUs.
+    logical_cpus : int
+        Logical CPUs (``count`` in :meth:`Report.to_dict`).
     flags : frozenset of str or None
         Advertised instruction-set flags (``/proc/cpuinfo`` names), ``None`` when not readable here.
     source : str
@@ -143,7 +143,7 @@ class CpuInfo(NamedTuple):
 
     machine: str
     model: str
-    count: int
+    logical_cpus: int
     flags: Optional[frozenset]
     source: str
 
@@ -286,8 +286,9 @@ def llama_wheel(root: Optional[Path] = None) -> LlamaWheel:
     lib_re = r"llama_cpp/lib/(lib)?ggml-cpu[^/]*\.(so|dylib|dll)$"
     record = (dist.read_text("RECORD") or "").splitlines()
     hit = _record_hash(record, lib_re)
-    lib = Path(dist.locate_file(hit[0])).resolve() if hit else None
-    pkg = Path(dist.locate_file("llama_cpp")).resolve()
+    # An installed (path) distribution: locate_file gives a pathlib.Path, typed as a SimplePath.
+    lib = Path(cast(Path, dist.locate_file(hit[0]))).resolve() if hit else None
+    pkg = Path(cast(Path, dist.locate_file("llama_cpp"))).resolve()
     wheel = args = None
     if hit:
         for whl in sorted((root or wheelhouse()).glob(f"llama-cpp-python-{dist.version}-*/llama_cpp_python-*.whl")):
@@ -563,15 +564,15 @@ def child_model(role: str, ref: str, smoke: bool = True, n_threads: Optional[int
         p = rr.score(QUERY, [BENCH_TEXT[:200]])[0]  # short: the smoke pair is not the measurement
         out.update(load_s=rr.llama.load_seconds, first_s=time.perf_counter() - t0, p_yes=float(p))
         if not smoke:
-            docs = [f"{i}. {BENCH_TEXT}" for i in range(2)]
+            passages = [f"{i}. {BENCH_TEXT}" for i in range(2)]
             t0 = time.perf_counter()
-            rr.score(QUERY, docs)
+            rr.score(QUERY, passages)
             dt = time.perf_counter() - t0
             with rr.llama.use() as llm:
-                doc_tokens = len(llm.tokenize(docs[0].encode("utf-8"), add_bos=False, special=False))
+                doc_tokens = len(llm.tokenize(passages[0].encode("utf-8"), add_bos=False, special=False))
             if rr.max_doc_tokens:
                 doc_tokens = min(doc_tokens, rr.max_doc_tokens)
-            out.update(pairs=len(docs), bench_s=dt, pairs_per_s=len(docs) / dt, doc_tokens=doc_tokens)
+            out.update(pairs=len(passages), bench_s=dt, pairs_per_s=len(passages) / dt, doc_tokens=doc_tokens)
     else:
         raise ValueError(f"unknown role {role!r}")
     return out
@@ -720,8 +721,13 @@ class Report(NamedTuple):
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        cpu = self.cpu._asdict()
-        cpu["flags"] = None if self.cpu.flags is None else sorted(self.cpu.flags)
+        cpu = {
+            "machine": self.cpu.machine,
+            "model": self.cpu.model,
+            "count": self.cpu.logical_cpus,
+            "flags": None if self.cpu.flags is None else sorted(self.cpu.flags),
+            "source": self.cpu.source,
+        }
         return {
             "ok": self.ok,
             "problems": self.problems,
@@ -844,7 +850,7 @@ def format_report(rep: Report) -> str:
     if absent:
         lines.append("           not installed: " + ", ".join(absent))
     cpu = rep.cpu
-    lines.append(f"cpu        {cpu.model or '?'} ({cpu.machine}, {cpu.count} logical CPUs)")
+    lines.append(f"cpu        {cpu.model or '?'} ({cpu.machine}, {cpu.logical_cpus} logical CPUs)")
     if cpu.flags is None:
         lines.append(f"           features unknown: {cpu.source}")
     else:

@@ -34,7 +34,7 @@ SCHEME = "qmd"
 DEFAULT_MULTI_GET_MAX_BYTES = 65_536
 """qmd's ``DEFAULT_MULTI_GET_MAX_BYTES`` (64 KB): ``multi_get`` skips larger documents."""
 DEFAULT_MULTI_GET_MAX_DOCS = 50
-_NO_CONTEXT = {"address": "", "heading_path": [], "parent": None, "siblings": []}
+_NO_CONTEXT: dict[str, Any] = {"address": "", "heading_path": [], "parent": None, "siblings": []}
 """Hit context of a result whose document is gone (:meth:`qmdlab.search.navigate.HitContext.as_dict`)."""
 
 
@@ -271,7 +271,7 @@ class Engine:
         if lines and lines[-1] == "" and len(lines) > 1:
             lines = lines[:-1]
         start = from_line if from_line is not None else ref.start
-        count = max_lines if max_lines is not None else ref.count
+        count = max_lines if max_lines is not None else ref.n_lines
         if start is not None and start < 1:
             raise QmdlabError(f"fromLine must be 1 or more, got {start}")
         if count is not None and count < 1:
@@ -743,7 +743,7 @@ class Engine:
         from qmdlab.output import result_dicts
 
         rows = located_rows(self.index, rows)
-        out = []
+        out: list[dict[str, Any]] = []
         for r, d in zip(rows, result_dicts(rows, cap=SNIPPET_CAP_JSON, line_numbers=True)):
             try:
                 doc = self.index.get(r.docno)

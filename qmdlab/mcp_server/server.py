@@ -23,11 +23,12 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp_types import (
     CallToolResult,
     EmbeddedResource,
@@ -113,7 +114,7 @@ def _resource(uri: str, text: str, name: str, title: str | None) -> EmbeddedReso
     meta = {"name": name, **({"title": title} if title else {})}
     return EmbeddedResource(
         type="resource",
-        resource=TextResourceContents(uri=uri, mime_type="text/markdown", text=text, meta=meta),
+        resource=TextResourceContents(uri=uri, mime_type="text/markdown", text=text, _meta=meta),
     )
 
 
@@ -181,14 +182,18 @@ def _strict(tool: Tool) -> Tool:
                 )
         return data
 
-    Strict = type(
-        base.__name__,
-        (base,),
-        {
-            "__module__": __name__,
-            "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
-            "_reject_unknown": model_validator(mode="before")(classmethod(reject_unknown)),
-        },
+    # pydantic makes ``reject_unknown`` (first parameter ``cls``) a classmethod.
+    Strict = cast(
+        type[ArgModelBase],
+        type(
+            base.__name__,
+            (base,),
+            {
+                "__module__": __name__,
+                "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
+                "_reject_unknown": model_validator(mode="before")(reject_unknown),
+            },
+        ),
     )
     tool.fn_metadata.arg_model = Strict
     tool.parameters = Strict.model_json_schema(by_alias=True)
@@ -486,7 +491,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         reading), the chosen chunks' text, or one chunk read in its parent section/document."""
         return _user_errors(engine.read_chunks)(file, chunkIds, full, previewChars, maxChars, parent)
 
-    fns = {
+    fns: dict[str, Callable[..., CallToolResult]] = {
         "search": search,
         "vsearch": vsearch,
         "query": query,

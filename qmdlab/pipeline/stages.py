@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from qmdlab.pipeline.config import PipelineConfig
 
@@ -234,13 +234,20 @@ def plan_stages(
     return cfg, StagePlan(name, chosen["expand"], chosen["rerank"], source, default_reason)
 
 
-def model_roles(config: PipelineConfig) -> dict[str, str]:
+class ModelRoles(TypedDict, total=False):
+    """``load_models`` per-role overrides (:func:`model_roles`)."""
+
+    expand: str
+    rerank: str
+
+
+def model_roles(config: PipelineConfig) -> ModelRoles:
     """``load_models`` overrides that leave a switched-off stage's model unloaded.
 
     >>> model_roles(PipelineConfig(expand=False, rerank=False))
     {'expand': 'none', 'rerank': 'none'}
     """
-    roles = {}
+    roles: ModelRoles = {}
     if not config.expand:
         roles["expand"] = "none"
     if not config.rerank:
@@ -258,4 +265,5 @@ __all__ = [
     "preset_name",
     "plan_stages",
     "model_roles",
+    "ModelRoles",
 ]

@@ -21,7 +21,7 @@ import polars as pl
 
 from qmdlab.errors import QmdlabError, import_extra
 
-SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+SCHEMAS: dict[str, dict[str, type[pl.DataType]]] = {
     "queries": {"qid": pl.String, "text": pl.String, "intent": pl.String},
     "expansions": {
         "qid": pl.String,

@@ -26,12 +26,12 @@ _RANGE = re.compile(r"^(?P<ref>.*?)(?::(?P<start>\d+)(?::(?P<count>\d+))?)?$")
 
 class Ref(NamedTuple):
     """A parsed reference: ``name`` (docno, path or ``#docid``), section ``address`` (``None``:
-    none given), line range ``start`` and ``count`` (``None``: not given)."""
+    none given), line range ``start`` and ``n_lines`` (``None``: not given)."""
 
     name: str
     address: str | None
     start: int | None
-    count: int | None
+    n_lines: int | None
 
 
 def strip_scheme(text: str) -> str:
@@ -85,13 +85,13 @@ def parse_ref(text: str) -> Ref:
     """Split ``path[#address][:from[:count]]`` into its parts.
 
     >>> parse_ref("notes/a.md:10:5")
-    Ref(name='notes/a.md', address=None, start=10, count=5)
+    Ref(name='notes/a.md', address=None, start=10, n_lines=5)
     >>> parse_ref("#abc123:3")
-    Ref(name='#abc123', address=None, start=3, count=None)
+    Ref(name='#abc123', address=None, start=3, n_lines=None)
     >>> parse_ref("notes/a.md#install/linux")
-    Ref(name='notes/a.md', address='install/linux', start=None, count=None)
+    Ref(name='notes/a.md', address='install/linux', start=None, n_lines=None)
     >>> parse_ref("qmd://notes/a.md#install:2:3")
-    Ref(name='notes/a.md', address='install', start=2, count=3)
+    Ref(name='notes/a.md', address='install', start=2, n_lines=3)
     """
     base, start, count = split_range(strip_scheme(text))
     name, address = split_address(base)
@@ -114,9 +114,9 @@ def resolve_ref(lookup: Callable[[str], Any], text: str, missing: type[Exception
     ...         raise KeyError(name)
     ...     return docs[name]
     >>> resolve_ref(look, "kb/a.md:3:2", KeyError), resolve_ref(look, "qmd://kb/a.md#install", KeyError)
-    (('A', Ref(name='kb/a.md', address=None, start=3, count=2)), ('A', Ref(name='kb/a.md', address='install', start=None, count=None)))
+    (('A', Ref(name='kb/a.md', address=None, start=3, n_lines=2)), ('A', Ref(name='kb/a.md', address='install', start=None, n_lines=None)))
     >>> resolve_ref(look, "kb/b#1.md", KeyError)
-    ('B', Ref(name='kb/b#1.md', address=None, start=None, count=None))
+    ('B', Ref(name='kb/b#1.md', address=None, start=None, n_lines=None))
     """
     text = strip_scheme(text)
     try:
