@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -92,7 +92,7 @@ class Point:
 
     def mean(self, metric: str, qids: Sequence[str] | None = None) -> float:
         pq = self.per_query if qids is None else self.per_query.filter(pl.col("qid").is_in(list(qids)))
-        return float(pq[metric].mean()) if pq.height else float("nan")
+        return float(cast(float, pq[metric].mean())) if pq.height else float("nan")
 
 
 @dataclass
@@ -245,7 +245,9 @@ def frontier(
     from .study import Study
 
     if load_models is None:
-        from qmdlab.models import load_models
+        from qmdlab.models import load_models as default_load_models
+
+        load_models = default_load_models
     base = base or suite_config(suite)
     out_dir = Path(out) if out else suite.workdir() / "results" / "frontier"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -557,7 +559,7 @@ def _table(points: list[Point], metric: str) -> pl.DataFrame:
             if best is None or c.mean(metric, qids) > best.mean(metric, qids):
                 best, common = c, qids
         delta = p_t = p_f = None
-        if best is not None:
+        if best is not None and common is not None:  # set together
             a = best.per_query.filter(pl.col("qid").is_in(common)).sort("qid")[metric].to_numpy()
             b = p.per_query.filter(pl.col("qid").is_in(common)).sort("qid")[metric].to_numpy()
             p_t, p_f = paired_pvalues(a, b)
@@ -775,14 +777,12 @@ def pick(result: Frontier, rule: str = "best", delta: float = 0.0) -> Point:
     cands = [p for p in result.points if p.config is not None and p.seconds is not None and not math.isnan(p.mean(m))]
     if not cands:
         raise ConfigError("no configuration of the frontier can be written as a query config")
-    order = sorted(
-        cands,
-        key=functools.cmp_to_key(
-            lambda a, b: (
-                (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0) or (b.seconds > a.seconds) - (b.seconds < a.seconds)
-            )
-        ),
-    )
+
+    def better(a: Point, b: Point) -> int:
+        sa, sb = cast(float, a.seconds), cast(float, b.seconds)  # every candidate has a time
+        return (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0) or (sb > sa) - (sb < sa)
+
+    order = sorted(cands, key=functools.cmp_to_key(better))
     best = order[-1]
     if rule == "best":
         return best
@@ -791,7 +791,9 @@ def pick(result: Frontier, rule: str = "best", delta: float = 0.0) -> Point:
 
 
 def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delta: float) -> Path:
-    """Write ``point``'s config (``qmdlab query --config PATH``), its measured figures in the header."""
+    """Write ``point``'s config (``qmdlab query --config PATH``), its measured figures in the header.
+
+    ``point`` is one :func:`pick` chose: it has a config and a time."""
     from .optimise import write_config
 
     row = result.table.filter(pl.col("config") == point.name).row(0, named=True)
@@ -799,9 +801,9 @@ def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delt
     header = (
         f"qmdlab eval {result.suite} --frontier --pick {rule}{'' if rule == 'best' else f' {delta:g}'}: "
         f"{point.name} ({how})\n{result.metric} {row[result.metric]:.4f} held-out ({point.held_out}, "
-        f"{point.n} queries), median {_secs(point.seconds)} per query on the machine that measured it"
+        f"{point.n} queries), median {_secs(cast(float, point.seconds))} per query on the machine that measured it"
     )
-    cfg = point.config.replace(limit=PipelineConfig().limit)
+    cfg = cast(PipelineConfig, point.config).replace(limit=PipelineConfig().limit)
     if cfg.fusion == "learned" and point.files.get("config"):
         cfg = cfg.replace(
             learned_model=str(Path(point.files["config"]).parent.resolve() / Path(cfg.learned_model).name)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
 
 import numpy as np
 import polars as pl
@@ -44,10 +44,27 @@ from .folds import kfold
 from .metrics import HEADLINE, Scorer
 from .significance import paired_pvalues
 
+if TYPE_CHECKING:
+    import lightgbm
+
 MODEL_FILE = "learned.lgb.txt"
 
-GRID = tuple(
-    {"n_estimators": n, "num_leaves": leaves, "prior_scale": p}
+
+class Setting(TypedDict):
+    """One point of :data:`GRID`: the :class:`LearnConfig` fields the inner cross-validation sets."""
+
+    n_estimators: int
+    num_leaves: int
+    prior_scale: float
+
+
+def _mean(column: pl.Series) -> float:
+    """The mean of a numeric column: polars types it as any Python value."""
+    return cast(float, column.mean())
+
+
+GRID: tuple[Setting, ...] = tuple(
+    Setting(n_estimators=n, num_leaves=leaves, prior_scale=p)
     for p in (60.0, 600.0)
     for n in (50, 200)
     for leaves in (3, 7)
@@ -219,7 +236,7 @@ class LearnReport(NamedTuple):
     seconds : float
     """
 
-    booster: object
+    booster: lightgbm.Booster
     folds: pl.DataFrame
     held_out: pl.DataFrame
     heldout_final: pl.DataFrame
@@ -239,7 +256,7 @@ class LearnReport(NamedTuple):
         return float(self.chosen[-1]["prior_scale"]) if self.chosen else LearnConfig().prior_scale
 
     def summary(self, metric: str = HEADLINE) -> str:
-        base, learned = self.held_out["base"].mean(), self.held_out["learned"].mean()
+        base, learned = _mean(self.held_out["base"]), _mean(self.held_out["learned"])
         return (
             f"{metric}: base {base:.4f} -> learned (held-out folds) {learned:.4f} (gain {self.gain:+.4f}, "
             f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "
@@ -290,7 +307,7 @@ def cross_validate_learned(
         pq = scorer.score(fin.rename({"final_rank": "rank"})).filter(pl.col("qid").is_in(list(fold.test)))
         pq = pq.select("qid", pl.col(metric).alias("learned")).join(base_pq, on="qid", how="left")
         held.append(pq.with_columns(fold=pl.lit(i)))
-        rows.append((i, len(seen), len(fold.test), float(pq["base"].mean()), float(pq["learned"].mean())))
+        rows.append((i, len(seen), len(fold.test), float(_mean(pq["base"])), float(_mean(pq["learned"]))))
         if progress:
             progress(
                 f"fold {i + 1}/{len(splits)}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
@@ -308,8 +325,8 @@ def cross_validate_learned(
     in_sample_pq = scorer.score(
         finals(lists, fit_frame, booster, base, scores, final_cfg.prior_scale).rename({"final_rank": "rank"})
     ).filter(pl.col("qid").is_in(sorted(fit_qids)))
-    in_sample = in_sample_pq[metric].mean()
-    fit_base = base_pq.join(in_sample_pq.select("qid"), on="qid", how="semi")["base"].mean()
+    in_sample = _mean(in_sample_pq[metric])
+    fit_base = _mean(base_pq.join(in_sample_pq.select("qid"), on="qid", how="semi")["base"])
     table = pl.DataFrame(rows, schema=["fold", "n_train", "n_test", "test_base", "test_learned"], orient="row")
     return LearnReport(
         booster,
@@ -319,7 +336,7 @@ def cross_validate_learned(
         base_final,
         trained_on,
         tested_on,
-        float((held_out["learned"] - held_out["base"]).mean()),
+        float(_mean(held_out["learned"] - held_out["base"])),
         p_t,
         p_f,
         float(in_sample - fit_base),
@@ -360,8 +377,8 @@ def save(
         "features": list(FEATURES),
         "folds": report.folds.to_dicts(),
         "held_out_mean": {
-            "base": float(report.held_out["base"].mean()),
-            "learned": float(report.held_out["learned"].mean()),
+            "base": float(_mean(report.held_out["base"])),
+            "learned": float(_mean(report.held_out["learned"])),
         },
         "gain": report.gain,
         "p_ttest": report.p_ttest,

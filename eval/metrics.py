@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import polars as pl
 
@@ -188,7 +188,7 @@ def mean_scores(table: pl.DataFrame) -> dict[str, float]:
     cols = [c for c in table.columns if c != "qid"]
     if table.height == 0:
         return {c: 0.0 for c in cols}
-    return {c: float(table[c].mean()) for c in cols}
+    return {c: float(cast(float, table[c].mean())) for c in cols}
 
 
 def qrels_dict(qrels: pl.DataFrame, *, doc_col: str = "docno") -> dict[str, dict[str, int]]:

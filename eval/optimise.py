@@ -23,7 +23,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import polars as pl
@@ -246,7 +246,7 @@ class CVReport(NamedTuple):
     seconds: float
 
     def summary(self, metric: str = HEADLINE) -> str:
-        base, tuned = self.held_out["base"].mean(), self.held_out["tuned"].mean()
+        base, tuned = cast(float, self.held_out["base"].mean()), cast(float, self.held_out["tuned"].mean())
         return (
             f"{metric}: base {base:.4f} -> cross-validated {tuned:.4f} (held-out gain {self.gain:+.4f}, "
             f"t-test p={self.p_ttest:.3g}, Fisher p={self.p_fisher:.3g}; in-sample gain "

@@ -218,7 +218,8 @@ def _duration(s: float) -> str:
 # -- suite → config, index, lab --------------------------------------------------------------
 def suite_config(suite: Suite) -> PipelineConfig:
     """The suite's own pipeline config (its ``config`` file) or the defaults."""
-    return PipelineConfig.from_file(suite.config) if getattr(suite, "config", None) else PipelineConfig()
+    config = getattr(suite, "config", None)
+    return PipelineConfig.from_file(config) if config else PipelineConfig()
 
 
 def index_dir(suite: Suite, chunker: str = "") -> Path:

@@ -9,6 +9,7 @@ normalised fusion score), then set ``min_score`` in the pipeline config.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -80,4 +81,4 @@ def best_threshold(curve: pl.DataFrame, by: str = "f1", min_recall: float = 0.0)
     if not ok.height:
         raise ValueError(f"no threshold keeps recall >= {min_recall}")
     best = ok[by].max()
-    return float(ok.filter(pl.col(by) == best)["threshold"].min())
+    return float(cast(float, ok.filter(pl.col(by) == best)["threshold"].min()))

@@ -77,7 +77,8 @@ class Stages:
     """Runs named stages once, timing each into ``metrics.jsonl`` and ``seconds``."""
 
     def __init__(self, out: Path):
-        self.out, self.seconds = out, {}
+        self.out = out
+        self.seconds: dict[str, float] = {}
 
     def __call__(self, name: str, fn):
         t0 = time.perf_counter()

@@ -128,9 +128,9 @@ def load_examples(path: str | Path) -> list[Example]:
     try:
         raw = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        bad_line = path.read_bytes()[: err.start].count(b"\n") + 1
         raise DataFormatError(
-            path, line, f"not UTF-8 text ({err.reason} at byte {err.start})", "re-encode the file as UTF-8"
+            path, bad_line, f"not UTF-8 text ({err.reason} at byte {err.start})", "re-encode the file as UTF-8"
         ) from None
     for lineno, line in enumerate(io.StringIO(raw, newline=None), start=1):  # universal newlines, as open()
         if not line.strip():

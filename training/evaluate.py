@@ -20,6 +20,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -207,7 +208,8 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
         def traces_of(expander):
             return lab_traces(lab_factory(expander), rows, expand=expander is not None)
 
-    results, per_query = {}, []
+    results: dict[str, dict[str, Any]] = {}
+    per_query: list[dict] = []
     none_rows = ndcg_table(traces_of(None), qrels)
     results["none"] = {
         "ndcg@10": statistics.fmean(r["ndcg@10"] for r in none_rows) if rows else None,
@@ -222,7 +224,10 @@ def run_evaluate(cfg: EvaluateConfig, *, expanders: dict | None = None, lab_fact
     for name, expander in variants.items():
         table = ndcg_table(traces_of(expander), qrels)
         per_query += [{"variant": name, **r} for r in table]
-        res = {"ndcg@10": statistics.fmean(r["ndcg@10"] for r in table) if rows else None, "n_queries": len(rows)}
+        res: dict[str, Any] = {
+            "ndcg@10": statistics.fmean(r["ndcg@10"] for r in table) if rows else None,
+            "n_queries": len(rows),
+        }
         if rows:
             from qmdlab.eval.significance import paired_pvalues
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -263,7 +264,8 @@ __all__ = ["CANDIDATE_SCHEMA", "candidate_table", "query_lists", "pair_rows", "c
 
 
 # -- the recorded suite ---------------------------------------------------------------------------
-class RecordingInfo(NamedTuple):
+@dataclass(frozen=True)
+class RecordingInfo:
     """The suite as the reranker sees it."""
 
     suite: object

@@ -9,7 +9,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qmdlab.errors import ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
@@ -124,6 +124,7 @@ def fit(
     from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
 
     dataset = Dataset.from_list(rows)
+    sampler: dict[str, Any] = {"batch_sampler": "no_duplicates"} if no_duplicates else {}
     args = CrossEncoderTrainingArguments(
         output_dir=str(run_dir / "checkpoints"),
         num_train_epochs=epochs,
@@ -140,7 +141,7 @@ def fit(
         report_to=[],
         disable_tqdm=not progress,
         dataloader_num_workers=0,
-        **({"batch_sampler": "no_duplicates"} if no_duplicates else {}),
+        **sampler,
         **hardware.device_flags(),
     )
     trainer = _trainer_class()(

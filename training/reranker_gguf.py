@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
         with torch.inference_mode():
             model(**enc)
 
-    rates = {"torch": [], "gguf": []}
+    rates: dict[str, list[float]] = {"torch": [], "gguf": []}
     for r in range(a.rounds):
         for name, fn in (("torch", run_torch), ("gguf", lambda: scorer.logits(ids))):
             t = time.perf_counter()

@@ -21,7 +21,8 @@ import json
 import random
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def clean_expansion(text: str) -> str:
     >>> clean_expansion("hyde: A.\\nlex: b\\n\\nQuery: next\\nlex: c")
     'hyde: A.\\nlex: b'
     """
-    kept = []
+    kept: list[str] = []
     for line in text.strip().splitlines():
         if not line.strip():
             if kept:
@@ -121,8 +122,8 @@ def synthesize(
     *,
     queries_per_passage: int = 2,
     min_score: float = 0.6,
-    shots: list[Example] = (),
-    existing: set[str] = frozenset(),
+    shots: Sequence[Example] = (),
+    existing: AbstractSet[str] = frozenset(),
     max_passage_chars: int = 1200,
 ) -> tuple[list[Example], dict]:
     """Run the teacher over ``passages``; return kept examples and counts of what was dropped
@@ -130,8 +131,16 @@ def synthesize(
     import time
 
     t0 = time.perf_counter()
-    kept, seen = [], set(existing)
-    stats = {"passages": len(passages), "queries": 0, "duplicates": 0, "gate": 0, "low_score": 0, "kept": 0}
+    kept: list[Example] = []
+    seen = set(existing)
+    stats: dict[str, float] = {
+        "passages": len(passages),
+        "queries": 0,
+        "duplicates": 0,
+        "gate": 0,
+        "low_score": 0,
+        "kept": 0,
+    }
     examples = few_shot_block(list(shots))
     for p in passages:
         passage = p["text"].strip()[:max_passage_chars]

@@ -20,7 +20,9 @@ from ._common import SuiteData, docs_frame, field, qrels_frame, queries_frame, r
 
 def read_queries_jsonl(path: Path) -> tuple[list[dict], list[tuple[str, str, int]]]:
     """Read queries (and any inline ``qrels`` objects) from a JSONL file."""
-    queries, qrels, seen = [], [], {}
+    queries: list[dict] = []
+    qrels: list[tuple[str, str, int]] = []
+    seen: dict[str, int] = {}
     for n, obj in read_jsonl(path):
         qid = field(obj, ("qid", "id", "_id"), path, n)
         if qid in seen:

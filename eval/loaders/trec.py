@@ -25,8 +25,8 @@ _TAG = re.compile(r"<(/?)(top|num|title|desc|narr)>", re.I)
 def read_topics(path: Path) -> list[dict]:
     """Read TREC topics (SGML, or ``qid<TAB>query`` when the file has no ``<top>``)."""
     lines = list(numbered_lines(path))
+    rows: list[dict] = []
     if not any("<top>" in line.lower() for _, line in lines):
-        rows = []
         for n, line in lines:
             if not line.strip() or line.startswith("#"):
                 continue
@@ -35,7 +35,6 @@ def read_topics(path: Path) -> list[dict]:
                 raise DataFormatError(path, n, "expected 'qid<TAB>query'", "separate the id and the query with one tab")
             rows.append({"qid": parts[0].strip(), "query": parts[1].strip()})
         return rows
-    rows: list[dict] = []
     current: dict | None = None
     tag: str | None = None
     for n, line in lines:
