@@ -1,5 +1,6 @@
 """docs/design.md names each pipeline constant as its PipelineConfig field: every ``field = value``
-written in backticks there must be that field's default, and every field named must exist."""
+written in backticks there must be that field's default, and every field named must exist. Its
+preset table lists the registry's presets, and its trace table the columns of each trace table."""
 
 from __future__ import annotations
 
@@ -43,3 +44,31 @@ def test_the_check_would_catch_a_wrong_value():
     text = "`rrf_k = 61`"
     name, value = ASSIGNMENT.findall(text)[0]
     assert getattr(PipelineConfig(), name) != ast.literal_eval(value)
+
+
+def _table(first_header: str) -> list[list[str]]:
+    """The rows (cells) of the design doc's table whose header starts with ``| first_header |``."""
+    lines = DOC.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_the_preset_table_is_the_registry():
+    from qmdlab.models.registry import PRESETS
+
+    listed = [row[0].strip("`") for row in _table("preset")]
+    assert sorted(listed) == sorted(PRESETS), f"docs/design.md's preset table: {listed}; the registry: {list(PRESETS)}"
+
+
+def test_the_trace_table_columns_are_the_schemas():
+    from qmdlab.pipeline.trace import SCHEMAS
+
+    doc = {row[0].strip("`"): [c.strip() for c in row[1].split(" (")[0].split(",")] for row in _table("table")}
+    assert list(doc) == list(SCHEMAS), f"docs/design.md's trace tables {list(doc)}, the code's {list(SCHEMAS)}"
+    wrong = {t: (cols, list(SCHEMAS[t])) for t, cols in doc.items() if cols != list(SCHEMAS[t])}
+    assert not wrong, f"docs/design.md's trace columns differ from qmdlab.pipeline.trace.SCHEMAS: {wrong}"
