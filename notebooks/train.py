@@ -519,7 +519,7 @@ def _():
         reranker_report is None or reranker_report.heldout is None,
         mo.md(
             f"_No finished reranker run in `{reranker_arg}`: run `make train-reranker` "
-            "(or `qmdlab train reranker --suite default --out runs/reranker`), or pass `--reranker DIR`._"
+            "(or `qmdlab train reranker --suite default --output-dir runs/reranker`), or pass `--reranker DIR`._"
         ),
     )
     mo.vstack(

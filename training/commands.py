@@ -85,7 +85,7 @@ def register(group: click.Group) -> None:
         type=click.Path(dir_okay=False),
         help="Examples (JSONL schema).",
     )
-    @click.option("--out", "out", default="runs/data", show_default=True, help="Output directory.")
+    @click.option("--output-dir", "--out", "out", default="runs/data", show_default=True, help="Output directory.")
     @click.option("--eval-fraction", default=0.1, show_default=True, type=float)
     @click.option("--seed", default=0, show_default=True, type=int)
     def prepare_cmd(data, out, eval_fraction, seed) -> None:
@@ -160,7 +160,7 @@ def register(group: click.Group) -> None:
     @_config_opt
     @click.option("--suite", default=None, help="Labelled suite: name (default, cisi) or directory.")
     @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
-    @click.option("--out", default=None, help="Run directory (default runs/reranker).")
+    @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/reranker).")
     @click.option(
         "--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name."
     )
@@ -188,7 +188,7 @@ def register(group: click.Group) -> None:
     @_config_opt
     @click.option("--suite", default=None, help="Suite whose collection (and train queries) to learn from.")
     @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
-    @click.option("--out", default=None, help="Run directory (default runs/doc2query).")
+    @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/doc2query).")
     @click.option("--base", default=None, help="pkg:smollm2-135m-instruct (default), a GGUF file or an HF dir.")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
     @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
@@ -219,7 +219,7 @@ def register(group: click.Group) -> None:
         help="Train on the suite's own training queries (its official train/test split, e.g. scifact) "
         "instead of --synthetic generated ones; report on its test queries.",
     )
-    @click.option("--out", default=None, help="Run directory (default runs/embedder).")
+    @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/embedder).")
     @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
     @click.option("--hard-negatives", type=int, default=None, help="Mined negative chunks per pair (default 1).")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    qmdlab train doc2query --suite SUITE --out RUN          # the generator (train-split queries only)
+    qmdlab train doc2query --suite SUITE --output-dir RUN          # the generator (train-split queries only)
     .venv/bin/python experiments/doc2query/run.py SUITE RUN [--per-chunk 5] [--top-k 20] [--out DIR]
 
 1. Generates ``--per-chunk`` queries per chunk of the suite's index with ``RUN/model.gguf``

@@ -32,12 +32,35 @@ def test_train_group_has_every_verb(cli):
 def test_prepare_writes_a_run_directory(cli, tmp_path):
     out = tmp_path / "data"
     res = CliRunner().invoke(
-        cli, ["train", "prepare", "--data", str(FIXTURES / "mini.jsonl"), "--out", str(out), "--eval-fraction", "0.2"]
+        cli,
+        [
+            "train",
+            "prepare",
+            "--data",
+            str(FIXTURES / "mini.jsonl"),
+            "--output-dir",
+            str(out),
+            "--eval-fraction",
+            "0.2",
+        ],
     )
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
     assert info["n_duplicates"] == 1 and (out / "sft_train.jsonl").exists()
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["stage"] == "prepare"
+
+
+def test_every_verb_that_writes_a_run_directory_takes_output_dir(cli):
+    """One name for "where this run writes", as in TRL; ``synth`` writes one JSONL file (``--output``)."""
+    verbs = cli.commands["train"].commands
+    for name, command in verbs.items():
+        names = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        if name == "synth":
+            assert "--output" in names and "--output-dir" not in names
+        else:
+            assert "--output-dir" in names, f"qmdlab train {name} has no --output-dir"
+    # the older spelling still works where it existed
+    assert "--out" in {o for p in verbs["reranker"].params for o in getattr(p, "opts", [])}
 
 
 def test_bad_data_is_one_line_with_file_and_line(cli, tmp_path):
