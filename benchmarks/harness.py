@@ -1,6 +1,6 @@
 """The benchmark harness: sizes, timing (alternated A B B A repeats), rows, the shared synthetic data.
 
-Used by the row modules (`search.py`, `retune.py`, `store.py`, `models.py`, `query.py`) and `bench.py`.
+Used by the row modules (`rows_search.py`, `rows_retune.py`, `rows_store.py`, `rows_models.py`, `rows_query.py`) and `bench.py`; their names keep them from shadowing common top-level modules once `benchmarks/` is on `sys.path`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -89,48 +88,62 @@ class Proc:
         return self
 
 
+# A lean process that starts the command, waits for it and reports its wall time and rusage. Linux
+# counts the RSS a child had between fork and exec in its peak, so a command forked straight from
+# this (large) interpreter would carry the interpreter's size; through this starter it carries
+# only the starter's few MB, the same floor for both tools.
+STARTER = """
+import json, os, sys, time
+report, args = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(args[0], args)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+seconds = time.perf_counter() - t0
+with open(report, "w") as f:
+    json.dump({"seconds": seconds, "maxrss_kb": usage.ru_maxrss, "status": status}, f)
+"""
+
+
 def run_proc(args: Sequence[str], env: dict[str, str], cwd: Optional[Path] = None, timeout: float = 3600) -> Proc:
-    """Run ``args`` to its end and measure it with ``wait4``.
+    """Run ``args`` to its end; its wall time and the peak RSS of its largest process.
 
     ``ru_maxrss`` of a reaped child is the largest peak among the child and the descendants it
-    waited for, which counts qmd's launcher and the Node process it starts alike.
+    waited for, which counts qmd's launcher and the Node process it starts alike. The wall time
+    is taken in the starter, around fork, exec and wait, so the starter's own start-up is not in it.
 
     >>> p = run_proc([sys.executable, "-c", "print(1)"], dict(os.environ))
     >>> (p.returncode, p.stdout.strip(), p.seconds > 0, p.peak_mb > 1)
     (0, '1', True, True)
     """
     args = [str(a) for a in args]
-    out: dict[str, bytes] = {}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
-    )
-    readers = [
-        threading.Thread(target=lambda n=name, s=stream: out.__setitem__(n, s.read()), daemon=True)
-        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr))
-    ]
-    for r in readers:
-        r.start()
-    killer = threading.Timer(timeout, proc.kill)
-    killer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        killer.cancel()
-    seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for r in readers:
-        r.join()
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
+    with tempfile.TemporaryDirectory(prefix="vs_qmd-run-") as tmp:
+        report = Path(tmp) / "report.json"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-S", "-c", STARTER, str(report), *args],
+                env=env,
+                cwd=cwd,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise RuntimeError(f"{' '.join(args[:4])} … ran over {timeout:.0f} s") from err
+        if not report.exists():
+            raise RuntimeError(f"could not start {args[0]}: {done.stderr.decode('utf-8', 'replace')[-1000:]}")
+        measured = json.loads(report.read_text())
     return Proc(
         args,
-        seconds,
-        usage.ru_maxrss / 1024.0,
-        proc.returncode,
-        out.get("stdout", b"").decode("utf-8", "replace"),
-        out.get("stderr", b"").decode("utf-8", "replace"),
+        float(measured["seconds"]),
+        measured["maxrss_kb"] / 1024.0,
+        os.waitstatus_to_exitcode(measured["status"]),
+        done.stdout.decode("utf-8", "replace"),
+        done.stderr.decode("utf-8", "replace"),
     )
 
 

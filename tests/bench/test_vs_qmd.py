@@ -47,6 +47,8 @@ def test_run_proc_peak_memory_tells_a_big_child_from_a_small_one(vs_qmd):
     small = vs_qmd.run_proc([sys.executable, "-c", "pass"], env)
     big = vs_qmd.run_proc([sys.executable, "-c", "b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096])"], env)
     assert big.peak_mb - small.peak_mb > 150
+    # the caller's own size (this test process) is not counted in a child's peak
+    assert small.peak_mb < 40, small.peak_mb
     failed = vs_qmd.run_proc([sys.executable, "-c", "import sys; sys.exit(3)"], env)
     assert failed.returncode == 3
     with pytest.raises(RuntimeError, match="exited 3"):
