@@ -65,8 +65,15 @@ def test_unknown_group_is_refused_by_name():
 QMD = Path.home() / ".cache" / "qmdlab" / "bench" / "qmd" / "qmd-2.8.3" / "node_modules" / "@tobilu" / "qmd"
 
 
+def _cisi_present() -> bool:
+    from eval.suites import collection_dir
+
+    return (collection_dir("cisi") / "CISI.ALL").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not QMD.exists(), reason="qmd 2.8.3 is not installed (benchmarks/vs_qmd.py installs it from npm)")
+@pytest.mark.skipif(not _cisi_present(), reason="CISI is not in ../shared/data/cisi (or $QMDLAB_CISI_DIR)")
 def test_real_run_against_qmd_agrees_on_bm25(tmp_path):
     out = tmp_path / "vs"
     r = subprocess.run(
