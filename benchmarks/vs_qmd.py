@@ -227,8 +227,8 @@ def make_qmdlab() -> Tool:
 
 def write_cisi(dest: Path, limit: Optional[int]) -> tuple[Path, list[str]]:
     """CISI's abstracts as ``<id>.md`` (``# title`` then the text) and its query texts."""
-    from eval.loaders import load
-    from eval.suites import collection_dir
+    from qmdlab.eval.loaders import load
+    from qmdlab.eval.suites import collection_dir
 
     data = load(collection_dir("cisi"), "smart")
     dest.mkdir(parents=True, exist_ok=True)

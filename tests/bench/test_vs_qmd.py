@@ -66,7 +66,7 @@ QMD = Path.home() / ".cache" / "qmdlab" / "bench" / "qmd" / "qmd-2.8.3" / "node_
 
 
 def _cisi_present() -> bool:
-    from eval.suites import collection_dir
+    from qmdlab.eval.suites import collection_dir
 
     return (collection_dir("cisi") / "CISI.ALL").exists()
 
