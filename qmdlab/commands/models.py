@@ -140,6 +140,7 @@ def register(group: click.Group) -> None:
     def pull(preset, roles, refresh, progress) -> None:
         """Download / assemble / convert the models of a preset (idempotent; files present are kept
         unless --refresh finds a newer one)."""
+        from qmdlab.models._http import is_remote
         from qmdlab.models.registry import resolve_path, resolve_refs
 
         name, refs = resolve_refs(preset, roles)
@@ -147,6 +148,9 @@ def register(group: click.Group) -> None:
         for role, ref in refs.items():
             if ref is None or str(ref).startswith("fake:"):
                 click.echo(f"{role:<7} {ref or 'none'}: nothing to fetch")
+                continue
+            if is_remote(ref):  # its server holds the weights; the other roles are still fetched
+                click.echo(f"{role:<7} {ref}: served over HTTP, nothing to fetch")
                 continue
             ref = str(ref)
             if ref not in done:

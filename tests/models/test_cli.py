@@ -49,6 +49,13 @@ def test_pull_fake_is_a_noop(index_dir):
     assert res.exit_code == 0 and res.output.strip().endswith("preset fake: ready")
 
 
+def test_pull_skips_a_served_role_and_fetches_the_rest(index_dir):
+    res = run("pull", "--preset", "fake", "--embed-model", "http://127.0.0.1:9/v1#nomic-embed-text")
+    assert res.exit_code == 0, res.output
+    assert "embed   http://127.0.0.1:9/v1#nomic-embed-text: served over HTTP, nothing to fetch" in res.output
+    assert res.output.strip().endswith("preset fake: ready")
+
+
 def test_embed_then_vsearch(index_dir):
     res = run("--index", str(index_dir), "embed", "--preset", "fake", "--no-progress")
     assert res.exit_code == 0, res.output
