@@ -101,7 +101,8 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests qmdlab training eval
 
-# ruff (lint and format check) over the repository, mypy over the library (pyproject.toml configures both).
+# ruff (lint and format check) over the repository, mypy over the product: qmdlab, eval and training
+# (pyproject.toml configures both).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
