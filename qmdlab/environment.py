@@ -40,7 +40,7 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_TRUST_UPDATE_HOOKS": "`1`: run every collection's update command without `qmdlab trust` approval "
     "(unattended CI); never one holding a raw control character, and roots or index links outside a project "
     "still need `qmdlab trust`.",
-    "QMDLAB_MCP_DAEMON_TOKEN": "Set by `qmdlab mcp --daemon` in the server it starts, and recorded in `mcp.pid`: "
+    "QMDLAB_MCP_DAEMON_TOKEN": "Set by `qmdlab mcp --daemon` in the server it starts, and recorded in the index's `mcp.pid`: "
     "`qmdlab mcp --stop` signals only the process that carries it. Not for setting by hand.",
     "QMDLAB_CISI_DIR": "Folder of the CISI collection (`CISI.ALL`, `.QRY`, `.REL`) for the `cisi` suite.",
     "QMDLAB_CACM_DIR": "Folder of the CACM collection (`CACM.ALL`, `.QRY`, `.REL`) for the `cacm` suite.",

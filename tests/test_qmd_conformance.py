@@ -338,7 +338,7 @@ ROWS: list[Row] = [
         qmd="a project-local `.qmd/` (`index.yml` + the database), used by every command inside the tree",
         ours="a project-local `.qmdlab/` (`collections.yaml`, roots inside the project stored relative, and the "
         "database, git-ignored), used inside the tree when neither `--index` nor `QMDLAB_INDEX` is given; "
-        "`import-qmd` reads an existing `.qmd/index.yml`",
+        "`import-qmd` reads an existing `.qmd/index.yaml` (or `.qmd/index.yml`)",
         switch="`qmdlab init [--name NAME]`, then `qmdlab collection import-qmd` inside a qmd project",
     ),
     Row(
@@ -352,9 +352,11 @@ ROWS: list[Row] = [
     Row(
         "qmd mcp --http --daemon",
         f"{Q}:4734",
-        qmd="needs `--http`; pid in `~/.cache/qmd/mcp.pid`; `qmd status` shows the running server",
-        ours="`--daemon` implies `--http`; pid and log in `$QMDLAB_HOME` (`mcp.pid`, `mcp.log`); `status` shows "
-        "the running server too",
+        qmd="needs `--http`; pid in `~/.cache/qmd/mcp.pid` (`mcp-NAME.pid` for index NAME); `qmd status` shows "
+        "the running server",
+        ours="`--daemon` implies `--http`; one daemon per index as in qmd, its pid and log in `$QMDLAB_HOME` "
+        "(`mcp.pid`, `mcp.log` for the default index, `mcp-NAME.pid` for another; a token and start time "
+        "identify it); `status` shows the index's running server too",
         switch="`qmdlab mcp --daemon [--port N]`; stop with `qmdlab mcp --stop` (or `qmdlab mcp stop`)",
     ),
     Row(
@@ -366,6 +368,39 @@ ROWS: list[Row] = [
         switch="`qmdlab embed --max-docs-per-batch N --max-batch-mb N` with qmd's numbers",
     ),
     Row("context add TEXT (current folder)", f"{Q}:4329", "context_one_argument"),
+    # -- qmd's config files and environment ---------------------------------------------------------
+    Row("project-local .qmd/index.yaml before .qmd/index.yml", "src/collections.ts:141", "qmd_local_config_names"),
+    Row(
+        "editor template keys (editor_uri, editor_uri_template, editorUri, editor-uri)",
+        f"{Q}:2412",
+        "qmd_editor_aliases",
+    ),
+    Row("QMD_HOST (mcp --http bind address)", f"{S}:939", "qmd_host"),
+    Row(
+        "INDEX_PATH",
+        "src/store.ts:638",
+        qmd="the SQLite file every command reads and writes",
+        ours="read by `collection import-qmd` only: the `index.yaml`/`index.yml` beside it is the config to import "
+        "(and its database is named as not read); qmdlab's own index is `--index` / `QMDLAB_INDEX`",
+        switch="`qmdlab --index DIR status` (or `export QMDLAB_INDEX=DIR`)",
+    ),
+    Row(
+        "XDG_CACHE_HOME",
+        "src/store.ts:650",
+        qmd="the index lives at `$XDG_CACHE_HOME/qmd/NAME.sqlite` (default `~/.cache/qmd`), beside the models "
+        "and the MCP pid file",
+        ours="indexes live under `$QMDLAB_HOME` (default `~/.cache/qmdlab`), models under `$QMDLAB_CACHE`; "
+        "`import-qmd` uses `XDG_CACHE_HOME` only to name qmd's database",
+        switch="`export QMDLAB_HOME=$XDG_CACHE_HOME/qmdlab QMDLAB_CACHE=$XDG_CACHE_HOME/qmdlab/models`",
+    ),
+    Row(
+        "QMD_EMBED_CONTEXT_SIZE / QMD_RERANK_CONTEXT_SIZE / QMD_EXPAND_CONTEXT_SIZE",
+        f"{Q}:3801",
+        qmd="override the llama.cpp context size of each model",
+        ours="not read: each model's context size is fixed with its reference (qmdlab.models.registry.KNOWN)",
+        why="chunk sizes, the reranker's document budget and the embedder's input limit are set from that size; "
+        "another size would break them silently",
+    ),
     # -- MCP tools (src/mcp/server.ts) ----------------------------------------------------------------
     Row(
         "MCP query arguments (query, searches, limit, minScore, candidateLimit, collections, intent, rerank)",
@@ -635,6 +670,55 @@ def check_get_header(run):
     out = run("get", hits["misc/c.md"]).stdout  # no context: no Folder Context line
     assert out == f"qmd://misc/c.md  {hits['misc/c.md']}\n---\n\n# Gamma\n\nheron elsewhere\n"
     assert run("get", "kb/a.md:5:1", "--no-header").stdout == "the heron nests here\n"
+
+
+def check_qmd_local_config_names(run):
+    from qmdlab.store.qmdimport import find_qmd_config
+
+    qmd = run.tmp / "proj" / ".qmd"
+    qmd.mkdir(parents=True)
+    (qmd / "index.yml").write_text("collections: {}\n", encoding="utf-8")
+    assert find_qmd_config(cwd=qmd.parent, environ={}) == qmd / "index.yml"
+    (qmd / "index.yaml").write_text("collections: {}\n", encoding="utf-8")
+    assert find_qmd_config(cwd=qmd.parent, environ={}) == qmd / "index.yaml"
+
+
+def check_qmd_editor_aliases(run):
+    from qmdlab.store.qmdimport import plan_import
+
+    conf = run.tmp / "qmd.yml"
+    for text, want in (
+        ("editorUri: 'c://{path}'\neditor-uri: 'd://{path}'\n", "c://{path}"),
+        ("editor-uri: 'd://{path}'\n", "d://{path}"),
+        ("editor_uri_template: 't://{path}'\neditorUri: 'c://{path}'\n", "t://{path}"),
+        ("editor_uri: 'e://{path}'\neditor_uri_template: 't://{path}'\n", "e://{path}"),
+    ):
+        conf.write_text(text + "collections: {}\n", encoding="utf-8")
+        plan = plan_import(conf)
+        assert plan.editor_uri == want and not plan.skipped, (text, plan)
+
+
+def _with_env(values, fn):
+    import os
+
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def check_qmd_host(run):
+    from qmdlab.commands.mcp import mcp_command
+
+    ctx = _with_env({"QMD_HOST": "0.0.0.0"}, lambda: mcp_command.make_context("mcp", ["--http"]))
+    assert ctx.params["host"] == "0.0.0.0"
+    assert mcp_command.make_context("mcp", ["--http", "--host", "::1"]).params["host"] == "::1"  # --host wins
 
 
 def check_context_folder(run):

@@ -149,7 +149,13 @@ QMD_COMMANDS: list[tuple[str, str | None]] = [
     ("--help", None),
 ]
 # keys of rows about a config file or environment rather than a command line
-CONFIG_ROWS = {"editor_uri", "index.yml"}
+CONFIG_ROWS = {
+    "editor_uri",
+    "index.yml",
+    "INDEX_PATH",
+    "XDG_CACHE_HOME",
+    "QMD_EMBED_CONTEXT_SIZE / QMD_RERANK_CONTEXT_SIZE / QMD_EXPAND_CONTEXT_SIZE",
+}
 
 
 def doc_rows() -> dict[str, str]:

@@ -228,9 +228,10 @@ def register_collection_verbs(collection: click.Group) -> None:
         ctx, config: Path | None, qmd_index: str | None, dry_run: bool, models: bool, no_update: bool
     ) -> None:
         """Register the collections, contexts, model overrides and editor link of a qmd config
-        (CONFIG; default: a project-local .qmd/index.yml, else index.yml in $QMD_CONFIG_DIR,
-        $XDG_CONFIG_HOME/qmd or ~/.config/qmd). qmd's files are only read."""
-        from qmdlab.store.qmdimport import apply_import, find_qmd_config, plan_import
+        (CONFIG; default: the index.yaml beside $INDEX_PATH's database, else a project-local
+        .qmd/index.yaml or .qmd/index.yml, else index.yml in $QMD_CONFIG_DIR, $XDG_CONFIG_HOME/qmd
+        or ~/.config/qmd). qmd's files are only read."""
+        from qmdlab.store.qmdimport import apply_import, find_qmd_config, plan_import, qmd_index_path
 
         if config is not None and qmd_index is not None:
             raise click.UsageError("give CONFIG or --qmd-index NAME, not both")
@@ -247,6 +248,9 @@ def register_collection_verbs(collection: click.Group) -> None:
                 click.echo(f"  {line}")
         if res.pending_commands and not dry_run:
             click.echo("update commands wait for approval: `qmdlab trust` (shows them first)")
+        qmd_db = qmd_index_path(source, qmd_index or source.stem)
+        if qmd_db.is_file():
+            click.echo(f"qmd's database {qmd_db} is not read: qmdlab indexes the folders itself")
         if res.registered and not dry_run and not no_update:
             print_report(idx.update(res.registered, progress=True))
 

@@ -21,7 +21,11 @@ def register(group: click.Group) -> None:
     help="Serve Streamable HTTP (POST /mcp), POST /query and GET /health instead of stdio.",
 )
 @click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Address to bind with --http (loopback by default)."
+    "--host",
+    envvar="QMD_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind with --http (loopback by default; qmd's $QMD_HOST when set).",
 )
 @click.option("--port", default=8181, show_default=True, type=click.IntRange(0, 65535), help="Port for --http.")
 @click.option(
@@ -41,10 +45,11 @@ def register(group: click.Group) -> None:
 @click.option(
     "--daemon",
     is_flag=True,
-    help="Run the HTTP server (--http implied) in the background; its PID "
-    "goes to $QMDLAB_HOME/mcp.pid, its output to $QMDLAB_HOME/mcp.log.",
+    help="Run the HTTP server (--http implied) in the background, one per index; its PID "
+    "goes to $QMDLAB_HOME/mcp.pid, its output to $QMDLAB_HOME/mcp.log (mcp-NAME.pid, mcp-NAME.log "
+    "for another index).",
 )
-@click.option("--stop", "stop_daemon", is_flag=True, help="Stop the background server started with --daemon.")
+@click.option("--stop", "stop_daemon", is_flag=True, help="Stop the index's background server started with --daemon.")
 @click.argument("action", required=False, type=click.Choice(["stop"]), metavar="[stop]")
 @click.pass_context
 def mcp_command(
@@ -72,17 +77,21 @@ def mcp_command(
             raise click.UsageError("--stop and --daemon exclude each other")
         from qmdlab.mcp_server.daemon import stop
 
-        click.echo(stop())
+        click.echo(stop(index=(ctx.obj or {}).get("index")))
         return
     if daemon:
+        import shlex
+
         from qmdlab.mcp_server.daemon import log_file, pid_file, start
 
         extra = (["--preset", preset] if preset else []) + (["--config", config_file] if config_file else [])
         extra += [arg for role, ref in roles.items() for arg in (f"--{role}-model", ref)]
-        info = start(extra, host=host, port=port, index=(ctx.obj or {}).get("index"))
+        index = (ctx.obj or {}).get("index")
+        info = start(extra, host=host, port=port, index=index)
         click.echo(
-            f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file {pid_file()}, "
-            f"log {log_file()}); stop it with `qmdlab mcp --stop`"
+            f"qmdlab MCP: http://{host}:{port}/mcp in the background (PID {info['pid']}; pid file "
+            f"{pid_file(index)}, log {log_file(index)}); stop it with "
+            + (f"`qmdlab --index {shlex.quote(index)} mcp --stop`" if index else "`qmdlab mcp --stop`")
         )
         return
     try:

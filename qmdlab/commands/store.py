@@ -488,7 +488,7 @@ def register(group: click.Group) -> None:
             )
         from qmdlab.mcp_server.daemon import read_pid
 
-        running = read_pid()
+        running = read_pid((ctx.obj or {}).get("index"))
         if running is not None:
             click.echo(
                 f"MCP: running (PID {running['pid']}, http://{running['host']}:{running['port']}/mcp; "

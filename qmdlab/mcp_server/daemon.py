@@ -1,16 +1,21 @@
 """``qmdlab mcp --daemon`` / ``--stop``: the HTTP MCP server in the background, with a pid file.
 
-:func:`start` takes an exclusive ``flock`` on ``$QMDLAB_HOME/mcp.pid.lock`` (a second ``--daemon``
-of the same home, even one started at the same moment, is refused while it is held), runs
+One daemon per index, as qmd keys its ``mcp.pid`` per index: the files of the default index are
+``$QMDLAB_HOME/mcp.pid``, ``mcp.pid.lock`` and ``mcp.log``; another index's are ``mcp-NAME.*`` (an
+index under ``$QMDLAB_HOME/indexes``) or ``mcp-HASH.*`` (an index at another path; HASH: twelve
+hex digits of its folder's path) — :func:`state_name`. Below, "the pid file" is the index's.
+
+:func:`start` takes an exclusive ``flock`` on the index's lock file (a second ``--daemon`` of the
+same index, even one started at the same moment, is refused while it is held), runs
 ``qmdlab mcp --http`` as a detached child that inherits the locked descriptor (its own session,
-stdin closed, output to ``$QMDLAB_HOME/mcp.log``) with a random token in its environment
+stdin closed, output to the index's log file) with a random token in its environment
 (:data:`TOKEN_ENV`), waits until ``GET /health`` answers from a socket that child listens on, and
-writes ``$QMDLAB_HOME/mcp.pid`` (JSON: pid, host, port, index, token, the process's start time).
+writes the pid file (JSON: pid, host, port, index, token, the process's start time).
 The lock is held as long as the daemon lives, and released by the kernel when it exits.
 
 :func:`stop` signals only a process it has identified as that daemon: the pid file's pid must be
 an integer above 1 (``0``, negative pids, ``-1`` would signal process groups or every process),
-the lock must be held (no daemon of this home runs otherwise: the file is stale and removed, and
+the lock must be held (no daemon of this index runs otherwise: the file is stale and removed, and
 nothing is signalled), and — where ``/proc`` tells — the process must carry the token in its
 environment, have the recorded start time (a reused pid does not) and run ``qmdlab … mcp``. The
 process is pinned with a pidfd before it is checked, so the signal reaches the process checked;
@@ -19,9 +24,11 @@ SIGTERM goes to that one pid (never ``killpg``), and the stop waits until the lo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qmdlab.errors import QmdlabError
-from qmdlab.paths import home
+from qmdlab.paths import home, resolve_index_dir
 
 try:
     import fcntl
@@ -45,28 +52,59 @@ STOP_TIMEOUT_S = 15
 TOKEN_ENV = "QMDLAB_MCP_DAEMON_TOKEN"
 
 
-def pid_file() -> Path:
-    return home() / "mcp.pid"
+def state_name(index: str | os.PathLike[str] | None = None) -> str:
+    """The stem of an index's daemon files (``index``: as ``--index`` takes it; ``None``: the index
+    a command without ``--index`` uses): ``mcp`` for the default index, ``mcp-NAME`` for another
+    index under ``$QMDLAB_HOME/indexes``, ``mcp-HASH`` for one at another path.
+
+    >>> import os; os.environ["QMDLAB_HOME"] = "/tmp/qh"
+    >>> state_name("default"), state_name("notes"), state_name("/tmp/qh/indexes/notes")
+    ('mcp', 'mcp-notes', 'mcp-notes')
+    >>> state_name("/data/idx") == state_name("/data/idx/") != state_name("/data/other")
+    True
+    """
+    folder = os.path.abspath(resolve_index_dir(None if index is None else str(index)))
+    parent, name = os.path.realpath(os.path.dirname(folder)), os.path.basename(folder)
+    if parent == os.path.realpath(home() / "indexes"):
+        return "mcp" if name == "default" else f"mcp-{name}"
+    key = os.path.join(parent, name).encode("utf-8", "surrogateescape")
+    return "mcp-" + hashlib.sha256(key).hexdigest()[:12]
 
 
-def lock_file() -> Path:
-    """``$QMDLAB_HOME/mcp.pid.lock``: held (``flock``) by the running daemon; never removed."""
-    return home() / "mcp.pid.lock"
+def pid_file(index: str | os.PathLike[str] | None = None) -> Path:
+    """The index's pid file (``$QMDLAB_HOME/mcp.pid`` for the default index)."""
+    return home() / f"{state_name(index)}.pid"
 
 
-def log_file() -> Path:
-    return home() / "mcp.log"
+def lock_file(index: str | os.PathLike[str] | None = None) -> Path:
+    """The index's lock file (``$QMDLAB_HOME/mcp.pid.lock`` for the default index): held
+    (``flock``) by the running daemon; never removed."""
+    return home() / f"{state_name(index)}.pid.lock"
+
+
+def log_file(index: str | os.PathLike[str] | None = None) -> Path:
+    """The index's daemon log (``$QMDLAB_HOME/mcp.log`` for the default index)."""
+    return home() / f"{state_name(index)}.log"
 
 
 # ------------------------------------------------------------------------------------- the lock
-def _acquire() -> int | None:
-    """The lock file's descriptor, locked exclusively; ``None`` when another process holds it."""
+def _stop_hint(index: str | os.PathLike[str] | None) -> str:
+    """The command that stops the index's daemon.
+
+    >>> _stop_hint(None), _stop_hint("my notes")
+    ('`qmdlab mcp --stop`', "`qmdlab --index 'my notes' mcp --stop`")
+    """
+    return f"`qmdlab --index {shlex.quote(str(index))} mcp --stop`" if index else "`qmdlab mcp --stop`"
+
+
+def _acquire(index: str | os.PathLike[str] | None = None) -> int | None:
+    """The index's lock file's descriptor, locked exclusively; ``None`` when another process holds it."""
     home().mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(lock_file(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fd = os.open(lock_file(index), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError as err:
         raise QmdlabError(
-            f"{lock_file()}: cannot open the daemon's lock file ({err.strerror or err}); make $QMDLAB_HOME "
+            f"{lock_file(index)}: cannot open the daemon's lock file ({err.strerror or err}); make $QMDLAB_HOME "
             "writable (and the lock file a plain file)"
         ) from None
     if fcntl is None:  # pragma: no cover
@@ -79,12 +117,12 @@ def _acquire() -> int | None:
     return fd
 
 
-def _lock_held() -> bool:
-    """Does a process (the daemon, or a start in progress) hold the lock? (Creates nothing when
-    no daemon was ever started here.)"""
-    if not os.path.lexists(lock_file()):
+def _lock_held(index: str | os.PathLike[str] | None = None) -> bool:
+    """Does a process (the daemon, or a start in progress) hold the index's lock? (Creates nothing
+    when no daemon was ever started for it.)"""
+    if not os.path.lexists(lock_file(index)):
         return False
-    fd = _acquire()
+    fd = _acquire(index)
     if fd is None:
         return True
     os.close(fd)
@@ -160,9 +198,9 @@ def _not_ours(pid: int, info: dict) -> str | None:
     return None
 
 
-def _read_info() -> tuple[dict | None, str]:
-    """The pid file's record and, when it is unusable, why."""
-    path = pid_file()
+def _read_info(index: str | os.PathLike[str] | None = None) -> tuple[dict | None, str]:
+    """The index's pid file's record and, when it is unusable, why."""
+    path = pid_file(index)
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -176,11 +214,11 @@ def _read_info() -> tuple[dict | None, str]:
     return info, ""
 
 
-def read_pid() -> dict | None:
-    """The running daemon's record, or ``None`` (no file, unreadable, or its process is not the
-    daemon this home started)."""
-    info, _ = _read_info()
-    if info is None or not _lock_held():
+def read_pid(index: str | os.PathLike[str] | None = None) -> dict | None:
+    """The record of the index's running daemon, or ``None`` (no file, unreadable, or its process
+    is not the daemon started for this index)."""
+    info, _ = _read_info(index)
+    if info is None or not _lock_held(index):
         return None
     return info if _not_ours(int(info["pid"]), info) is None else None
 
@@ -217,47 +255,48 @@ def _listens(pid: int, port: int) -> bool:
     return False
 
 
-def _log_tail(n: int = 5) -> str:
+def _log_tail(index: str | os.PathLike[str] | None = None, n: int = 5) -> str:
     try:
-        lines = log_file().read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        lines = log_file(index).read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return ""
     return " | ".join(lines[-n:])
 
 
-def _write_info(info: dict) -> None:
-    tmp = pid_file().with_name("mcp.pid.tmp")
+def _write_info(info: dict, index: str | os.PathLike[str] | None = None) -> None:
+    path = pid_file(index)
+    tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     with open(tmp, "x", encoding="utf-8") as fh:
         fh.write(json.dumps(info))
-    os.replace(tmp, pid_file())
+    os.replace(tmp, path)
 
 
 def start(
     server_args: Sequence[str], *, host: str, port: int, index: str | None, timeout: float = START_TIMEOUT_S
 ) -> dict:
     """Start the background server (``server_args``: the ``mcp --http …`` options) and return the
-    pid record; a :class:`QmdlabError` when one is running (or starting) already or the child does
-    not come up."""
-    lock = _acquire()
+    pid record; a :class:`QmdlabError` when one is running (or starting) already for this index or
+    the child does not come up."""
+    lock = _acquire(index)
     for _ in range(5):  # a `status` or `--stop` holds the lock for an instant while it looks
         if lock is not None:
             break
         time.sleep(0.1)
-        lock = _acquire()
+        lock = _acquire(index)
     if lock is None:
-        running = read_pid()
+        running = read_pid(index)
         if running is not None:
             raise QmdlabError(
-                f"an MCP server is already running (PID {running['pid']}, port {running['port']}); "
-                "stop it with `qmdlab mcp --stop`"
+                f"an MCP server is already running for this index (PID {running['pid']}, port {running['port']}); "
+                f"stop it with {_stop_hint(index)}"
             )
         raise QmdlabError(
-            f"an MCP server of this QMDLAB_HOME is already running or starting (it holds {lock_file()}); "
-            "wait for it, or stop it with `qmdlab mcp --stop`"
+            f"an MCP server of this index is already running or starting (it holds {lock_file(index)}); "
+            f"wait for it, or stop it with {_stop_hint(index)}"
         )
     try:
-        pid_file().unlink(missing_ok=True)  # no daemon holds the lock: whatever the file says is stale
+        pid_file(index).unlink(missing_ok=True)  # no daemon holds the lock: whatever the file says is stale
         token = secrets.token_hex(16)
         argv = (
             [sys.executable, "-m", "qmdlab.cli"]
@@ -265,7 +304,7 @@ def start(
             + ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
         )
         env = dict(os.environ, **{TOKEN_ENV: token})
-        with open(log_file(), "wb") as log:
+        with open(log_file(index), "wb") as log:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -280,7 +319,8 @@ def start(
         while time.monotonic() < end:
             if proc.poll() is not None:
                 raise QmdlabError(
-                    f"the MCP server exited at start (status {proc.returncode}): {_log_tail()}; full log: {log_file()}"
+                    f"the MCP server exited at start (status {proc.returncode}): {_log_tail(index)}; "
+                    f"full log: {log_file(index)}"
                 )
             if _health(host, port) and _listens(proc.pid, port) and proc.poll() is None:
                 info = {
@@ -292,11 +332,11 @@ def start(
                     "start_time": start_time(proc.pid),
                 }
                 try:
-                    _write_info(info)
+                    _write_info(info, index)
                 except OSError as err:  # a daemon no pid file names must not be left running
                     proc.terminate()
                     raise QmdlabError(
-                        f"{pid_file()}: cannot write the pid file ({err.strerror or err}); the server was "
+                        f"{pid_file(index)}: cannot write the pid file ({err.strerror or err}); the server was "
                         "stopped — make $QMDLAB_HOME writable and start it again"
                     ) from None
                 return info
@@ -307,7 +347,7 @@ def start(
         except subprocess.TimeoutExpired:
             proc.kill()
         raise QmdlabError(
-            f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; see {log_file()}"
+            f"the MCP server did not answer on http://{host}:{port}/health within {timeout:g} s; see {log_file(index)}"
         )
     finally:
         os.close(lock)
@@ -349,28 +389,28 @@ def _reap(pid: int) -> None:
         time.sleep(0.05)
 
 
-def stop(timeout: float = STOP_TIMEOUT_S) -> str:
-    """Stop the background server; a line saying what happened. Nothing is signalled unless the
-    pid file names the daemon this home started (see the module's documentation)."""
-    path = pid_file()
-    if not os.path.lexists(path) and not os.path.lexists(lock_file()):
+def stop(timeout: float = STOP_TIMEOUT_S, *, index: str | os.PathLike[str] | None = None) -> str:
+    """Stop the index's background server; a line saying what happened. Nothing is signalled
+    unless the pid file names the daemon started for this index (see the module's documentation)."""
+    path = pid_file(index)
+    if not os.path.lexists(path) and not os.path.lexists(lock_file(index)):
         return "no MCP server running (no pid file)"
-    lock = _acquire()
-    if lock is not None:  # no daemon of this home runs
+    lock = _acquire(index)
+    if lock is not None:  # no daemon of this index runs
         try:
             if not os.path.lexists(path):
                 return "no MCP server running (no pid file)"
             path.unlink(missing_ok=True)
             return (
                 f"removed a stale pid file ({path}): its server was not running (no daemon of this "
-                "QMDLAB_HOME holds its lock), so nothing was signalled"
+                "index holds its lock), so nothing was signalled"
             )
         finally:
             os.close(lock)
-    info, problem = _read_info()
+    info, problem = _read_info(index)
     if info is None:
         raise QmdlabError(
-            f"an MCP server of this QMDLAB_HOME holds {lock_file()}, but {path} {problem}; nothing was "
+            f"an MCP server of this index holds {lock_file(index)}, but {path} {problem}; nothing was "
             "signalled — if a `qmdlab mcp --daemon` is starting, wait for it; otherwise find the server "
             "(`ps -ef | grep 'qmdlab.cli mcp'`) and stop it with `kill PID`"
         )
@@ -380,7 +420,7 @@ def stop(timeout: float = STOP_TIMEOUT_S) -> str:
         reason = _not_ours(pid, info)
         if reason is not None:
             raise QmdlabError(
-                f"{path} names PID {pid}, which is not the MCP server this QMDLAB_HOME started ({reason}); "
+                f"{path} names PID {pid}, which is not the MCP server started for this index ({reason}); "
                 "nothing was signalled — find the server (`ps -ef | grep 'qmdlab.cli mcp'`) and stop it "
                 "with `kill PID`"
             )
@@ -390,7 +430,7 @@ def stop(timeout: float = STOP_TIMEOUT_S) -> str:
             os.close(pidfd)
     end = time.monotonic() + timeout
     while True:  # the daemon has exited once its lock is free; the file goes while this holds it
-        lock = _acquire()
+        lock = _acquire(index)
         if lock is not None:
             try:
                 path.unlink(missing_ok=True)

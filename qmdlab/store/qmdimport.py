@@ -2,9 +2,13 @@
 
 Where the file is found (:func:`find_qmd_config`), first match wins:
 
-1. the path given (a file, or a folder holding ``index.yml`` or ``.qmd/index.yml``);
-2. a project-local ``.qmd/index.yml`` in the current folder or one above it (qmd prefers it too);
-3. ``{name}.yml`` (default ``index.yml``) in qmd's config folder: ``$QMD_CONFIG_DIR``, else
+1. the path given (a file, or a folder holding ``index.yaml``, ``index.yml``, ``.qmd/index.yaml``
+   or ``.qmd/index.yml``, in that order);
+2. ``index.yaml`` or ``index.yml`` beside qmd's database when ``$INDEX_PATH`` names one (a
+   project's ``.qmd/index.sqlite``);
+3. a project-local ``.qmd/index.yaml`` or ``.qmd/index.yml`` (``.yaml`` first, as qmd's
+   ``findLocalConfigPath``) in the current folder or the nearest one above it (qmd prefers it too);
+4. ``{name}.yml`` (default ``index.yml``) in qmd's config folder: ``$QMD_CONFIG_DIR``, else
    ``$XDG_CONFIG_HOME/qmd``, else ``~/.config/qmd``.
 
 What maps (:func:`plan_import`, then :func:`apply_import`):
@@ -14,7 +18,7 @@ qmd                                    qmdlab
 =====================================  ===================================================
 ``collections.NAME.path``              the collection's root (``~`` expanded; a relative
                                        path is taken from the project folder of a
-                                       ``.qmd/index.yml``, else from the config's folder)
+                                       ``.qmd/`` config, else from the config's folder)
 ``pattern``                            ``mask`` (``{a,b}`` braces become a comma union)
 ``ignore``                             ``ignore`` globs, plus qmd's built-in exclusions
                                        (:data:`QMD_BUILTIN_IGNORES`) made explicit
@@ -25,7 +29,9 @@ qmd                                    qmdlab
 ``global_context``                     ``qmdlab context add / TEXT``
 ``models.embed|rerank|generate``       ``embed``/``rerank``/``expand`` in
                                        ``$QMDLAB_HOME/models.yaml``
-``editor_uri`` (``editor_uri_template``) the index's ``editor_uri``
+``editor_uri`` (qmd's aliases           the index's ``editor_uri``
+``editor_uri_template``, ``editorUri``,
+``editor-uri``, read in that order)
 =====================================  ===================================================
 
 Anything else (unknown keys, a missing folder, a name qmdlab cannot use, a collection already
@@ -48,7 +54,11 @@ from qmdlab.store.config import _NAME, DEFAULT_MASK
 from qmdlab.store.limits import MAX_BRACE_EXPANSIONS, MAX_GLOB_CHARS
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
-QMD_TOP_KEYS = {"collections", "global_context", "models", "editor_uri", "editor_uri_template"}
+#: qmd's names for the editor link template, in the order qmd reads them (``getEditorUriTemplate``).
+QMD_EDITOR_KEYS = ("editor_uri", "editor_uri_template", "editorUri", "editor-uri")
+QMD_TOP_KEYS = {"collections", "global_context", "models", *QMD_EDITOR_KEYS}
+#: A project-local qmd config (``.qmd/``), in the order qmd looks for it.
+QMD_LOCAL_NAMES = ("index.yaml", "index.yml")
 #: Folders qmd never indexes, whatever a collection's globs say; qmdlab has no built-in
 #: exclusions, so an import adds them to each collection's ``ignore``.
 QMD_BUILTIN_IGNORES = ("node_modules/**", ".git/**", ".cache/**", "vendor/**", "dist/**", "build/**")
@@ -70,6 +80,29 @@ def qmd_config_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".config" / "qmd"
 
 
+def qmd_index_path(
+    config: Path | None = None, index_name: str | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """Where qmd keeps the SQLite index that goes with a config: ``$INDEX_PATH`` when set, else
+    ``index.sqlite`` beside a project-local ``.qmd/`` config, else ``NAME.sqlite`` (default
+    ``index``) in ``$XDG_CACHE_HOME/qmd`` or ``~/.cache/qmd`` (qmd's ``getDefaultDbPath``).
+
+    >>> str(qmd_index_path(environ={"INDEX_PATH": "/q/x.sqlite", "XDG_CACHE_HOME": "/c"}))
+    '/q/x.sqlite'
+    >>> str(qmd_index_path(index_name="work", environ={"XDG_CACHE_HOME": "/c"}))
+    '/c/qmd/work.sqlite'
+    >>> str(qmd_index_path(Path("/p/.qmd/index.yaml"), environ={}))
+    '/p/.qmd/index.sqlite'
+    """
+    env = os.environ if environ is None else environ
+    if env.get("INDEX_PATH"):
+        return Path(env["INDEX_PATH"]).expanduser()
+    if config is not None and config.parent.name == ".qmd":
+        return config.parent / "index.sqlite"
+    cache = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return cache / "qmd" / f"{index_name or 'index'}.sqlite"
+
+
 def find_qmd_config(
     path: str | os.PathLike | None = None,
     *,
@@ -82,21 +115,32 @@ def find_qmd_config(
     if path is not None:
         p = Path(path).expanduser()
         if p.is_dir():
-            for cand in (p / "index.yml", p / ".qmd" / "index.yml"):
+            for cand in (*(p / n for n in QMD_LOCAL_NAMES), *(p / ".qmd" / n for n in QMD_LOCAL_NAMES)):
                 if cand.is_file():
                     return cand
-            raise ConfigError(f"{p}: no index.yml or .qmd/index.yml in this folder; pass qmd's config file")
+            raise ConfigError(
+                f"{p}: no index.yaml, index.yml or .qmd/index.yaml in this folder; pass qmd's config file"
+            )
         if not p.is_file():
             raise ConfigError(f"{p}: no such file; pass qmd's index.yml (default {qmd_config_dir(environ)}/index.yml)")
         return p
     looked = []
+    env = os.environ if environ is None else environ
+    if index_name is None and env.get("INDEX_PATH"):
+        # qmd's database named by $INDEX_PATH: the project-local config beside it (`.qmd/`)
+        db = Path(env["INDEX_PATH"]).expanduser()
+        for local in QMD_LOCAL_NAMES:
+            if (db.parent / local).is_file():
+                return db.parent / local
+        looked.append(f"{db.parent}/index.yaml or index.yml (beside $INDEX_PATH)")
     if index_name is None:
         here = Path(cwd or os.getcwd()).resolve()
         for folder in (here, *here.parents):
-            cand = folder / ".qmd" / "index.yml"
-            if cand.is_file():
-                return cand
-        looked.append(f"{here}/.qmd/index.yml (and above)")
+            for local in QMD_LOCAL_NAMES:
+                cand = folder / ".qmd" / local
+                if cand.is_file():
+                    return cand
+        looked.append(f"{here}/.qmd/index.yaml or index.yml (and above)")
     name = index_name or "index"
     if "/" in name or "\\" in name or name.startswith("."):
         raise ConfigError(f"--qmd-index {name!r}: a qmd index name, not a path (pass a path as CONFIG instead)")
@@ -247,9 +291,11 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
         plan.global_context = gc
     elif gc is not None:
         plan.skipped.append("global_context: not a string; left out")
-    editor = data.get("editor_uri") or data.get("editor_uri_template")
-    if isinstance(editor, str) and editor.strip():
-        plan.editor_uri = editor
+    for key in QMD_EDITOR_KEYS:  # qmd takes the first non-empty one
+        editor = data.get(key)
+        if isinstance(editor, str) and editor.strip():
+            plan.editor_uri = editor.strip()
+            break
     models = data.get("models")
     if isinstance(models, dict):
         for role, value in models.items():

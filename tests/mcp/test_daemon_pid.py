@@ -235,7 +235,9 @@ def test_the_running_daemon_is_stopped_only_through_its_own_record(qmdlab_home, 
     port = _port()
     res = _cli(qmdlab_home, "--index", served, "mcp", "--daemon", "--port", str(port), "--preset", "fake")
     assert res.returncode == 0, (res.stdout, res.stderr)
-    path = qmdlab_home / "mcp.pid"
+    from qmdlab.mcp_server.daemon import pid_file
+
+    path = pid_file(served)  # the served index's record (one daemon per index)
     info = json.loads(path.read_text())
     pid = info["pid"]
     assert len(info["token"]) == 32 and info["start_time"] and _answers(port)
@@ -249,7 +251,7 @@ def test_the_running_daemon_is_stopped_only_through_its_own_record(qmdlab_home, 
     ]
     for record in forged:
         path.write_text(json.dumps(record))
-        res = _cli(qmdlab_home, "mcp", "--stop")
+        res = _cli(qmdlab_home, "--index", served, "mcp", "--stop")
         assert res.returncode == 1 and "nothing was signalled" in res.stderr, (record, res.stdout, res.stderr)
         assert res.stderr.count("\n") == 1
         assert _alive(other.pid) and _alive(pid) and _answers(port), record
@@ -257,7 +259,7 @@ def test_the_running_daemon_is_stopped_only_through_its_own_record(qmdlab_home, 
     assert "MCP: running" not in status  # the forged record names no daemon
     path.write_text(json.dumps(info))
     assert f"MCP: running (PID {pid}" in _cli(qmdlab_home, "--index", served, "status").stdout
-    res = _cli(qmdlab_home, "mcp", "--stop")
+    res = _cli(qmdlab_home, "--index", served, "mcp", "--stop")
     assert res.returncode == 0 and f"stopped the MCP server (PID {pid}" in res.stdout, (res.stdout, res.stderr)
     assert not path.exists() and not _answers(port) and _alive(other.pid)
     deadline = time.monotonic() + 10
@@ -282,9 +284,9 @@ def test_two_daemons_started_at_once_leave_none_untracked(qmdlab_home, served):
     codes = sorted(r[2] for r in results)
     assert codes == [0, 1], results
     loser = next(r for r in results if r[2] == 1)
-    assert "already running" in loser[1] and "qmdlab mcp --stop" in loser[1], loser
+    assert "already running" in loser[1] and f"qmdlab --index {served} mcp --stop" in loser[1], loser
     assert [_answers(p) for p in ports].count(True) == 1
-    res = _cli(qmdlab_home, "mcp", "--stop")
+    res = _cli(qmdlab_home, "--index", served, "mcp", "--stop")
     assert res.returncode == 0 and "stopped the MCP server" in res.stdout, (res.stdout, res.stderr)
     time.sleep(0.5)
     assert not any(_answers(p) for p in ports)  # nothing left running that no pid file names

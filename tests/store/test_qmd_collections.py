@@ -312,6 +312,51 @@ def test_import_qmd_finds_named_and_project_local_configs(tmp_path, cli_run, qmd
     assert "not approved" in res.output
 
 
+def test_import_qmd_reads_index_yaml_first_and_the_editor_aliases(tmp_path, cli_run, qmdlab_home, monkeypatch):
+    """qmd's findLocalConfigPath: ``.qmd/index.yaml`` before ``.qmd/index.yml``; its editor template
+    under any of ``editor_uri``, ``editor_uri_template``, ``editorUri``, ``editor-uri``."""
+    from qmdlab.store import Index
+
+    proj = tmp_path / "proj"
+    _folder(proj / "docs", {"p.md": "# P\n\nheron\n"})
+    (proj / ".qmd").mkdir()
+    (proj / ".qmd" / "index.yml").write_text("collections:\n  old:\n    path: ./docs\n", encoding="utf-8")
+    (proj / ".qmd" / "index.yaml").write_text(
+        "editorUri: 'cursor://file/{path}:{line}'\ncollections:\n  docs:\n    path: ./docs\n", encoding="utf-8"
+    )
+    (proj / ".qmd" / "index.sqlite").write_bytes(b"")
+    monkeypatch.chdir(proj)
+    monkeypatch.delenv("INDEX_PATH", raising=False)
+    res = cli_run("collection", "import-qmd", "--no-update")
+    assert f"imported from {proj / '.qmd' / 'index.yaml'}" in res.output and "collection docs:" in res.output
+    assert "editorUri: not a setting" not in res.output
+    assert f"qmd's database {proj / '.qmd' / 'index.sqlite'} is not read" in res.output
+    with Index.open(cli_run.index_dir) as idx:
+        assert [c.name for c in idx.collections()] == ["docs"] and idx.editor_uri() == "cursor://file/{path}:{line}"
+    for key in ("editor-uri", "editor_uri_template"):
+        conf = tmp_path / f"{key}.yml"
+        conf.write_text(f"{key}: 'zed://{{path}}'\ncollections: {{}}\n", encoding="utf-8")
+        assert "editor_uri: zed://{path}" in cli_run("collection", "import-qmd", str(conf), "--dry-run").output, key
+
+
+def test_import_qmd_finds_the_config_beside_index_path(tmp_path, cli_run, qmdlab_home, monkeypatch):
+    """``$INDEX_PATH`` naming a project's ``.qmd/index.sqlite``: the config beside it, from any folder."""
+    proj = tmp_path / "proj"
+    _folder(proj / "docs", {"p.md": "# P\n\nheron\n"})
+    (proj / ".qmd").mkdir()
+    (proj / ".qmd" / "index.yaml").write_text("collections:\n  docs:\n    path: ./docs\n", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("QMD_CONFIG_DIR", str(tmp_path / "none"))
+    monkeypatch.setenv("INDEX_PATH", str(proj / ".qmd" / "index.sqlite"))
+    res = cli_run("collection", "import-qmd", "--dry-run")
+    assert f"would import from {proj / '.qmd' / 'index.yaml'}" in res.output
+    monkeypatch.setenv("INDEX_PATH", str(tmp_path / "db" / "qmd.sqlite"))  # no config beside it: keep looking
+    res = cli_run("collection", "import-qmd", ok=False)
+    assert res.exit_code == 1 and "beside $INDEX_PATH" in res.output
+
+
 @pytest.mark.parametrize(
     "text, needle",
     [
