@@ -175,6 +175,11 @@ def cli(ctx: click.Context, index_name: str | None, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["index"] = index_name
     ctx.obj["debug"] = debug or bool(os.environ.get("QMDLAB_DEBUG"))
+    # the index's own `models:` (collections.yaml) are read over $QMDLAB_HOME/models.yaml
+    from qmdlab.paths import resolve_index_dir, set_active_index
+
+    set_active_index(resolve_index_dir(index_name))
+    ctx.call_on_close(lambda: set_active_index(None))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,8 +33,10 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_MAX_CHUNKS": "Capacity limit: chunks per index.",
     "QMDLAB_MAX_VECTOR_BYTES": "Capacity limit: bytes of stored vectors per index.",
     "QMDLAB_QUERY_BUDGET_MS": "Interactive per-query time budget in milliseconds for the optional keyword channels.",
-    "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated).",
-    "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`).",
+    "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated); unset, qmd's "
+    "`QMD_ALLOWED_ORIGINS` is read.",
+    "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`); "
+    "unset, qmd's `QMD_ALLOWED_HOSTS` is read.",
     "QMDLAB_EDITOR_URI": "Editor link template for clickable result paths on a terminal (`{path}`, `{line}`, `{col}`); "
     "over `QMD_EDITOR_URI` and the index's `editor_uri`.",
     "QMDLAB_TRUST_UPDATE_HOOKS": "`1`: run every collection's update command without `qmdlab trust` approval "

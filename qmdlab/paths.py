@@ -68,6 +68,22 @@ def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
     return home() / "indexes" / text
 
 
+_ACTIVE_INDEX: Path | None = None
+
+
+def set_active_index(index_dir: str | os.PathLike | None) -> None:
+    """Name the index the running command works on (the CLI sets it from ``--index``): its
+    ``collections.yaml`` ``models:`` are read over ``$QMDLAB_HOME/models.yaml``
+    (:func:`qmdlab.models.registry.resolve_refs`). ``None``: no index."""
+    global _ACTIVE_INDEX
+    _ACTIVE_INDEX = Path(index_dir) if index_dir is not None else None
+
+
+def active_index() -> Path | None:
+    """The directory :func:`set_active_index` named, if any."""
+    return _ACTIVE_INDEX
+
+
 def existing_indexes() -> list[str]:
     """Names of the indexes under ``$QMDLAB_HOME/indexes`` (folders holding an ``index.sqlite``)."""
     root = home() / "indexes"

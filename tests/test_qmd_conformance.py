@@ -345,8 +345,8 @@ ROWS: list[Row] = [
         "index.yml",
         "src/collections.ts:4",
         qmd="one YAML config per qmd index in `~/.config/qmd` (collections, contexts, models, `editor_uri`)",
-        ours="each index keeps its collections and contexts in its own `collections.yaml`; models live in "
-        "`$QMDLAB_HOME/models.yaml` for every index",
+        ours="each index keeps its collections, contexts, editor template and models in its own "
+        "`collections.yaml` (`models:`, read over `$QMDLAB_HOME/models.yaml`, which every index shares)",
         switch="`qmdlab collection import-qmd [CONFIG] [--qmd-index NAME]` maps it (qmd's file is only read)",
     ),
     Row(
@@ -375,7 +375,26 @@ ROWS: list[Row] = [
         f"{Q}:2412",
         "qmd_editor_aliases",
     ),
+    Row("config models.* belong to the index", "src/collections.ts:55", "qmd_models_per_index"),
     Row("QMD_HOST (mcp --http bind address)", f"{S}:939", "qmd_host"),
+    Row("QMD_ALLOWED_ORIGINS / QMD_ALLOWED_HOSTS (extra allowed)", f"{S}:1109", "qmd_allowed_lists"),
+    Row("QMD_SQLITE_BUSY_TIMEOUT (milliseconds)", "src/db.ts:118", "qmd_busy_timeout"),
+    Row(
+        "QMD_SQLITE_BUSY_TIMEOUT (default)",
+        "src/db.ts:120",
+        qmd="120000 ms when unset",
+        ours="30 s when unset",
+        switch="`export QMD_SQLITE_BUSY_TIMEOUT=120000`",
+    ),
+    Row(
+        "QMD_ALLOWED_ORIGINS=* and a wildcard bind",
+        f"{S}:1109",
+        qmd="`*` turns the Origin and Host checks off; bound to `0.0.0.0` the Host is checked only when "
+        "`QMD_ALLOWED_HOSTS` lists names",
+        ours="`*` accepts any Origin and the Host is still checked; bound to `0.0.0.0` only the names in "
+        "`QMDLAB_ALLOWED_HOSTS` / `QMD_ALLOWED_HOSTS` (or `*`) are accepted",
+        switch="`export QMD_ALLOWED_HOSTS='*'` beside `QMD_ALLOWED_ORIGINS='*'`",
+    ),
     Row(
         "INDEX_PATH",
         "src/store.ts:638",
@@ -698,6 +717,13 @@ def check_qmd_editor_aliases(run):
         assert plan.editor_uri == want and not plan.skipped, (text, plan)
 
 
+def check_qmd_models_per_index(run):
+    conf = run.tmp / "models.yml"
+    conf.write_text("models:\n  rerank: fake:overlap\ncollections: {}\n", encoding="utf-8")
+    run("collection", "import-qmd", str(conf))
+    assert "rerank: fake:overlap" in (Path(run.index_dir) / "collections.yaml").read_text(encoding="utf-8")
+
+
 def _with_env(values, fn):
     import os
 
@@ -719,6 +745,31 @@ def check_qmd_host(run):
     ctx = _with_env({"QMD_HOST": "0.0.0.0"}, lambda: mcp_command.make_context("mcp", ["--http"]))
     assert ctx.params["host"] == "0.0.0.0"
     assert mcp_command.make_context("mcp", ["--http", "--host", "::1"]).params["host"] == "::1"  # --host wins
+
+
+def check_qmd_allowed_lists(run):
+    from starlette.testclient import TestClient
+
+    from qmdlab.mcp_server.http import build_app
+
+    env = {"QMD_ALLOWED_ORIGINS": "https://app.example", "QMD_ALLOWED_HOSTS": "box.lan:8181"}
+    app = _with_env(env, lambda: build_app(_engine(run)))
+    with TestClient(app, base_url="http://box.lan:8181") as http:
+        assert http.get("/health", headers={"Origin": "https://app.example"}).status_code == 200
+        assert http.get("/health", headers={"Origin": "https://evil.example"}).status_code == 403
+    with TestClient(build_app(_engine(run)), base_url="http://box.lan:8181") as http:
+        assert http.get("/health").status_code == 403  # unset: only the bound address
+
+
+def check_qmd_busy_timeout(run):
+    from qmdlab.store import Index
+
+    def wait_ms():
+        with Index.open(run.index_dir) as idx:
+            return idx.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+
+    assert _with_env({"QMD_SQLITE_BUSY_TIMEOUT": "1500"}, wait_ms) == 1500
+    assert _with_env({"QMD_SQLITE_BUSY_TIMEOUT": "0"}, wait_ms) == 0
 
 
 def check_context_folder(run):

@@ -154,6 +154,8 @@ CONFIG_ROWS = {
     "index.yml",
     "INDEX_PATH",
     "XDG_CACHE_HOME",
+    "QMD_SQLITE_BUSY_TIMEOUT (default)",
+    "QMD_ALLOWED_ORIGINS=* and a wildcard bind",
     "QMD_EMBED_CONTEXT_SIZE / QMD_RERANK_CONTEXT_SIZE / QMD_EXPAND_CONTEXT_SIZE",
 }
 

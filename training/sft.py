@@ -19,11 +19,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, load_examples, to_sft_record
-
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from qmdlab.training.lora import LORA_TARGETS, lora_config
 
 
 @dataclass
@@ -66,7 +66,6 @@ def _dataset(examples: list[Example]):
 def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     """The configured ``SFTTrainer`` (not yet trained)."""
     import torch
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
@@ -77,6 +76,8 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=dtype)
     train = _dataset(load_examples(cfg.train_file))
     evald = _dataset(load_examples(cfg.eval_file)) if cfg.eval_file else None
+    # unset unless asked for: SFTConfig's own default applies
+    checkpointing: dict[str, Any] = {"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}
     args = SFTConfig(
         output_dir=str(out / "checkpoints"),
         learning_rate=cfg.learning_rate,
@@ -95,18 +96,12 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
         eval_strategy="epoch" if evald is not None else "no",
         seed=cfg.seed,
         report_to=[],
-        **({"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}),
+        **checkpointing,
         dataloader_num_workers=0,
         **flags,
         **hardware.device_flags(),
     )
-    peft_config = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_targets),
-        task_type="CAUSAL_LM",
-    )
+    peft_config = lora_config(cfg)
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -152,9 +147,10 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         "steps": int(result.global_step),
         "world_size": int(trainer.accelerator.num_processes),
     }
-    rundir.append_metrics(out, {"stage": "sft", "final": True, **res})
-    rundir.write_model_card(
+    rundir.finish(
         out,
+        "sft",
+        res,
         "qmdlab query expander — SFT",
         f"""
 Base model: `{cfg.base}`. Data: `{cfg.train_file}`.
@@ -165,7 +161,6 @@ completion: one `hyde:` line, then `lex:` lines, then `vec:` lines.
 Next: `qmdlab train grpo --base {merged_dir or out / "adapter"}` or `qmdlab train export`.
 """,
     )
-    rundir.mark_done(out, res)
     return res
 
 

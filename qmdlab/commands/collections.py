@@ -220,7 +220,7 @@ def register_collection_verbs(collection: click.Group) -> None:
         "--models/--no-models",
         default=True,
         show_default=True,
-        help="Copy qmd's models.embed/rerank/generate into $QMDLAB_HOME/models.yaml.",
+        help="Copy qmd's models.embed/rerank/generate into this index's own models (its collections.yaml).",
     )
     @click.option("--no-update", is_flag=True, help="Register only; index later with `qmdlab update`.")
     @click.pass_context

@@ -68,7 +68,7 @@ def mcp_command(
 
     With --http, requests whose Origin is not loopback or whose Host is not the bound
     address get 403; allow more with QMDLAB_ALLOWED_ORIGINS / QMDLAB_ALLOWED_HOSTS
-    (comma-separated). On stdio the server exits 0 when stdin closes, after finishing
+    (comma-separated; qmd's QMD_ALLOWED_ORIGINS / QMD_ALLOWED_HOSTS when unset). On stdio the server exits 0 when stdin closes, after finishing
     the requests in flight. `mcp --daemon` starts the HTTP server in the background
     and returns once it answers; `mcp --stop` (or `mcp stop`) stops it.
     """

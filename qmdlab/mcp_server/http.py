@@ -14,7 +14,8 @@ Security (DNS-rebinding and cross-site protection for a server on a developer ma
   above, and two ``Host`` headers get 403); more hosts can be allowed with
   ``QMDLAB_ALLOWED_HOSTS`` (comma-separated ``host`` or ``host:port``, or ``*``). Binding to a
   non-loopback address therefore needs ``QMDLAB_ALLOWED_HOSTS`` for any name other than that
-  address;
+  address. qmd's ``QMD_ALLOWED_ORIGINS`` / ``QMD_ALLOWED_HOSTS`` are read when the ``QMDLAB_``
+  one is unset, with these rules (``*`` in the origins does not turn the ``Host`` check off);
 - a ``POST`` whose ``Content-Type`` is not ``application/json`` gets **415**, so a page cannot
   send one cross-site as a "simple" request (a form or ``text/plain``).
 
@@ -59,7 +60,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import qmdlab
 from qmdlab.errors import QmdlabError
@@ -176,8 +177,10 @@ class QueryGate:
                 leave_once()
 
 
-def _env_list(name: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in os.environ.get(name, "").split(",") if x.strip())
+def _env_list(name: str, qmd_name: str) -> tuple[str, ...]:
+    """The comma-separated list in ``$name``, else in qmd's ``$qmd_name``."""
+    raw = os.environ.get(name) or os.environ.get(qmd_name, "")
+    return tuple(x.strip() for x in raw.split(",") if x.strip())
 
 
 _HOST_RE = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::(?P<port>[0-9]{1,5}))?")
@@ -241,9 +244,13 @@ class OriginHostGuard:
         self.app = app
         self.host, self.port = host.strip("[]").lower(), int(port)
         self.allowed_origins = tuple(
-            allowed_origins if allowed_origins is not None else _env_list("QMDLAB_ALLOWED_ORIGINS")
+            allowed_origins
+            if allowed_origins is not None
+            else _env_list("QMDLAB_ALLOWED_ORIGINS", "QMD_ALLOWED_ORIGINS")
         )
-        self.allowed_hosts = tuple(allowed_hosts if allowed_hosts is not None else _env_list("QMDLAB_ALLOWED_HOSTS"))
+        self.allowed_hosts = tuple(
+            allowed_hosts if allowed_hosts is not None else _env_list("QMDLAB_ALLOWED_HOSTS", "QMD_ALLOWED_HOSTS")
+        )
 
     def origin_ok(self, origin: str | None) -> bool:
         if not origin:  # non-browser clients send none
@@ -345,7 +352,7 @@ class BodyLimit:
             return
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True

@@ -62,6 +62,20 @@ ENV_VARS = {"embed": "QMDLAB_EMBED_MODEL", "expand": "QMDLAB_EXPAND_MODEL", "rer
 #: qmd's names for the same settings, read when the ``QMDLAB_*`` one is unset (or empty).
 QMD_ENV_VARS = {"embed": "QMD_EMBED_MODEL", "expand": "QMD_GENERATE_MODEL", "rerank": "QMD_RERANK_MODEL"}
 
+# Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
+# Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
+# hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
+# As rerankers they judge the first 384 tokens of the selected chunk: a pair then costs ~2.5x
+# less CPU than a full 900-token chunk (prompt evaluation dominates on a CPU).
+_GENERIC_INSTRUCT: dict[str, Any] = {
+    "family": "chatml",
+    "n_ctx": 2048,
+    "max_lines": 6,
+    "max_chars": 160,
+    "sampling": {"temperature": 0.0, "max_tokens": 200},
+    "rerank_max_doc_tokens": 384,
+}
+
 #: Known per-reference backend options (template/family, context, dimension).
 KNOWN: dict[str, dict[str, Any]] = {
     QMD_EMBED: {"template": "gemma", "dim": 768, "n_ctx": 2048},
@@ -71,28 +85,21 @@ KNOWN: dict[str, dict[str, Any]] = {
     MINILM: {"template": "plain", "dim": 384, "n_ctx": 256},
     EMBEDDINGGEMMA: {"template": "gemma", "dim": 768, "n_ctx": 2048},
     EMBEDDINGGEMMA_Q8: {"template": "gemma", "dim": 768, "n_ctx": 2048},
-    # Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
-    # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
-    # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
-    # As rerankers they judge the first 384 tokens of the selected chunk: a pair then costs ~2.5x
-    # less CPU than a full 900-token chunk (prompt evaluation dominates on a CPU).
-    QWEN_CODER: {
-        "family": "chatml",
-        "n_ctx": 2048,
-        "max_lines": 6,
-        "max_chars": 160,
-        "sampling": {"temperature": 0.0, "max_tokens": 200},
-        "rerank_max_doc_tokens": 384,
-    },
-    SMOLLM2: {
-        "family": "chatml",
-        "n_ctx": 2048,
-        "max_lines": 6,
-        "max_chars": 160,
-        "sampling": {"temperature": 0.0, "max_tokens": 200},
-        "rerank_max_doc_tokens": 384,
-    },
+    QWEN_CODER: _GENERIC_INSTRUCT,
+    SMOLLM2: _GENERIC_INSTRUCT,
 }
+
+
+def _index_models() -> dict:
+    """The ``models:`` of the running command's index (:func:`qmdlab.paths.active_index`)."""
+    from qmdlab.paths import active_index
+
+    index_dir = active_index()
+    if index_dir is None or not (index_dir / "collections.yaml").is_file():
+        return {}
+    from qmdlab.store.config import load
+
+    return dict(load(index_dir / "collections.yaml").models)
 
 
 def _load_config(config: Union[Mapping, str, os.PathLike, None]) -> dict:
@@ -100,9 +107,10 @@ def _load_config(config: Union[Mapping, str, os.PathLike, None]) -> dict:
         from qmdlab.paths import home
 
         default = home() / "models.yaml"
+        own = _index_models()
         if not default.is_file():
-            return {}
-        config = default
+            return own
+        return {**_load_config(default), **own}
     if isinstance(config, Mapping):
         data = dict(config)
     else:

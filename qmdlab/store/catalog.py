@@ -40,7 +40,7 @@ class CatalogMixin(IndexBase):
             cached = (key, cfg.load(self.config_path))
             self._config_cache = cached
         conf = cached[1]
-        return cfg.Config(list(conf.collections), list(conf.contexts), conf.editor_uri)
+        return cfg.Config(list(conf.collections), list(conf.contexts), conf.editor_uri, dict(conf.models))
 
     def _save_config(self, conf: cfg.Config) -> None:
         """Write ``collections.yaml``, after the checks every writer makes (a damaged or read-only
@@ -149,6 +149,19 @@ class CatalogMixin(IndexBase):
         with self._lock:
             conf = self._config()
             conf.editor_uri = template or None
+            self._save_config(conf)
+
+    def models(self) -> dict[str, str]:
+        """The index's own model settings (``models:`` in ``collections.yaml``: ``preset``,
+        ``embed``, ``expand``, ``rerank``), read over ``$QMDLAB_HOME/models.yaml``."""
+        return self._config().models
+
+    def set_models(self, models: dict[str, str]) -> None:
+        """Set (merge) the index's model settings; an empty reference removes that key."""
+        with self._lock:
+            conf = self._config()
+            merged = {**conf.models, **models}
+            conf.models = {k: v for k, v in merged.items() if v}
             self._save_config(conf)
 
     def add_context(self, target: str, text: str) -> None:

@@ -11,6 +11,7 @@
       - {target: notes/work, text: "Work notes"}         # a docno prefix
       - {target: /, text: "Everything"}                  # global
     editor_uri: "vscode://file/{path}:{line}:{col}"      # clickable result paths on a terminal (optional)
+    models: {embed: "hf:…", rerank: "hf:…"}              # this index's models, over $QMDLAB_HOME/models.yaml (optional)
 
 Written atomically (temp file + rename). In a project-local index (``.qmdlab/`` made by
 ``qmdlab init``) a root inside the project is written relative to the project folder, so the file
@@ -76,6 +77,11 @@ class Config:
     collections: list[Collection] = field(default_factory=list)
     contexts: list[Context] = field(default_factory=list)
     editor_uri: str | None = None
+    models: dict[str, str] = field(default_factory=dict)
+
+
+#: The keys of an index's ``models:`` (as ``models.yaml``'s).
+MODEL_KEYS = ("preset", "embed", "expand", "rerank")
 
 
 def check_name(name: str) -> str:
@@ -166,7 +172,10 @@ def load(path: Path) -> Config:
             raise ConfigError(f"{path}: contexts[{i}] needs 'target' and 'text'; fix the entry")
         ctxs.append(Context(str(c["target"]), str(c["text"])))
     editor = data.get("editor_uri")
-    return Config(cols, ctxs, str(editor) if editor else None)
+    models = data.get("models") or {}
+    if not isinstance(models, dict) or any(k not in MODEL_KEYS or not isinstance(v, str) for k, v in models.items()):
+        raise ConfigError(f"{path}: 'models' must map {', '.join(MODEL_KEYS)} to model references; fix the entry")
+    return Config(cols, ctxs, str(editor) if editor else None, dict(models))
 
 
 def save(path: Path, config: Config) -> None:
@@ -186,6 +195,8 @@ def save(path: Path, config: Config) -> None:
     data = {"collections": cols, "contexts": [{"target": c.target, "text": c.text} for c in config.contexts]}
     if config.editor_uri:
         data["editor_uri"] = config.editor_uri
+    if config.models:
+        data["models"] = dict(config.models)
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -37,6 +37,7 @@ This module keeps the connection, the write transaction and ``status``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 import threading
@@ -76,6 +77,27 @@ __all__ = [
 ]
 
 BUSY_TIMEOUT_S = 30
+
+
+def busy_timeout_s() -> float:
+    """How long a connection waits for another process's write lock: qmd's
+    ``$QMD_SQLITE_BUSY_TIMEOUT`` (milliseconds; ``0`` fails at once) when it is a number >= 0,
+    else :data:`BUSY_TIMEOUT_S`.
+
+    >>> import os; os.environ["QMD_SQLITE_BUSY_TIMEOUT"] = "1500"; busy_timeout_s()
+    1.5
+    >>> os.environ["QMD_SQLITE_BUSY_TIMEOUT"] = "soon"; busy_timeout_s() == BUSY_TIMEOUT_S
+    True
+    >>> del os.environ["QMD_SQLITE_BUSY_TIMEOUT"]
+    """
+    raw = os.environ.get("QMD_SQLITE_BUSY_TIMEOUT", "").strip()
+    try:
+        ms = float(raw)
+    except ValueError:
+        return float(BUSY_TIMEOUT_S)
+    return int(ms) / 1000 if math.isfinite(ms) and ms >= 0 else float(BUSY_TIMEOUT_S)
+
+
 CONFIG_NAME = "collections.yaml"
 #: Databases up to this size are checked (``PRAGMA integrity_check``) before their first write.
 INTEGRITY_CHECK_MAX_BYTES = 512 * 2**20
@@ -201,9 +223,10 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
     @staticmethod
     def _connect(target: str) -> sqlite3.Connection:
         uri = target.startswith("file:")
-        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S, uri=uri)
+        wait = busy_timeout_s()
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=wait, uri=uri)
         conn.create_function(FTS_FUNCTION, 1, space_cjk, deterministic=True)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
         return conn
 
     def _read_only_uri(self) -> str:
@@ -270,15 +293,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 self._check_before_write()
             if not self._fts_checked:
                 self._migrate_fts()
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as err:
-                if "locked" in str(err) or "busy" in str(err):
-                    raise StoreError(
-                        f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
-                        "is writing to it); retry when that update or embed has finished"
-                    ) from err
-                raise
+            self._begin_write()
             hooks = testhooks.enabled()  # crash-harness event log (off unless $QMDLAB_TEST_EVENTS is set)
             if hooks:
                 testhooks.event("begin", label)
@@ -340,20 +355,25 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
         with self._lock:
             return integrity_check(self.conn)
 
+    def _begin_write(self) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock now; an index another process kept locked past the
+        busy timeout is a :class:`StoreError` that says so."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as err:
+            if "locked" in str(err) or "busy" in str(err):
+                raise StoreError(
+                    f"index {self.dir} stayed busy for {busy_timeout_s():g} s (another qmdlab process "
+                    "is writing to it); retry when that update or embed has finished"
+                ) from err
+            raise
+
     def _migrate_fts(self) -> None:
         """Before the first write of this :class:`Index`: give an index made before
         ``documents_fts.expansions`` existed its four-column table (:func:`~qmdlab.store.schema.migrate_fts`),
         in a transaction of its own, so a failing write later cannot undo it."""
         if schema.fts_columns(self.conn) < len(schema.FTS_COLUMNS):
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as err:
-                if "locked" in str(err) or "busy" in str(err):
-                    raise StoreError(
-                        f"index {self.dir} stayed busy for {BUSY_TIMEOUT_S} s (another qmdlab process "
-                        "is writing to it); retry when that update or embed has finished"
-                    ) from err
-                raise
+            self._begin_write()
             try:
                 schema.migrate_fts(self.conn)  # checks again under the write lock: another process may have
             except BaseException:

@@ -27,8 +27,9 @@ qmd                                    qmdlab
                                        after ``qmdlab trust``
 ``context: {PREFIX: TEXT}``            ``qmdlab context add NAME/PREFIX TEXT``
 ``global_context``                     ``qmdlab context add / TEXT``
-``models.embed|rerank|generate``       ``embed``/``rerank``/``expand`` in
-                                       ``$QMDLAB_HOME/models.yaml``
+``models.embed|rerank|generate``       ``embed``/``rerank``/``expand`` in the index's own
+                                       ``models:`` (its ``collections.yaml``, read over
+                                       ``$QMDLAB_HOME/models.yaml``)
 ``editor_uri`` (qmd's aliases           the index's ``editor_uri``
 ``editor_uri_template``, ``editorUri``,
 ``editor-uri``, read in that order)
@@ -367,35 +368,9 @@ class ImportResult:
     pending_commands: list[str] = field(default_factory=list)  # collections whose update command awaits `qmdlab trust`
 
 
-def merge_models(path: Path, models: Mapping[str, str]) -> dict:
-    """``models.yaml`` with ``models`` set (other keys kept); written atomically."""
-    current: dict = {}
-    if path.is_file():
-        try:
-            current = safeyaml.load_config(path) or {}
-        except (yaml.YAMLError, UnicodeDecodeError, safeyaml.YamlLimitError):
-            raise ConfigError(f"{path}: malformed YAML; fix or delete it, then import again") from None
-        if not isinstance(current, dict):
-            raise ConfigError(f"{path}: expected a mapping of preset/embed/expand/rerank; fix or delete it")
-    current.update(models)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise ConfigError(
-            f"{path}: cannot write the model overrides ({err.strerror or err}); make "
-            "$QMDLAB_HOME writable, or import with --no-models"
-        ) from None
-    return current
-
-
 def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = False) -> ImportResult:
     """Register ``plan`` in the index ``idx`` (nothing with ``dry_run``); a re-import updates the
     settings of collections it registered before (same root)."""
-    from qmdlab.paths import home
-
     res = ImportResult(skipped=list(plan.skipped))
     existing = {c.name: c for c in idx.collections()}
     for cp in plan.collections:
@@ -442,11 +417,13 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
         if not dry_run:
             idx.set_editor_uri(plan.editor_uri)
     if plan.models:
-        models_file = home() / "models.yaml"
         if models:
-            res.lines.append(f"models ({models_file}): " + ", ".join(f"{k} = {v}" for k, v in plan.models.items()))
+            res.lines.append(
+                f"models (this index's {idx.config_path.name}): "
+                + ", ".join(f"{k} = {v}" for k, v in plan.models.items())
+            )
             if not dry_run:
-                merge_models(models_file, plan.models)
+                idx.set_models(plan.models)
         else:
             res.skipped.append("models: left out (--no-models)")
     return res

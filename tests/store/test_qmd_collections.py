@@ -4,12 +4,14 @@ import-qmd (qmd's index.yml, read only) and editor links."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from qmdlab.cli import cli
+from qmdlab.store import Index
 from qmdlab.store.qmdimport import QMD_BUILTIN_IGNORES
 
 
@@ -263,10 +265,11 @@ def test_import_qmd_maps_collections_contexts_models_and_editor(tmp_path, cli_ru
         # qmd shows the longest prefix; qmdlab every applicable context, broadest first, so qmd's is last
         assert idx.contexts_for("notes/work/b.markdown") == ["Everything I write", "Personal notes", "Work notes"]
         assert idx.editor_uri() == "zed://file/{path}:{line}"
-    assert yaml.safe_load((qmdlab_home / "models.yaml").read_text()) == {
-        "embed": "hf:org/repo/embed.gguf",
-        "expand": "hf:org/repo/expand.gguf",
-    }
+        # qmd's models are this index's own, not every index's
+        assert idx.models() == {"embed": "hf:org/repo/embed.gguf", "expand": "hf:org/repo/expand.gguf"}
+    assert not (qmdlab_home / "models.yaml").exists()
+    own = yaml.safe_load((Path(cli_run.index_dir) / "collections.yaml").read_text(encoding="utf-8"))["models"]
+    assert own == {"embed": "hf:org/repo/embed.gguf", "expand": "hf:org/repo/expand.gguf"}
     # indexed: the .markdown file by the expanded mask, drafts ignored, archive excluded from unscoped search
     assert _files(cli_run("search", "heron", "--files")) == [
         "notes/a.md",
@@ -355,6 +358,24 @@ def test_import_qmd_finds_the_config_beside_index_path(tmp_path, cli_run, qmdlab
     monkeypatch.setenv("INDEX_PATH", str(tmp_path / "db" / "qmd.sqlite"))  # no config beside it: keep looking
     res = cli_run("collection", "import-qmd", ok=False)
     assert res.exit_code == 1 and "beside $INDEX_PATH" in res.output
+
+
+def test_an_index_s_own_models_are_read_over_models_yaml(tmp_path, cli_run, qmdlab_home):
+    """``models:`` in an index's ``collections.yaml`` (where import-qmd puts qmd's) win over
+    ``$QMDLAB_HOME/models.yaml`` for commands on that index, and only for that index."""
+    qmdlab_home.mkdir(parents=True, exist_ok=True)
+    (qmdlab_home / "models.yaml").write_text("preset: fake\nrerank: fake:overlap\n", encoding="utf-8")
+    with Index.open(str(tmp_path / "own")) as idx:
+        idx.set_models({"rerank": "none", "expand": "none"})
+        assert idx.models() == {"rerank": "none", "expand": "none"}
+    runner = CliRunner()
+    own = runner.invoke(cli, ["--index", str(tmp_path / "own"), "models"])
+    other = runner.invoke(cli, ["--index", str(tmp_path / "other"), "models"])
+    assert own.exit_code == 0 and other.exit_code == 0, own.output + other.output
+    assert "fake:overlap" not in own.output and "fake:overlap" in other.output
+    from qmdlab.models.registry import resolve_refs
+
+    assert resolve_refs(environ={})[1]["rerank"] == "fake:overlap"  # outside a command: models.yaml alone
 
 
 @pytest.mark.parametrize(
