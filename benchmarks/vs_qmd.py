@@ -328,8 +328,10 @@ def order(i: int) -> tuple[str, str]:
     return ("qmd", "qmdlab") if i % 2 == 0 else ("qmdlab", "qmd")
 
 
-def add_collection(tool: Tool, home: Path, folder: Path, name: str) -> Proc:
-    return tool.run(home, "collection", "add", str(folder), "--name", name, "--mask", "**/*.md")
+def add_collection(tool: Tool, home: Path, folder: Path, name: str, env: Optional[dict[str, str]] = None) -> Proc:
+    # qmd writes the embedding model of the moment (QMD_EMBED_MODEL) into index.yml here, and later
+    # commands read it from there: the same model must be set at this step as at `embed`
+    return tool.run(home, "collection", "add", str(folder), "--name", name, "--mask", "**/*.md", env=env)
 
 
 def bench_index(tools: dict[str, Tool], data: dict[str, Any], size: dict[str, Any], tmp: Path) -> list[Row]:
@@ -372,13 +374,16 @@ def overlap(a: list[str], b: list[str], k: int = 10) -> float:
     return len(set(a[:k]) & set(b[:k])) / float(max(min(k, max(len(a), len(b))), 1))
 
 
-def indexed_home(tools: dict[str, Tool], tmp: Path, folder: Path, tag: str) -> dict[str, Path]:
+def indexed_home(
+    tools: dict[str, Tool], tmp: Path, folder: Path, tag: str, model: Optional[Path] = None
+) -> dict[str, Path]:
     homes = {}
     for name, tool in tools.items():
         home = tmp / f"{tag}-{name}"
         if not home.exists():
             home.mkdir(parents=True)
-            add_collection(tool, home, folder, "docs")
+            extra = embed_args(name, model)[1] if model is not None else {}
+            add_collection(tool, home, folder, "docs", env=tool.env(home, **extra))
         homes[name] = home
     return homes
 
@@ -438,9 +443,10 @@ def bench_embed(tools: dict[str, Tool], data: dict[str, Any], size: dict[str, An
         for i in range(max(1, size["repeats"] - 1)):
             for name in order(i):
                 home = Path(tempfile.mkdtemp(prefix=f"embed-{name}-", dir=tmp))
-                add_collection(tools[name], home, data["embed_dir"], "docs")
                 args, extra = embed_args(name, model)
-                p = tools[name].run(home, *args, env=tools[name].env(home, **extra))
+                env = tools[name].env(home, **extra)
+                add_collection(tools[name], home, data["embed_dir"], "docs", env=env)
+                p = tools[name].run(home, *args, env=env)
                 n = embedded_chunks(name, p)
                 counts[name].add(n)
                 row.add(name, n / p.seconds, p.peak_mb)
@@ -457,7 +463,7 @@ def query_document(q: str) -> str:
 
 
 def embedded_homes(tools: dict[str, Tool], data: dict[str, Any], tmp: Path, model: Path) -> dict[str, Path]:
-    homes = indexed_home(tools, tmp, data["embed_dir"], "query")
+    homes = indexed_home(tools, tmp, data["embed_dir"], "query", model)
     for name, tool in tools.items():
         stamp = homes[name] / ".embedded"
         if not stamp.exists():
@@ -545,13 +551,26 @@ class Server:
         return seconds, [str(x.get("file", "")).removeprefix("qmd://") for x in payload.get("results", [])]
 
     def peak_mb(self) -> float:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-        except OSError:
-            pass
-        return float("nan")
+        """The largest peak RSS (VmHWM) in the server's process tree (qmd's launcher starts Node)."""
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        peak, todo = float("nan"), [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, []))
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        mb = int(line.split()[1]) / 1024.0
+                        peak = mb if peak != peak else max(peak, mb)
+            except OSError:
+                continue
+        return peak
 
     def stop(self) -> None:
         if self.proc.poll() is None:
