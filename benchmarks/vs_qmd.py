@@ -39,6 +39,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -207,7 +208,7 @@ def clean_env() -> dict[str, str]:
 def make_qmd(node: Path, launcher: Path) -> Tool:
     base = clean_env()
     base.update(PATH=f"{node.parent}{os.pathsep}{base.get('PATH', '')}", QMD_FORCE_CPU="1", NO_COLOR="1")
-    version = run_proc([node, launcher, "--version"], base).stdout.strip()
+    version = run_proc([str(node), str(launcher), "--version"], base).stdout.strip()
 
     def home_env(home: Path) -> dict[str, str]:
         return dict(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), XDG_CONFIG_HOME=str(home / "config"))
@@ -524,7 +525,10 @@ class Server:
         self.port = free_port()
         args = [*tool.prefix, "mcp", "--http", "--port", str(self.port), *extra]
         self.log = open(home / "server.log", "wb")
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # its own process group: qmd's launcher starts the server as a child, and both must stop
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -573,13 +577,16 @@ class Server:
         return peak
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """SIGTERM to the server's whole group (the launcher and the server it started), then wait."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         self.log.close()
 
 
