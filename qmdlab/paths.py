@@ -47,11 +47,13 @@ def resolve_index_dir(name_or_path: str | os.PathLike | None = None) -> Path:
     A value containing a path separator, starting with ``.``/``~``, or naming an existing
     directory is a path; anything else is a name under ``$QMDLAB_HOME/indexes``.
 
-    >>> import os; os.environ["QMDLAB_HOME"] = "/tmp/qh"; os.environ.pop("QMDLAB_INDEX", None) and None
+    >>> import os; saved = dict(os.environ)
+    >>> os.environ["QMDLAB_HOME"] = "/home/me/.qmdlab"; os.environ.pop("QMDLAB_INDEX", None) and None
     >>> str(resolve_index_dir("notes"))
-    '/tmp/qh/indexes/notes'
+    '/home/me/.qmdlab/indexes/notes'
     >>> str(resolve_index_dir("/data/idx"))
     '/data/idx'
+    >>> os.environ.clear(); os.environ.update(saved)
     """
     value = name_or_path if name_or_path is not None else os.environ.get("QMDLAB_INDEX")
     if value is None or value == "":

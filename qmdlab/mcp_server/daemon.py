@@ -57,11 +57,12 @@ def state_name(index: str | os.PathLike[str] | None = None) -> str:
     a command without ``--index`` uses): ``mcp`` for the default index, ``mcp-NAME`` for another
     index under ``$QMDLAB_HOME/indexes``, ``mcp-HASH`` for one at another path.
 
-    >>> import os; os.environ["QMDLAB_HOME"] = "/tmp/qh"
-    >>> state_name("default"), state_name("notes"), state_name("/tmp/qh/indexes/notes")
+    >>> import os; saved = dict(os.environ); os.environ["QMDLAB_HOME"] = "/home/me/.qmdlab"
+    >>> state_name("default"), state_name("notes"), state_name("/home/me/.qmdlab/indexes/notes")
     ('mcp', 'mcp-notes', 'mcp-notes')
     >>> state_name("/data/idx") == state_name("/data/idx/") != state_name("/data/other")
     True
+    >>> os.environ.clear(); os.environ.update(saved)
     """
     folder = os.path.abspath(resolve_index_dir(None if index is None else str(index)))
     parent, name = os.path.realpath(os.path.dirname(folder)), os.path.basename(folder)
