@@ -176,7 +176,14 @@ def preload() -> int:
     import pkgutil
 
     n = 0
-    for pkg_name in ("qmdlab.store", "qmdlab.search", "qmdlab.models", "qmdlab.pipeline", "eval", "training"):
+    for pkg_name in (
+        "qmdlab.store",
+        "qmdlab.search",
+        "qmdlab.models",
+        "qmdlab.pipeline",
+        "qmdlab.eval",
+        "qmdlab.training",
+    ):
         pkg = importlib.import_module(pkg_name)
         for info in pkgutil.walk_packages(pkg.__path__, pkg_name + "."):
             if any(part in info.name for part in ("ray", "scale", "commands", "__main__")):
