@@ -407,8 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.cpu_run [--config recipe.yaml] [--field value ...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(RecipeConfig, argv)
-    return run_recipe(cfg)
+    return run_recipe(parse_args(RecipeConfig, argv))
 
 
 if __name__ == "__main__":

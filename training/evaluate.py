@@ -340,8 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.evaluate [--config evaluate.yaml] [--field value ...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(EvaluateConfig, argv)
-    return run_evaluate(cfg)
+    return run_evaluate(parse_args(EvaluateConfig, argv))
 
 
 if __name__ == "__main__":

@@ -239,8 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.export [--config export.yaml] [--field value ...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(ExportConfig, argv)
-    return run_export(cfg)
+    return run_export(parse_args(ExportConfig, argv))
 
 
 if __name__ == "__main__":

@@ -510,8 +510,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.grpo [--config grpo.yaml] [--field value ...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(GRPORunConfig, argv)
-    return run_grpo(cfg)
+    return run_grpo(parse_args(GRPORunConfig, argv))
 
 
 if __name__ == "__main__":

@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.sft [--config sft.yaml] [--field value ...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(SFTRunConfig, argv)
-    return run_sft(cfg)
+    return run_sft(parse_args(SFTRunConfig, argv))
 
 
 if __name__ == "__main__":

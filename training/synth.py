@@ -263,8 +263,7 @@ def main(argv: list[str] | None = None) -> dict:
     """``python -m qmdlab.training.synth [--config synth.yaml] --collection NAME [...]``."""
     from qmdlab.training.config import parse_args
 
-    cfg = parse_args(SynthConfig, argv)
-    return run_synth(cfg)
+    return run_synth(parse_args(SynthConfig, argv))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 
 import click
 
-from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
+from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import ModelError, QmdlabError, StoreError
 from qmdlab.role_options import role_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
@@ -337,17 +337,7 @@ def register(group: click.Group) -> None:
         collections,
         min_score,
         intent,
-        fmt,
-        as_json,
-        as_csv,
-        as_md,
-        as_xml,
-        as_files,
-        all_results,
-        full,
-        max_chars,
-        line_numbers,
-        context,
+        result: ResultOptions,
         preset,
         roles,
         ann,
@@ -357,8 +347,6 @@ def register(group: click.Group) -> None:
         from qmdlab.output import build_rows
         from qmdlab.search.vector import vector_search
 
-        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
-        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         if ann_ef is not None and not ann:
             raise QmdlabError("--ann-ef needs --ann (it sets the approximate search's candidate list)")
         idx = _open_index(ctx)
@@ -378,19 +366,9 @@ def register(group: click.Group) -> None:
             idx,
             emb.embed_query(query),
             fingerprint=emb.fingerprint,
-            limit=ALL_LIMIT if all_results else limit,
+            limit=result.limit(limit),
             collections=list(collections) or None,
             ann=ann_cfg,
         )
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(
-            render(
-                idx,
-                build_rows(idx, hits, f"{query} {intent}" if intent else query),
-                fmt,
-                full=full,
-                line_numbers=line_numbers,
-                max_chars=max_chars,
-                context=context,
-            )
-        )
+        click.echo(result.render(idx, build_rows(idx, hits, f"{query} {intent}" if intent else query)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.result_options import result_options
+from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
 from qmdlab.role_options import role_options
@@ -123,23 +123,12 @@ def register(group: click.Group) -> None:
         tag_lift,
         no_strong_signal,
         trace_json,
-        fmt,
-        as_json,
-        as_csv,
-        as_md,
-        as_xml,
-        as_files,
-        all_results,
-        full,
-        max_chars,
-        line_numbers,
-        context,
+        result: ResultOptions,
     ) -> None:
         """Hybrid search: BM25 + vectors, fusion, and — per preset or flag — expansion and rerank, with a trace.
 
         The first line on stderr says which stages ran and why (the preset's measured default, the
         config or a flag)."""
-        from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render
         from qmdlab.display import json_text, printable_text
         from qmdlab.models import load_models
         from qmdlab.pipeline.config import PipelineConfig
@@ -152,16 +141,14 @@ def register(group: click.Group) -> None:
         from qmdlab.store.index import creates_index
 
         text = check_query_document(text)  # qmd's grammar: a line-numbered error, expand: TEXT read as TEXT
-        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
-        if trace_json and (fmt != "cli" or context or max_chars or full or line_numbers):
+        if trace_json and result != ResultOptions(all_results=result.all_results):
             raise QmdlabError(
                 "--trace-json prints the whole trace; the result formats and --context, --full, "
                 "--max-chars and --line-numbers shape results (drop --trace-json for those)"
             )
-        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         base = PipelineConfig.from_file(config_file) if config_file else PipelineConfig(limit=5)
         flags = {
-            "limit": ALL_LIMIT if all_results else limit,
+            "limit": result.limit(limit),
             "candidate_limit": candidate_limit,
             "fusion": fusion,
             "blend": blend,
@@ -188,21 +175,11 @@ def register(group: click.Group) -> None:
             return
         rows = trace.result_rows()
         explains = None
+        fmt = result.fmt
         if explain and fmt == "json":  # one explain block per result, inside the array
             blocks = {docno: block for (_, docno), block in result_explain(trace, cfg).items()}
             explains = [blocks.get(r.docno) for r in rows]
-        click.echo(
-            render(
-                idx,
-                rows,
-                fmt,
-                full=full,
-                line_numbers=line_numbers,
-                max_chars=max_chars,
-                context=context,
-                explains=explains,
-            )
-        )
+        click.echo(result.render(idx, rows, explains=explains))
         if explain and fmt in ("cli", "md"):
             click.echo("")
             click.echo(printable_text(format_explain(trace, cfg)))

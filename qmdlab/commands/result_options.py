@@ -12,7 +12,9 @@ and :func:`~qmdlab.pipeline.results.located_rows`, the hit context
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
@@ -24,47 +26,90 @@ ALL_LIMIT = 1_000_000
 """``--all``: the result limit (every match; a BM25/vector list is cut to the index size anyway)."""
 
 
-def result_options(*, json_flag: bool = True) -> Callable:
-    """Decorator adding ``--format``, the shorthands, ``--all``, ``--full``, ``--max-chars``,
-    ``--line-numbers`` and ``--context`` (parameters ``fmt``, ``as_<fmt>``, ``all_results``,
-    ``full``, ``max_chars``, ``line_numbers``, ``context``).
+@dataclass(frozen=True)
+class ResultOptions:
+    """The result flags of one command line, checked: the one format asked for and what shapes the rows."""
 
-    ``json_flag=False`` leaves ``--json`` out (for a command that defines its own).
+    fmt: str = "cli"
+    all_results: bool = False
+    full: bool = False
+    max_chars: int = 0
+    line_numbers: bool = False
+    context: bool = False
+
+    def limit(self, n: int) -> int:
+        """``-n``, or every match with ``--all``.
+
+        >>> ResultOptions().limit(5), ResultOptions(all_results=True).limit(5) == ALL_LIMIT
+        (5, True)
+        """
+        return ALL_LIMIT if self.all_results else n
+
+    def render(self, idx, rows, *, explains=None) -> str:
+        """:func:`render` with these flags."""
+        return render(
+            idx,
+            rows,
+            self.fmt,
+            full=self.full,
+            line_numbers=self.line_numbers,
+            max_chars=self.max_chars,
+            context=self.context,
+            explains=explains,
+        )
+
+
+_RESULT_PARAMS = ("fmt", "all_results", "full", "max_chars", "line_numbers", "context")
+
+
+def result_options() -> Callable:
+    """Decorator adding ``--format``, the shorthands, ``--all``, ``--full``, ``--max-chars``,
+    ``--line-numbers`` and ``--context``, passed to the command as one checked :class:`ResultOptions`
+    in its ``result`` parameter (a conflicting format or a flag the format cannot show is refused
+    before the command runs).
     """
 
     def deco(fn: Callable) -> Callable:
-        fn = click.option(
+        @functools.wraps(fn)
+        def command(*args, **kwargs):
+            shorthands = {f"as_{name}": kwargs.pop(f"as_{name}") for name in SHORTHANDS}
+            values = {name: kwargs.pop(name) for name in _RESULT_PARAMS}
+            values["fmt"] = pick_format(values["fmt"], **shorthands)
+            opts = ResultOptions(**values)
+            check_flags(opts.fmt, full=opts.full, max_chars=opts.max_chars, context=opts.context)
+            return fn(*args, result=opts, **kwargs)
+
+        wrapped: Callable = command
+        wrapped = click.option(
             "--context",
             "context",
             is_flag=True,
             help="Under each hit, its parent section (title and a short summary) and the sibling "
             "section headings (cli, md and json formats).",
-        )(fn)
-        fn = click.option(
+        )(wrapped)
+        wrapped = click.option(
             "--line-numbers",
             "line_numbers",
             is_flag=True,
             help="Number the snippet lines (the cli format always does).",
-        )(fn)
-        fn = click.option(
+        )(wrapped)
+        wrapped = click.option(
             "--max-chars",
             "max_chars",
             type=click.IntRange(min=0),
             default=0,
             help="With --full: cap each document at N characters; a capped one ends with how many "
             "were left out and the `qmdlab get` that reads on [default: 0 = no cap].",
-        )(fn)
-        fn = click.option("--full", is_flag=True, help="Show whole documents instead of snippets.")(fn)
-        fn = click.option(
+        )(wrapped)
+        wrapped = click.option("--full", is_flag=True, help="Show whole documents instead of snippets.")(wrapped)
+        wrapped = click.option(
             "--all", "all_results", is_flag=True, help="Return every match instead of -n (combine with --min-score)."
-        )(fn)
+        )(wrapped)
         for name in reversed(SHORTHANDS):
-            if name == "json" and not json_flag:
-                continue
-            fn = click.option(f"--{name}", f"as_{name}", is_flag=True, help=f"Same as --format {name}.")(fn)
+            wrapped = click.option(f"--{name}", f"as_{name}", is_flag=True, help=f"Same as --format {name}.")(wrapped)
         return click.option(
             "--format", "fmt", type=click.Choice(FORMATS), default=None, help="Result format [default: cli]."
-        )(fn)
+        )(wrapped)
 
     return deco
 
@@ -182,6 +227,7 @@ def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | No
 
 
 __all__ = [
+    "ResultOptions",
     "FORMATS",
     "SHORTHANDS",
     "ALL_LIMIT",

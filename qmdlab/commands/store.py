@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from qmdlab.commands.common import open_index, print_report
-from qmdlab.commands.result_options import ALL_LIMIT, check_flags, pick_format, render, result_options
+from qmdlab.commands.result_options import ResultOptions, pick_format, result_options
 from qmdlab.display import printable
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.output import build_rows
@@ -234,24 +234,12 @@ def register(group: click.Group) -> None:
         before,
         mode,
         min_match,
-        fmt,
-        as_json,
-        as_csv,
-        as_md,
-        as_xml,
-        as_files,
-        all_results,
-        full,
-        max_chars,
-        line_numbers,
-        context,
+        result: ResultOptions,
         min_score,
     ) -> None:
         """BM25 full-text search."""
         from qmdlab.search import SearchFilters, bm25_search
 
-        fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
-        check_flags(fmt, full=full, max_chars=max_chars, context=context)
         if min_match < 0:
             raise click.BadParameter(
                 f"{min_match!r}: must be >= 0 (a count >= 1 or a share below 1)", param_hint="--min-match"
@@ -260,24 +248,14 @@ def register(group: click.Group) -> None:
         hits = bm25_search(
             idx,
             query,
-            limit=ALL_LIMIT if all_results else limit,
+            limit=result.limit(limit),
             mode=mode,
             min_match=min_match,
             collections=list(collections) or None,
             filters=SearchFilters(tuple(tags), since, before),
         )
         hits = [h for h in hits if h.score >= min_score]
-        click.echo(
-            render(
-                idx,
-                build_rows(idx, hits, query),
-                fmt,
-                full=full,
-                line_numbers=line_numbers,
-                max_chars=max_chars,
-                context=context,
-            )
-        )
+        click.echo(result.render(idx, build_rows(idx, hits, query)))
 
     @group.command("get")
     @click.argument("ref")

@@ -82,6 +82,22 @@ def _records(df: Any) -> list[dict[str, Any]]:
     return [] if df is None else list(df.to_dicts())
 
 
+def _results_text(head: str, results: list[dict[str, Any]]) -> str:
+    """A tool's text answer: ``head``, then per result its rank, docno, docid, score, heading
+    breadcrumb, title and indented snippet."""
+    out = [head]
+    for r in results:
+        crumb = " > ".join(r["heading_path"])
+        out.append(
+            f"{r['rank']}. {r['docno']} ({r['docid']}) score {r['score']:.3f}"
+            + (f"  [{crumb}]" if crumb else "")
+            + (f"\n   {r['title']}" if r.get("title") else "")
+        )
+        if r.get("snippet"):
+            out.append("   " + r["snippet"].replace("\n", "\n   "))
+    return "\n".join(out)
+
+
 def _json_safe(value: Any) -> Any:
     """NaN/inf (not JSON) become ``None``; containers are cleaned recursively.
 
@@ -601,17 +617,7 @@ class Engine:
             rows = build_rows(self.index, hits, text)
             results = self._rows(rows)
         data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
-        out = [f"{len(results)} result(s) for {text!r} ({tool})"]
-        for r in results:
-            crumb = " > ".join(r["heading_path"])
-            out.append(
-                f"{r['rank']}. {r['docno']} ({r['docid']}) score {r['score']:.3f}"
-                + (f"  [{crumb}]" if crumb else "")
-                + (f"\n   {r['title']}" if r.get("title") else "")
-            )
-            if r.get("snippet"):
-                out.append("   " + r["snippet"].replace("\n", "\n   "))
-        return "\n".join(out), data
+        return _results_text(f"{len(results)} result(s) for {text!r} ({tool})", results), data
 
     # -- query ------------------------------------------------------------------------
     def query(
@@ -698,17 +704,7 @@ class Engine:
             data["expansions"], data["timings"] = parts["expansions"], parts["timings"]
         data = _json_safe(data)
         head = text or "; ".join(f"{s['type']}: {s['query']}" for s in searches)
-        out = [f"{len(results)} result(s) for {head!r}"]
-        for r in results:
-            crumb = " > ".join(r["heading_path"])
-            out.append(
-                f"{r['rank']}. {r['docno']} ({r['docid']}) score {r['score']:.3f}"
-                + (f"  [{crumb}]" if crumb else "")
-                + (f"\n   {r['title']}" if r.get("title") else "")
-            )
-            if r.get("snippet"):
-                out.append("   " + r["snippet"].replace("\n", "\n   "))
-        return "\n".join(out), data
+        return _results_text(f"{len(results)} result(s) for {head!r}", results), data
 
     def _run(
         self,

@@ -47,6 +47,11 @@ from qmdlab.mcp_server.instructions import build_instructions
 
 log = logging.getLogger(__name__)
 
+# The parameter types several tools share (one description each, as the tools' schemas show them).
+ResultLimit = Annotated[int, Field(ge=1, le=100, description="Results to return.")]
+OneCollection = Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")]
+SomeCollections = Annotated[list[str] | None, Field(description="Restrict to these collections.")]
+
 TOOL_NAMES = (
     "search",
     "vsearch",
@@ -243,11 +248,11 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
                 ),
             ),
         ] = None,
-        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+        collections: SomeCollections = None,
         intent: Annotated[
             str | None, Field(description="What the searcher is trying to do; steers expansion and chunk choice.")
         ] = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        limit: ResultLimit = 10,
         minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results scoring below this.")] = 0.0,
         candidateLimit: Annotated[
             int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")
@@ -340,12 +345,12 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         query: Annotated[
             str, Field(min_length=1, description="Keywords or a phrase to find (BM25; quote an exact phrase).")
         ],
-        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        limit: ResultLimit = 10,
         minScore: Annotated[
             float, Field(ge=0.0, le=1.0, description="Drop results whose normalised BM25 score is below this.")
         ] = 0.0,
-        collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
-        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+        collection: OneCollection = None,
+        collections: SomeCollections = None,
     ) -> CallToolResult:
         """Fast keyword search (BM25 full text, no model). Use it when you know words, names, code identifiers or
         phrases that appear in the document; use `vsearch` when you only know the idea, `query` for the best
@@ -356,12 +361,12 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         query: Annotated[
             str, Field(min_length=1, description="A natural-language description of what you are looking for.")
         ],
-        limit: Annotated[int, Field(ge=1, le=100, description="Results to return.")] = 10,
+        limit: ResultLimit = 10,
         minScore: Annotated[
             float, Field(ge=0.0, le=1.0, description="Drop results whose cosine similarity is below this.")
         ] = 0.0,
-        collection: Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")] = None,
-        collections: Annotated[list[str] | None, Field(description="Restrict to these collections.")] = None,
+        collection: OneCollection = None,
+        collections: SomeCollections = None,
     ) -> CallToolResult:
         """Semantic search (vector embeddings only, no expansion or rerank). Use it for conceptual questions whose
         wording may differ from the documents' ("how do I ..."); use `search` for exact terms, `query` for the
