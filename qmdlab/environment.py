@@ -32,7 +32,8 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_MAX_DOCUMENTS": "Capacity limit: documents per index.",
     "QMDLAB_MAX_CHUNKS": "Capacity limit: chunks per index.",
     "QMDLAB_MAX_VECTOR_BYTES": "Capacity limit: bytes of stored vectors per index.",
-    "QMDLAB_QUERY_BUDGET_MS": "Interactive per-query time budget in milliseconds for the optional keyword channels.",
+    "QMDLAB_QUERY_BUDGET_MS": "Milliseconds a query may spend before rerank (default 30000): past it rerank is skipped "
+    "and the fusion order kept; at 80 % a capacity note. Evaluation runs lift it.",
     "QMDLAB_ALLOWED_ORIGINS": "Extra `Origin`s the HTTP MCP server accepts (comma-separated); unset, qmd's "
     "`QMD_ALLOWED_ORIGINS` is read.",
     "QMDLAB_ALLOWED_HOSTS": "Extra `Host` names the HTTP MCP server accepts (comma-separated `host` or `host:port`); "
