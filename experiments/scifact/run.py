@@ -15,6 +15,11 @@ Stages (``--stages``, default all, each resumable: a finished stage's JSON is re
   with it, its fusion tuned on the training claims as for the untrained row.
 - ``reranker`` — the MiniLM cross-encoder trained on the training claims' hybrid candidates
   (``qmdlab train reranker --suite scifact``), calibrated and blended on held-back training claims.
+- ``expander`` — the query expander of ``make train-scifact-expander`` (SmolLM2-135M, SFT then GRPO
+  on the training claims; ``--expander-run``), each exported GGUF plugged into the hybrid as
+  ``--expand-model`` would, recorded on the test claims with the recipe's own sampling (so the
+  recipe's evaluation traces are reused), under qmd_rrf and under the fusion chosen on the training
+  claims; each row is also compared with the same fusion without expansion.
 
 Every row is compared per test claim with the best untrained row (paired t-test, Fisher
 randomisation, wins/ties/losses). Writes ``<out>/scifact.json`` (rows, comparisons, per-claim
@@ -33,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS = ("ndcg@10", "recall@100")
-STAGES = ("untrained", "tuned", "learned", "embedder", "reranker")
+STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander")
 
 
 def _log(msg: str) -> None:
@@ -230,6 +235,66 @@ def reranker(suite, out: Path, work: Path, args) -> list[dict]:
     return rows
 
 
+def expander(suite, out: Path, work: Path, args) -> list[dict]:
+    import polars as pl
+
+    from qmdlab.eval.record import record, suite_config
+    from qmdlab.eval.significance import paired_comparison
+    from qmdlab.eval.study import Study
+    from qmdlab.models import ModelSet, load_models
+    from qmdlab.training.config import load_config
+    from qmdlab.training.cpu_run import stage_seconds
+    from qmdlab.training.evaluate import EvaluateConfig, build_expander
+
+    run = Path(args.expander_run)
+    summary = run / "summary.json"
+    if not summary.is_file():
+        raise SystemExit(f"{summary}: no finished expander run; run `make train-scifact-expander` first")
+    recipe = json.loads(summary.read_text(encoding="utf-8"))
+    ecfg = load_config(EvaluateConfig, str(run / "evaluate" / "scifact" / "config.yaml"))
+    base = load_models(ecfg.models_preset, n_threads=ecfg.n_threads)
+    test = sorted(suite.split.test)
+    config = suite_config(suite).replace(rerank=False)
+    none = Study.from_recording(
+        record(suite, ModelSet(base.embedder, None, None), config.replace(expand=False), qids=test, log=_log),
+        metrics=list(METRICS),
+    )
+    tuned_rows = (
+        json.loads((out / "scifact.json").read_text(encoding="utf-8"))["stages"].get("tuned", {}).get("rows", [])
+    )
+    chosen = next((r["row"].split(": ")[1].split(" ")[0] for r in tuned_rows if "chosen on train" in r["row"]), None)
+    fusions = ["qmd_rrf"] + ([chosen] if chosen and chosen != "qmd_rrf" else [])
+    costs = {k: v for k, v in stage_seconds(run).items()}
+    rows = []
+    for variant, path in recipe["models"].items():
+        label = {"sft": "expander SFT", "sft+grpo": "expander SFT+GRPO"}.get(variant, f"expander {variant}")
+        exp = build_expander(path, ecfg)
+        rec = record(suite, ModelSet(base.embedder, exp, None), config.replace(expand=True), qids=test, log=_log)
+        study = Study.from_recording(rec, metrics=list(METRICS))
+        for fusion in fusions:
+            row = _row(
+                f"{label} hybrid {fusion}",
+                study.evaluate(config.replace(fusion=fusion)).final,
+                study,
+                test,
+                out,
+                suite,
+                "trained",
+            )
+            without = none.evaluate(config.replace(expand=False, fusion=fusion)).final
+            pq = none.scorer.score(without.rename({"final_rank": "rank"}))
+            baseline = dict(zip(pq["qid"].to_list(), pq["ndcg@10"].to_list()))
+            row["against_no_expansion"] = {
+                "fusion": fusion,
+                "ndcg@10": float(pl.Series(list(baseline.values())).mean()),
+                **paired_comparison(baseline, row["per_query"]),
+            }
+            row["train_s"] = {k: costs.get(k) for k in ("synth", "sft", "grpo", "export_sft", "export_grpo")}
+            row["s_per_query"] = recipe["evaluate"]["scifact"].get(variant, {}).get("s_per_query")
+            rows.append(row)
+    return rows
+
+
 def _compare(best: dict, row: dict) -> dict:
     from qmdlab.eval.significance import paired_comparison
 
@@ -248,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", type=int, default=20, help="Hybrid candidates the cross-encoder reranks.")
     ap.add_argument("--list-size", type=int, default=8, help="Candidates per training list of the cross-encoder.")
     ap.add_argument("--threads", type=int, default=2, help="Torch CPU threads for training.")
+    ap.add_argument(
+        "--expander-run",
+        type=Path,
+        default=REPO / "runs" / "scifact-expander",
+        help="A finished `make train-scifact-expander` run (the expander stage scores its exports).",
+    )
     ap.add_argument("--markdown", action="store_true", help="Also print the tables as Markdown.")
     args = ap.parse_args(argv)
 
@@ -270,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{stage}: done earlier (delete it from {store} to run it again)")
             continue
         t0 = time.perf_counter()
-        if stage in ("embedder", "reranker"):
-            rows = {"embedder": embedder, "reranker": reranker}[stage](suite, args.out, args.work, args)
+        if stage in ("embedder", "reranker", "expander"):
+            rows = {"embedder": embedder, "reranker": reranker, "expander": expander}[stage](
+                suite, args.out, args.work, args
+            )
         else:
             rows = {"untrained": untrained, "tuned": tuned, "learned": learned}[stage](suite, args.out)
         data["stages"][stage] = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
