@@ -96,7 +96,7 @@ def mcp_command(
         return
     try:
         from qmdlab.mcp_server.engine import Engine
-        from qmdlab.mcp_server.server import serve_stdio  # imports the SDK
+        from qmdlab.mcp_server.stdio import serve_stdio  # imports the SDK
     except ModuleNotFoundError as err:  # the 'mcp' extra is missing
         from qmdlab.errors import QmdlabError
 

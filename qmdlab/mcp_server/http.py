@@ -65,7 +65,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 import qmdlab
 from qmdlab.errors import QmdlabError
 from qmdlab.mcp_server.engine import Engine
-from qmdlab.mcp_server.server import QueryRequest, build_server, has_lone_surrogate
+from qmdlab.mcp_server.frames import has_lone_surrogate
+from qmdlab.mcp_server.server import QueryRequest, build_server
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 DEFAULT_HOST = "127.0.0.1"

@@ -34,7 +34,7 @@ def _frame(i, method, params=None):
 SLOW_SERVER = """
 import time
 from qmdlab.mcp_server.engine import Engine
-from qmdlab.mcp_server.server import serve_stdio
+from qmdlab.mcp_server.stdio import serve_stdio
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
 

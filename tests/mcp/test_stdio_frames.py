@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from qmdlab.mcp_server.server import check_frame
+from qmdlab.mcp_server.frames import check_frame
 
 pytestmark = pytest.mark.slow  # one subprocess start-up (imports + index open)
 

@@ -229,7 +229,7 @@ def test_query_role_overrides_are_applied(index_dir, monkeypatch):
 
 def test_mcp_serves_with_the_role_overrides(index_dir, monkeypatch, require):
     require.module("mcp", "the MCP server needs the 'mcp' extra")
-    from qmdlab.mcp_server import server
+    from qmdlab.mcp_server import stdio as server
 
     served = []
     monkeypatch.setattr(server, "serve_stdio", served.append)

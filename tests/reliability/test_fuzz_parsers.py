@@ -244,7 +244,7 @@ def _jsonrpc_frame() -> st.SearchStrategy[str]:
 def test_every_stdio_frame_is_handed_over_answered_or_dropped(line):
     from mcp_types import jsonrpc_message_adapter
 
-    from qmdlab.mcp_server.server import check_frame
+    from qmdlab.mcp_server.frames import check_frame
 
     with bounded(line[:200]):
         msg, reply = check_frame(line)
