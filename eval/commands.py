@@ -181,7 +181,8 @@ def _frontier(
     --ablate/--chunkers/--variants given, which the frontier refuses."""
     from functools import partial
 
-    from qmdlab.eval.frontier import format_table, frontier, parse_pick, pick, write_pick
+    from qmdlab.eval.frontier import format_table, frontier
+    from qmdlab.eval.frontier_pick import parse_pick, pick, write_pick
     from qmdlab.models import load_models
 
     if ablation_flags:

@@ -46,7 +46,6 @@ on). :func:`pick` chooses ``best`` (highest nDCG@10) or ``fastest-within D`` (th
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -64,7 +63,6 @@ from .metrics import HEADLINE
 from .significance import paired_pvalues
 
 LLM_ROWS = ("+lex", "+lex+vec", "+lex+vec+hyde", "+rerank")
-PICKS = ("best", "fastest-within")
 
 
 @dataclass
@@ -627,7 +625,7 @@ def format_table(result: Frontier) -> str:
         f" {'Δ':>7} {'p(t)':>7} {'p(F)':>7}  front"
     ]
     for r in t.iter_rows(named=True):
-        secs = "—" if r["s_per_query"] is None else _secs(r["s_per_query"])
+        secs = "—" if r["s_per_query"] is None else format_seconds(r["s_per_query"])
         vs = r["vs_cheaper"] or "— (fastest)"
         d = "" if r["delta"] is None else f"{r['delta']:+.4f}"
         pt = "" if r["p_ttest"] is None else f"{r['p_ttest']:.3g}"
@@ -650,12 +648,19 @@ def format_table(result: Frontier) -> str:
     return "\n".join(lines)
 
 
-def _secs(s: float) -> str:
+def format_seconds(s: float) -> str:
+    """``12.3 ms`` below a second, ``1.23 s`` from one on.
+
+    >>> format_seconds(0.0123), format_seconds(1.234)
+    ('12.3 ms', '1.23 s')
+    """
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def plot(result: Frontier, path: Path) -> Path | None:
     """nDCG@10 against s/query (log scale), the Pareto front drawn and marked, into ``path`` (PNG)."""
+    from .frontier_plot import figure
+
     fig = figure(result.table, result.metric, title=_title(result))
     if fig is None:
         return None
@@ -668,167 +673,13 @@ def _title(result: Frontier) -> str:
     return f"{result.suite}: quality vs latency ({result.queries} queries{llm})"
 
 
-def figure(table: pl.DataFrame, metric: str = HEADLINE, *, title: str = ""):
-    """The frontier plot of a frontier table (:func:`frontier`'s, or ``frontier.csv`` read back — the
-    tune notebook draws it from there): a matplotlib ``Figure``, ``None`` when nothing was timed."""
-    from matplotlib.figure import Figure
-
-    rows = [r for r in table.iter_rows(named=True) if r["s_per_query"] is not None]
-    if not rows:
-        return None
-    most = max(r["n"] for r in table.iter_rows(named=True))
-    fig = Figure(figsize=(8, 5), dpi=110)
-    ax = fig.subplots()
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        llm = r["n"] < most  # a row on fewer queries (the LLM recording, a trained reranker's folds)
-        on = bool(r["pareto"])
-        ax.scatter(
-            [r["s_per_query"]],
-            [r[metric]],
-            s=60 if on else 30,
-            marker="s" if llm else "o",
-            color="tab:red" if on else "tab:gray",
-            zorder=3,
-        )
-        if on:
-            ax.annotate(
-                r["config"] + (f" (n={r['n']})" if llm else ""),
-                (r["s_per_query"], r[metric]),
-                textcoords="offset points",
-                xytext=(5, 4),
-                fontsize=7,
-                color="tab:red",
-            )
-        else:  # rows timed by the same run share an x: one label for them
-            groups.setdefault((r["s_per_query"], llm), []).append(r)
-    for (secs, llm), rs in groups.items():
-        top = max(rs, key=lambda r: r[metric])
-        heads = {r["config"].split()[0] for r in rs}
-        label = (
-            rs[0]["config"]
-            if len(rs) == 1
-            else f"{heads.pop()} ×{len(rs)}"
-            if len(heads) == 1
-            else f"{len(rs)} rows: " + ", ".join(r["config"] for r in rs)
-        )
-        label += f" (n={rs[0]['n']})" if llm else ""
-        ax.annotate(label, (secs, top[metric]), textcoords="offset points", xytext=(5, -10), fontsize=7, color="0.35")
-    front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["s_per_query"])
-    ax.plot(
-        [r["s_per_query"] for r in front],
-        [r[metric] for r in front],
-        color="tab:red",
-        lw=1,
-        zorder=2,
-        label="Pareto front",
-    )
-    ax.set_xscale("log")
-    ax.set_xlabel("median seconds per query (this machine, log scale)")
-    ax.set_ylabel(f"{metric} (held-out)")
-    if title:
-        ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-# -- choosing ---------------------------------------------------------------------------------------
-def parse_pick(value: str, extra: Sequence[str] = ()) -> tuple[str, float]:
-    """``--pick best`` / ``--pick fastest-within 0.005`` (also ``fastest-within=0.005``) → ``(rule, delta)``.
-
-    >>> parse_pick("best"), parse_pick("fastest-within", ["0.005"]), parse_pick("fastest-within=0.01")
-    (('best', 0.0), ('fastest-within', 0.005), ('fastest-within', 0.01))
-    """
-    rule, _, inline = value.replace(" ", "=").partition("=")
-    if rule not in PICKS:
-        raise ConfigError(f"--pick {value!r}: use --pick best or --pick fastest-within DELTA (e.g. 0.005)")
-    if rule == "best":
-        if inline or extra:
-            raise ConfigError(f"--pick best takes no value (got {inline or ' '.join(extra)!r})")
-        return rule, 0.0
-    text = inline or (extra[0] if extra else "")
-    try:
-        delta = float(text)
-    except ValueError:
-        raise ConfigError(
-            f"--pick fastest-within needs the nDCG@10 it may give up, e.g. --pick fastest-within 0.005 (got {text!r})"
-        ) from None
-    if not delta >= 0:
-        raise ConfigError(f"--pick fastest-within {text}: the amount must be >= 0")
-    return rule, delta
-
-
-def _compare(a: Point, b: Point, metric: str) -> float:
-    """``a``'s mean minus ``b``'s on the queries both stand on (0 when they share none)."""
-    qids = sorted(set(a.per_query["qid"]) & set(b.per_query["qid"]))
-    return a.mean(metric, qids) - b.mean(metric, qids) if qids else 0.0
-
-
-def pick(result: Frontier, rule: str = "best", delta: float = 0.0) -> Point:
-    """The chosen point among those a query config can express (``writable``) and that were timed:
-    ``best`` (the highest held-out mean) or ``fastest-within`` (the fastest within ``delta`` of the best).
-    Points are compared on the queries both stand on, so a row of the LLM recording (fewer queries) is
-    judged against the others on its own queries."""
-    import functools
-
-    m = result.metric
-    cands = [p for p in result.points if p.config is not None and p.seconds is not None and not math.isnan(p.mean(m))]
-    if not cands:
-        raise ConfigError("no configuration of the frontier can be written as a query config")
-
-    def better(a: Point, b: Point) -> int:
-        sa, sb = cast(float, a.seconds), cast(float, b.seconds)  # every candidate has a time
-        return (_compare(a, b, m) > 0) - (_compare(a, b, m) < 0) or (sb > sa) - (sb < sa)
-
-    order = sorted(cands, key=functools.cmp_to_key(better))
-    best = order[-1]
-    if rule == "best":
-        return best
-    close = [p for p in cands if _compare(best, p, m) <= delta + 1e-12]
-    return min(close, key=lambda p: (p.seconds, _compare(best, p, m)))
-
-
-def write_pick(result: Frontier, point: Point, path: str | Path, rule: str, delta: float) -> Path:
-    """Write ``point``'s config (``qmdlab query --config PATH``), its measured figures in the header.
-
-    ``point`` is one :func:`pick` chose: it has a config and a time."""
-    from .optimise import write_config
-
-    row = result.table.filter(pl.col("config") == point.name).row(0, named=True)
-    how = "best" if rule == "best" else f"fastest within {delta:g} of the best"
-    header = (
-        f"qmdlab eval {result.suite} --frontier --pick {rule}{'' if rule == 'best' else f' {delta:g}'}: "
-        f"{point.name} ({how})\n{result.metric} {row[result.metric]:.4f} held-out ({point.held_out}, "
-        f"{point.n} queries), median {_secs(cast(float, point.seconds))} per query on the machine that measured it"
-    )
-    cfg = cast(PipelineConfig, point.config).replace(limit=PipelineConfig().limit)
-    if cfg.fusion == "learned" and point.files.get("config"):
-        cfg = cfg.replace(
-            learned_model=str(Path(point.files["config"]).parent.resolve() / Path(cfg.learned_model).name)
-        )
-    path = Path(path)
-    write_config(cfg, path, header=header)
-    # the stage switches are written even at their default: the preset's default must not decide them
-    text = path.read_text(encoding="utf-8")
-    extra = "".join(
-        f"{k}: {str(getattr(cfg, k)).lower()}\n" for k in ("expand", "rerank") if f"\n{k}:" not in "\n" + text
-    )
-    path.write_text(text.replace("{}\n", "") + extra, encoding="utf-8")
-    return path
-
-
 __all__ = [
     "Point",
     "Frontier",
     "frontier",
     "format_table",
     "plot",
-    "figure",
-    "pick",
-    "parse_pick",
-    "write_pick",
+    "format_seconds",
     "time_queries",
     "time_interleaved",
     "recorded_seconds",

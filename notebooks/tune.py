@@ -402,7 +402,7 @@ def _(defaults, optimise_button, optimise_folds, optimise_method, optimise_trial
 @app.cell(hide_code=True)
 def _(suite):
     # The quality-latency frontier of `qmdlab eval SUITE --frontier`, drawn from its frontier.csv when it ran.
-    from qmdlab.eval import frontier as _frontier
+    from qmdlab.eval import frontier_plot as _frontier
 
     _csv = suite.workdir() / "results" / "frontier" / "frontier.csv"
     frontier_table = pl.read_csv(_csv) if _csv.is_file() else None

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from qmdlab.errors import ConfigError
-from qmdlab.eval.frontier import Frontier, Point, _table, frontier, parse_pick, pick
+from qmdlab.eval.frontier import Frontier, Point, _table, frontier
+from qmdlab.eval.frontier_pick import parse_pick, pick
 from qmdlab.eval.suites import get_suite
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
