@@ -30,7 +30,7 @@ with app.setup:
     from qmdlab.pipeline.fuse import contributions
     from qmdlab.pipeline.stages import plan_stages, preset_name
     from qmdlab.search import SearchFilters
-    from qmdlab.search.navigate import breadcrumbs
+    from qmdlab.search.hit_context import breadcrumbs
     from qmdlab.store.chunkers import CHUNKERS, DEFAULT_CHUNKER
 
 

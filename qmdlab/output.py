@@ -183,10 +183,10 @@ def format_results(
     numbers (cli always does). csv's columns are qmd's ``docid,score,file,title,context,line,snippet``.
 
     qmdlab's fields come on top: ``crumbs`` (one ``"A > B"`` heading breadcrumb per row,
-    :func:`qmdlab.search.navigate.breadcrumbs`) adds a ``§ A > B`` line (cli), a ``**section:**``
+    :func:`qmdlab.search.hit_context.breadcrumbs`) adds a ``§ A > B`` line (cli), a ``**section:**``
     line (md) or a ``breadcrumb`` key (json); ``contexts`` (one
-    :class:`~qmdlab.search.navigate.HitContext` or ``None`` per row,
-    :func:`~qmdlab.search.navigate.hit_contexts`: ``--context``) adds the parent section and the
+    :class:`~qmdlab.search.hit_context.HitContext` or ``None`` per row,
+    :func:`~qmdlab.search.hit_context.hit_contexts`: ``--context``) adds the parent section and the
     sibling headings (cli, md; json's ``parent``/``siblings``); ``explains`` (one explain block or
     ``None`` per row: ``query --explain``) adds json's ``explain`` key; json rows also carry the
     ``docno``. A capped document's closing note (``truncated``) is not numbered. ``links`` (one

@@ -32,7 +32,7 @@ def register(group: click.Group) -> None:
     def refs(ctx, ref: str, as_json: bool) -> None:
         """List the cross-references of a document or section (FILE or FILE#address): markdown links,
         [[wiki links]], qmd:// URIs and .md paths, numbered for `qmdlab jump`, with where each leads."""
-        from qmdlab.search.navigate import section_refs
+        from qmdlab.search.crossrefs import section_refs
 
         found = section_refs(open_index(ctx), ref)
         if as_json:
@@ -55,7 +55,7 @@ def register(group: click.Group) -> None:
     def jump(ctx, ref: str, which: str, max_chars: int, line_numbers: bool, as_json: bool) -> None:
         """Follow a cross-reference of a section: `qmdlab jump FILE#address WHICH`, WHICH being the
         reference's number in `qmdlab refs`, its target or its link text. Prints the section it leads to."""
-        from qmdlab.search.navigate import jump_to_ref
+        from qmdlab.search.crossrefs import jump_to_ref
 
         j = jump_to_ref(open_index(ctx), ref, which, max_chars=max_chars)
         if as_json:
@@ -101,7 +101,7 @@ def register(group: click.Group) -> None:
     ) -> None:
         """The chunks of a document as previews (id, lines, breadcrumb), or — with --id N --parent — the
         chunk read in its parent section or document (child -> parent backfill)."""
-        from qmdlab.search.navigate import backfill, read_chunks
+        from qmdlab.search.chunk_views import backfill, read_chunks
 
         idx = open_index(ctx)
         if parent is not None:

@@ -7,7 +7,7 @@
 them), ``--context`` (each hit's parent section summary and sibling headings; cli, md, json).
 Only flag plumbing lives here; the row transforms are :func:`qmdlab.pipeline.results.full_rows`
 and :func:`~qmdlab.pipeline.results.located_rows`, the hit context
-:func:`qmdlab.search.navigate.hit_contexts`.
+:func:`qmdlab.search.hit_context.hit_contexts`.
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ def render(
     """Apply ``--full`` (capped by ``--max-chars``), ``--line-numbers`` and ``--context`` to result
     rows and format them in qmd's shapes (:func:`qmdlab.output.format_results`); the ``cli``,
     ``md`` and ``json`` formats carry each snippet's heading breadcrumb
-    (:func:`qmdlab.search.navigate.breadcrumbs`; not with ``--full``, which shows whole documents).
-    ``--context`` is :func:`qmdlab.search.navigate.hit_contexts` of the hits' snippet lines (with
+    (:func:`qmdlab.search.hit_context.breadcrumbs`; not with ``--full``, which shows whole documents).
+    ``--context`` is :func:`qmdlab.search.hit_context.hit_contexts` of the hits' snippet lines (with
     ``--full`` too). ``explains`` (one explain block per row, ``query --explain``) goes into json's
     rows."""
     from qmdlab.output import format_results
@@ -179,11 +179,11 @@ def render(
     if rows and fmt != "cli":
         rows = located_rows(idx, rows)
     if not full and fmt in ("cli", "md", "json") and rows:
-        from qmdlab.search.navigate import breadcrumbs
+        from qmdlab.search.hit_context import breadcrumbs
 
         crumbs = breadcrumbs(idx, rows)
     if context:
-        from qmdlab.search.navigate import hit_contexts
+        from qmdlab.search.hit_context import hit_contexts
 
         contexts = hit_contexts(idx, rows)
     if full:

@@ -26,7 +26,8 @@ from typing import Any
 from qmdlab.errors import DocumentNotFoundError, QmdlabError
 from qmdlab.pipeline.results import SNIPPET_CAP_JSON, ResultRow, hit_line, located_rows
 from qmdlab.pipeline.results import snippet as make_snippet
-from qmdlab.search.navigate import cap_text, context_of
+from qmdlab.search.hit_context import context_of
+from qmdlab.search.navigate import cap_text
 from qmdlab.store.outline import DocumentOutline
 from qmdlab.store.refs import glob_docnos, is_glob, line_window, parse_ref, resolve_ref, split_refs
 
@@ -35,7 +36,7 @@ DEFAULT_MULTI_GET_MAX_BYTES = 65_536
 """qmd's ``DEFAULT_MULTI_GET_MAX_BYTES`` (64 KB): ``multi_get`` skips larger documents."""
 DEFAULT_MULTI_GET_MAX_DOCS = 50
 _NO_CONTEXT: dict[str, Any] = {"address": "", "heading_path": [], "parent": None, "siblings": []}
-"""Hit context of a result whose document is gone (:meth:`qmdlab.search.navigate.HitContext.as_dict`)."""
+"""Hit context of a result whose document is gone (:meth:`qmdlab.search.hit_context.HitContext.as_dict`)."""
 
 
 def resource_uri(docno: str) -> str:
@@ -425,10 +426,10 @@ class Engine:
     def jump_to_ref(
         self, file: str, ref: str | int, address: str | None = None, maxChars: int = 4000
     ) -> tuple[str, dict[str, Any]]:
-        """Follow a cross-reference of a section (:func:`qmdlab.search.navigate.jump_to_ref`);
+        """Follow a cross-reference of a section (:func:`qmdlab.search.crossrefs.jump_to_ref`);
         ``ref`` is its number, its target or its link text; with ``ref`` empty the section's
         references are listed."""
-        from qmdlab.search.navigate import jump_to_ref, section_refs
+        from qmdlab.search.crossrefs import jump_to_ref, section_refs
 
         base, addr, _, _ = parse_ref(file)
         addr = address if address is not None else addr
@@ -477,7 +478,7 @@ class Engine:
     ) -> tuple[str, dict[str, Any]]:
         """Chunk previews of a document (or the chosen chunks' text); with ``parent`` and one
         chunk id, the section or document holding that chunk, its lines given as ``highlight``."""
-        from qmdlab.search.navigate import backfill, read_chunks
+        from qmdlab.search.chunk_views import backfill, read_chunks
 
         base = parse_ref(file).name
         with self.lock:

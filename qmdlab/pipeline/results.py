@@ -205,7 +205,7 @@ def cap_snippet(text: str, max_len: int) -> str:
 
 def hit_line(row: ResultRow) -> int:
     """The row's best-matching line: :attr:`ResultRow.best_line`, else estimated from the snippet
-    (one context line above the best one, :func:`qmdlab.search.navigate.snippet_hit_line`).
+    (one context line above the best one, :func:`qmdlab.search.hit_context.snippet_hit_line`).
 
     >>> hit_line(ResultRow("k/a.md", "d", 1.0, 3, "A", None, "x\\ny\\nz", best_line=5)), hit_line(ResultRow("k/a.md", "d", 1.0, 3, "A", None, "x\\ny"))
     (5, 4)

@@ -191,7 +191,7 @@ def test_explore_explains_every_stage_of_a_query_document(nb_env, monkeypatch):
     joined = trace.fused.join(sums, on="docno")
     assert (joined["rrf_base"] - joined["contribution"]).abs().max() < 1e-12
     assert _n_plots(outputs) == 3  # contributions, blend, timings
-    # results carry the snippet line's heading breadcrumb (qmdlab.search.navigate.breadcrumbs)
+    # results carry the snippet line's heading breadcrumb (qmdlab.search.hit_context.breadcrumbs)
     crumbs = dict(zip(defs["results_table"]["docno"], defs["results_table"]["breadcrumb"]))
     rebase = "default/howto/git-rebase-interactive.md"
     assert rebase in crumbs and crumbs[rebase].startswith("Cleaning up a branch with interactive rebase")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from qmdlab.errors import QmdlabError
-from qmdlab.search import navigate as nv
+from qmdlab.search import chunk_views, crossrefs, hit_context, navigate
 from qmdlab.store import Index
 
 GUIDE = """---
@@ -61,7 +61,7 @@ def kb(tmp_path):
 
 
 def test_section_refs_resolve_every_kind(kb):
-    refs = nv.section_refs(kb, "kb/guide.md#guide/install")
+    refs = crossrefs.section_refs(kb, "kb/guide.md#guide/install")
     assert [(r.n, r.kind, r.target, r.docno, r.address) for r in refs] == [
         (1, "link", "#linux", "kb/guide.md", "guide/install/linux"),
         (2, "wiki", "faq#Errors", "kb/faq.md", "faq/errors"),
@@ -75,7 +75,7 @@ def test_section_refs_resolve_every_kind(kb):
         )
         + 1
     )
-    use = nv.section_refs(kb, "kb/guide.md", "guide/use")
+    use = crossrefs.section_refs(kb, "kb/guide.md", "guide/use")
     assert [(r.kind, r.docno, r.address) for r in use] == [
         ("path", "kb/ops/run.md", ""),
         ("uri", "kb/ops/run.md", "run/restart"),
@@ -83,53 +83,55 @@ def test_section_refs_resolve_every_kind(kb):
     ]
     assert "outside collection 'kb'" in use[2].problem  # ../escape.md
     # the fenced link is not a reference; the whole document lists the union
-    assert len(nv.section_refs(kb, "kb/guide.md")) == 6
+    assert len(crossrefs.section_refs(kb, "kb/guide.md")) == 6
 
 
 def test_jump_to_ref_by_number_text_and_target(kb):
-    j = nv.jump_to_ref(kb, "kb/guide.md#guide/install", 2)
+    j = crossrefs.jump_to_ref(kb, "kb/guide.md#guide/install", 2)
     assert (j.docno, j.address, j.heading_path, j.text) == (
         "kb/faq.md",
         "faq/errors",
         ("FAQ", "Errors"),
         "## Errors\n\nE1 means the disk is full.",
     )
-    assert nv.jump_to_ref(kb, "kb/guide.md#guide/install", "linux steps").text == "### Linux\n\napt install zebra"
-    j = nv.jump_to_ref(kb, "qmd://kb/guide.md", "qmd://kb/ops/run.md#restart", address="guide/use")
+    assert (
+        crossrefs.jump_to_ref(kb, "kb/guide.md#guide/install", "linux steps").text == "### Linux\n\napt install zebra"
+    )
+    j = crossrefs.jump_to_ref(kb, "qmd://kb/guide.md", "qmd://kb/ops/run.md#restart", address="guide/use")
     assert (j.docno, j.address, j.line_start, j.line_end) == ("kb/ops/run.md", "run/restart", 5, 8)
-    whole = nv.jump_to_ref(kb, "kb/guide.md#guide/use", 1)
+    whole = crossrefs.jump_to_ref(kb, "kb/guide.md#guide/use", 1)
     assert (whole.address, whole.text) == ("", RUN.rstrip("\n"))
 
 
 def test_jump_to_ref_errors_name_the_fix(kb):
     with pytest.raises(QmdlabError, match=r"reference 9 does not exist: kb/guide.md#guide/install has 3 \(1: #linux"):
-        nv.jump_to_ref(kb, "kb/guide.md#guide/install", 9)
+        crossrefs.jump_to_ref(kb, "kb/guide.md#guide/install", 9)
     with pytest.raises(QmdlabError, match="cannot be followed: external link"):
-        nv.jump_to_ref(kb, "kb/guide.md#guide/install", 3)
+        crossrefs.jump_to_ref(kb, "kb/guide.md#guide/install", 3)
     with pytest.raises(QmdlabError, match="has no cross-references"):
-        nv.jump_to_ref(kb, "kb/faq.md", 1)
+        crossrefs.jump_to_ref(kb, "kb/faq.md", 1)
     with pytest.raises(QmdlabError, match="no reference 'nothing'"):
-        nv.jump_to_ref(kb, "kb/guide.md#guide/use", "nothing")
+        crossrefs.jump_to_ref(kb, "kb/guide.md#guide/use", "nothing")
 
 
 def test_hit_context_breadcrumb_parent_summary_siblings(kb):
     line = GUIDE.split("\n").index("brew install zebra") + 1
-    c = nv.hit_context(kb, "kb/guide.md", line)
+    c = hit_context.hit_context(kb, "kb/guide.md", line)
     assert c.breadcrumb() == "Guide > Install > macOS"
     assert (c.address, c.parent_address, c.parent_title) == ("guide/install/macos", "guide/install", "Install")
     assert c.parent_summary.startswith("Run the installer. See [linux steps](#linux)")
     assert c.siblings == (("guide/install/linux", "Linux"),)
-    top = nv.hit_context(kb, "kb/guide.md", 6)  # "The guide to zebra tools." under the h1
+    top = hit_context.hit_context(kb, "kb/guide.md", 6)  # "The guide to zebra tools." under the h1
     assert (top.heading_path, top.parent_address, top.parent_summary) == (("Guide",), "", "")
-    assert nv.hit_context(kb, "kb/guide.md", 6, max_siblings=0).siblings == ()
+    assert hit_context.hit_context(kb, "kb/guide.md", 6, max_siblings=0).siblings == ()
 
 
 def test_read_chunks_previews_and_full_text_are_capped(kb):
-    chunks = nv.read_chunks(kb, "kb/long.md", preview_chars=50)
+    chunks = chunk_views.read_chunks(kb, "kb/long.md", preview_chars=50)
     assert len(chunks) > 1 and [c.seq for c in chunks] == list(range(len(chunks)))
     assert all(len(c.text) <= 50 and c.truncated and "\n" not in c.text for c in chunks)
     assert chunks[0].heading_path == ("Long",) and chunks[0].line_start == 1
-    one = nv.read_chunks(kb, "kb/long.md", [chunks[1].chunk_id], full=True, max_chars=500)
+    one = chunk_views.read_chunks(kb, "kb/long.md", [chunks[1].chunk_id], full=True, max_chars=500)
     assert [c.chunk_id for c in one] == [chunks[1].chunk_id]
     assert one[0].truncated and len(one[0].text.split("\n… [")[0]) <= 500
     shown, note = one[0].text.rsplit("\n", 1)
@@ -139,31 +141,31 @@ def test_read_chunks_previews_and_full_text_are_capped(kb):
     lines = (kb.get("kb/long.md").body).split("\n")
     assert shown.split("\n")[-1] == lines[resume - 2]  # the last line shown is whole
     with pytest.raises(QmdlabError, match=r"are not chunks of kb/long.md"):
-        nv.read_chunks(kb, "kb/long.md", [10**9])
+        chunk_views.read_chunks(kb, "kb/long.md", [10**9])
 
 
 def test_backfill_returns_the_parent_with_the_chunk_marked(kb):
-    chunks = nv.read_chunks(kb, "kb/long.md")
+    chunks = chunk_views.read_chunks(kb, "kb/long.md")
     last = chunks[-1]
-    b = nv.backfill(kb, "kb/long.md", last.chunk_id, max_chars=2000)
+    b = chunk_views.backfill(kb, "kb/long.md", last.chunk_id, max_chars=2000)
     assert b.highlight == (last.line_start, last.line_end) and b.truncated
     # the chunk lies past the cap from the section's start, so the window opens just above it
     assert b.line_start == last.line_start - 2
     marked = b.marked().split("\n")
     assert marked[2].split()[0] == f"{last.line_start}*" and marked[0].split()[0] == str(b.line_start)
-    small = nv.read_chunks(kb, "kb/ops/run.md")
+    small = chunk_views.read_chunks(kb, "kb/ops/run.md")
     assert len(small) == 1
-    doc = nv.backfill(kb, "kb/ops/run.md", small[0].chunk_id, level="document")
+    doc = chunk_views.backfill(kb, "kb/ops/run.md", small[0].chunk_id, level="document")
     assert (doc.address, doc.text, doc.truncated) == ("", RUN.rstrip("\n"), False)
     with pytest.raises(QmdlabError, match="level 'page'"):
-        nv.backfill(kb, "kb/ops/run.md", small[0].chunk_id, level="page")
+        chunk_views.backfill(kb, "kb/ops/run.md", small[0].chunk_id, level="page")
 
 
 def test_cap_text_cuts_and_says_how_much_is_left():
     text = "a" * 100
-    capped = nv.cap_text(text, 30)
-    assert capped == nv.Capped("a" * 30 + "\n… [70 more characters]", True, 100)
-    assert nv.cap_text(text, 0).text == text
+    capped = navigate.cap_text(text, 30)
+    assert capped == navigate.Capped("a" * 30 + "\n… [70 more characters]", True, 100)
+    assert navigate.cap_text(text, 0).text == text
 
 
 def test_default_corpus_references_lead_to_their_notes(default_corpus, tmp_path):
@@ -171,21 +173,21 @@ def test_default_corpus_references_lead_to_their_notes(default_corpus, tmp_path)
     idx.add_collection("default", default_corpus)
     idx.update()
     try:
-        refs = nv.section_refs(idx, "default/runbooks/cert-renewal.md")
+        refs = crossrefs.section_refs(idx, "default/runbooks/cert-renewal.md")
         assert [(r.target, r.docno) for r in refs] == [
             ("howto/nginx-reverse-proxy-tls.md", "default/howto/nginx-reverse-proxy-tls.md")
         ]
-        j = nv.jump_to_ref(idx, "default/runbooks/cert-renewal.md", 1)
+        j = crossrefs.jump_to_ref(idx, "default/runbooks/cert-renewal.md", 1)
         # a path without an anchor leads to the whole note, as `qmdlab get` prints it (front matter too)
         assert (j.address, j.line_start) == ("", 1) and j.text.startswith("---\ntitle: nginx reverse proxy")
         # every '.md' path the corpus mentions resolves to an indexed note
         unresolved = []
         for docno in idx.documents()["docno"].to_list():
-            unresolved += [(docno, r.target, r.problem) for r in nv.section_refs(idx, docno) if r.docno is None]
+            unresolved += [(docno, r.target, r.problem) for r in crossrefs.section_refs(idx, docno) if r.docno is None]
         assert unresolved == []
         # breadcrumbs on a long note: each chunk's breadcrumb is its section's heading path
-        for c in nv.read_chunks(idx, "default/projects/heron-kubernetes-migration.md"):
-            ctx = nv.hit_context(idx, c.docno, c.line_start)
+        for c in chunk_views.read_chunks(idx, "default/projects/heron-kubernetes-migration.md"):
+            ctx = hit_context.hit_context(idx, c.docno, c.line_start)
             assert ctx.heading_path == c.heading_path and ctx.heading_path[0] == "Heron: moving Tidepool to Kubernetes"
     finally:
         idx.close()

@@ -104,7 +104,7 @@ def test_search_context_shows_parent_summary_and_siblings(run):
     assert hit["parent"] == {"address": "guide", "title": "Guide", "summary": "The guide."}
     assert hit["siblings"] == [{"address": "guide/install", "title": "Install"}]
     # the same context as navigate.hit_context of the snippet's line (no logic of the CLI's own)
-    from qmdlab.search.navigate import hit_context
+    from qmdlab.search.hit_context import hit_context
     from qmdlab.store import Index
 
     idx = Index.open(run.index_dir)
