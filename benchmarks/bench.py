@@ -48,15 +48,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+if str(HERE.parent) not in sys.path:  # run as a script: the repository root makes `benchmarks` importable
+    sys.path.insert(0, str(HERE.parent))
 
-from harness import GROUPS, ROOT, ROWS, SIZES, THREADS, Row, Work, add, fmt, model_status  # noqa: E402
-from rows_models import bench_embed, bench_expand, bench_rerank  # noqa: E402
-from rows_query import bench_cli, bench_query  # noqa: E402
-from rows_retune import bench_retune  # noqa: E402
-from rows_search import bench_bm25, bench_bm25s, bench_vector  # noqa: E402
-from rows_store import bench_build, bench_memory, bench_update  # noqa: E402
+from benchmarks.harness import GROUPS, ROOT, ROWS, SIZES, THREADS, Row, Work, add, fmt, model_status  # noqa: E402
+from benchmarks.rows_models import bench_embed, bench_expand, bench_rerank  # noqa: E402
+from benchmarks.rows_query import bench_cli, bench_query  # noqa: E402
+from benchmarks.rows_retune import bench_retune  # noqa: E402
+from benchmarks.rows_search import bench_bm25, bench_bm25s, bench_vector  # noqa: E402
+from benchmarks.rows_store import bench_build, bench_memory, bench_update  # noqa: E402
 
 # ---------------------------------------------------------------------------- output
 HEADER = ("#", "group", "row", "size", "qmdlab", "baseline", "ratio", "goal", "result")

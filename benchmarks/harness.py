@@ -1,6 +1,6 @@
 """The benchmark harness: sizes, timing (alternated A B B A repeats), rows, the shared synthetic data.
 
-Used by the row modules (`rows_search.py`, `rows_retune.py`, `rows_store.py`, `rows_models.py`, `rows_query.py`) and `bench.py`; their names keep them from shadowing common top-level modules once `benchmarks/` is on `sys.path`.
+Used by the row modules (`rows_search.py`, `rows_retune.py`, `rows_store.py`, `rows_models.py`, `rows_query.py`) and `bench.py`; all import each other through the `benchmarks` package.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for p in (str(ROOT), str(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if str(ROOT) not in sys.path:  # run as a script: the repository root makes `benchmarks` importable
+    sys.path.insert(0, str(ROOT))
 
-import bench_data  # noqa: E402
+from benchmarks import bench_data  # noqa: E402
 
 GROUPS = ("bm25", "bm25s", "vector", "retune", "update", "build", "embed", "rerank", "expand", "query", "cli", "memory")
 THREADS = 2  # llama.cpp threads: the machine has 2 cores

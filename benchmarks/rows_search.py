@@ -16,7 +16,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
-from harness import (
+
+from benchmarks.harness import (
     Row,
     Work,
     add,

