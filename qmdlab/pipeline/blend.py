@@ -26,7 +26,7 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
 from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, Columns, empty, height, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS, Columns, as_frame, empty, height, sort_within_qid
 
 
 def band_weight(fused_rank: pl.Expr, bands: tuple[int, int], weights: tuple[float, float, float]) -> pl.Expr:
@@ -224,7 +224,21 @@ def rank_final(df: pl.DataFrame) -> pl.DataFrame:
     return out.select([pl.col(c).cast(t) for c, t in SCHEMAS["final"].items()])
 
 
+def run_blend(
+    cands: Columns | pl.DataFrame, rerank: Columns | pl.DataFrame | None, config: PipelineConfig
+) -> Columns | pl.DataFrame:
+    """Blend as a query runs it: :func:`blend_columns` while the candidates and rerank rows are plain
+    columns and it applies, else :func:`blend` on polars frames. ``rerank`` None = rerank off."""
+    blended: Columns | pl.DataFrame | None = None
+    if isinstance(cands, Columns) and (rerank is None or isinstance(rerank, Columns)):
+        blended = blend_columns(cands, rerank, config)
+    if blended is None:
+        blended = blend(as_frame("fused", cands), None if rerank is None else as_frame("rerank", rerank), config)
+    return blended
+
+
 __all__ = [
+    "run_blend",
     "blend",
     "blend_columns",
     "band_weight",

@@ -15,7 +15,7 @@ import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, Columns, height, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS, Columns, as_frame, height, sort_within_qid
 
 
 def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[str], places: int) -> pl.DataFrame:
@@ -273,7 +273,19 @@ def _finish_rows(
     return columns
 
 
+def run_finish(
+    blended: Columns | pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None
+) -> Columns | pl.DataFrame:
+    """Finish as a query runs it: :func:`finish_columns` on plain columns where it applies, else
+    :func:`finish` on a polars frame."""
+    final = finish_columns(blended, config, doc_tags=doc_tags) if isinstance(blended, Columns) else None
+    if final is None:
+        final = finish(as_frame("final", blended), config, doc_tags=doc_tags)
+    return final
+
+
 __all__ = [
+    "run_finish",
     "finish",
     "finish_columns",
     "min_score_filter",

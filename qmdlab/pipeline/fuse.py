@@ -30,7 +30,7 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.ranking import SMALL_ROWS, rank_fused, ranks_within_qid
-from qmdlab.pipeline.trace import Columns, empty
+from qmdlab.pipeline.trace import Columns, as_frame, empty
 
 LIST_KEY = ["qid", "list_id"]
 DOC_KEY = ["qid", "docno"]
@@ -361,7 +361,27 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     return lists.with_columns(contribution=c)
 
 
+def run_fuse(
+    lists: Columns | pl.DataFrame, config: PipelineConfig, docs: Callable[[pl.DataFrame], Any] | None = None
+) -> tuple[Columns | pl.DataFrame, Columns | pl.DataFrame, Columns | pl.DataFrame]:
+    """Fusion and the candidate cut as a query runs them: ``(lists, fused, candidates)``, each plain
+    columns while :func:`fuse_columns` / :func:`candidates_columns` apply, else polars frames (``lists``
+    too: the trace then holds the frame fusion read). ``docs(lists)`` gives the learned fuser its
+    document table (called only on the polars path)."""
+    fused: Columns | pl.DataFrame | None = fuse_columns(lists, config) if isinstance(lists, Columns) else None
+    if fused is None:
+        lists = as_frame("lists", lists)
+        fused = fuse(lists, config, docs=docs(lists) if docs is not None else None)
+    cands: Columns | pl.DataFrame | None = (
+        candidates_columns(fused, config.candidate_limit) if isinstance(fused, Columns) else None
+    )
+    if cands is None:
+        cands = candidates(as_frame("fused", fused), config.candidate_limit)
+    return lists, fused, cands
+
+
 __all__ = [
+    "run_fuse",
     "fuse",
     "METHODS",
     "qmd_rrf",

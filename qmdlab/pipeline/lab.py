@@ -24,11 +24,11 @@ from typing import Any
 import polars as pl
 
 from qmdlab.errors import QmdlabError
-from qmdlab.pipeline.blend import blend, blend_columns
+from qmdlab.pipeline.blend import run_blend
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.expand import Expansion, filter_expansions, kept_lines, parse_query_document
-from qmdlab.pipeline.finish import finish, finish_columns
-from qmdlab.pipeline.fuse import candidates, candidates_columns, fuse, fuse_columns
+from qmdlab.pipeline.finish import run_finish
+from qmdlab.pipeline.fuse import run_fuse
 from qmdlab.pipeline.probe import strong_signal
 from qmdlab.pipeline.rerank import rerank, rerank_columns
 from qmdlab.pipeline.retrieve import retrieve_columns, route
@@ -146,124 +146,28 @@ class Lab:
             raise QmdlabError("empty query: give query text, typed lex:/vec:/hyde: lines, or tags to list")
         run = _Run(qid)
         # 1. probe
-        fts_hits: dict[str, list] = {}
-        skip = False
         with run.stage("probe"):
-            if text:
-                from qmdlab.search import bm25_search
-
-                hits = bm25_search(
-                    self.index,
-                    text,
-                    limit=max(cfg.probe_limit, cfg.list_limit),
-                    collections=collections,
-                    filters=filters,
-                    **cfg.lexical(),
-                )
-                fts_hits[text] = hits
-                decision = strong_signal(
-                    [h.score for h in hits[: cfg.probe_limit]],
-                    min_score=cfg.strong_signal_min,
-                    min_gap=cfg.strong_signal_gap,
-                    intent=intent,
-                )
-                skip = decision.skip and cfg.strong_signal
-                run.note(
-                    "probe",
-                    decision.message
-                    if skip or not decision.skip
-                    else f"strong signal (top {decision.top:.3f}, gap {decision.gap:.3f}) but the skip is off "
-                    "(strong_signal: false): expanding",
-                )
+            fts_hits, skip = self._probe(text, intent, collections, filters, cfg, run)
         # 2. expansion
         with run.stage("expand"):
             expansions = self._expand(text, intent, searches, cfg, skip, run)
         # 3. retrieval
         with run.stage("retrieve"):
-            for msg in limits.index_notes(self.index, self.embedder if cfg.vector else None):
-                run.note("capacity", msg)
-            routes = route(text, kept_lines(expansions), cfg)
-            got = retrieve_columns(
-                self.index,
-                self.embedder if cfg.vector else None,
-                routes,
-                cfg,
-                qid=qid,
-                collections=collections,
-                filters=filters,
-                fts_hits=fts_hits,
-            )
-            for stage, msg in got.notes:
-                run.note(stage, msg)
-            if not cfg.vector:
-                run.note("retrieve", "vector search disabled")
+            got = self._retrieve(text, expansions, qid, collections, filters, fts_hits, cfg, run)
         # Each table stays plain columns (Columns) while the plain-Python stage paths apply: the
         # trace builds a polars frame only for the tables a caller reads. A stage that needs polars
         # (a method or size the plain paths leave to it) gets frames from there on.
-        lists: pl.DataFrame | Columns = got.lists
         # 4. fusion + candidates
         with run.stage("fuse"):
-            fused: pl.DataFrame | Columns | None = fuse_columns(got.lists, cfg)
-            if fused is None:
-                lists = as_frame("lists", got.lists)
-                fused = fuse(lists, cfg, docs=self._learned_docs(cfg, lists))
-            cands: pl.DataFrame | Columns | None = (
-                candidates_columns(fused, cfg.candidate_limit) if isinstance(fused, Columns) else None
-            )
-            if cands is None:
-                cands = candidates(as_frame("fused", fused), cfg.candidate_limit)
+            lists, fused, cands = run_fuse(got.lists, cfg, docs=lambda frame: self._learned_docs(cfg, frame))
         # 5.-6. chunk selection + rerank
-        rerank_table: pl.DataFrame | Columns = Columns.empty("rerank")
-        spans: dict[int, tuple[int, int]] | None = None
-        budget = limits.query_budget_note(run.elapsed_ms())
-        if budget is not None:
-            run.note("capacity", budget[1])
-        if not cfg.rerank:
-            run.note("rerank", "rerank disabled: fusion order kept")
-        elif budget is not None and budget[0] == "over" and height(cands):
-            run.note("rerank", "query time budget used up before rerank: rerank skipped, fusion order kept")
-        elif height(cands):
-            with run.stage("select"):
-                docnos = column(cands, "docno")
-                chunks = self.index.chunks(docnos)
-                selected = select_chunk_columns(chunks, docnos, text or _search_text(searches), intent, cfg)
-                # the snippets read these chunks' line spans instead of reading the chunks again
-                spans = dict(
-                    zip(
-                        chunks.get_column("chunk_id").to_list(),
-                        zip(chunks.get_column("line_start").to_list(), chunks.get_column("line_end").to_list()),
-                    )
-                )
-            with run.stage("rerank"):
-                rq = text or intent or _search_text(searches)
-                rerank_table = self._rerank(rq, selected, qid, cfg, run)
+        rerank_table, spans = self._select_and_rerank(cands, text, intent, searches, qid, cfg, run)
         # 7.-8. blend + finish
         with run.stage("blend"):
             doc_tags = self._doc_tags(cfg)
-            rr = rerank_table if cfg.rerank else None
-            blended: pl.DataFrame | Columns | None = None
-            if isinstance(cands, Columns) and (rr is None or isinstance(rr, Columns)):
-                blended = blend_columns(cands, rr, cfg)
-            if blended is None:
-                blended = blend(as_frame("fused", cands), None if rr is None else as_frame("rerank", rr), cfg)
-            final: pl.DataFrame | Columns | None = None
-            if isinstance(blended, Columns):
-                final = finish_columns(blended, cfg, doc_tags=doc_tags)
-            if final is None:
-                final = finish(as_frame("final", blended), cfg, doc_tags=doc_tags)
-            scores = column(final, "final_score")
-            if cfg.min_score_fallback > 0 and scores and max(scores) < cfg.min_score:
-                run.note(
-                    "finish",
-                    f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
-                    f"{cfg.min_score - cfg.min_score_fallback:g} kept {len(scores)} "
-                    f"(at most {cfg.fallback_max})",
-                )
-            if cfg.dedupe_content:
-                shown = set(column(final, "docno"))
-                for _, dup, kept in self._content_duplicates(blended, doc_tags):
-                    if kept in shown:
-                        run.note("finish", f"{dup}: same content as {kept} (shown once)")
+            blended = run_blend(cands, rerank_table if cfg.rerank else None, cfg)
+            final = run_finish(blended, cfg, doc_tags=doc_tags)
+            self._finish_notes(final, blended, doc_tags, cfg, run)
         with run.stage("snippets"):
             results = self._results(final, text, intent, searches, rerank_table, spans, run)
         queries = Columns({"qid": [qid], "text": [text], "intent": [intent]})
@@ -293,6 +197,121 @@ class Lab:
             run.first_note("stages", plan.line(trace))
             trace.notes = run.notes_frame()
         return trace
+
+    def _probe(
+        self, text: str, intent: str | None, collections, filters, cfg: PipelineConfig, run: _Run
+    ) -> tuple[dict[str, list], bool]:
+        """The original query's BM25 hits (kept for retrieval) and the strong-signal decision: ``(hits
+        by query text, skip expansion)``, with the decision noted."""
+        fts_hits: dict[str, list] = {}
+        if not text:
+            return fts_hits, False
+        from qmdlab.search import bm25_search
+
+        hits = bm25_search(
+            self.index,
+            text,
+            limit=max(cfg.probe_limit, cfg.list_limit),
+            collections=collections,
+            filters=filters,
+            **cfg.lexical(),
+        )
+        fts_hits[text] = hits
+        decision = strong_signal(
+            [h.score for h in hits[: cfg.probe_limit]],
+            min_score=cfg.strong_signal_min,
+            min_gap=cfg.strong_signal_gap,
+            intent=intent,
+        )
+        skip = decision.skip and cfg.strong_signal
+        run.note(
+            "probe",
+            decision.message
+            if skip or not decision.skip
+            else f"strong signal (top {decision.top:.3f}, gap {decision.gap:.3f}) but the skip is off "
+            "(strong_signal: false): expanding",
+        )
+        return fts_hits, skip
+
+    def _retrieve(
+        self,
+        text: str,
+        expansions,
+        qid: str,
+        collections,
+        filters,
+        fts_hits: dict[str, list],
+        cfg: PipelineConfig,
+        run: _Run,
+    ):
+        """Every route (the original query and the kept expansion lines) against the index, with the
+        index's capacity notes and retrieval's own notes."""
+        for msg in limits.index_notes(self.index, self.embedder if cfg.vector else None):
+            run.note("capacity", msg)
+        routes = route(text, kept_lines(expansions), cfg)
+        got = retrieve_columns(
+            self.index,
+            self.embedder if cfg.vector else None,
+            routes,
+            cfg,
+            qid=qid,
+            collections=collections,
+            filters=filters,
+            fts_hits=fts_hits,
+        )
+        for stage, msg in got.notes:
+            run.note(stage, msg)
+        if not cfg.vector:
+            run.note("retrieve", "vector search disabled")
+        return got
+
+    def _select_and_rerank(
+        self, cands, text: str, intent: str | None, searches, qid: str, cfg: PipelineConfig, run: _Run
+    ) -> tuple[pl.DataFrame | Columns, dict[int, tuple[int, int]] | None]:
+        """Chunk selection and rerank of the candidates — unless rerank is off or the query's time
+        budget is used up (noted): ``(rerank rows, the selected chunks' line spans)``."""
+        rerank_table: pl.DataFrame | Columns = Columns.empty("rerank")
+        spans: dict[int, tuple[int, int]] | None = None
+        budget = limits.query_budget_note(run.elapsed_ms())
+        if budget is not None:
+            run.note("capacity", budget[1])
+        if not cfg.rerank:
+            run.note("rerank", "rerank disabled: fusion order kept")
+        elif budget is not None and budget[0] == "over" and height(cands):
+            run.note("rerank", "query time budget used up before rerank: rerank skipped, fusion order kept")
+        elif height(cands):
+            with run.stage("select"):
+                docnos = column(cands, "docno")
+                chunks = self.index.chunks(docnos)
+                selected = select_chunk_columns(chunks, docnos, text or _search_text(searches), intent, cfg)
+                # the snippets read these chunks' line spans instead of reading the chunks again
+                spans = dict(
+                    zip(
+                        chunks.get_column("chunk_id").to_list(),
+                        zip(chunks.get_column("line_start").to_list(), chunks.get_column("line_end").to_list()),
+                    )
+                )
+            with run.stage("rerank"):
+                rq = text or intent or _search_text(searches)
+                rerank_table = self._rerank(rq, selected, qid, cfg, run)
+        return rerank_table, spans
+
+    def _finish_notes(self, final, blended, doc_tags, cfg: PipelineConfig, run: _Run) -> None:
+        """The notes of the finish step: the min-score fallback probe, and documents shown once
+        because another has the same content."""
+        scores = column(final, "final_score")
+        if cfg.min_score_fallback > 0 and scores and max(scores) < cfg.min_score:
+            run.note(
+                "finish",
+                f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
+                f"{cfg.min_score - cfg.min_score_fallback:g} kept {len(scores)} "
+                f"(at most {cfg.fallback_max})",
+            )
+        if cfg.dedupe_content:
+            shown = set(column(final, "docno"))
+            for _, dup, kept in self._content_duplicates(blended, doc_tags):
+                if kept in shown:
+                    run.note("finish", f"{dup}: same content as {kept} (shown once)")
 
     @staticmethod
     def _content_duplicates(blended: pl.DataFrame | Columns, doc_tags: pl.DataFrame | None) -> list:
