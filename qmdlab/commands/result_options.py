@@ -47,16 +47,8 @@ class ResultOptions:
 
     def render(self, idx, rows, *, explains=None) -> str:
         """:func:`render` with these flags."""
-        return render(
-            idx,
-            rows,
-            self.fmt,
-            full=self.full,
-            line_numbers=self.line_numbers,
-            max_chars=self.max_chars,
-            context=self.context,
-            explains=explains,
-        )
+        shape = {name: getattr(self, name) for name in ("full", "line_numbers", "max_chars", "context")}
+        return render(idx, rows, self.fmt, explains=explains, **shape)
 
 
 _RESULT_PARAMS = ("fmt", "all_results", "full", "max_chars", "line_numbers", "context")

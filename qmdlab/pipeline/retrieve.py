@@ -98,7 +98,7 @@ def reweight(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     >>> reweight(df, PipelineConfig(weight_lex=0.5))["weight"].to_list()
     [2.0, 0.5]
     """
-    # One place says what a list weighs: PipelineConfig.list_weight (also used by retrieve());
+    # One place says what a list weighs: PipelineConfig.list_weight (also used by retrieve_columns());
     # here it is asked once per distinct (source, query_type) of the recorded lists.
     w: Any = None
     for source, query_type in lists.select("source", "query_type").unique().sort(["source", "query_type"]).rows():
@@ -176,36 +176,11 @@ def embed_route(embedder: Any, r: Route, config: PipelineConfig) -> tuple[Any, s
     return vec, None
 
 
-class Retrieved(NamedTuple):
-    """The lists table of one query plus notes ``(stage, message)``."""
-
-    lists: pl.DataFrame
-    notes: list[tuple[str, str]]
-
-
 class RetrievedColumns(NamedTuple):
-    """:class:`Retrieved` with the lists table as :class:`~qmdlab.pipeline.trace.Columns`."""
+    """The ``lists`` rows of one query as :class:`~qmdlab.pipeline.trace.Columns`, plus notes ``(stage, message)``."""
 
     lists: Columns
     notes: list[tuple[str, str]]
-
-
-def retrieve(
-    index: Any,
-    embedder: Any,
-    routes: Sequence[Route],
-    config: PipelineConfig,
-    *,
-    qid: str,
-    collections: Sequence[str] | None = None,
-    filters: Any = None,
-    fts_hits: dict[str, list] | None = None,
-) -> Retrieved:
-    """:func:`retrieve_columns` with the lists table as a polars frame."""
-    got = retrieve_columns(
-        index, embedder, routes, config, qid=qid, collections=collections, filters=filters, fts_hits=fts_hits
-    )
-    return Retrieved(got.lists.frame("lists") if got.lists["qid"] else empty("lists"), got.notes)
 
 
 def retrieve_columns(
@@ -259,7 +234,6 @@ def retrieve_columns(
             if n == 0:
                 notes.append(
                     (
-                        "retrieve",
                         f"no vectors for embedder {embedder.model_id} in the index "
                         "(run `qmdlab embed`): vector lists skipped",
                     )
@@ -299,7 +273,6 @@ def retrieve_columns(
                 ran = vec_ran
                 notes.append(
                     (
-                        "retrieve",
                         failure
                         + (
                             ": the remaining vector lists skipped"
@@ -330,9 +303,7 @@ __all__ = [
     "hits_frame",
     "reweight",
     "ablate",
-    "retrieve",
     "retrieve_columns",
-    "Retrieved",
     "RetrievedColumns",
     "embed_route",
 ]
