@@ -721,7 +721,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     header = [
         f"- {tools['qmd'].version} (npm `@tobilu/qmd@{QMD_VERSION}`, QMD_FORCE_CPU=1) against "
         f"{tools['qmdlab'].version} at `{commit()}`",
-        f"- {started}, {machine()}; load average before → after: see the caller (quiet-run)",
+        f"- {started}, {machine()}; load average before → after: see the caller (scripts/quiet-run)",
         f"- sizes: {json.dumps(size)}; wall time {time.perf_counter() - t0:.0f} s",
     ]
     lines = header + [""] + table(rows)
