@@ -162,7 +162,9 @@ def marimo_server(nb_env, tmp_path):
             "marimo",
             "-y",
             mode,
-            str(path),
+            # relative to the checkout (the server's cwd): the editor's title shows this path, and
+            # the README's picture is taken from this page
+            str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path),
             "--headless",
             "--host",
             "127.0.0.1",
