@@ -47,12 +47,12 @@ every other row:
 ``two-unit-gate``  ``two-unit gate``          ``bm25_mode: msm``, ``bm25_min_match: 2``
 ``field-weights``  ``field weights``          ``eval/configs/content-first-fields.yaml`` (0.25/0.5/1.0)
 ``no-skip``        ``no strong-signal skip``  ``strong_signal: false`` (every query expanded)
-``expansions``     ``+expansions column``     ``bm25_weight_expansions: 1.0`` (doc2query column)
+``doc-queries``    ``+doc-queries column``    ``bm25_weight_doc_queries: 1.0`` (doc2query column)
 =================  =========================  ==================================================
 
 A variant whose overrides the main config already holds is the main recording itself (no second
 recording); so is ``no-skip`` when the main recording has nothing to skip (expansion off, no
-expander, or no query with a strong signal), which its description says; and ``expansions`` when the
+expander, or no query with a strong signal), which its description says; and ``doc-queries`` when the
 suite's index has no generated queries written (``qmdlab --index <suite index> expand-docs --generator
 MODEL`` writes them; :mod:`qmdlab.pipeline.doc_expand`).
 
@@ -190,14 +190,14 @@ def _skip_inert(config: PipelineConfig, study, models, suite=None) -> str:
     return ""
 
 
-#: The expansions column's weight in the ``expansions`` variant and the frontier's expansion row
+#: The doc-queries column's weight in the ``doc-queries`` variant and the frontier's expansion row
 #: (the body's weight: a generated query counts as much as a word of the text).
-EXPANSION_WEIGHT = 1.0
+DOC_QUERY_WEIGHT = 1.0
 
 
-def index_has_expansions(suite, config: PipelineConfig) -> bool:
+def index_has_doc_queries(suite, config: PipelineConfig) -> bool:
     """Whether the suite's index for ``config``'s chunker holds generated queries in its
-    expansions column (no index yet: ``False``; nothing is created or written)."""
+    doc-queries column (no index yet: ``False``; nothing is created or written)."""
     from qmdlab.paths import DB_NAME
     from qmdlab.store import Index
     from qmdlab.store.doc_expansions import has_expansions
@@ -212,9 +212,9 @@ def index_has_expansions(suite, config: PipelineConfig) -> bool:
 
 
 def _expansions_inert(config: PipelineConfig, study, models, suite=None) -> str:
-    if suite is not None and index_has_expansions(suite, config):
+    if suite is not None and index_has_doc_queries(suite, config):
         return ""
-    return "the suite's index has no expansions: run `qmdlab --index <suite index> expand-docs --generator MODEL`"
+    return "the suite's index has no doc-queries: run `qmdlab --index <suite index> expand-docs --generator MODEL`"
 
 
 RECORDED_VARIANTS: dict[str, RecordedVariant] = {
@@ -242,14 +242,17 @@ RECORDED_VARIANTS: dict[str, RecordedVariant] = {
     "no-skip": RecordedVariant(
         "no strong-signal skip", {"strong_signal": False}, "own recording: every query expanded (skip off)", _skip_inert
     ),
-    "expansions": RecordedVariant(
-        "+expansions column",
-        {"bm25_weight_expansions": EXPANSION_WEIGHT},
-        f"own recording: BM25 with the generated-query column (weight {EXPANSION_WEIGHT:g})",
+    "doc-queries": RecordedVariant(
+        "+doc-queries column",
+        {"bm25_weight_doc_queries": DOC_QUERY_WEIGHT},
+        f"own recording: BM25 with the generated-query column (weight {DOC_QUERY_WEIGHT:g})",
         _expansions_inert,
     ),
 }
 """RecordingInfo variants by ``--variants`` name (see the module table)."""
+
+RENAMED_VARIANTS = {"expansions": "doc-queries"}
+"""Earlier ``--variants`` names, still accepted."""
 
 
 def check_variant(name: str, flag: str = "--variants") -> str:
@@ -260,10 +263,11 @@ def check_variant(name: str, flag: str = "--variants") -> str:
     >>> check_variant("bigram")
     Traceback (most recent call last):
     ...
-    qmdlab.errors.ConfigError: --variants 'bigram': unknown variant; use all or one of phrase, like, trigram, heading, two-unit-gate, field-weights, no-skip, expansions
+    qmdlab.errors.ConfigError: --variants 'bigram': unknown variant; use all or one of phrase, like, trigram, heading, two-unit-gate, field-weights, no-skip, doc-queries
     """
     from qmdlab.errors import ConfigError
 
+    name = RENAMED_VARIANTS.get(name, name)
     if name not in RECORDED_VARIANTS:
         raise ConfigError(f"{flag} {name!r}: unknown variant; use all or one of {', '.join(RECORDED_VARIANTS)}")
     return name

@@ -35,7 +35,7 @@ def tiers(suite: Suite) -> list[Tier]:
     """What can be recorded for ``suite``, cheapest first: the retrieval tier (BM25 + vectors, no
     LLM; what ``make demo`` records on every query), the demo's LLM tier (expansion + rerank of
     the top 5) and the suite's full pipeline; when the suite's index has expansions written
-    (``qmdlab expand-docs``), a retrieval tier with the expansions column weighted comes second.
+    (``qmdlab expand-docs``), a retrieval tier with the doc-queries column weighted comes second.
     The same config and model roles give the same
     cache key as ``scripts/demo.py``, so recording more queries extends the demo's recording.
     Each tier's stages and model roles come from the stage rule of every front end
@@ -45,7 +45,7 @@ def tiers(suite: Suite) -> list[Tier]:
     >>> [t.name for t in tiers(get_suite("default"))][0]
     'retrieval: BM25 + vectors, no LLM'
     """
-    from qmdlab.eval.ablation import EXPANSION_WEIGHT, index_has_expansions
+    from qmdlab.eval.ablation import DOC_QUERY_WEIGHT, index_has_doc_queries
     from qmdlab.pipeline.stages import CUSTOM, model_roles, plan_stages
 
     def tier(name: str, config: PipelineConfig, llm: bool) -> Tier:
@@ -59,12 +59,12 @@ def tiers(suite: Suite) -> list[Tier]:
     expanded = (
         [
             tier(
-                "retrieval + expansions column: BM25 with generated queries + vectors, no LLM",
-                base.replace(bm25_weight_expansions=EXPANSION_WEIGHT),
+                "retrieval + doc-queries column: BM25 with generated queries + vectors, no LLM",
+                base.replace(bm25_weight_doc_queries=DOC_QUERY_WEIGHT),
                 False,
             )
         ]
-        if index_has_expansions(suite, base)
+        if index_has_doc_queries(suite, base)
         else []
     )
     return [

@@ -284,7 +284,7 @@ def register(group: click.Group) -> None:
         default=None,
         metavar="all|NAME,…",
         help="With --ablate: a row per feature that changes retrieval (phrase, like, trigram, heading, "
-        "two-unit-gate, field-weights, no-skip, expansions), each the same queries recorded again with it.",
+        "two-unit-gate, field-weights, no-skip, doc-queries), each the same queries recorded again with it.",
     )
     @click.option(
         "--out",
@@ -495,7 +495,7 @@ def register(group: click.Group) -> None:
     @click.option(
         "--lexical",
         is_flag=True,
-        help="Also tune the BM25 column weights (bm25_weight_title/body/filepath, and bm25_weight_expansions "
+        help="Also tune the BM25 column weights (bm25_weight_title/body/filepath, and bm25_weight_doc_queries "
         "when the suite's index has expansions); each new setting re-runs the recorded BM25 lists against the "
         "suite's index (slower).",
     )

@@ -10,8 +10,8 @@ Two recordings, made (or loaded from the trace cache) by :func:`qmdlab.eval.reco
   k-fold rows: ``tuned`` (:func:`qmdlab.eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
   and ``learned fusion`` (:func:`qmdlab.eval.learn.cross_validate_learned`, when LightGBM is installed);
   and, when the suite's index has expansions written (``qmdlab expand-docs``), ``bm25 + expansions`` and
-  ``hybrid <fusion> + expansions``: the same rows with the expansions column weighted
-  (:data:`qmdlab.eval.ablation.EXPANSION_WEIGHT`), their BM25 lists re-run on the index
+  ``hybrid <fusion> + expansions``: the same rows with the doc-queries column weighted
+  (:data:`qmdlab.eval.ablation.DOC_QUERY_WEIGHT`), their BM25 lists re-run on the index
   (:class:`qmdlab.eval.lexical.LexicalStudy`);
 - the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
   reranker, ``candidates`` documents reranked) gives ``+lex``, ``+lex+vec``, ``+lex+vec+hyde`` and
@@ -58,7 +58,7 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
 
-from .ablation import EXPANSION_WEIGHT, ORIGINAL, Variant, variants
+from .ablation import DOC_QUERY_WEIGHT, ORIGINAL, Variant, variants
 from .metrics import HEADLINE
 from .significance import paired_pvalues
 
@@ -294,10 +294,10 @@ def frontier(
                 None,
             )
         )
-    # the expansions column (doc2query), when the index has one written: the bm25 and hybrid rows with it weighted
+    # the doc-queries column (doc2query), when the index has one written: the bm25 and hybrid rows with it weighted
     from qmdlab.store.doc_expansions import has_expansions
 
-    expanded = hybrid.replace(bm25_weight_expansions=EXPANSION_WEIGHT)
+    expanded = hybrid.replace(bm25_weight_doc_queries=DOC_QUERY_WEIGHT)
     with_expansions = has_expansions(rec.lab.index)
     if with_expansions:
         from .lexical import LexicalStudy
@@ -310,7 +310,7 @@ def frontier(
             points.append(
                 Point(
                     f"{v.name} + expansions",
-                    f"{v.description}, + the generated-query column (weight {EXPANSION_WEIGHT:g})",
+                    f"{v.description}, + the generated-query column (weight {DOC_QUERY_WEIGHT:g})",
                     ev.per_query.select("qid", metric),
                     unfitted,
                     cfg,

@@ -35,16 +35,16 @@ LEXICAL_SPACE = (
 )
 """The numeric lexical knobs ``qmdlab tune --lexical`` adds to the search space (the switches
 ``bm25_prefix``/``bm25_stopwords``/``bm25_query_tf`` are set by hand or in the notebook)."""
-EXPANSION_SPACE = (Param("bm25_weight_expansions", 0.0, 4.0),)
-"""The expansions column's weight, tuned too when the index has generated queries (:func:`lexical_space`)."""
+DOC_QUERY_SPACE = (Param("bm25_weight_doc_queries", 0.0, 4.0),)
+"""The doc-queries column's weight, tuned too when the index has generated queries (:func:`lexical_space`)."""
 
 
 def lexical_space(index: Any) -> tuple[Param, ...]:
-    """:data:`LEXICAL_SPACE`, plus :data:`EXPANSION_SPACE` when ``index`` has expansions written
+    """:data:`LEXICAL_SPACE`, plus :data:`DOC_QUERY_SPACE` when ``index`` has expansions written
     (``qmdlab expand-docs``): tuning a weight of an empty column would only spend trials."""
     from qmdlab.store.doc_expansions import has_expansions
 
-    return LEXICAL_SPACE + (EXPANSION_SPACE if has_expansions(index) else ())
+    return LEXICAL_SPACE + (DOC_QUERY_SPACE if has_expansions(index) else ())
 
 
 class LexicalStudy:
@@ -121,4 +121,4 @@ class LexicalStudy:
         return sub
 
 
-__all__ = ["LexicalStudy", "LEXICAL_SPACE", "EXPANSION_SPACE", "lexical_space"]
+__all__ = ["LexicalStudy", "LEXICAL_SPACE", "DOC_QUERY_SPACE", "lexical_space"]

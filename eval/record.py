@@ -348,7 +348,7 @@ def _fingerprint(model: Any) -> str:
 
 def index_fingerprints(config: PipelineConfig, index: Any) -> list[str]:
     """What a trace depends on in the index beyond the suite's documents: when the BM25
-    expansions column holds generated queries, the active generator and how many of its queries
+    doc-queries column holds generated queries, the active generator and how many of its queries
     the column holds (another generator, or a re-filter, is another recording). At weight 0 too:
     FTS5's ``bm25()`` normalises by the length of the whole row, so a filled column lengthens
     every document it is in and shifts BM25 scores slightly even when nothing matches in it.

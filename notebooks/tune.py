@@ -278,8 +278,8 @@ def _(defaults, rerank_source, start, suite_picker):
             "bm25_weight_body": _slider("bm25_weight_body", 0.0, 4.0, 0.25, "body weight"),
             "bm25_weight_filepath": _slider("bm25_weight_filepath", 0.0, 4.0, 0.25, "file path weight"),
             # the generated queries of `qmdlab expand-docs` (no effect on an index without them)
-            "bm25_weight_expansions": _slider(
-                "bm25_weight_expansions", 0.0, 4.0, 0.25, "expansions weight (doc2query)"
+            "bm25_weight_doc_queries": _slider(
+                "bm25_weight_doc_queries", 0.0, 4.0, 0.25, "doc-queries weight (doc2query)"
             ),
             "bm25_prefix": mo.ui.switch(value=start.bm25_prefix, label="prefix terms"),
             "bm25_stopwords": mo.ui.switch(value=start.bm25_stopwords, label="drop stopwords"),
@@ -334,7 +334,7 @@ def _(defaults, rerank_source, start, suite_picker):
                 "bm25_weight_title",
                 "bm25_weight_body",
                 "bm25_weight_filepath",
-                "bm25_weight_expansions",
+                "bm25_weight_doc_queries",
                 "bm25_prefix",
                 "bm25_stopwords",
                 "bm25_query_tf",

@@ -33,7 +33,7 @@ CONFIG_GROUPS: dict[str, tuple[str, ...]] = {
         "bm25_weight_filepath",
         "bm25_weight_title",
         "bm25_weight_body",
-        "bm25_weight_expansions",
+        "bm25_weight_doc_queries",
         "bm25_prefix",
         "bm25_stopwords",
         "bm25_query_tf",

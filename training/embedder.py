@@ -12,7 +12,7 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    suite's chunks and the round-trip filter kept (:func:`qmdlab.store.doc_expansions.kept_queries`
    of the index's active generator), each with its source chunk as the positive and
    ``hard_negatives`` BM25-mined negatives: the top-ranked documents for the query (the engine's
-   :func:`~qmdlab.search.bm25_search`, without the expansions column, as the round trip searched)
+   :func:`~qmdlab.search.bm25_search`, without the doc-queries column, as the round trip searched)
    that do not hold the source chunk, each represented by its chunk sharing the most query terms.
    Texts are what the embedder sees in the pipeline: the query as typed, the chunk as
    ``title\\ntext`` (the ``plain`` template). With ``--labelled`` the pairs are the train side of
@@ -212,7 +212,7 @@ def build_pairs(
     colls = list(collections) if collections is not None else None
     holders = store.source_docnos(idx, colls)
     lex = (config or PipelineConfig()).lexical()
-    lex["weights"] = tuple(lex["weights"][:3])  # the expansions column holds the query itself
+    lex["weights"] = tuple(lex["weights"][:3])  # the doc-queries column holds the query itself
     titles: dict[str, str] = {}
     chunk_cache: dict[str, list[str]] = {}
 

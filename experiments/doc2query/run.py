@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     )
     for leg, cfg in legs.items():
         column(True)
-        tuning = {w: mean(scores(cfg.replace(bm25_weight_expansions=w), split.train)) for w in WEIGHTS}
-        with_held = {w: scores(cfg.replace(bm25_weight_expansions=w), split.heldout) for w in WEIGHTS}
+        tuning = {w: mean(scores(cfg.replace(bm25_weight_doc_queries=w), split.train)) for w in WEIGHTS}
+        with_held = {w: scores(cfg.replace(bm25_weight_doc_queries=w), split.heldout) for w in WEIGHTS}
         column(False)
         tuning[0.0] = mean(scores(cfg, split.train))
         without = scores(cfg, split.heldout)

@@ -37,7 +37,7 @@ def register(group: click.Group) -> None:
         default=DEFAULT_TOP_K,
         show_default=True,
         type=click.IntRange(min=1),
-        help="Round-trip filter depth: a query is kept when BM25 (without the expansions column) ranks its "
+        help="Round-trip filter depth: a query is kept when BM25 (without the doc-queries column) ranks its "
         "source document within the top K.",
     )
     @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
@@ -60,7 +60,7 @@ def register(group: click.Group) -> None:
     @click.option(
         "--clear",
         is_flag=True,
-        help="Empty the expansions column and unset the active generator (stored queries stay).",
+        help="Empty the doc-queries column and unset the active generator (stored queries stay).",
     )
     @click.option(
         "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
@@ -83,7 +83,7 @@ def register(group: click.Group) -> None:
         progress,
     ) -> None:
         """Generate search queries for each chunk, keep those that find their document again, and add
-        them to the documents' BM25 expansions column (weighted by bm25_weight_expansions; never
+        them to the documents' BM25 doc-queries column (weighted by bm25_weight_doc_queries; never
         embedded)."""
         from tqdm import tqdm
 
@@ -126,4 +126,4 @@ def register(group: click.Group) -> None:
             f"chunks {rep.chunks}, generated {rep.generated} ({rep.usable} usable queries), kept {rep.kept}, "
             f"dropped {rep.dropped}, documents rewritten {rep.documents}, {rep.seconds:.1f} s"
         )
-        click.echo(f"generator {rep.generator} is active; search with bm25_weight_expansions > 0 to use it")
+        click.echo(f"generator {rep.generator} is active; search with bm25_weight_doc_queries > 0 to use it")

@@ -462,7 +462,7 @@ def register(group: click.Group) -> None:
         if exp:
             click.echo(
                 f"expansions {exp['generator']}: {exp['kept']} of {exp['generated']} generated queries kept, "
-                f"in {exp['documents']} documents (searched with bm25_weight_expansions > 0)"
+                f"in {exp['documents']} documents (searched with bm25_weight_doc_queries > 0)"
             )
         from qmdlab.mcp_server.daemon import read_pid
 

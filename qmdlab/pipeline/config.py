@@ -53,12 +53,34 @@ OMITTED_AT_DEFAULT = frozenset(
         "ann_ef_search",
         "weight_original_heading",
         "budget_s",
-        "bm25_weight_expansions",
+        "bm25_weight_doc_queries",
     }
 )
 """Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
 while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
 of every config that does not use them stays what it was."""
+
+RENAMED_OPTIONS = {"bm25_weight_expansions": "bm25_weight_doc_queries"}
+"""Earlier option names a config file or mapping may still use, and what they are called now."""
+
+
+def _renamed(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``data`` with earlier option names (:data:`RENAMED_OPTIONS`) under their current names.
+
+    >>> _renamed({"bm25_weight_expansions": 0.5, "rrf_k": 30}, "config")
+    {'bm25_weight_doc_queries': 0.5, 'rrf_k': 30}
+    >>> _renamed({"bm25_weight_expansions": 0.5, "bm25_weight_doc_queries": 1.0}, "c.yaml")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.ConfigError: c.yaml: 'bm25_weight_expansions' is the earlier name of 'bm25_weight_doc_queries'; give one of them
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        new = RENAMED_OPTIONS.get(key, key)
+        if new in out or (new != key and new in data):
+            raise ConfigError(f"{source}: {key!r} is the earlier name of {new!r}; give one of them")
+        out[new] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -133,11 +155,12 @@ class PipelineConfig:
     bm25_weight_filepath, bm25_weight_title, bm25_weight_body : float
         FTS5 ``bm25()`` column weights (>= 0, not all 0). The filepath column holds
         ``collection/path``; the body repeats the title's ``# heading``.
-    bm25_weight_expansions : float
-        FTS5 ``bm25()`` weight of the ``expansions`` column: the kept generated queries of the
-        document's chunks (doc2query, ``qmdlab expand-docs``). 0 (the default) = the column is left
-        out of the match (:mod:`qmdlab.search.lexical`); an index without expansions scores the same
-        at any weight.
+    bm25_weight_doc_queries : float
+        FTS5 ``bm25()`` weight of the doc-queries column (stored as the FTS column ``expansions``):
+        the kept generated queries of the document's chunks (document expansion by doc2query,
+        ``qmdlab expand-docs``). 0 (the default) = the column is left out of the match
+        (:mod:`qmdlab.search.lexical`); an index without doc-queries scores the same at any weight.
+        Earlier name: ``bm25_weight_expansions`` (still read from config files).
     bm25_prefix : bool
         Bare query terms as prefix terms ``"term"*`` (``and`` mode always uses them).
     bm25_stopwords : bool
@@ -257,7 +280,7 @@ class PipelineConfig:
     vector_index: str = "exact"
     ann_ef_search: int = 512
     budget_s: float = 0.0
-    bm25_weight_expansions: float = 0.0
+    bm25_weight_doc_queries: float = 0.0
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -285,10 +308,10 @@ class PipelineConfig:
         for name, w in zip(("bm25_weight_filepath", "bm25_weight_title", "bm25_weight_body"), weights):
             if not (w >= 0 and w != float("inf")):
                 raise ConfigError(f"option {name!r} must be a finite number >= 0, got {w!r}")
-        w = self.bm25_weight_expansions
+        w = self.bm25_weight_doc_queries
         if not (w >= 0 and w != float("inf")):
             raise ConfigError(
-                f"option 'bm25_weight_expansions' must be a finite number >= 0 (0 = column off), got {w!r}"
+                f"option 'bm25_weight_doc_queries' must be a finite number >= 0 (0 = column off), got {w!r}"
             )
         if not any(weights):
             raise ConfigError(
@@ -367,6 +390,8 @@ class PipelineConfig:
             raise ConfigError(f"{source}: expected a mapping of pipeline options, got {type(data).__name__}")
         if set(data) == {"pipeline"} and isinstance(data["pipeline"], Mapping):
             data = data["pipeline"]
+        if any(old in data for old in RENAMED_OPTIONS):
+            data = _renamed(data, source)
         names = cls.field_names()
         for key in data:
             if key not in names:
@@ -420,6 +445,7 @@ class PipelineConfig:
         """A copy with some options changed; unknown names raise :class:`ConfigError`."""
         if not overrides:
             return self
+        overrides = _renamed(overrides, "override")
         merged = self.to_dict()
         merged.update(overrides)
         out = type(self).from_dict(merged, source="override")
@@ -536,11 +562,11 @@ class PipelineConfig:
     def lexical(self) -> dict[str, Any]:
         """The BM25 knobs as keyword arguments of :func:`qmdlab.search.bm25_search`.
 
-        ``weights`` has a fourth item, the expansions column's, when that weight is above 0.
+        ``weights`` has a fourth item, the doc-queries column's, when that weight is above 0.
 
         >>> PipelineConfig(bm25_weight_title=2).lexical()["weights"]
         (1.5, 2.0, 1.0)
-        >>> PipelineConfig(bm25_weight_expansions=0.5).lexical()["weights"]
+        >>> PipelineConfig(bm25_weight_doc_queries=0.5).lexical()["weights"]
         (1.5, 4.0, 1.0, 0.5)
         """
         weights: tuple[float, ...] = (
@@ -548,8 +574,8 @@ class PipelineConfig:
             float(self.bm25_weight_title),
             float(self.bm25_weight_body),
         )
-        if self.bm25_weight_expansions > 0:
-            weights += (float(self.bm25_weight_expansions),)
+        if self.bm25_weight_doc_queries > 0:
+            weights += (float(self.bm25_weight_doc_queries),)
         return {
             "mode": self.bm25_mode,
             "weights": weights,

@@ -9,7 +9,7 @@ their source again, and write them into the documents' BM25 ``expansions`` colum
    stored, and running again generates only what is missing (resumable).
 2. **Filter** (Promptagator's round-trip consistency, Doc2Query−−'s point that unfiltered
    expansions hurt): each usable query is searched with the engine's BM25 over the same
-   collections *without* the expansions column (the weights of filepath, title and body only:
+   collections *without* the doc-queries column (the weights of filepath, title and body only:
    the column is left out of the match) and kept iff a document holding the chunk ranks within the
    top ``top_k``. The best such rank is stored with the verdict. ``filter=False`` keeps every
    usable query. Only samples not judged yet are searched (``refilter`` judges all again).
@@ -17,7 +17,7 @@ their source again, and write them into the documents' BM25 ``expansions`` colum
    column is set to its chunks' kept queries (:func:`qmdlab.store.doc_expansions.write_expansions`).
 
 Generated text goes to the BM25 column only, never to the embedder: vectors are unchanged.
-Searches weigh the column with ``bm25_weight_expansions`` (default 0: not used).
+Searches weigh the column with ``bm25_weight_doc_queries`` (default 0: not used).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ BATCH_CHUNKS = 8
 class ExpandReport(NamedTuple):
     """What a run did: ``chunks`` generated for this run, ``generated`` samples (``usable`` of them
     queries), the round-trip filter's ``kept`` and ``dropped`` over the samples it judged now,
-    ``documents`` whose expansions column changed, and the ``seconds`` it took."""
+    ``documents`` whose doc-queries column changed, and the ``seconds`` it took."""
 
     generator: str
     chunks: int
@@ -70,9 +70,9 @@ def round_trip(
     config: PipelineConfig | None = None,
 ) -> int | None:
     """The best rank (1-based) of a document in ``sources`` among the top ``top_k`` BM25 hits of
-    ``query`` without the expansions column; ``None`` when none of them is there."""
+    ``query`` without the doc-queries column; ``None`` when none of them is there."""
     lex = (config or PipelineConfig()).lexical()
-    lex["weights"] = tuple(lex["weights"][:3])  # the expansions column never judges itself
+    lex["weights"] = tuple(lex["weights"][:3])  # the doc-queries column never judges itself
     hits = bm25_search(idx, query, limit=top_k, collections=collections, **lex)
     return next((h.rank for h in hits if h.docno in sources), None)
 
@@ -171,7 +171,7 @@ def expand_documents(
 
 
 def clear_expansions(idx) -> int:
-    """No active generator: every document's expansions column emptied (the stored samples stay,
+    """No active generator: every document's doc-queries column emptied (the stored samples stay,
     so a later ``expand-docs`` with the same generator only writes them back). Returns how many
     documents changed."""
     store.ensure_table(idx)

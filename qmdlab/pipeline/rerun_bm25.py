@@ -34,7 +34,7 @@ LEXICAL_FIELDS = (
     "bm25_weight_filepath",
     "bm25_weight_title",
     "bm25_weight_body",
-    "bm25_weight_expansions",
+    "bm25_weight_doc_queries",
     "bm25_prefix",
     "bm25_stopwords",
     "bm25_query_tf",

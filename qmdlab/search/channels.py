@@ -3,7 +3,7 @@ original query that the pipeline fuses like any other list (off by default: weig
 
 ``phrase`` — the whole query verbatim (a verbatim whole-query bonus, a phrase
 channel): an FTS5 phrase of every word piece of the query in order, stopwords kept, ranked by
-BM25 with the pipeline's column weights (the expansions column as BM25's, see
+BM25 with the pipeline's column weights (the doc-queries column as BM25's, see
 :mod:`qmdlab.search.lexical`). Needs at least two pieces (one word is the BM25 list).
 
 ``like`` — the substring leg (a third keyword leg, the ``LIKE`` one beside FTS and

@@ -65,9 +65,9 @@ if TYPE_CHECKING:
     from qmdlab.store import Index
 
 #: FTS5 column weights: filepath, title, body (see ``PipelineConfig.bm25_weight_*``); the
-#: expansions column, when no fourth weight is given, has weight 0.
+#: doc-queries column, when no fourth weight is given, has weight 0.
 BM25_WEIGHTS = (1.5, 4.0, 1.0)
-#: The column filter of a search that leaves the expansions column out (its weight is 0).
+#: The column filter of a search that leaves the doc-queries column out (its weight is 0).
 TEXT_COLUMNS = "{filepath title body}"
 MODES = ("and", "or", "msm")
 #: Longest query text searched (characters); longer ones are refused.
@@ -271,7 +271,7 @@ def required_matches(n_terms: int, min_match: float) -> int:
 
 def check_weights(weights: Sequence[float]) -> tuple[float, ...]:
     """Validate FTS5 column weights ``(filepath, title, body[, expansions])``: three or four numbers
-    ≥ 0, at least one of the first three above 0 (the expansions column is empty in most indexes).
+    ≥ 0, at least one of the first three above 0 (the doc-queries column is empty in most indexes).
 
     >>> check_weights((1.5, 4, 1)), check_weights((1.5, 4, 1, 0.5))
     ((1.5, 4.0, 1.0), (1.5, 4.0, 1.0, 0.5))
@@ -294,7 +294,7 @@ def _weights_sql(weights: tuple) -> str:
 
 
 def expansion_weight(weights: Sequence[float]) -> float:
-    """The expansions column's weight of a weight list (0 when it has three).
+    """The doc-queries column's weight of a weight list (0 when it has three).
 
     >>> expansion_weight((1.5, 4.0, 1.0)), expansion_weight((1.5, 4.0, 1.0, 2.0))
     (0.0, 2.0)
@@ -321,7 +321,7 @@ def fts_column_count(idx: Index) -> int:
 
 
 def column_filter(idx: Index, weights: Sequence[float]) -> str:
-    """``TEXT_COLUMNS`` when the index has an expansions column and its weight is 0 (the match
+    """``TEXT_COLUMNS`` when the index has an doc-queries column and its weight is 0 (the match
     must leave it out), else ``""`` (every column)."""
     if expansion_weight(weights) > 0:
         return ""
@@ -369,7 +369,7 @@ def bm25_search(
         Tag and date filters.
     weights : (float, float, float) or (float, float, float, float)
         FTS5 column weights for ``filepath, title, body`` and optionally ``expansions``
-        (:func:`check_weights`; no fourth weight or 0: the expansions column is left out of
+        (:func:`check_weights`; no fourth weight or 0: the doc-queries column is left out of
         the match, see the module docstring).
     prefix : bool
         Bare terms as prefix terms ``"t"*`` (``and`` mode: always).

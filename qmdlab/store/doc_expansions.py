@@ -156,7 +156,7 @@ def active_generator(idx: Index) -> str | None:
 
 
 def set_active_generator(idx: Index, generator: str | None) -> int:
-    """Make ``generator`` the active one (``None``: none) and rewrite the expansions column;
+    """Make ``generator`` the active one (``None``: none) and rewrite the doc-queries column;
     returns how many documents' column changed (:func:`write_expansions`)."""
     with idx.transaction("doc-queries") as c:
         c.execute(schema.DOC_QUERIES)
@@ -223,7 +223,7 @@ def kept_queries(
 
 class ExpansionStatus(NamedTuple):
     """What :func:`status` reports: the active generator, and for it the samples stored, judged
-    and kept, and the active documents whose expansions column is not empty."""
+    and kept, and the active documents whose doc-queries column is not empty."""
 
     generator: str | None
     generated: int
@@ -248,7 +248,7 @@ def status(idx: Index) -> ExpansionStatus:
 
 
 def has_expansions(idx: Index) -> bool:
-    """Whether any active document's expansions column holds a query."""
+    """Whether any active document's doc-queries column holds a query."""
     return status(idx).documents > 0
 
 

@@ -154,10 +154,12 @@ def test_inert_variants_are_the_main_recording(tmp_path, qmdlab_home):
         suite, models, PipelineConfig(expand=False, weight_original_like=1.0), progress=False, log=lambda m: None
     )
     study = Study.from_recording(rec)
-    rows = variant_evaluations(study, suite, models, ["no-skip", "like", "expansions"])
+    rows = variant_evaluations(
+        study, suite, models, ["no-skip", "like", "expansions"]
+    )  # "expansions": the earlier name of doc-queries
     assert rows["no strong-signal skip"].description == "= the main recording (expansion off: nothing to skip)"
-    assert rows["+expansions column"].description.startswith(
-        "= the main recording (the suite's index has no expansions"
+    assert rows["+doc-queries column"].description.startswith(
+        "= the main recording (the suite's index has no doc-queries"
     )
     assert rows["+like list"].description == "= the main recording (the main config already has it)"
     assert rows["+like list"].evaluation.metrics == study.evaluate(study.config).metrics

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qmdlab.eval import choices
-from qmdlab.eval.ablation import EXPANSION_WEIGHT, index_has_expansions
+from qmdlab.eval.ablation import DOC_QUERY_WEIGHT, index_has_doc_queries
 from qmdlab.eval.frontier import frontier
 from qmdlab.eval.record import prepare_index, record
 from qmdlab.eval.study import Study
@@ -39,24 +39,24 @@ def test_no_expansion_rows_without_expansions(tmp_path, qmdlab_home):
         suite, "fake", llm_queries=0, folds=2, trials=4, learned=False, log=lambda m: None, load_models=loader
     )
     assert not [p.name for p in res.points if "expansions" in p.name]
-    assert not index_has_expansions(suite, PipelineConfig())
-    assert not [t for t in choices.tiers(suite) if t.config.bm25_weight_expansions]
+    assert not index_has_doc_queries(suite, PipelineConfig())
+    assert not [t for t in choices.tiers(suite) if t.config.bm25_weight_doc_queries]
 
 
 def test_expansion_rows_equal_a_fresh_recording(tmp_path, qmdlab_home):
     suite = zoo(tmp_path)
     _expand(suite)
-    assert index_has_expansions(suite, PipelineConfig())
+    assert index_has_doc_queries(suite, PipelineConfig())
     res = frontier(
         suite, "fake", llm_queries=0, folds=2, trials=4, learned=False, log=lambda m: None, load_models=loader
     )
     names = [p.name for p in res.points]
     assert {"bm25 + expansions", "hybrid qmd_rrf + expansions"} <= set(names)
     hybrid = res.point("hybrid qmd_rrf + expansions")
-    assert hybrid.config.bm25_weight_expansions == EXPANSION_WEIGHT and hybrid.seconds is not None
+    assert hybrid.config.bm25_weight_doc_queries == DOC_QUERY_WEIGHT and hybrid.seconds is not None
     assert res.point("bm25 + expansions").config.vector is False
     # the row is what the pipeline retrieves with the column weighted (re-run BM25 = a fresh recording)
-    cfg = PipelineConfig(expand=False, rerank=False, bm25_weight_expansions=EXPANSION_WEIGHT)
+    cfg = PipelineConfig(expand=False, rerank=False, bm25_weight_doc_queries=DOC_QUERY_WEIGHT)
     rec = record(suite, loader(expand="none", rerank="none"), cfg, log=lambda m: None)
     fresh = Study.from_recording(rec, metrics=["ndcg@10"]).evaluate(rec.config).per_query.sort("qid")
     got = hybrid.per_query.sort("qid")
@@ -73,4 +73,4 @@ def test_expansion_rows_equal_a_fresh_recording(tmp_path, qmdlab_home):
     )
     # the recording tiers offer the column too, second
     tiers = choices.tiers(suite)
-    assert tiers[1].config.bm25_weight_expansions == EXPANSION_WEIGHT and tiers[1].roles == tiers[0].roles
+    assert tiers[1].config.bm25_weight_doc_queries == DOC_QUERY_WEIGHT and tiers[1].roles == tiers[0].roles

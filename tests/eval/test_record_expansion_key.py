@@ -22,7 +22,7 @@ def _expand(suite, fn, name) -> None:
 def test_another_generator_is_another_recording(tmp_path, qmdlab_home):
     suite = zoo(tmp_path)
     models = loader(expand="none", rerank="none")
-    weighted = PipelineConfig(expand=False, rerank=False, bm25_weight_expansions=1.0)
+    weighted = PipelineConfig(expand=False, rerank=False, bm25_weight_doc_queries=1.0)
     plain = PipelineConfig(expand=False, rerank=False)
     quiet = dict(log=lambda m: None)
 

@@ -94,14 +94,14 @@ def test_msm_and_phrase_channel_leave_the_column_out_at_weight_zero(expanded):
 
 def test_config_field_flows_into_the_weights():
     assert PipelineConfig().lexical()["weights"] == (1.5, 4.0, 1.0)
-    assert PipelineConfig(bm25_weight_expansions=0.75).lexical()["weights"] == (1.5, 4.0, 1.0, 0.75)
-    assert "bm25_weight_expansions" not in PipelineConfig().to_dict()  # trace-cache keys of older configs stay
-    assert PipelineConfig().replace_flat(bm25_weight_expansions=2).bm25_weight_expansions == 2.0
+    assert PipelineConfig(bm25_weight_doc_queries=0.75).lexical()["weights"] == (1.5, 4.0, 1.0, 0.75)
+    assert "bm25_weight_doc_queries" not in PipelineConfig().to_dict()  # trace-cache keys of older configs stay
+    assert PipelineConfig().replace_flat(bm25_weight_doc_queries=2).bm25_weight_doc_queries == 2.0
     for bad in (-1.0, float("inf"), float("nan")):
-        with pytest.raises(ConfigError, match="bm25_weight_expansions"):
-            PipelineConfig(bm25_weight_expansions=bad)
+        with pytest.raises(ConfigError, match="bm25_weight_doc_queries"):
+            PipelineConfig(bm25_weight_doc_queries=bad)
     with pytest.raises(ConfigError, match="all 0"):
-        PipelineConfig(bm25_weight_filepath=0, bm25_weight_title=0, bm25_weight_body=0, bm25_weight_expansions=1)
+        PipelineConfig(bm25_weight_filepath=0, bm25_weight_title=0, bm25_weight_body=0, bm25_weight_doc_queries=1)
     with pytest.raises(QmdlabError, match="column weights"):
         check_weights((0, 0, 0, 1))
     with pytest.raises(QmdlabError, match="column weights"):
@@ -117,10 +117,10 @@ def test_pipeline_and_explain_use_the_column(expanded):
 
     lab = Lab(expanded, ModelSet(None, None, None), PipelineConfig(expand=False, rerank=False, vector=False))
     off = lab.query("cherry tomato")
-    on = lab.query("cherry tomato", bm25_weight_expansions=1.0)
+    on = lab.query("cherry tomato", bm25_weight_doc_queries=1.0)
     assert off.final.height == 0
     assert set(on.final["docno"].to_list()) == {"kb/git-rebase.md", "kb/pasta.md"}
     assert "weights filepath 1.5 / title 4 / body 1 / expansions 1," in format_explain(
-        on, PipelineConfig(bm25_weight_expansions=1.0)
+        on, PipelineConfig(bm25_weight_doc_queries=1.0)
     )
     assert "weights filepath 1.5 / title 4 / body 1, prefix" in format_explain(on, PipelineConfig())
