@@ -278,7 +278,9 @@ def run_finish(
 ) -> Columns | pl.DataFrame:
     """Finish as a query runs it: :func:`finish_columns` on plain columns where it applies, else
     :func:`finish` on a polars frame."""
-    final = finish_columns(blended, config, doc_tags=doc_tags) if isinstance(blended, Columns) else None
+    final: Columns | pl.DataFrame | None = (
+        finish_columns(blended, config, doc_tags=doc_tags) if isinstance(blended, Columns) else None
+    )
     if final is None:
         final = finish(as_frame("final", blended), config, doc_tags=doc_tags)
     return final

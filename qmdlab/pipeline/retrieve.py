@@ -234,6 +234,7 @@ def retrieve_columns(
             if n == 0:
                 notes.append(
                     (
+                        "retrieve",
                         f"no vectors for embedder {embedder.model_id} in the index "
                         "(run `qmdlab embed`): vector lists skipped",
                     )
@@ -273,6 +274,7 @@ def retrieve_columns(
                 ran = vec_ran
                 notes.append(
                     (
+                        "retrieve",
                         failure
                         + (
                             ": the remaining vector lists skipped"
