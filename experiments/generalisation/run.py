@@ -6,7 +6,8 @@
 For each suite, its judged queries (SciFact: its 300 test claims) are recorded with expansion and
 rerank off — with the offline preset's MiniLM and, when ``--embedder`` is given, with that GGUF
 embedder (loaded with MiniLM's options) — and scored without fitting anything: BM25 alone, the
-default hybrid (qmd's weighted RRF) and the hybrid under CombMNZ fusion. nDCG@10 and recall@100
+default hybrid (qmd's weighted RRF) and the hybrid under CombMNZ fusion; ``--preset offline-gemma`` adds
+the same rows with an untrained preset's embedder (``--runs DIR``: their TREC runs). nDCG@10 and recall@100
 per row; the trained embedder's rows are compared per query with the same row under MiniLM (paired
 t-test, Fisher randomisation, wins/ties/losses). Writes ``<out>/<suite>.json`` and prints a table.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 METRICS = ("ndcg@10", "recall@100")
 
 
-def _rows(suite, embedder, name: str) -> dict[str, dict]:
+def _rows(suite, embedder, name: str, runs_dir: Path | None = None, tag: str = "") -> dict[str, dict]:
     from qmdlab.eval.ablation import variants
     from qmdlab.eval.record import record, suite_config
     from qmdlab.eval.study import Study
@@ -36,6 +37,16 @@ def _rows(suite, embedder, name: str) -> dict[str, dict]:
         "hybrid qmd_rrf": study.evaluate(study.config),
         "hybrid combmnz": study.evaluate(study.config.replace(fusion="combmnz")),
     }
+    if runs_dir is not None:  # TREC runs of the scored queries (top 100, the collection's ids)
+        import polars as pl
+
+        from qmdlab.eval.runfiles import write_trec_run
+
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for row, ev in runs.items():
+            final = ev.final.filter(pl.col("final_rank") <= 100)
+            fname = f"untrained-{tag}-{row.replace(' ', '-')}.trec"
+            write_trec_run(final, runs_dir / fname, f"untrained-{tag}-{row}", suite.docid)
     return {
         row: {
             **{m: float(ev.per_query[m].mean()) for m in METRICS},
@@ -56,6 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suites", nargs="+")
     ap.add_argument("--embedder", type=Path, default=None, help="A trained GGUF embedder (MiniLM's options).")
+    ap.add_argument(
+        "--preset",
+        default=None,
+        help="Also an untrained preset's embedder (offline-gemma: EmbeddingGemma-300M with its own prompts), "
+        "compared per query with MiniLM.",
+    )
+    ap.add_argument(
+        "--runs",
+        type=Path,
+        default=None,
+        help="With --preset: write its rows' TREC runs here (untrained-<preset>-<row>.trec).",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
@@ -78,20 +101,31 @@ def main(argv: list[str] | None = None) -> int:
                 row: _paired(res["minilm"][row]["per_query"], res["trained"][row]["per_query"])
                 for row in ("hybrid qmd_rrf", "hybrid combmnz")
             }
-        for emb in ("minilm", "trained"):
+        if args.preset:
+            other = load_models(args.preset, expand="none", rerank="none").embedder
+            prepare_index(suite, other, log=lambda m: None)
+            res[args.preset] = _rows(suite, other, f"generalisation-{args.preset}", args.runs, args.preset)
+            res[f"{args.preset}_vs_minilm"] = {
+                row: _paired(res["minilm"][row]["per_query"], res[args.preset][row]["per_query"])
+                for row in ("hybrid qmd_rrf", "hybrid combmnz")
+            }
+        for emb in ("minilm", "trained", *([args.preset] if args.preset else [])):
             for row, r in res.get(emb, {}).items():
-                if emb == "trained" and row == "bm25":
+                if emb != "minilm" and row == "bm25":
                     continue
-                label = row if emb == "minilm" else f"{row} (trained embedder)"
+                label = row if emb == "minilm" else f"{row} ({'trained embedder' if emb == 'trained' else emb})"
                 print(f"{name:<9} {label:<30} {r['queries']:>4} {r['ndcg@10']:>8.4f} {r['recall@100']:>7.4f}")
-        for row, c in res.get("trained_vs_minilm", {}).items():
-            print(
-                f"{name:<9} trained vs MiniLM, {row}: Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  "
-                f"p(F) {c['p_fisher']:.3g}  W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
-            )
+        for key in ("trained_vs_minilm", f"{args.preset}_vs_minilm"):
+            for row, c in res.get(key, {}).items():
+                print(
+                    f"{name:<9} {key.replace('_vs_minilm', '')} vs MiniLM, {row}: Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  "
+                    f"p(F) {c['p_fisher']:.3g}  W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
+                )
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+            path = args.out / f"{name}.json"
+            earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            path.write_text(json.dumps({**earlier, **res}, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
