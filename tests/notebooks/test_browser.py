@@ -71,6 +71,15 @@ return all(document).filter(h => !(h.getAttribute('data-label') || '').includes(
 """
 
 
+SHOW_PATH_IN_CHECKOUT = """
+const want = arguments[0];
+for (const el of document.querySelectorAll('input')) if ((el.value || '').endsWith('/' + want)) el.value = want;
+for (const el of document.querySelectorAll('*'))
+  if (el.children.length === 0 && (el.textContent || '').trim().endsWith('/' + want)) el.textContent = want;
+"""
+"""The editor's title shows the notebook's absolute path; the picture shows its path in the checkout."""
+
+
 PAGE_TEXT = """
 function text(root) {
   let out = root.textContent || '';
@@ -147,6 +156,7 @@ def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome
         )
         assert _trace_files() == recorded, "opening the notebook recorded traces"
         driver.execute_script("window.scrollTo(0, 0);")  # the first screen: title, recording, nDCG cards
+        driver.execute_script(SHOW_PATH_IN_CHECKOUT, "notebooks/tune.py")  # not this machine's folders
         time.sleep(1.5)  # let the plots draw
         driver.save_screenshot(str(tmp_path / "tune-live.png"))
         wait = WebDriverWait(driver, 90, poll_frequency=0.25)
