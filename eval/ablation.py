@@ -446,7 +446,7 @@ def ablate(
     return table.select(cols).with_columns(pl.lit(baseline).alias("baseline"))
 
 
-def format_table(table: pl.DataFrame, metric: str = HEADLINE) -> str:
+def format_ablation(table: pl.DataFrame, metric: str = HEADLINE) -> str:
     """A fixed-width text rendering of an :func:`ablate` table (for terminals and logs)."""
     base = table["baseline"][0] if table.height else ""
 

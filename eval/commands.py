@@ -181,7 +181,7 @@ def _frontier(
     --ablate/--chunkers/--variants given, which the frontier refuses."""
     from functools import partial
 
-    from qmdlab.eval.frontier import format_table, frontier
+    from qmdlab.eval.frontier import format_frontier, frontier
     from qmdlab.eval.frontier_pick import parse_pick, pick, write_pick
     from qmdlab.models import load_models
 
@@ -231,7 +231,7 @@ def _frontier(
         limit=limit,
         load_models=partial(load_models, **roles),
     )
-    click.echo(format_table(res))
+    click.echo(format_frontier(res))
     click.echo(f"plot: {res.out_dir / 'frontier.png'}  table: {res.out_dir / 'frontier.csv'}")
     if write_config_path:
         chosen = pick(res, rule, delta)
@@ -392,7 +392,7 @@ def register(group: click.Group) -> None:
         through the pipeline and report nDCG@10, MRR@10, recall@10/100 and P@5 (ranx definitions).
         With --ray, Ray actors compute the traces not yet cached (same cache, run files and metrics).
         With --frontier, every configuration a user chooses between, held-out and timed."""
-        from qmdlab.eval.ablation import format_table
+        from qmdlab.eval.ablation import format_ablation
         from qmdlab.eval.runner import run_name, run_suite
 
         import_extra("ranx", "eval")  # before any query runs, not after the last one
@@ -447,7 +447,7 @@ def register(group: click.Group) -> None:
             print_bench(s, res, echo=click.echo, warn=lambda m: click.echo(m, err=True))
         if res.ablation is not None:
             click.echo("")
-            click.echo(format_table(res.ablation))
+            click.echo(format_ablation(res.ablation))
         click.echo(f"saved: {res.out_dir}")
 
     @group.command("tune")

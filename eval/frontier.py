@@ -615,7 +615,7 @@ def _on_front(p: Point, points: list[Point], metric: str) -> bool:
 
 
 # -- output ----------------------------------------------------------------------------------------
-def format_table(result: Frontier) -> str:
+def format_frontier(result: Frontier) -> str:
     """The frontier as fixed-width text (what ``qmdlab eval --frontier`` prints)."""
     m = result.metric
     t = result.table
@@ -677,7 +677,7 @@ __all__ = [
     "Point",
     "Frontier",
     "frontier",
-    "format_table",
+    "format_frontier",
     "plot",
     "format_seconds",
     "time_queries",

@@ -511,7 +511,7 @@ def _():
 @app.cell
 def _():
     from qmdlab.training.reranker import load_report
-    from qmdlab.training.reranker_eval import format_table
+    from qmdlab.training.reranker_eval import format_reranker_table
 
     reranker_arg = str(mo.cli_args().get("reranker") or "runs/reranker")
     reranker_report = load_report(reranker_arg)
@@ -536,7 +536,7 @@ def _():
             ),
         ]
     )
-    return format_table, load_report, reranker_arg, reranker_report
+    return format_reranker_table, load_report, reranker_arg, reranker_report
 
 
 @app.cell(hide_code=True)

@@ -153,7 +153,7 @@ def _tier(args) -> int:
     faulthandler.enable()
 
     from qmdlab.errors import QmdlabError
-    from qmdlab.eval.ablation import format_table
+    from qmdlab.eval.ablation import format_ablation
     from qmdlab.eval.distributions import score_distributions, summary
     from qmdlab.eval.runner import run_suite
     from qmdlab.eval.suites import get_suite
@@ -189,7 +189,7 @@ def _tier(args) -> int:
             )
             t_suite = time.perf_counter() - t_suite
             t_rep = time.perf_counter()
-            _report(last, format_table)
+            _report(last, format_ablation)
             report_s = time.perf_counter() - t_rep
         else:
             models = load_models(args.preset)
@@ -215,7 +215,7 @@ def _tier(args) -> int:
             )
             t_suite = time.perf_counter() - t_suite
             t_rep = time.perf_counter()
-            _report(last, format_table)
+            _report(last, format_ablation)
             report_s = time.perf_counter() - t_rep
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -238,7 +238,7 @@ def _tier(args) -> int:
 def _frontier_tier(args, t_start: float) -> int:
     """Tier 3: the frontier of the default corpus from the two tiers' recordings (no new model call)."""
     from qmdlab.errors import QmdlabError
-    from qmdlab.eval.frontier import format_table, frontier
+    from qmdlab.eval.frontier import format_frontier, frontier
     from qmdlab.eval.suites import get_suite
     from qmdlab.pipeline.config import PipelineConfig
 
@@ -261,7 +261,7 @@ def _frontier_tier(args, t_start: float) -> int:
     except QmdlabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(format_table(res))
+    print(format_frontier(res))
     print(f"plot: {res.out_dir / 'frontier.png'}")
     print(
         f"write the configuration you pick: qmdlab eval default --frontier --llm-queries {args.llm_queries} "
@@ -377,7 +377,7 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
     import polars as pl
 
     from qmdlab.training.reranker import load_report
-    from qmdlab.training.reranker_eval import format_table
+    from qmdlab.training.reranker_eval import format_reranker_table
 
     report = load_report(run_dir)
     if report is None or report.heldout is None:
@@ -390,7 +390,7 @@ def _reranker_rows(run_dir: Path = REPO / "runs" / "reranker") -> None:
         f"\n== trained cross-encoder reranker ({run_dir}): held-out folds, each query reranked by a "
         "model that never saw it =="
     )
-    print(format_table(report.heldout))
+    print(format_reranker_table(report.heldout))
     print("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in report.auc.items() if v is not None))
     # Only recommend the model when a blend beats the fused order on held-out queries (paired t and
     # Fisher both < 0.05); otherwise say plainly that it does not help.
@@ -416,13 +416,13 @@ def _sub(out: str | None, name: str) -> str | None:
     return None if out is None else str(Path(out) / name)
 
 
-def _report(res, format_table) -> None:
+def _report(res, format_ablation) -> None:
     n, cached = res.timings["queries"], res.timings["queries_cached"]
     print(
         f"\n{n} labelled queries ({cached} traces from cache), pipeline {res.timings['query_s']:.0f} s, "
         f"ablation {res.timings.get('ablation_s', 0):.1f} s"
     )
-    print(format_table(res.ablation))
+    print(format_ablation(res.ablation))
     print(
         "  p(t): paired t-test, p(Fisher): randomisation test, both against the baseline row; "
         "* = p < 0.05; W/T/L = queries won/tied/lost",

@@ -484,7 +484,7 @@ def evaluate_heldout(suite, split: QuerySplit, embedders: dict[str, Any], *, pro
     return {"table": table.to_dicts(), "per_query": per_query, "queries": len(split.heldout)}
 
 
-def format_table(rows: Sequence[dict]) -> str:
+def format_embedder_table(rows: Sequence[dict]) -> str:
     """The held-out table as aligned text."""
     lines = [f"{'run':<24} {'nDCG@10':>8} {'delta':>8} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}"]
     for r in rows:
@@ -650,7 +650,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         result["heldout"] = held["table"]
         result["per_query"] = held["per_query"]
         result["eval_s"] = round(time.perf_counter() - t1, 1)
-        log(format_table(held["table"]))
+        log(format_embedder_table(held["table"]))
     result["seconds"] = round(time.perf_counter() - t0, 1)
     (out / "report.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     rundir.append_metrics(
@@ -662,7 +662,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
 
 
 def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
-    table = f"```\n{format_table(result['heldout'])}\n```\n" if result.get("heldout") else "(not evaluated)\n"
+    table = f"```\n{format_embedder_table(result['heldout'])}\n```\n" if result.get("heldout") else "(not evaluated)\n"
     split = result["split"]
     if cfg.labelled:
         title = f"qmdlab MiniLM embedder fine-tuned on {result['suite']}'s training queries"

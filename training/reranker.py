@@ -60,7 +60,7 @@ from qmdlab.training.reranker_eval import (
     calibrate_and_blend,
     config_with,
     evaluate_heldout,
-    format_table,
+    format_reranker_table,
     score_table,
 )
 from qmdlab.training.reranker_fit import fit, fit_info, freeze, new_model, pretrain, write_meta
@@ -434,7 +434,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         held.table.write_csv(out / "heldout.csv")
         held.per_query.write_parquet(out / "heldout_per_query.parquet")
         result.update(heldout=held.table.to_dicts(), metrics=held.metrics, auc=held.auc)
-        log(format_table(held.table))
+        log(format_reranker_table(held.table))
         log("AUC (held-out candidates): " + ", ".join(f"{k} {v:.3f}" for k, v in held.auc.items() if v is not None))
     model_ref = None
     if cfg.final and cfg.supervised and official is not None and result["folds"]:
@@ -482,7 +482,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
 def _model_card(cfg: RerankerRunConfig, result: dict, out: Path) -> None:
     table = ""
     if result.get("heldout"):
-        table = "```\n" + format_table(pl.DataFrame(result["heldout"])) + "\n```\n"
+        table = "```\n" + format_reranker_table(pl.DataFrame(result["heldout"])) + "\n```\n"
     auc_line = ", ".join(f"{k} {v:.3f}" for k, v in (result.get("auc") or {}).items() if v is not None)
     rundir.write_model_card(
         out,

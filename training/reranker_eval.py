@@ -239,7 +239,7 @@ def evaluate_heldout(
     return HeldOut(table, {r: mean_scores(t) for r, t in runs.items()}, aucs, per_query)
 
 
-def format_table(table: pl.DataFrame) -> str:
+def format_reranker_table(table: pl.DataFrame) -> str:
     """The held-out table as aligned text (the layout ``qmdlab eval`` prints)."""
     lines = [f"{'run':<22} {'nDCG@10':>8} {'delta':>8} {'p(t)':>8} {'p(Fisher)':>9} {'W/T/L':>10}"]
     for r in table.iter_rows(named=True):

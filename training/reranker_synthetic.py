@@ -95,7 +95,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
         calibrate_and_blend,
         config_with,
         evaluate_heldout,
-        format_table,
+        format_reranker_table,
         score_table,
     )
     from qmdlab.training.reranker_fit import fit, fit_info, freeze, new_model, pretrain, write_meta
@@ -217,8 +217,8 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     pl.concat(
         [held.per_query, tuned_per_query.with_columns(pl.lit("fused-tuned").alias("run"))], how="diagonal"
     ).write_parquet(out / "heldout_per_query.parquet")
-    log(format_table(table))
-    log("against the tuned fusion:\n" + format_table(vs_tuned))
+    log(format_reranker_table(table))
+    log("against the tuned fusion:\n" + format_reranker_table(vs_tuned))
 
     final = out / "model"
     if final.exists():
@@ -263,10 +263,10 @@ def held_per(held, run: str) -> pl.DataFrame:
 
 
 def _model_card(cfg, result: dict, out: Path) -> None:
-    from qmdlab.training.reranker_eval import format_table
+    from qmdlab.training.reranker_eval import format_reranker_table
 
-    table = format_table(pl.DataFrame(result["heldout"]))
-    vs = format_table(pl.DataFrame(result["heldout_vs_tuned"]))
+    table = format_reranker_table(pl.DataFrame(result["heldout"]))
+    vs = format_reranker_table(pl.DataFrame(result["heldout_vs_tuned"]))
     auc_line = ", ".join(f"{k} {v:.3f}" for k, v in (result.get("auc") or {}).items() if v is not None)
     rundir.write_model_card(
         out,

@@ -7,7 +7,7 @@ import math
 import polars as pl
 import pytest
 
-from qmdlab.eval.ablation import ablate, format_table, variants
+from qmdlab.eval.ablation import ablate, format_ablation, variants
 from qmdlab.eval.distributions import score_distributions, summary
 from qmdlab.eval.study import Study
 from qmdlab.eval.thresholds import best_threshold, threshold_curve
@@ -61,7 +61,7 @@ def test_ablation_rows_are_the_documented_cuts(trace_factory):
     assert row["bm25"]["delta"] == 0.0 and row["bm25"]["p_ttest"] == 1.0
     assert row["vector"]["delta"] == pytest.approx(row["vector"]["mrr@10"] - row["bm25"]["mrr@10"])
     assert set(table["baseline"]) == {"bm25"} and table["unscored"].min() == 0
-    assert "bm25" in format_table(table, "mrr@10")
+    assert "bm25" in format_ablation(table, "mrr@10")
 
 
 def test_best_leg_baseline_and_missing_stages_drop_rows(trace_factory):
