@@ -12,6 +12,7 @@ and :func:`~qmdlab.pipeline.results.located_rows`, the hit context
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,11 +48,11 @@ class ResultOptions:
 
     def render(self, idx, rows, *, explains=None) -> str:
         """:func:`render` with these flags."""
-        shape = {name: getattr(self, name) for name in ("full", "line_numbers", "max_chars", "context")}
+        shape = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("fmt", "all_results")}
         return render(idx, rows, self.fmt, explains=explains, **shape)
 
 
-_RESULT_PARAMS = ("fmt", "all_results", "full", "max_chars", "line_numbers", "context")
+_RESULT_PARAMS = tuple(f.name for f in dataclasses.fields(ResultOptions))
 
 
 def result_options() -> Callable:
