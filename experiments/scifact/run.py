@@ -20,6 +20,13 @@ Stages (``--stages``, default all, each resumable: a finished stage's JSON is re
   ``--expand-model`` would, recorded on the test claims with the recipe's own sampling (so the
   recipe's evaluation traces are reused), under qmd_rrf and under the fusion chosen on the training
   claims; each row is also compared with the same fusion without expansion.
+- ``doc2query`` — the document → query generator of ``qmdlab train doc2query --suite scifact``
+  (SmolLM2-135M LoRA on (abstract → training claim) pairs; ``--d2q-run``, trained here when it is
+  missing), ``--d2q-per-chunk`` queries generated for every abstract and kept by the round trip
+  (``qmdlab expand-docs``), the doc-queries column's weight chosen on the training claims for BM25 and
+  for the hybrid, and the hybrid's fusion tuned on the training claims with the column in place;
+  each row is also compared with the same configuration without the column. The column is emptied
+  again at the end, so the other stages' recordings stay valid.
 
 Every row is compared per test claim with the best untrained row (paired t-test, Fisher
 randomisation, wins/ties/losses). Writes ``<out>/scifact.json`` (rows, comparisons, per-claim
@@ -38,7 +45,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS = ("ndcg@10", "recall@100")
-STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander")
+STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query")
+#: Weights of the doc-queries column tried on the training claims (0: the column emptied).
+DOC_QUERY_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 def _log(msg: str) -> None:
@@ -295,6 +304,127 @@ def expander(suite, out: Path, work: Path, args) -> list[dict]:
     return rows
 
 
+def _untrained_row(out: Path, name: str) -> dict | None:
+    """The row ``name`` of an earlier untrained or tuned stage of ``<out>/scifact.json``, if any."""
+    store = out / "scifact.json"
+    if not store.is_file():
+        return None
+    stages = json.loads(store.read_text(encoding="utf-8"))["stages"]
+    return next((r for st in stages.values() for r in st["rows"] if r["row"] == name), None)
+
+
+def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
+    from qmdlab.eval.ablation import variants
+    from qmdlab.eval.record import prepare_index, record, suite_config
+    from qmdlab.eval.significance import paired_comparison
+    from qmdlab.eval.study import Study
+    from qmdlab.models import ModelSet, load_models
+    from qmdlab.models.doc_query_gen import load_generator
+    from qmdlab.pipeline.doc_expand import expand_documents
+    from qmdlab.store import doc_expansions
+    from qmdlab.training.doc2query import Doc2QueryRunConfig, run_doc2query
+    from qmdlab.training.splits import assert_disjoint, load_splits
+
+    run = Path(args.d2q_run)
+    res = run_doc2query(
+        Doc2QueryRunConfig(
+            suite="scifact",
+            out=str(run),
+            max_steps=args.d2q_steps,
+            max_heading_pairs=0,
+            n_threads=args.threads,
+        ),
+        log=_log,
+    )
+    split = load_splits(run / "splits.json")["scifact"]
+    # the generator's split is the official one: it read training claims only
+    assert_disjoint(split.train, suite.split.test, where="scifact doc2query generator")
+    assert set(split.train) <= set(suite.split.train), "the generator read a claim outside the training split"
+    models = load_models("offline", expand="none", rerank="none", n_threads=args.threads)
+    idx = prepare_index(suite, models.embedder, progress=False, log=_log)
+    t0 = time.perf_counter()
+    report = expand_documents(
+        idx,
+        load_generator(str(run / "model.gguf"), n_threads=args.threads),
+        per_chunk=args.d2q_per_chunk,
+        top_k=20,
+        on_progress=lambda done, total: _log(f"doc2query: {done}/{total} chunks") if done % 256 == 0 else None,
+    )
+    expand_s = time.perf_counter() - t0
+    _log(f"expand-docs: {report.summary()}")
+    generator = doc_expansions.active_generator(idx)
+    status = doc_expansions.status(idx)
+    train, test = sorted(suite.split.train), sorted(suite.split.test)
+    embedder = ModelSet(models.embedder, None, None)
+    base = suite_config(suite).replace(expand=False, rerank=False)
+    recorded: dict[float, object] = {}
+
+    def study(weight: float):
+        """Every judged claim recorded with the column at ``weight`` (train and test: the cache is per
+        claim; only the training claims choose anything)."""
+        if weight not in recorded:
+            cfg = base.replace(bm25_weight_doc_queries=weight)
+            rec = record(suite, embedder, cfg, qids=train + test, log=_log)
+            recorded[weight] = Study.from_recording(rec, metrics=list(METRICS))
+        return recorded[weight]
+
+    bm25_only = next(
+        v for v in variants(base, has_vector=True, has_expansion=False, has_rerank=False) if v.name == "bm25"
+    )
+    rows = []
+    cost = {
+        "generator": {k: res.get(k) for k in ("pairs", "label_pairs", "steps", "train_loss", "train_s", "seconds")},
+        "expand": report._asdict(),
+        "expand_s": round(expand_s, 1),
+        "column": {"documents": status.documents, "kept": status.kept},
+    }
+    try:
+        for leg, overrides, lists, untrained_name in (
+            ("BM25", bm25_only.overrides, bm25_only.lists, "bm25"),
+            ("hybrid qmd_rrf", {}, None, "hybrid qmd_rrf"),
+        ):
+            tried = {
+                w: study(w).subset(train).score(base.replace(bm25_weight_doc_queries=w, **overrides), "ndcg@10", lists)
+                for w in DOC_QUERY_WEIGHTS
+            }
+            weight = max(tried, key=lambda w: (tried[w], -w))
+            chosen = base.replace(bm25_weight_doc_queries=weight, **overrides)
+            st = study(weight)
+            ev = st.subset(test).evaluate(chosen, lists=lists)
+            row = _row(
+                f"doc2query column {leg} (weight {weight:g}, chosen on train)",
+                ev.final,
+                st,
+                test,
+                out,
+                suite,
+                "trained",
+            )
+            row["train_ndcg@10_by_weight"] = tried
+            compared = [(row, untrained_name)]
+            if lists is None:
+                # the column at its weight, then the fusion chosen and tuned on the training claims as
+                # for the untrained bar
+                tuned_rows = _tune(st, suite, out, f"doc2query column (weight {weight:g}) hybrid fusion", "trained")
+                compared += [(r, "hybrid fusion: " + r["row"].split(" hybrid fusion: ")[1]) for r in tuned_rows]
+            for r, name in compared:
+                without = _untrained_row(out, name)
+                if without is not None:
+                    r["against_without"] = {
+                        "row": without["row"],
+                        **paired_comparison(without["per_query"], r["per_query"]),
+                    }
+                rows.append(r)
+    finally:
+        # the column emptied again (its stored queries stay): the other stages' recordings keyed on
+        # the index without it stay valid
+        doc_expansions.set_active_generator(idx, None)
+        idx.close()
+    for r in rows:
+        r.update(cost, generator=generator)
+    return rows
+
+
 def _compare(best: dict, row: dict) -> dict:
     from qmdlab.eval.significance import paired_comparison
 
@@ -319,6 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO / "runs" / "scifact-expander",
         help="A finished `make train-scifact-expander` run (the expander stage scores its exports).",
     )
+    ap.add_argument(
+        "--d2q-run",
+        type=Path,
+        default=REPO / "runs" / "scifact" / "doc2query",
+        help="The doc2query generator's run folder (trained there when it holds no finished run).",
+    )
+    ap.add_argument("--d2q-steps", type=int, default=80, help="Generator training steps (batch 8).")
+    ap.add_argument("--d2q-per-chunk", type=int, default=2, help="Queries generated per abstract.")
     ap.add_argument("--markdown", action="store_true", help="Also print the tables as Markdown.")
     args = ap.parse_args(argv)
 
@@ -341,8 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{stage}: done earlier (delete it from {store} to run it again)")
             continue
         t0 = time.perf_counter()
-        if stage in ("embedder", "reranker", "expander"):
-            rows = {"embedder": embedder, "reranker": reranker, "expander": expander}[stage](
+        if stage in ("embedder", "reranker", "expander", "doc2query"):
+            rows = {"embedder": embedder, "reranker": reranker, "expander": expander, "doc2query": doc2query}[stage](
                 suite, args.out, args.work, args
             )
         else:
