@@ -20,6 +20,9 @@ Stages (``--stages``, default all, each resumable: a finished stage's JSON is re
   ``--expand-model`` would, recorded on the test claims with the recipe's own sampling (so the
   recipe's evaluation traces are reused), under qmd_rrf and under the fusion chosen on the training
   claims; each row is also compared with the same fusion without expansion.
+- ``gemma`` — the ``offline-gemma`` preset's embedder (EmbeddingGemma-300M, untrained) in place of
+  MiniLM: its vectors, the hybrid under every fusion method, and its fusion chosen and tuned on the
+  training claims — a candidate for the best untrained configuration.
 - ``doc2query`` — the document → query generator of ``qmdlab train doc2query --suite scifact``
   (SmolLM2-135M LoRA on (abstract → training claim) pairs; ``--d2q-run``, trained here when it is
   missing), ``--d2q-per-chunk`` queries generated for every abstract and kept by the round trip
@@ -45,7 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS = ("ndcg@10", "recall@100")
-STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query")
+STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query", "gemma")
 #: Weights of the doc-queries column tried on the training claims (0: the column emptied).
 DOC_QUERY_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -135,6 +138,25 @@ def tuned(suite, out: Path) -> list[dict]:
 
     study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
     return _tune(study, suite, out, "hybrid fusion", "untrained")
+
+
+def gemma(suite, out: Path) -> list[dict]:
+    from qmdlab.eval.ablation import variants
+    from qmdlab.models import load_models
+    from qmdlab.pipeline.config import FUSION_METHODS
+
+    embedder = load_models("offline-gemma", expand="none", rerank="none").embedder
+    study, _ = _study(suite, embedder, "scifact-gemma")
+    test = suite.split.test
+    rows = []
+    for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False):
+        if v.name == "vector":
+            ev = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
+            rows.append(_row("EmbeddingGemma vector", ev.final, study, test, out, suite, "untrained"))
+    for m in FUSION_METHODS:
+        ev = study.evaluate(study.config.replace(fusion=m))
+        rows.append(_row(f"EmbeddingGemma hybrid {m}", ev.final, study, test, out, suite, "untrained"))
+    return rows + _tune(study, suite, out, "EmbeddingGemma hybrid fusion", "untrained")
 
 
 def learned(suite, out: Path) -> list[dict]:
@@ -484,17 +506,18 @@ def main(argv: list[str] | None = None) -> int:
                 suite, args.out, args.work, args
             )
         else:
-            rows = {"untrained": untrained, "tuned": tuned, "learned": learned}[stage](suite, args.out)
+            rows = {"untrained": untrained, "tuned": tuned, "learned": learned, "gemma": gemma}[stage](suite, args.out)
         data["stages"][stage] = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
         store.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     rows = [r for st in data["stages"].values() for r in st["rows"]]
     untrained_rows = [r for r in rows if r["kind"] == "untrained"]
-    # the bar: the best untrained configuration as chosen on the training claims (the tuned stage's rows,
-    # the better on train), and — a harder bar, chosen by looking at the test claims — the best untrained row on test
-    chosen = [r for r in untrained_rows if "on train" in r["row"]]
+    # the bar: the best untrained configuration as chosen on the training claims (of the rows whose fusion
+    # was chosen there, the embedder and fusion that scored best on those claims; no test claim is looked at),
+    # and — a harder bar, chosen by looking at the test claims — the best untrained row on test
+    chosen = [r for r in untrained_rows if "(chosen on train)" in r["row"]]
     bars = {}
     if chosen:
-        bars["chosen on train"] = chosen[0]
+        bars["chosen on train"] = max(chosen, key=lambda r: max(r["train_ndcg@10"].values()))
     if untrained_rows:
         bars["best on test"] = max(untrained_rows, key=lambda r: r["ndcg@10"])
     data["bars"] = {k: b["row"] for k, b in bars.items()}
