@@ -23,6 +23,8 @@ Stages (``--stages``, default all, each resumable: a finished stage's JSON is re
 - ``gemma`` — the ``offline-gemma`` preset's embedder (EmbeddingGemma-300M, untrained) in place of
   MiniLM: its vectors, the hybrid under every fusion method, and its fusion chosen and tuned on the
   training claims — a candidate for the best untrained configuration.
+- ``gemma-learned`` — LightGBM lambdarank fusion fitted on the training claims over EmbeddingGemma's
+  lists (the ``gemma`` stage's recordings): a trained part on the best untrained embedder.
 - ``doc2query`` — the document → query generator of ``qmdlab train doc2query --suite scifact``
   (SmolLM2-135M LoRA on (abstract → training claim) pairs; ``--d2q-run``, trained here when it is
   missing), ``--d2q-per-chunk`` queries generated for every abstract and kept by the round trip
@@ -48,7 +50,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS = ("ndcg@10", "recall@100")
-STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query", "gemma")
+STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query", "gemma", "gemma-learned")
 #: Weights of the doc-queries column tried on the training claims (0: the column emptied).
 DOC_QUERY_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -159,17 +161,22 @@ def gemma(suite, out: Path) -> list[dict]:
     return rows + _tune(study, suite, out, "EmbeddingGemma hybrid fusion", "untrained")
 
 
-def learned(suite, out: Path) -> list[dict]:
+def learned(suite, out: Path, preset: str = "offline", name: str = "learned fusion") -> list[dict]:
     from qmdlab.eval.learn import LearnConfig, cross_validate_learned, suite_docs
     from qmdlab.models import load_models
 
-    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    run = {"offline": "scifact-minilm", "offline-gemma": "scifact-gemma"}[preset]
+    study, _ = _study(suite, load_models(preset, expand="none", rerank="none").embedder, run)
     study.docs = suite_docs(suite)
     t0 = time.perf_counter()
     report = cross_validate_learned(study, cfg=LearnConfig(), metric="ndcg@10", progress=_log)
-    row = _row("learned fusion", report.heldout_final, study, suite.split.test, out, suite, "trained")
+    row = _row(name, report.heldout_final, study, suite.split.test, out, suite, "trained")
     row["fit_s"] = round(time.perf_counter() - t0, 1)
     return [row]
+
+
+def gemma_learned(suite, out: Path) -> list[dict]:
+    return learned(suite, out, "offline-gemma", "EmbeddingGemma + learned fusion")
 
 
 def embedder(suite, out: Path, work: Path, args) -> list[dict]:
@@ -506,7 +513,13 @@ def main(argv: list[str] | None = None) -> int:
                 suite, args.out, args.work, args
             )
         else:
-            rows = {"untrained": untrained, "tuned": tuned, "learned": learned, "gemma": gemma}[stage](suite, args.out)
+            rows = {
+                "untrained": untrained,
+                "tuned": tuned,
+                "learned": learned,
+                "gemma": gemma,
+                "gemma-learned": gemma_learned,
+            }[stage](suite, args.out)
         data["stages"][stage] = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
         store.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     rows = [r for st in data["stages"].values() for r in st["rows"]]
