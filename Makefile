@@ -96,12 +96,12 @@ demo: setup
 # model calls as much as it computes, so two workers finish well ahead of one on two cores.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests qmdlab training eval
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests qmdlab
 
 test-fast: setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests qmdlab training eval
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not browser" tests qmdlab
 
-# ruff (lint and format check) over the repository, mypy over the product: qmdlab, eval and training
+# ruff (lint and format check) over the repository, mypy over the product, the qmdlab package (qmdlab.eval and qmdlab.training included)
 # (pyproject.toml configures both).
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -131,14 +131,14 @@ fuzz: setup
 
 # The CPU expander recipe: SmolLM2-135M, synth + SFT + GRPO with the retrieval reward on the train
 # split of the default corpus and CISI, exported to GGUF and scored on the held-out split (runs/cpu-small/README.md).
-# Resumable: a rerun skips finished stages. Measured wall time: training/README.md.
+# Resumable: a rerun skips finished stages. Measured wall time: qmdlab/training/README.md.
 train-demo: setup
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/cpu-small/recipe.yaml
 
 # The default corpus's cross-encoder reranker: in-collection pretraining, then 5-fold
 # fine-tuning with a held-out report (runs/reranker/README.md) and the serving model runs/reranker/model.
 train-reranker: setup
-	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/qmdlab train reranker --config training/configs/reranker-default.yaml
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/qmdlab train reranker --config qmdlab/training/configs/reranker-default.yaml
 
 # SciFact's best trained row (MiniLM fine-tuned on the 807 training claims + learned fusion), scored on the
 # 300 test claims, with every untrained row beside it (docs/results/scifact.md; about 45 minutes on 2 cores).
@@ -150,7 +150,7 @@ train-scifact: setup
 # The expander recipe on SciFact's official split: SFT, then GRPO on the training claims, scored once on the
 # 300 test claims against no expansion (docs/results/scifact.md). Resumable; writes runs/scifact-expander.
 train-scifact-expander: setup
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config training/configs/scifact-expander/recipe.yaml
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/scifact-expander/recipe.yaml
 
 clean-venv:
 	rm -rf $(VENV)

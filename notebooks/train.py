@@ -570,7 +570,7 @@ def _(recipe_dir):
         recipe_run is None,
         mo.md(
             f"_No finished recipe run in `{recipe_dir.value}` (no `summary.json`): run `make train-demo` "
-            "(or `python -m qmdlab.training.cpu_run --config training/configs/cpu-small/recipe.yaml`), "
+            "(or `python -m qmdlab.training.cpu_run --config qmdlab/training/configs/cpu-small/recipe.yaml`), "
             "or type another run directory._"
         ),
     )

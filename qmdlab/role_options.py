@@ -18,6 +18,10 @@ from typing import Any
 import click
 
 ROLES = ("embed", "expand", "rerank")
+#: The presets ``--preset`` names in its help, as :data:`qmdlab.models.registry.PRESETS` holds them (a
+#: test keeps the two equal: importing the registry here would load numpy on every CLI start).
+PRESET_NAMES = ("offline", "offline-gemma", "qmd", "tiny", "fake")
+PRESET_HELP = f"Model preset: {', '.join(PRESET_NAMES)} (default $QMDLAB_PRESET or offline)."
 
 _WHAT = {"embed": "embedding", "expand": "query-expansion", "rerank": "reranker"}
 _MORE = {"rerank": ", cross-encoder:DIR, qlm:MODEL"}
@@ -56,3 +60,18 @@ def role_options(*roles: str) -> Callable:
 
 
 __all__ = ["ROLES", "role_options"]
+
+
+def preset_option(**extra: Any) -> Callable:
+    """``--preset NAME``, one spelling and help for every verb that loads a model (``extra``: more
+    :func:`click.option` settings, e.g. ``envvar``)."""
+    return click.option("--preset", default=None, help=PRESET_HELP, **extra)
+
+
+def model_options(*roles: str) -> Callable:
+    """``--preset`` and the ``--<role>-model`` overrides of ``roles`` (:func:`role_options`), in that order."""
+
+    def deco(fn: Callable) -> Callable:
+        return preset_option()(role_options(*roles)(fn))
+
+    return deco

@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "ARCHITECTURE.md"
-TOP = ("qmdlab", "eval", "training", "scripts", "benchmarks", "experiments", "notebooks", "tests", "docs")
+TOP = ("qmdlab", "scripts", "benchmarks", "experiments", "notebooks", "tests", "docs")
 
 #: Where the names a section quotes without their module live, searched in order.
 SCOPES: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""Every module of qmdlab, eval and training imports.
+"""Every module of qmdlab (qmdlab.eval and qmdlab.training included) imports.
 
 An ImportError in a rarely taken branch (a helper renamed in one module, still imported by
 another) is otherwise found by a user. A module whose *third-party* optional dependency is not
@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = ("qmdlab",)
-FOLDERS = {"qmdlab": "qmdlab", "qmdlab.eval": "eval", "qmdlab.training": "training"}
+FOLDERS = {"qmdlab": "qmdlab"}
 
 
 def _modules() -> list[str]:
@@ -94,13 +94,13 @@ def test_names_imported_inside_functions_exist(name):
 # --- The import graph: no circle, and no layer importing one above it --------------------------
 #
 # Built from the source with ``ast`` (nothing is imported), over every ``import`` statement of every
-# module of qmdlab, eval and training — those inside functions included: a function-level import
+# module of qmdlab — those inside functions included: a function-level import
 # closes a circle as surely as a module-level one, only later. Imports under ``if TYPE_CHECKING:``
 # are left out: they never run, and an annotation may name a type from anywhere.
 
 
 def _source_modules() -> dict[str, tuple[Path, bool]]:
-    """``{module name: (file, is a package)}`` for every .py of the three folders."""
+    """``{module name: (file, is a package)}`` for every .py of the package."""
     found = {}
     for pkg, folder in FOLDERS.items():
         root = REPO / folder
@@ -206,7 +206,7 @@ def test_the_graph_sees_function_level_and_submodule_imports():
     graph = import_graph()
     # ``from qmdlab.store import schema`` is an edge to the submodule, not to the package.
     assert "qmdlab.store.schema" in graph["qmdlab.store.doc_expansions"]
-    # eval/ and training/ are read under the names they install as.
+    # qmdlab/eval and qmdlab/training are read as the subpackages they are.
     assert "qmdlab.eval.record" in graph and "qmdlab.training.reward" in graph
     assert any(t.startswith("qmdlab.") for t in graph["qmdlab.eval.runner"])
 

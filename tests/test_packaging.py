@@ -1,5 +1,5 @@
-"""The wheel installs one top-level package, ``qmdlab``: the repository's ``eval/`` and ``training/``
-folders land as ``qmdlab.eval`` and ``qmdlab.training`` with their configs, and nothing generically
+"""The wheel installs one top-level package, ``qmdlab``: ``qmdlab.eval`` and ``qmdlab.training`` land
+with their configs, and nothing generically
 named reaches a user's site-packages.
 
 The light install (``pip install -e .``, no extras) indexes, searches, gets and serves MCP: the core

@@ -1,7 +1,7 @@
 """Every ``qmdlab …`` command in the docs' shell blocks parses against the CLI, and the cheap ones run.
 
 The commands are read from the fenced shell blocks (```` ```bash ````, ```` ```sh ````, unlabelled …)
-of README.md, docs/*.md and training/README.md: line continuations joined, ``$`` prompts and
+of README.md, docs/*.md and qmdlab/training/README.md: line continuations joined, ``$`` prompts and
 trailing ``# comments`` dropped, ``&&``/``;``/``|`` chains split, ``VAR=value`` prefixes skipped.
 Each is checked by click's own parser, level by level (``make_context`` on the root group, then on
 each sub-command with ``resilient_parsing=False``): the command path exists, every option exists
@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from qmdlab.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "training" / "README.md"]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "qmdlab" / "training" / "README.md"]
 SHELL = {"", "bash", "sh", "shell", "console", "zsh"}
 CHAINS = {";", "&&", "||", "|", "&"}
 
@@ -113,12 +113,12 @@ def test_commands_are_read_as_a_shell_reads_them():
 
 def test_the_docs_have_commands():
     where = {w.split(":")[0] for w, _ in DOC_COMMANDS}
-    assert len(DOC_COMMANDS) > 30 and {"README.md", "training/README.md"} <= where
+    assert len(DOC_COMMANDS) > 30 and {"README.md", "qmdlab/training/README.md"} <= where
 
 
 @pytest.mark.parametrize(("where", "argv"), DOC_COMMANDS, ids=[f"{w} {' '.join(a)}" for w, a in DOC_COMMANDS])
 def test_doc_command_parses(where, argv, monkeypatch, click_parse):
-    monkeypatch.chdir(REPO)  # the docs' relative paths (data/corpus, training/configs/…) are the repository's
+    monkeypatch.chdir(REPO)  # the docs' relative paths (data/corpus, qmdlab/training/configs/…) are the repository's
     try:
         click_parse(argv)
     except click.UsageError as err:

@@ -278,7 +278,7 @@ _WORD_PATTERNS = {r"\w+", r"[^\W_]+", r"[^\W_]+(?:'[^\W_]+)*"}
 def test_no_other_module_defines_a_word_pattern():
     """Only qmdlab/terms.py spells the word patterns; everything else imports them."""
     offenders = []
-    for top in ("qmdlab", "eval", "training", "scripts", "benchmarks", "experiments", "notebooks"):
+    for top in ("qmdlab", "scripts", "benchmarks", "experiments", "notebooks"):
         for path in sorted((REPO / top).rglob("*.py")):
             if path == REPO / "qmdlab" / "terms.py":
                 continue

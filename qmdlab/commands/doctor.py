@@ -10,6 +10,8 @@ import json
 
 import click
 
+from qmdlab.role_options import preset_option
+
 
 def register(group: click.Group) -> None:
     """Add ``doctor`` to the ``qmdlab`` group."""
@@ -21,7 +23,7 @@ def register(group: click.Group) -> None:
         is_flag=True,
         help="Only the child-process checks, without speed measurements (fast; `make setup` runs it).",
     )
-    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
+    @preset_option()
     @click.option("--timeout", default=300.0, show_default=True, help="Seconds allowed per child process.")
     @click.pass_context
     def doctor(ctx: click.Context, as_json: bool, smoke: bool, preset: str | None, timeout: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.role_options import role_options
+from qmdlab.role_options import preset_option, role_options
 
 
 def register(group: click.Group) -> None:
@@ -28,12 +28,7 @@ def register(group: click.Group) -> None:
     help="Address to bind with --http (loopback by default; qmd's $QMD_HOST when set).",
 )
 @click.option("--port", default=8181, show_default=True, type=click.IntRange(0, 65535), help="Port for --http.")
-@click.option(
-    "--preset",
-    envvar="QMDLAB_PRESET",
-    default=None,
-    help="Model preset (offline, offline-gemma, qmd, tiny, fake); default $QMDLAB_PRESET or the library default.",
-)
+@preset_option(envvar="QMDLAB_PRESET")
 @role_options()
 @click.option(
     "--config",

@@ -17,7 +17,7 @@ import click
 
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import ModelError, QmdlabError, StoreError
-from qmdlab.role_options import role_options
+from qmdlab.role_options import model_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
@@ -34,15 +34,6 @@ def _human(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
     return f"{n:.1f} GiB"
-
-
-def _model_options(fn):
-    fn = role_options()(fn)
-    return click.option(
-        "--preset",
-        default=None,
-        help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
-    )(fn)
 
 
 def _open_index(ctx: click.Context):
@@ -110,7 +101,7 @@ def register(group: click.Group) -> None:
     """Add the model verbs to the ``qmdlab`` group."""
 
     @group.command("models")
-    @_model_options
+    @model_options()
     def models_cmd(preset, roles) -> None:
         """List each role's model: reference, file, size and whether it is ready."""
         from qmdlab.models.registry import ref_status, resolve_refs
@@ -126,7 +117,7 @@ def register(group: click.Group) -> None:
             click.echo(f"{role:<7} {ref}\n        file: {st['path'] or '-'}  size: {_human(st['size'])}  {state}")
 
     @group.command("pull")
-    @_model_options
+    @model_options()
     @click.option(
         "--refresh",
         is_flag=True,
@@ -192,8 +183,7 @@ def register(group: click.Group) -> None:
     @click.option(
         "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
     )
-    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @role_options("embed")
+    @model_options("embed")
     @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
     @ray_options
     @click.pass_context
@@ -315,8 +305,7 @@ def register(group: click.Group) -> None:
         help="What the query means (qmd's --intent): its words also steer which line of each hit is the snippet.",
     )
     @result_options()
-    @click.option("--preset", default=None, help="Model preset (default $QMDLAB_PRESET or offline).")
-    @role_options("embed")
+    @model_options("embed")
     @click.option(
         "--ann",
         is_flag=True,

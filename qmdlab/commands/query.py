@@ -13,7 +13,7 @@ import click
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
-from qmdlab.role_options import role_options
+from qmdlab.role_options import model_options
 
 
 def register(group: click.Group) -> None:
@@ -68,12 +68,7 @@ def register(group: click.Group) -> None:
         default=None,
         help="Pipeline options from a YAML or TOML file (flags win).",
     )
-    @click.option(
-        "--preset",
-        default=None,
-        help="Model preset: offline, offline-gemma, qmd, tiny, fake (default $QMDLAB_PRESET or offline).",
-    )
-    @role_options()
+    @model_options()
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
     @click.option(
         "--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required), as on `search`."

@@ -9,7 +9,7 @@ constant of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,6 @@ FUSION_METHODS = ("qmd_rrf", "rrf", "norm_sum", "gated_rrf", "wsum_minmax", "com
 FUSION_CHOICES = FUSION_METHODS + ("learned",)
 """Every valid ``fusion`` value: the formulas plus ``learned`` (needs a model file)."""
 BLEND_METHODS = ("position", "score", "rerank_only", "none")
-BLEND_ITEMS = {"blend_weight": "blend_weights", "blend_band": "blend_bands"}
-"""Flat names of the blend tuples' items, the one vocabulary of the tuner (``eval/optimise.py``),
-the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are the items of
-``blend_weights`` (the position score's weight in each band), ``blend_band_1..2`` those of
-``blend_bands`` (the last fused rank of bands 1 and 2). :meth:`PipelineConfig.flat` reads one,
-:meth:`PipelineConfig.replace_flat` sets them."""
 BM25_MODES = ("and", "or", "msm")
 DEFAULT_TAG_LIFT = 3
 """Places a preferred-tag result moves up when tags are preferred and neither the request nor the
@@ -41,24 +35,52 @@ LIST_KEYS = (
     "original_like",
     "original_trigram",
 )
-OMITTED_AT_DEFAULT = frozenset(
-    {
-        "weight_original_phrase",
-        "weight_original_like",
-        "weight_original_trigram",
-        "min_score_fallback",
-        "fallback_max",
-        "chunker",
-        "vector_index",
-        "ann_ef_search",
-        "weight_original_heading",
-        "budget_s",
-        "bm25_weight_doc_queries",
-    }
-)
-"""Options added after traces were first recorded: :meth:`PipelineConfig.to_dict` leaves them out
-while they hold their default, so the trace-cache key (``eval/record.py`` hashes ``to_dict()``)
-of every config that does not use them stays what it was."""
+CONFIG_STAGES: dict[str, str] = {
+    "probe": "Probe and strong-signal skip",
+    "switches": "Stage switches",
+    "bm25": "Retrieval: BM25",
+    "vectors": "Retrieval: vectors",
+    "channels": "Retrieval: extra keyword channels",
+    "fusion": "Fusion",
+    "selection": "Chunk selection",
+    "blend": "Blend",
+    "finish": "Finish",
+    "budget": "Budget",
+}
+"""The stages a :class:`PipelineConfig` field belongs to (docs/design.md's order) and their titles
+in docs/reference/config.md. Each field declares its stage with :func:`_option`."""
+
+
+def _option(default: Any, stage: str, *, recorded: bool = True, keyed_at_default: bool = True, item: str = "") -> Any:
+    """A :class:`PipelineConfig` field with what the rest of qmdlab needs to know about it.
+
+    Parameters
+    ----------
+    default
+        The field's default (immutable: a tuple, not a list).
+    stage : str
+        Its stage (:data:`CONFIG_STAGES`): the reference groups the options by it, and the BM25
+        re-run (:data:`qmdlab.pipeline.rerun_bm25.LEXICAL_FIELDS`) takes the ``bm25`` stage's fields.
+    recorded : bool
+        Whether a change of it changes what a recording holds, so that the queries must be recorded
+        again (``False``: the cheap stages — fusion, candidate selection, blend, finish — re-run it on
+        recorded lists and rerank scores, :func:`qmdlab.pipeline.retune.retune`).
+    keyed_at_default : bool
+        ``False`` for options added after traces were first recorded: :meth:`PipelineConfig.to_dict`
+        leaves them out while they hold their default, so the trace-cache key
+        (``qmdlab/eval/record.py`` hashes ``to_dict()``) of every config that does not use them
+        stays what it was (:data:`OMITTED_AT_DEFAULT`).
+    item : str
+        For a tuple option, the flat name of its items (``blend_weight`` → ``blend_weight_1..3``;
+        :data:`BLEND_ITEMS`).
+    """
+    if stage not in CONFIG_STAGES:
+        raise ValueError(f"unknown config stage {stage!r}; choose one of {', '.join(CONFIG_STAGES)}")
+    return field(
+        default=default,
+        metadata={"stage": stage, "recorded": recorded, "keyed_at_default": keyed_at_default, "item": item},
+    )
+
 
 RENAMED_OPTIONS = {"bm25_weight_expansions": "bm25_weight_doc_queries"}
 """Earlier option names a config file or mapping may still use, and what they are called now."""
@@ -225,62 +247,64 @@ class PipelineConfig:
     limit: 10 -> 5
     """
 
-    probe_limit: int = 20
-    strong_signal_min: float = 0.85
-    strong_signal_gap: float = 0.15
-    strong_signal: bool = True
-    expand: bool = True
-    hyde: bool = True
-    vector: bool = True
-    rerank: bool = True
-    hyde_as_document: bool = False
-    weight_original_fts: float = 2.0
-    weight_original_vec: float = 2.0
-    weight_lex: float = 1.0
-    weight_vec: float = 1.0
-    weight_hyde: float = 1.0
-    rrf_k: int = 60
-    bonus_rank1: float = 0.05
-    bonus_rank23: float = 0.02
-    fusion: str = "qmd_rrf"
-    candidate_limit: int = 40
-    list_limit: int = 20
-    intent_term_bonus: float = 0.5
-    df_filter: bool = False
-    blend: str = "position"
-    blend_bands: tuple[int, int] = (3, 10)
-    blend_weights: tuple[float, float, float] = (0.75, 0.60, 0.40)
-    min_score: float = 0.0
-    limit: int = 10
-    norm_weight_fts: float = 1.0
-    norm_weight_vec: float = 0.9
-    gate_margin: float = 0.1
-    gate_max_take: int = 10
-    bm25_mode: str = "or"
-    bm25_min_match: float = 0.5
-    bm25_weight_filepath: float = 1.5
-    bm25_weight_title: float = 4.0
-    bm25_weight_body: float = 1.0
-    bm25_prefix: bool = True
-    bm25_stopwords: bool = True
-    bm25_query_tf: bool = True
-    learned_model: str = ""
-    learned_prior: float = 60.0
-    tags: tuple[str, ...] = ()
-    tag_lift: int = 0
-    dedupe_content: bool = True
-    stage_budget_s: float = 120.0
-    weight_original_phrase: float = 0.0
-    weight_original_like: float = 0.0
-    weight_original_trigram: float = 0.0
-    min_score_fallback: float = 0.0
-    fallback_max: int = 3
-    chunker: str = ""
-    weight_original_heading: float = 0.0
-    vector_index: str = "exact"
-    ann_ef_search: int = 512
-    budget_s: float = 0.0
-    bm25_weight_doc_queries: float = 0.0
+    probe_limit: int = _option(20, "probe")
+    strong_signal_min: float = _option(0.85, "probe")
+    strong_signal_gap: float = _option(0.15, "probe")
+    strong_signal: bool = _option(True, "probe")
+    expand: bool = _option(True, "switches")
+    hyde: bool = _option(True, "switches")
+    vector: bool = _option(True, "switches")
+    rerank: bool = _option(True, "switches")
+    hyde_as_document: bool = _option(False, "switches")
+    weight_original_fts: float = _option(2.0, "fusion", recorded=False)
+    weight_original_vec: float = _option(2.0, "fusion", recorded=False)
+    weight_lex: float = _option(1.0, "fusion", recorded=False)
+    weight_vec: float = _option(1.0, "fusion", recorded=False)
+    weight_hyde: float = _option(1.0, "fusion", recorded=False)
+    rrf_k: int = _option(60, "fusion", recorded=False)
+    bonus_rank1: float = _option(0.05, "fusion", recorded=False)
+    bonus_rank23: float = _option(0.02, "fusion", recorded=False)
+    fusion: str = _option("qmd_rrf", "fusion", recorded=False)
+    candidate_limit: int = _option(40, "selection", recorded=False)
+    list_limit: int = _option(20, "bm25")
+    intent_term_bonus: float = _option(0.5, "selection")
+    df_filter: bool = _option(False, "selection")
+    blend: str = _option("position", "blend", recorded=False)
+    blend_bands: tuple[int, int] = _option((3, 10), "blend", recorded=False, item="blend_band")
+    blend_weights: tuple[float, float, float] = _option(
+        (0.75, 0.60, 0.40), "blend", recorded=False, item="blend_weight"
+    )
+    min_score: float = _option(0.0, "finish", recorded=False)
+    limit: int = _option(10, "finish", recorded=False)
+    norm_weight_fts: float = _option(1.0, "fusion", recorded=False)
+    norm_weight_vec: float = _option(0.9, "fusion", recorded=False)
+    gate_margin: float = _option(0.1, "fusion", recorded=False)
+    gate_max_take: int = _option(10, "fusion", recorded=False)
+    bm25_mode: str = _option("or", "bm25")
+    bm25_min_match: float = _option(0.5, "bm25")
+    bm25_weight_filepath: float = _option(1.5, "bm25")
+    bm25_weight_title: float = _option(4.0, "bm25")
+    bm25_weight_body: float = _option(1.0, "bm25")
+    bm25_prefix: bool = _option(True, "bm25")
+    bm25_stopwords: bool = _option(True, "bm25")
+    bm25_query_tf: bool = _option(True, "bm25")
+    learned_model: str = _option("", "fusion", recorded=False)
+    learned_prior: float = _option(60.0, "fusion", recorded=False)
+    tags: tuple[str, ...] = _option((), "finish", recorded=False)
+    tag_lift: int = _option(0, "finish", recorded=False)
+    dedupe_content: bool = _option(True, "finish", recorded=False)
+    stage_budget_s: float = _option(120.0, "budget")
+    weight_original_phrase: float = _option(0.0, "channels", keyed_at_default=False)
+    weight_original_like: float = _option(0.0, "channels", keyed_at_default=False)
+    weight_original_trigram: float = _option(0.0, "channels", keyed_at_default=False)
+    min_score_fallback: float = _option(0.0, "finish", recorded=False, keyed_at_default=False)
+    fallback_max: int = _option(3, "finish", recorded=False, keyed_at_default=False)
+    chunker: str = _option("", "selection", keyed_at_default=False)
+    weight_original_heading: float = _option(0.0, "channels", keyed_at_default=False)
+    vector_index: str = _option("exact", "vectors", keyed_at_default=False)
+    ann_ef_search: int = _option(512, "vectors", keyed_at_default=False)
+    budget_s: float = _option(0.0, "budget", keyed_at_default=False)
+    bm25_weight_doc_queries: float = _option(0.0, "bm25", keyed_at_default=False)
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -349,8 +373,8 @@ class PipelineConfig:
             from qmdlab.store.chunkers import check_chunker
 
             check_chunker(self.chunker, "option 'chunker':")
-        for name in sorted(OMITTED_AT_DEFAULT):
-            if name.startswith("weight_") and not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
+        for name in self.stage_fields()["channels"]:
+            if not (getattr(self, name) >= 0 and getattr(self, name) != float("inf")):
                 raise ConfigError(
                     f"option {name!r} must be a finite number >= 0 (0 = channel off), got {getattr(self, name)!r}"
                 )
@@ -369,6 +393,25 @@ class PipelineConfig:
     def field_names(cls) -> tuple[str, ...]:
         """Names of every option, in declaration order."""
         return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def stage_fields(cls) -> dict[str, tuple[str, ...]]:
+        """``{stage: option names}`` in :data:`CONFIG_STAGES`' order, each in declaration order.
+
+        >>> PipelineConfig.stage_fields()["vectors"]
+        ('vector_index', 'ann_ef_search')
+        """
+        return {stage: tuple(f.name for f in fields(cls) if f.metadata["stage"] == stage) for stage in CONFIG_STAGES}
+
+    @classmethod
+    def recorded_fields(cls) -> frozenset[str]:
+        """The options whose change changes what a recording holds (the queries must be recorded
+        again); the others re-run on recorded lists (:func:`_option`'s ``recorded``).
+
+        >>> "rrf_k" in PipelineConfig.recorded_fields(), "bm25_mode" in PipelineConfig.recorded_fields()
+        (False, True)
+        """
+        return frozenset(f.name for f in fields(cls) if f.metadata["recorded"])
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "config") -> PipelineConfig:
@@ -651,6 +694,17 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
+OMITTED_AT_DEFAULT = frozenset(f.name for f in fields(PipelineConfig) if not f.metadata["keyed_at_default"])
+"""The options :meth:`PipelineConfig.to_dict` leaves out while they hold their default (declared with
+``keyed_at_default=False``, :func:`_option`)."""
+
+BLEND_ITEMS = {f.metadata["item"]: f.name for f in fields(PipelineConfig) if f.metadata["item"]}
+"""Flat names of the blend tuples' items, the one vocabulary of the tuner (``qmdlab/eval/optimise.py``),
+the tune notebook's sliders and tuned-config trials: ``blend_weight_1..3`` are the items of
+``blend_weights`` (the position score's weight in each band), ``blend_band_1..2`` those of
+``blend_bands`` (the last fused rank of bands 1 and 2). :meth:`PipelineConfig.flat` reads one,
+:meth:`PipelineConfig.replace_flat` sets them."""
+
 __all__ = [
     "PipelineConfig",
     "FUSION_METHODS",
@@ -660,5 +714,6 @@ __all__ = [
     "BM25_MODES",
     "LIST_KEYS",
     "OMITTED_AT_DEFAULT",
+    "CONFIG_STAGES",
     "DEFAULT_TAG_LIFT",
 ]

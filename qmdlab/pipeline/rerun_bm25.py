@@ -28,18 +28,9 @@ from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.retrieve import Route, hits_frame
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
-LEXICAL_FIELDS = (
-    "bm25_mode",
-    "bm25_min_match",
-    "bm25_weight_filepath",
-    "bm25_weight_title",
-    "bm25_weight_body",
-    "bm25_weight_doc_queries",
-    "bm25_prefix",
-    "bm25_stopwords",
-    "bm25_query_tf",
-)
-"""The :class:`PipelineConfig` fields that change BM25 results (and need :func:`rerun_bm25`)."""
+LEXICAL_FIELDS = tuple(f for f in PipelineConfig.stage_fields()["bm25"] if f != "list_limit")
+"""The :class:`PipelineConfig` fields that change BM25 results (and need :func:`rerun_bm25`): the
+``bm25`` stage's options but ``list_limit``, which every list shares (:func:`lexical_key` adds it)."""
 
 
 def lexical_key(config: PipelineConfig) -> tuple:

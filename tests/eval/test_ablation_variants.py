@@ -169,7 +169,7 @@ def test_inert_variants_are_the_main_recording(tmp_path, qmdlab_home):
 
 
 def test_field_weights_variant_is_the_content_first_config_file():
-    path = Path(__file__).resolve().parents[2] / "eval" / "configs" / "content-first-fields.yaml"
+    path = Path(__file__).resolve().parents[2] / "qmdlab" / "eval" / "configs" / "content-first-fields.yaml"
     assert RECORDED_VARIANTS["field-weights"].overrides == yaml.safe_load(path.read_text())
     assert check_variant("no-skip") == "no-skip"
     for v in RECORDED_VARIANTS.values():

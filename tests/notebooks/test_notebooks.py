@@ -1,7 +1,7 @@
 """Every notebook runs headless on the default corpus with the fake models; a failing cell fails.
 
 The in-process runs (marimo's script runner) also check that what a notebook shows is what
-the eval/training APIs compute — the notebooks hold no logic of their own — and drive the
+the qmdlab.eval and qmdlab.training APIs compute — the notebooks hold no logic of their own — and drive the
 buttons by replacing the button's cell with a clicked button (``defs``).
 """
 

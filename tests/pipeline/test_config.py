@@ -94,3 +94,33 @@ def test_list_weight():
         c.list_weight(s, q)
         for s, q in [("fts", "original"), ("vec", "original"), ("fts", "lex"), ("vec", "vec"), ("vec", "hyde")]
     ] == [2.0, 3.0, 1.0, 1.0, 0.25]
+
+
+def _key_payload(config: PipelineConfig) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_recorded_configs_keep_their_cache_key():
+    """The trace cache hashes ``to_dict()``: these digests were recorded before the options declared
+    their stages, and must not move (every stored recording would be orphaned)."""
+    assert _key_payload(PipelineConfig()) == "34c056a43ae878a1"
+    assert _key_payload(PipelineConfig(fusion="combmnz", rrf_k=30, expand=False)) == "e69cd06208ff2989"
+    later = PipelineConfig(weight_original_like=1.0, chunker="headings", bm25_weight_doc_queries=0.5)
+    assert _key_payload(later) == "c03c85d75665ab86"
+
+
+def test_every_option_declares_its_stage_and_whether_it_changes_a_recording():
+    from dataclasses import fields
+
+    from qmdlab.pipeline.config import CONFIG_STAGES, OMITTED_AT_DEFAULT
+
+    for f in fields(PipelineConfig):
+        assert f.metadata["stage"] in CONFIG_STAGES, f.name
+        assert isinstance(f.metadata["recorded"], bool) and isinstance(f.metadata["keyed_at_default"], bool)
+    # what retune re-runs on recorded lists is exactly what needs no new recording
+    cheap = {n for s in ("fusion", "blend", "finish") for n in PipelineConfig.stage_fields()[s]} | {"candidate_limit"}
+    assert set(PipelineConfig.field_names()) - PipelineConfig.recorded_fields() == cheap
+    assert "weight_original_like" in OMITTED_AT_DEFAULT and "rrf_k" not in OMITTED_AT_DEFAULT

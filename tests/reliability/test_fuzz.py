@@ -16,7 +16,7 @@ Properties:
 - **Expansion parser**: never raises; every non-blank line is either kept (known type,
   non-empty one-line content) or dropped with a reason; parse ∘ format is the identity on
   kept lines.
-- **Loaders** (``eval/loaders`` qrels/queries, ``training/data.py`` examples): any bytes give
+- **Loaders** (``qmdlab/eval/loaders`` qrels/queries, ``qmdlab/training/data.py`` examples): any bytes give
   data or a :class:`~qmdlab.errors.DataFormatError` naming the file and a line inside it,
   never another exception; a malformed record at line N is reported at line N.
 """
@@ -315,7 +315,7 @@ loader_bytes = st.one_of(
 
 
 LOADER_NAMES = ["queries.jsonl", "jsonl", "trec-qrels", "beir-qrels", "smart-rel", "smart-records", "training-examples"]
-NO_TRAINING = "training/data.py is not present in this checkout: its loader is not fuzzed"
+NO_TRAINING = "qmdlab/training/data.py is not present in this checkout: its loader is not fuzzed"
 
 
 @pytest.mark.parametrize("name", LOADER_NAMES)
@@ -324,7 +324,7 @@ NO_TRAINING = "training/data.py is not present in this checkout: its loader is n
 @example(data=b"q\td\tinf\n")  # found by this fuzzer: OverflowError in the BEIR/TREC/SMART grade parsers
 @example(data=b"1 0 d1 1e999\n")
 @example(data=b'{"qid": "1", "query": "x", "qrels": {"d": Infinity}}\n')  # ... and in the JSONL one
-@example(data=b"\xff\xfe{}\n")  # ... and UnicodeDecodeError in training/data.py
+@example(data=b"\xff\xfe{}\n")  # ... and UnicodeDecodeError in qmdlab/training/data.py
 def test_loaders_return_data_or_a_located_data_error(tmp_path_factory, name, data):
     if name not in LOADERS:
         pytest.skip(NO_TRAINING)

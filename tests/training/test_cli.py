@@ -114,7 +114,7 @@ def test_shipped_configs_load_into_their_dataclasses():
     from qmdlab.training.sft import SFTRunConfig
     from qmdlab.training.synth import SynthConfig
 
-    cfgs = Path(__file__).resolve().parents[2] / "training" / "configs"
+    cfgs = Path(__file__).resolve().parents[2] / "qmdlab" / "training" / "configs"
     sft = load_config(SFTRunConfig, cfgs / "sft.yaml")
     assert (sft.lora_r, sft.lora_alpha, sft.learning_rate, sft.max_length) == (16, 32, 2e-4, 512)
     assert sft.per_device_train_batch_size * sft.gradient_accumulation_steps == 16

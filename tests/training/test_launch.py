@@ -30,7 +30,7 @@ def test_sft_one_step_two_processes(tmp_path, tiny_qwen3):
         str(accelerate),
         "launch",
         "--config_file",
-        str(REPO / "training/configs/accelerate/cpu2.yaml"),
+        str(REPO / "qmdlab/training/configs/accelerate/cpu2.yaml"),
         "-m",
         "qmdlab.training.sft",
         "--base",

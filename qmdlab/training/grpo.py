@@ -1,0 +1,510 @@
+"""GRPO of the SFT'd expander (``trl.GRPOTrainer``) with the rule + retrieval reward.
+
+Recipe (docs/design.md, training): start from the merged SFT weights with a fresh LoRA (r 4 / α 8 on q, v),
+4 generations per prompt, max completion 200 tokens, **β = 0.04 set explicitly** (TRL's
+default is 0, which would drop the KL term and the reference model), lr 5e-7.
+
+Rewards (weights are config):
+
+- ``rule``: :func:`qmdlab.training.reward.rule_reward`, the same function evaluation uses;
+- ``retrieval``: ΔnDCG@10 of the qmdlab pipeline with the completion's expansions vs. no
+  expansion, for prompts whose query has relevance labels (None elsewhere, which TRL skips);
+  for *synthetic prompts* — the round-trip-filtered generated queries of ``synthetic_suites``
+  (``qmdlab expand-docs``), thousands per collection where the labelled train queries are a few
+  dozen — the change in the source document's reciprocal rank (``synthetic_metric``);
+- ``rule_format`` … ``rule_entities``: the rule score's parts, weight 0 — logged per step
+  (``rewards/rule_format/mean`` …) but not optimised separately.
+
+Prompts are rendered with ``chat_template_kwargs={"enable_thinking": False}``, i.e. exactly
+as in SFT and at inference. Generation runs in transformers, or in vLLM when it is installed
+and ``use_vllm`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qmdlab.errors import ConfigError
+from qmdlab.training import hardware, rundir
+from qmdlab.training.data import dedupe, load_examples, to_grpo_record
+from qmdlab.training.lora import lora_config
+from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
+from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
+
+RULE_PARTS = ("format", "diversity", "hyde", "quality", "entities")
+
+
+@dataclass
+class GRPORunConfig:
+    """Configuration of one GRPO run (YAML keys = field names)."""
+
+    base: str = field(default="runs/sft/merged", metadata={"help": "Merged SFT model directory."})
+    prompts_file: str = field(
+        default="data/training/seed.jsonl", metadata={"help": "Examples (JSONL schema); only the queries are used."}
+    )
+    suite: str | None = field(
+        default=None,
+        metadata={
+            "help": "Labelled suite dir (qmdlab.eval.loaders format, e.g. data/) whose queries carry the retrieval term."
+        },
+    )
+    collection: str = field(default="default", metadata={"help": "Collection name of the suite's docids."})
+    labelled_file: str | None = field(
+        default=None, metadata={"help": 'Alternative to suite: JSONL {"qid", "query", "qrels": {docno: grade}}.'}
+    )
+    index: str | None = field(default=None, metadata={"help": "qmdlab index for the retrieval term."})
+    labelled_suites: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Suites (default, cisi, a dir) whose *train-split* judged queries are prompts with the retrieval "
+            "term, searched in the suite's own index exactly as evaluation searches it; needs splits_file."
+        },
+    )
+    splits_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "splits.json (qmdlab.training.splits): only `train` qids become prompts; a held-out qid is an error."
+        },
+    )
+    synthetic_suites: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Suites whose index holds kept generated queries (`qmdlab expand-docs`): each is a prompt whose "
+            "relevant document is its source; needs splits_file (a generated held-out query text is an error)."
+        },
+    )
+    synthetic_generator: str | None = field(
+        default=None, metadata={"help": "Generator fingerprint of the synthetic prompts (default: the active one)."}
+    )
+    synthetic_max_prompts: int = field(
+        default=2000, metadata={"help": "At most this many synthetic prompts per suite."}
+    )
+    synthetic_metric: str = field(
+        default="rr", metadata={"help": "Retrieval reward of a synthetic prompt: rr (source's reciprocal rank) | ndcg."}
+    )
+    unlabelled_prompts: bool = field(
+        default=True,
+        metadata={
+            "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."
+        },
+    )
+    models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
+    pipeline_rerank: bool = field(default=False, metadata={"help": "Rerank inside the reward's pipeline runs."})
+    output_dir: str = "runs/grpo"
+    lora_r: int = 4
+    lora_alpha: int = 8
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    beta: float = 0.04
+    num_generations: int = 4
+    max_completion_length: int = 200
+    learning_rate: float = 5e-7
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    num_train_epochs: float = 1.0
+    max_steps: int = -1
+    rule_weight: float = 1.0
+    retrieval_weight: float = 1.0
+    precision: str = "auto"
+    logging_steps: int = 1
+    save_steps: int = 50
+    seed: int = 0
+    use_vllm: bool = False
+    merge: bool = True
+
+
+def load_labelled(path: str | Path) -> list[dict]:
+    """Read ``{"qid", "query", "qrels": {docno: grade}}`` lines."""
+    from qmdlab.errors import DataFormatError
+
+    rows = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, i, f"invalid JSON ({err.msg})") from None
+        if not (
+            isinstance(obj, dict)
+            and isinstance(obj.get("qid"), str)
+            and isinstance(obj.get("query"), str)
+            and isinstance(obj.get("qrels"), dict)
+        ):
+            raise DataFormatError(path, i, 'expected {"qid": str, "query": str, "qrels": {docno: grade}}')
+        rows.append(obj)
+    return rows
+
+
+def labelled_rows(cfg: GRPORunConfig) -> list[dict]:
+    """Labelled queries from ``suite``, ``labelled_file`` and the train side of ``labelled_suites``
+    (docnos as the pipeline names them; ``labelled_suites`` qids tagged ``suite:qid``)."""
+    rows = []
+    if cfg.suite:
+        from qmdlab.training.evaluate import suite_rows
+
+        rows += suite_rows(cfg.suite, cfg.collection)
+    if cfg.labelled_file:
+        rows += load_labelled(cfg.labelled_file)
+    if cfg.labelled_suites:
+        rows += split_rows(cfg)
+    if cfg.synthetic_suites:
+        rows += synthetic_rows(cfg)
+    return rows
+
+
+#: Local qids of synthetic prompts start with this (``default:syn-…``); the retrieval term routes on it.
+SYNTHETIC_PREFIX = "syn-"
+
+
+def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
+    """The kept generated queries of ``synthetic_suites`` as labelled prompts: qid
+    ``suite:syn-<chunk hash>-<seq>-<n>``, qrels ``{source docno: 1}`` (every active document holding
+    the chunk), one prompt per distinct query text, a seeded sample of at most
+    ``synthetic_max_prompts`` per suite. Raises :class:`qmdlab.training.splits.LeakError` when a
+    generated query is the text of a held-out query of ``splits_file``."""
+    import random
+
+    import polars as pl
+
+    from qmdlab.eval.record import prepare_index
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.store import doc_expansions as store
+    from qmdlab.training.embedder import check_no_heldout
+    from qmdlab.training.splits import load_splits, tag
+
+    if not cfg.splits_file:
+        raise ConfigError(
+            "synthetic_suites needs splits_file (the doc2query run's splits.json): the generator was trained on its "
+            "train queries only, and the held-out ones are checked against every generated prompt"
+        )
+    splits = load_splits(cfg.splits_file)
+    rows: list[dict] = []
+    for name in cfg.synthetic_suites:
+        suite = get_suite(name)
+        if suite.name not in splits:
+            raise ConfigError(f"{cfg.splits_file} has no split for suite {suite.name!r} (it has {sorted(splits)})")
+        idx = prepare_index(suite, None, progress=False, log=lambda _m: None)
+        kept = store.kept_queries(idx, cfg.synthetic_generator, collections=[suite.collection])
+        if not kept:
+            raise ConfigError(
+                f"suite {suite.name!r}: its index {idx.dir} holds no kept generated queries; run "
+                f"`qmdlab --index {idx.dir} expand-docs --generator RUN/model.gguf` first"
+            )
+        holders = store.source_docnos(idx, [suite.collection])
+        seen: set[str] = set()
+        part: list[dict] = []
+        for k in kept:
+            key = " ".join(k.query.lower().split())
+            if key in seen:
+                continue
+            seen.add(key)
+            docnos = sorted(holders.get(k.hash, set()) | {k.docno})
+            part.append(
+                {
+                    "qid": tag(suite.name, f"{SYNTHETIC_PREFIX}{k.hash[:12]}-{k.seq}-{len(part)}"),
+                    "query": k.query,
+                    "intent": None,
+                    "qrels": {d: 1 for d in docnos},
+                    "suite": suite.name,
+                    "synthetic": True,
+                }
+            )
+        if len(part) > cfg.synthetic_max_prompts:
+            part = random.Random(cfg.seed).sample(part, cfg.synthetic_max_prompts)
+        judged = suite.data().judged_queries()
+        texts = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
+        check_no_heldout([{"anchor": r["query"]} for r in part], splits[suite.name], texts, where="GRPO prompts")
+        rows += part
+    return rows
+
+
+def split_rows(cfg: GRPORunConfig) -> list[dict]:
+    """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
+    the suite's own docnos. Raises :class:`qmdlab.training.splits.LeakError` if a held-out query is among them."""
+    from qmdlab.eval.metrics import qrels_dict
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.training.splits import assert_disjoint, heldout_tagged, load_splits, tag
+
+    if not cfg.splits_file:
+        raise ConfigError(
+            "labelled_suites needs splits_file (a train/held-out split; the recipe's `split` step "
+            "writes it) so that held-out queries never become GRPO prompts"
+        )
+    splits = load_splits(cfg.splits_file)
+    rows = []
+    for name in cfg.labelled_suites:
+        suite = get_suite(name)
+        if suite.name not in splits:
+            raise ConfigError(f"{cfg.splits_file} has no split for suite {suite.name!r} (it has {sorted(splits)})")
+        train = set(splits[suite.name].train)
+        qrels = qrels_dict(suite.qrels_docnos())
+        for r in suite.data().judged_queries().sort("qid").iter_rows(named=True):
+            qid = str(r["qid"])
+            if qid in train and any(g > 0 for g in qrels.get(qid, {}).values()):
+                rows.append(
+                    {
+                        "qid": tag(suite.name, qid),
+                        "query": r["query"],
+                        "intent": r.get("intent"),
+                        "qrels": qrels[qid],
+                        "suite": suite.name,
+                    }
+                )
+    assert_disjoint([r["qid"] for r in rows], heldout_tagged(splits), where="GRPO prompts")
+    return rows
+
+
+def build_dataset(cfg: GRPORunConfig):
+    """Prompt-only records: the example queries (no labels) plus the labelled queries."""
+    from datasets import Dataset
+
+    rows = []
+    if cfg.prompts_file and cfg.unlabelled_prompts:
+        rows += [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
+    rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled_rows(cfg)]
+    if not rows:
+        raise ConfigError(f"no GRPO prompts in {cfg.prompts_file}")
+    return Dataset.from_list(rows)
+
+
+def _named(fn, name):
+    fn.__name__ = name
+    return fn
+
+
+def rule_part_reward(part: str):
+    """A zero-weight reward function logging one part of the rule score (points / 120)."""
+
+    def f(prompts=None, completions=(), query=None, **kwargs):
+        out = []
+        for q, c in zip(query, completions):
+            s = score_expansion(q, c)
+            out.append(s.parts.get(part, 0.0) / 120.0)
+        return out
+
+    return _named(f, f"rule_{part}")
+
+
+def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | RoutedRetrieval | None:
+    """The retrieval term over the qmdlab pipeline, or None when not configured."""
+    if (cfg.labelled_suites or cfg.synthetic_suites) and cfg.retrieval_weight:
+        return suite_retrieval(cfg)
+    rows = labelled_rows(cfg)
+    if not (rows and cfg.index and cfg.retrieval_weight):
+        return None
+    from qmdlab.models import ModelSet, load_models
+    from qmdlab.pipeline.lab import Lab
+    from qmdlab.training.evaluate import ensure_index
+    from qmdlab.training.reward import pipeline_scorer
+
+    models = load_models(cfg.models_preset, n_threads=2)
+    corpus = None
+    if cfg.suite:
+        from qmdlab.eval.loaders import load
+
+        corpus = load(cfg.suite).corpus_dir
+    idx = ensure_index(cfg.index, corpus, cfg.collection, models.embedder) if corpus else None
+    if idx is None:
+        from qmdlab.store import Index
+
+        idx = Index.open(cfg.index)
+    lab = Lab(idx, ModelSet(models.embedder, None, models.reranker if cfg.pipeline_rerank else None))
+    lab.config = lab.config.replace(rerank=cfg.pipeline_rerank)
+    qrels = {r["qid"]: r["qrels"] for r in rows}
+    return RetrievalReward(pipeline_scorer(lab), qrels)
+
+
+class RoutedRetrieval:
+    """The retrieval term of several suites: a ``suite:qid`` prompt is scored by its suite's
+    :class:`~qmdlab.training.reward.RetrievalReward` (same interface, so GRPO and tests use either),
+    a synthetic prompt (``suite:syn-…``) by the suite's ``suite/synthetic`` reward."""
+
+    def __init__(self, by_suite: dict[str, RetrievalReward]):
+        self.by_suite = by_suite
+
+    @staticmethod
+    def route(qid: str) -> str:
+        """The ``by_suite`` key of a tagged qid.
+
+        >>> RoutedRetrieval.route("cisi:12"), RoutedRetrieval.route("cisi:syn-ab12-0-3")
+        ('cisi', 'cisi/synthetic')
+        """
+        from qmdlab.training.splits import untag
+
+        suite, local = untag(qid)
+        return f"{suite}/synthetic" if local.startswith(SYNTHETIC_PREFIX) else suite
+
+    def __call__(self, query: str, qid: str | None, completion) -> float | None:
+        if not qid or ":" not in qid:
+            return None
+        reward = self.by_suite.get(self.route(qid))
+        return None if reward is None else reward(query, qid, completion)
+
+    def reward_func(self, prompts=None, completions=(), query=None, qid=None, **kwargs) -> list[float | None]:
+        qids = qid if qid is not None else [None] * len(completions)
+        return [self(q, i, c) for q, i, c in zip(query, qids, completions)]
+
+
+def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
+    """ΔnDCG@10 per ``labelled_suites`` suite, searched through the suite's own index and pipeline
+    configuration (:func:`qmdlab.eval.record.suite_config`, rerank off) — the pipeline evaluation uses — with
+    the completion passed through the engine's parser and expansion filter (:func:`qmdlab.training.reward.engine_scorer`)."""
+    from qmdlab.eval.record import open_lab, suite_config
+    from qmdlab.eval.suites import get_suite
+    from qmdlab.models import ModelSet, load_models
+    from qmdlab.training.reward import engine_scorer
+
+    models = load_models(cfg.models_preset, expand="none", rerank="none", n_threads=2)
+    rows = split_rows(cfg) if cfg.labelled_suites else []
+    synthetic = synthetic_rows(cfg) if cfg.synthetic_suites else []
+    by_suite = {}
+    for name in dict.fromkeys([*cfg.labelled_suites, *cfg.synthetic_suites]):
+        suite = get_suite(name)
+        config = suite_config(suite).replace(rerank=False, expand=True)
+        lab = open_lab(suite, ModelSet(models.embedder, None, None), config, log=lambda _m: None)
+        scorer = engine_scorer(lab)  # one per lab: it owns the lab's expander slot
+        if name in cfg.labelled_suites:
+            qrels = {r["qid"]: r["qrels"] for r in rows if r["suite"] == suite.name}
+            by_suite[suite.name] = RetrievalReward(scorer, qrels)
+        if name in cfg.synthetic_suites:
+            qrels = {r["qid"]: r["qrels"] for r in synthetic if r["suite"] == suite.name}
+            by_suite[f"{suite.name}/synthetic"] = RetrievalReward(scorer, qrels, metric=cfg.synthetic_metric)
+    return RoutedRetrieval(by_suite)
+
+
+def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | RoutedRetrieval | None):
+    """(functions, weights) for ``GRPOTrainer``."""
+    funcs = [
+        _named(lambda prompts=None, completions=(), query=None, **kw: rule_reward(prompts, completions, query), "rule")
+    ]
+    weights = [cfg.rule_weight]
+    if retrieval is not None:
+        funcs.append(
+            _named(
+                lambda prompts=None, completions=(), query=None, qid=None, **kw: retrieval.reward_func(
+                    prompts, completions, query, qid
+                ),
+                "retrieval",
+            )
+        )
+        weights.append(cfg.retrieval_weight)
+    for part in RULE_PARTS:
+        funcs.append(rule_part_reward(part))
+        weights.append(0.0)
+    return funcs, weights
+
+
+def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval | None = None, callbacks=()):
+    """The configured ``GRPOTrainer``; ``retrieval`` overrides the pipeline-built term (tests)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.import_utils import is_vllm_available
+
+    out = Path(cfg.output_dir)
+    flags = hardware.precision_flags(cfg.precision)
+    tok = hardware.load_tokenizer(cfg.base)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if flags["bf16"] else torch.float32)
+    if retrieval is None:
+        retrieval = pipeline_retrieval(cfg)
+    funcs, weights = reward_functions(cfg, retrieval)
+    use_vllm = bool(cfg.use_vllm and is_vllm_available())
+    args = GRPOConfig(
+        **hardware.run_args(out / "checkpoints", cfg, save_total_limit=2),
+        beta=cfg.beta,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        learning_rate=cfg.learning_rate,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        reward_weights=weights,
+        chat_template_kwargs=dict(CHAT_TEMPLATE_KWARGS),
+        use_vllm=use_vllm,
+        **flags,
+    )
+    peft_config = lora_config(cfg)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=build_dataset(cfg),
+        processing_class=tok,
+        peft_config=peft_config,
+        callbacks=[rundir.metrics_callback(out, "grpo"), *callbacks],
+    )
+    return trainer, tok
+
+
+def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval | None = None) -> dict:
+    """Train (resuming from the newest checkpoint), save the adapter and merged weights."""
+    out = Path(cfg.output_dir)
+    done = rundir.done_result(out)
+    if done:
+        return done
+    rundir.save_config(cfg, out)
+    if retrieval is None:
+        retrieval = pipeline_retrieval(cfg)
+    trainer, tok = build_trainer(cfg, retrieval=retrieval)
+    prompt_qids = (
+        sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
+    )
+    (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
+    result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
+    trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
+    if not trainer.accelerator.is_main_process:
+        return {}
+    tok.save_pretrained(str(out / "adapter"))
+    merged_dir = None
+    if cfg.merge:
+        merged_dir = out / "merged"
+        trainer.model.merge_and_unload().save_pretrained(str(merged_dir))
+        tok.padding_side = "right"
+        tok.save_pretrained(str(merged_dir))
+    logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
+    res = {
+        "adapter": str(out / "adapter"),
+        "merged": str(merged_dir) if merged_dir else None,
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+        "first_reward": logs[0]["reward"] if logs else None,
+        "last_reward": logs[-1]["reward"] if logs else None,
+        "retrieval_term": retrieval is not None,
+    }
+    rundir.finish(
+        out,
+        "grpo",
+        res,
+        "qmdlab query expander — GRPO",
+        f"""
+Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {", ".join(cfg.lora_targets)}.
+β={cfg.beta}, {cfg.num_generations} generations, max completion {cfg.max_completion_length}, lr {cfg.learning_rate}.
+Reward: rule score × {cfg.rule_weight}{f" + ΔnDCG@10 × {cfg.retrieval_weight}" if retrieval else " (no retrieval term)"}.
+{res["steps"]} steps; mean reward first/last logged step: {res["first_reward"]} / {res["last_reward"]}.
+Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
+""",
+    )
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m qmdlab.training.grpo [--config grpo.yaml] [--field value ...]``."""
+    from qmdlab.training.config import parse_args
+
+    return run_grpo(parse_args(GRPORunConfig, argv))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
