@@ -381,7 +381,9 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
     )
     expand_s = time.perf_counter() - t0
     _log(f"expand-docs: {report.summary()}")
-    generator = doc_expansions.active_generator(idx)
+    # the raw output names the generator relative to the working directory, not this machine's path
+    here = f"{Path.cwd().resolve()}/"
+    generator = (doc_expansions.active_generator(idx) or "").replace(here, "")
     status = doc_expansions.status(idx)
     train, test = sorted(suite.split.train), sorted(suite.split.test)
     embedder = ModelSet(models.embedder, None, None)
@@ -403,7 +405,7 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
     rows = []
     cost = {
         "generator": {k: res.get(k) for k in ("pairs", "label_pairs", "steps", "train_loss", "train_s", "seconds")},
-        "expand": report._asdict(),
+        "expand": {**report._asdict(), "generator": generator},
         "expand_s": round(expand_s, 1),
         "column": {"documents": status.documents, "kept": status.kept},
     }
@@ -417,8 +419,9 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
                 for w in DOC_QUERY_WEIGHTS
             }
             weight = max(tried, key=lambda w: (tried[w], -w))
-            chosen = base.replace(bm25_weight_doc_queries=weight, **overrides)
             st = study(weight)
+            # the recorded config (its limit is the recording depth, so the run file keeps the top 100)
+            chosen = st.config.replace(**overrides)
             ev = st.subset(test).evaluate(chosen, lists=lists)
             row = _row(
                 f"doc2query column {leg} (weight {weight:g}, chosen on train)",
