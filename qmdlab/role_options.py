@@ -59,9 +59,6 @@ def role_options(*roles: str) -> Callable:
     return deco
 
 
-__all__ = ["ROLES", "role_options"]
-
-
 def preset_option(**extra: Any) -> Callable:
     """``--preset NAME``, one spelling and help for every verb that loads a model (``extra``: more
     :func:`click.option` settings, e.g. ``envvar``)."""
@@ -75,3 +72,6 @@ def model_options(*roles: str) -> Callable:
         return preset_option()(role_options(*roles)(fn))
 
     return deco
+
+
+__all__ = ["PRESET_HELP", "PRESET_NAMES", "ROLES", "model_options", "preset_option", "role_options"]
