@@ -316,13 +316,9 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     args = SFTConfig(
         **hardware.run_args(out / "checkpoints", cfg, save_total_limit=1),
-        learning_rate=cfg.learning_rate,
+        **hardware.schedule_args(cfg),
         lr_scheduler_type="cosine",
         warmup_steps=0.03,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         max_length=cfg.max_length,
         completion_only_loss=True,
         **hardware.precision_flags("fp32"),

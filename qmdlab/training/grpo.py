@@ -419,17 +419,13 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
     use_vllm = bool(cfg.use_vllm and is_vllm_available())
     args = GRPOConfig(
         **hardware.run_args(out / "checkpoints", cfg, save_total_limit=2),
+        **hardware.schedule_args(cfg),
         beta=cfg.beta,
         num_generations=cfg.num_generations,
         max_completion_length=cfg.max_completion_length,
-        learning_rate=cfg.learning_rate,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         top_k=cfg.top_k,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
         reward_weights=weights,
         chat_template_kwargs=dict(CHAT_TEMPLATE_KWARGS),
         use_vllm=use_vllm,

@@ -73,6 +73,35 @@ def run_args(output_dir: Path, cadence: StepCadence, *, save_total_limit: int) -
     }
 
 
+class TrlSchedule(Protocol):
+    """What :func:`schedule_args` reads of a TRL step's config (SFT, GRPO, doc2query)."""
+
+    learning_rate: float
+    num_train_epochs: float
+    max_steps: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+
+
+def schedule_args(cfg: TrlSchedule) -> dict[str, Any]:
+    """The learning rate, epochs, step cap and (accumulated) batch a TRL config takes from a step's config.
+
+    >>> a = schedule_args(SimpleNamespace(learning_rate=2e-4, num_train_epochs=5.0, max_steps=-1,
+    ...     per_device_train_batch_size=4, gradient_accumulation_steps=4))
+    >>> a["learning_rate"], a["num_train_epochs"], a["max_steps"], a["per_device_train_batch_size"]
+    (0.0002, 5.0, -1, 4)
+    >>> a["gradient_accumulation_steps"]
+    4
+    """
+    return {
+        "learning_rate": cfg.learning_rate,
+        "num_train_epochs": cfg.num_train_epochs,
+        "max_steps": cfg.max_steps,
+        "per_device_train_batch_size": cfg.per_device_train_batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+    }
+
+
 def sentence_transformers_args(
     output_dir: Path,
     *,

@@ -80,14 +80,10 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     checkpointing: dict[str, Any] = {"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}
     args = SFTConfig(
         **hardware.run_args(out / "checkpoints", cfg, save_total_limit=2),
-        learning_rate=cfg.learning_rate,
+        **hardware.schedule_args(cfg),
         lr_scheduler_type=cfg.lr_scheduler_type,
         warmup_steps=cfg.warmup_ratio,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         max_length=cfg.max_length,
         completion_only_loss=True,
         eval_strategy="epoch" if evald is not None else "no",
