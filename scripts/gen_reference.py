@@ -57,7 +57,9 @@ def page_config() -> str:
         "YAML config (`qmdlab query --config FILE`), with `PipelineConfig().replace(field=value)`, or with",
         "the notebooks' controls. **re-record**: whether changing it changes what a recording holds, so",
         "`qmdlab eval`/`tune` record the queries again; the others re-run on recorded traces in milliseconds",
-        "(fusion, candidate selection, blend, finish: the tune notebook's sliders).",
+        "(fusion, candidate selection, blend, finish: the tune notebook's sliders). The trace cache is keyed",
+        "on the re-record options only, so `qmdlab eval` under a config that changes only the others",
+        "reuses the recorded traces.",
         "",
     ]
     recorded = PipelineConfig.recorded_fields()

@@ -12,8 +12,12 @@ explore notebooks and :mod:`qmdlab.training.evaluate`:
    :data:`EVAL_DEPTH` (one depth everywhere, so recall@100 is defined and every front end
    shares one cache). Each query's trace is cached as parquet under
    ``$QMDLAB_HOME/eval/<suite>/traces/<key>/<qid>/`` (:func:`cache_key` hashes the suite's
-   content, the config, the model fingerprints and the trace schema): an interrupted run
-   resumes where it stopped and a repeated one costs nothing. ``recording.json`` beside the
+   content, the config's recorded options, the model fingerprints and the trace schema): an
+   interrupted run resumes where it stopped and a repeated one costs nothing. A config that
+   differs only in options that re-run on recorded lists (fusion, candidates, blend, finish:
+   ``recorded=False`` in :class:`~qmdlab.pipeline.config.PipelineConfig`) loads the cached traces
+   and re-runs those stages (:func:`qmdlab.pipeline.retune.retune`, reranking newly promoted
+   candidates) instead of running the models again. ``recording.json`` beside the
    per-query directories says what the key stands for, so :func:`recorded` can list and
    :func:`load_recorded` can open a recording **without loading any model**.
 
@@ -43,6 +47,7 @@ from urllib.parse import quote
 import polars as pl
 
 from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.retune import retune
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 from .suites import Suite
@@ -364,20 +369,37 @@ def index_fingerprints(config: PipelineConfig, index: Any) -> list[str]:
 
 
 def cache_key(suite: Suite, config: PipelineConfig, models: Any, index: Any = None) -> str:
-    """Hash of everything a query's trace depends on: suite content, config, model fingerprints,
-    the trace schema (a new trace column invalidates old caches) and, given the suite's ``index``,
-    its document expansions (:func:`index_fingerprints`; what :func:`record` uses)."""
+    """Hash of everything a query's recorded trace depends on: suite content, the config's recorded
+    options (:meth:`PipelineConfig.recorded_dict`), model fingerprints, the trace schema (a new trace
+    column invalidates old caches) and, given the suite's ``index``, its document expansions
+    (:func:`index_fingerprints`; what :func:`record` uses). Configs that differ only in options
+    that re-run on recorded lists (fusion, candidates, blend, finish) share one key."""
     return _key(suite, config, model_fingerprints(models) + index_fingerprints(config, index))
 
 
-def _key(suite: Suite | str, config: PipelineConfig, fingerprints: Sequence[str]) -> str:
-    """The cache key; ``suite`` may be given as its content fingerprint (computed once by callers)."""
+def _key(suite: Suite | str, config: PipelineConfig, fingerprints: Sequence[str], *, every_option: bool = False) -> str:
+    """The cache key; ``suite`` may be given as its content fingerprint (computed once by callers).
+    ``every_option``: the key of recordings made when the cache was keyed on every option
+    (:func:`_cache_dir` adopts them)."""
     schema = {t: {c: str(d) for c, d in cols.items()} for t, cols in SCHEMAS.items()}
     suite_fp = suite if isinstance(suite, str) else suite.fingerprint()
+    options = config.to_dict() if every_option else config.recorded_dict()
     payload = json.dumps(
-        {"suite": suite_fp, "config": config.to_dict(), "schema": schema, "models": list(fingerprints)}, sort_keys=True
+        {"suite": suite_fp, "config": options, "schema": schema, "models": list(fingerprints)}, sort_keys=True
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _cache_dir(suite: Suite, config: PipelineConfig, prints: Sequence[str]) -> Path:
+    """The recording's directory in the trace cache. A recording of exactly this config made when
+    the cache was keyed on every option is moved there, so its traces are not recorded again."""
+    suite_fp = suite.fingerprint()
+    cache_dir = cache_root(suite) / _key(suite_fp, config, prints)
+    whole = cache_root(suite) / _key(suite_fp, config, prints, every_option=True)
+    if not cache_dir.exists() and whole.is_dir():
+        with contextlib.suppress(OSError):  # another process moved it first: record as usual
+            whole.rename(cache_dir)
+    return cache_dir
 
 
 def cache_root(suite: Suite) -> Path:
@@ -436,7 +458,7 @@ def record(
     timings["index_s"] = time.perf_counter() - t0
     queries = judged_queries(suite, limit, qids)
     prints = model_fingerprints(models) + index_fingerprints(config, lab.index)
-    cache_dir = cache_root(suite) / _key(suite, config, prints)
+    cache_dir = _cache_dir(suite, config, prints)
     warning = _estimate(suite, config, prints, cache_dir, [str(q) for q in queries["qid"].to_list()]).warning()
     if warning:
         log(warning)
@@ -522,6 +544,10 @@ def _query_traces(
     from tqdm import tqdm
 
     loaded = {str(r["qid"]): _load_cached(_qdir(cache_dir, r["qid"])) for r in rows}
+    for qid, t in loaded.items():
+        if t is not None and t.config != lab.config.to_dict():
+            loaded[qid] = t = _retuned(lab, t)
+            _store_trace(cache_dir, qid, t)
     todo = [r for r in rows if loaded[str(r["qid"])] is None]
     traces, done = [], 0
     if on_progress:
@@ -546,6 +572,14 @@ def _query_traces(
             traces.append(t)
             bar.set_postfix(cached=len(rows) - len(todo), refresh=False)
     return Trace.concat(traces), len(rows) - len(todo)
+
+
+def _retuned(lab, trace: Trace) -> Trace:
+    """A cached trace recorded under other values of the unrecorded options (one cache key:
+    :func:`cache_key`), re-run from its recorded lists under ``lab.config`` as a query would run
+    them: candidates it newly promotes are reranked (from the LLM cache when they were before), and
+    every result gets its snippet (:meth:`qmdlab.Lab.retune`)."""
+    return lab.retune(trace, compute_missing=True, results=True)
 
 
 _DEGRADED = r"(?i)skipped|failed|budget|degrad|could not"
@@ -619,8 +653,8 @@ def recorded(suite: Suite) -> list[RecordingInfo]:
         except Exception:  # noqa: BLE001 — an unreadable or outdated manifest is not listed
             continue
         key = manifest.parent.name
-        if _key(suite_fp, config, models) != key:  # suite content, schema or config options changed
-            continue
+        if key not in (_key(suite_fp, config, models), _key(suite_fp, config, models, every_option=True)):
+            continue  # suite content, schema or config options changed
         qids = sorted(_unquote(p.parent.name) for p in manifest.parent.glob("*/DONE"))
         if not qids:
             continue
@@ -667,6 +701,10 @@ def load_recorded(
     cache_dir = cache_root(suite) / key
     t0 = time.perf_counter()
     traces = [t for t in (_load_cached(_qdir(cache_dir, q)) for q in queries["qid"].to_list()) if t is not None]
+    want = rec.config.to_dict()
+    # A query recorded only under other unrecorded options (a held-out subset run) is re-run from its
+    # lists under the recording's config; with no model, newly promoted candidates keep no rerank score.
+    traces = [t if t.config == want else retune(t, rec.config) for t in traces]
     trace = Trace.concat(traces)
     timings = {
         "index_s": 0.0,
@@ -698,7 +736,7 @@ def estimate(
     """
     config = depth_config(config or suite_config(suite), depth)
     prints = model_fingerprints(models)
-    cache_dir = cache_root(suite) / _key(suite, config, prints)
+    cache_dir = _cache_dir(suite, config, prints)
     return _estimate(suite, config, prints, cache_dir, [str(q) for q in judged_queries(suite, limit)["qid"].to_list()])
 
 

@@ -561,6 +561,18 @@ class PipelineConfig:
         items["blend_bands"][1] = max(items["blend_bands"])
         return self.replace(**plain, **{k: tuple(v) for k, v in items.items()})
 
+    def recorded_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` of the :meth:`recorded_fields` only: what the traces of a recording depend
+        on, and so the trace cache's key (:func:`qmdlab.eval.record.record` re-runs the other options
+        on cached traces with :func:`qmdlab.pipeline.retune.retune`).
+
+        >>> a, b = PipelineConfig(), PipelineConfig(rrf_k=10, candidate_limit=20, blend="score")
+        >>> a.recorded_dict() == b.recorded_dict(), a.recorded_dict() == a.replace(bm25_mode="and").recorded_dict()
+        (True, False)
+        """
+        keep = self.recorded_fields()
+        return {k: v for k, v in self.to_dict().items() if k in keep}
+
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (tuples become lists) so it round-trips through YAML/JSON.
 

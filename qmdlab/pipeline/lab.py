@@ -344,14 +344,38 @@ class Lab:
         return Trace.concat(traces)
 
     def retune(
-        self, trace: Trace, config: PipelineConfig | None = None, *, compute_missing: bool = False, **overrides: Any
+        self,
+        trace: Trace,
+        config: PipelineConfig | None = None,
+        *,
+        compute_missing: bool = False,
+        results: bool = False,
+        **overrides: Any,
     ) -> Trace:
         """:func:`qmdlab.retune` with this lab's config (plus ``overrides``); with
         ``compute_missing`` newly promoted candidates are reranked (from the cache when
-        possible) instead of left without a score."""
+        possible) instead of left without a score; with ``results`` every final row gets its
+        title, context and snippet as a query would give it (not only the rows that had one)."""
         cfg = (config or self.config).replace(**overrides)
         fn = self.rerank_fn(trace, cfg) if compute_missing else None
-        return retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg), docs=self._learned_docs(cfg, trace.lists))
+        out = retune(trace, cfg, rerank_fn=fn, doc_tags=self._doc_tags(cfg), docs=self._learned_docs(cfg, trace.lists))
+        if results:
+            out.results = self._rebuilt_results(out)
+        return out
+
+    def _rebuilt_results(self, trace: Trace) -> pl.DataFrame:
+        """The ``results`` table of each query of ``trace`` built anew from its ``final`` and ``rerank``
+        rows, as :meth:`query` builds it."""
+        parts = [empty("results")]
+        for qid, text, intent in trace.queries.select("qid", "text", "intent").iter_rows():
+            final = trace.final.filter(pl.col("qid") == qid)
+            if not final.height:
+                continue
+            user = trace.expansions.filter((pl.col("qid") == qid) & (pl.col("origin") == "user"))
+            searches = list(user.select("type", "text").iter_rows()) or None
+            rerank_rows = trace.rerank.filter(pl.col("qid") == qid)
+            parts.append(as_frame("results", self._results(final, text or "", intent, searches, rerank_rows)))
+        return pl.concat(parts, how="vertical")
 
     def _learned_docs(self, cfg: PipelineConfig, lists: pl.DataFrame) -> pl.DataFrame | None:
         """Per-document features for ``fusion=learned`` (None for every other method)."""

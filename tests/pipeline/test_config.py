@@ -104,8 +104,9 @@ def _key_payload(config: PipelineConfig) -> str:
 
 
 def test_recorded_configs_keep_their_cache_key():
-    """The trace cache hashes ``to_dict()``: these digests were recorded before the options declared
-    their stages, and must not move (every stored recording would be orphaned)."""
+    """``to_dict()`` of these configs was recorded before the options declared their stages and must
+    not move: the trace cache's key hashes its recorded part, and recordings keyed on all of it
+    are adopted by that digest (``tests/eval/test_record_retune.py``)."""
     assert _key_payload(PipelineConfig()) == "34c056a43ae878a1"
     assert _key_payload(PipelineConfig(fusion="combmnz", rrf_k=30, expand=False)) == "e69cd06208ff2989"
     later = PipelineConfig(weight_original_like=1.0, chunker="headings", bm25_weight_doc_queries=0.5)
