@@ -63,7 +63,7 @@ from qmdlab.training.reranker_eval import (
     format_reranker_table,
     score_table,
 )
-from qmdlab.training.reranker_fit import fit, fit_info, freeze, new_model, pretrain, write_meta
+from qmdlab.training.reranker_fit import fit, fit_info, stage_model, start_model, write_meta
 
 if TYPE_CHECKING:
     from qmdlab.eval.loaders import OfficialSplit
@@ -308,23 +308,19 @@ def _supervised(
     train_rows = [{k: v for k, v in r.items() if k != "qid"} for r in rows]
     (run).mkdir(parents=True, exist_ok=True)
     (run / "train_qids.json").write_text(json.dumps(sorted({r["qid"] for r in rows})), encoding="utf-8")
-    model = new_model(init_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler and not cfg.weak)
-    freeze(model, cfg.freeze_layers)
+    model = stage_model(cfg, init_dir, identity_pooler=cfg.identity_pooler and not cfg.weak)
     res = fit(
         model,
         train_rows,
         make_loss(cfg.loss, model),
         run,
+        cfg=cfg,
         stage=stage,
         learning_rate=cfg.learning_rate,
         head_lr=cfg.head_learning_rate,
         epochs=cfg.epochs,
         max_steps=cfg.max_steps,
         batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        progress=cfg.progress,
-        logging_steps=cfg.logging_steps,
-        save_steps=cfg.save_steps,
         pairs_per_row=per_row,
     )
     calib, blend_cfg, tune_score = calibrate_and_blend(cfg, rec, res.model_dir, tune_q)
@@ -387,9 +383,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         f"{rec.suite.name}: {len(qids)} queries with a relevant chunk, {rec.table.filter(pl.col('candidate')).height} "
         f"candidate pairs"
     )
-    init_dir, weak_info = base_dir, None
-    if cfg.weak:
-        init_dir, weak_info = pretrain(cfg, rec, base_dir, log)
+    init_dir, weak_info = start_model(cfg, rec, base_dir, log)
     result: dict = {"suite": rec.suite.name, "queries": len(qids), "weak": weak_info, "folds": []}
     # a collection's official split (SciFact): one fold, fitted and tuned on train, scored on test; the
     # serving model is that fold's (it saw every training query it may see)

@@ -91,6 +91,13 @@ def freeze(model, n_layers: int) -> int:
     return frozen
 
 
+def stage_model(cfg: RerankerRunConfig, init_dir: Path, *, identity_pooler: bool):
+    """A stage's cross-encoder: :func:`new_model` from ``init_dir`` at the run's length and seed, then :func:`freeze`."""
+    model = new_model(init_dir, cfg.max_length, cfg.seed, identity_pooler=identity_pooler)
+    freeze(model, cfg.freeze_layers)
+    return model
+
+
 class FitResult(NamedTuple):
     model_dir: Path
     pairs: int
@@ -105,21 +112,18 @@ def fit(
     loss,
     run_dir: Path,
     *,
+    cfg: RerankerRunConfig,
     stage: str,
     learning_rate: float,
     head_lr: float,
     epochs: float,
     max_steps: int,
     batch_size: int,
-    seed: int,
-    progress: bool,
-    logging_steps: int,
-    save_steps: int,
     pairs_per_row: int,
     no_duplicates: bool = False,
 ) -> FitResult:
     """Train ``model`` on ``rows`` with the sentence-transformers CrossEncoder trainer (resumable)
-    and save it to ``run_dir/model``."""
+    and save it to ``run_dir/model``; the seed, progress bar and logging/save cadence are ``cfg``'s."""
     from datasets import Dataset
     from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
 
@@ -133,10 +137,10 @@ def fit(
             batch_size=batch_size,
             learning_rate=learning_rate,
             warmup=0.1,
-            seed=seed,
-            logging_steps=logging_steps,
-            save_steps=save_steps,
-            progress=progress,
+            seed=cfg.seed,
+            logging_steps=cfg.logging_steps,
+            save_steps=cfg.save_steps,
+            progress=cfg.progress,
             **sampler,
         )
     )
@@ -196,24 +200,20 @@ def pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) ->
     log(f"weak: {len(pairs)} in-collection pairs (heading/title → text, no labels)")
     from sentence_transformers.cross_encoder.losses import MultipleNegativesRankingLoss
 
-    model = new_model(base_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler)
-    freeze(model, cfg.freeze_layers)
+    model = stage_model(cfg, base_dir, identity_pooler=cfg.identity_pooler)
     loss = MultipleNegativesRankingLoss(model, num_negatives=cfg.weak_in_batch_negatives)
     res = fit(
         model,
         pairs,
         loss,
         run,
+        cfg=cfg,
         stage="weak",
         learning_rate=cfg.weak_learning_rate,
         head_lr=cfg.weak_head_learning_rate,
         epochs=cfg.weak_epochs,
         max_steps=-1,
         batch_size=cfg.weak_batch_size,
-        seed=cfg.seed,
-        progress=cfg.progress,
-        logging_steps=cfg.logging_steps,
-        save_steps=cfg.save_steps,
         pairs_per_row=2 + cfg.weak_hard_negatives + cfg.weak_in_batch_negatives - 1,
         no_duplicates=True,
     )
@@ -231,3 +231,11 @@ def pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) ->
     rundir.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
     rundir.mark_done(run, info)
     return res.model_dir, info
+
+
+def start_model(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) -> tuple[Path, dict | None]:
+    """The model a labelled or synthetic stage starts from, with the weak stage's record: the in-collection
+    :func:`pretrain` of ``base_dir`` when ``cfg.weak``, else ``base_dir`` itself (and no record)."""
+    if cfg.weak:
+        return pretrain(cfg, rec, base_dir, log)
+    return base_dir, None

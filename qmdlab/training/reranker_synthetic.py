@@ -98,7 +98,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
         format_reranker_table,
         score_table,
     )
-    from qmdlab.training.reranker_fit import fit, fit_info, freeze, new_model, pretrain, write_meta
+    from qmdlab.training.reranker_fit import fit, fit_info, stage_model, start_model, write_meta
 
     out = Path(cfg.out)
     done = rundir.done_result(out)
@@ -145,29 +145,23 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
         f"queries; {len(train_q)} train queries choose calibration and blend, {len(held_q)} held out"
     )
 
-    init_dir, weak_info = base_dir, None
-    if cfg.weak:
-        init_dir, weak_info = pretrain(cfg, rec, base_dir, log)
+    init_dir, weak_info = start_model(cfg, rec, base_dir, log)
     run = out / "synthetic"
     info = rundir.done_result(run)
     if info is None:
-        model = new_model(init_dir, cfg.max_length, cfg.seed, identity_pooler=cfg.identity_pooler and not cfg.weak)
-        freeze(model, cfg.freeze_layers)
+        model = stage_model(cfg, init_dir, identity_pooler=cfg.identity_pooler and not cfg.weak)
         res = fit(
             model,
             train_columns(pairs, cfg.synthetic_hard_negatives),
             MultipleNegativesRankingLoss(model, num_negatives=cfg.weak_in_batch_negatives),
             run,
+            cfg=cfg,
             stage="synthetic",
             learning_rate=cfg.synthetic_learning_rate,
             head_lr=cfg.synthetic_head_learning_rate,
             epochs=cfg.synthetic_epochs,
             max_steps=cfg.max_steps,
             batch_size=cfg.synthetic_batch_size,
-            seed=cfg.seed,
-            progress=cfg.progress,
-            logging_steps=cfg.logging_steps,
-            save_steps=cfg.save_steps,
             pairs_per_row=2 + cfg.synthetic_hard_negatives + cfg.weak_in_batch_negatives - 1,
             no_duplicates=True,
         )
