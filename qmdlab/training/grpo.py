@@ -30,7 +30,7 @@ from pathlib import Path
 from qmdlab.errors import ConfigError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import dedupe, load_examples, to_grpo_record
-from qmdlab.training.lora import lora_config
+from qmdlab.training.lora import lora_config, save_adapter
 from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
 from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
 
@@ -459,16 +459,10 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval
     )
     (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
     result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
-    trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
+    # the tokenizer pads on the left for generation; the merged model's pads on the right
+    merged_dir = save_adapter(trainer, tok, out, merge=cfg.merge, merged_padding_side="right")
     if not trainer.accelerator.is_main_process:
         return {}
-    tok.save_pretrained(str(out / "adapter"))
-    merged_dir = None
-    if cfg.merge:
-        merged_dir = out / "merged"
-        trainer.model.merge_and_unload().save_pretrained(str(merged_dir))
-        tok.padding_side = "right"
-        tok.save_pretrained(str(merged_dir))
     logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
     res = {
         "adapter": str(out / "adapter"),

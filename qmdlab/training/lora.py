@@ -1,9 +1,11 @@
 """The LoRA adapter the causal-LM trainers (``sft``, ``grpo``, ``doc2query``) attach: the default
-target modules and the peft config built from a run config's ``lora_*`` fields."""
+target modules, the peft config built from a run config's ``lora_*`` fields, and saving the adapter
+(and the merged weights) after training."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 # every attention and MLP projection of a Llama/Qwen-style decoder block
@@ -33,3 +35,24 @@ def lora_config(cfg: LoraFields) -> Any:
         target_modules=list(cfg.lora_targets),
         task_type="CAUSAL_LM",
     )
+
+
+def save_adapter(
+    trainer: Any, tok: Any, out: Path, *, merge: bool, merged_padding_side: str | None = None
+) -> Path | None:
+    """Save a trained LoRA run: the adapter to ``out/adapter`` on every rank (DeepSpeed gathers shards
+    there), then on the main process only its tokenizer and, with ``merge``, the merged weights and the
+    tokenizer (padded on ``merged_padding_side`` when given) to ``out/merged``; returns that directory
+    (None without ``merge`` or on another rank)."""
+    trainer.save_model(str(out / "adapter"))
+    if not trainer.accelerator.is_main_process:
+        return None
+    tok.save_pretrained(str(out / "adapter"))
+    if not merge:
+        return None
+    merged_dir = out / "merged"
+    trainer.model.merge_and_unload().save_pretrained(str(merged_dir))
+    if merged_padding_side is not None:
+        tok.padding_side = merged_padding_side
+    tok.save_pretrained(str(merged_dir))
+    return merged_dir

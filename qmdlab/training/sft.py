@@ -23,7 +23,7 @@ from typing import Any
 
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, load_examples, to_sft_record
-from qmdlab.training.lora import LORA_TARGETS, lora_config
+from qmdlab.training.lora import LORA_TARGETS, lora_config, save_adapter
 
 
 @dataclass
@@ -119,16 +119,9 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     trainer, tok = build_trainer(cfg)
     resume = rundir.last_checkpoint(out / "checkpoints")
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(out / "adapter"))  # every rank: DeepSpeed gathers shards here
+    merged_dir = save_adapter(trainer, tok, out, merge=cfg.merge)
     if not trainer.accelerator.is_main_process:
         return {}
-    tok.save_pretrained(str(out / "adapter"))
-    merged_dir = None
-    if cfg.merge:
-        merged_dir = out / "merged"
-        merged = trainer.model.merge_and_unload()
-        merged.save_pretrained(str(merged_dir))
-        tok.save_pretrained(str(merged_dir))
     res = {
         "adapter": str(out / "adapter"),
         "merged": str(merged_dir) if merged_dir else None,
