@@ -1,4 +1,4 @@
-"""Shared plumbing of the HTTP model backends: served-model references and one JSON POST.
+"""Shared plumbing of the HTTP model backends: served-model references, one JSON POST and the backends' common base.
 
 A model served by an OpenAI-compatible server (llama-server, vLLM, Ollama, TEI, a hosted API)
 is named by a reference
@@ -188,8 +188,11 @@ class HttpEndpoint:
         )
 
     def post(self, endpoint: str, body: dict) -> Any:
-        """The decoded JSON answer of ``POST base_url/endpoint`` with ``body``."""
+        """The decoded JSON answer of ``POST base_url/endpoint`` with ``body`` (and the reference's model
+        name as ``model`` when it names one)."""
         url = self.served.url(endpoint)
+        if self.served.model:
+            body = {**body, "model": self.served.model}
         data = json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.served.api_key:
@@ -240,6 +243,23 @@ class HttpEndpoint:
             f"{self.served.url(endpoint)} answered JSON without {what} ({_line(json.dumps(reply), 120)}); "
             f"point the {self.role} model reference at an OpenAI-compatible server"
         )
+
+
+class HttpModel:
+    """What every served-model backend holds: its parsed reference ``served``, its ``model_id`` and its ``endpoint``."""
+
+    def __init__(
+        self,
+        ref: str | Served,
+        role: str,
+        *,
+        timeout: Optional[float] = None,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = 0.5,
+    ):
+        self.served = parse_ref(ref) if isinstance(ref, str) else ref
+        self.model_id = self.served.ref
+        self.endpoint = HttpEndpoint(self.served, role, timeout=timeout, retries=retries, backoff=backoff)
 
 
 def http_client_errors() -> type[Exception]:

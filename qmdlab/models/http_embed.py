@@ -13,14 +13,14 @@ from typing import Any, Optional
 import numpy as np
 
 from qmdlab import cancel
-from qmdlab.models._http import HttpEndpoint, Served, fingerprint_parts, parse_ref
+from qmdlab.models._http import HttpModel, Served, fingerprint_parts, parse_ref
 from qmdlab.models.base import l2_normalize, make_fingerprint
 from qmdlab.models.templates import EMBEDDING_TEMPLATES, EmbeddingTemplate, embedding_family
 
 ENDPOINT = "embeddings"
 
 
-class HttpEmbedder:
+class HttpEmbedder(HttpModel):
     """An embedding model behind an OpenAI-compatible ``/embeddings`` endpoint.
 
     Parameters
@@ -55,13 +55,11 @@ class HttpEmbedder:
         if template is None or isinstance(template, str):
             name = template or served.options.get("template") or embedding_family(served.model or served.ref)
             template = EMBEDDING_TEMPLATES[name]
-        self.served = served
+        super().__init__(served, "embed", timeout=timeout, retries=retries, backoff=backoff)
         self.template = template
-        self.model_id = served.ref
         self.chunking = dict(chunking or {})
         self.batch_size = max(1, int(batch_size))
         self._dim = dim
-        self.endpoint = HttpEndpoint(served, "embed", timeout=timeout, retries=retries, backoff=backoff)
         self.fingerprint = make_fingerprint(
             served.ref,
             **fingerprint_parts(served),
@@ -80,8 +78,6 @@ class HttpEmbedder:
 
     def _request(self, texts: list[str]) -> np.ndarray:
         body: dict[str, Any] = {"input": texts}
-        if self.served.model:
-            body["model"] = self.served.model
         reply = self.endpoint.post(ENDPOINT, body)
         data = reply.get("data") if isinstance(reply, dict) else None
         if not isinstance(data, list) or len(data) != len(texts):

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any, Optional
 
 from qmdlab import cancel
-from qmdlab.models._http import HttpEndpoint, Served, fingerprint_parts, parse_ref
+from qmdlab.models._http import HttpModel, Served, fingerprint_parts
 from qmdlab.models.base import ExpandResult, make_fingerprint
 from qmdlab.models.llama_expand import SamplingConfig, parse_generated
 from qmdlab.models.templates import chat_family, expand_turns
@@ -23,7 +23,7 @@ ENDPOINT = "chat/completions"
 _THINK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 
 
-class HttpExpander:
+class HttpExpander(HttpModel):
     """Query expansion by a chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
     Parameters
@@ -48,12 +48,10 @@ class HttpExpander:
         retries: int = 2,
         backoff: float = 0.5,
     ):
-        served = parse_ref(ref) if isinstance(ref, str) else ref
-        self.served = served
-        self.model_id = served.ref
+        super().__init__(ref, "expand", timeout=timeout, retries=retries, backoff=backoff)
+        served = self.served
         self.family = family or chat_family(served.model or served.ref)
         self.sampling = sampling
-        self.endpoint = HttpEndpoint(served, "expand", timeout=timeout, retries=retries, backoff=backoff)
         self.fingerprint = make_fingerprint(
             served.ref, **fingerprint_parts(served), role="expand", family=self.family, sampling=asdict(sampling)
         )
@@ -71,8 +69,6 @@ class HttpExpander:
             "top_p": s.top_p,
             "stream": False,
         }
-        if self.served.model:
-            body["model"] = self.served.model
         if s.seed is not None:
             body["seed"] = s.seed
         reply = self.endpoint.post(ENDPOINT, body)

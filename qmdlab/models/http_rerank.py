@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from qmdlab import cancel
 from qmdlab.errors import ModelError
-from qmdlab.models._http import HttpEndpoint, Served, fingerprint_parts, parse_ref
+from qmdlab.models._http import HttpModel, Served, fingerprint_parts
 from qmdlab.models.base import make_fingerprint
 
 ENDPOINT = "rerank"
@@ -33,7 +33,7 @@ def logistic(x: float) -> float:
     return z / (1.0 + z)
 
 
-class HttpReranker:
+class HttpReranker(HttpModel):
     """Relevance scores from a reranker behind a ``/rerank`` endpoint.
 
     Parameters
@@ -55,18 +55,15 @@ class HttpReranker:
         retries: int = 2,
         backoff: float = 0.5,
     ):
-        served = parse_ref(ref) if isinstance(ref, str) else ref
-        self.served = served
-        self.model_id = served.ref
-        self.scores = served.options.get("scores", "probability")
+        super().__init__(ref, "rerank", timeout=timeout, retries=retries, backoff=backoff)
+        self.scores = self.served.options.get("scores", "probability")
         self.batch_size = max(1, int(batch_size))
-        self.endpoint = HttpEndpoint(served, "rerank", timeout=timeout, retries=retries, backoff=backoff)
-        self.fingerprint = make_fingerprint(served.ref, **fingerprint_parts(served), role="rerank", scores=self.scores)
+        self.fingerprint = make_fingerprint(
+            self.served.ref, **fingerprint_parts(self.served), role="rerank", scores=self.scores
+        )
 
     def _request(self, query: str, texts: list[str]) -> list[float]:
         body: dict[str, Any] = {"query": query, "documents": texts, "texts": texts, "top_n": len(texts)}
-        if self.served.model:
-            body["model"] = self.served.model
         reply = self.endpoint.post(ENDPOINT, body)
         rows = reply.get("results") if isinstance(reply, dict) else reply
         if not isinstance(rows, list):
