@@ -170,13 +170,14 @@ def test_degraded_traces_are_reported_and_not_cached(tmp_path, monkeypatch):
 
     class Lab:
         calls = 0
+        config = PipelineConfig()
 
         def query(self, text, intent=None, qid="q"):
             Lab.calls += 1
             budget = __import__("os").environ.get("QMDLAB_QUERY_BUDGET_MS")
             msg = "reranker failed (boom): fusion order kept" if qid == "bad" else f"ran with limit {budget}"
             notes = pl.DataFrame({"qid": [qid], "stage": ["rerank"], "message": [msg]}, schema=SCHEMAS["notes"])
-            return Trace(notes=notes)
+            return Trace(notes=notes, config=self.config.to_dict())
 
     suite = Suite("s", tmp_path, "jsonl")
     queries = pl.DataFrame({"qid": ["ok", "bad"], "query": ["a", "b"], "intent": [None, None]})
