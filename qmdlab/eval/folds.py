@@ -45,3 +45,12 @@ def kfold(qids: Sequence[str], k: int = 5, seed: int = 0) -> list[Fold]:
         held = set(test)
         folds.append(Fold(tuple(q for q in qids if q not in held), test))
     return folds
+
+
+def fitted_qids(folds: Sequence[Fold]) -> set[str]:
+    """The queries some fold trains on: all of them under k-fold, only the training side of an official split.
+
+    >>> sorted(fitted_qids(kfold(["a", "b", "c"], 3))), sorted(fitted_qids([Fold(("a", "b"), ("c",))]))
+    (['a', 'b', 'c'], ['a', 'b'])
+    """
+    return set().union(*(f.train for f in folds))

@@ -40,9 +40,9 @@ from qmdlab.pipeline.learned import FEATURES, contributions, features, fuse_scor
 from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.retune import rerank_scores_of
 
-from .folds import kfold
+from .folds import fitted_qids, kfold
 from .metrics import HEADLINE, Scorer
-from .significance import paired_pvalues
+from .significance import held_out_pvalues
 
 if TYPE_CHECKING:
     import lightgbm
@@ -313,11 +313,9 @@ def cross_validate_learned(
                 f"fold {i + 1}/{len(splits)}: held-out {rows[-1][3]:.4f} -> {rows[-1][4]:.4f} "
                 f"({len(seen)} training queries; {chosen[-1]})"
             )
-    held_out = pl.concat(held).select("qid", "fold", "base", "learned").sort("qid")
-    p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["learned"].to_numpy())
-    # the saved model is fitted on every query a fold trained on: all of them under k-fold, only the
-    # training side of an official split (its test queries are never fitted)
-    fit_qids = set().union(*(f.train for f in splits))
+    held_out, p_t, p_f = held_out_pvalues(held, "learned")
+    # the saved model is fitted on every query a fold trained on (its test queries are never fitted)
+    fit_qids = fitted_qids(splits)
     fit_frame = frame if fit_qids >= set(study.qids) else frame.filter(pl.col("qid").is_in(sorted(fit_qids)))
     final_cfg = select(fit_frame, lists, base, cfg, scorer, metric, scores)[0] if cfg.select else cfg
     chosen.append({k: getattr(final_cfg, k) for k in GRID[0]})

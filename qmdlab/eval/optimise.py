@@ -31,8 +31,9 @@ import polars as pl
 from qmdlab.errors import ConfigError
 from qmdlab.pipeline.config import PipelineConfig
 
+from .folds import fitted_qids
 from .metrics import HEADLINE
-from .significance import paired_pvalues
+from .significance import held_out_pvalues
 
 METHODS = ("coordinate", "random", "grid", "tpe")
 
@@ -309,11 +310,9 @@ def cross_validate(
                 f"fold {i + 1}/{len(splits)}: train {rows[-1][3]:.4f}->{train_value:.4f}, "
                 f"held-out {rows[-1][5]:.4f}->{rows[-1][6]:.4f}"
             )
-    held_out = pl.concat(held).select("qid", "fold", "base", "tuned").sort("qid")
-    p_t, p_f = paired_pvalues(held_out["base"].to_numpy(), held_out["tuned"].to_numpy())
-    # the written config is fitted on every query a fold trained on: all of them under k-fold, only
-    # the training side of an official split (its test queries are never fitted)
-    fit_qids = set().union(*(f.train for f in splits))
+    held_out, p_t, p_f = held_out_pvalues(held, "tuned")
+    # the written config is fitted on every query a fold trained on (its test queries are never fitted)
+    fit_qids = fitted_qids(splits)
     fit_study = study if fit_qids >= set(study.qids) else study.subset(sorted(fit_qids))
     final, final_value = tune(fit_study)
     table = pl.DataFrame(
@@ -323,7 +322,7 @@ def cross_validate(
         final,
         table,
         held_out,
-        float((held_out["tuned"] - held_out["base"]).mean()),
+        float(cast(float, (held_out["tuned"] - held_out["base"]).mean())),
         p_t,
         p_f,
         final_value - fit_study.score(base, metric),

@@ -16,7 +16,7 @@ of ranx's all-pairs report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -100,6 +100,20 @@ def paired_pvalues(
     p_f = fisher_randomization(a, b, n_permutations=n_permutations, seed=seed)
     p_t = float(p_t)
     return (1.0 if np.isnan(p_t) else p_t), float(p_f)
+
+
+def held_out_pvalues(held: Sequence[pl.DataFrame], column: str) -> tuple[pl.DataFrame, float, float]:
+    """The folds' held-out rows (``qid``, ``fold``, ``base``, ``column``) by qid, with the paired t-test and
+    Fisher p-values of ``column`` against ``base`` (:func:`paired_pvalues`).
+
+    >>> rows, p_t, p_f = held_out_pvalues([pl.DataFrame({"qid": ["b", "a"], "base": [0.5, 0.1], "tuned": [0.5, 0.1],
+    ...     "fold": [0, 0]})], "tuned")
+    >>> rows.columns, rows["qid"].to_list(), (p_t, p_f)
+    (['qid', 'fold', 'base', 'tuned'], ['a', 'b'], (1.0, 1.0))
+    """
+    rows = pl.concat(held).select("qid", "fold", "base", column).sort("qid")
+    p_t, p_f = paired_pvalues(rows["base"].to_numpy(), rows[column].to_numpy())
+    return rows, p_t, p_f
 
 
 def paired_comparison(baseline: Mapping[str, float], treatment: Mapping[str, float], *, tol: float = 1e-12) -> dict:
