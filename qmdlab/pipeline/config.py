@@ -8,7 +8,7 @@ constant of its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,17 @@ def _option(default: Any, stage: str, *, recorded: bool = True, keyed_at_default
 
 RENAMED_OPTIONS = {"bm25_weight_expansions": "bm25_weight_doc_queries"}
 """Earlier option names a config file or mapping may still use, and what they are called now."""
+
+
+def _read_config_file(path: Path, parse: Callable[[str], Any], errors: type[Exception], kind: str) -> Any:
+    """``parse`` of the config file at ``path``; a missing or malformed file is a :class:`ConfigError`
+    naming it and the fix."""
+    try:
+        return parse(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found (check the --config path)") from None
+    except errors as err:
+        raise ConfigError(f"{path}: malformed {kind} ({str(err).splitlines()[0]}); fix the file") from None
 
 
 def _renamed(data: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -453,12 +464,7 @@ class PipelineConfig:
         import yaml
 
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found (check the --config path)") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: malformed YAML ({str(err).splitlines()[0]}); fix the file") from None
+        data = _read_config_file(path, yaml.safe_load, yaml.YAMLError, "YAML")
         return cls.from_dict(_resolve_model(data or {}, path), source=str(path))
 
     @classmethod
@@ -470,12 +476,7 @@ class PipelineConfig:
             import tomli as tomllib  # type: ignore[no-redef]
 
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found (check the --config path)") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: malformed TOML ({err}); fix the file") from None
+        data = _read_config_file(path, tomllib.loads, tomllib.TOMLDecodeError, "TOML")
         return cls.from_dict(_resolve_model(data, path), source=str(path))
 
     @classmethod
