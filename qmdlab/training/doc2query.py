@@ -149,36 +149,22 @@ def heading_pairs(index, *, max_pairs: int, passage_chars: int = fmt.MAX_PASSAGE
     a chunk without its innermost heading (or the title, for a chunk with no heading) → that
     heading, for headings of at least two words (a lone ``Notes`` or ``Summary`` says nothing of
     what a searcher types); a seeded sample of at most ``max_pairs``, one per distinct heading."""
-    import numpy as np
-
-    from qmdlab.training.reranker_data import strip_heading
+    from qmdlab.training.reranker_data import heading_rows
 
     docs = index.documents(None)
     titles = dict(zip(docs["docno"].to_list(), docs["title"].fill_null("").to_list()))
-    chunks = index.chunks(list(titles)).select("docno", "heading_path", "text").rows()
-    order = np.random.default_rng(seed).permutation(len(chunks))
-    out: list[dict] = []
-    seen: set[str] = set()
-    for i in order:
-        if len(out) >= max_pairs:
-            break
-        docno, path, text = chunks[int(i)]
-        anchor = (path or "").split(" > ")[-1].strip() or titles.get(docno, "").strip()
-        if len(anchor.split()) < 2 or fmt.parse_query(anchor) is None or anchor.lower() in seen:
-            continue
-        body = strip_heading(text, anchor)
-        if len(body) < 80:
-            continue
-        seen.add(anchor.lower())
-        out.append(
-            {
-                "prompt": fmt.prompt(body, passage_chars),
-                "completion": fmt.completion(anchor),
-                "source": "heading",
-                "docno": docno,
-            }
-        )
-    return out
+
+    def pair(docno: str, anchor: str, body: str) -> dict | None:
+        if len(anchor.split()) < 2 or fmt.parse_query(anchor) is None or len(body) < 80:
+            return None
+        return {
+            "prompt": fmt.prompt(body, passage_chars),
+            "completion": fmt.completion(anchor),
+            "source": "heading",
+            "docno": docno,
+        }
+
+    return heading_rows(index.chunks(list(titles)), titles, pair, max_pairs=max_pairs, seed=seed)
 
 
 def check_no_heldout(records: Sequence[dict], split: QuerySplit, queries: dict[str, str]) -> None:

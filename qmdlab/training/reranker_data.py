@@ -200,6 +200,34 @@ def strip_heading(text: str, heading: str) -> str:
     return "\n".join(keep).strip()
 
 
+def heading_rows(
+    chunks: pl.DataFrame,
+    titles: Mapping[str, str],
+    row: Callable[[str, str, str], dict | None],
+    *,
+    max_pairs: int,
+    seed: int,
+) -> list[dict]:
+    """At most ``max_pairs`` rows, one per distinct anchor, from ``chunks`` (``docno``, ``heading_path``,
+    ``text``) in a seeded order: a chunk's anchor is its innermost heading, else its document's title
+    (``titles``), and ``row(docno, anchor, text without the anchor's heading)`` is its row, or None to skip it."""
+    rows = chunks.select("docno", "heading_path", "text").rows()
+    out: list[dict] = []
+    seen: set[str] = set()
+    for i in np.random.default_rng(seed).permutation(len(rows)):
+        if len(out) >= max_pairs:
+            break
+        docno, path, text = rows[int(i)]
+        anchor = (path or "").split(" > ")[-1].strip() or titles.get(docno, "").strip()
+        if anchor.lower() in seen:
+            continue
+        made = row(docno, anchor, strip_heading(text, anchor))
+        if made is not None:
+            seen.add(anchor.lower())
+            out.append(made)
+    return out
+
+
 def collection_pairs(
     index,
     collections: Sequence[str] | None = None,
@@ -237,34 +265,31 @@ def collection_pairs(
     first_text: dict[str, str] = {}
     for d, seq, t in chunks.sort(["docno", "seq"]).select("docno", "seq", "text").iter_rows():
         first_text.setdefault(d, t)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(chunks.height)
-    rows = chunks.select("docno", "heading_path", "text").rows()
-    out: list[dict] = []
-    seen: set[str] = set()
-    for i in order:
-        if len(out) >= max_pairs:
-            break
-        docno, path, text = rows[int(i)]
-        anchor = (path or "").split(" > ")[-1].strip() or titles.get(docno, "").strip()
-        if not anchor or anchor.lower() in seen:
-            continue
-        positive = strip_heading(text, anchor)
-        if len(positive) < min_chars:
-            continue
+
+    def pair(docno: str, anchor: str, positive: str) -> dict | None:
+        if not anchor or len(positive) < min_chars:
+            return None
         hits = bm25_search(index, anchor, limit=10, collections=list(collections) if collections else None)
         negs = [h.docno for h in hits[1:] if h.docno != docno][:hard_negatives]
         if len(negs) < hard_negatives:
-            continue
-        seen.add(anchor.lower())
+            return None
         row = {"anchor": anchor, "positive": positive}
         for k, d in enumerate(negs, start=1):
             row[f"negative_{k}"] = strip_heading(first_text[d], titles.get(d, ""))
-        out.append(row)
-    return out
+        return row
+
+    return heading_rows(chunks, titles, pair, max_pairs=max_pairs, seed=seed)
 
 
-__all__ = ["CANDIDATE_SCHEMA", "candidate_table", "query_lists", "pair_rows", "collection_pairs", "strip_heading"]
+__all__ = [
+    "CANDIDATE_SCHEMA",
+    "candidate_table",
+    "query_lists",
+    "pair_rows",
+    "collection_pairs",
+    "heading_rows",
+    "strip_heading",
+]
 
 
 # -- the recorded suite ---------------------------------------------------------------------------
