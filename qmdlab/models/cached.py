@@ -33,16 +33,38 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class CachedExpander:
+class Wrapper:
+    """A model wrapper: an attribute it does not set itself (``release()``, ``dim``, ...) is the wrapped model's."""
+
+    inner: Any
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class CachedModel(Wrapper):
+    """What the caching wrappers share: the wrapped model, its cache, the extra cache-key ``params``, the
+    wrapped model's id and fingerprint, and the call and item counts (module docs)."""
+
+    role = ""
+
+    def __init__(self, inner: Any, cache: LLMCache, params: Any = None):
+        self.inner, self.cache, self.params = inner, cache, params
+        self.model_id, self.fingerprint = inner.model_id, inner.fingerprint
+        self.calls = 0
+        self.items = 0
+
+
+class CachedExpander(CachedModel):
     """An :class:`~qmdlab.models.base.Expander` whose results are read from/written to ``cache``."""
 
     role = "expand"
+    inner: Expander
 
     def __init__(self, expander: Expander, cache: LLMCache, params: Any = None):
-        self.inner, self.cache, self.params = expander, cache, params
-        self.model_id, self.fingerprint = expander.model_id, expander.fingerprint
-        self.calls = 0
-        self.items = 0
+        super().__init__(expander, cache, params)
         self.last_cached: Optional[bool] = None
 
     def key(self, query: str, intent: Optional[str] = None) -> str:
@@ -68,22 +90,15 @@ class CachedExpander:
         self.last_cached = False
         return res
 
-    def __getattr__(self, name):  # delegate release(), stats, ... to the wrapped model
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
-
-class CachedReranker:
+class CachedReranker(CachedModel):
     """A :class:`~qmdlab.models.base.Reranker` that only sends uncached pairs to the model (in one call)."""
 
     role = "rerank"
+    inner: Reranker
 
     def __init__(self, reranker: Reranker, cache: LLMCache, params: Any = None):
-        self.inner, self.cache, self.params = reranker, cache, params
-        self.model_id, self.fingerprint = reranker.model_id, reranker.fingerprint
-        self.calls = 0
-        self.items = 0
+        super().__init__(reranker, cache, params)
 
     def key(self, query: str, text: str) -> str:
         return cache_key(self.fingerprint, self.role, [query, text_hash(text)], self.params)
@@ -114,13 +129,8 @@ class CachedReranker:
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         return [s for s, _ in self.score_cached(query, texts)]
 
-    def __getattr__(self, name):
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
-
-class MemoEmbedder:
+class MemoEmbedder(Wrapper):
     """An :class:`~qmdlab.models.base.Embedder` whose ``embed_query`` results are memoised in
     memory (least recently used first out, at most ``maxsize`` texts).
 
@@ -131,6 +141,8 @@ class MemoEmbedder:
     ``embed_query`` calls that reached the wrapped model, ``.query_hits`` those answered from
     the memo.
     """
+
+    inner: Embedder
 
     def __init__(self, embedder: Embedder, maxsize: int = 1024):
         self.inner = embedder
@@ -177,8 +189,3 @@ class MemoEmbedder:
         """Forget every memoised query vector."""
         with self._lock:
             self._memo.clear()
-
-    def __getattr__(self, name):  # model_id, fingerprint, dim, release(), ... of the wrapped model
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
