@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
+from qmdlab.cancel import CallStopped
 from qmdlab.errors import ModelError
 
 INSTALL_HINT = "pip install 'qmdlab[llama]'  (llama-cpp-python==0.3.36)"
@@ -113,6 +114,23 @@ def gpu_offload_supported(llama_cpp=None) -> bool:
     llama_cpp = llama_cpp or import_llama_cpp()
     probe = getattr(llama_cpp, "llama_supports_gpu_offload", None)
     return bool(probe()) if callable(probe) else False
+
+
+@contextmanager
+def scoring_pass(llm: Any, head: list[int], what: str) -> Iterator[int]:
+    """Evaluate a prompt's shared ``head`` tokens from an empty context and yield their count; inside,
+    llama.cpp's errors become one :class:`~qmdlab.errors.ModelError` ``{what} failed: …`` (a stopped
+    call stays stopped), and the context is reset after, whatever happened."""
+    try:
+        llm.reset()
+        llm.eval(head)
+        yield llm.n_tokens
+    except CallStopped:
+        raise
+    except (RuntimeError, ValueError) as err:
+        raise ModelError(f"{what} failed: {err}") from err
+    finally:
+        llm.reset()
 
 
 class LazyLlama:

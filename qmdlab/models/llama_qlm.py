@@ -45,9 +45,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from qmdlab import cancel
-from qmdlab.cancel import CallStopped
 from qmdlab.errors import ModelError
-from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama
+from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, scoring_pass
 from qmdlab.models.base import make_fingerprint
 
 
@@ -231,10 +230,7 @@ class QLMReranker:
                     f"the query-likelihood prompt for this query needs {len(head) + len(null_body) + len(q)} "
                     f"tokens, more than n_ctx={self.n_ctx} allows; shorten the query"
                 )
-            try:
-                llm.reset()
-                llm.eval(head)
-                base = llm.n_tokens
+            with scoring_pass(llm, head, f"query-likelihood rerank with {self.model_id}") as base:
 
                 def mean_logp(body: list[int]) -> float:
                     llm.n_tokens = base  # drop the previous pair; decode_scored trims the KV cache to here
@@ -248,12 +244,6 @@ class QLMReranker:
                     _, body, _ = self.token_sequences(llm, query, text, room)
                     out.append(mean_logp(body))
                     self.pairs += 1
-            except CallStopped:
-                raise
-            except (RuntimeError, ValueError) as err:
-                raise ModelError(f"query-likelihood rerank with {self.model_id} failed: {err}") from err
-            finally:
-                llm.reset()
         return out, null
 
     # -- the Reranker role ------------------------------------------------------------------

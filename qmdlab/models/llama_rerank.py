@@ -9,9 +9,8 @@ from typing import Optional
 import numpy as np
 
 from qmdlab import cancel
-from qmdlab.cancel import CallStopped
 from qmdlab.errors import ModelError
-from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama
+from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, scoring_pass
 from qmdlab.models.base import make_fingerprint
 from qmdlab.models.scoring import p_yes
 from qmdlab.models.templates import rerank_family, rerank_prompt_parts
@@ -112,10 +111,7 @@ class LlamaReranker:
                     f"more than n_ctx={self.n_ctx} allows; shorten the query"
                 )
             n_vocab = llm.n_vocab()
-            try:
-                llm.reset()
-                llm.eval(head)
-                base = llm.n_tokens
+            with scoring_pass(llm, head, f"rerank with {self.model_id}") as base:
                 for text in texts:
                     cancel.check()  # a budgeted call that ran out stops between pairs
                     body = enc(text, False)[:room]  # document text never parses as special tokens
@@ -123,12 +119,6 @@ class LlamaReranker:
                     llm.eval(body + tail)
                     logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).copy()
                     out.append(p_yes(logits, self.yes_ids, self.no_ids))
-            except CallStopped:
-                raise
-            except (RuntimeError, ValueError) as err:
-                raise ModelError(f"rerank with {self.model_id} failed: {err}") from err
-            finally:
-                llm.reset()
         return out
 
     def prepare(self) -> None:
