@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -433,3 +434,59 @@ def test_the_signature_check_catches_drift():
     assert signature_problems(f, "b=1", None)  # a required parameter left out
     assert signature_problems(f, "a, d", None)  # no such parameter
     assert signature_problems(f, "a", "int")  # a return the code does not annotate
+
+
+def _line_with(marker: str) -> str:
+    (line,) = [line for line in DOC.read_text(encoding="utf-8").splitlines() if marker in line]
+    return line
+
+
+def test_the_import_layers_are_the_import_tests_layers():
+    """The Packages section's "Imports go one way" sentence names the base modules and layers of
+    ``tests/test_imports.py`` (``BASE``, ``LAYERS``), in that order."""
+    spec = importlib.util.spec_from_file_location("_imports_test", REPO / "tests" / "test_imports.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    line = _line_with("Imports go one way")
+    base_text, _, rest = line.partition("→")
+    base = [f"qmdlab.{n}" for n in re.findall(r"`([\w.]+)`", base_text)]
+    assert sorted(base) == sorted(m for m in mod.BASE if m != "qmdlab"), base
+    layers = [[f"qmdlab.{n}" for n in re.findall(r"`([\w.]+)`", part)] for part in rest.split("→")]
+    code = [sorted(prefixes) for _, prefixes in mod.LAYERS]
+    assert [sorted(part) for part in layers] == code, f"docs/ARCHITECTURE.md's layers {layers}, tests/test_imports.py {code}"
+
+
+def test_the_trace_attributes_are_the_trace_tables():
+    from qmdlab.pipeline.trace import SCHEMAS
+
+    listed = re.search(r"polars attributes: `([^`]+)`", DOC.read_text(encoding="utf-8").replace("\n", " "))
+    assert listed, "docs/ARCHITECTURE.md should list the Trace's tables after 'polars attributes:'"
+    assert [t.strip() for t in listed[1].split(",")] == list(SCHEMAS)
+
+
+def test_the_fts_modes_and_channels_are_the_codes():
+    from qmdlab.search.channels import CHANNELS
+    from qmdlab.search.lexical import MODES
+
+    modes = re.findall(r'"(\w+)"', _line_with("build_fts_query(").split("# mode:")[1].split(";")[0])
+    assert modes == list(MODES), f"docs/ARCHITECTURE.md's FTS modes {modes}, qmdlab.search.lexical.MODES {list(MODES)}"
+    channels_text = _line_with("`channels.py`").split("`channels.py` (")[1].split(";")[0]
+    named = re.findall(r"`(\w+)`", channels_text)
+    assert named == list(CHANNELS), f"docs/ARCHITECTURE.md's channels {named}, qmdlab.search.channels.CHANNELS {list(CHANNELS)}"
+
+
+def test_the_http_routes_it_names_are_served():
+    source = (REPO / "qmdlab" / "mcp_server" / "http.py").read_text(encoding="utf-8")
+    served = set(re.findall(r'custom_route\("(/\w+)"', source)) | set(re.findall(r'streamable_http_path="(/\w+)"', source))
+    text = _line_with("`http.py` (").split("`http.py` (")[1].split("their limits")[0]
+    named = set(re.findall(r"`(/\w+)`", text))
+    assert named == served, f"docs/ARCHITECTURE.md names routes {sorted(named)}, http.py serves {sorted(served)}"
+
+
+def test_the_shared_fixtures_are_the_conftests():
+    source = (REPO / "tests" / "conftest.py").read_text(encoding="utf-8")
+    fixtures = re.findall(r'@pytest\.fixture(?:\([^)]*name="(\w+)"[^)]*\)\n|(?:\([^)]*\))?\ndef (\w+))', source)
+    code = sorted({a or b for a, b in fixtures})
+    text = DOC.read_text(encoding="utf-8").split("Shared fixtures in `tests/conftest.py`:")[1].split("\n- ")[0]
+    named = sorted(set(re.findall(r"`(\w+)`", text)))
+    assert named == code, f"docs/ARCHITECTURE.md names fixtures {named}, tests/conftest.py has {code}"
