@@ -195,6 +195,35 @@ def field(obj: dict, names: tuple[str, ...], path: Path, line: int, *, required:
     return None
 
 
+def expect_fields(parts: list[str], names: str, path: Path, line: int, fix: str) -> None:
+    """Refuse line ``line`` of a judgments file unless it has one field per name in ``names``.
+
+    >>> expect_fields(["1", "d", "x"], "qid docno grade", Path("qrels"), 4, "write 'qid docno grade'")
+    >>> expect_fields(["1", "d"], "qid docno grade", Path("qrels"), 4, "write 'qid docno grade'")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.DataFormatError: qrels:4: expected 3 fields 'qid docno grade', got 2 (write 'qid docno grade')
+    """
+    if len(parts) != len(names.split()):
+        raise DataFormatError(path, line, f"expected {len(names.split())} fields '{names}', got {len(parts)}", fix)
+
+
+def grade_of(text: str, what: str, path: Path, line: int, fix: str) -> int:
+    """A judgment's grade ``text`` as an integer (``2.0`` is 2), or the error naming the line.
+
+    >>> grade_of("2.0", "grade", Path("qrels"), 1, "use an integer grade")
+    2
+    >>> grade_of("nan", "score", Path("qrels"), 1, "use an integer score")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.DataFormatError: qrels:1: score 'nan' is not a number (use an integer score)
+    """
+    try:
+        return int(float(text))
+    except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
+        raise DataFormatError(path, line, f"{what} {text!r} is not a number", fix) from None
+
+
 def read_trec_qrels(path: Path) -> pl.DataFrame:
     """Read TREC qrels: ``qid iteration docno grade`` per line (whitespace separated).
 
@@ -207,19 +236,8 @@ def read_trec_qrels(path: Path) -> pl.DataFrame:
         if not text or text.startswith("#"):
             continue
         parts = text.split()
-        if len(parts) != 4:
-            raise DataFormatError(
-                path,
-                n,
-                f"expected 4 fields 'qid 0 docno grade', got {len(parts)}",
-                "write TREC qrels lines: qid 0 docno grade",
-            )
-        try:
-            grade = int(float(parts[3]))
-        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
-            raise DataFormatError(
-                path, n, f"grade {parts[3]!r} is not a number", "the 4th field is the integer relevance grade"
-            ) from None
+        expect_fields(parts, "qid 0 docno grade", path, n, "write TREC qrels lines: qid 0 docno grade")
+        grade = grade_of(parts[3], "grade", path, n, "the 4th field is the integer relevance grade")
         rows.append((parts[0], parts[2], grade))
     if not rows:
         raise DataFormatError(path, None, "no judgments found", "add lines 'qid 0 docno grade'")

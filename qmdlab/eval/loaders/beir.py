@@ -18,7 +18,9 @@ from qmdlab.errors import DataFormatError
 from ._common import (
     SuiteData,
     docs_frame,
+    expect_fields,
     field,
+    grade_of,
     numbered_lines,
     official_split,
     qrels_frame,
@@ -36,17 +38,8 @@ def read_beir_qrels(path: Path) -> list[tuple[str, str, int]]:
         parts = line.split("\t") if "\t" in line else line.split()
         if n == 1 and parts and parts[0].strip().lower() in {"query-id", "query_id", "qid"}:
             continue
-        if len(parts) != 3:
-            raise DataFormatError(
-                path,
-                n,
-                f"expected 3 fields 'query-id corpus-id score', got {len(parts)}",
-                "write one tab-separated judgment per line",
-            )
-        try:
-            grade = int(float(parts[2]))
-        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
-            raise DataFormatError(path, n, f"score {parts[2]!r} is not a number", "use an integer score") from None
+        expect_fields(parts, "query-id corpus-id score", path, n, "write one tab-separated judgment per line")
+        grade = grade_of(parts[2], "score", path, n, "use an integer score")
         rows.append((parts[0].strip(), parts[1].strip(), grade))
     if not rows:
         raise DataFormatError(path, None, "no judgments found", "add 'query-id<TAB>corpus-id<TAB>score' lines")

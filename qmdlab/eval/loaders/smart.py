@@ -32,7 +32,7 @@ from pathlib import Path
 
 from qmdlab.errors import DataFormatError
 
-from ._common import SuiteData, docs_frame, find_one, numbered_lines, qrels_frame, queries_frame
+from ._common import SuiteData, docs_frame, find_one, grade_of, numbered_lines, qrels_frame, queries_frame
 
 _FIELD = re.compile(r"^\.([A-Z])\s*(.*)$")
 ALL_PATTERNS = ("*.ALL", "*.all", "*.all.*")
@@ -130,10 +130,7 @@ def read_rel(path: Path) -> list[tuple[str, str, int]]:
             qid, docid, grade_text = parts
         else:
             qid, docid, grade_text = parts[0], parts[1], "1"
-        try:
-            grade = int(float(grade_text))
-        except (ValueError, OverflowError):  # "nan" / "inf" / "1e999"
-            raise DataFormatError(path, n, f"grade {grade_text!r} is not a number", "use an integer grade") from None
+        grade = grade_of(grade_text, "grade", path, n, "use an integer grade")
         out.append((_norm_id(qid, path, n), _norm_id(docid, path, n), grade))
     return out
 
