@@ -453,7 +453,9 @@ def test_the_import_layers_are_the_import_tests_layers():
     assert sorted(base) == sorted(m for m in mod.BASE if m != "qmdlab"), base
     layers = [[f"qmdlab.{n}" for n in re.findall(r"`([\w.]+)`", part)] for part in rest.split("→")]
     code = [sorted(prefixes) for _, prefixes in mod.LAYERS]
-    assert [sorted(part) for part in layers] == code, f"docs/ARCHITECTURE.md's layers {layers}, tests/test_imports.py {code}"
+    assert [sorted(part) for part in layers] == code, (
+        f"docs/ARCHITECTURE.md's layers {layers}, tests/test_imports.py {code}"
+    )
 
 
 def test_the_trace_attributes_are_the_trace_tables():
@@ -472,12 +474,16 @@ def test_the_fts_modes_and_channels_are_the_codes():
     assert modes == list(MODES), f"docs/ARCHITECTURE.md's FTS modes {modes}, qmdlab.search.lexical.MODES {list(MODES)}"
     channels_text = _line_with("`channels.py`").split("`channels.py` (")[1].split(";")[0]
     named = re.findall(r"`(\w+)`", channels_text)
-    assert named == list(CHANNELS), f"docs/ARCHITECTURE.md's channels {named}, qmdlab.search.channels.CHANNELS {list(CHANNELS)}"
+    assert named == list(CHANNELS), (
+        f"docs/ARCHITECTURE.md's channels {named}, qmdlab.search.channels.CHANNELS {list(CHANNELS)}"
+    )
 
 
 def test_the_http_routes_it_names_are_served():
     source = (REPO / "qmdlab" / "mcp_server" / "http.py").read_text(encoding="utf-8")
-    served = set(re.findall(r'custom_route\("(/\w+)"', source)) | set(re.findall(r'streamable_http_path="(/\w+)"', source))
+    served = set(re.findall(r'custom_route\("(/\w+)"', source)) | set(
+        re.findall(r'streamable_http_path="(/\w+)"', source)
+    )
     text = _line_with("`http.py` (").split("`http.py` (")[1].split("their limits")[0]
     named = set(re.findall(r"`(/\w+)`", text))
     assert named == served, f"docs/ARCHITECTURE.md names routes {sorted(named)}, http.py serves {sorted(served)}"

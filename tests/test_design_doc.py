@@ -1,6 +1,8 @@
 """docs/design.md names each pipeline constant as its PipelineConfig field: every ``field = value``
 written in backticks there must be that field's default, and every field named must exist. Its
-preset table lists the registry's presets, and its trace table the columns of each trace table."""
+preset table lists the registry's presets, and its trace table the columns of each trace table; the
+files, fusion and blend methods, keyword channels, sampling and ``expand-docs`` defaults it names
+are the code's."""
 
 from __future__ import annotations
 
@@ -72,3 +74,54 @@ def test_the_trace_table_columns_are_the_schemas():
     assert list(doc) == list(SCHEMAS), f"docs/design.md's trace tables {list(doc)}, the code's {list(SCHEMAS)}"
     wrong = {t: (cols, list(SCHEMAS[t])) for t, cols in doc.items() if cols != list(SCHEMAS[t])}
     assert not wrong, f"docs/design.md's trace columns differ from qmdlab.pipeline.trace.SCHEMAS: {wrong}"
+
+
+REPO = DOC.parents[1]
+
+
+def test_every_path_it_names_exists():
+    """A backticked ``area/module.py`` is a file under ``qmdlab/`` (or, spelled from the top, of the repository)."""
+    missing = []
+    for token in re.findall(r"`([\w./-]+\.py|[\w/]+/)`", DOC.read_text(encoding="utf-8")):
+        if not any((base / token).exists() for base in (REPO, REPO / "qmdlab")):
+            missing.append(token)
+    assert not missing, f"docs/design.md names files that do not exist: {missing}"
+
+
+def test_the_fusion_and_blend_methods_are_the_configs():
+    from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
+
+    text = DOC.read_text(encoding="utf-8")
+    fusion = text.split("4. **Fusion**")[1].split("5. **Chunk selection**")[0]
+    listed = set(re.findall(r"^   - `(\w+)`(?:, `(\w+)`)?:", fusion, re.M))
+    listed = {m for pair in listed for m in pair if m}
+    assert '`fusion = "qmd_rrf"`' in fusion and FUSION_METHODS[0] == "qmd_rrf"
+    assert listed == set(FUSION_METHODS[1:]) | {"learned"}, f"docs/design.md's other fusion methods {sorted(listed)}"
+    blend = text.split("7. **Blend**")[1].split("8. **Finish**")[0]
+    named = re.findall(r'`blend = "(\w+)"`', blend) + [
+        m for m in re.findall(r"`([a-z_]+)`", blend) if not m.startswith("blend")
+    ]
+    assert sorted(named) == sorted(BLEND_METHODS), f"docs/design.md's blend methods {named}, the code's {BLEND_METHODS}"
+
+
+def test_the_sampling_defaults_are_the_expanders():
+    from qmdlab.models.llama_expand import SamplingConfig
+
+    m = re.search(r"temperature ([\d.]+), top_k (\d+), top_p ([\d.]+), at most (\d+)\s+tokens", DOC.read_text("utf-8"))
+    assert m, "docs/design.md should state the expander's sampling defaults"
+    s = SamplingConfig()
+    assert (float(m[1]), int(m[2]), float(m[3]), int(m[4])) == (s.temperature, s.top_k, s.top_p, s.max_tokens)
+
+
+def test_the_expand_docs_defaults_are_the_commands():
+    from qmdlab.pipeline.doc_expand import DEFAULT_PER_CHUNK, DEFAULT_TOP_K
+
+    text = DOC.read_text(encoding="utf-8")
+    assert f"`-n {DEFAULT_PER_CHUNK}`" in text and f"`--top-k {DEFAULT_TOP_K}`" in text
+
+
+def test_the_keyword_channels_are_the_pipelines():
+    from qmdlab.pipeline.retrieve import KEYWORD_CHANNELS
+
+    named = re.findall(r"`weight_original_(\w+) = ", DOC.read_text(encoding="utf-8"))
+    assert [n for n in named if n not in ("fts", "vec")] == list(KEYWORD_CHANNELS)
