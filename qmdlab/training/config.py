@@ -22,6 +22,14 @@ from qmdlab.errors import ConfigError
 T = TypeVar("T")
 
 
+@dataclasses.dataclass
+class SuiteRunConfig:
+    """The first fields of a run config trained on a suite (doc2query, embedder, reranker): the suite and its format."""
+
+    suite: str = dataclasses.field(default="default", metadata={"help": "Suite name (default, cisi) or directory."})
+    format: str | None = dataclasses.field(default=None, metadata={"help": "Suite format when --suite is a directory."})
+
+
 def load_config(cls: type[T], path: str | Path | None = None, **overrides: Any) -> T:
     """Build dataclass ``cls`` from an optional YAML mapping plus keyword overrides.
 

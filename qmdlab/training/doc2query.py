@@ -42,6 +42,7 @@ from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.models import doc2query as fmt
 from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
+from qmdlab.training.config import SuiteRunConfig
 from qmdlab.training.lora import LORA_TARGETS, lora_config
 from qmdlab.training.splits import LeakError, QuerySplit, suite_split
 
@@ -49,11 +50,9 @@ BASE_DEFAULT = "pkg:smollm2-135m-instruct"
 
 
 @dataclass
-class Doc2QueryRunConfig:
+class Doc2QueryRunConfig(SuiteRunConfig):
     """Configuration of one doc2query training run (YAML keys / CLI flags = field names)."""
 
-    suite: str = field(default="default", metadata={"help": "Suite name (default, cisi) or directory."})
-    format: str | None = field(default=None, metadata={"help": "Suite format when --suite is a directory."})
     out: str = field(default="runs/doc2query", metadata={"help": "Run directory."})
     base: str = field(
         default=BASE_DEFAULT,

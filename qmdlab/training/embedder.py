@@ -51,6 +51,7 @@ from typing import Any
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.base_models import resolve_encoder_base
+from qmdlab.training.config import SuiteRunConfig
 from qmdlab.training.splits import LeakError, QuerySplit
 
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
@@ -58,11 +59,9 @@ METRIC = "ndcg@10"
 
 
 @dataclass
-class EmbedderRunConfig:
+class EmbedderRunConfig(SuiteRunConfig):
     """Configuration of one embedder fine-tuning run (YAML keys / CLI flags = field names)."""
 
-    suite: str = field(default="default", metadata={"help": "Suite name (default, cisi) or directory."})
-    format: str | None = field(default=None, metadata={"help": "Suite format when --suite is a directory."})
     out: str = field(default="runs/embedder", metadata={"help": "Run directory."})
     synthetic: str | None = field(
         default=None,

@@ -49,6 +49,7 @@ import polars as pl
 from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.base_models import resolve_encoder_base
+from qmdlab.training.config import SuiteRunConfig
 from qmdlab.training.reranker_data import (
     RecordingInfo,
     pair_rows,
@@ -73,11 +74,9 @@ BASE_DEFAULT = "pkg:all-minilm-l6-v2"
 
 
 @dataclass
-class RerankerRunConfig:
+class RerankerRunConfig(SuiteRunConfig):
     """Configuration of one reranker training run (YAML keys / CLI flags = field names)."""
 
-    suite: str = field(default="default", metadata={"help": "Suite name (default, cisi) or directory."})
-    format: str | None = field(default=None, metadata={"help": "Suite format when --suite is a directory."})
     out: str = field(default="runs/reranker", metadata={"help": "Run directory."})
     base: str = field(
         default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, an HF encoder dir or hf:org/name."}
