@@ -140,12 +140,8 @@ def load(path: Path) -> Config:
             f"{path}: not UTF-8 text (byte {err.start} is {err.object[err.start : err.start + 1]!r}); "
             "fix or delete the file"
         ) from err
-    except safeyaml.YamlLimitError as err:
-        raise ConfigError(f"{path}: {err}, over qmdlab's limit for a config; fix or delete the file") from err
-    except yaml.YAMLError as err:
-        line = getattr(getattr(err, "problem_mark", None), "line", None)
-        where = f"{path}:{line + 1}" if line is not None else str(path)
-        raise ConfigError(f"{where}: malformed YAML ({err.__class__.__name__}); fix or delete the file") from err
+    except (safeyaml.YamlLimitError, yaml.YAMLError) as err:
+        raise safeyaml.config_error(path, err, "fix or delete the file") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with 'collections' and 'contexts'; fix or delete the file")
     cols = []

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ import yaml
 
 from qmdlab.errors import ConfigError
 from qmdlab.store import safeyaml
-from qmdlab.store.config import _NAME, DEFAULT_MASK
+from qmdlab.store.config import _NAME, Collection
 from qmdlab.store.limits import MAX_BRACE_EXPANSIONS, MAX_GLOB_CHARS
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
@@ -230,14 +230,10 @@ def _expand(seq: _Seq) -> list[str]:
     return out
 
 
-@dataclass
-class CollectionPlan:
-    name: str
-    root: Path
-    mask: str = DEFAULT_MASK
-    ignore: tuple[str, ...] = ()
-    include: bool = True
-    update_cmd: str | None = None
+@dataclass(frozen=True)
+class CollectionPlan(Collection):
+    """A qmd collection as qmdlab will register it, with the contexts qmd attached to it."""
+
     contexts: list[tuple[str, str]] = field(default_factory=list)  # (qmdlab target, text)
 
 
@@ -273,12 +269,8 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
         raise ConfigError(f"{path}: cannot read ({err.strerror or err}); pass a readable qmd config") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text; pass qmd's index.yml") from None
-    except safeyaml.YamlLimitError as err:
-        raise ConfigError(f"{path}: {err}, over qmdlab's limit for a config; fix qmd's config first") from None
-    except yaml.YAMLError as err:
-        line = getattr(getattr(err, "problem_mark", None), "line", None)
-        where = f"{path}:{line + 1}" if line is not None else str(path)
-        raise ConfigError(f"{where}: malformed YAML ({err.__class__.__name__}); fix qmd's config first") from None
+    except (safeyaml.YamlLimitError, yaml.YAMLError) as err:
+        raise safeyaml.config_error(path, err, "fix qmd's config first") from None
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with 'collections'; pass qmd's index.yml")
@@ -328,7 +320,7 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
         cp = CollectionPlan(name, root)
         if isinstance(c.get("pattern"), str) and c["pattern"].strip():
             try:
-                cp.mask = expand_braces(c["pattern"].strip())
+                cp = replace(cp, mask=expand_braces(c["pattern"].strip()))
             except ConfigError as err:
                 plan.skipped.append(f"collection {name}: {err}; left out")
                 continue
@@ -336,14 +328,14 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
         if ignore is None:
             plan.skipped.append(f"collection {name}: 'ignore' is not a list of globs; left out")
         else:
-            cp.ignore = tuple(dict.fromkeys((*ignore, *QMD_BUILTIN_IGNORES)))
+            cp = replace(cp, ignore=tuple(dict.fromkeys((*ignore, *QMD_BUILTIN_IGNORES))))
         inc = c.get("includeByDefault", True)
         if isinstance(inc, bool):
-            cp.include = inc
+            cp = replace(cp, include=inc)
         else:
             plan.skipped.append(f"collection {name}: includeByDefault {inc!r} is not true/false; kept included")
         if isinstance(c.get("update"), str) and c["update"].strip():
-            cp.update_cmd = c["update"].strip()
+            cp = replace(cp, update_cmd=c["update"].strip())
         ctx = c.get("context") or {}
         if isinstance(ctx, dict):
             for prefix, text in ctx.items():

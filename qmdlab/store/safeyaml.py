@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from qmdlab.errors import ConfigError
 from qmdlab.store.limits import MAX_YAML_DEPTH
 
 
@@ -127,4 +128,23 @@ def load_config(path: str | os.PathLike) -> Any:
     return load(raw.decode("utf-8"), max_bytes=MAX_CONFIG_BYTES, max_nodes=MAX_CONFIG_NODES)
 
 
-__all__ = ["YamlLimitError", "load", "load_config"]
+def config_error(path: str | os.PathLike, err: YamlLimitError | yaml.YAMLError, fix: str) -> ConfigError:
+    """The one-line error for a config file :func:`load_config` refused: over a limit, or malformed YAML
+    (at its line when PyYAML knows it); ``fix`` says what to do.
+
+    >>> print(config_error("c.yml", YamlLimitError("over 10 bytes of YAML"), "fix the file"))
+    c.yml: over 10 bytes of YAML, over qmdlab's limit for a config; fix the file
+    >>> try:
+    ...     load("a: [1", max_bytes=100, max_nodes=100)
+    ... except yaml.YAMLError as err:
+    ...     print(config_error("c.yml", err, "fix the file"))
+    c.yml:1: malformed YAML (ParserError); fix the file
+    """
+    if isinstance(err, YamlLimitError):
+        return ConfigError(f"{path}: {err}, over qmdlab's limit for a config; {fix}")
+    line = getattr(getattr(err, "problem_mark", None), "line", None)
+    where = f"{path}:{line + 1}" if line is not None else str(path)
+    return ConfigError(f"{where}: malformed YAML ({err.__class__.__name__}); {fix}")
+
+
+__all__ = ["YamlLimitError", "config_error", "load", "load_config"]
