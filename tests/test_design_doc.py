@@ -125,3 +125,41 @@ def test_the_keyword_channels_are_the_pipelines():
 
     named = re.findall(r"`weight_original_(\w+) = ", DOC.read_text(encoding="utf-8"))
     assert [n for n in named if n not in ("fts", "vec")] == list(KEYWORD_CHANNELS)
+
+
+def test_the_training_recipes_are_the_run_configs():
+    from qmdlab.training.grpo import GRPORunConfig
+    from qmdlab.training.sft import SFTRunConfig
+
+    text = DOC.read_text(encoding="utf-8").replace("\n", " ")
+    sft = re.search(
+        r"SFT: LoRA r (\d+) / α (\d+) .*?; lr ([\de.-]+) (\w+); (\d+) epochs; effective\s+batch (\d+); max length (\d+)",
+        text,
+    )
+    assert sft, "docs/design.md should state the SFT recipe"
+    s = SFTRunConfig()
+    assert (int(sft[1]), int(sft[2]), float(sft[3]), sft[4], float(sft[5])) == (
+        s.lora_r,
+        s.lora_alpha,
+        s.learning_rate,
+        s.lr_scheduler_type,
+        s.num_train_epochs,
+    )
+    assert int(sft[6]) == s.per_device_train_batch_size * s.gradient_accumulation_steps
+    assert int(sft[7]) == s.max_length
+    grpo = re.search(
+        r"GRPO: .*?LoRA \(r (\d+) / α (\d+) on q, v\), (\d+) generations, completions\s+of at most (\d+) tokens, "
+        r"β = ([\d.]+), lr ([\de.-]+)\.",
+        text,
+    )
+    assert grpo, "docs/design.md should state the GRPO recipe"
+    g = GRPORunConfig()
+    assert [float(x) for x in grpo.groups()] == [
+        g.lora_r,
+        g.lora_alpha,
+        g.num_generations,
+        g.max_completion_length,
+        g.beta,
+        g.learning_rate,
+    ]
+    assert g.lora_targets == ["q_proj", "v_proj"]
