@@ -1,4 +1,5 @@
-"""What the index verbs share: the index named by ``--index``, an update report for people.
+"""What the index verbs share: the index named by ``--index``, an update report for people, and
+the ``--config`` option of the verbs that run the pipeline (``query``, ``mcp``).
 
 Below :mod:`qmdlab.commands.store` (which registers the ``collection`` group) and
 :mod:`qmdlab.commands.collections` (qmd's further collection verbs), so neither imports the other
@@ -20,6 +21,11 @@ def open_index(ctx: click.Context):
         obj["_store_index"] = Index.open(obj.get("index"), create=creates_index(ctx))
         ctx.call_on_close(obj["_store_index"].close)
     return obj["_store_index"]
+
+
+def pipeline_config_option(help: str):
+    """``--config FILE`` (the ``config_file`` parameter): pipeline options from a YAML or TOML file."""
+    return click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help=help)
 
 
 def print_report(rep) -> None:

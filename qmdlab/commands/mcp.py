@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from qmdlab.commands.common import pipeline_config_option
 from qmdlab.role_options import preset_option, role_options
 
 
@@ -30,13 +31,7 @@ def register(group: click.Group) -> None:
 @click.option("--port", default=8181, show_default=True, type=click.IntRange(0, 65535), help="Port for --http.")
 @preset_option(envvar="QMDLAB_PRESET")
 @role_options()
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).",
-)
+@pipeline_config_option("Pipeline options of the query tool from a YAML or TOML file (e.g. keyword channel weights).")
 @click.option(
     "--daemon",
     is_flag=True,

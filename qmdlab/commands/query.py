@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from qmdlab.commands.common import pipeline_config_option
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
@@ -61,13 +62,7 @@ def register(group: click.Group) -> None:
         help="When nothing reaches --min-score, keep up to 3 results within this much below it "
         "(the fallback probe; noted in the trace).",
     )
-    @click.option(
-        "--config",
-        "config_file",
-        type=click.Path(dir_okay=False),
-        default=None,
-        help="Pipeline options from a YAML or TOML file (flags win).",
-    )
+    @pipeline_config_option("Pipeline options from a YAML or TOML file (flags win).")
     @model_options()
     @click.option("--explain", is_flag=True, help="Print each result's list contributions, fusion, rerank and blend.")
     @click.option(
