@@ -95,6 +95,13 @@ def test_the_skip_reasons_are_the_updates():
     assert _count(large[1]) == DEFAULT_MAX_BYTES
 
 
+def _assert_counts(rows: dict[str, str], code: dict[str, int], table: str) -> None:
+    """Every row named in ``code`` is in the doc's ``table`` and states the code's number."""
+    for name, value in code.items():
+        assert name in rows, f"docs/RELIABILITY.md's {table} has no row {name!r}"
+        assert _count(rows[name]) == value, f"{name}: the doc says {rows[name]}, the code {value}"
+
+
 def test_the_http_limits_are_the_servers():
     from qmdlab.mcp_server import http
     from qmdlab.search import filters, lexical
@@ -113,9 +120,7 @@ def test_the_http_limits_are_the_servers():
         "a term repeated in the query": lexical.MAX_TERM_REPEAT,
         "required tags (`--tag`, `tags`)": filters.MAX_TAGS,
     }
-    for name, value in code.items():
-        assert name in rows, f"docs/RELIABILITY.md's HTTP table has no row {name!r}"
-        assert _count(rows[name]) == value, f"{name}: the doc says {rows[name]}, the code {value}"
+    _assert_counts(rows, code, "HTTP table")
     (queued,) = [v for k, v in rows.items() if k.startswith("searches in flight")]
     assert _count(queued) == http.MAX_QUEUED_QUERIES
     assert re.search(rf"{lexical.MAX_QUERY_TERMS} distinct terms", rows["query text (BM25)"])
@@ -133,9 +138,7 @@ def test_the_parser_limits_are_the_limits_module():
         "qmd's `{a,b}` in a pattern": limits.MAX_BRACE_EXPANSIONS,
         "wildcards in one glob that can backtrack": limits.MAX_GLOB_BACKTRACKING,
     }
-    for name, value in code.items():
-        assert name in rows, f"docs/RELIABILITY.md's parser-limit table has no row {name!r}"
-        assert _count(rows[name]) == value, f"{name}: the doc says {rows[name]}, the code {value}"
+    _assert_counts(rows, code, "parser-limit table")
     nodes = rows["`collections.yaml`, qmd's `index.yml`"].split(", ")[1]
     assert _count(nodes) == limits.MAX_CONFIG_NODES
 
