@@ -43,11 +43,15 @@ def test_unrecorded_options_reuse_the_recording_and_match_a_fresh_run(suite, tmp
     _home(monkeypatch, tmp_path, "cached")
     first = record.record(suite, load_models("fake"), RECORDED, **QUIET)
     assert first.trace.rerank.group_by("qid").len()["len"].max() == 1
+    prints = record.model_fingerprints(load_models("fake"))
+    assert len(record._measured_seconds(suite, prints)[2]) == 3  # rerank seconds per document, per query
     with monkeypatch.context() as m:
         _no_query_model(m)
         again = record.record(suite, load_models("fake"), RETUNED, **QUIET)
 
     assert again.cache_dir == first.cache_dir
+    # the retuned traces hold more rerank rows than their recorded rerank time scored: not a speed sample
+    assert record._measured_seconds(suite, prints)[2] == []
     assert again.timings["queries_cached"] == again.timings["queries"] == 3
     assert again.trace.config == fresh.trace.config == record.depth_config(RETUNED).to_dict()
     # the newly promoted candidates were reranked, and every table a metric or a reader uses is the fresh run's
