@@ -669,7 +669,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--notes", type=int, default=None, help="generated notes for the index rows")
     ap.add_argument("--embed-docs", type=int, default=None, help="CISI abstracts for the embed and query rows")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument(
+        "--install-only", action="store_true", help="install Node and qmd into the cache, then stop (used by .ci/run)"
+    )
     args = ap.parse_args(argv)
+    if args.install_only:
+        cache = args.cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "qmdlab" / "bench"
+        node, launcher = install_qmd(cache / "qmd")
+        print(f"qmd {QMD_VERSION}: {node} {launcher}")
+        return 0
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:

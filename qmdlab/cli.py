@@ -5,7 +5,8 @@ function), so the CLI holds no logic of its own. Verbs of the packages above the
 (``qmdlab eval``/``tune`` from :mod:`eval`, ``qmdlab train`` from :mod:`training`) are
 discovered through the ``qmdlab.commands`` entry-point group (name = verb, value = a
 ``register(group)``), so the core never imports them. User errors (:class:`QmdlabError`)
-print one line and exit 1; ``--debug`` shows the traceback.
+print one line and exit 1; ``--debug`` shows the traceback. Usage errors exit 1 too, and qmd's
+command line is accepted as qmd accepts it (:mod:`qmdlab.qmd_argv`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ COMMAND_VERBS = {
     "skill": "mcp",
     "doctor": "doctor",
 }
+
+#: Exit status of a usage error (an unknown verb, a missing argument, a bad value): 1, as qmd's.
+USAGE_EXIT = 1
 
 #: Entry-point group of verbs registered from outside the core (see ``pyproject.toml``).
 ENTRY_POINT_GROUP = "qmdlab.commands"
@@ -138,9 +142,28 @@ class _Group(click.Group):
         self.load_all()
         return super().list_commands(ctx)
 
+    def parse_args(self, ctx, args):
+        # qmd's command line: --index after the verb, options a verb does not have ignored
+        from qmdlab.qmd_argv import qmd_argv
+
+        args, notes = qmd_argv(self, ctx, args)
+        for note in notes:
+            click.echo(note, err=True)
+        return super().parse_args(ctx, args)
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            err.exit_code = USAGE_EXIT
+            raise
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as err:  # a verb's own usage error (bad value, missing argument)
+            err.exit_code = USAGE_EXIT
+            raise
         except QmdlabError as err:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

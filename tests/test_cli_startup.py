@@ -150,4 +150,4 @@ def test_unknown_verb_is_a_usage_error():
     from qmdlab.cli import cli
 
     res = CliRunner().invoke(cli, ["no-such-verb"])
-    assert res.exit_code == 2 and "No such command" in res.output
+    assert res.exit_code == 1 and "No such command" in res.output

@@ -258,6 +258,35 @@ ROWS: list[Row] = [
         switch="`qmdlab get FILE`",
     ),
     Row(
+        "snippet line",
+        "src/store.ts:5263",
+        qmd="a result's `line` and snippet are the best-matching line of the whole file, front matter included",
+        ours="the best-matching line below the front matter (the note's text)",
+        why="a snippet of YAML keys shows the reader nothing of the note",
+    ),
+    Row(
+        "get final newline",
+        f"{Q}:1331",
+        qmd="`get` prints the empty line after a note's final newline as a line of its own",
+        ours="a note's lines as an editor numbers them: the final newline ends the last line",
+        why="`get FILE:FROM:COUNT` and `--line-numbers` count lines as the editor a link opens does",
+    ),
+    Row(
+        "multi-get order",
+        "src/store.ts:3408",
+        qmd="a glob's documents in the order of the index's rows (no `ORDER BY`: the order they were indexed in)",
+        ours="sorted by collection and path",
+        why="the same documents in an order that does not depend on when each was indexed",
+    ),
+    Row(
+        "title",
+        "src/store.ts:2895",
+        qmd="a markdown document's title is its first heading (`extractTitle`)",
+        ours="the front matter's `title:` when there is one, else the first heading (the author's own title; "
+        "indexed for BM25 as qmd indexes its title)",
+        why="the front matter names the document as its author meant; documents without front matter get qmd's title",
+    ),
+    Row(
         "qmd get line numbers",
         f"{Q}:1331",
         qmd="`get` and `multi-get` number lines by default (`--no-line-numbers` turns it off)",
@@ -285,13 +314,6 @@ ROWS: list[Row] = [
         ours="links only when a template is set (`QMDLAB_EDITOR_URI`, `QMD_EDITOR_URI` or the index's "
         "`editor_uri`, which `import-qmd` copies)",
         switch="`export QMD_EDITOR_URI='vscode://file/{path}:{line}:{col}'`",
-    ),
-    Row(
-        "context (longest prefix)",
-        "src/store.ts:3444",
-        qmd="one context per document: the longest matching prefix, `global_context` only when none matches",
-        ours="every applicable context, broadest first (global, collection, folders), so qmd's one is the last",
-        why="an agent reads the collection's context beside the folder's",
     ),
     Row(
         "context prefixes",
@@ -487,6 +509,15 @@ ROWS: list[Row] = [
     Row("MCP resources: a qmd:// template, no list", f"{S}:198", "mcp_resource_template"),
     Row("REST POST /search (alias of /query)", f"{S}:983", "rest_search"),
     Row("REST result key file (qmd:// URI)", f"{S}:1023", "rest_search"),
+    Row("MCP HTTP: a POST without initialize or session answered; GET/DELETE 405", f"{S}:873", "mcp_sessionless"),
+    Row("MCP and REST: unknown arguments ignored (zod strips them)", f"{S}:316", "mcp_unknown_ignored"),
+    Row("MCP query limit / minScore / candidateLimit: any number, no cap", f"{S}:325", "mcp_numbers"),
+    Row("MCP get fromLine below 1 reads from line 1", f"{S}:435", "mcp_numbers"),
+    Row("MCP multi_get: no match is an Errors item, no isError", "src/store.ts:5107", "mcp_no_match"),
+    Row("MCP resource of a missing document: Document not found text", f"{S}:215", "mcp_no_match"),
+    Row("MCP tool titles (Query, Get Document, Multi-Get Documents, Index Status)", f"{S}:254", "mcp_titles"),
+    Row("GET /health uptime (seconds)", f"{S}:974", "rest_health_uptime"),
+    Row("MCP and REST context: several joined by a blank line", "src/store.ts:3561", "mcp_contexts_joined"),
 ]
 
 
@@ -667,7 +698,7 @@ def check_embed_timeout(run):
     res = run("embed", "--preset", "fake", "--timeout", "30", "--no-progress")
     assert "embedded" in res.stdout and "stopped" not in res.stdout  # 30 minutes, not 30 seconds
     bad = run("embed", "--preset", "fake", "--timeout", "half", ok=False)
-    assert bad.exit_code == 2 and "give minutes (30)" in bad.output
+    assert bad.exit_code == 1 and "give minutes (30)" in bad.output
 
 
 def check_ls_prefix(run):
@@ -922,6 +953,98 @@ def check_rest_search(run):
         hits = r.json()["results"]
         assert hits and all(h["file"].startswith("qmd://") and QMD_KEYS <= set(h) for h in hits)
         assert http.post("/query", json=body).json()["results"] == hits
+
+
+def _call(run, name, arguments):
+    """One MCP tool call through the SDK's in-process client."""
+    import anyio
+    from mcp import Client
+
+    from qmdlab.mcp_server.server import build_server
+
+    async def main():
+        async with Client(build_server(_engine(run))) as client:
+            return await client.call_tool(name, arguments)
+
+    return anyio.run(main)
+
+
+def _app(run):
+    from starlette.testclient import TestClient
+
+    from qmdlab.mcp_server.http import build_app
+
+    return TestClient(build_app(_engine(run)), base_url="http://127.0.0.1:8181")
+
+
+def check_mcp_sessionless(run):
+    headers = {"accept": "application/json, text/event-stream"}
+    with _app(run) as http:
+        r = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}, headers=headers)
+        assert r.status_code == 200 and "mcp-session-id" not in r.headers and r.json()["result"]["tools"]
+        assert http.get("/mcp", headers=headers).status_code == 405
+        assert http.delete("/mcp", headers=headers).status_code == 405
+
+
+def check_mcp_unknown_ignored(run):
+    r = _call(run, "query", {"searches": [{"type": "lex", "query": "heron"}], "rerank": False, "collection": "kb"})
+    assert not r.is_error and r.structured_content["ignored"] == ["collection"]
+    with _app(run) as http:
+        r = http.post("/query", json={"searches": [{"type": "lex", "query": "heron"}], "rerank": False, "top_k": 1})
+        assert r.status_code == 200 and r.json()["ignored"] == ["top_k"]
+
+
+def check_mcp_numbers(run):
+    lex = {"searches": [{"type": "lex", "query": "heron"}], "rerank": False, "expand": False}
+    counts = [
+        len(_call(run, "query", dict(lex, **extra)).structured_content["results"])
+        for extra in ({"limit": 200}, {"limit": 0}, {"limit": 2.5}, {"minScore": 5}, {"candidateLimit": 1000})
+    ]
+    assert counts == [3, 0, 2, 0, 3]
+    assert (
+        _call(run, "get", {"file": "kb/a.md", "fromLine": 0, "maxLines": 1}).structured_content["text"] == "1: # Alpha"
+    )
+    assert _call(run, "query", dict(lex, limit="3")).is_error  # not a number
+
+
+def check_mcp_no_match(run):
+    import anyio
+    from mcp import Client
+
+    from qmdlab.mcp_server.server import build_server
+
+    r = _call(run, "multi_get", {"pattern": "kb/none-*.md"})
+    assert not r.is_error and [c.text for c in r.content] == ["Errors:\nNo files matched pattern: kb/none-*.md"]
+
+    async def read():
+        async with Client(build_server(_engine(run))) as client:
+            return await client.read_resource("qmd://kb/none.md")
+
+    assert [c.text for c in anyio.run(read).contents] == ["Document not found: kb/none.md"]
+
+
+def check_mcp_titles(run):
+    _, tools = _tools(_engine(run))
+    titles = {n: tools[n].title for n in ("query", "get", "multi_get", "status")}
+    assert titles == {
+        "query": "Query",
+        "get": "Get Document",
+        "multi_get": "Multi-Get Documents",
+        "status": "Index Status",
+    }
+
+
+def check_rest_health_uptime(run):
+    with _app(run) as http:
+        h = http.get("/health").json()
+        assert h["status"] == "ok" and isinstance(h["uptime"], int) and h["uptime"] >= 0
+
+
+def check_mcp_contexts_joined(run):
+    run("context", "add", "kb/sub", "Sub notes")
+    hits, _ = _mcp_hits(run)
+    assert hits["kb/sub/b.md"]["context"] == "Team notes\n\nSub notes"
+    assert _engine(run).get("kb/sub/b.md")[1]["context"] == "Team notes\n\nSub notes"
 
 
 CHECKS = {name[len("check_") :]: fn for name, fn in globals().items() if name.startswith("check_")}

@@ -23,6 +23,19 @@ def open_index(ctx: click.Context):
     return obj["_store_index"]
 
 
+def query_argument(name: str = "query"):
+    """The query of ``search``/``vsearch``/``query``: every word after the options, joined by spaces
+    as qmd joins them (``qmdlab search redis cache``); none, or only spaces, is a usage error."""
+
+    def joined(ctx: click.Context, param: click.Parameter, words: tuple[str, ...]) -> str:
+        text = " ".join(words)
+        if not text.strip():
+            raise click.UsageError(f"give a query: qmdlab {ctx.info_name} [options] QUERY", ctx=ctx)
+        return text
+
+    return click.argument(name, nargs=-1, callback=joined, metavar="QUERY")
+
+
 def pipeline_config_option(help: str):
     """``--config FILE`` (the ``config_file`` parameter): pipeline options from a YAML or TOML file."""
     return click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help=help)

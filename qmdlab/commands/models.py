@@ -15,6 +15,7 @@ import time
 
 import click
 
+from qmdlab.commands.common import query_argument
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import ModelError, QmdlabError, StoreError
 from qmdlab.role_options import model_options
@@ -45,6 +46,16 @@ def _open_index(ctx: click.Context):
         obj["_store_index"] = Index.open(obj.get("index"), create=creates_index(ctx))
         ctx.call_on_close(obj["_store_index"].close)
     return obj["_store_index"]
+
+
+def _held_models() -> dict[str, str]:
+    """``role → reference`` of the served models the running command's index names that wait for
+    ``qmdlab trust`` (:func:`qmdlab.store.trust.pending_models`)."""
+    from qmdlab.models.registry import _index_config
+    from qmdlab.store import trust
+
+    found = _index_config()
+    return {} if found is None else dict(trust.pending_models(*found))
 
 
 def _embedder(preset, roles, threads=None, batch_size=32):
@@ -104,9 +115,11 @@ def register(group: click.Group) -> None:
     @model_options()
     def models_cmd(preset, roles) -> None:
         """List each role's model: reference, file, size and whether it is ready."""
+        from qmdlab.display import printable
         from qmdlab.models.registry import ref_status, resolve_refs
 
-        name, refs = resolve_refs(preset, roles)
+        name, refs = resolve_refs(preset, roles, check=False)  # listed, not used: a served one unapproved is marked
+        held = _held_models()
         click.echo(f"preset: {name}")
         for role, ref in refs.items():
             if ref is None:
@@ -114,7 +127,10 @@ def register(group: click.Group) -> None:
                 continue
             st = ref_status(str(ref))
             state = "ready" if st["ready"] else f"missing (run `qmdlab pull --preset {name}`)"
-            click.echo(f"{role:<7} {ref}\n        file: {st['path'] or '-'}  size: {_human(st['size'])}  {state}")
+            if held.get(role) == ref:
+                state = "not approved: `qmdlab trust` (nothing is sent to it before)"
+            path = printable(str(st["path"])) if st["path"] else "-"
+            click.echo(f"{role:<7} {printable(str(ref))}\n        file: {path}  size: {_human(st['size'])}  {state}")
 
     @group.command("pull")
     @model_options()
@@ -131,24 +147,25 @@ def register(group: click.Group) -> None:
     def pull(preset, roles, refresh, progress) -> None:
         """Download / assemble / convert the models of a preset (idempotent; files present are kept
         unless --refresh finds a newer one)."""
+        from qmdlab.display import printable
         from qmdlab.models._http import is_remote
         from qmdlab.models.registry import resolve_path, resolve_refs
 
-        name, refs = resolve_refs(preset, roles)
+        name, refs = resolve_refs(preset, roles, check=False)  # a served model is not called here
         done: dict[str, str] = {}
         for role, ref in refs.items():
             if ref is None or str(ref).startswith("fake:"):
-                click.echo(f"{role:<7} {ref or 'none'}: nothing to fetch")
+                click.echo(f"{role:<7} {printable(str(ref or 'none'))}: nothing to fetch")
                 continue
             if is_remote(ref):  # its server holds the weights; the other roles are still fetched
-                click.echo(f"{role:<7} {ref}: served over HTTP, nothing to fetch")
+                click.echo(f"{role:<7} {printable(str(ref))}: served over HTTP, nothing to fetch")
                 continue
             ref = str(ref)
             if ref not in done:
                 t0 = time.perf_counter()
                 path = resolve_path(ref, refresh=refresh, progress=progress)
-                done[ref] = f"{path} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
-            click.echo(f"{role:<7} {ref}: {done[ref]}")
+                done[ref] = f"{printable(str(path))} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
+            click.echo(f"{role:<7} {printable(ref)}: {done[ref]}")
         click.echo(f"preset {name}: ready")
 
     @group.command("embed")
@@ -236,6 +253,10 @@ def register(group: click.Group) -> None:
         if n == 0:
             click.echo(f"all chunks already embedded ({fp})")
             return
+        if force and fp in idx.vector_fingerprints():
+            # vectors of another dimension under the same fingerprint (a served model that changed
+            # its dimension under the same name) are replaced, not refused
+            idx.drop_other_dimensions(fp, emb.dim)
         t0 = time.perf_counter()
         if ray_opts is not None:
             from qmdlab.models.registry import resolve_refs
@@ -295,7 +316,7 @@ def register(group: click.Group) -> None:
         )
 
     @group.command("vsearch")
-    @click.argument("query")
+    @query_argument()
     @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.common import pipeline_config_option
+from qmdlab.commands.common import pipeline_config_option, query_argument
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
@@ -21,7 +21,7 @@ def register(group: click.Group) -> None:
     """Add ``query`` to the ``qmdlab`` group."""
 
     @group.command("query")
-    @click.argument("text")
+    @query_argument("text")
     @click.option("-n", "limit", type=int, default=None, help="Number of results [default: 5, or the --config file's].")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--intent", default=None, help="Disambiguating context (disables the strong-signal skip).")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from qmdlab.commands.common import open_index, print_report
+from qmdlab.commands.common import open_index, print_report, query_argument
 from qmdlab.commands.result_options import ResultOptions, pick_format, result_options
-from qmdlab.display import printable
+from qmdlab.display import printable, printable_text
 from qmdlab.errors import QmdlabError, StoreError
 from qmdlab.output import build_rows
 from qmdlab.pipeline.config import BM25_MODES, PipelineConfig
@@ -198,7 +198,7 @@ def register(group: click.Group) -> None:
             click.echo(embed_hint(pending))
 
     @group.command("search")
-    @click.argument("query")
+    @query_argument()
     @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
     @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
     @click.option("--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required).")
@@ -302,9 +302,9 @@ def register(group: click.Group) -> None:
             if no_header:
                 return
             click.echo(f"qmd://{printable(doc.docno)}  #{doc.docid}")
-            context = " | ".join(idx.contexts_for(doc.docno))
+            context = idx.context_text(doc.docno)
             if context:
-                click.echo(f"Folder Context: {printable(context)}")
+                click.echo(f"Folder Context: {printable_text(context)}")
             click.echo("---\n")
 
         ref = strip_scheme(ref)
@@ -323,8 +323,8 @@ def register(group: click.Group) -> None:
 
             out = DocumentOutline.parse(doc.body, title=doc.title)
             if outline:
-                click.echo(f"{doc.docno} (#{doc.docid}): {doc.title}")
-                click.echo(out.tree_text())
+                click.echo(f"{printable(doc.docno)} (#{doc.docid}): {printable(str(doc.title))}")
+                click.echo(printable(out.tree_text(), keep="\n"))
                 return
             assert address is not None  # --outline alone returned above
             try:
@@ -378,8 +378,13 @@ def register(group: click.Group) -> None:
         from qmdlab.store.multiget import collect, format_documents
 
         fmt = pick_format(fmt, as_json=as_json, as_csv=as_csv, as_md=as_md, as_xml=as_xml, as_files=as_files)
-        items = collect(open_index(ctx), pattern, max_bytes=max_bytes, max_lines=max_lines)
-        click.echo(format_documents(items, fmt, line_numbers=line_numbers, max_bytes=max_bytes))
+        found = collect(open_index(ctx), pattern, max_bytes=max_bytes, max_lines=max_lines)
+        for miss in found.misses:
+            click.echo(miss, err=True)
+        if found.failed:  # qmd exits 1 when a glob or a single docid finds nothing
+            ctx.exit(1)
+        if found.items or fmt in ("json", "csv", "xml"):
+            click.echo(format_documents(found.items, fmt, line_numbers=line_numbers, max_bytes=max_bytes))
 
     @group.command("ls")
     @click.argument("collection", required=False, metavar="[COLLECTION[/PREFIX]]")
@@ -452,6 +457,11 @@ def register(group: click.Group) -> None:
                     f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "
                     f"{v.get('unverified', 0)} unverified (stored by an older qmdlab); `qmdlab embed` "
                     "replaces the first, `qmdlab embed -f` re-computes all"
+                )
+            if v.get("invalid"):
+                click.echo(
+                    f"  {v['invalid']} vector(s) hold NaN or infinite values (left out of vector search); "
+                    "`qmdlab embed -f` re-computes them"
                 )
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")

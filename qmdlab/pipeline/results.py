@@ -129,7 +129,6 @@ def build_rows(
             off = parse_front_matter(doc.body).body_offset
             span = (doc.body.count("\n", 0, off) + 1, doc.body.count("\n") + 1)
         snip = snippet(doc.body, query, context=context, lines=span)
-        ctx = idx.contexts_for(h.docno, contexts)
         rows.append(
             ResultRow(
                 h.docno,
@@ -137,7 +136,7 @@ def build_rows(
                 h.score,
                 snip.line,
                 doc.title,
-                " | ".join(ctx) or None,
+                idx.context_text(h.docno, contexts),
                 snip.text,
                 h.chunk_id,
                 best_line=snip.best_line,

@@ -17,6 +17,9 @@ from qmdlab.store.base import IndexBase
 from qmdlab.store.config import Collection, Context
 from qmdlab.store.scan import check_globs
 
+#: Between the texts of several contexts that apply to one document (qmd joins them with a blank line).
+CONTEXT_SEPARATOR = "\n\n"
+
 
 class CatalogMixin(IndexBase):
     """Collections (name, root, mask, ignores) and contexts (text attached to a docno prefix)."""
@@ -40,7 +43,9 @@ class CatalogMixin(IndexBase):
             cached = (key, cfg.load(self.config_path))
             self._config_cache = cached
         conf = cached[1]
-        return cfg.Config(list(conf.collections), list(conf.contexts), conf.editor_uri, dict(conf.models))
+        return cfg.Config(
+            list(conf.collections), list(conf.contexts), conf.editor_uri, dict(conf.models), list(conf.imported)
+        )
 
     def _save_config(self, conf: cfg.Config) -> None:
         """Write ``collections.yaml``, after the checks every writer makes (a damaged or read-only
@@ -164,6 +169,16 @@ class CatalogMixin(IndexBase):
             conf.models = {k: v for k, v in merged.items() if v}
             self._save_config(conf)
 
+    def note_import(self, source: str | os.PathLike) -> None:
+        """Record that ``source`` (a qmd config) was imported into this index (``imported_from:``):
+        the config's served models and ``editor_uri`` then wait for ``qmdlab trust``."""
+        real = os.path.realpath(os.fspath(source))
+        with self._lock:
+            conf = self._config()
+            if real not in conf.imported:
+                conf.imported.append(real)
+                self._save_config(conf)
+
     def add_context(self, target: str, text: str) -> None:
         """Attach ``text`` to a collection, a docno prefix (``notes/work``, or the URI
         ``qmd://notes/work``) or ``/`` (all)."""
@@ -203,6 +218,11 @@ class CatalogMixin(IndexBase):
         ]
         hits.sort(key=lambda c: len(c.target.strip("/")))
         return [c.text for c in hits]
+
+    def context_text(self, docno: str, contexts: Sequence[Context] | None = None) -> str | None:
+        """The contexts of ``docno`` as one text, as qmd gives a result's ``context``: every
+        applying context, broadest first, separated by a blank line; ``None`` when none applies."""
+        return CONTEXT_SEPARATOR.join(self.contexts_for(docno, contexts)) or None
 
     def _coll_clause(
         self, collections: Iterable[str] | None, alias: str = "d", *, scoped: bool = False

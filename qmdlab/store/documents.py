@@ -31,6 +31,16 @@ def docid_of(content_hash: str) -> str:
     return content_hash[:6]
 
 
+def is_bare_docid(ref: str) -> bool:
+    """Whether ``ref`` reads as a docid written without ``#``: six or more hex digits, as qmd's
+    ``isDocid``.
+
+    >>> is_bare_docid("ccfe0e"), is_bare_docid("CCFE0E12"), is_bare_docid("cafe"), is_bare_docid("notes.md")
+    (True, True, False, False)
+    """
+    return len(ref) >= 6 and all(c in "0123456789abcdefABCDEF" for c in ref)
+
+
 @dataclass
 class Document:
     docno: str
@@ -194,6 +204,8 @@ class DocumentsMixin(IndexBase):
 
         ref = strip_scheme(ref)
         rows: list[tuple] = []
+        if is_bare_docid(ref) and not self._document_row("d.active = 1 AND d.path = ?", (ref,)):
+            ref = "#" + ref  # qmd resolves a docid given without its '#' (a file of that name first)
         if ref.startswith("#"):
             prefix = ref[1:].lower()
             if prefix:

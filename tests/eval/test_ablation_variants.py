@@ -191,7 +191,7 @@ def test_cli_variants(tmp_path, qmdlab_home, monkeypatch):
     assert bad.exit_code != 0
     assert "--variants 'bogus'" in bad.output and "phrase, like, trigram, heading, two-unit-gate" in bad.output
     no_ablate = runner.invoke(cli, ["eval", str(suite.path), "--format", "smart", "--variants", "all"])
-    assert no_ablate.exit_code == 2 and "give --ablate too" in no_ablate.output
+    assert no_ablate.exit_code == 1 and "give --ablate too" in no_ablate.output
     out = runner.invoke(
         cli,
         [

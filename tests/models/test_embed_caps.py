@@ -71,7 +71,7 @@ def test_embed_timeout_is_minutes_as_in_qmd_and_zero_is_no_limit(indexed):
     res = indexed("embed", "--preset", "fake", "--timeout", "0", "--no-progress")
     assert "embedded 5 chunks" in res.output and _vectors(indexed) == (5, 0)
     bad = indexed("embed", "--preset", "fake", "--timeout", "soon", ok=False)
-    assert bad.exit_code == 2 and "--timeout" in bad.output and "give minutes (30)" in bad.output
+    assert bad.exit_code == 1 and "--timeout" in bad.output and "give minutes (30)" in bad.output
 
 
 def test_embed_batch_caps_set_the_number_of_batches(indexed):
@@ -81,7 +81,7 @@ def test_embed_batch_caps_set_the_number_of_batches(indexed):
     assert "5 batches" in res.output  # 10 bytes per batch: one chunk each
     assert _vectors(indexed) == (5, 0)
     bad = indexed("embed", "--preset", "fake", "--max-batch-mb", "0", ok=False)
-    assert bad.exit_code == 2 and "--max-batch-mb" in bad.output
+    assert bad.exit_code == 1 and "--max-batch-mb" in bad.output
 
 
 def test_pull_refresh_is_passed_to_the_hf_check(tmp_path, cli_run, qmdlab_home, monkeypatch):

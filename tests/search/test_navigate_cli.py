@@ -154,4 +154,4 @@ def test_full_max_chars_caps_whole_documents(run, tmp_path):
     res = run("search", "row", "--max-chars", "300", ok=False)
     assert res.exit_code == 1 and "add --full" in res.output
     res = run("search", "row", "--full", "--max-chars", "-1", ok=False)
-    assert res.exit_code == 2
+    assert res.exit_code == 1

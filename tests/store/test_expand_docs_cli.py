@@ -96,13 +96,13 @@ def test_expand_docs_with_a_packaged_gguf(tmp_path, qmdlab_home, require):
 def test_expand_docs_errors_and_clear(tmp_path, qmdlab_home):
     index = _index(tmp_path)
     missing = _run(index)
-    assert missing.exit_code == 2 and "--generator MODEL" in missing.output
+    assert missing.exit_code == 1 and "--generator MODEL" in missing.output
     bad = _run(index, "--generator", str(tmp_path / "nope.gguf"))
     assert bad.exit_code != 0 and "nope.gguf does not exist" in bad.output
     fake = _run(index, "--generator", "fake:doc2query")
     assert fake.exit_code != 0 and "causal language model" in fake.output
     both = _run(index, "--clear", "--generator", "x")
-    assert both.exit_code == 2 and "drop --generator" in both.output
+    assert both.exit_code == 1 and "drop --generator" in both.output
     cleared = _run(index, "--clear")
     assert cleared.exit_code == 0 and "expansions cleared: 0 documents rewritten" in cleared.output
     from qmdlab.models.doc_query_gen import TableDocQueryGenerator

@@ -38,9 +38,9 @@ def test_uris_in_get_multi_get_and_context(run, notes):
     assert run("get", "qmd://kb/git.md:7:2", "--no-header").output == "# Rebasing\n\n"
     assert run("get", "qmd://kb/git.md").output == run("get", "kb/git.md").output
     out = run("multi-get", "qmd://kb/cooking/*").output
-    assert "=== kb/cooking/pasta.md" in out and "=== kb/cooking/soup.md" in out and "git" not in out
+    assert "File: cooking/pasta.md  #" in out and "File: cooking/soup.md  #" in out and "git" not in out
     out = run("multi-get", "qmd://kb/git.md,qmd://kb/cooking/pasta.md").output
-    assert "=== kb/git.md" in out and "=== kb/cooking/pasta.md" in out
+    assert "File: qmd://kb/git.md  #" in out and "File: qmd://kb/cooking/pasta.md  #" in out
     run("context", "add", "qmd://kb/cooking", "Recipes")
     assert run("context", "list").output == "kb/cooking\tRecipes\n"  # stored as the plain target
     assert json.loads(run("search", "pasta", "--json").output)[0]["context"] == "Recipes"
@@ -150,19 +150,35 @@ def test_search_all_full_line_numbers_and_shorthands(run, notes):
 
 
 def test_multi_get_every_format_and_line_limit(run, notes):
+    """qmd's multi-get shapes (``src/cli/qmd.ts`` ``multiGet``): ``file`` is the qmd:// URI of a
+    listed document and the path in its collection of one a glob found, the context is a field of
+    its own, a cut body ends with qmd's truncation marker, a skipped document carries qmd's reason."""
     run("collection", "add", str(notes), "--name", "kb")
+    run("context", "add", "qmd://kb/cooking", "Recipes")
     out = run("multi-get", "kb/git.md,kb/cooking/pasta.md", "-l", "2").output
-    assert "=== kb/git.md" in out and "---\ntitle: Git rebase guide\n[… 7 more lines; first 2 of 9 shown]" in out
+    assert f"{'=' * 60}\nFile: qmd://kb/git.md  #" in out
+    assert "---\ntitle: Git rebase guide\n\n[... truncated 8 more lines]" in out
+    assert "Folder Context: Recipes\n---\n\n# Pasta" in out
     data = json.loads(run("multi-get", "kb/git.md", "-l", "2", "--json").output)
-    assert data[0]["body"] == "---\ntitle: Git rebase guide" and data[0]["truncated"] and data[0]["total_lines"] == 9
-    rows = list(csv.DictReader(io.StringIO(run("multi-get", "kb/cooking/*", "--csv").output)))
-    assert [r["file"] for r in rows] == ["kb/cooking/pasta.md", "kb/cooking/soup.md"]
-    assert rows[1]["body"] == "Tomato soup without a heading."
+    assert list(data[0]) == ["file", "docid", "title", "body"] and data[0]["file"] == "qmd://kb/git.md"
+    assert data[0]["body"] == "---\ntitle: Git rebase guide\n\n[... truncated 8 more lines]"
+    data = json.loads(run("multi-get", "kb/cooking/*", "--json", "--max-bytes", "40").output)
+    assert data[0]["context"] == "Recipes" and data[0]["skipped"] is True and "body" not in data[0]
+    assert data[0]["reason"].startswith("File too large (0KB > 0KB). Use 'qmdlab get cooking/pasta.md'")
+    text = run("multi-get", "kb/cooking/*", "--csv").output
+    assert text.splitlines()[0] == "docid,file,title,context,skipped,body"
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["file"] for r in rows] == ["cooking/pasta.md", "cooking/soup.md"]
+    assert rows[1]["body"] == "Tomato soup without a heading.\n" and rows[1]["context"] == "Recipes"
+    assert rows[1]["skipped"] == "false"
     root = ET.fromstring(run("multi-get", "kb/cooking/*", "--xml", "--max-bytes", "40").output)
     docs = root.findall("document")
-    assert [d.get("skipped") for d in docs] == ["true", "false"] and docs[0].find("body") is None
-    assert run("multi-get", "kb/cooking/*", "--files").output.splitlines()[0].endswith(",kb/cooking/pasta.md,47,")
+    assert [d.findtext("skipped") for d in docs] == ["true", None] and docs[0].find("body") is None
+    assert docs[1].findtext("file") == "cooking/soup.md" and docs[1].findtext("context") == "Recipes"
+    files = run("multi-get", "kb/cooking/*", "--files", "--max-bytes", "40").output.splitlines()
+    assert files[0].endswith(',cooking/pasta.md,"Recipes",[SKIPPED]') and files[0].startswith("#")
     md = run("multi-get", "kb/git.md", "--md", "--line-numbers", "-l", "1").output
-    assert md.startswith("## Git rebase guide") and "1: ---" in md and "_first 1 of 9 lines_" in md
+    assert md.startswith("## qmd://kb/git.md\n\n**docid:** `#") and "**Title:** Git rebase guide" in md
+    assert "1: ---" in md and "[... truncated 9 more lines]" in md
     bad = run("multi-get", "kb/git.md", "-l", "0", ok=False)
     assert bad.exit_code == 1 and "--max-lines must be 1 or more" in bad.output
