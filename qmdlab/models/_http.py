@@ -13,17 +13,37 @@ answers logits, as llama-server does, and qmdlab maps them through the logistic 
 ``template=NAME`` (embed: the input template family, default guessed from the model name).
 
 The bearer key is ``$QMDLAB_MODEL_API_KEY``, else, for ``openai:`` references only,
-``$OPENAI_API_KEY`` (so an OpenAI key is never sent to some other server). Each request waits at
-most ``$QMDLAB_HTTP_TIMEOUT`` seconds (default 60); connection errors, 5xx and 429 answers are
-retried twice with exponential backoff (a ``Retry-After`` header is honoured, up to 10 s); a
-timeout is not retried, so a stage with a time budget fails once and degrades with its note.
-Every failure is one :class:`~qmdlab.errors.ModelError` line naming the URL and what to do.
+``$OPENAI_API_KEY`` (so an OpenAI key is never sent to some other server). Connection errors, 5xx
+and 429 answers are retried twice with exponential backoff (a ``Retry-After`` header is honoured,
+up to 10 s). Every failure is one :class:`~qmdlab.errors.ModelError` line naming the URL and what
+to do; text the server sent is shown escaped (:func:`qmdlab.display.printable`), so an answer
+cannot write terminal escapes into an error or a trace note.
+
+What a server can make qmdlab do is bounded:
+
+- **time**: each request (connect, send, and every read of the answer's head and body) has one
+  deadline, ``$QMDLAB_HTTP_TIMEOUT`` seconds (default 60, at most a day); at the deadline the
+  connection is shut down, so a server sending one byte at a time cannot hold a request open. A
+  timeout is not retried, so a stage with a time budget fails once and degrades with its note;
+- **size**: an answer over :data:`MAX_REPLY_BYTES` (64 MiB) is refused (declared or counted while
+  read: memory never grows past it); of an error answer :data:`MAX_ERROR_BYTES` are read;
+- **redirects**: none is followed. A 3xx answer is one error naming its ``Location``: following
+  it would resend the key (and the texts) to whatever host the server names;
+- **content**: what comes back is checked by each backend (vectors finite, non-zero and of one
+  dimension: :mod:`qmdlab.models.http_embed`; expansion lines bounded in number and length:
+  :func:`qmdlab.models.expansion.parse_expansion`).
 """
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
+import math
 import os
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -31,12 +51,20 @@ from typing import Any, NamedTuple, Optional
 from urllib.parse import parse_qsl, urlsplit
 
 from qmdlab import cancel
+from qmdlab.display import printable
 from qmdlab.errors import ConfigError, ModelError
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 60.0
+#: The largest ``$QMDLAB_HTTP_TIMEOUT`` accepted (a day).
+MAX_TIMEOUT = 86_400.0
 DEFAULT_RETRIES = 2
 MAX_RETRY_AFTER = 10.0
+#: Bytes of a served model's answer read at most; a larger answer is refused.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+#: Bytes of an error answer (4xx, 5xx) read for its message.
+MAX_ERROR_BYTES = 4096
+_CHUNK = 64 * 1024
 OPTIONS = {"scores": ("probability", "logit"), "template": None}
 
 
@@ -122,27 +150,161 @@ def parse_ref(ref: str, environ: Optional[Mapping[str, str]] = None) -> Served:
 
 
 def default_timeout() -> float:
-    """``$QMDLAB_HTTP_TIMEOUT`` seconds, else :data:`DEFAULT_TIMEOUT`."""
+    """``$QMDLAB_HTTP_TIMEOUT`` seconds, else :data:`DEFAULT_TIMEOUT`; a value that is not a number
+    of seconds above 0 and at most :data:`MAX_TIMEOUT` (``nan``, ``inf``, ``-1``, ``1e999``) is one
+    :class:`~qmdlab.errors.ConfigError` line naming the variable and that range."""
     text = os.environ.get("QMDLAB_HTTP_TIMEOUT")
     if not text:
         return DEFAULT_TIMEOUT
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(f"QMDLAB_HTTP_TIMEOUT={text!r} is not a number of seconds; set it to e.g. 60") from None
-    if value <= 0:
-        raise ConfigError(f"QMDLAB_HTTP_TIMEOUT={text!r} must be positive; set it to e.g. 60")
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT:  # NaN fails it too
+        raise ConfigError(
+            f"QMDLAB_HTTP_TIMEOUT={text!r} is not a number of seconds above 0 and at most {MAX_TIMEOUT:g}; "
+            "set it to e.g. 60"
+        )
     return value
 
 
 def _line(text: Any, limit: int = 160) -> str:
-    """``text`` on one line, cut to ``limit`` characters (server bodies go into one-line errors).
+    """``text`` on one line, cut to ``limit`` characters, control characters escaped (server bodies
+    go into one-line errors; :func:`qmdlab.display.printable`).
 
     >>> _line("a\\n  b" + "c" * 300, 10)
     'a bcccccc…'
+    >>> _line("\\x1b]0;owned\\x07 red \\x1b[31m")
+    '\\\\x1b]0;owned\\\\x07 red \\\\x1b[31m'
     """
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    flat = " ".join(str(text)[: limit * 4].split())
+    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return printable(flat)
+
+
+def _size(n: int) -> str:
+    """A byte count as the limits state it.
+
+    >>> _size(64 * 1024 * 1024), _size(1000)
+    ('64 MiB', '1000 bytes')
+    """
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
+
+
+class _Deadline:
+    """One request's time limit, shared by the connect, the send and every read: each socket
+    operation waits at most the time left, and a timer shuts the connection's sockets down when
+    it has passed, so a server that sends its head or body one byte at a time cannot hold a read
+    open past it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
+        self._stopped = False
+
+    def left(self) -> float:
+        """Seconds left; :class:`TimeoutError` once none are."""
+        left = self.end - time.monotonic()
+        if left <= 0 or self.expired:
+            self.expired = True
+            raise TimeoutError(f"deadline of {self.seconds:g} s passed")
+        return left
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` down at the deadline (at once when it has passed)."""
+        with self._lock:
+            self._socks.append(sock)
+            if self._timer is None and not self._stopped:
+                self._timer = threading.Timer(max(0.0, self.end - time.monotonic()), self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+        if self.expired:
+            self._expire()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self.expired = True
+            for sock in self._socks:
+                try:  # the plain socket's shutdown, on an SSL socket too: a reader blocked in it sees the end
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:  # closed already
+                    pass
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+
+
+class _DeadlineHTTP(http.client.HTTPConnection):
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        self.timeout = self.deadline.left()
+        super().connect()
+        self.deadline.watch(self.sock)
+
+
+class _DeadlineHTTPS(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        # HTTPSConnection.connect, with the TLS handshake under the deadline too
+        self.timeout = self.deadline.left()
+        http.client.HTTPConnection.connect(self)
+        self.deadline.watch(self.sock)
+        host = self._tunnel_host or self.host  # type: ignore[attr-defined]
+        tls = self._context.wrap_socket(  # type: ignore[attr-defined]
+            self.sock, server_hostname=host, do_handshake_on_connect=False
+        )
+        self.sock = tls
+        self.deadline.watch(tls)
+        tls.settimeout(self.deadline.left())
+        tls.do_handshake()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx answer is not followed: it comes back as an :class:`urllib.error.HTTPError`."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):  # type: ignore[no-untyped-def]
+            return self.do_open(functools.partial(_DeadlineHTTP, deadline=deadline), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):  # type: ignore[no-untyped-def]
+            return self.do_open(functools.partial(_DeadlineHTTPS, deadline=deadline), req)
+
+    return urllib.request.build_opener(_NoRedirect, Http, Https)
+
+
+def _read_some(resp: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of an (error) answer; whatever arrived when reading fails."""
+    out = b""
+    try:
+        while len(out) < limit:
+            chunk = resp.read1(limit - len(out)) if hasattr(resp, "read1") else resp.read(limit - len(out))
+            if not chunk:
+                break
+            out += chunk
+    except Exception:  # the body is only a detail of the error being raised
+        pass
+    return out
 
 
 class HttpEndpoint:
@@ -189,7 +351,7 @@ class HttpEndpoint:
 
     def post(self, endpoint: str, body: dict) -> Any:
         """The decoded JSON answer of ``POST base_url/endpoint`` with ``body`` (and the reference's model
-        name as ``model`` when it names one)."""
+        name as ``model`` when it names one), within the module's limits."""
         url = self.served.url(endpoint)
         if self.served.model:
             body = {**body, "model": self.served.model}
@@ -202,28 +364,45 @@ class HttpEndpoint:
             cancel.check()
             retry_after: Optional[float] = None
             self.requests += 1
+            deadline = _Deadline(self.timeout)
             try:
                 req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
+                with _opener(deadline).open(req, timeout=self.timeout) as resp:
+                    raw = self._read(url, resp, deadline)
                 break
-            except urllib.error.HTTPError as err:
-                detail = _line(err.read().decode("utf-8", "replace"))
-                if err.code != 429 and err.code < 500:
-                    raise ModelError(
-                        f"{url} answered HTTP {err.code} ({detail or err.reason}); check the model name and "
-                        f"that the server serves this endpoint ({self._fix()})"
-                    ) from None
-                problem = f"HTTP {err.code} ({detail or err.reason})"
-                retry_after = _retry_after(err.headers.get("Retry-After"))
-            except TimeoutError:
-                raise self._timed_out(url) from None
-            except urllib.error.URLError as err:
-                if isinstance(err.reason, TimeoutError):
+            except ModelError:
+                raise
+            except Exception as err:
+                if (
+                    deadline.expired
+                    or isinstance(err, TimeoutError)
+                    or isinstance(getattr(err, "reason", None), TimeoutError)
+                ):
                     raise self._timed_out(url) from None
-                problem = f"cannot connect: {_line(err.reason)}"
-            except (ConnectionError, http_client_errors()) as err:
-                problem = f"connection failed: {_line(err) or type(err).__name__}"
+                if isinstance(err, urllib.error.HTTPError):
+                    if 300 <= err.code < 400:
+                        raise ModelError(
+                            f"{url} answered HTTP {err.code}, a redirect to "
+                            f"{_line(err.headers.get('Location') or '(no Location)', 200)}; qmdlab follows no "
+                            f"redirect of a served model (the key would go along): put the URL that answers "
+                            f"into the {self.role} model reference (QMDLAB_{self.role.upper()}_MODEL)"
+                        ) from None
+                    detail = _line(_read_some(err, MAX_ERROR_BYTES).decode("utf-8", "replace"))
+                    if err.code != 429 and err.code < 500:
+                        raise ModelError(
+                            f"{url} answered HTTP {err.code} ({detail or _line(err.reason)}); check the model name "
+                            f"and that the server serves this endpoint ({self._fix()})"
+                        ) from None
+                    problem = f"HTTP {err.code} ({detail or _line(err.reason)})"
+                    retry_after = _retry_after(err.headers.get("Retry-After"))
+                elif isinstance(err, urllib.error.URLError):
+                    problem = f"cannot connect: {_line(err.reason)}"
+                elif isinstance(err, (OSError, http.client.HTTPException)):
+                    problem = f"connection failed: {_line(err) or type(err).__name__}"
+                else:
+                    raise
+            finally:
+                deadline.stop()
             if attempt + 1 < tries:
                 delay = self.backoff * 2**attempt
                 cancel.wait(min(MAX_RETRY_AFTER, retry_after) if retry_after is not None else delay)
@@ -231,16 +410,40 @@ class HttpEndpoint:
             raise ModelError(f"{url}: {problem} after {tries} tries; {self._fix()}")
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ModelError(
-                f"{url} answered something that is not JSON ({_line(raw.decode('utf-8', 'replace'), 80)!r}); "
+                f"{url} answered something that is not JSON ({_line(raw[:400].decode('utf-8', 'replace'), 80)!r}); "
                 f"point the {self.role} model reference at an OpenAI-compatible server"
             ) from None
+
+    def _read(self, url: str, resp: Any, deadline: _Deadline) -> bytearray:
+        """The answer's body, read in chunks under ``deadline`` and at most :data:`MAX_REPLY_BYTES` of it."""
+        cap = MAX_REPLY_BYTES
+        too_large = ModelError(
+            f"{url} answered more than {_size(cap)}, more than qmdlab reads of a served model's answer; "
+            f"check the server (or send fewer texts per request)"
+        )
+        declared = resp.headers.get("Content-Length", "")
+        if declared.strip().isdigit() and int(declared) > cap:
+            raise too_large
+        buf = bytearray()
+        while True:
+            deadline.left()
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                break
+            if len(buf) + len(chunk) > cap:
+                raise too_large
+            buf += chunk
+        deadline.left()  # a socket shut down at the deadline reads as the end of the answer
+        if resp.length:  # the server closed before the end it declared
+            raise http.client.IncompleteRead(bytes(buf[-40:]), resp.length)
+        return buf
 
     def bad_reply(self, endpoint: str, what: str, reply: Any) -> ModelError:
         """The one-line error for a JSON answer of an unexpected shape."""
         return ModelError(
-            f"{self.served.url(endpoint)} answered JSON without {what} ({_line(json.dumps(reply), 120)}); "
+            f"{self.served.url(endpoint)} answered JSON without {what} ({_line(json.dumps(reply)[:1000], 120)}); "
             f"point the {self.role} model reference at an OpenAI-compatible server"
         )
 
@@ -260,13 +463,6 @@ class HttpModel:
         self.served = parse_ref(ref) if isinstance(ref, str) else ref
         self.model_id = self.served.ref
         self.endpoint = HttpEndpoint(self.served, role, timeout=timeout, retries=retries, backoff=backoff)
-
-
-def http_client_errors() -> type[Exception]:
-    """The base class of ``http.client``'s protocol errors (a server that closed mid-answer)."""
-    import http.client
-
-    return http.client.HTTPException
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

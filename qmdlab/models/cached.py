@@ -3,7 +3,9 @@
 Keys are :func:`qmdlab.store.cache.cache_key` of ``(model fingerprint, role, input, params)``;
 the fingerprint already pins the model file, template and sampling config, so a repeated query
 makes no model call. ``.calls`` counts calls that reached the wrapped model, ``.items`` the
-queries/pairs it computed.
+queries/pairs it computed. A cached value of the wrong shape (an expansion that is not
+``{raw, lines, dropped}`` of strings, a score that is not a finite number) is a miss: it is
+computed again and replaced, never an error.
 
 :class:`MemoEmbedder` is the in-memory counterpart for query embeddings: a bounded LRU memo
 of ``embed_query`` results, so a repeated query (and its repeated expansion lines) is not
@@ -13,6 +15,7 @@ embedded again within one process.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -31,6 +34,41 @@ def text_hash(text: str) -> str:
     'ba7816bf8f01cfea'
     """
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pairs(value: Any) -> Optional[list[tuple[str, str]]]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in value
+    ):
+        return None
+    return [(x[0], x[1]) for x in value]
+
+
+def cached_expansion(hit: Any) -> Optional[ExpandResult]:
+    """The :class:`ExpandResult` a cache entry holds, or ``None`` when it is not one.
+
+    >>> cached_expansion({"raw": "lex: a", "lines": [["lex", "a"]], "dropped": []}).lines
+    [('lex', 'a')]
+    >>> cached_expansion(3), cached_expansion({"raw": "x", "lines": {"a": 1}, "dropped": []})
+    (None, None)
+    """
+    if not isinstance(hit, dict) or not isinstance(hit.get("raw"), str):
+        return None
+    lines, dropped = _pairs(hit.get("lines")), _pairs(hit.get("dropped"))
+    if lines is None or dropped is None:
+        return None
+    return ExpandResult(hit["raw"], lines, dropped)
+
+
+def cached_score(hit: Any) -> Optional[float]:
+    """The rerank score a cache entry holds, or ``None`` when it is not a finite number.
+
+    >>> cached_score(0.25), cached_score("0.5"), cached_score(float("nan")), cached_score(True)
+    (0.25, None, None, None)
+    """
+    if isinstance(hit, bool) or not isinstance(hit, (int, float)) or not math.isfinite(hit):
+        return None
+    return float(hit)
 
 
 class Wrapper:
@@ -72,11 +110,11 @@ class CachedExpander(CachedModel):
 
     def peek(self, query: str, *, intent: Optional[str] = None) -> Optional[ExpandResult]:
         """The cached expansion of ``query``, or ``None`` (no model call either way)."""
-        hit = self.cache.get(self.key(query, intent))
-        if hit is None:
+        hit = cached_expansion(self.cache.get(self.key(query, intent)))
+        if hit is None:  # not cached, or an entry of the wrong shape: computed again
             return None
         self.last_cached = True
-        return ExpandResult(hit["raw"], [tuple(x) for x in hit["lines"]], [tuple(x) for x in hit["dropped"]])
+        return hit
 
     def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult:
         hit = self.peek(query, intent=intent)
@@ -106,15 +144,20 @@ class CachedReranker(CachedModel):
     def peek_cached(self, query: str, texts: Sequence[str]) -> Optional[list[tuple[float, bool]]]:
         """``(score, True)`` per text when every pair is cached, else ``None`` (no model call)."""
         keys = [self.key(query, t) for t in texts]
-        found = self.cache.get_many(list(dict.fromkeys(keys)))
+        found = self._found(keys)
         if any(k not in found for k in keys):
             return None
-        return [(float(found[k]), True) for k in keys]
+        return [(found[k], True) for k in keys]
+
+    def _found(self, keys: list[str]) -> dict[str, float]:
+        """The cached scores of ``keys``; an entry that is not a finite number is a miss."""
+        got = self.cache.get_many(list(dict.fromkeys(keys)))
+        return {k: s for k, v in got.items() if (s := cached_score(v)) is not None}
 
     def score_cached(self, query: str, texts: Sequence[str]) -> list[tuple[float, bool]]:
         """``(score, was_cached)`` per text, in order."""
         keys = [self.key(query, t) for t in texts]
-        found = self.cache.get_many(list(dict.fromkeys(keys)))
+        found = self._found(keys)
         todo = list(dict.fromkeys(k for k in keys if k not in found))  # unique misses, first-seen order
         computed: dict[str, float] = {}
         if todo:
@@ -124,7 +167,7 @@ class CachedReranker(CachedModel):
             scores = self.inner.score(query, [by_key[k] for k in todo])
             computed = dict(zip(todo, (float(s) for s in scores)))
             self.cache.put_many([(k, self.role, s) for k, s in computed.items()])
-        return [(float(found[k]), True) if k in found else (computed[k], False) for k in keys]
+        return [(found[k], True) if k in found else (computed[k], False) for k in keys]
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         return [s for s, _ in self.score_cached(query, texts)]

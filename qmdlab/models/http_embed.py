@@ -3,6 +3,12 @@
 The client owns the input template, exactly as :class:`~qmdlab.models.llama_embed.LlamaEmbedder`
 does (the server is sent the finished text), and L2-normalises the vectors it gets back, so a
 server that runs the same weights gives the same vectors as the local backend.
+
+An answer is checked before any vector of it is used or stored: one vector per text (its
+``index`` naming each text once), all of one dimension — the one earlier answers had — and
+finite, within float32's range and not all zero. An answer that fails is refused whole, with one
+:class:`~qmdlab.errors.ModelError` line naming the model (``embed`` then stores nothing of that
+batch, and a rerun embeds its chunks again).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from qmdlab import cancel
+from qmdlab.errors import ModelError
 from qmdlab.models._http import HttpModel, Served, fingerprint_parts, parse_ref
 from qmdlab.models.base import l2_normalize, make_fingerprint
 from qmdlab.models.templates import EMBEDDING_TEMPLATES, EmbeddingTemplate, embedding_family
@@ -77,18 +84,41 @@ class HttpEmbedder(HttpModel):
         return self._dim
 
     def _request(self, texts: list[str]) -> np.ndarray:
+        from qmdlab.store.vectors import vector_problem
+
         body: dict[str, Any] = {"input": texts}
         reply = self.endpoint.post(ENDPOINT, body)
         data = reply.get("data") if isinstance(reply, dict) else None
         if not isinstance(data, list) or len(data) != len(texts):
             raise self.endpoint.bad_reply(ENDPOINT, f"'data' holding {len(texts)} embeddings", reply)
         try:
-            rows = sorted(data, key=lambda d: int(d.get("index", 0)))
-            mat = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
+            given = [d.get("index") for d in data]
+            if all(i is None for i in given):  # no index: in the order of the texts
+                rows = list(data)
+            else:
+                order = [int(i) for i in given]
+                if sorted(order) != list(range(len(texts))):
+                    raise ValueError("indices")
+                rows = [row for _, row in sorted(zip(order, data), key=lambda x: x[0])]
+            vectors = [row["embedding"] for row in rows]
         except (TypeError, KeyError, ValueError, AttributeError):
-            raise self.endpoint.bad_reply(ENDPOINT, "a list of numbers under 'embedding'", reply) from None
-        if mat.ndim != 2 or (self._dim is not None and mat.shape[1] != self._dim):
-            raise self.endpoint.bad_reply(ENDPOINT, f"vectors of dimension {self._dim}", reply)
+            raise self.endpoint.bad_reply(
+                ENDPOINT, f"one embedding for each of the {len(texts)} texts (index 0–{len(texts) - 1})", reply
+            ) from None
+        dims = sorted({len(v) for v in vectors if isinstance(v, list)})
+        if len(dims) > 1:
+            problem: Optional[str] = f"vectors of different dimensions ({', '.join(map(str, dims))}) in one answer"
+        else:
+            problem = vector_problem(vectors, zero_ok=False)
+        if problem is None:
+            mat = np.asarray(vectors, dtype=np.float64)
+            if self._dim is not None and mat.shape[1] != self._dim:
+                problem = f"{mat.shape[1]}-d vectors where its earlier answers had {self._dim}-d ones"
+        if problem is not None:
+            raise ModelError(
+                f"embed model {self.model_id}: {self.served.url(ENDPOINT)} answered {problem}; the batch was "
+                "refused (nothing of it is stored) — check the server (or QMDLAB_EMBED_MODEL)"
+            )
         return mat
 
     def _embed(self, texts: list[str]) -> np.ndarray:

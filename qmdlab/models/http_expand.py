@@ -4,7 +4,9 @@ The messages are the turns of :func:`~qmdlab.models.templates.expand_turns` (wha
 :class:`~qmdlab.models.llama_expand.LlamaExpander` renders into its prompt) and the answer is
 parsed by :func:`~qmdlab.models.llama_expand.parse_generated`, so a served model's lines are read
 exactly as a local one's. A server cannot be held to the line grammar through the standard API,
-so lines outside it are dropped by the parser, each with its reason.
+so lines outside it are dropped by the parser, each with its reason, and what is read of its
+answer is bounded (:func:`~qmdlab.models.expansion.parse_expansion`): an endless line, or
+thousands of lines, are dropped with a reason instead of failing the query.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Optional
 from qmdlab import cancel
 from qmdlab.models._http import HttpModel, Served, fingerprint_parts
 from qmdlab.models.base import ExpandResult, make_fingerprint
+from qmdlab.models.expansion import bounded
 from qmdlab.models.llama_expand import SamplingConfig, parse_generated
 from qmdlab.models.templates import chat_family, expand_turns
 
@@ -81,4 +84,7 @@ class HttpExpander(HttpModel):
             raise self.endpoint.bad_reply(ENDPOINT, "a text under choices[0].message.content", reply)
         cancel.check()  # a stopped call's answer is never returned, never cached
         # a thinking model's reasoning block is not part of the expansion
-        return parse_generated(_THINK.sub("", text, count=1), choice.get("finish_reason"), s.max_tokens)
+        finish = choice.get("finish_reason")
+        return bounded(
+            parse_generated(_THINK.sub("", text, count=1), finish if isinstance(finish, str) else None, s.max_tokens)
+        )

@@ -78,6 +78,8 @@ class HttpReranker(HttpModel):
         if sorted(found) != list(range(len(texts))):
             raise self.endpoint.bad_reply(ENDPOINT, f"one score for each of the {len(texts)} documents", reply)
         scores = [found[i] for i in range(len(texts))]
+        if not all(math.isfinite(s) for s in scores):
+            raise self.endpoint.bad_reply(ENDPOINT, "finite relevance scores", reply)
         if self.scores == "logit":
             return [logistic(s) for s in scores]
         bad = [s for s in scores if not 0.0 <= s <= 1.0]

@@ -6,6 +6,12 @@ alphabetic scripts, character bigrams for CJK runs (a single CJK character is it
 own term), so a Chinese or Japanese query is filtered like any other instead of
 being passed through untouched. Lines of a type whose stage is switched off
 (``hyde``, or ``vec``/``hyde`` without vectors) are recorded as dropped too.
+
+An expander's lines are bounded before they are searched: at most :data:`MAX_EXPANDER_LINES`
+are kept, and a ``lex`` line the keyword search would refuse (over its term or character limit,
+:mod:`qmdlab.search.lexical`) is dropped with that reason — the query's own text was fine, so
+the expander's excess never fails it. (What is read of an answer at all is bounded by its parser,
+:func:`qmdlab.models.expansion.parse_expansion`.)
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.terms import terms
 
 TYPES = ("lex", "vec", "hyde")
+#: Expander lines kept at most (each is a retrieval list): qmd's expander writes 1–3 lex,
+#: 1–3 vec and at most one hyde line, a generic instruct model at most 6 (its grammar).
+MAX_EXPANDER_LINES = 10
 
 
 class Expansion(NamedTuple):
@@ -71,6 +80,7 @@ def filter_expansions(
     [('Git  Rebase', 'equals the query'), ('rebase onto main', None), ('pasta', 'shares no query term'), ('rebase is', 'hyde disabled')]
     """
     out: list[Expansion] = []
+    kept = 0
     for kind, text in lines:
         reason = None
         if kind not in TYPES:
@@ -83,8 +93,34 @@ def filter_expansions(
             reason = "equals the query"
         elif check_terms and not shares_term(query, text):
             reason = "shares no query term"
+        elif origin == "expander":
+            reason = _over_limits(kind, text, kept)
+        kept += reason is None
         out.append(Expansion(kind, text, reason is None, reason, origin))
     return out
+
+
+def _over_limits(kind: str, text: str, kept: int) -> str | None:
+    """Why an expander line is not searched though it passed the filter: :data:`MAX_EXPANDER_LINES`
+    are kept already, or it is a ``lex`` line the keyword search would refuse.
+
+    >>> _over_limits("lex", "git rebase", 0) is None, _over_limits("vec", "x", MAX_EXPANDER_LINES)
+    (True, 'over the limit of 10 expander lines kept')
+    >>> _over_limits("lex", " ".join(f"w{i}" for i in range(300)), 0)
+    'over the keyword search limit: search query has more than 256 distinct terms'
+    """
+    from qmdlab.errors import QmdlabError
+    from qmdlab.search.lexical import check_query_length, parse_fts_query
+
+    if kept >= MAX_EXPANDER_LINES:
+        return f"over the limit of {MAX_EXPANDER_LINES} expander lines kept"
+    try:
+        check_query_length(text, f"{kind} line")
+        if kind == "lex":  # every piece a term: the most terms any BM25 mode counts
+            parse_fts_query(text, "or", prefix=False, stopwords=False, query_tf=False)
+    except QmdlabError as err:
+        return f"over the keyword search limit: {str(err).split(';')[0]}" if kind == "lex" else str(err).split(";")[0]
+    return None
 
 
 def parse_query_document(doc: str) -> tuple[str, str | None, list[tuple[str, str]]]:

@@ -412,6 +412,7 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 "SELECT count(DISTINCT k.id) FROM chunks k JOIN documents d ON d.hash = k.hash WHERE d.active = 1"
             ).fetchone()[0]
         checks = self.vector_check()
+        invalid = self.vector_values_check()  # NaN or infinite values: never searched
         return {
             "index": str(self.dir),
             "collections": [
@@ -423,7 +424,12 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
             "chunks": nchunks,
             "chunker": self.stored_chunker_fingerprint(),
             "vectors": {
-                fp: {"dim": d, "count": n, **{k: v for k, v in checks.get(fp, {}).items() if k != "vectors"}}
+                fp: {
+                    "dim": d,
+                    "count": n,
+                    **{k: v for k, v in checks.get(fp, {}).items() if k != "vectors"},
+                    "invalid": invalid.get(fp, 0),
+                }
                 for fp, (d, n) in self.vector_fingerprints().items()
             },
             "llm_cache_entries": self.cache.count(),

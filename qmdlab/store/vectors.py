@@ -11,21 +11,67 @@ when the vectors are written (in the same transaction), with that chunk's
 (:func:`~qmdlab.store.schema.next_chunk_id`); a vector whose key is not its chunk's is neither
 loaded nor counted as present (``embed`` computes it again). :meth:`VectorsMixin.vector_check`
 counts every other kind of vector (orphaned, mismatched, stored before keys existed).
+
+A vector holding a NaN or an infinite value (or past float32's range) is never stored: the batch
+holding it is refused whole (:func:`vector_problem`), whatever embedder computed it. One stored by
+an older version is left out of the search (a zero row: it matches nothing) and counted by
+:meth:`VectorsMixin.vector_values_check` (``status``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # numpy and polars are imported by the methods that use them (CLI cold start)
     import numpy as np
     import polars as pl
 
-from qmdlab.errors import DimensionMismatchError
+from qmdlab.errors import DimensionMismatchError, ModelError
 from qmdlab.store import limits, schema, testhooks
 from qmdlab.store.base import IndexBase
 from qmdlab.store.schema import CHUNK_KEY
+
+
+def vector_problem(matrix: Any, *, zero_ok: bool = True) -> str | None:
+    """Why ``matrix`` (one vector per row) cannot be stored or searched, or ``None``: not one
+    vector per row, empty vectors (``[]``), a NaN, an infinite value, a value past float32's range
+    (stored as infinity) and, unless ``zero_ok``, an all-zero vector (it matches nothing).
+
+    >>> vector_problem([[0.6, 0.8], [0.0, 0.0]]) is None, vector_problem([[0.0, 0.0]], zero_ok=False)
+    (True, 'an all-zero vector (vector 1 of 1)')
+    >>> vector_problem([[1.0, 0.0], [float("nan"), 1.0]]), vector_problem([[1e300, 0.0]]), vector_problem([[]])
+    ('a NaN value (vector 2 of 2)', 'a value past float32 range (1e+300, vector 1 of 1)', 'empty vectors ([])')
+    """
+    import numpy as np
+
+    try:
+        m = np.asarray(matrix, dtype=np.float64)
+    except (TypeError, ValueError):
+        return "vectors that are not lists of numbers of one length"
+    if m.ndim != 2:
+        return f"{m.ndim}-dimensional data instead of one vector per text"
+    n = m.shape[0]
+    if n and m.shape[1] == 0:
+        return "empty vectors ([])"
+
+    def first(rows: Any) -> str:
+        return f"vector {int(np.flatnonzero(rows)[0]) + 1} of {n}"
+
+    nan = np.isnan(m).any(axis=1)
+    if nan.any():
+        return f"a NaN value ({first(nan)})"
+    inf = np.isinf(m).any(axis=1)
+    if inf.any():
+        return f"an infinite value ({first(inf)})"
+    big = (np.abs(m) > np.finfo(np.float32).max).any(axis=1)
+    if big.any():
+        return f"a value past float32 range ({np.abs(m[big]).max():g}, {first(big)})"
+    if not zero_ok:
+        zero = ~m.any(axis=1)
+        if zero.any():
+            return f"an all-zero vector ({first(zero)})"
+    return None
 
 
 class VectorMatrix(NamedTuple):
@@ -83,7 +129,8 @@ class VectorsMixin(IndexBase):
 
         A chunk id that no longer names a chunk (its file was removed and ``cleanup`` ran while
         the vectors were computed) gets no vector; each stored vector records the key of its
-        chunk (:data:`~qmdlab.store.schema.CHUNK_KEY`).
+        chunk (:data:`~qmdlab.store.schema.CHUNK_KEY`). A batch holding a vector that is not finite
+        (:func:`vector_problem`) is refused whole.
 
         Parameters
         ----------
@@ -97,12 +144,20 @@ class VectorsMixin(IndexBase):
         Raises
         ------
         DimensionMismatchError
-            ``dim`` differs from vectors already stored under ``fingerprint``.
+            ``dim`` differs from vectors already stored under ``fingerprint``
+            (:meth:`drop_other_dimensions` first, for ``embed -f``).
+        ModelError
+            A vector holds a NaN or an infinite value: nothing of the batch is stored.
         """
         import numpy as np
 
-        m = np.asarray(matrix, dtype=np.float32)
         ids = [int(i) for i in chunk_ids]
+        problem = vector_problem(matrix)
+        if problem is not None and len(ids):
+            raise ModelError(
+                f"embedder {fingerprint!r} gave {problem}; nothing of this batch was stored — check the embed model"
+            )
+        m = np.asarray(matrix, dtype=np.float32)
         if m.ndim != 2 or m.shape[0] != len(ids):
             raise ValueError(f"matrix shape {m.shape} does not match {len(ids)} chunk ids")
         dim = int(m.shape[1])
@@ -127,6 +182,19 @@ class VectorsMixin(IndexBase):
             stored = c.total_changes - before
             testhooks.point("vectors.batch")
         return stored
+
+    def drop_other_dimensions(self, fingerprint: str, dim: int) -> int:
+        """Delete the vectors under ``fingerprint`` that are not ``dim``-d, in one transaction;
+        returns how many. ``embed -f`` after a served model changed its dimension under the same
+        name: those vectors cannot be searched with the model's query vectors any more."""
+        with self._lock:
+            found = self.conn.execute(
+                "SELECT 1 FROM vectors WHERE fingerprint = ? AND dim != ? LIMIT 1", (fingerprint, int(dim))
+            ).fetchone()
+        if found is None:
+            return 0
+        with self.transaction() as c:
+            return c.execute("DELETE FROM vectors WHERE fingerprint = ? AND dim != ?", (fingerprint, int(dim))).rowcount
 
     def vector_matrix(self, fingerprint: str) -> VectorMatrix:
         """All vectors of active documents under ``fingerprint``, L2-normalised; loaded once and
@@ -161,6 +229,7 @@ class VectorsMixin(IndexBase):
                     "re-embed with `qmdlab embed -f`"
                 )
             mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), dims.pop()).copy()
+            mat[~np.isfinite(mat).all(axis=1)] = 0.0  # stored by an older version: matches nothing
             norms = np.linalg.norm(mat, axis=1, keepdims=True)
             mat /= np.where(norms == 0, 1.0, norms)
             vm = VectorMatrix(np.array([r[0] for r in rows], dtype=np.int64), [r[1] for r in rows], mat)
@@ -184,3 +253,28 @@ class VectorsMixin(IndexBase):
             r[0]: {"vectors": r[1], "orphaned": r[2] or 0, "mismatched": r[3] or 0, "unverified": r[4] or 0}
             for r in rows
         }
+
+    def vector_values_check(self, batch: int = 4096) -> dict[str, int]:
+        """Per fingerprint: how many stored vectors cannot be searched — a NaN or an infinite
+        value, or a blob that is not ``dim`` float32 values (left out of the search; ``qmdlab embed
+        -f`` re-computes them). Every blob is read, ``batch`` rows at a time."""
+        import numpy as np
+
+        out: dict[str, int] = {}
+        with self._lock:
+            cur = self.conn.execute("SELECT fingerprint, dim, blob FROM vectors ORDER BY fingerprint, dim")
+            while True:
+                rows = cur.fetchmany(batch)
+                if not rows:
+                    break
+                groups: dict[tuple[str, int], list[bytes]] = {}
+                for fp, dim, blob in rows:
+                    out.setdefault(fp, 0)
+                    if not isinstance(blob, bytes) or not dim or len(blob) != 4 * dim:
+                        out[fp] += 1
+                    else:
+                        groups.setdefault((fp, dim), []).append(blob)
+                for (fp, dim), blobs in groups.items():
+                    mat = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dim)
+                    out[fp] += int((~np.isfinite(mat).all(axis=1)).sum())
+        return out
