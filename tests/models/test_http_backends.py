@@ -233,6 +233,22 @@ def test_retries_are_bounded_and_4xx_is_not_retried(stub):
     assert len(stub.requests) == n + 1
 
 
+def test_vectors_must_name_each_text_once_and_scores_must_be_finite(stub):
+    # two rows both claiming index 0: the vectors would be stored against the wrong chunks
+    stub.script["/v1/embeddings"] = [
+        ("raw", b'{"data": [{"index": 0, "embedding": [1, 0]}, {"index": 0, "embedding": [0, 1]}]}')
+    ]
+    emb = HttpEmbedder(f"{stub.base}#m", chunking={})
+    with pytest.raises(ModelError, match=r"answered JSON without one embedding for each of the 2 texts"):
+        emb.embed_documents([("", "a"), ("", "b")])
+    # no index at all: the order of the texts
+    stub.script["/v1/embeddings"] = [("raw", b'{"data": [{"embedding": [1, 0]}, {"embedding": [0, 1]}]}')]
+    assert emb.embed_documents([("", "a"), ("", "b")]).tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    stub.script["/v1/rerank"] = [("raw", b'{"results": [{"index": 0, "relevance_score": NaN}]}')]
+    with pytest.raises(ModelError, match="answered JSON without finite relevance scores"):
+        HttpReranker(f"{stub.base}#m?scores=logit").score("q", ["a"])
+
+
 def test_bad_json_and_bad_shapes_are_one_line_errors(stub):
     stub.script["/v1/embeddings"] = [("raw", b"<html>\n<body>proxy error</body>\n</html>")]
     emb = HttpEmbedder(f"{stub.base}#m", chunking={})
