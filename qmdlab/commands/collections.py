@@ -232,6 +232,7 @@ def register_collection_verbs(collection: click.Group) -> None:
         .qmd/index.yaml or .qmd/index.yml, else index.yml in $QMD_CONFIG_DIR, $XDG_CONFIG_HOME/qmd
         or ~/.config/qmd). qmd's files are only read."""
         from qmdlab.store.qmdimport import apply_import, find_qmd_config, plan_import, qmd_index_path
+        from qmdlab.store.trust import shown
 
         if config is not None and qmd_index is not None:
             raise click.UsageError("give CONFIG or --qmd-index NAME, not both")
@@ -239,20 +240,29 @@ def register_collection_verbs(collection: click.Group) -> None:
         plan = plan_import(source)
         idx = _open(ctx)
         res = apply_import(idx, plan, models=models, dry_run=dry_run)
-        click.echo(f"{'would import' if dry_run else 'imported'} from {source}:")
+        # every value of qmd's file is shown escaped: a name, path or text cannot write to the terminal
+        click.echo(f"{'would import' if dry_run else 'imported'} from {shown(str(source))}:")
         for line in res.lines or ["(nothing to import)"]:
-            click.echo(f"  {line}")
+            click.echo(f"  {shown(line)}")
         if res.skipped:
             click.echo("not imported:")
             for line in res.skipped:
-                click.echo(f"  {line}")
+                click.echo(f"  {shown(line)}")
+        if res.held:
+            click.echo(
+                f"{'would wait' if dry_run else 'waiting'} for approval (the imported config may have come with a "
+                "checkout; `qmdlab trust` shows each, then approves):"
+            )
+            for line in res.held:
+                click.echo(f"  {shown(line)}")
         if res.pending_commands and not dry_run:
             click.echo("update commands wait for approval: `qmdlab trust` (shows them first)")
         qmd_db = qmd_index_path(source, qmd_index or source.stem)
         if qmd_db.is_file():
-            click.echo(f"qmd's database {qmd_db} is not read: qmdlab indexes the folders itself")
-        if res.registered and not dry_run and not no_update:
-            print_report(idx.update(res.registered, progress=True))
+            click.echo(f"qmd's database {shown(str(qmd_db))} is not read: qmdlab indexes the folders itself")
+        todo = [n for n in res.registered if n not in res.held_roots]  # a held root is not read before approval
+        if todo and not dry_run and not no_update:
+            print_report(idx.update(todo, progress=True))
 
 
 def _config_only(ctx):
@@ -312,16 +322,19 @@ def register(group: click.Group) -> None:
     @click.pass_context
     def trust_cmd(ctx, names: tuple[str, ...], yes: bool) -> None:
         """Review and approve what a checked-in config asks for: the update commands of this index's
-        collections (each runs before `qmdlab update` re-indexes its collection) and, in a project's
-        .qmdlab/, collection roots outside the project and linked index files. Each is shown exactly
+        collections (each runs before `qmdlab update` re-indexes its collection, in its root) and, in a
+        project's .qmdlab/ or a config that received `collection import-qmd`, collection roots outside
+        the project, linked index files, models served over HTTP and the editor link template. Each is shown exactly
         (non-printing characters escaped) and approved by the hash of exactly that text; any change
         asks again. `trust list` shows approvals, `trust revoke` drops them."""
         if ctx.invoked_subcommand is not None:
             return
+        from qmdlab.store import config as store_config
         from qmdlab.store import trust
 
         directory, config_path = _config_only(ctx)
         colls = _config_collections(config_path, names)
+        conf = store_config.load(config_path) if config_path.is_file() else store_config.Config()
         links = [x for x in trust.pending_links(directory) if not names or x.special]
         special = [x for x in links if x.special]
         links = [x for x in links if not x.special]
@@ -329,9 +342,11 @@ def register(group: click.Group) -> None:
         cmds = trust.pending(config_path, colls)
         refused = [c for c in cmds if trust.never_run(c) is not None]
         cmds = [c for c in cmds if trust.never_run(c) is None]
-        if not (links or special or roots or cmds or refused):
+        served = [] if names else trust.pending_models(directory, config_path, conf)
+        editor = None if names else trust.editor_held(directory, config_path, conf)
+        if not (links or special or roots or cmds or refused or served or editor):
             click.echo(
-                "nothing to approve: no update command or path is waiting"
+                "nothing to approve: no update command, path, served model or editor link is waiting"
                 + (" for " + ", ".join(names) if names else "")
             )
             return
@@ -339,16 +354,31 @@ def register(group: click.Group) -> None:
             click.echo(f"refused: {trust.link_refusal(x)}", err=True)
         for c in refused:
             click.echo(f"refused: {trust.never_run(c)}", err=True)
-        if links or roots or cmds:
+        if links or roots or cmds or served or editor:
             if links:
                 click.echo(f"linked index files in {trust.shown(str(directory))}:")
                 for x in links:
                     there = "" if os.path.lexists(x.target) else "  (does not exist: qmdlab would create it)"
                     click.echo(f"  {trust.shown(x.name)} -> {trust.shown(x.target)}{there}")
             if roots:
-                click.echo(f"collection roots outside the project {trust.shown(str(directory.parent))}:")
+                local = trust.project_folder(directory) is not None
+                click.echo(
+                    f"collection roots outside the project {trust.shown(str(directory.parent))}:"
+                    if local
+                    else "collection roots outside the project of the qmd config they were imported from:"
+                )
                 for c, real in roots:
                     click.echo(f"  {trust.shown(c.name)}: {trust.shown(real)}  (mask {trust.shown(c.mask)})")
+            if served:
+                click.echo(
+                    f"models served over HTTP named by {trust.shown(str(config_path))} (every chunk and query "
+                    "is sent there, with your API key):"
+                )
+                for role, ref in served:
+                    click.echo(f"  models.{role}: {trust.shown(ref)}")
+            if editor:
+                click.echo(f"editor link template of {trust.shown(str(config_path))} (written into each result link):")
+                click.echo(f"  editor_uri: {trust.shown(editor)}")
             if cmds:
                 click.echo(f"update commands in {trust.shown(str(config_path))}:")
                 for c in cmds:
@@ -368,6 +398,11 @@ def register(group: click.Group) -> None:
                 click.echo(f"approved: {trust.shown(a.collection)}: root {trust.shown(a.command)}")
             for c in trust.approve(config_path, cmds):
                 click.echo(f"approved: {trust.shown(c.name)}: {trust.shown(c.update_cmd or '')}")
+            for a in trust.approve_models(config_path, served):
+                click.echo(f"approved: models.{a.collection}: {trust.shown(a.command)}")
+            if editor:
+                trust.approve_editor(config_path, editor)
+                click.echo(f"approved: editor_uri: {trust.shown(editor)}")
         if special or refused:
             raise ConfigError(
                 f"{len(special) + len(refused)} item(s) refused (listed above with the reason and the fix); "
@@ -376,23 +411,23 @@ def register(group: click.Group) -> None:
 
     @trust_cmd.command("list")
     def trust_list() -> None:
-        """Every approval (all indexes): kind, collection or file, what was approved, config, date."""
+        """Every approval (all indexes): kind, collection (model role, linked file), what was approved
+        (a command with the root it runs in), config, date."""
         from qmdlab.store import trust
 
         rows = trust.approvals()
         if not rows:
             click.echo("no approvals")
         for a in rows:
-            click.echo(
-                f"{a.kind}\t{trust.shown(a.collection)}\t{trust.shown(a.command)}\t{trust.shown(a.config)}\t{a.approved_at}"
-            )
+            what = trust.shown(a.command) + (f" (in {trust.shown(a.root)})" if a.root else "")
+            click.echo(f"{a.kind}\t{trust.shown(a.collection)}\t{what}\t{trust.shown(a.config)}\t{a.approved_at}")
 
     @trust_cmd.command("revoke")
     @click.option("-c", "--collection", "names", multiple=True, help="Only these collections (default: all).")
     @click.pass_context
     def trust_revoke(ctx, names: tuple[str, ...]) -> None:
-        """Drop the approvals of this index: its update commands and roots (and its linked index files
-        when no -c is given)."""
+        """Drop the approvals of this index: its update commands and roots (and its served models,
+        editor link template and linked index files when no -c is given)."""
         from qmdlab.store import trust
 
         directory, config_path = _config_only(ctx)

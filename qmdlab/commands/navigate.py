@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from qmdlab.commands.common import open_index
-from qmdlab.display import json_text, printable
+from qmdlab.display import json_text, printable, printable_text
 from qmdlab.errors import QmdlabError
 
 
@@ -73,7 +73,7 @@ def register(group: click.Group) -> None:
             )
         )
         click.echo("")
-        click.echo(_numbered(j.text, j.line_start, j.truncated) if line_numbers else j.text)
+        click.echo(printable_text(_numbered(j.text, j.line_start, j.truncated) if line_numbers else j.text))
 
     @group.command("chunks")
     @click.argument("ref")
@@ -124,7 +124,7 @@ def register(group: click.Group) -> None:
                 )
             )
             click.echo("")
-            click.echo(b.marked())
+            click.echo(printable_text(b.marked()))
             return
         rows = read_chunks(
             idx, ref, list(chunk_ids) or None, preview_chars=preview_chars, full=full, max_chars=max_chars
@@ -138,5 +138,5 @@ def register(group: click.Group) -> None:
                 f"chunk {c.chunk_id} (#{c.seq}) lines {c.line_start}-{c.line_end}, {c.chars} chars"
                 + (f"  § {printable(crumb)}" if crumb else "")
             )
-            body = c.text.replace("\n", "\n  ") if full else c.text
+            body = printable_text(c.text).replace("\n", "\n  ") if full else printable(c.text)
             click.echo(f"  {body}")

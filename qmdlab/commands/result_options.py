@@ -200,17 +200,32 @@ def render(
 def editor_links(idx, rows, *, tty: bool | None = None) -> list[str | None] | None:
     """One editor URI per row (its file's absolute path and line) when stdout is a terminal and an
     editor template is set (``$QMDLAB_EDITOR_URI``, ``$QMD_EDITOR_URI`` or the index's
-    ``editor_uri``, :func:`qmdlab.output.editor_template`); ``None`` otherwise (plain paths)."""
+    ``editor_uri``, :func:`qmdlab.output.editor_template`); ``None`` otherwise (plain paths).
+
+    The index's template is used only when its config may set it: one that is project-local or
+    received an import waits for ``qmdlab trust`` (a note says so on stderr,
+    :func:`qmdlab.store.trust.editor_held`); a template holding a control or format character is
+    never used (it is written into a terminal escape)."""
     import sys
 
     from qmdlab.output import editor_link, editor_template
     from qmdlab.pipeline.results import hit_line
+    from qmdlab.store.config import template_problem
 
     if not rows or not (sys.stdout.isatty() if tty is None else tty):
         return None
-    template = editor_template(idx.editor_uri() if hasattr(idx, "editor_uri") else None)
-    if not template:
+    configured = idx.editor_uri() if hasattr(idx, "editor_uri") else None
+    template = editor_template(configured)
+    if not template or template_problem(template) is not None:
         return None
+    if template == configured and editor_template(None) is None and hasattr(idx, "config_path"):
+        from qmdlab.store import config as store_config
+        from qmdlab.store import trust
+
+        held = trust.editor_held(idx.dir, idx.config_path, store_config.load(idx.config_path))
+        if held is not None:
+            click.echo(trust.editor_note(idx.config_path, held), err=True)
+            return None
     roots = {c.name: c.root for c in idx.collections()}
     out = []
     for r in rows:

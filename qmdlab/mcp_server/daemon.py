@@ -38,6 +38,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from qmdlab.display import printable
 from qmdlab.errors import QmdlabError
 from qmdlab.paths import home, resolve_index_dir
 
@@ -256,12 +257,31 @@ def _listens(pid: int, port: int) -> bool:
     return False
 
 
+def _open_log(index: str | os.PathLike[str] | None, flags: int) -> int:
+    """A descriptor of the index's log, opened without following a symbolic link (``O_NOFOLLOW``):
+    a link left at the log's path would have the daemon's output written into (or a start error
+    read from) whatever it points to. A link is refused with a one-line :class:`QmdlabError`."""
+    path = log_file(index)
+    try:
+        return os.open(path, flags | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as err:
+        if os.path.islink(path):
+            raise QmdlabError(
+                f"{path}: the daemon's log is a symbolic link (to {os.path.realpath(path)}); nothing was written "
+                "through it — remove the link, then start the server again"
+            ) from None
+        raise QmdlabError(
+            f"{path}: cannot open the daemon's log ({err.strerror or err}); make $QMDLAB_HOME writable"
+        ) from None
+
+
 def _log_tail(index: str | os.PathLike[str] | None = None, n: int = 5) -> str:
     try:
-        lines = log_file(index).read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
+        with os.fdopen(_open_log(index, os.O_RDONLY), "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except (OSError, QmdlabError):
         return ""
-    return " | ".join(lines[-n:])
+    return printable(" | ".join(text.strip().splitlines()[-n:]))
 
 
 def _write_info(info: dict, index: str | os.PathLike[str] | None = None) -> None:
@@ -305,7 +325,7 @@ def start(
             + ["mcp", "--http", "--host", host, "--port", str(port), *server_args]
         )
         env = dict(os.environ, **{TOKEN_ENV: token})
-        with open(log_file(index), "wb") as log:
+        with os.fdopen(_open_log(index, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as log:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,

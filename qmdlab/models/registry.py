@@ -90,24 +90,31 @@ KNOWN: dict[str, dict[str, Any]] = {
 }
 
 
-def _index_models() -> dict:
-    """The ``models:`` of the running command's index (:func:`qmdlab.paths.active_index`)."""
+def _index_config() -> Optional[tuple[Path, Path, Any]]:
+    """``(index folder, collections.yaml, its Config)`` of the running command's index
+    (:func:`qmdlab.paths.active_index`); ``None`` without one."""
     from qmdlab.paths import active_index
 
     index_dir = active_index()
     if index_dir is None or not (index_dir / "collections.yaml").is_file():
-        return {}
+        return None
     from qmdlab.store.config import load
 
-    return dict(load(index_dir / "collections.yaml").models)
+    return index_dir, index_dir / "collections.yaml", load(index_dir / "collections.yaml")
 
 
-def _load_config(config: Union[Mapping, str, os.PathLike, None]) -> dict:
+def _index_models() -> dict:
+    """The ``models:`` of the running command's index (:func:`qmdlab.paths.active_index`)."""
+    found = _index_config()
+    return {} if found is None else dict(found[2].models)
+
+
+def _load_config(config: Union[Mapping, str, os.PathLike, None], own: Optional[dict] = None) -> dict:
     if config is None:
         from qmdlab.paths import home
 
         default = home() / "models.yaml"
-        own = _index_models()
+        own = _index_models() if own is None else own
         if not default.is_file():
             return own
         return {**_load_config(default), **own}
@@ -133,8 +140,15 @@ def resolve_refs(
     overrides: Optional[Mapping[str, Any]] = None,
     config: Union[Mapping, str, os.PathLike, None] = None,
     environ: Optional[Mapping[str, str]] = None,
+    *,
+    check: bool = True,
 ) -> tuple[str, dict[str, Any]]:
     """The preset name and each role's reference (or model object), by the precedence above.
+
+    A served model that the index's own ``models:`` names, in a project-local config or one that
+    received an import, must be approved (``qmdlab trust``): with ``check`` (the default), one that
+    is not is refused here with a :class:`ConfigError`, before anything is sent to it
+    (:func:`qmdlab.store.trust.check_model`); ``check=False`` only lists (``qmdlab models``).
 
     >>> resolve_refs("tiny", {"rerank": "none"}, config={}, environ={"QMDLAB_EXPAND_MODEL": "/m/x.gguf"})
     ('tiny', {'embed': 'pkg:all-minilm-l6-v2', 'expand': '/m/x.gguf', 'rerank': None})
@@ -147,17 +161,24 @@ def resolve_refs(
     {'embed': 'fake:keyword', 'expand': '/qmd/x.gguf', 'rerank': 'fake:overlap'}
     """
     env = os.environ if environ is None else environ
-    cfg = _load_config(config)
+    index = _index_config() if config is None else None
+    own = dict(index[2].models) if index is not None else {}
+    cfg = _load_config(config, own) if config is None else _load_config(config)
     name = preset or env.get("QMDLAB_PRESET") or cfg.get("preset") or DEFAULT_PRESET
     if name not in PRESETS:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
     refs: dict[str, Any] = {}
     for role in ROLES:
         value = PRESETS[name][role]
+        from_config = False
         from_env = env.get(ENV_VARS[role]) or env.get(QMD_ENV_VARS[role])
-        for layer in (cfg.get(role), from_env, (overrides or {}).get(role)):
+        for i, layer in enumerate((cfg.get(role), from_env, (overrides or {}).get(role))):
             if layer is not None and layer != "":
-                value = layer
+                value, from_config = layer, i == 0
+        if check and from_config and index is not None and role in own:
+            from qmdlab.store.trust import check_model
+
+            check_model(index[0], index[1], index[2], role, value)
         refs[role] = None if isinstance(value, str) and value.lower() == "none" else value
     return name, refs
 

@@ -178,7 +178,7 @@ def preset_name(preset: str | None = None, *, models_given: bool = False) -> str
         return CUSTOM
     from qmdlab.models.registry import resolve_refs
 
-    return resolve_refs(preset)[0]
+    return resolve_refs(preset, check=False)[0]  # the preset only: no model is used here
 
 
 def plan_stages(

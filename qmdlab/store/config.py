@@ -12,6 +12,13 @@
       - {target: /, text: "Everything"}                  # global
     editor_uri: "vscode://file/{path}:{line}:{col}"      # clickable result paths on a terminal (optional)
     models: {embed: "hf:…", rerank: "hf:…"}              # this index's models, over $QMDLAB_HOME/models.yaml (optional)
+    imported_from: [/p/.qmd/index.yml]                   # the qmd configs `collection import-qmd` read into it
+
+A collection that came from ``collection import-qmd`` names its qmd config (``imported_from:`` on
+its entry). A project-local config, and one that received an import, is untrusted: its served
+models, its ``editor_uri`` and its roots outside the project wait for ``qmdlab trust``
+(:mod:`qmdlab.store.trust`). An ``editor_uri`` holding a control or format character (ESC, BEL,
+a C1 control, U+202E …) is refused when the file is read: it is written into a terminal escape.
 
 Written atomically (temp file + rename). In a project-local index (``.qmdlab/`` made by
 ``qmdlab init``) a root inside the project is written relative to the project folder, so the file
@@ -23,6 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,6 +55,7 @@ class Collection:
     ignore: tuple[str, ...] = ()
     include: bool = True
     update_cmd: str | None = None
+    source: str | None = None  # the qmd config it was imported from (``collection import-qmd``)
 
     def replace(self, **changes) -> Collection:
         """A copy with ``changes``.
@@ -78,6 +87,28 @@ class Config:
     contexts: list[Context] = field(default_factory=list)
     editor_uri: str | None = None
     models: dict[str, str] = field(default_factory=dict)
+    imported: list[str] = field(default_factory=list)  # the qmd configs imported into it (real paths)
+
+
+#: Unicode categories an editor link template never holds: controls (C0, DEL, C1: ESC, BEL, CSI,
+#: OSC …), format characters (bidi overrides such as U+202E, zero-width ones), line and paragraph
+#: separators, lone surrogates — the template is written into a terminal hyperlink escape.
+TEMPLATE_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def template_problem(text: str) -> str | None:
+    r"""Why an editor link template cannot be used (``None``: it can): the first control or format
+    character in it, with its position.
+
+    >>> template_problem("vscode://file/{path}:{line}"), template_problem("x://{path}\x1b]52;c;eA==\x07")
+    (None, 'a control or format character (\\x1b) at character 11')
+    """
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in TEMPLATE_HIDDEN:
+            o = ord(ch)
+            code = f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+            return f"a control or format character ({code}) at character {i + 1}"
+    return None
 
 
 #: The keys of an index's ``models:`` (as ``models.yaml``'s).
@@ -152,6 +183,7 @@ def load(path: Path) -> Config:
         if not isinstance(include, bool):
             raise ConfigError(f"{path}: collections[{i}].include must be true or false; fix the entry")
         update = c.get("update")
+        source = c.get("imported_from")
         cols.append(
             Collection(
                 str(c["name"]),
@@ -160,6 +192,7 @@ def load(path: Path) -> Config:
                 tuple(str(g) for g in (c.get("ignore") or ())),
                 include,
                 str(update) if update not in (None, "") else None,
+                str(source) if source not in (None, "") else None,
             )
         )
     ctxs = []
@@ -167,11 +200,28 @@ def load(path: Path) -> Config:
         if not isinstance(c, dict) or "target" not in c or "text" not in c:
             raise ConfigError(f"{path}: contexts[{i}] needs 'target' and 'text'; fix the entry")
         ctxs.append(Context(str(c["target"]), str(c["text"])))
-    editor = data.get("editor_uri")
+    editor = str(data["editor_uri"]) if data.get("editor_uri") else None
+    why = template_problem(editor) if editor else None
+    if why is not None:
+        raise ConfigError(
+            f"{_shown_path(path)}: editor_uri holds {why}, which a terminal link cannot carry; "
+            "fix or remove the editor_uri entry"
+        )
     models = data.get("models") or {}
     if not isinstance(models, dict) or any(k not in MODEL_KEYS or not isinstance(v, str) for k, v in models.items()):
         raise ConfigError(f"{path}: 'models' must map {', '.join(MODEL_KEYS)} to model references; fix the entry")
-    return Config(cols, ctxs, str(editor) if editor else None, dict(models))
+    imported = data.get("imported_from") or []
+    if isinstance(imported, str):
+        imported = [imported]
+    if not isinstance(imported, list):
+        raise ConfigError(f"{path}: 'imported_from' must be a list of qmd config files; fix the entry")
+    return Config(cols, ctxs, editor, dict(models), [str(x) for x in imported if x])
+
+
+def _shown_path(path: Path) -> str:
+    from qmdlab.display import printable
+
+    return printable(str(path))
 
 
 def save(path: Path, config: Config) -> None:
@@ -187,12 +237,16 @@ def save(path: Path, config: Config) -> None:
             entry["include"] = False
         if c.update_cmd:
             entry["update"] = c.update_cmd
+        if c.source:
+            entry["imported_from"] = c.source
         cols.append(entry)
     data = {"collections": cols, "contexts": [{"target": c.target, "text": c.text} for c in config.contexts]}
     if config.editor_uri:
         data["editor_uri"] = config.editor_uri
     if config.models:
         data["models"] = dict(config.models)
+    if config.imported:
+        data["imported_from"] = list(dict.fromkeys(config.imported))
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     tmp = path.with_name(path.name + ".tmp")
     try:

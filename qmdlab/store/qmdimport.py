@@ -36,7 +36,15 @@ qmd                                    qmdlab
 =====================================  ===================================================
 
 Anything else (unknown keys, a missing folder, a name qmdlab cannot use, a collection already
-registered with another root) is reported and left out. qmd's file is only read, never written.
+registered with another root, an editor template holding a control character) is reported and
+left out. qmd's file is only read, never written; every value of it is printed escaped
+(:func:`qmdlab.store.trust.shown`).
+
+An imported config is untrusted (:mod:`qmdlab.store.trust`): the index records it
+(``imported_from:``), and what it points elsewhere is registered but waits for ``qmdlab trust``,
+which the import says: a served model (``http://``, ``https://``, ``openai:``: nothing is sent to
+it before), the editor template, and — from a project's ``.qmd/`` config, or into a project-local
+index — a collection root outside the project (not indexed before).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ import yaml
 
 from qmdlab.errors import ConfigError
 from qmdlab.store import safeyaml
-from qmdlab.store.config import _NAME, Collection
+from qmdlab.store.config import _NAME, Collection, Config, template_problem
 from qmdlab.store.limits import MAX_BRACE_EXPANSIONS, MAX_GLOB_CHARS
 
 QMD_COLLECTION_KEYS = {"path", "pattern", "ignore", "update", "includeByDefault", "context"}
@@ -287,7 +295,11 @@ def plan_import(path: str | os.PathLike) -> ImportPlan:
     for key in QMD_EDITOR_KEYS:  # qmd takes the first non-empty one
         editor = data.get(key)
         if isinstance(editor, str) and editor.strip():
-            plan.editor_uri = editor.strip()
+            why = template_problem(editor.strip())
+            if why is None:
+                plan.editor_uri = editor.strip()
+            else:
+                plan.skipped.append(f"{key}: holds {why}, which a terminal link cannot carry; left out")
             break
     models = data.get("models")
     if isinstance(models, dict):
@@ -358,13 +370,21 @@ class ImportResult:
     skipped: list[str] = field(default_factory=list)  # what was not
     registered: list[str] = field(default_factory=list)  # collections added or updated
     pending_commands: list[str] = field(default_factory=list)  # collections whose update command awaits `qmdlab trust`
+    held: list[str] = field(default_factory=list)  # what waits for `qmdlab trust` (served models, editor, roots)
+    held_roots: list[str] = field(default_factory=list)  # collections not indexed until their root is approved
 
 
 def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = False) -> ImportResult:
     """Register ``plan`` in the index ``idx`` (nothing with ``dry_run``); a re-import updates the
-    settings of collections it registered before (same root)."""
+    settings of collections it registered before (same root). What the imported config points
+    elsewhere is registered but held for ``qmdlab trust`` (``res.held``)."""
+    from qmdlab.store import trust
+
     res = ImportResult(skipped=list(plan.skipped))
+    source = os.path.realpath(plan.source)
     existing = {c.name: c for c in idx.collections()}
+    if not dry_run and (plan.collections or plan.global_context or plan.editor_uri or (models and plan.models)):
+        idx.note_import(source)  # first: from now on the config's served models and editor wait for approval
     for cp in plan.collections:
         old = existing.get(cp.name)
         if old is not None and Path(old.root).resolve() != cp.root:
@@ -385,14 +405,21 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
         if not dry_run:
             if old is None:
                 idx.add_collection(cp.name, cp.root, cp.mask, cp.ignore, include=cp.include, update_cmd=cp.update_cmd)
-            else:
-                idx.update_collection(
-                    cp.name, mask=cp.mask, ignore=cp.ignore, include=cp.include, update_cmd=cp.update_cmd
-                )
+            idx.update_collection(
+                cp.name, mask=cp.mask, ignore=cp.ignore, include=cp.include, update_cmd=cp.update_cmd, source=source
+            )
         res.registered.append(cp.name)
+        held = trust.pending_roots(idx.dir, idx.config_path, [Collection(cp.name, cp.root, source=source)])
+        for _, real in held:
+            res.held.append(
+                f"collection {cp.name}: root {real} is outside the project "
+                f"{trust.project_of(idx.dir, Collection(cp.name, cp.root, source=source))}; "
+                f"not indexed until `qmdlab trust -c {cp.name}`"
+            )
+            res.held_roots.append(cp.name)
         if cp.update_cmd:
             res.lines.append(
-                f"  update command {cp.update_cmd!r}: not approved; it runs before `qmdlab update` "
+                f"  update command '{cp.update_cmd}': not approved; it runs before `qmdlab update` "
                 f"only after `qmdlab trust -c {cp.name}`"
             )
             res.pending_commands.append(cp.name)
@@ -404,10 +431,13 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
         res.lines.append(f"context /: {plan.global_context[:60]}{'…' if len(plan.global_context) > 60 else ''}")
         if not dry_run:
             idx.add_context("/", plan.global_context)
+    imported = Config(editor_uri=plan.editor_uri, models=dict(plan.models), imported=[source])
     if plan.editor_uri:
         res.lines.append(f"editor_uri: {plan.editor_uri}")
         if not dry_run:
             idx.set_editor_uri(plan.editor_uri)
+        if trust.editor_held(idx.dir, idx.config_path, imported) is not None:
+            res.held.append(f"editor_uri {plan.editor_uri}: result paths are not links until `qmdlab trust`")
     if plan.models:
         if models:
             res.lines.append(
@@ -416,6 +446,10 @@ def apply_import(idx, plan: ImportPlan, *, models: bool = True, dry_run: bool = 
             )
             if not dry_run:
                 idx.set_models(plan.models)
+            for role, ref in trust.pending_models(idx.dir, idx.config_path, imported):
+                res.held.append(
+                    f"models.{role} = {ref}: a model served over HTTP; nothing is sent to it until `qmdlab trust`"
+                )
         else:
             res.skipped.append("models: left out (--no-models)")
     return res

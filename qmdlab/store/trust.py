@@ -28,6 +28,25 @@ with a checkout, so its paths are untrusted too:
   refuses to open the index before anything is read or written; such a file that is not a regular
   file (a fifo, a device) is refused outright.
 
+A config is untrusted when it is project-local or received ``collection import-qmd``
+(``imported_from:``, :func:`untrusted_config`); what else it may point somewhere waits too:
+
+- a model it names that is served over HTTP (``http://``, ``https://``, ``openai:``): every chunk
+  and query would be posted there, with ``$QMDLAB_MODEL_API_KEY`` or ``$OPENAI_API_KEY``. A command
+  that would use it refuses before any request (:func:`check_model`), until approved, keyed by
+  (config, role, the exact reference); packaged, downloaded and local models need no approval;
+- its ``editor_uri``, written into a terminal hyperlink escape for each result: result paths stay
+  plain until it is approved, keyed by (config, the exact template) (:func:`editor_held`);
+- a collection imported from a project's ``.qmd/`` config whose root lies outside that project
+  (``imported_from:`` on the collection), as a root outside a project-local index is.
+
+An update command's approval is keyed to its collection's root as well (its real path), so a
+commit that moves the root asks again before the command runs anywhere else.
+
+The user's own ``$QMDLAB_HOME/models.yaml``, ``--*-model`` options and ``$QMDLAB_*_MODEL`` /
+``$QMDLAB_EDITOR_URI`` variables, and an index of one's own that received no import, need no
+approval.
+
 ``qmdlab collection update-cmd`` and ``qmdlab collection add`` approve what they are given (the
 user typed it); ``qmdlab trust`` approves the pending ones after showing them; ``qmdlab trust list``
 / ``qmdlab trust revoke`` show and drop approvals. ``QMDLAB_TRUST_UPDATE_HOOKS=1`` approves every
@@ -52,13 +71,16 @@ import yaml
 
 from qmdlab.errors import ConfigError, StoreError
 from qmdlab.paths import PROJECT_DIR, home
-from qmdlab.store.config import Collection
+from qmdlab.store.config import Collection, Config
 
 TRUST_ENV = "QMDLAB_TRUST_UPDATE_HOOKS"
 #: Seconds an update command may run before it is stopped.
 DEFAULT_TIMEOUT_S = 600
-#: Approval kinds: an update command, a collection root outside its project, a linked index file.
-KINDS = ("command", "root", "index-link")
+#: Approval kinds: an update command, a collection root outside its project, a linked index file,
+#: a served model a config names, a config's editor link template.
+KINDS = ("command", "root", "index-link", "model", "editor-uri")
+#: The model roles a config's ``models:`` may point at a server.
+MODEL_ROLES = ("embed", "expand", "rerank")
 #: The files of an index folder that SQLite opens (and may create) beside ``index.sqlite``.
 INDEX_FILES = ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal")
 
@@ -152,16 +174,29 @@ def never_run(coll: Collection) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- approvals
-def command_key(config_path: str | os.PathLike, collection: str, command: str) -> str:
-    """The approval key of one command of one collection of one config file.
+def command_key(
+    config_path: str | os.PathLike, collection: str, command: str, root: str | os.PathLike | None = None
+) -> str:
+    """The approval key of one command of one collection of one config file, run in ``root`` (its
+    real path; ``None``: the key an older qmdlab recorded, which no longer runs anything).
 
-    >>> command_key("/x/collections.yaml", "notes", "git pull") == command_key("/x/collections.yaml", "notes", "git pull")
+    >>> key = command_key("/x/collections.yaml", "notes", "git pull", "/n")
+    >>> key == command_key("/x/collections.yaml", "notes", "git pull", "/n")
     True
-    >>> command_key("/x/collections.yaml", "notes", "git pull") == command_key("/x/collections.yaml", "notes", "git pull\\r")
+    >>> key == command_key("/x/collections.yaml", "notes", "git pull\\r", "/n")
+    False
+    >>> key == command_key("/x/collections.yaml", "notes", "git pull", "/m")  # another root
     False
     """
     real = os.path.realpath(os.fspath(config_path))
-    return hashlib.sha256("\0".join((real, collection, command)).encode("utf-8", "surrogatepass")).hexdigest()
+    parts: tuple[str, ...] = (real, collection, command)
+    if root is not None:
+        parts = ("command", *parts, os.path.realpath(os.fspath(root)))
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _coll_key(config_path: str | os.PathLike, coll: Collection) -> str:
+    return command_key(config_path, coll.name, coll.update_cmd or "", coll.root)
 
 
 def _key(kind: str, scope: str, name: str, value: str) -> str:
@@ -177,6 +212,7 @@ class Approval:
     command: str  # what was approved: the command, the root's real path, the link's real target
     approved_at: str
     kind: str = "command"
+    root: str = ""  # a command's collection root (real path) when approved
 
 
 def _load() -> list[Approval]:
@@ -203,6 +239,7 @@ def _load() -> list[Approval]:
                     r["command"],
                     str(r.get("approved_at", "")),
                     kind if kind in KINDS else "command",
+                    str(r.get("root") or ""),
                 )
             )
     return out
@@ -255,7 +292,7 @@ def is_approved(config_path: str | os.PathLike, coll: Collection) -> bool:
         return False
     if os.environ.get(TRUST_ENV) == "1":
         return True
-    key = command_key(config_path, coll.name, coll.update_cmd)
+    key = _coll_key(config_path, coll)
     return any(a.key == key for a in _load())
 
 
@@ -263,9 +300,7 @@ def pending(config_path: str | os.PathLike, collections: Iterable[Collection]) -
     """The collections whose update command is not approved (including those :func:`never_run` refuses)."""
     keys = {a.key for a in _load()}
     return [
-        c
-        for c in collections
-        if c.update_cmd and (never_run(c) is not None or command_key(config_path, c.name, c.update_cmd) not in keys)
+        c for c in collections if c.update_cmd and (never_run(c) is not None or _coll_key(config_path, c) not in keys)
     ]
 
 
@@ -276,8 +311,13 @@ def approve(config_path: str | os.PathLike, collections: Iterable[Collection]) -
     todo = {}
     for c in collections:
         if c.update_cmd and never_run(c) is None:
-            todo[command_key(config_path, c.name, c.update_cmd)] = c
-    added = _record([Approval(k, real, c.name, c.update_cmd or "", _now()) for k, c in todo.items()])
+            todo[_coll_key(config_path, c)] = c
+    added = _record(
+        [
+            Approval(k, real, c.name, c.update_cmd or "", _now(), root=os.path.realpath(os.fspath(c.root)))
+            for k, c in todo.items()
+        ]
+    )
     return [todo[a.key] for a in added]
 
 
@@ -285,7 +325,7 @@ def revoke(
     config_path: str | os.PathLike, names: Iterable[str] | None = None, *, index_dir: str | os.PathLike | None = None
 ) -> list[Approval]:
     """Drop the approvals of a config's collections (``names``; all of that config when ``None``,
-    and then the index links of ``index_dir`` too)."""
+    and then its models and editor template and the index links of ``index_dir`` too)."""
     real = os.path.realpath(os.fspath(config_path))
     scope = _link_scope(index_dir) if index_dir is not None and names is None else None
     wanted = None if names is None else set(names)
@@ -293,7 +333,8 @@ def revoke(
     gone = [
         a
         for a in rows
-        if (a.kind != "index-link" and a.config == real and (wanted is None or a.collection in wanted))
+        if (a.kind in ("command", "root") and a.config == real and (wanted is None or a.collection in wanted))
+        or (a.kind in ("model", "editor-uri") and a.config == real and wanted is None)
         or (a.kind == "index-link" and scope is not None and a.config == scope)
     ]
     if gone:
@@ -307,8 +348,9 @@ def refusal(coll: Collection) -> str:
     if why is not None:
         return why + "; it did not run"
     return (
-        f"collection {shown(coll.name)}: update command '{shown(coll.update_cmd or '')}' is not approved, so it did "
-        f"not run; approve it with `qmdlab trust -c {shown(coll.name)}` (or `qmdlab trust` for every pending one)"
+        f"collection {shown(coll.name)}: update command '{shown(coll.update_cmd or '')}' (in "
+        f"{shown(os.path.realpath(os.fspath(coll.root)))}) is not approved, so it did not run; "
+        f"approve it with `qmdlab trust -c {shown(coll.name)}` (or `qmdlab trust` for every pending one)"
     )
 
 
@@ -319,10 +361,31 @@ def project_folder(index_dir: str | os.PathLike) -> Path | None:
     return d.parent if d.name == PROJECT_DIR else None
 
 
+def untrusted_config(index_dir: str | os.PathLike, conf: Config) -> bool:
+    """Is this index's config untrusted: project-local (it may have come with a checkout), or one
+    that received ``collection import-qmd`` (``imported_from:``)?"""
+    return project_folder(index_dir) is not None or bool(conf.imported)
+
+
+def _imported_project(coll: Collection) -> Path | None:
+    """The project folder of the qmd config ``coll`` was imported from, when that is a project's
+    ``.qmd/`` config (``None`` for any other collection)."""
+    if not coll.source:
+        return None
+    src = Path(os.path.abspath(coll.source))
+    return src.parent.parent if src.parent.name == ".qmd" else None
+
+
+def project_of(index_dir: str | os.PathLike, coll: Collection) -> Path | None:
+    """The project ``coll``'s root must stay inside without approval (see :func:`outside_root`)."""
+    return project_folder(index_dir) or _imported_project(coll)
+
+
 def outside_root(index_dir: str | os.PathLike, coll: Collection) -> str | None:
-    """The real path of ``coll``'s root when the index is project-local and the root lies outside
-    the project folder (links followed); ``None`` otherwise."""
-    project = project_folder(index_dir)
+    """The real path of ``coll``'s root when it lies outside its project folder (links followed):
+    the project of a project-local index, else the project of the ``.qmd/`` config it was imported
+    from; ``None`` otherwise (an index of one's own)."""
+    project = project_of(index_dir, coll)
     if project is None:
         return None
     real = os.path.realpath(os.fspath(coll.root))
@@ -361,9 +424,14 @@ def approve_roots(config_path: str | os.PathLike, items: Iterable[tuple[Collecti
 
 def root_refusal(index_dir: str | os.PathLike, coll: Collection, real: str) -> str:
     """The line refusing to index an unapproved root outside the project."""
+    where = (
+        f"the project's {PROJECT_DIR}/collections.yaml may have come with a checkout"
+        if project_folder(index_dir) is not None
+        else f"it was imported from {shown(coll.source or '')}, which may have come with a checkout"
+    )
     return (
-        f"collection {shown(coll.name)}: its root {shown(real)} is outside the project {shown(str(project_folder(index_dir)))} "
-        f"(the project's {PROJECT_DIR}/collections.yaml may have come with a checkout), so nothing was "
+        f"collection {shown(coll.name)}: its root {shown(real)} is outside the project "
+        f"{shown(str(project_of(index_dir, coll)))} ({where}), so nothing was "
         f"indexed or changed; check that folder, then approve it with `qmdlab trust -c {shown(coll.name)}`, or "
         f"drop the collection with `qmdlab collection remove {shown(coll.name)}`"
     )
@@ -378,6 +446,86 @@ def check_roots(
         c, real = todo[0]
         more = f" (and {len(todo) - 1} more: `qmdlab trust` lists them)" if len(todo) > 1 else ""
         raise StoreError(root_refusal(index_dir, c, real) + more)
+
+
+# ---------------------------------------------------------------------------------------- models, editor link
+def served(ref: object) -> bool:
+    """Does ``ref`` name a model served over HTTP (every text it embeds or judges is sent there)?
+
+    >>> served("http://127.0.0.1:8080/v1#m"), served("openai:text-embedding-3-small"), served("pkg:x")
+    (True, True, False)
+    """
+    from qmdlab.models._http import is_remote
+
+    return is_remote(ref)
+
+
+def _model_key(config_path: str | os.PathLike, role: str, ref: str) -> str:
+    return _key("model", os.path.realpath(os.fspath(config_path)), role, ref)
+
+
+def pending_models(index_dir: str | os.PathLike, config_path: str | os.PathLike, conf: Config) -> list[tuple[str, str]]:
+    """``(role, reference)`` of each served model an untrusted config names that is not approved."""
+    if not untrusted_config(index_dir, conf):
+        return []
+    todo = [(r, conf.models[r]) for r in MODEL_ROLES if served(conf.models.get(r))]
+    if not todo:
+        return []
+    keys = {a.key for a in _load()}
+    return [(r, ref) for r, ref in todo if _model_key(config_path, r, ref) not in keys]
+
+
+def approve_models(config_path: str | os.PathLike, items: Iterable[tuple[str, str]]) -> list[Approval]:
+    """Approve served models of a config (``(role, reference)`` pairs)."""
+    real = os.path.realpath(os.fspath(config_path))
+    return _record([Approval(_model_key(config_path, r, ref), real, r, ref, _now(), "model") for r, ref in items])
+
+
+def model_refusal(config_path: str | os.PathLike, role: str, ref: str) -> str:
+    """The line refusing to use a served model an untrusted config names."""
+    return (
+        f"{shown(str(config_path))}: models.{role} is {shown(ref)}, a model served over HTTP that this config "
+        "names (a project's checked-in or an imported config), and it is not approved, so nothing was sent "
+        "to it; check it, then approve it with `qmdlab trust` (or pick the model yourself: "
+        f"--{role}-model, $QMDLAB_{role.upper()}_MODEL or $QMDLAB_HOME/models.yaml)"
+    )
+
+
+def check_model(
+    index_dir: str | os.PathLike, config_path: str | os.PathLike, conf: Config, role: str, ref: object
+) -> None:
+    """Before a model an index's config names is built: refuse (:class:`ConfigError`) a served one
+    that is not approved in an untrusted config."""
+    if not served(ref) or not untrusted_config(index_dir, conf):
+        return
+    if _model_key(config_path, role, str(ref)) not in {a.key for a in _load()}:
+        raise ConfigError(model_refusal(config_path, role, str(ref)))
+
+
+def _editor_key(config_path: str | os.PathLike, template: str) -> str:
+    return _key("editor-uri", os.path.realpath(os.fspath(config_path)), "editor_uri", template)
+
+
+def editor_held(index_dir: str | os.PathLike, config_path: str | os.PathLike, conf: Config) -> str | None:
+    """The ``editor_uri`` of an untrusted config that is not approved (``None``: none waits)."""
+    t = conf.editor_uri
+    if not t or not untrusted_config(index_dir, conf):
+        return None
+    return None if _editor_key(config_path, t) in {a.key for a in _load()} else t
+
+
+def approve_editor(config_path: str | os.PathLike, template: str) -> list[Approval]:
+    """Approve a config's editor link template."""
+    real = os.path.realpath(os.fspath(config_path))
+    return _record([Approval(_editor_key(config_path, template), real, "editor_uri", template, _now(), "editor-uri")])
+
+
+def editor_note(config_path: str | os.PathLike, template: str) -> str:
+    """The line saying a config's editor link template is not used until approved."""
+    return (
+        f"note: {shown(str(config_path))}: editor_uri {shown(template)} is not approved, so result paths "
+        "are not links; approve it with `qmdlab trust` (or set $QMDLAB_EDITOR_URI yourself)"
+    )
 
 
 @dataclass(frozen=True)

@@ -304,3 +304,227 @@ def test_init_does_not_write_its_gitignore_through_a_link(tmp_path, qmdlab_home,
     monkeypatch.chdir(proj)
     assert _run("init").exit_code == 0
     assert not outside.exists()
+
+
+# ------------------------------------------------------------------------------------- moved roots
+def test_an_approved_update_command_does_not_follow_a_moved_root(project, tmp_path):
+    """The approval of an update command is keyed to its collection's root: a commit that moves
+    the root (out of the project, or to another folder of it) asks again before the command runs."""
+    _folder(project / "docs", {"d.md": "# D\n\nheron docs\n"})
+    _add_collection(project, {"name": "docs", "root": "docs", "update": "touch ran"})
+    assert _run("trust", "--yes").exit_code == 0
+    assert _run("update", "--no-progress").exit_code == 0 and (project / "docs" / "ran").exists()
+    config = project / ".qmdlab" / "collections.yaml"
+    for moved, where in (("../secret", tmp_path / "secret"), ("notes", project / "notes")):
+        config.write_text(config.read_text().replace("root: docs", f"root: {moved}"))
+        res = _run("update", "--no-progress")
+        assert not (where / "ran").exists(), res.output
+        assert f"'touch ran' (in {where.resolve()}) is not approved" in res.output, res.output
+        config.write_text(config.read_text().replace(f"root: {moved}", "root: docs"))
+    config.write_text(config.read_text().replace("root: docs", "root: notes"))
+    listed = _run("trust", "--yes")
+    assert f"docs (runs in {(project / 'notes').resolve()}): touch ran" in listed.output, listed.output
+    assert _run("update", "--no-progress").exit_code == 0 and (project / "notes" / "ran").exists()
+    assert f"touch ran (in {(project / 'notes').resolve()})" in _run("trust", "list").output
+
+
+# ------------------------------------------------------------------------------------- served models
+@pytest.fixture
+def model_server():
+    """A loopback OpenAI-compatible embedding server that records every request:
+    ``(reference naming it, [(path, Authorization header)])``."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            seen.append((self.path, self.headers.get("Authorization")))
+            texts = body.get("input") or []
+            out = json.dumps({"data": [{"index": i, "embedding": [1.0, i % 3, 0.5]} for i in range(len(texts))]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out.encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1#collector", seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def model_env(monkeypatch):
+    monkeypatch.setenv("QMDLAB_MODEL_API_KEY", "sk-secret")
+    for var in ("QMDLAB_EMBED_MODEL", "QMD_EMBED_MODEL", "QMDLAB_PRESET", "QMDLAB_EDITOR_URI", "QMD_EDITOR_URI"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _set_key(config: Path, key: str, value) -> None:
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data[key] = value
+    config.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+
+
+def test_a_checked_in_served_model_gets_no_request_until_approved(project, model_server, model_env):
+    ref, seen = model_server
+    config = project / ".qmdlab" / "collections.yaml"
+    _set_key(config, "models", {"embed": ref})
+    for args in (("embed", "--no-progress"), ("vsearch", "heron")):
+        res = _run(*args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, (args, res.output)
+        msg = res.stderr.strip()
+        assert msg.count("\n") == 0 and str(config) in msg and f"models.embed is {ref}" in msg, msg
+        assert "nothing was sent" in msg and "`qmdlab trust`" in msg
+    assert "not approved: `qmdlab trust`" in _run("models").output
+    assert seen == []  # not one request: no chunk, no query, no key
+    listed = _run("trust")
+    assert (
+        listed.exit_code == 1 and "models served over HTTP" in listed.output and f"models.embed: {ref}" in listed.output
+    )
+    ok = _run("trust", "--yes")
+    assert ok.exit_code == 0 and f"approved: models.embed: {ref}" in ok.output, ok.output
+    assert f"model\tembed\t{ref}\t{config.resolve()}" in _run("trust", "list").output
+    res = _run("embed", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert seen and all(auth == "Bearer sk-secret" for _, auth in seen)
+    # another reference (a byte changed) asks again; a revoked one too
+    sent = len(seen)
+    _set_key(config, "models", {"embed": ref + "2"})
+    assert _run("embed", "--no-progress", "-f").exit_code == 1 and len(seen) == sent
+    _set_key(config, "models", {"embed": ref})
+    assert _run("trust", "revoke").exit_code == 0
+    assert _run("embed", "--no-progress", "-f").exit_code == 1 and len(seen) == sent
+
+
+def test_a_served_model_reference_is_shown_escaped(project, model_env):
+    config = project / ".qmdlab" / "collections.yaml"
+    _set_key(config, "models", {"embed": "http://127.0.0.1:9/v1#e\x1b]0;pwned\x07\u202e"})
+    for args in (("embed", "--no-progress"), ("trust",), ("models",)):
+        res = _run(*args)
+        assert "\\x1b]0;pwned\\x07\\u202e" in res.output, (args, res.output)
+        assert not any(ch in res.output for ch in "\x1b\x07\u202e"), (args, repr(res.output))
+
+
+def test_an_index_of_ones_own_needs_no_approval_for_its_models(tmp_path, qmdlab_home, cli_run, model_server, model_env):
+    from qmdlab.store import Index
+
+    ref, seen = model_server
+    a = _folder(tmp_path / "a", {"x.md": "# X\n\nheron\n"})
+    cli_run("collection", "add", str(a), "--name", "a")
+    with Index.open(cli_run.index_dir) as idx:
+        idx.set_models({"embed": ref})
+    assert "not approved" not in cli_run("models").output
+    cli_run("embed", "--no-progress")
+    assert seen
+
+
+def test_packaged_and_local_models_of_a_checked_in_config_need_no_approval(project, model_env):
+    config = project / ".qmdlab" / "collections.yaml"
+    _set_key(config, "models", {"embed": "fake:keyword", "expand": "none", "rerank": "/models/r.gguf"})
+    assert _run("embed", "--no-progress").exit_code == 0
+    assert "nothing to approve" in _run("trust").output
+
+
+# ------------------------------------------------------------------------------------- editor links
+def _on_a_terminal(monkeypatch) -> None:
+    """Result output as on a terminal (CliRunner's stdout is not one): editor links are made."""
+    import functools
+
+    from qmdlab.commands import result_options
+
+    monkeypatch.setattr(result_options, "editor_links", functools.partial(result_options.editor_links, tty=True))
+
+
+ESCAPING_TEMPLATES = [
+    "vscode://file/{path}\x1b\\\x1b]52;c;cHduZWQ=\x07",  # ends the hyperlink, then OSC 52 (set the clipboard)
+    "x://{path}\x07",
+    "x://{path}\x1b]0;pwned\x1b\\",
+    "x://{path}\x9d52;c;cHduZWQ=\x9c",  # C1 OSC and ST
+    "x://{path}\u202e",
+]
+
+
+@pytest.mark.parametrize("template", ESCAPING_TEMPLATES)
+def test_an_editor_uri_cannot_carry_a_terminal_escape(project, model_env, monkeypatch, template):
+    _on_a_terminal(monkeypatch)
+    config = project / ".qmdlab" / "collections.yaml"
+    _set_key(config, "editor_uri", template)
+    for args in (("search", "heron"), ("trust", "--yes")):
+        res = _run(*args)
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        msg = res.stderr.strip()
+        assert msg.count("\n") == 0 and str(config) in msg and "editor_uri" in msg, msg
+        assert not any(ch in res.output for ch in "\x1b\x07\x9c\x9d\u202e"), repr(res.output)
+    assert "heron" not in _run("search", "heron").stdout
+
+
+def test_a_checked_in_editor_uri_makes_links_only_once_approved(project, model_env, monkeypatch):
+    _on_a_terminal(monkeypatch)
+    config = project / ".qmdlab" / "collections.yaml"
+    _set_key(config, "editor_uri", "vscode://file/{path}:{line}")
+    res = _run("search", "heron")
+    assert res.exit_code == 0 and "notes/n.md" in res.stdout and "\x1b" not in res.stdout, repr(res.output)
+    assert "editor_uri vscode://file/{path}:{line} is not approved" in res.stderr and "`qmdlab trust`" in res.stderr
+    listed = _run("trust", "--yes")
+    assert "editor_uri: vscode://file/{path}:{line}" in listed.output and "approved: editor_uri" in listed.output
+    res = _run("search", "heron")
+    assert f"\x1b]8;;vscode://file/{(project / 'notes' / 'n.md').resolve()}:" in res.stdout, repr(res.output)
+    _set_key(config, "editor_uri", "vscode://file/{path}")  # another template asks again
+    assert "\x1b" not in _run("search", "heron").stdout
+
+
+# ------------------------------------------------------------------------------------- notes on a terminal
+EVIL = "\x1b]0;pwned\x07"
+
+
+def test_outline_chunks_and_models_print_no_raw_escape(tmp_path, qmdlab_home, cli_run, monkeypatch):
+    import json
+
+    from qmdlab.store import Index
+
+    monkeypatch.delenv("QMDLAB_EMBED_MODEL", raising=False)
+    a = _folder(
+        tmp_path / "a",
+        {"x.md": f"# Title {EVIL}\n\nheron {EVIL} text\n\n## Part {EVIL}\n\nmore heron\tand {EVIL}\n"},
+    )
+    cli_run("collection", "add", str(a), "--name", "a")
+    with Index.open(cli_run.index_dir) as idx:
+        idx.set_models({"embed": f"/models/e{EVIL}.gguf", "rerank": f"hf:org/r{EVIL}/m.gguf"})
+    first = json.loads(cli_run("chunks", "a/x.md", "--json").output)[0]["chunk_id"]
+    for args in (
+        ("get", "a/x.md", "--outline"),
+        ("chunks", "a/x.md"),
+        ("chunks", "a/x.md", "--full"),
+        ("chunks", "a/x.md", "--id", str(first), "--parent", "document"),
+        ("models",),
+    ):
+        out = cli_run(*args).output
+        assert "\x1b" not in out and "\x07" not in out, (args, repr(out))
+        assert "\\x1b]0;pwned\\x07" in out, (args, out)
+
+
+# ------------------------------------------------------------------------------------- the daemon's log
+def test_the_daemon_log_is_not_opened_through_a_link(tmp_path, qmdlab_home):
+    from qmdlab.errors import QmdlabError
+    from qmdlab.mcp_server import daemon
+
+    qmdlab_home.mkdir(parents=True, exist_ok=True)
+    target = tmp_path / "victim.txt"
+    target.write_text("precious\n", encoding="utf-8")
+    daemon.log_file(None).symlink_to(target)
+    with pytest.raises(QmdlabError) as err:
+        daemon.start([], host="127.0.0.1", port=9, index=None, timeout=2)
+    msg = str(err.value)
+    assert "\n" not in msg and "is a symbolic link" in msg and "remove the link" in msg
+    assert target.read_text(encoding="utf-8") == "precious\n"
+    assert daemon._log_tail(None) == ""  # not read through the link either

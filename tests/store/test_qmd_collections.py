@@ -499,3 +499,76 @@ def test_list_and_status_mark_excluded_collections(two, cli_run):
     out = cli_run("status").output
     assert "  b: 1 docs" in out and "excluded from unscoped queries" in out.split("  b: ")[1].splitlines()[0]
     assert "excluded" not in out.split("  a: ")[1].splitlines()[0]
+
+
+def test_import_qmd_shows_qmd_values_escaped_and_holds_what_points_elsewhere(
+    tmp_path, cli_run, qmdlab_home, monkeypatch
+):
+    """A project's ``.qmd/index.yml`` may have come with a checkout: its values are printed escaped,
+    and its served model, editor template and roots outside the project are registered but wait
+    for ``qmdlab trust``, which lists them."""
+    for var in ("QMDLAB_EMBED_MODEL", "QMD_EMBED_MODEL", "QMDLAB_PRESET", "QMDLAB_EDITOR_URI", "QMD_EDITOR_URI"):
+        monkeypatch.delenv(var, raising=False)
+    evil, osc52 = "\x1b]0;pwned\x07", "\x1b]52;c;cHduZWQ=\x07"
+    proj = tmp_path / "proj"
+    _folder(proj / "docs", {"p.md": "# P\n\nheron in project\n"})
+    secret = _folder(tmp_path / "secret", {"s.md": "# S\n\nzanzibar\n"})
+    served = "http://127.0.0.1:9/v1#collector"
+    (proj / ".qmd").mkdir()
+    (proj / ".qmd" / "index.yml").write_text(
+        yaml.safe_dump(
+            {
+                "global_context": f"everything {evil} \u202egnp.md",
+                "models": {"embed": served},
+                "editor_uri": "vscode://file/{path}:{line}",
+                "collections": {
+                    "docs": {"path": "./docs", "context": {"/": f"docs {osc52}"}, "update": "make notes\u202e"},
+                    "s": {"path": str(secret)},
+                    f"x{evil}": {"path": "./docs"},
+                },
+                f"key{osc52}": 1,
+            },
+            allow_unicode=True,
+        ),
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(proj)
+    for dry in (True, False):
+        res = cli_run("collection", "import-qmd", *(["--dry-run"] if dry else []))
+        out = res.output
+        assert not any(ch in out for ch in "\x1b\x07\u202e"), repr(out)
+        assert "\\x1b]0;pwned\\x07" in out and "\\x1b]52;c;cHduZWQ=\\x07" in out and "\\u202egnp.md" in out, out
+        assert ("would wait" if dry else "waiting") + " for approval" in out
+        assert f"models.embed = {served}: a model served over HTTP" in out
+        assert "editor_uri vscode://file/{path}:{line}: result paths are not links" in out
+        assert f"collection s: root {secret.resolve()} is outside the project {proj.resolve()}" in out, out
+    # registered, but the outside root is not indexed and the served model gets nothing
+    assert "s/s.md" not in cli_run("ls", "--all").output and "docs/p.md" in cli_run("ls", "--all").output
+    refused = cli_run("update", "--no-progress", "-c", "s", ok=False)
+    assert refused.exit_code == 1 and "is outside the project" in refused.output
+    res = cli_run("vsearch", "heron", ok=False)
+    assert res.exit_code == 1 and f"models.embed is {served}" in res.output and "`qmdlab trust`" in res.output
+    listed = cli_run("trust", ok=False)
+    for needle in (
+        "collection roots outside the project of the qmd config",
+        f"s: {secret.resolve()}",
+        f"models.embed: {served}",
+        "editor_uri: vscode://file/{path}:{line}",
+        "make notes\\u202e",
+    ):
+        assert needle in listed.output, (needle, listed.output)
+    assert cli_run("trust", "--yes").exit_code == 0
+    assert "nothing to approve" in cli_run("trust").output
+    cli_run("update", "--no-progress", "-c", "s")
+    assert "s/s.md" in cli_run("ls", "--all").output
+    assert "not approved" not in cli_run("models").output
+
+
+def test_import_qmd_leaves_out_an_editor_uri_holding_a_control_character(tmp_path, cli_run, qmdlab_home):
+    conf = tmp_path / "index.yml"
+    conf.write_text(yaml.safe_dump({"editor_uri": "x://{path}\x1b\\\x1b]52;c;cHduZWQ=\x07", "collections": {}}))
+    res = cli_run("collection", "import-qmd", str(conf))
+    assert "editor_uri: holds a control or format character (\\x1b) at character 11" in res.output, res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    with Index.open(cli_run.index_dir) as idx:
+        assert idx.editor_uri() is None
