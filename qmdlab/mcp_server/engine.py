@@ -79,6 +79,26 @@ def with_context(text: str, context: str | None) -> str:
     return f"<!-- Context: {context} -->\n\n{text}" if context else text
 
 
+def qmd_count(value: Any, default: int) -> int:
+    """A count (``limit``, ``candidateLimit``, ``maxLines``) as qmd uses it, in JavaScript's
+    ``slice(0, n)``: any number, truncated toward zero (2.5 → 2); ``None`` → ``default``. No upper
+    cap (qmd has none); 0 or less means none.
+
+    >>> qmd_count(2.5, 10), qmd_count(200, 10), qmd_count(None, 10), qmd_count(0, 10), qmd_count(-3.5, 10)
+    (2, 200, 10, 0, -3)
+    """
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise QmdlabError(f"expected a number, got {value!r}")
+    return math.trunc(value)
+
+
+def _note(stage: str, message: str) -> dict[str, Any]:
+    """One note of a reply's ``notes`` (the shape of the trace's notes table)."""
+    return {"qid": "q", "stage": stage, "message": message}
+
+
 def _records(df: Any) -> list[dict[str, Any]]:
     return [] if df is None else list(df.to_dicts())
 
@@ -195,16 +215,22 @@ class Engine:
     def _collections(self) -> list[Any]:
         return list(self.index.collections())
 
-    def _check_collections(self, names: Sequence[str] | None) -> list[str] | None:
+    def _check_collections(self, names: Sequence[str] | None) -> tuple[list[str] | None, list[dict[str, Any]]]:
+        """The named collections that exist (``None``: no filter) and a note on those that do not.
+        As qmd's (a filter on a name no document carries), an unknown collection is no error: it
+        holds no results, and with only unknown ones nothing is searched (an empty list)."""
         if not names:
-            return None
+            return None, []
         known = {c.name for c in self._collections()}
         unknown = [n for n in names if n not in known]
-        if unknown:
-            raise QmdlabError(
-                f"unknown collection(s): {', '.join(unknown)}; indexed collections: {', '.join(sorted(known)) or 'none'}"
-            )
-        return list(names)
+        if not unknown:
+            return list(names), []
+        note = _note(
+            "request",
+            f"unknown collection(s): {', '.join(unknown)} (no results from them); "
+            f"indexed collections: {', '.join(sorted(known)) or 'none'}",
+        )
+        return [n for n in names if n in known], [note]
 
     def _inside_collections(self, path: Path) -> bool:
         try:
@@ -260,7 +286,7 @@ class Engine:
             contexts = self.index.contexts_for(doc.docno)
         except Exception:  # contexts are optional decoration
             contexts = []
-        info["context"] = " | ".join(contexts) or None  # qmd's: one string, or null
+        info["context"] = self.index.context_text(doc.docno) if contexts else None  # qmd's: one string, or null
         info["contexts"] = list(contexts)
         return info
 
@@ -287,12 +313,12 @@ class Engine:
         lines = body.split("\n")
         if lines and lines[-1] == "" and len(lines) > 1:
             lines = lines[:-1]
-        start = from_line if from_line is not None else ref.start
-        count = max_lines if max_lines is not None else ref.n_lines
-        if start is not None and start < 1:
-            raise QmdlabError(f"fromLine must be 1 or more, got {start}")
-        if count is not None and count < 1:
-            raise QmdlabError(f"maxLines must be 1 or more, got {count}")
+        # qmd's reading of the numbers (server.ts:435, store.ts getDocumentBody): a start below 1 is
+        # line 1, a fraction is cut off, a count of 0 or less gives no lines
+        start = qmd_count(from_line, 1) if from_line is not None else ref.start
+        count = max(0, qmd_count(max_lines, 0)) if max_lines is not None else ref.n_lines
+        if start is not None:
+            start = max(1, start)
         try:
             first, last = line_window(len(lines), start, count, (sec.line_start, sec.line_end) if sec else None)
         except ValueError as err:
@@ -303,6 +329,7 @@ class Engine:
         )
         text = capped.text
         shown = capped.text.count("\n") if capped.truncated else len(selected)  # the note is no line
+        shown = min(shown, len(selected))
         data = dict(
             info,
             name=doc.docno,
@@ -331,13 +358,21 @@ class Engine:
             raise QmdlabError(
                 "empty pattern; give a glob like 'notes/**/*.md' or a comma-separated list of paths/#docids"
             )
+        # qmd's numbers (server.ts:495, 520): maxBytes 0 is the default; maxLines 0 keeps no line
+        max_bytes = qmd_count(max_bytes, DEFAULT_MULTI_GET_MAX_BYTES) or DEFAULT_MULTI_GET_MAX_BYTES
+        max_lines = None if max_lines is None else max(0, qmd_count(max_lines, 0))
         with self.lock:
             if is_glob(pattern):
                 if _is_traversal(pattern):
                     raise QmdlabError(f"refusing {pattern!r}: '..' path components are not allowed")
                 refs = glob_docnos(self.index.documents()["docno"].to_list(), pattern)
-                if not refs:
-                    raise QmdlabError(f"no indexed document matches the glob {pattern!r}")
+                if not refs:  # qmd's answer: an error line, not a failed call (store.ts findDocuments)
+                    message = f"No files matched pattern: {pattern}"
+                    return f"0 document(s), 0 skipped, 1 error(s)\n--- {message}", {
+                        "documents": [],
+                        "skipped": [],
+                        "errors": [{"ref": pattern, "error": "no indexed document matches", "message": message}],
+                    }
             else:
                 refs = split_refs(pattern)
             if len(refs) > max_docs:
@@ -360,7 +395,7 @@ class Engine:
                 lines = body.split("\n")
                 if lines and lines[-1] == "" and len(lines) > 1:
                     lines = lines[:-1]
-                shown = lines[:max_lines] if max_lines else lines
+                shown = lines[:max_lines] if max_lines is not None else lines
                 text = "\n".join(shown)
                 if len(shown) < len(lines):  # qmd's note, numbered with the text
                     text += f"\n\n[... truncated {len(lines) - len(shown)} more lines]"
@@ -612,13 +647,17 @@ class Engine:
 
         check_query_length(text, f"{tool} query")  # before the engine's lock: never embed a megabyte
         names = list(collections or []) + ([collection] if collection else [])
+        n = qmd_count(limit, 10)  # qmd: slice(0, limit); 0 or less = no results
         with self.lock:
-            colls = self._check_collections(names)
-            hits = [h for h in run(text, colls, int(limit)) if h.score >= float(min_score)]
-            rows = build_rows(self.index, hits, text)
-            results = self._rows(rows)
-        data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results})
-        return _results_text(f"{len(results)} result(s) for {text!r} ({tool})", results), data
+            colls, notes = self._check_collections(names)
+            results: list[dict[str, Any]] = []
+            if n > 0 and colls != []:
+                hits = [h for h in run(text, colls, n) if h.score >= float(min_score)]
+                rows = build_rows(self.index, hits, text)
+                results = self._rows(rows)
+        data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results, "notes": notes})
+        head = f"{len(results)} result(s) for {text!r} ({tool})"
+        return _results_text("\n".join([head, *(x["message"] for x in notes)]), results), data
 
     # -- query ------------------------------------------------------------------------
     def query(
@@ -661,8 +700,9 @@ class Engine:
         check_query_length(intent, "intent")
         for s in searches:
             check_query_length(str(s["query"]), f"{s['type']} search")
+        n, candidates = qmd_count(limit, 10), qmd_count(candidateLimit, 40)
         with self.lock:
-            colls = self._check_collections(collections)
+            colls, request_notes = self._check_collections(collections)
             if tagLift is not None and int(tagLift) < 0:
                 raise QmdlabError(f"tagLift must be 0 or more, got {tagLift}")
             from qmdlab.pipeline.stages import plan_stages, preset_name
@@ -671,9 +711,9 @@ class Engine:
                 self.config, preset_name(self.preset, models_given=self._given_models), expand=expand, rerank=rerank
             )
             overrides = {
-                "limit": int(limit),
+                "limit": max(1, n),
                 "min_score": float(minScore),
-                "candidate_limit": int(candidateLimit),
+                "candidate_limit": max(1, candidates),
                 "expand": staged.expand,
                 "rerank": staged.rerank,
                 **({"budget_s": float(budget)} if budget is not None else {}),
@@ -685,8 +725,12 @@ class Engine:
                 from qmdlab.search import SearchFilters
 
                 filters = SearchFilters(tuple(tags), None, None)
-            trace = self._run(text, searches, colls, intent, overrides, filters, plan)
-            results = self._results(trace, text or " ".join(s["query"] for s in searches), intent, explain, cfg)
+            if n <= 0 or candidates <= 0 or colls == []:  # qmd: slice(0, 0), or a filter nothing passes
+                trace, results = None, []
+            else:
+                trace = self._run(text, searches, colls, intent, overrides, filters, plan)
+                words = " ".join(x for x in (text, *(s["query"] for s in searches)) if x)
+                results = self._results(trace, words, intent, explain, cfg)
         data: dict[str, Any] = {
             "query": text or None,
             "searches": searches,
@@ -696,9 +740,9 @@ class Engine:
             "preferTags": list(cfg.tags),
             "tagLift": cfg.tag_lift,
             "results": results,
-            "notes": _records(getattr(trace, "notes", None)),
+            "notes": request_notes + _records(getattr(trace, "notes", None)),
         }
-        if explain:  # the same parts as `qmdlab query --json`
+        if explain and trace is not None:  # the same parts as `qmdlab query --json`
             from qmdlab.pipeline.explain import trace_json
 
             parts = trace_json(trace)
@@ -794,7 +838,7 @@ class Engine:
                 except DocumentNotFoundError:
                     continue
                 snip = make_snippet(doc.body or "", " ".join(x for x in (query_text, intent) if x))
-                ctx = " | ".join(self.index.contexts_for(docno)) or None
+                ctx = self.index.context_text(docno)
                 done = ResultRow(
                     docno, doc.docid, score, snip.line, doc.title, ctx, snip.text, best_line=snip.best_line
                 )

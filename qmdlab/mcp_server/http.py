@@ -1,5 +1,11 @@
 """HTTP front end: Streamable HTTP MCP at ``POST /mcp``, REST ``POST /query`` (alias ``POST /search``,
-as qmd's), ``GET /health``.
+as qmd's), ``GET /health`` (``status``, ``uptime`` in seconds as qmd's, and qmdlab's counts).
+
+``/mcp`` answers as qmd's sessionless server (:class:`SessionlessMcp`): a one-shot ``POST`` —
+``tools/call``, ``tools/list`` and any other request, without ``initialize`` and without an
+``Mcp-Session-Id`` — is served on its own and answered with JSON; ``GET`` and ``DELETE`` without a
+session are **405**. A client that sends ``initialize`` gets a session (``Mcp-Session-Id``) as
+before, and its requests carrying that id are served in it.
 
 Security (DNS-rebinding and cross-site protection for a server on a developer machine):
 
@@ -50,6 +56,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +73,7 @@ import qmdlab
 from qmdlab.errors import QmdlabError
 from qmdlab.mcp_server.engine import Engine
 from qmdlab.mcp_server.frames import has_lone_surrogate
-from qmdlab.mcp_server.server import QueryRequest, build_server
+from qmdlab.mcp_server.server import QueryRequest, build_server, ignored_keys
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 DEFAULT_HOST = "127.0.0.1"
@@ -368,6 +375,108 @@ class BodyLimit:
         )(scope, receive, send)
 
 
+_SESSION_HEADER = b"mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
+
+
+def _opens_session(body: bytes) -> bool:
+    """Whether a ``POST /mcp`` body is (or holds, in a batch) an ``initialize`` request.
+
+    >>> _opens_session(b'{"jsonrpc": "2.0", "id": 1, "method": "initialize"}'), _opens_session(b'{"method": "tools/list"}')
+    (True, False)
+    >>> _opens_session(b'[{"method": "initialize"}]'), _opens_session(b'not json')
+    (True, False)
+    """
+    try:
+        msg = json.loads(body or b"null")
+    except (ValueError, RecursionError):
+        return False
+    messages = msg if isinstance(msg, list) else [msg]
+    return any(isinstance(m, dict) and m.get("method") == "initialize" for m in messages)
+
+
+class SessionlessMcp:
+    """ASGI middleware in front of the SDK's session-keeping ``/mcp``: what qmd's stateless
+    Streamable HTTP answers (qmd's ``createMcpHandler``, ``src/mcp/server.ts``) for requests that
+    open no session. A ``POST`` without ``Mcp-Session-Id`` that is not ``initialize`` is served by
+    a sessionless manager (a fresh transport per request, a JSON reply); ``GET``/``DELETE`` without
+    a session are **405**. ``initialize``, requests with a session id and 2026-era requests (a
+    protocol version the SDK does not handshake) go to the SDK's app. The sessionless manager runs
+    beside the app's lifespan."""
+
+    def __init__(self, app: ASGIApp, server: Any, *, path: str = "/mcp", max_body_bytes: int = MAX_BODY_BYTES):
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self.app, self.path = app, path
+        self.manager = StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            stateless=True,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            max_request_body_size=max_body_bytes,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            held: list[Message] = []
+
+            async def hold_shutdown(message: Message) -> None:
+                # the server stops waiting once shutdown is reported: report it after this manager stopped
+                if message["type"].startswith("lifespan.shutdown."):
+                    held.append(message)
+                else:
+                    await send(message)
+
+            try:
+                async with self.manager.run():
+                    await self.app(scope, receive, hold_shutdown)
+            finally:
+                for message in held:
+                    await send(message)
+            return
+        if scope["type"] != "http" or scope.get("path") != self.path:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        if _SESSION_HEADER in headers:
+            await self.app(scope, receive, send)
+            return
+        method = scope.get("method")
+        if method in ("GET", "DELETE"):
+            refusal = {"jsonrpc": "2.0", "error": {"code": -32000, "message": "Method not allowed."}, "id": None}
+            await JSONResponse(refusal, status_code=405, headers={"allow": "POST"})(scope, receive, send)
+            return
+        if method != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []  # the body is in memory already (BodyLimit read it within its limits)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        version = headers.get(_VERSION_HEADER, b"").decode("latin-1")
+        modern = bool(version) and version not in HANDSHAKE_PROTOCOL_VERSIONS  # the SDK's own sessionless path
+        if modern or _opens_session(body):
+            await self.app(scope, replay, send)
+        else:
+            await self.manager.handle_request(scope, replay, send)
+
+
 def build_app(
     engine: Engine,
     *,
@@ -385,6 +494,7 @@ def build_app(
     # /health's own worker thread: anyio's default limiter (40 threads) is what queries fill
     health_limiter = anyio.CapacityLimiter(1)
     last_count: list[int | None] = [None]
+    started = time.monotonic()
 
     async def health(request: Request) -> JSONResponse:
         def count() -> int | None:  # the index's own lock only (a running query holds the engine's), briefly
@@ -401,6 +511,7 @@ def build_app(
         return JSONResponse(
             {
                 "status": "ok",
+                "uptime": int(time.monotonic() - started),  # qmd's: whole seconds since the server started
                 "version": qmdlab.__version__,
                 "documents": documents,
                 "queries_in_flight": gate.in_flight,
@@ -421,14 +532,11 @@ def build_app(
                 {"error": "request body holds a lone surrogate escape (such as \\ud800): not Unicode text"},
                 status_code=400,
             )
+        ignored = ignored_keys(payload, QueryRequest.model_fields)  # ignored, as qmd's REST ignores them
         try:
             req = QueryRequest.model_validate(payload)
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'body'}: "
-                + ("unknown parameter" if e["type"] == "extra_forbidden" else e["msg"])
-                for e in err.errors()
-            )
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors())
             return JSONResponse(
                 {"error": f"invalid query request: {problems}", "accepted": sorted(QueryRequest.model_fields)},
                 status_code=400,
@@ -455,7 +563,7 @@ def build_app(
                 {"error": f"the query took longer than {limits.query_timeout_s:g} s; shorten it or retry"},
                 status_code=503,
             )
-        return JSONResponse(data)
+        return JSONResponse(dict(data, ignored=ignored) if ignored else data)
 
     mcp.custom_route("/query", methods=["POST"])(query)
     mcp.custom_route("/search", methods=["POST"])(query)  # qmd's alias of /query (same body, same reply)
@@ -471,7 +579,8 @@ def build_app(
     )
     app.state.engine = engine
     app.state.mcp = mcp
-    limited = BodyLimit(app, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
+    sessionless = SessionlessMcp(app, mcp.session_manager.app, max_body_bytes=limits.max_body_bytes)
+    limited = BodyLimit(sessionless, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
     return OriginHostGuard(limited, host=host, port=port, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
 
 

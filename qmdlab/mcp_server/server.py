@@ -1,9 +1,12 @@
 """The MCP server: read-only tools and document resources over one :class:`Engine`.
 
 Built on the official SDK's :class:`mcp.server.mcpserver.MCPServer`. Every tool returns a
-short human-readable text block plus ``structuredContent`` with the full details, and
-rejects parameters it does not know (the SDK alone would silently drop them). Documents
-are resources ``qmd://<collection>/<path>``.
+short human-readable text block plus ``structuredContent`` with the full details. As qmd's
+(zod objects strip unknown keys), a tool ignores parameters it does not know, never failing on
+them; its ``structuredContent`` then lists them under ``ignored``. qmd's numbers are read as qmd
+reads them (:func:`qmdlab.mcp_server.engine.qmd_count`): any JSON number, a count truncated
+toward zero; a value that is not a number is still an error. Every tool has a ``title`` (qmd's
+where qmd has the tool). Documents are resources ``qmd://<collection>/<path>``.
 
 The search tools carry qmd's names: ``search`` (BM25 only), ``vsearch`` (vectors only) and
 ``query`` (the full hybrid pipeline); qmd 1.x's prefixed names are registered as aliases
@@ -21,12 +24,11 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp_types import (
     CallToolResult,
     EmbeddedResource,
@@ -34,8 +36,7 @@ from mcp_types import (
     TextResourceContents,
     ToolAnnotations,
 )
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, model_validator
 
 import qmdlab
 from qmdlab.errors import QmdlabError
@@ -43,7 +44,12 @@ from qmdlab.mcp_server.engine import DEFAULT_MULTI_GET_MAX_BYTES, Engine
 from qmdlab.mcp_server.instructions import build_instructions
 
 # The parameter types several tools share (one description each, as the tools' schemas show them).
-ResultLimit = Annotated[int, Field(ge=1, le=100, description="Results to return.")]
+QmdNumber = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+"""qmd's ``z.number()``: any finite JSON number (``2.5``, ``0``, ``200``); a string or a boolean is refused."""
+ResultLimit = Annotated[
+    StrictFloat,
+    Field(allow_inf_nan=False, description="Results to return (qmd: a fraction is truncated, 0 or less = none)."),
+]
 OneCollection = Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")]
 SomeCollections = Annotated[list[str] | None, Field(description="Restrict to these collections.")]
 
@@ -62,28 +68,49 @@ TOOL_NAMES = (
 )
 ALIASES = {"qmd_search": "search", "qmd_vsearch": "vsearch", "qmd_query": "query"}
 """qmd 1.x tool names → the tool they stand for (same parameters and results)."""
+TITLES = {
+    "query": "Query",
+    "get": "Get Document",
+    "multi_get": "Multi-Get Documents",
+    "status": "Index Status",
+    "search": "Search (BM25)",
+    "vsearch": "Vector Search (Semantic)",
+    "qmd_search": "Search (BM25)",
+    "qmd_vsearch": "Vector Search (Semantic)",
+    "qmd_query": "Hybrid Query (Best Quality)",
+    "outline": "Document Outline",
+    "read_section": "Read Section",
+    "parent": "Parent Section",
+    "jump_to_ref": "Jump to Reference",
+    "read_chunks": "Read Chunks",
+}
+"""Each tool's ``title``: qmd 2.8.3's for query, get, multi_get and status (``src/mcp/server.ts``),
+qmd 1.x's for search, vsearch and the ``qmd_*`` names; qmdlab's own tools name what they do."""
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 
 class SubSearch(BaseModel):
-    """One typed sub-query: ``lex`` (keywords → BM25), ``vec`` (question → vectors), ``hyde`` (passage → vectors)."""
+    """One typed sub-query: ``lex`` (keywords → BM25), ``vec`` (question → vectors), ``hyde`` (passage → vectors).
+    Unknown keys are ignored (as qmd's zod object strips them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     type: Literal["lex", "vec", "hyde"]
     query: Annotated[str, Field(min_length=1, description="The sub-query text.")]
 
 
 class QueryRequest(BaseModel):
-    """Arguments of the ``query`` tool and of ``POST /query`` (unknown keys rejected)."""
+    """Arguments of the ``query`` tool and of ``POST /query``: unknown keys are ignored
+    (:func:`ignored_keys` names them), numbers read as qmd reads them; ``searches: []`` beside a
+    ``query`` is a plain query."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     query: str | None = None
-    searches: Annotated[list[SubSearch] | None, Field(min_length=1, max_length=10)] = None
+    searches: Annotated[list[SubSearch] | None, Field(max_length=10)] = None
     collections: list[str] | None = None
     intent: str | None = None
-    limit: Annotated[int, Field(ge=1, le=100)] = 10
-    minScore: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
-    candidateLimit: Annotated[int, Field(ge=1, le=500)] = 40
+    limit: QmdNumber = 10
+    minScore: QmdNumber = 0.0
+    candidateLimit: QmdNumber = 40
     rerank: StrictBool | None = None  # JSON true/false only: "yes" or 1 is refused, not read as true
     expand: StrictBool | None = None
     budget: Annotated[float | None, Field(ge=0.0)] = None
@@ -102,6 +129,25 @@ class QueryRequest(BaseModel):
         data = self.model_dump()
         data["searches"] = [s.model_dump() for s in self.searches or []]
         return data
+
+
+def ignored_keys(arguments: Any, accepted: Any) -> list[str]:
+    """The keys of ``arguments`` that are not parameters (``accepted``), and those of each typed
+    search (``searches[i].key``) — what a tool or ``POST /query`` ignores, as qmd's schemas strip them.
+
+    >>> ignored_keys({"query": "x", "collection": "a", "searches": [{"type": "lex", "query": "y", "weight": 2}]},
+    ...              {"query", "searches"})
+    ['collection', 'searches[0].weight']
+    """
+    if not isinstance(arguments, dict):
+        return []
+    out = sorted(str(k) for k in arguments if k not in accepted)
+    searches = arguments.get("searches") if "searches" in accepted else None
+    if isinstance(searches, list):
+        for i, s in enumerate(searches):
+            if isinstance(s, dict):
+                out += [f"searches[{i}].{k}" for k in sorted(map(str, s)) if k not in SubSearch.model_fields]
+    return out
 
 
 def _result(text: str, data: dict[str, Any]) -> CallToolResult:
@@ -126,13 +172,17 @@ def _document_result(text: str, data: dict[str, Any]) -> CallToolResult:
 
 def _documents_result(text: str, data: dict[str, Any]) -> CallToolResult:
     """``multi_get``: qmd's items — the errors as text, one ``resource`` per document, one text
-    line per skipped document — with the structured details beside them."""
+    line per skipped document — with the structured details beside them. A pattern that matches
+    nothing is no failed call, as qmd's: its only item is ``Errors:\nNo files matched pattern: …``."""
     from qmdlab.mcp_server.engine import with_context
 
     content: list[Any] = []
     if data["errors"]:
         content.append(
-            TextContent(type="text", text="Errors:\n" + "\n".join(f"{e['ref']}: {e['error']}" for e in data["errors"]))
+            TextContent(
+                type="text",
+                text="Errors:\n" + "\n".join(e.get("message") or f"{e['ref']}: {e['error']}" for e in data["errors"]),
+            )
         )
     for d in data["documents"]:
         content.append(_resource(d["uri"], with_context(d["text"], d["context"]), d["docno"], d.get("title")))
@@ -165,39 +215,21 @@ def _user_errors(
     return wrapper
 
 
-def _strict(tool: Tool) -> Tool:
-    """Make a tool reject unknown arguments with a message naming them and the accepted ones."""
-    base = tool.fn_metadata.arg_model
-    accepted = sorted(f.alias or name for name, f in base.model_fields.items())
-    tool_name = tool.name
+class LenientTool(Tool):
+    """A tool that ignores the arguments it does not know, as qmd's (its zod schemas strip unknown
+    keys), instead of failing on them; a ``CallToolResult`` then lists them in its
+    ``structuredContent`` under ``ignored`` (and a text note closes its content)."""
 
-    def reject_unknown(cls: Any, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(accepted))
-            if unknown:
-                raise PydanticCustomError(
-                    "unknown_parameter",
-                    "unknown parameter(s) {unknown} for tool '{tool}'; accepted: {accepted}",
-                    {"unknown": ", ".join(map(repr, unknown)), "tool": tool_name, "accepted": ", ".join(accepted)},
-                )
-        return data
-
-    # pydantic makes ``reject_unknown`` (first parameter ``cls``) a classmethod.
-    Strict = cast(
-        type[ArgModelBase],
-        type(
-            base.__name__,
-            (base,),
-            {
-                "__module__": __name__,
-                "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True),
-                "_reject_unknown": model_validator(mode="before")(reject_unknown),
-            },
-        ),
-    )
-    tool.fn_metadata.arg_model = Strict
-    tool.parameters = Strict.model_json_schema(by_alias=True)
-    return tool
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        accepted = {f.alias or name for name, f in self.fn_metadata.arg_model.model_fields.items()}
+        ignored = ignored_keys(arguments, accepted)
+        kept = {k: v for k, v in arguments.items() if k in accepted}
+        result = await super().run(kept, context, convert_result=convert_result)
+        if ignored and isinstance(result, CallToolResult) and not result.is_error:
+            data = dict(result.structured_content or {}, ignored=ignored)
+            note = TextContent(type="text", text=f"(ignored unknown parameter(s): {', '.join(ignored)})")
+            result = result.model_copy(update={"structured_content": data, "content": [*result.content, note]})
+        return result
 
 
 def _with_deadline(tool: Tool, seconds: float, gate: Any = None) -> Tool:
@@ -235,11 +267,10 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         searches: Annotated[
             list[SubSearch] | None,
             Field(
-                min_length=1,
                 max_length=10,
                 description=(
                     "Typed sub-queries used instead of model expansion: lex = keywords (BM25), vec = a question "
-                    "(vectors), hyde = a passage resembling the answer (vectors)."
+                    "(vectors), hyde = a passage resembling the answer (vectors). Empty beside `query`: a plain query."
                 ),
             ),
         ] = None,
@@ -248,9 +279,12 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
             str | None, Field(description="What the searcher is trying to do; steers expansion and chunk choice.")
         ] = None,
         limit: ResultLimit = 10,
-        minScore: Annotated[float, Field(ge=0.0, le=1.0, description="Drop results scoring below this.")] = 0.0,
+        minScore: Annotated[
+            StrictFloat, Field(allow_inf_nan=False, description="Drop results scoring below this (0-1).")
+        ] = 0.0,
         candidateLimit: Annotated[
-            int, Field(ge=1, le=500, description="Fused candidates passed to the reranker.")
+            StrictFloat,
+            Field(allow_inf_nan=False, description="Fused candidates passed to the reranker (qmd: default 40)."),
         ] = 40,
         rerank: Annotated[
             bool | None,
@@ -342,7 +376,8 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         ],
         limit: ResultLimit = 10,
         minScore: Annotated[
-            float, Field(ge=0.0, le=1.0, description="Drop results whose normalised BM25 score is below this.")
+            StrictFloat,
+            Field(allow_inf_nan=False, description="Drop results whose normalised BM25 score is below this."),
         ] = 0.0,
         collection: OneCollection = None,
         collections: SomeCollections = None,
@@ -358,7 +393,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         ],
         limit: ResultLimit = 10,
         minScore: Annotated[
-            float, Field(ge=0.0, le=1.0, description="Drop results whose cosine similarity is below this.")
+            StrictFloat, Field(allow_inf_nan=False, description="Drop results whose cosine similarity is below this.")
         ] = 0.0,
         collection: OneCollection = None,
         collections: SomeCollections = None,
@@ -372,12 +407,18 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         file: Annotated[
             str,
             Field(
-                description="Path ('collection/dir/file.md' or collection-relative), '#docid'; "
+                description="Path ('collection/dir/file.md' or collection-relative), '#docid' or a bare docid; "
                 "optional ':from:count' suffix or '#address' section."
             ),
         ],
-        fromLine: Annotated[int | None, Field(ge=1, description="First line (1-based).")] = None,
-        maxLines: Annotated[int | None, Field(ge=1, description="Lines to return at most.")] = None,
+        fromLine: Annotated[
+            StrictFloat | None,
+            Field(allow_inf_nan=False, description="First line (1-based; below 1 reads from line 1, as qmd)."),
+        ] = None,
+        maxLines: Annotated[
+            StrictFloat | None,
+            Field(allow_inf_nan=False, description="Lines to return at most (0 or less: none, as qmd)."),
+        ] = None,
         lineNumbers: Annotated[
             bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
         ] = True,
@@ -399,9 +440,12 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
             str,
             Field(description="A glob over docnos/paths ('notes/**/*.md') or a comma-separated list of paths/#docids."),
         ],
-        maxLines: Annotated[int | None, Field(ge=1, description="Lines per document at most.")] = None,
+        maxLines: Annotated[
+            StrictFloat | None, Field(allow_inf_nan=False, description="Lines per document at most.")
+        ] = None,
         maxBytes: Annotated[
-            int, Field(ge=1, description="Skip documents larger than this (bytes).")
+            StrictFloat,
+            Field(allow_inf_nan=False, description="Skip documents larger than this (bytes; 0 = the default, as qmd)."),
         ] = DEFAULT_MULTI_GET_MAX_BYTES,
         lineNumbers: Annotated[
             bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
@@ -504,17 +548,18 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         "jump_to_ref": jump_to_ref,
         "read_chunks": read_chunks,
     }
-    tools = [_strict(Tool.from_function(fns[name], annotations=READ_ONLY)) for name in TOOL_NAMES]
+    tools: list[Tool] = [
+        LenientTool.from_function(fns[name], title=TITLES[name], annotations=READ_ONLY) for name in TOOL_NAMES
+    ]
     for alias, target in ALIASES.items():
         tools.append(
-            _strict(
-                Tool.from_function(
-                    fns[target],
-                    name=alias,
-                    annotations=READ_ONLY,
-                    description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
-                    + (fns[target].__doc__ or "").split("\n")[0].strip(),
-                )
+            LenientTool.from_function(
+                fns[target],
+                name=alias,
+                title=TITLES[alias],
+                annotations=READ_ONLY,
+                description=f"Alias of `{target}` (qmd 1.x's tool name; same parameters and results). "
+                + (fns[target].__doc__ or "").split("\n")[0].strip(),
             )
         )
     if deadline_s:
@@ -535,7 +580,8 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
     """Documents are read through one resource template, ``qmd://{collection}/{+path}`` (as qmd's
     ``qmd://{+path}``: no list — documents are found with the search tools, so a server over 100k
     documents lists none of them at start-up). The text is numbered and opened by the document's
-    context, as qmd serves it."""
+    context, as qmd serves it; a path that names no served document reads as qmd's text
+    ``Document not found: PATH`` (not a protocol error)."""
     from qmdlab.mcp_server.engine import _number, with_context
 
     def read_doc(docno: str) -> str:
@@ -543,10 +589,8 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
             with engine.lock:
                 doc = engine.document(docno)
                 context = engine._doc_info(doc)["context"]
-        except QmdlabError as err:
-            from mcp.server.mcpserver.exceptions import ResourceError
-
-            raise ResourceError(str(err)) from err
+        except QmdlabError:
+            return f"Document not found: {docno}"
         body = doc.body or ""
         lines = body.split("\n")
         if len(lines) > 1 and lines[-1] == "":
@@ -556,6 +600,7 @@ def _add_resources(server: MCPServer, engine: Engine) -> None:
     @server.resource(
         "qmd://{collection}/{+path}",
         name="document",
+        title="QMD Document",
         mime_type="text/markdown",
         description="An indexed markdown document: qmd://<collection>/<path> (find documents with the search tools)",
     )

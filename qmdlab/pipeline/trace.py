@@ -288,12 +288,34 @@ class Trace:
 
     def result_rows(self) -> list:
         """``results`` as :class:`qmdlab.pipeline.results.ResultRow` values (for ``format_results``)."""
-        from qmdlab.pipeline.results import ResultRow
+        from qmdlab.pipeline.results import ResultRow, snippet
 
-        cols = ("docno", "docid", "final_score", "line", "title", "context", "snippet")
+        # The words each snippet was chosen with (Lab._results: the query, its intent and the typed
+        # searches): the best line is found again inside the snippet — the table keeps only its first
+        # line, and a snippet cut at its chunk's first line (a title below front matter) starts on it.
+        words: dict[str, list[str]] = {}
+        for q, text, intent in zip(*(self.column("queries", c) for c in ("qid", "text", "intent"))):
+            words.setdefault(q, []).extend(x for x in (text, intent) if x)
+        for q, text, origin in zip(*(self.column("expansions", c) for c in ("qid", "text", "origin"))):
+            if origin == "user" and text:
+                words.setdefault(q, []).append(text)
+
+        def best(qid: str, line: int, snip: str) -> int:
+            return line + snippet(snip, " ".join(words.get(qid, ())), context=0).best_line - 1 if snip else 0
+
+        cols = ("qid", "docno", "docid", "final_score", "line", "title", "context", "snippet")
         return [  # read from the columns: a front end that prints results builds no frame
-            ResultRow(docno, docid or "", float(score), int(line or 1), title or docno, context, snip or "")
-            for docno, docid, score, line, title, context, snip in zip(*(self.column("results", c) for c in cols))
+            ResultRow(
+                docno,
+                docid or "",
+                float(score),
+                int(line or 1),
+                title or docno,
+                context,
+                snip or "",
+                best_line=best(qid, int(line or 1), snip or ""),
+            )
+            for qid, docno, docid, score, line, title, context, snip in zip(*(self.column("results", c) for c in cols))
         ]
 
     # -- many queries ---------------------------------------------------------------

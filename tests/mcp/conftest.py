@@ -183,8 +183,8 @@ async def check_all_tools(client, env) -> None:
     tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == TOOLS
     for t in tools.values():
-        assert t.annotations.read_only_hint is True
-        assert t.input_schema.get("additionalProperties") is False, t.name
+        assert t.annotations.read_only_hint is True and t.title, t.name
+        assert t.input_schema.get("additionalProperties") is not False, t.name  # unknown keys ignored, as qmd
     assert {
         "query",
         "searches",
@@ -286,17 +286,20 @@ async def check_all_tools(client, env) -> None:
     r = await client.call_tool("query", {"query": "pasta", "tagLift": -1})
     assert r.is_error and "tagLift" in text_of(r)
 
-    # unknown parameters and collections are refused with a clear message
+    # unknown parameters are ignored and named, an unknown collection holds no results (as qmd's)
     r = await client.call_tool("query", {"query": "pasta", "topK": 3})
-    assert r.is_error and "unknown parameter(s) 'topK'" in text_of(r) and "candidateLimit" in text_of(r)
+    assert not r.is_error and r.structured_content["ignored"] == ["topK"] and "topK" in text_of(r)
     r = await client.call_tool("query", {"searches": [{"type": "sparse", "query": "x"}]})
     assert r.is_error and "searches" in text_of(r)
     r = await client.call_tool("query", {"query": "  "})
     assert r.is_error and "give a 'query' or 1-10 typed 'searches'" in text_of(r)
     r = await client.call_tool("query", {"query": "pasta", "limit": 0})
+    assert not r.is_error and r.structured_content["results"] == []
+    r = await client.call_tool("query", {"query": "pasta", "limit": "3"})
     assert r.is_error and "limit" in text_of(r)
     r = await client.call_tool("query", {"query": "pasta", "collections": ["nope"]})
-    assert r.is_error and "unknown collection(s): nope" in text_of(r)
+    assert not r.is_error and r.structured_content["results"] == []
+    assert "unknown collection(s): nope" in r.structured_content["notes"][0]["message"]
 
     # search (BM25 only) and vsearch (vectors only) under qmd's names, and qmd 1.x's aliases
     r = await client.call_tool("search", {"query": "zebra-tools brew", "collection": "notes", "limit": 2})
@@ -313,9 +316,9 @@ async def check_all_tools(client, env) -> None:
     assert res[0]["docno"] == "notes/guide.md" and all(x["score"] >= 0.01 for x in res)
     assert r.structured_content["tool"] == "vsearch" and res[0]["chunk_id"] is not None
     r = await client.call_tool("search", {"query": "pasta", "collection": "nope"})
-    assert r.is_error and "unknown collection(s): nope" in text_of(r)
+    assert not r.is_error and r.structured_content["results"] == [] and "unknown collection(s): nope" in text_of(r)
     r = await client.call_tool("vsearch", {"query": "pasta", "k": 3})
-    assert r.is_error and "unknown parameter(s) 'k'" in text_of(r)
+    assert not r.is_error and r.structured_content["ignored"] == ["k"]
     descriptions = {t.name: t.description for t in (await client.list_tools()).tools}
     assert "Use it when you know words" in descriptions["search"] and "conceptual" in descriptions["vsearch"]
     assert descriptions["qmd_vsearch"].startswith("Alias of `vsearch`")
@@ -450,10 +453,12 @@ async def check_all_tools(client, env) -> None:
     assert rr.contents[0].mime_type == "text/markdown"
     from mcp.shared.exceptions import MCPError
 
-    for uri in ("qmd://notes/../../etc/passwd", "qmd://notes/..%2F..%2Fetc%2Fpasswd", "qmd://outside/secret.md"):
+    for uri in ("qmd://notes/../../etc/passwd", "qmd://notes/..%2F..%2Fetc%2Fpasswd"):
         with pytest.raises(MCPError) as err:
             await client.read_resource(uri)
         assert "root:" not in str(err.value) and "never served" not in str(err.value)
+    rr = await client.read_resource("qmd://outside/secret.md")  # qmd's answer for a path it does not serve
+    assert [c.text for c in rr.contents] == ["Document not found: outside/secret.md"]
 
 
 @pytest.fixture(scope="session")

@@ -65,8 +65,11 @@ def test_rest_query_and_health(http_server):
         assert hit["context"] == "Kitchen recipes" and hit["snippet"].startswith("@@ -")
         assert {"docid", "file", "title", "score", "context", "line", "snippet"} <= set(hit)
         assert r.json()["results"] == http.post("/query", json=body).json()["results"]
-        bad = http.post("/query", json={"query": "x", "top_k": 3})
-        assert bad.status_code == 400 and "top_k: unknown parameter" in bad.json()["error"]
+        # unknown keys are ignored and named, as qmd's REST ignores them
+        r = http.post("/query", json={"query": "pasta", "top_k": 3})
+        assert r.status_code == 200 and r.json()["ignored"] == ["top_k"], r.text
+        bad = http.post("/query", json={"query": "x", "limit": "3"})
+        assert bad.status_code == 400 and "limit" in bad.json()["error"]
         assert set(bad.json()["accepted"]) == {
             "query",
             "searches",
@@ -83,12 +86,13 @@ def test_rest_query_and_health(http_server):
             "preferTags",
             "tagLift",
         }  # the query tool's parameters
-        bad = http.post("/query", json={"searches": [{"type": "lex", "query": "x", "weight": 2}]})
-        assert bad.status_code == 400 and "searches.0.weight: unknown parameter" in bad.json()["error"]
+        r = http.post("/query", json={"searches": [{"type": "lex", "query": "x", "weight": 2}]})
+        assert r.status_code == 200 and r.json()["ignored"] == ["searches[0].weight"], r.text
         assert http.post("/query", json={}).status_code == 400
         assert http.post("/query", content=b"not json", headers={"content-type": "application/json"}).status_code == 400
-        bad = http.post("/query", json={"query": "x", "collections": ["nope"]})
-        assert bad.status_code == 400 and "unknown collection(s): nope" in bad.json()["error"]
+        r = http.post("/query", json={"query": "x", "collections": ["nope"]})
+        assert r.status_code == 200 and r.json()["results"] == []
+        assert "unknown collection(s): nope" in r.json()["notes"][0]["message"]
 
 
 @pytest.mark.parametrize("path,method", [("/mcp", "POST"), ("/query", "POST"), ("/health", "GET")])
