@@ -22,8 +22,8 @@ ENVIRONMENT: dict[str, str] = {
     "`https://api.openai.com/v1`).",
     "QMDLAB_MODEL_API_KEY": "Bearer key sent to served models (`http://…`, `openai:…`); `openai:` references "
     "fall back to `OPENAI_API_KEY`.",
-    "QMDLAB_HTTP_TIMEOUT": "Seconds a served model may take to answer one request (default 60); connection errors, "
-    "5xx and 429 answers are retried twice with backoff.",
+    "QMDLAB_HTTP_TIMEOUT": "Seconds a served model may take for one whole request — connect, send and every read — "
+    "(default 60, at most 86400); connection errors, 5xx and 429 answers are retried twice with backoff.",
     "QMDLAB_GPU": "GPU offload of local GGUF models: `auto` (default: every layer when the llama.cpp build can "
     "offload), `off`, `all` or a number of layers; unset, qmd's `QMD_FORCE_CPU=1` means `off`.",
     "QMDLAB_THREADS": "Threads for llama.cpp calls (default: the CPU count, at most 4).",
@@ -59,6 +59,8 @@ ENVIRONMENT: dict[str, str] = {
     "QMDLAB_TEST_KILL_AT": "Testing: kill the process at the named transaction event (the crash harness).",
     "QMDLAB_REQUIRE_ALL": "Testing: a missing optional prerequisite fails its tests instead of skipping them (CI sets it).",
     "QMDLAB_FUZZ_PROFILE": "Testing: `deep` runs the fuzz and crash tests at full size (`make fuzz`).",
+    "QMDLAB_QMD_CACHE": "Testing and benchmarks: where Node and qmd are installed for the comparisons with qmd "
+    "running (default `~/.cache/qmdlab/bench/qmd`).",
     "QMDLAB_TEST_RAY_ADDRESS": "Testing: the Ray cluster the scale tests use instead of starting a local one.",
     "QMDLAB_UPDATE_SCREENSHOT": "Testing: `1` lets the browser test rewrite `docs/img/tune-live.png`.",
 }

@@ -223,6 +223,7 @@ BASE = (
     "qmdlab.environment",
     "qmdlab.subproc",
     "qmdlab.display",
+    "qmdlab.served",
 )
 LAYERS = (
     ("store", ("qmdlab.store",)),
@@ -234,6 +235,7 @@ LAYERS = (
         "front ends",
         (
             "qmdlab.cli",
+            "qmdlab.qmd_argv",
             "qmdlab.commands",
             "qmdlab.eval.commands",
             "qmdlab.training.commands",

@@ -13,7 +13,7 @@ from pathlib import Path
 from qmdlab.mcp_server import daemon, http
 from qmdlab.mcp_server.http import HttpLimits
 from qmdlab.mcp_server.stdio import _DrainingStdio
-from qmdlab.models._http import DEFAULT_TIMEOUT
+from qmdlab.models._http import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT
 from qmdlab.pipeline.budget import DRAIN_TIMEOUT_S
 from qmdlab.pipeline.config import PipelineConfig
@@ -48,6 +48,7 @@ def test_every_default_matches_the_code():
         "stage_budget_s": cfg.stage_budget_s,
         "QMDLAB_QUERY_BUDGET_MS": QUERY_TIME_BUDGET_MS,
         "QMDLAB_HTTP_TIMEOUT": DEFAULT_TIMEOUT,
+        "largest QMDLAB_HTTP_TIMEOUT": MAX_TIMEOUT,
         "idle unload": DEFAULT_IDLE_TIMEOUT,
         "busy timeout": BUSY_TIMEOUT_S,
         "query timeout": limits.query_timeout_s,
@@ -82,6 +83,7 @@ TIME_CONSTANTS = {
     "qmdlab.pipeline.budget.DRAIN_TIMEOUT_S": "model calls at exit",
     "qmdlab.models._llama.DEFAULT_IDLE_TIMEOUT": "idle unload",
     "qmdlab.models._http.DEFAULT_TIMEOUT": "QMDLAB_HTTP_TIMEOUT",
+    "qmdlab.models._http.MAX_TIMEOUT": "largest QMDLAB_HTTP_TIMEOUT",
     "qmdlab.store.trust.DEFAULT_TIMEOUT_S": "update command",
     "qmdlab.store.index.BUSY_TIMEOUT_S": "busy timeout",
     "qmdlab.mcp_server.http.BODY_TIMEOUT_S": "body timeout",

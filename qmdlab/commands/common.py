@@ -55,3 +55,113 @@ def print_report(rep) -> None:
         click.echo(f"  … and {len(rep.skipped_paths) - 20} more skipped")
     for w in rep.warnings:
         click.echo(f"warning: {w}", err=True)
+
+
+def watch_options(f):
+    """``--watch``, ``--embed``, ``--debounce`` and ``--poll`` (``update`` and ``mcp``)."""
+    from qmdlab.store.watch import DEFAULT_DEBOUNCE_S
+
+    f = click.option("--poll", is_flag=True, help="--watch: poll the folders instead of OS change events.")(f)
+    f = click.option(
+        "--debounce",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_DEBOUNCE_S,
+        show_default=True,
+        help="--watch: seconds of quiet after a change before the index is updated.",
+    )(f)
+    f = click.option("--embed", is_flag=True, help="--watch: also embed the new chunks after each update.")(f)
+    return click.option(
+        "--watch", is_flag=True, help="Keep the collections fresh: update them whenever their files change."
+    )(f)
+
+
+def default_embedder():
+    """The embedder of the index's preset and models (as ``qmdlab embed`` with no model options)."""
+    from qmdlab.errors import ModelError
+    from qmdlab.models import load_models
+
+    emb = load_models(None, expand="none", rerank="none").embedder
+    if emb is None:
+        raise ModelError("the embed role is disabled ('none'); --embed needs an embedder (see `qmdlab models`)")
+    return emb
+
+
+def watch_pass_printer(embedder=None):
+    """``(after_pass, on_error)`` for a :class:`~qmdlab.store.watch.Watcher`, writing to stderr only
+    (stdout may be an MCP stdio stream): each pass that changed something is reported, and with an
+    ``embedder`` (a callable that returns the embedder, loaded on first use) its new chunks are
+    embedded; a failed pass says so and that it is tried again."""
+    from qmdlab.errors import QmdlabError
+
+    loaded: list = []
+
+    def after_pass(p) -> None:
+        if p.changed or p.number == 1:
+            click.echo(f"watch: {', '.join(p.collections)}: {p.report.summary()}", err=True)
+        if embedder is not None and (p.report.chunks_added or p.number == 1):
+            from qmdlab.models.batching import embed_missing
+
+            if not loaded:
+                loaded.append(embedder())
+            count = embed_missing(p.watcher_index, loaded[0], p.collections)
+            if count.done:
+                click.echo(f"watch: embedded {count.stored} chunk(s) with {loaded[0].model_id}", err=True)
+
+    def on_error(p) -> None:
+        what = str(p.error) if isinstance(p.error, QmdlabError) else f"{type(p.error).__name__}: {p.error}"
+        click.echo(f"watch: update of {', '.join(p.collections)} failed ({what}); trying again", err=True)
+
+    return after_pass, on_error
+
+
+def run_watch(ctx: click.Context, idx, collections, *, embed: bool, debounce: float, poll: bool, allow_vanish: bool):
+    """``update --watch``: watch in this thread until Ctrl-C or SIGTERM, then stop cleanly (exit 0)."""
+    import signal
+
+    from qmdlab.store.watch import Watcher
+
+    after_pass, on_error = watch_pass_printer(default_embedder if embed else None)
+    watcher = Watcher(
+        idx,
+        collections,
+        debounce=debounce,
+        poll=poll,
+        allow_vanish=allow_vanish,
+        after_pass=after_pass,
+        on_error=on_error,
+    )
+    previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop.set())
+    click.echo(
+        f"watching {', '.join(c.name for c in idx.collections() if collections is None or c.name in collections)}"
+        f" (debounce {debounce:g} s{', polling' if poll else ''}); Ctrl-C stops",
+        err=True,
+    )
+    try:
+        watcher.run()
+    except KeyboardInterrupt:
+        watcher.stop.set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    click.echo(f"watch: stopped after {len(watcher.passes)} pass(es)", err=True)
+
+
+def start_watch_thread(index_name: str | None, *, embed: bool, debounce: float, poll: bool):
+    """``mcp --watch``: a :class:`~qmdlab.store.watch.Watcher` on its own connection to the index,
+    in a daemon thread beside the server; returns its stop event (set it to end the thread)."""
+    import threading
+
+    from qmdlab.store import Index
+    from qmdlab.store.watch import Watcher
+
+    stop = threading.Event()
+    after_pass, on_error = watch_pass_printer(default_embedder if embed else None)
+
+    def run() -> None:
+        try:
+            with Index.open(index_name, create=False) as idx:
+                Watcher(idx, debounce=debounce, poll=poll, after_pass=after_pass, on_error=on_error, stop=stop).run()
+        except Exception as err:  # the server goes on without the watcher, and says so
+            click.echo(f"watch: stopped ({err}); the index is no longer kept fresh", err=True)
+
+    threading.Thread(target=run, name="qmdlab-watch", daemon=True).start()
+    return stop

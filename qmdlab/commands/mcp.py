@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.common import pipeline_config_option
+from qmdlab.commands.common import pipeline_config_option, start_watch_thread, watch_options
 from qmdlab.role_options import preset_option, role_options
 
 
@@ -40,6 +40,7 @@ def register(group: click.Group) -> None:
     "for another index).",
 )
 @click.option("--stop", "stop_daemon", is_flag=True, help="Stop the index's background server started with --daemon.")
+@watch_options
 @click.argument("action", required=False, type=click.Choice(["stop"]), metavar="[stop]")
 @click.pass_context
 def mcp_command(
@@ -52,6 +53,10 @@ def mcp_command(
     config_file: str | None,
     daemon: bool,
     stop_daemon: bool,
+    watch: bool,
+    embed: bool,
+    debounce: float,
+    poll: bool,
     action: str | None,
 ) -> None:
     """Serve the index to agents: read-only tools query/get/multi_get/status/outline/read_section/parent.
@@ -60,7 +65,8 @@ def mcp_command(
     address get 403; allow more with QMDLAB_ALLOWED_ORIGINS / QMDLAB_ALLOWED_HOSTS
     (comma-separated; qmd's QMD_ALLOWED_ORIGINS / QMD_ALLOWED_HOSTS when unset). On stdio the server exits 0 when stdin closes, after finishing
     the requests in flight. `mcp --daemon` starts the HTTP server in the background
-    and returns once it answers; `mcp --stop` (or `mcp stop`) stops it.
+    and returns once it answers; `mcp --stop` (or `mcp stop`) stops it. With --watch the
+    server also keeps the collections fresh as their files change (as `update --watch`).
     """
     if stop_daemon or action == "stop":
         if daemon:
@@ -76,6 +82,10 @@ def mcp_command(
 
         extra = (["--preset", preset] if preset else []) + (["--config", config_file] if config_file else [])
         extra += [arg for role, ref in roles.items() for arg in (f"--{role}-model", ref)]
+        if watch:
+            extra += (
+                ["--watch", "--debounce", str(debounce)] + (["--embed"] if embed else []) + (["--poll"] if poll else [])
+            )
         index = (ctx.obj or {}).get("index")
         info = start(extra, host=host, port=port, index=index)
         click.echo(
@@ -108,7 +118,11 @@ def mcp_command(
 
         preset = preset_name(preset)
         models = load_models(preset, embed=roles.get("embed"), expand=roles.get("expand"), rerank=roles.get("rerank"))
+    if embed and not watch:
+        raise click.UsageError("--embed goes with --watch")
     engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config, models=models)
+    if watch:  # the index stays fresh while the server answers; its notes go to stderr (stdout may be MCP)
+        start_watch_thread((ctx.obj or {}).get("index"), embed=embed, debounce=debounce, poll=poll)
     if use_http:
         from qmdlab.mcp_server.http import serve_http
 

@@ -226,7 +226,7 @@ def register(group: click.Group) -> None:
 
         from tqdm import tqdm
 
-        from qmdlab.models.batching import Deadline, plan_batches
+        from qmdlab.models.batching import Deadline, EmbedCount, embed_batches, plan_batches
 
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         if ray_opts is not None and (timeout is not None or max_docs_per_batch or max_batch_mb):
@@ -270,10 +270,9 @@ def register(group: click.Group) -> None:
                 + _dropped_note(rep.dropped)
             )
             return
-        ids, titles, texts = todo["chunk_id"].to_list(), todo["title"].fill_null("").to_list(), todo["text"].to_list()
         batches = plan_batches(
             todo["docno"].to_list(),
-            texts,
+            todo["text"].to_list(),
             batch_size=batch_size,
             max_docs=max_docs_per_batch,
             max_bytes=None if max_batch_mb is None else int(max_batch_mb * 1024 * 1024),
@@ -281,16 +280,11 @@ def register(group: click.Group) -> None:
         # delay: nothing is drawn until the first batch is stored after 0.5 s, so a model that fails
         # to load leaves only its one-line error on stderr
         bar = tqdm(total=n, unit="chunk", desc="embed", disable=not progress, delay=0.5)
-        done = stored = 0  # chunks embedded; vectors stored (a chunk removed meanwhile gets none)
+        count = EmbedCount()  # chunks embedded; vectors stored (a chunk removed meanwhile gets none)
         try:
-            for a, b in batches:
-                if deadline.passed():
-                    break
-                mat = emb.embed_documents(list(zip(titles[a:b], texts[a:b])))
-                stored += idx.store_vectors(ids[a:b], mat, fp)  # one transaction per batch
-                done += len(mat)
-                bar.update(len(mat))
+            embed_batches(idx, emb, todo, batches, count, deadline=deadline, on_batch=bar.update)
         except Exception as err:
+            stored = count.stored
             if stored == 0:
                 raise
             # earlier batches are committed: "nothing was changed" would be false
@@ -302,6 +296,7 @@ def register(group: click.Group) -> None:
             raise StoreError(after_committed(str(mapped), f"{stored} vector(s) stored by this run")) from err
         finally:
             bar.close()
+        done, stored = count.done, count.stored
         dt = time.perf_counter() - t0
         if done < n:
             click.echo(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from qmdlab.commands.common import open_index, print_report, query_argument
+from qmdlab.commands.common import open_index, print_report, query_argument, run_watch, watch_options
 from qmdlab.commands.result_options import ResultOptions, pick_format, result_options
 from qmdlab.display import printable, printable_text
 from qmdlab.errors import QmdlabError, StoreError
@@ -177,14 +177,27 @@ def register(group: click.Group) -> None:
     @click.option(
         "--pull", is_flag=True, help="First run `git pull --ff-only` in each collection that is a git checkout."
     )
+    @watch_options
     @click.pass_context
     def update(
-        ctx, collections: tuple[str, ...], progress: bool, chunker: str | None, allow_vanish: bool, pull: bool
+        ctx,
+        collections: tuple[str, ...],
+        progress: bool,
+        chunker: str | None,
+        allow_vanish: bool,
+        pull: bool,
+        watch: bool,
+        embed: bool,
+        debounce: float,
+        poll: bool,
     ) -> None:
         """Re-scan collections: new, changed, moved and vanished files. A collection's approved update
-        command (`qmdlab collection update-cmd`, `qmdlab trust`) runs first."""
+        command (`qmdlab collection update-cmd`, `qmdlab trust`) runs first. With --watch, keep
+        re-scanning as files change until interrupted (Ctrl-C)."""
         from qmdlab.commands.collections import git_pull, run_update_commands
 
+        if embed and not watch:
+            raise click.UsageError("--embed goes with --watch (without it, run `qmdlab embed` after `update`)")
         idx = open_index(ctx)
         if pull:
             git_pull(idx, list(collections) or None)
@@ -192,6 +205,9 @@ def register(group: click.Group) -> None:
         rep = idx.set_chunker(chunker, progress=progress) if chunker else idx.ensure_chunker(progress=progress)
         if rep.changed:
             click.echo(rep.summary())
+        if watch:
+            run_watch(ctx, idx, list(collections) or None, embed=embed, debounce=debounce, poll=poll, allow_vanish=allow_vanish)
+            return
         print_report(idx.update(list(collections) or None, progress=progress, allow_vanish=allow_vanish))
         pending = pending_embeddings(idx)
         if pending:

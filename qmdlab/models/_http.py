@@ -53,6 +53,7 @@ from urllib.parse import parse_qsl, urlsplit
 from qmdlab import cancel
 from qmdlab.display import printable
 from qmdlab.errors import ConfigError, ModelError
+from qmdlab.served import is_served
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 60.0
@@ -69,12 +70,12 @@ OPTIONS = {"scores": ("probability", "logit"), "template": None}
 
 
 def is_remote(ref: Any) -> bool:
-    """Whether ``ref`` names a served model.
+    """Whether ``ref`` names a served model (:func:`qmdlab.served.is_served`).
 
     >>> is_remote("http://127.0.0.1:8080/v1#m"), is_remote("openai:text-embedding-3-small"), is_remote("pkg:x")
     (True, True, False)
     """
-    return isinstance(ref, str) and ref.startswith(("http://", "https://", "openai:"))
+    return is_served(ref)
 
 
 class Served(NamedTuple):

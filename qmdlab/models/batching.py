@@ -8,7 +8,9 @@ batch, and the next run embeds only the chunks still missing.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 
 def plan_batches(
@@ -63,3 +65,47 @@ class Deadline:
 
     def passed(self) -> bool:
         return self._end is not None and self._clock() >= self._end
+
+
+@dataclass
+class EmbedCount:
+    """Chunks embedded (``done``) and vectors stored (``stored``: fewer when a chunk left the index meanwhile)."""
+
+    done: int = 0
+    stored: int = 0
+
+
+def embed_batches(
+    idx: Any,
+    embedder: Any,
+    todo: Any,
+    batches: Sequence[tuple[int, int]],
+    count: EmbedCount | None = None,
+    *,
+    deadline: Deadline | None = None,
+    on_batch: Callable[[int], Any] | None = None,
+) -> EmbedCount:
+    """Embed the chunks of ``todo`` (a frame with ``chunk_id``, ``title``, ``text``) batch by batch,
+    storing each batch in its own transaction; stop between batches once ``deadline`` has passed.
+    ``count`` is updated as batches are stored, so a caller that catches an error knows what was kept."""
+    count = count if count is not None else EmbedCount()
+    ids, texts = todo["chunk_id"].to_list(), todo["text"].to_list()
+    titles = todo["title"].fill_null("").to_list()
+    for a, b in batches:
+        if deadline is not None and deadline.passed():
+            break
+        mat = embedder.embed_documents(list(zip(titles[a:b], texts[a:b])))
+        count.stored += idx.store_vectors(ids[a:b], mat, embedder.fingerprint)
+        count.done += len(mat)
+        if on_batch is not None:
+            on_batch(len(mat))
+    return count
+
+
+def embed_missing(
+    idx: Any, embedder: Any, collections: Sequence[str] | None = None, batch_size: int = 32
+) -> EmbedCount:
+    """Embed every chunk of ``collections`` (default: all) that has no vector from ``embedder``."""
+    todo = idx.chunks_needing_vectors(embedder.fingerprint, list(collections) if collections else None)
+    batches = plan_batches(todo["docno"].to_list(), todo["text"].to_list(), batch_size=batch_size)
+    return embed_batches(idx, embedder, todo, batches)

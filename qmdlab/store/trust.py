@@ -455,9 +455,9 @@ def served(ref: object) -> bool:
     >>> served("http://127.0.0.1:8080/v1#m"), served("openai:text-embedding-3-small"), served("pkg:x")
     (True, True, False)
     """
-    from qmdlab.models._http import is_remote
+    from qmdlab.served import is_served
 
-    return is_remote(ref)
+    return is_served(ref)
 
 
 def _model_key(config_path: str | os.PathLike, role: str, ref: str) -> str:

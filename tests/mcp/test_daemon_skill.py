@@ -129,7 +129,7 @@ def test_stale_pid_file_is_cleaned(qmdlab_home):
     assert res.exit_code == 0 and "stale pid file" in res.output
     assert not (qmdlab_home / "mcp.pid").exists()
     bad = CliRunner().invoke(cli, ["mcp", "--stop", "--daemon"])
-    assert bad.exit_code == 2 and "exclude each other" in bad.output
+    assert bad.exit_code == 1 and "exclude each other" in bad.output
 
 
 def test_daemon_that_cannot_start_says_why(tmp_path, qmdlab_home, require):
