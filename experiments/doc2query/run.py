@@ -48,13 +48,14 @@ def main(argv=None) -> int:
     from qmdlab.models.doc_query_gen import load_generator
     from qmdlab.pipeline.config import PipelineConfig
     from qmdlab.pipeline.doc_expand import expand_documents
-    from qmdlab.training.splits import assert_disjoint, load_splits
+    from qmdlab.training.leakage import check_no_heldout
+    from qmdlab.training.splits import load_splits
 
     out = args.out or args.run / "eval"
     out.mkdir(parents=True, exist_ok=True)
     suite = get_suite(args.suite)
     split = load_splits(args.run / "splits.json")[suite.name]
-    assert_disjoint(split.train, split.heldout, where="doc2query evaluation")
+    check_no_heldout(split.train, split.heldout, where="doc2query evaluation")
     models = load_models("offline", expand="none", rerank="none", n_threads=args.threads)
     idx = prepare_index(suite, models.embedder, progress=False)
     gguf = args.run / "model.gguf"

@@ -352,7 +352,8 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
     from qmdlab.pipeline.doc_expand import expand_documents
     from qmdlab.store import doc_expansions
     from qmdlab.training.doc2query import Doc2QueryRunConfig, run_doc2query
-    from qmdlab.training.splits import assert_disjoint, load_splits
+    from qmdlab.training.leakage import check_no_heldout
+    from qmdlab.training.splits import load_splits
 
     run = Path(args.d2q_run)
     res = run_doc2query(
@@ -367,7 +368,7 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
     )
     split = load_splits(run / "splits.json")["scifact"]
     # the generator's split is the official one: it read training claims only
-    assert_disjoint(split.train, suite.split.test, where="scifact doc2query generator")
+    check_no_heldout(split.train, suite.split.test, where="scifact doc2query generator")
     assert set(split.train) <= set(suite.split.train), "the generator read a claim outside the training split"
     models = load_models("offline", expand="none", rerank="none", n_threads=args.threads)
     idx = prepare_index(suite, models.embedder, progress=False, log=_log)

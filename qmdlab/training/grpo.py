@@ -167,7 +167,7 @@ def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
     """The kept generated queries of ``synthetic_suites`` as labelled prompts: qid
     ``suite:syn-<chunk hash>-<seq>-<n>``, qrels ``{source docno: 1}`` (every active document holding
     the chunk), one prompt per distinct query text, a seeded sample of at most
-    ``synthetic_max_prompts`` per suite. Raises :class:`qmdlab.training.splits.LeakError` when a
+    ``synthetic_max_prompts`` per suite. Raises :class:`qmdlab.training.leakage.LeakError` when a
     generated query is the text of a held-out query of ``splits_file``."""
     import random
 
@@ -176,7 +176,7 @@ def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
     from qmdlab.eval.record import prepare_index
     from qmdlab.eval.suites import get_suite
     from qmdlab.store import doc_expansions as store
-    from qmdlab.training.embedder import check_no_heldout
+    from qmdlab.training.leakage import check_no_heldout
     from qmdlab.training.splits import load_splits, tag
 
     if not cfg.splits_file:
@@ -220,17 +220,25 @@ def synthetic_rows(cfg: GRPORunConfig) -> list[dict]:
             part = random.Random(cfg.seed).sample(part, cfg.synthetic_max_prompts)
         judged = suite.data().judged_queries()
         texts = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
-        check_no_heldout([{"anchor": r["query"]} for r in part], splits[suite.name], texts, where="GRPO prompts")
+        check_no_heldout(
+            [{"query": r["query"]} for r in part],
+            splits[suite.name].heldout,
+            texts,
+            where="GRPO prompts",
+            text="query",
+            suite=suite.name,
+        )
         rows += part
     return rows
 
 
 def split_rows(cfg: GRPORunConfig) -> list[dict]:
     """The train-split judged queries of ``labelled_suites``, qids tagged ``suite:qid``, qrels keyed by
-    the suite's own docnos. Raises :class:`qmdlab.training.splits.LeakError` if a held-out query is among them."""
+    the suite's own docnos. Raises :class:`qmdlab.training.leakage.LeakError` if a held-out query is among them."""
     from qmdlab.eval.metrics import qrels_dict
     from qmdlab.eval.suites import get_suite
-    from qmdlab.training.splits import assert_disjoint, heldout_tagged, load_splits, tag
+    from qmdlab.training.leakage import check_no_heldout
+    from qmdlab.training.splits import heldout_tagged, load_splits, tag
 
     if not cfg.splits_file:
         raise ConfigError(
@@ -257,7 +265,7 @@ def split_rows(cfg: GRPORunConfig) -> list[dict]:
                         "suite": suite.name,
                     }
                 )
-    assert_disjoint([r["qid"] for r in rows], heldout_tagged(splits), where="GRPO prompts")
+    check_no_heldout([r["qid"] for r in rows], heldout_tagged(splits), where="GRPO prompts")
     return rows
 
 

@@ -20,7 +20,7 @@ Recipe (chosen for a 2-core CPU; each part measured, docs/results/reranker.md):
    rate for the head) and *tune* queries, on which a Platt calibration of the logits and the
    blend (qmd's position-aware bands and weights, grid-searched) are chosen. The held-out fold
    is then reranked once. No held-out query reaches fit or tune: checked on the texts given to
-   the trainer (:func:`assert_disjoint`), and by a test.
+   the trainer (:func:`~qmdlab.training.leakage.check_no_heldout`), and by a test.
 4. **Report** on held-out queries only: nDCG@10 etc. of the fused order vs each blend, paired
    t and Fisher p (:func:`qmdlab.eval.significance.compare_to_baseline`), the AUC of the reranker's
    scores; TREC run files with the collection's ids (``fused-heldout.trec``,
@@ -50,6 +50,7 @@ from qmdlab.errors import ConfigError, QmdlabError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.base_models import resolve_encoder_base
 from qmdlab.training.config import SuiteRunConfig
+from qmdlab.training.leakage import check_no_heldout
 from qmdlab.training.reranker_data import (
     RecordingInfo,
     pair_rows,
@@ -192,23 +193,6 @@ def make_loss(name: str, model):
     raise ConfigError(f"unknown reranker loss {name!r}; choose one of {', '.join(LOSSES)}")
 
 
-def assert_disjoint(
-    rows: Sequence[dict], heldout_qids: Sequence[str], heldout_texts: Sequence[str], query_key: str = "query"
-) -> None:
-    """Raise when a held-out query (by id, or by text) is among the training rows.
-
-    >>> assert_disjoint([{"qid": "1", "query": "a"}], ["2"], ["b"])
-    >>> assert_disjoint([{"qid": "1", "query": "a"}], ["2"], ["a"])
-    Traceback (most recent call last):
-    ...
-    AssertionError: held-out query reached training: ['a']
-    """
-    qids = {str(r["qid"]) for r in rows if "qid" in r} & {str(q) for q in heldout_qids}
-    texts = {r[query_key] for r in rows} & set(heldout_texts)
-    if qids or texts:
-        raise AssertionError(f"held-out query reached training: {sorted(qids or texts)[:5]}")
-
-
 # -- the run --------------------------------------------------------------------------------------
 class FoldSplit(NamedTuple):
     fold: int
@@ -297,13 +281,12 @@ def _supervised(
             "its chunks; the suite needs positive judgments"
         )
     texts = dict(rec.queries.select("qid", "query").iter_rows())
-    held_texts = [texts[q] for q in heldout if q in texts]
     if cfg.loss == "bce":
         rows, per_row = pair_rows(lists), 1
     else:
         rows, per_row = lists, cfg.list_size
     # What reaches the trainer: no held-out (or tune) query, by id and by text.
-    assert_disjoint(rows, list(heldout) + list(tune_q), held_texts + [texts[q] for q in tune_q if q in texts])
+    check_no_heldout(rows, [*heldout, *tune_q], texts, where="reranker training lists", text="query")
     train_rows = [{k: v for k, v in r.items() if k != "qid"} for r in rows]
     (run).mkdir(parents=True, exist_ok=True)
     (run / "train_qids.json").write_text(json.dumps(sorted({r["qid"] for r in rows})), encoding="utf-8")

@@ -15,7 +15,7 @@ reranker where a few dozen labelled queries could not):
    its source chunk as the positive and ``synthetic_hard_negatives`` BM25-mined chunks of other
    documents (:func:`qmdlab.training.embedder.build_pairs`, chunk text as the reranker reads it).
    No label is read. A generated query equal to a held-out query's text fails the run
-   (:func:`qmdlab.training.embedder.check_no_heldout`).
+   (:func:`qmdlab.training.leakage.check_no_heldout`).
 3. **Training** — optional label-free in-collection pretraining (``weak``, as in the labelled
    recipe), then ``MultipleNegativesRankingLoss`` over the pairs (hard negatives plus in-batch ones).
 4. **Choices on train queries** — the split's *train* judged queries (the generator was trained on
@@ -88,7 +88,8 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
 
     from qmdlab.eval.significance import compare_to_baseline
     from qmdlab.training.base_models import resolve_encoder_base
-    from qmdlab.training.embedder import build_pairs, check_no_heldout, load_split, train_columns
+    from qmdlab.training.embedder import build_pairs, load_split, train_columns
+    from qmdlab.training.leakage import check_no_heldout
     from qmdlab.training.reranker_data import record
     from qmdlab.training.reranker_eval import (
         blend_dict,
@@ -136,7 +137,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
             f"`qmdlab --index {rec.index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
         )
     texts = dict(rec.queries.select("qid", "query").iter_rows())
-    check_no_heldout(pairs, split, texts, where="reranker pairs")
+    check_no_heldout(pairs, split.heldout, texts, where="reranker pairs", text="anchor", suite=split.suite)
     with (out / "pairs.jsonl").open("w", encoding="utf-8") as f:
         for p in pairs:
             f.write(json.dumps(p, ensure_ascii=False) + "\n")

@@ -2,8 +2,8 @@
 
 A split is drawn once per run and written to ``splits.json`` in the run directory; every stage
 that touches labelled queries reads it back: GRPO's retrieval reward sees only ``train`` qids,
-evaluation only ``heldout`` qids, and both call :func:`assert_disjoint` so that a held-out query
-reaching training is an error, not a silently inflated number.
+evaluation only ``heldout`` qids, and both call :func:`qmdlab.training.leakage.check_no_heldout` so
+that a held-out query reaching training is an error, not a silently inflated number.
 
 Queries are addressed across suites as ``"suite:qid"`` (:func:`tag`), because suites reuse qids
 (CISI's ``"1"`` and another collection's ``"1"`` are different queries).
@@ -17,11 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from qmdlab.errors import ConfigError, QmdlabError
-
-
-class LeakError(QmdlabError):
-    """A held-out query reached a training or tuning step."""
+from qmdlab.errors import ConfigError
+from qmdlab.training.leakage import check_no_heldout
 
 
 class QuerySplit(NamedTuple):
@@ -108,21 +105,6 @@ def untag(tagged: str) -> tuple[str, str]:
     return suite, qid
 
 
-def assert_disjoint(train: Iterable[str], heldout: Iterable[str], *, where: str) -> None:
-    """Raise :class:`LeakError` naming the queries when a held-out id is among the training ids.
-
-    >>> assert_disjoint(["cisi:1"], ["cisi:2"], where="GRPO prompts")
-    >>> try:
-    ...     assert_disjoint(["cisi:1", "cisi:2"], ["cisi:2"], where="GRPO prompts")
-    ... except LeakError as err:
-    ...     print(type(err).__name__, err)
-    LeakError held-out queries reached GRPO prompts: ['cisi:2']
-    """
-    leaked = sorted(set(train) & set(heldout))
-    if leaked:
-        raise LeakError(f"held-out queries reached {where}: {leaked[:10]}{' …' if len(leaked) > 10 else ''}")
-
-
 def save_splits(splits: Sequence[QuerySplit], path: str | Path) -> Path:
     """Write ``{suite: {"train": [...], "heldout": [...], "seed": s, "heldout_fraction": f}}``."""
     path = Path(path)
@@ -154,7 +136,7 @@ def load_splits(path: str | Path) -> dict[str, QuerySplit]:
         s = QuerySplit(
             suite, tuple(d["train"]), tuple(d["heldout"]), int(d.get("seed", 0)), float(d.get("heldout_fraction", 0.5))
         )
-        assert_disjoint(s.train, s.heldout, where=f"the training side of {path} ({suite})")
+        check_no_heldout(s.train, s.heldout, where=f"the training side of {path} ({suite})")
         out[suite] = s
     return out
 

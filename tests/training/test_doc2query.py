@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from qmdlab.models import doc2query as fmt
 from qmdlab.training.doc2query import (
     Doc2QueryRunConfig,
     best_chunk,
     build_data,
-    check_no_heldout,
     heading_pairs,
     label_pairs,
     run_doc2query,
 )
-from qmdlab.training.splits import LeakError, QuerySplit, load_splits
+from qmdlab.training.splits import load_splits
 
 
 def test_best_chunk_counts_distinct_shared_terms():
@@ -35,17 +32,6 @@ def test_label_pairs_cover_train_queries_only_and_use_the_shared_format():
     assert rows[0]["prompt"] == fmt.prompt("Restore the database from last night's backup.")
     assert rows[0]["completion"] == " restore database backup\n"
     assert len(label_pairs(chunks, queries, relevant, ["1", "2"], max_pairs=1)) == 1
-
-
-def test_the_guard_rejects_a_heldout_qid_and_a_heldout_text():
-    split = QuerySplit("s", ("1",), ("2",), 0, 0.5)
-    queries = {"1": "train query", "2": "Held  Out query"}
-    check_no_heldout([{"qid": "1", "completion": " train query\n"}], split, queries)
-    with pytest.raises(LeakError, match="s:2"):
-        check_no_heldout([{"qid": "2", "completion": " anything\n"}], split, queries)
-    # a heading that happens to equal a held-out query is a leak too (the text, not the qid)
-    with pytest.raises(LeakError, match="is a training target"):
-        check_no_heldout([{"source": "heading", "completion": " held out QUERY\n"}], split, queries)
 
 
 def test_build_data_on_the_bundled_suite_never_reads_a_heldout_query(qmdlab_home, tmp_path):

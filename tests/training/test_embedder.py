@@ -13,8 +13,9 @@ from qmdlab.models.doc_query_gen import TableDocQueryGenerator
 from qmdlab.pipeline.doc_expand import expand_documents
 from qmdlab.store import Index
 from qmdlab.store import doc_expansions as dx
-from qmdlab.training.embedder import build_pairs, check_no_heldout, document_text, load_split
-from qmdlab.training.splits import LeakError, QuerySplit, save_splits
+from qmdlab.training.embedder import build_pairs, document_text, load_split
+from qmdlab.training.leakage import LeakError, check_no_heldout
+from qmdlab.training.splits import QuerySplit, save_splits
 
 # each note has two words of its own and shares "field notes" with the others
 NOTES = {
@@ -87,9 +88,11 @@ def test_pairs_are_the_kept_queries_with_negatives_from_other_documents(expanded
 def test_a_generated_query_equal_to_a_heldout_query_is_a_leak(expanded):
     pairs, _ = build_pairs(expanded, hard_negatives=1)
     split = QuerySplit("s", ("1",), ("2",), 0, 0.5)
-    check_no_heldout(pairs, split, {"1": "zebra quarry field notes", "2": "something else"})  # train: allowed
+    allowed = {"1": "zebra quarry field notes", "2": "something else"}  # a train query's text: allowed
+    check_no_heldout(pairs, split.heldout, allowed, where="embedder pairs", text="anchor", suite=split.suite)
+    leaked = {"1": "x", "2": "  Walrus LIGHTHOUSE field   notes"}
     with pytest.raises(LeakError, match="held-out query 's:2'"):
-        check_no_heldout(pairs, split, {"1": "x", "2": "  Walrus LIGHTHOUSE field   notes"})
+        check_no_heldout(pairs, split.heldout, leaked, where="embedder pairs", text="anchor", suite=split.suite)
 
 
 def test_load_split_from_a_run_directory_or_file(tmp_path):

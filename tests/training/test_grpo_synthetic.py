@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from qmdlab.errors import ConfigError
-from qmdlab.training.splits import LeakError, QuerySplit, save_splits
+from qmdlab.training.leakage import LeakError
+from qmdlab.training.splits import QuerySplit, save_splits
 
 WORDS = {"1": "purr sleep", "2": "bark", "3": "fly south", "4": "swim", "5": "eat grass", "6": "hunt night"}
 
@@ -70,7 +71,7 @@ def test_a_generated_heldout_query_is_a_leak_and_a_train_one_is_not(tmp_path, su
         return " dogs barking\n" if _doc_id(passage) == "2" else _own_words(passage, i)
 
     _expand(suite_dir, leaky)
-    with pytest.raises(LeakError, match="GRPO prompts: generated query 'dogs barking' is the held-out query 'toy:2'"):
+    with pytest.raises(LeakError, match="GRPO prompts: query 'dogs barking' is the held-out query 'toy:2'"):
         synthetic_rows(_cfg(suite_dir, _splits(tmp_path)))
     train_side = _splits(tmp_path, train=("2", "4"), heldout=("1", "3", "5"))
     assert "dogs barking" in {r["query"] for r in synthetic_rows(_cfg(suite_dir, train_side))}

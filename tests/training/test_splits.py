@@ -8,8 +8,8 @@ import json
 import pytest
 
 from qmdlab.errors import ConfigError
+from qmdlab.training.leakage import LeakError
 from qmdlab.training.splits import (
-    LeakError,
     QuerySplit,
     heldout_tagged,
     load_splits,
