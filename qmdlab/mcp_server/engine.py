@@ -688,6 +688,8 @@ class Engine:
         text = (query or "").strip()
         if not text and not searches:
             raise QmdlabError("give a 'query' or 1-10 typed 'searches' ({type: lex|vec|hyde, query: ...})")
+        if text and searches:  # qmd's rule (src/mcp/server.ts); `searches: []` beside a query is a plain query
+            raise QmdlabError("'query' and 'searches' are mutually exclusive; provide only one")
         if len(searches) > 10:
             raise QmdlabError(f"at most 10 searches per query, got {len(searches)}")
         for s in searches:

@@ -101,7 +101,7 @@ class SubSearch(BaseModel):
 class QueryRequest(BaseModel):
     """Arguments of the ``query`` tool and of ``POST /query``: unknown keys are ignored
     (:func:`ignored_keys` names them), numbers read as qmd reads them; ``searches: []`` beside a
-    ``query`` is a plain query."""
+    ``query`` is a plain query, non-empty ``searches`` beside one an error (as qmd's)."""
 
     model_config = ConfigDict(extra="ignore")
     query: str | None = None
