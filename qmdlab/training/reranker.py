@@ -52,10 +52,10 @@ from qmdlab.training.base_models import resolve_encoder_base
 from qmdlab.training.config import SuiteRunConfig
 from qmdlab.training.leakage import check_no_heldout
 from qmdlab.training.reranker_data import (
-    RecordingInfo,
+    RerankCandidates,
     pair_rows,
     query_lists,
-    record,
+    record_candidates,
 )
 from qmdlab.training.reranker_eval import (
     blend_dict,
@@ -252,7 +252,7 @@ def splits(
 
 def _supervised(
     cfg: RerankerRunConfig,
-    rec: RecordingInfo,
+    rec: RerankCandidates,
     init_dir: Path,
     run: Path,
     fit_q: Sequence[str],
@@ -358,7 +358,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
     base_dir = resolve_encoder_base(cfg.base)
     hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
-    rec = record(cfg, log)
+    rec = record_candidates(cfg, log)
     teacher = teacher_scores(cfg.distill)
     qids = sorted(rec.table.filter(pl.col("grade") >= 1)["qid"].unique().to_list())
     log(

@@ -57,7 +57,7 @@ def candidate_table(trace, qrels: pl.DataFrame, queries: pl.DataFrame, index, co
     Parameters
     ----------
     trace : qmdlab.pipeline.trace.Trace
-        RecordingInfo traces (their ``fused`` table gives the candidates and fused ranks).
+        Recorded traces (their ``fused`` table gives the candidates and fused ranks).
     qrels : pl.DataFrame
         ``qid, docno, grade`` (qmdlab docnos).
     queries : pl.DataFrame
@@ -294,8 +294,10 @@ __all__ = [
 
 # -- the recorded suite ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RecordingInfo:
-    """The suite as the reranker sees it."""
+class RerankCandidates:
+    """The suite as the reranker sees it: each judged query's rerank candidates (the chunks the pipeline
+    would send the reranker, with their grades), recorded once with rerank off. Not the trace cache's
+    :class:`qmdlab.eval.record.RecordingInfo`: this is built from one such recording."""
 
     suite: Suite
     table: pl.DataFrame  # training_data.CANDIDATE_SCHEMA
@@ -305,8 +307,8 @@ class RecordingInfo:
     config: PipelineConfig  # used for recording (rerank off)
 
 
-def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> RecordingInfo:
-    """Run (or load from the trace cache) the suite with expansion/rerank off; build the candidate table."""
+def record_candidates(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> RerankCandidates:
+    """Run (or load from the trace cache) the suite with expansion/rerank off; build its :class:`RerankCandidates`."""
     from qmdlab.eval.runner import run_suite
     from qmdlab.eval.study import Study
     from qmdlab.eval.suites import get_suite
@@ -351,4 +353,4 @@ def record(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> Record
             f"suite {suite.name!r}: no relevant document of any query is in the index "
             f"{index.dir}; check that the qrels' document ids match the collection"
         )
-    return RecordingInfo(suite, table, study, index, queries.select("qid", "query"), pcfg)
+    return RerankCandidates(suite, table, study, index, queries.select("qid", "query"), pcfg)

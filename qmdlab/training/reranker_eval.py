@@ -15,7 +15,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from qmdlab.training.reranker import RerankerRunConfig
-    from qmdlab.training.reranker_data import RecordingInfo
+    from qmdlab.training.reranker_data import RerankCandidates
 
 
 def platt(logits: np.ndarray, relevant: np.ndarray, iters: int = 50) -> tuple[float, float]:
@@ -133,7 +133,7 @@ def mean_query_auc(frame: pl.DataFrame, score_col: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def calibrate_and_blend(cfg: RerankerRunConfig, rec: RecordingInfo, model_dir: Path, qids: Sequence[str]):
+def calibrate_and_blend(cfg: RerankerRunConfig, rec: RerankCandidates, model_dir: Path, qids: Sequence[str]):
     """The Platt calibration of ``model_dir``'s logits and the blend chosen on ``qids`` (never held-out
     queries): ``(calibration, blend config or None, its nDCG@10)``; ``((1, 0), None, None)`` without queries."""
     if not qids:
@@ -181,7 +181,7 @@ class HeldOut(NamedTuple):
 
 
 def evaluate_heldout(
-    rec: RecordingInfo,
+    rec: RerankCandidates,
     scores: pl.DataFrame,
     fold_blends: dict[int, dict | None],
     fold_of: dict[str, int],

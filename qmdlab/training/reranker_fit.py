@@ -17,7 +17,7 @@ from qmdlab.training.reranker_data import collection_pairs
 
 if TYPE_CHECKING:
     from qmdlab.training.reranker import RerankerRunConfig
-    from qmdlab.training.reranker_data import RecordingInfo
+    from qmdlab.training.reranker_data import RerankCandidates
 
 
 def _trainer_class():
@@ -183,7 +183,7 @@ def write_meta(model_dir: Path, meta: dict) -> None:
     (Path(model_dir) / META_FILE).write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
 
 
-def pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) -> tuple[Path, dict]:
+def pretrain(cfg: RerankerRunConfig, rec: RerankCandidates, base_dir: Path, log) -> tuple[Path, dict]:
     run = Path(cfg.out) / "weak"
     done = rundir.done_result(run)
     if done:
@@ -233,7 +233,7 @@ def pretrain(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) ->
     return res.model_dir, info
 
 
-def start_model(cfg: RerankerRunConfig, rec: RecordingInfo, base_dir: Path, log) -> tuple[Path, dict | None]:
+def start_model(cfg: RerankerRunConfig, rec: RerankCandidates, base_dir: Path, log) -> tuple[Path, dict | None]:
     """The model a labelled or synthetic stage starts from, with the weak stage's record: the in-collection
     :func:`pretrain` of ``base_dir`` when ``cfg.weak``, else ``base_dir`` itself (and no record)."""
     if cfg.weak:

@@ -42,7 +42,7 @@ class HeldOutStudy(NamedTuple):
     suite : str
         The suite the run was trained and evaluated on.
     study : qmdlab.eval.study.Study
-        RecordingInfo fused traces whose rerank table is the held-out scores; held-out queries only.
+        Recorded fused traces whose rerank table is the held-out scores; held-out queries only.
     fused : qmdlab.pipeline.config.PipelineConfig
         The recorded configuration with rerank off and ``candidate_limit`` = the run's rerank
         depth: the fused order the reranker is compared against.

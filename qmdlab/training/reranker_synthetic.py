@@ -9,7 +9,7 @@ Recipe (InPars / Promptagator style: thousands of filtered synthetic queries tra
 reranker where a few dozen labelled queries could not):
 
 1. **Record** the suite through the pipeline once, expansion and rerank off
-   (:func:`qmdlab.training.reranker_data.record`); the candidates of each judged query are the chunks
+   (:func:`qmdlab.training.reranker_data.record_candidates`); the candidates of each judged query are the chunks
    the pipeline would send the reranker.
 2. **Pairs** — the round-trip-filtered generated queries of the index's active generator, each with
    its source chunk as the positive and ``synthetic_hard_negatives`` BM25-mined chunks of other
@@ -90,7 +90,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     from qmdlab.training.base_models import resolve_encoder_base
     from qmdlab.training.embedder import build_pairs, load_split, train_columns
     from qmdlab.training.leakage import check_no_heldout
-    from qmdlab.training.reranker_data import record
+    from qmdlab.training.reranker_data import record_candidates
     from qmdlab.training.reranker_eval import (
         blend_dict,
         calibrate_and_blend,
@@ -111,7 +111,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     base_dir = resolve_encoder_base(cfg.base)
     hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
-    rec = record(cfg, log)
+    rec = record_candidates(cfg, log)
     split = load_split(cfg.synthetic, rec.suite.name)
     qids = sorted(rec.table.filter(pl.col("grade") >= 1)["qid"].unique().to_list())
     train_q, held_q = train_and_heldout(qids, split)

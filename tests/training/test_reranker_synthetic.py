@@ -37,11 +37,11 @@ def _expanded_suite(tmp_path: Path, tiny_bert: Path, generate=_topic_query):
     """A suite whose index holds kept generated queries, and a generator run directory with a split."""
     from qmdlab.models.doc_query_gen import TableDocQueryGenerator
     from qmdlab.pipeline.doc_expand import expand_documents
-    from qmdlab.training.reranker_data import record
+    from qmdlab.training.reranker_data import record_candidates
     from qmdlab.training.splits import QuerySplit, save_splits
 
     suite = write_suite(tmp_path / "suite")
-    rec = record(small_cfg(suite, tmp_path / "probe", tiny_bert), log=lambda m: None)
+    rec = record_candidates(small_cfg(suite, tmp_path / "probe", tiny_bert), log=lambda m: None)
     rep = expand_documents(rec.index, TableDocQueryGenerator(generate), per_chunk=1, top_k=3)
     assert rep.kept > len(TOPICS)  # every main document's query, and some distractors'
     qids = [f"q{i:02d}" for i in range(len(TOPICS))]
