@@ -96,7 +96,7 @@ def register(group: click.Group) -> None:
             if generator_ref:
                 raise click.UsageError("--clear empties the column; drop --generator (or --clear)")
             n = clear_expansions(idx)
-            click.echo(f"expansions cleared: {n} documents rewritten")
+            click.echo(f"doc expansions cleared: {n} documents rewritten")
             return
         if not generator_ref:
             raise click.UsageError("give the doc -> query model with --generator MODEL (or --clear)")

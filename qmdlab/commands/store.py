@@ -206,7 +206,15 @@ def register(group: click.Group) -> None:
         if rep.changed:
             click.echo(rep.summary())
         if watch:
-            run_watch(ctx, idx, list(collections) or None, embed=embed, debounce=debounce, poll=poll, allow_vanish=allow_vanish)
+            run_watch(
+                ctx,
+                idx,
+                list(collections) or None,
+                embed=embed,
+                debounce=debounce,
+                poll=poll,
+                allow_vanish=allow_vanish,
+            )
             return
         print_report(idx.update(list(collections) or None, progress=progress, allow_vanish=allow_vanish))
         pending = pending_embeddings(idx)
@@ -484,10 +492,10 @@ def register(group: click.Group) -> None:
         if st["pending_embeddings"]:
             click.echo(f"pending: {embed_hint(st['pending_embeddings'])}")
         click.echo(f"llm cache entries: {st['llm_cache_entries']}")
-        exp = st.get("expansions")
+        exp = st.get("doc_expansions")
         if exp:
             click.echo(
-                f"expansions {exp['generator']}: {exp['kept']} of {exp['generated']} generated queries kept, "
+                f"doc expansions {exp['generator']}: {exp['kept']} of {exp['generated']} generated queries kept, "
                 f"in {exp['documents']} documents (searched with bm25_weight_doc_queries > 0)"
             )
         from qmdlab.mcp_server.daemon import read_pid

@@ -200,7 +200,7 @@ def index_has_doc_queries(suite, config: PipelineConfig) -> bool:
     doc-queries column (no index yet: ``False``; nothing is created or written)."""
     from qmdlab.paths import DB_NAME
     from qmdlab.store import Index
-    from qmdlab.store.doc_expansions import has_expansions
+    from qmdlab.store.doc_expansions import has_doc_expansions
 
     from .record import index_dir
 
@@ -208,7 +208,7 @@ def index_has_doc_queries(suite, config: PipelineConfig) -> bool:
     if not (path / DB_NAME).is_file():
         return False
     with Index.open(path, create=False) as idx:
-        return has_expansions(idx)
+        return has_doc_expansions(idx)
 
 
 def _expansions_inert(config: PipelineConfig, study, models, suite=None) -> str:

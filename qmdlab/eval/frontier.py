@@ -9,8 +9,8 @@ Two recordings, made (or loaded from the trace cache) by :func:`qmdlab.eval.reco
   ``bm25``, ``vector``, and BM25 + vectors under each fusion method (``hybrid <method>``); plus the
   k-fold rows: ``tuned`` (:func:`qmdlab.eval.optimise.cross_validate`, the folds and seed of ``qmdlab tune``)
   and ``learned fusion`` (:func:`qmdlab.eval.learn.cross_validate_learned`, when LightGBM is installed);
-  and, when the suite's index has expansions written (``qmdlab expand-docs``), ``bm25 + expansions`` and
-  ``hybrid <fusion> + expansions``: the same rows with the doc-queries column weighted
+  and, when the suite's index has doc expansions written (``qmdlab expand-docs``), ``bm25 + doc expansions``
+  and ``hybrid <fusion> + doc expansions``: the same rows with the doc-queries column weighted
   (:data:`qmdlab.eval.ablation.DOC_QUERY_WEIGHT`), their BM25 lists re-run on the index
   (:class:`qmdlab.eval.lexical.LexicalStudy`);
 - the **LLM recording** of the first ``llm_queries`` judged queries (the preset's expander and
@@ -295,11 +295,11 @@ def frontier(
             )
         )
     # the doc-queries column (doc2query), when the index has one written: the bm25 and hybrid rows with it weighted
-    from qmdlab.store.doc_expansions import has_expansions
+    from qmdlab.store.doc_expansions import has_doc_expansions
 
     expanded = hybrid.replace(bm25_weight_doc_queries=DOC_QUERY_WEIGHT)
-    with_expansions = has_expansions(rec.lab.index)
-    if with_expansions:
+    with_doc_expansions = has_doc_expansions(rec.lab.index)
+    if with_doc_expansions:
         from .lexical import LexicalStudy
 
         lex_study = LexicalStudy(study, rec.lab.index)
@@ -309,12 +309,12 @@ def frontier(
             ev = lex_study.evaluate(expanded.replace(**v.overrides), lists=v.lists)
             points.append(
                 Point(
-                    f"{v.name} + expansions",
+                    f"{v.name} + doc expansions",
                     f"{v.description}, + the generated-query column (weight {DOC_QUERY_WEIGHT:g})",
                     ev.per_query.select("qid", metric),
                     unfitted,
                     cfg,
-                    "bm25+expansions" if bm25_only else "bm25+vector+expansions",
+                    "bm25+doc-expansions" if bm25_only else "bm25+vector+doc-expansions",
                     None,
                 )
             )
@@ -375,10 +375,10 @@ def frontier(
     runs = {"bm25": hybrid.replace(vector=False), "bm25+vector": hybrid}
     if learned_cfg is not None:
         runs["learned fusion"] = learned_cfg
-    if with_expansions:
-        runs["bm25+expansions"] = expanded.replace(vector=False)
+    if with_doc_expansions:
+        runs["bm25+doc-expansions"] = expanded.replace(vector=False)
         if has_vector:
-            runs["bm25+vector+expansions"] = expanded
+            runs["bm25+vector+doc-expansions"] = expanded
     # timed at a query's own result count (10), not the recording's evaluation depth: snippets are built per result
     shown = PipelineConfig().limit
     labs = {name: Lab(rec.lab.index, retrieval_models, cfg.replace(limit=shown)) for name, cfg in runs.items()}

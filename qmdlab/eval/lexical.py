@@ -42,9 +42,9 @@ DOC_QUERY_SPACE = (Param("bm25_weight_doc_queries", 0.0, 4.0),)
 def lexical_space(index: Any) -> tuple[Param, ...]:
     """:data:`LEXICAL_SPACE`, plus :data:`DOC_QUERY_SPACE` when ``index`` has expansions written
     (``qmdlab expand-docs``): tuning a weight of an empty column would only spend trials."""
-    from qmdlab.store.doc_expansions import has_expansions
+    from qmdlab.store.doc_expansions import has_doc_expansions
 
-    return LEXICAL_SPACE + (DOC_QUERY_SPACE if has_expansions(index) else ())
+    return LEXICAL_SPACE + (DOC_QUERY_SPACE if has_doc_expansions(index) else ())
 
 
 class LexicalStudy:

@@ -221,7 +221,7 @@ def kept_queries(
     return [KeptQuery(q, h, int(s), d, t or "", x) for q, h, s, d, t, x in rows]
 
 
-class ExpansionStatus(NamedTuple):
+class DocExpansionStatus(NamedTuple):
     """What :func:`status` reports: the active generator, and for it the samples stored, judged
     and kept, and the active documents whose doc-queries column is not empty."""
 
@@ -232,11 +232,11 @@ class ExpansionStatus(NamedTuple):
     documents: int
 
 
-def status(idx: Index) -> ExpansionStatus:
+def status(idx: Index) -> DocExpansionStatus:
     """The index's expansion state (all zero without an active generator or the tables)."""
     gen = active_generator(idx) if _has_table(idx) else None
     if gen is None:
-        return ExpansionStatus(None, 0, 0, 0, 0)
+        return DocExpansionStatus(None, 0, 0, 0, 0)
     with idx._lock:
         n, judged, kept = idx.conn.execute(
             "SELECT count(*), count(kept), coalesce(sum(kept), 0) FROM doc_queries WHERE generator = ?", (gen,)
@@ -244,10 +244,10 @@ def status(idx: Index) -> ExpansionStatus:
         docs = 0
         if schema.fts_columns(idx.conn) > 3:
             docs = idx.conn.execute("SELECT count(*) FROM documents_fts WHERE expansions != ''").fetchone()[0]
-    return ExpansionStatus(gen, int(n), int(judged), int(kept), int(docs))
+    return DocExpansionStatus(gen, int(n), int(judged), int(kept), int(docs))
 
 
-def has_expansions(idx: Index) -> bool:
+def has_doc_expansions(idx: Index) -> bool:
     """Whether any active document's doc-queries column holds a query."""
     return status(idx).documents > 0
 
@@ -257,7 +257,7 @@ __all__ = [
     "GeneratedQuery",
     "FilterVerdict",
     "KeptQuery",
-    "ExpansionStatus",
+    "DocExpansionStatus",
     "ensure_table",
     "chunks_to_expand",
     "store_generated",
@@ -269,5 +269,5 @@ __all__ = [
     "set_active_generator",
     "write_expansions",
     "status",
-    "has_expansions",
+    "has_doc_expansions",
 ]

@@ -433,11 +433,11 @@ class Index(CatalogMixin, UpdateMixin, ContentMixin, DocumentsMixin, VectorsMixi
                 for fp, (d, n) in self.vector_fingerprints().items()
             },
             "llm_cache_entries": self.cache.count(),
-            "expansions": _expansion_status(self),
+            "doc_expansions": _doc_expansion_status(self),
         }
 
 
-def _expansion_status(idx: Index) -> dict[str, Any] | None:
+def _doc_expansion_status(idx: Index) -> dict[str, Any] | None:
     """``qmdlab status``'s document expansion block (``None``: no active doc2query generator)."""
     from qmdlab.store.doc_expansions import status
 

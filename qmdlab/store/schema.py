@@ -67,6 +67,10 @@ DOC_QUERIES = (
     "PRIMARY KEY (hash, seq, generator, n))"
 )
 
+# Document expansion is spelled ``doc_expansion`` in code (``expand-docs``, :mod:`qmdlab.store.doc_expansions`);
+# the on-disk names ``documents_fts.expansions`` (the doc-queries column), ``doc_queries`` and
+# ``meta.doc2query_generator`` stay as they are: renaming an FTS5 column means rebuilding every index's
+# ``documents_fts`` (a migration), and readers of older indexes would need both names.
 FTS_COLUMNS = ("filepath", "title", "body", "expansions")
 """The columns of ``documents_fts``, in order (an index made before ``expansions`` has the first three)."""
 

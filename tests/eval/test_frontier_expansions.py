@@ -1,4 +1,4 @@
-"""The expansions column in the frontier and the recording tiers: rows only when the suite's index
+"""The doc-queries column (doc expansion) in the frontier and the recording tiers: rows only when the suite's index
 has generated queries, and their scores those of a fresh recording with the column weighted."""
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ def _expand(suite) -> None:
         idx.close()
 
 
-def test_no_expansion_rows_without_expansions(tmp_path, qmdlab_home):
+def test_no_doc_expansion_rows_without_doc_expansions(tmp_path, qmdlab_home):
     suite = zoo(tmp_path)
     res = frontier(
         suite, "fake", llm_queries=0, folds=2, trials=4, learned=False, log=lambda m: None, load_models=loader
     )
-    assert not [p.name for p in res.points if "expansions" in p.name]
+    assert not [p.name for p in res.points if "doc expansions" in p.name]
     assert not index_has_doc_queries(suite, PipelineConfig())
     assert not [t for t in choices.tiers(suite) if t.config.bm25_weight_doc_queries]
 
@@ -51,10 +51,10 @@ def test_expansion_rows_equal_a_fresh_recording(tmp_path, qmdlab_home):
         suite, "fake", llm_queries=0, folds=2, trials=4, learned=False, log=lambda m: None, load_models=loader
     )
     names = [p.name for p in res.points]
-    assert {"bm25 + expansions", "hybrid qmd_rrf + expansions"} <= set(names)
-    hybrid = res.point("hybrid qmd_rrf + expansions")
+    assert {"bm25 + doc expansions", "hybrid qmd_rrf + doc expansions"} <= set(names)
+    hybrid = res.point("hybrid qmd_rrf + doc expansions")
     assert hybrid.config.bm25_weight_doc_queries == DOC_QUERY_WEIGHT and hybrid.seconds is not None
-    assert res.point("bm25 + expansions").config.vector is False
+    assert res.point("bm25 + doc expansions").config.vector is False
     # the row is what the pipeline retrieves with the column weighted (re-run BM25 = a fresh recording)
     cfg = PipelineConfig(expand=False, rerank=False, bm25_weight_doc_queries=DOC_QUERY_WEIGHT)
     rec = record(suite, loader(expand="none", rerank="none"), cfg, log=lambda m: None)

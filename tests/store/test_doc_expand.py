@@ -78,8 +78,8 @@ def test_round_trip_keeps_own_words_and_drops_another_documents(notes_index):
     )
     assert col == {f"{k}.md": UNIQUE[k] for k in UNIQUE}
     assert dx.active_generator(notes_index) == gen.fingerprint
-    assert dx.status(notes_index) == dx.ExpansionStatus(gen.fingerprint, 12, 8, 4, 4)
-    assert notes_index.status()["expansions"] == {
+    assert dx.status(notes_index) == dx.DocExpansionStatus(gen.fingerprint, 12, 8, 4, 4)
+    assert notes_index.status()["doc_expansions"] == {
         "generator": gen.fingerprint,
         "generated": 12,
         "kept": 4,
@@ -134,7 +134,7 @@ def test_clear_and_switch_generator(notes_index):
     assert dx.active_generator(notes_index) == b.fingerprint
     assert len(bm25_search(notes_index, "facts", weights=(1.5, 4.0, 1.0, 1.0))) == 4
     assert clear_expansions(notes_index) == 4
-    assert notes_index.status()["expansions"] is None
+    assert notes_index.status()["doc_expansions"] is None
     assert bm25_search(notes_index, "facts", weights=(1.5, 4.0, 1.0, 1.0)) == []
     assert dx.active_generator(notes_index) is None
     rep = expand_documents(notes_index, b, per_chunk=1)  # stored samples are written back, none generated

@@ -104,7 +104,7 @@ def test_expand_docs_errors_and_clear(tmp_path, qmdlab_home):
     both = _run(index, "--clear", "--generator", "x")
     assert both.exit_code == 1 and "drop --generator" in both.output
     cleared = _run(index, "--clear")
-    assert cleared.exit_code == 0 and "expansions cleared: 0 documents rewritten" in cleared.output
+    assert cleared.exit_code == 0 and "doc expansions cleared: 0 documents rewritten" in cleared.output
     from qmdlab.models.doc_query_gen import TableDocQueryGenerator
     from qmdlab.pipeline.doc_expand import expand_documents
 
@@ -115,5 +115,5 @@ def test_expand_docs_errors_and_clear(tmp_path, qmdlab_home):
     assert status.exit_code == 0, status.output
     assert f"expansions {gen.fingerprint}: {rep.kept} of 4 generated queries kept, in 2 documents" in status.output
     cleared = _run(index, "--clear")
-    assert cleared.exit_code == 0 and "expansions cleared: 2 documents rewritten" in cleared.output
+    assert cleared.exit_code == 0 and "doc expansions cleared: 2 documents rewritten" in cleared.output
     assert "expansions " not in CliRunner().invoke(cli, ["--index", index, "status"]).output
