@@ -129,7 +129,7 @@ def page_mcp() -> str:
     import os
     import tempfile
 
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
     from qmdlab.mcp_server.server import build_server
     from qmdlab.store import Index
 
@@ -137,7 +137,7 @@ def page_mcp() -> str:
         os.environ["QMDLAB_HOME"] = tmp
         idx = Index.open(Path(tmp) / "index")
         try:
-            server = build_server(Engine(idx, preset="fake"))
+            server = build_server(McpBackend(idx, preset="fake"))
             tools = asyncio.run(server.list_tools())
         finally:
             idx.close()

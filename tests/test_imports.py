@@ -37,7 +37,7 @@ MODULES = _modules()
 
 
 def test_every_package_is_walked():
-    assert {"qmdlab.terms", "qmdlab.mcp_server.engine", "qmdlab.eval.record", "qmdlab.training.reward"} <= set(MODULES)
+    assert {"qmdlab.terms", "qmdlab.mcp_server.backend", "qmdlab.eval.record", "qmdlab.training.reward"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

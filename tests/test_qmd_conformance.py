@@ -10,7 +10,7 @@ deviations by ``scripts/gen_qmd_differences.py``; :func:`test_the_page_is_genera
 fails when the page is stale.
 
 Citations are ``FILE:LINE`` in qmd 2.8.3's source tree (``src/cli/qmd.ts``, ``src/cli/formatter.ts``,
-``src/store.ts``, ``src/collections.ts``, ``src/mcp/server.ts``). The MCP rows call the server's engine
+``src/store.ts``, ``src/collections.ts``, ``src/mcp/server.ts``). The MCP rows call the server's backend
 and tools directly on the same index; the REST rows ask the HTTP app.
 """
 
@@ -837,17 +837,17 @@ def check_update_hint(run):
 
 
 def _engine(run):
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
 
-    return Engine(run.index_dir, preset="fake")
+    return McpBackend(run.index_dir, preset="fake")
 
 
-def _tools(engine):
+def _tools(backend):
     import anyio
 
     from qmdlab.mcp_server.server import build_server
 
-    server = build_server(engine)
+    server = build_server(backend)
     return server, {t.name: t for t in anyio.run(server.list_tools)}
 
 
@@ -891,10 +891,10 @@ def check_mcp_snippet_cap(run):
 
 
 def check_mcp_get_range(run):
-    engine = _engine(run)
-    _, d = engine.get("kb/a.md:5:1")
+    backend = _engine(run)
+    _, d = backend.get("kb/a.md:5:1")
     assert d["text"] == "5: the heron nests here"
-    _, d = engine.get("#" + d["docid"], from_line=5, max_lines=1)
+    _, d = backend.get("#" + d["docid"], from_line=5, max_lines=1)
     assert d["text"] == "5: the heron nests here"
 
 
@@ -918,12 +918,12 @@ def check_mcp_get_resource(run):
 def check_mcp_multi_get_items(run):
     from qmdlab.mcp_server.server import _documents_result
 
-    engine = _engine(run)
-    result = _documents_result(*engine.multi_get("kb/a.md, nope.md", max_lines=2, max_bytes=1000))
+    backend = _engine(run)
+    result = _documents_result(*backend.multi_get("kb/a.md, nope.md", max_lines=2, max_bytes=1000))
     kinds = [c.type for c in result.content]
     assert kinds == ["text", "resource"] and result.content[0].text.startswith("Errors:\n")
     assert result.content[1].resource.text.endswith("[... truncated 6 more lines]")
-    result = _documents_result(*engine.multi_get("kb/**/*.md", max_bytes=100))
+    result = _documents_result(*backend.multi_get("kb/**/*.md", max_bytes=100))
     assert any(c.type == "text" and c.text.startswith("[SKIPPED: kb/sub/b.md") for c in result.content)
 
 

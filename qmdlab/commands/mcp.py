@@ -95,7 +95,7 @@ def mcp_command(
         )
         return
     try:
-        from qmdlab.mcp_server.engine import Engine
+        from qmdlab.mcp_server.backend import McpBackend
         from qmdlab.mcp_server.stdio import serve_stdio  # imports the SDK
     except ModuleNotFoundError as err:  # the 'mcp' extra is missing
         from qmdlab.errors import QmdlabError
@@ -120,16 +120,16 @@ def mcp_command(
         models = load_models(preset, embed=roles.get("embed"), expand=roles.get("expand"), rerank=roles.get("rerank"))
     if embed and not watch:
         raise click.UsageError("--embed goes with --watch")
-    engine = Engine((ctx.obj or {}).get("index"), preset=preset, config=config, models=models)
+    backend = McpBackend((ctx.obj or {}).get("index"), preset=preset, config=config, models=models)
     if watch:  # the index stays fresh while the server answers; its notes go to stderr (stdout may be MCP)
         start_watch_thread((ctx.obj or {}).get("index"), embed=embed, debounce=debounce, poll=poll)
     if use_http:
         from qmdlab.mcp_server.http import serve_http
 
         click.echo(f"qmdlab MCP: http://{host}:{port}/mcp  (REST: POST /query, GET /health)", err=True)
-        serve_http(engine, host=host, port=port)
+        serve_http(backend, host=host, port=port)
     else:
-        serve_stdio(engine)
+        serve_stdio(backend)
 
 
 @click.group("skill")

@@ -1,7 +1,7 @@
 """qmdlab's agent interface: an MCP server (stdio and Streamable HTTP) and a REST query endpoint.
 
 The server holds no retrieval logic: every tool calls qmdlab's own API through one
-:class:`~qmdlab.mcp_server.engine.Engine` (index + warm models + pipeline).
+:class:`~qmdlab.mcp_server.backend.McpBackend` (index + warm models + pipeline).
 
 - :func:`qmdlab.mcp_server.server.build_server` — the :class:`mcp.server.mcpserver.MCPServer`
   with the tools ``query get multi_get status outline read_section parent`` and the

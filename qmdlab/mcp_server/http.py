@@ -71,7 +71,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import qmdlab
 from qmdlab.errors import QmdlabError
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.mcp_server.frames import has_lone_surrogate
 from qmdlab.mcp_server.server import QueryRequest, build_server, ignored_keys
 
@@ -96,7 +96,7 @@ MAX_SESSIONS = 256
 QUERY_TIMEOUT_S = 120.0
 """Seconds a ``/query`` may run before it is answered 503."""
 MAX_QUEUED_QUERIES = 32
-"""Searches in flight at once (running or waiting for the engine); one more is answered 503. Below
+"""Searches in flight at once (running or waiting for the backend); one more is answered 503. Below
 anyio's 40 worker threads, so queries alone never take every thread."""
 RETRY_AFTER_S = 1
 """The ``Retry-After`` (seconds) of a 503 for a full query queue."""
@@ -478,7 +478,7 @@ class SessionlessMcp:
 
 
 def build_app(
-    engine: Engine,
+    backend: McpBackend,
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
@@ -490,15 +490,15 @@ def build_app(
     and the body limit (:class:`HttpLimits`)."""
     limits = limits or HttpLimits()
     gate = QueryGate(limits.max_queued_queries)
-    mcp = build_server(engine, deadline_s=limits.query_timeout_s, gate=gate)
+    mcp = build_server(backend, deadline_s=limits.query_timeout_s, gate=gate)
     # /health's own worker thread: anyio's default limiter (40 threads) is what queries fill
     health_limiter = anyio.CapacityLimiter(1)
     last_count: list[int | None] = [None]
     started = time.monotonic()
 
     async def health(request: Request) -> JSONResponse:
-        def count() -> int | None:  # the index's own lock only (a running query holds the engine's), briefly
-            idx = engine.index
+        def count() -> int | None:  # the index's own lock only (a running query holds the backend's), briefly
+            idx = backend.index
             if not idx._lock.acquire(timeout=HEALTH_LOCK_WAIT_S):
                 return last_count[0]  # a long statement holds the index: the last count read
             try:
@@ -547,7 +547,7 @@ def build_app(
             )
         try:
             with anyio.fail_after(limits.query_timeout_s):
-                _, data = await gate.run_in_thread(lambda: engine.query(**req.engine_kwargs()))
+                _, data = await gate.run_in_thread(lambda: backend.query(**req.backend_kwargs()))
         except QmdlabError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         except UnicodeError as err:  # text that cannot be encoded, wherever it was met
@@ -557,7 +557,7 @@ def build_app(
         except sqlite3.DatabaseError as err:  # a damaged index, or a search too large for SQLite
             from qmdlab.store.failures import as_user_error
 
-            return JSONResponse({"error": str(as_user_error(err, engine.index))}, status_code=503)
+            return JSONResponse({"error": str(as_user_error(err, backend.index))}, status_code=503)
         except TimeoutError:
             return JSONResponse(
                 {"error": f"the query took longer than {limits.query_timeout_s:g} s; shorten it or retry"},
@@ -577,7 +577,7 @@ def build_app(
         session_idle_timeout=limits.session_idle_s,
         max_sessions=limits.max_sessions,
     )
-    app.state.engine = engine
+    app.state.backend = backend
     app.state.mcp = mcp
     sessionless = SessionlessMcp(app, mcp.session_manager.app, max_body_bytes=limits.max_body_bytes)
     limited = BodyLimit(sessionless, max_bytes=limits.max_body_bytes, timeout_s=limits.body_timeout_s)
@@ -645,7 +645,7 @@ def uvicorn_config(
 
 
 def serve_http(
-    engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning"
+    backend: McpBackend, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "warning"
 ) -> None:
     """Serve until SIGINT/SIGTERM, then shut down gracefully (in-flight requests finish) and return.
 
@@ -664,6 +664,6 @@ def serve_http(
             if sig in (signal.SIGINT, signal.SIGTERM) and captured and captured[-1] == sig:
                 captured.pop()
 
-    engine.warm()  # models load once, before the first request, and stay warm
-    app = build_app(engine, host=host, port=port)
+    backend.warm()  # models load once, before the first request, and stay warm
+    app = build_app(backend, host=host, port=port)
     _Server(uvicorn_config(app, host=host, port=port, log_level=log_level)).run()

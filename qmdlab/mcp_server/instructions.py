@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def index_summary(engine: Any) -> dict[str, Any]:
-    """Counts and settings of an :class:`~qmdlab.mcp_server.engine.Engine`'s index (JSON-able)."""
-    idx = engine.index
+def index_summary(backend: Any) -> dict[str, Any]:
+    """Counts and settings of an :class:`~qmdlab.mcp_server.backend.McpBackend`'s index (JSON-able)."""
+    idx = backend.index
     st = idx.status()
     try:
         contexts = [{"target": t, "text": x} for t, x in _pairs(idx.contexts())]
@@ -21,7 +21,7 @@ def index_summary(engine: Any) -> dict[str, Any]:
     collections = [dict(c, uri=f"qmd://{c['name']}/") for c in st["collections"]]
     models: dict[str, Any] = {}
     missing = None
-    ms = engine.models
+    ms = backend.models
     for role in ("embedder", "expander", "reranker"):
         m = getattr(ms, role, None)
         models[role] = getattr(m, "model_id", None) if m is not None else None
@@ -40,7 +40,7 @@ def index_summary(engine: Any) -> dict[str, Any]:
         "collections": collections,
         "contexts": contexts,
         "models": models,
-        "preset": engine.preset,
+        "preset": backend.preset,
     }
 
 
@@ -60,9 +60,9 @@ def _pairs(contexts: Any) -> list[tuple[str, str]]:
     return out
 
 
-def build_instructions(engine: Any) -> str:
-    """The server's ``instructions`` string for one engine's index."""
-    s = index_summary(engine)
+def build_instructions(backend: Any) -> str:
+    """The server's ``instructions`` string for one backend's index."""
+    s = index_summary(backend)
     lines = [
         f"qmdlab: hybrid search (BM25 + vectors, fused, reranked) over {s['documents']} markdown document(s) "
         f"in {len(s['collections'])} collection(s).",

@@ -1,10 +1,10 @@
-"""The MCP server: read-only tools and document resources over one :class:`Engine`.
+"""The MCP server: read-only tools and document resources over one :class:`McpBackend`.
 
 Built on the official SDK's :class:`mcp.server.mcpserver.MCPServer`. Every tool returns a
 short human-readable text block plus ``structuredContent`` with the full details. As qmd's
 (zod objects strip unknown keys), a tool ignores parameters it does not know, never failing on
 them; its ``structuredContent`` then lists them under ``ignored``. qmd's numbers are read as qmd
-reads them (:func:`qmdlab.mcp_server.engine.qmd_count`): any JSON number, a count truncated
+reads them (:func:`qmdlab.mcp_server.backend.qmd_count`): any JSON number, a count truncated
 toward zero; a value that is not a number is still an error. Every tool has a ``title`` (qmd's
 where qmd has the tool). Documents are resources ``qmd://<collection>/<path>``.
 
@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, mode
 
 import qmdlab
 from qmdlab.errors import QmdlabError
-from qmdlab.mcp_server.engine import DEFAULT_MULTI_GET_MAX_BYTES, Engine
+from qmdlab.mcp_server.backend import DEFAULT_MULTI_GET_MAX_BYTES, McpBackend
 from qmdlab.mcp_server.instructions import build_instructions
 
 # The parameter types several tools share (one description each, as the tools' schemas show them).
@@ -125,7 +125,7 @@ class QueryRequest(BaseModel):
             raise ValueError("give a non-empty 'query' or 1-10 typed 'searches'")
         return self
 
-    def engine_kwargs(self) -> dict[str, Any]:
+    def backend_kwargs(self) -> dict[str, Any]:
         data = self.model_dump()
         data["searches"] = [s.model_dump() for s in self.searches or []]
         return data
@@ -174,7 +174,7 @@ def _documents_result(text: str, data: dict[str, Any]) -> CallToolResult:
     """``multi_get``: qmd's items — the errors as text, one ``resource`` per document, one text
     line per skipped document — with the structured details beside them. A pattern that matches
     nothing is no failed call, as qmd's: its only item is ``Errors:\nNo files matched pattern: …``."""
-    from qmdlab.mcp_server.engine import with_context
+    from qmdlab.mcp_server.backend import with_context
 
     content: list[Any] = []
     if data["errors"]:
@@ -257,8 +257,8 @@ def _with_deadline(tool: Tool, seconds: float, gate: Any = None) -> Tool:
     return tool
 
 
-def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any = None) -> MCPServer:
-    """An :class:`MCPServer` exposing ``engine`` (tools, resources, instructions); with
+def build_server(backend: McpBackend, *, deadline_s: float | None = None, gate: Any = None) -> MCPServer:
+    """An :class:`MCPServer` exposing ``backend`` (tools, resources, instructions); with
     ``deadline_s``, a tool call running longer gets a tool error instead of its answer, and with
     ``gate`` one past its number of calls in flight gets a tool error at once."""
 
@@ -353,7 +353,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         section address for read_section/parent, the parent section (title and a short summary) and the
         nearest sibling sections.
         """
-        return _user_errors(engine.query)(
+        return _user_errors(backend.query)(
             query=query,
             searches=[s.model_dump() for s in searches or []],
             collections=collections,
@@ -385,7 +385,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         """Fast keyword search (BM25 full text, no model). Use it when you know words, names, code identifiers or
         phrases that appear in the document; use `vsearch` when you only know the idea, `query` for the best
         ranking."""
-        return _user_errors(engine.search)(query, limit, minScore, collection, collections)
+        return _user_errors(backend.search)(query, limit, minScore, collection, collections)
 
     def vsearch(
         query: Annotated[
@@ -401,7 +401,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         """Semantic search (vector embeddings only, no expansion or rerank). Use it for conceptual questions whose
         wording may differ from the documents' ("how do I ..."); use `search` for exact terms, `query` for the
         best ranking."""
-        return _user_errors(engine.vsearch)(query, limit, minScore, collection, collections)
+        return _user_errors(backend.vsearch)(query, limit, minScore, collection, collections)
 
     def get(
         file: Annotated[
@@ -433,7 +433,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """Read one indexed document (or a line range, or one section). `maxChars` caps the text: past the cap it
         ends with a line saying how many characters were left out and the line to read on from."""
-        return _user_errors(engine.get, _document_result)(file, fromLine, maxLines, lineNumbers, maxChars)
+        return _user_errors(backend.get, _document_result)(file, fromLine, maxLines, lineNumbers, maxChars)
 
     def multi_get(
         pattern: Annotated[
@@ -461,19 +461,19 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """Read several indexed documents at once (size-capped; `maxChars` caps each document's text, saying how
         much was left out)."""
-        return _user_errors(engine.multi_get, _documents_result)(
+        return _user_errors(backend.multi_get, _documents_result)(
             pattern, maxLines, maxBytes, lineNumbers, max_chars=maxChars
         )
 
     def status() -> CallToolResult:
         """Index status: documents and chunks per collection, embedding gaps, models."""
-        return _user_errors(engine.status)()
+        return _user_errors(backend.status)()
 
     def outline(
         file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
     ) -> CallToolResult:
         """A document's heading tree: each section's address, lines and chunk ids."""
-        return _user_errors(engine.outline)(file)
+        return _user_errors(backend.outline)(file)
 
     def read_section(
         file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
@@ -482,14 +482,14 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
         ],
     ) -> CallToolResult:
         """The full text of one section (with its subsections)."""
-        return _user_errors(engine.read_section)(file, address)
+        return _user_errors(backend.read_section)(file, address)
 
     def parent(
         file: Annotated[str, Field(description="Path or '#docid' of an indexed document.")],
         address: Annotated[str, Field(description="A section address; its enclosing section is returned.")],
     ) -> CallToolResult:
         """The section enclosing a section (one level up the heading tree), with its full text."""
-        return _user_errors(engine.parent)(file, address)
+        return _user_errors(backend.parent)(file, address)
 
     def jump_to_ref(
         file: Annotated[
@@ -511,7 +511,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """Follow a cross-reference written in a section (markdown link, [[wiki link]], qmd:// URI or a '.md'
         path) to the section or document it names, and return that text. Use it when a hit says "see X"."""
-        return _user_errors(engine.jump_to_ref)(file, ref, address, maxChars)
+        return _user_errors(backend.jump_to_ref)(file, ref, address, maxChars)
 
     def read_chunks(
         file: Annotated[str, Field(description="Path, '#docid' or qmd:// URI of an indexed document.")],
@@ -533,7 +533,7 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     ) -> CallToolResult:
         """A document's chunks as short previews with their lines and heading breadcrumbs (cheap skim before
         reading), the chosen chunks' text, or one chunk read in its parent section/document."""
-        return _user_errors(engine.read_chunks)(file, chunkIds, full, previewChars, maxChars, parent)
+        return _user_errors(backend.read_chunks)(file, chunkIds, full, previewChars, maxChars, parent)
 
     fns: dict[str, Callable[..., CallToolResult]] = {
         "search": search,
@@ -567,28 +567,28 @@ def build_server(engine: Engine, *, deadline_s: float | None = None, gate: Any =
     server: MCPServer = MCPServer(
         "qmdlab",
         title="qmdlab knowledge base",
-        instructions=build_instructions(engine),
+        instructions=build_instructions(backend),
         version=qmdlab.__version__,
         tools=tools,
         log_level="WARNING",
     )
-    _add_resources(server, engine)
+    _add_resources(server, backend)
     return server
 
 
-def _add_resources(server: MCPServer, engine: Engine) -> None:
+def _add_resources(server: MCPServer, backend: McpBackend) -> None:
     """Documents are read through one resource template, ``qmd://{collection}/{+path}`` (as qmd's
     ``qmd://{+path}``: no list — documents are found with the search tools, so a server over 100k
     documents lists none of them at start-up). The text is numbered and opened by the document's
     context, as qmd serves it; a path that names no served document reads as qmd's text
     ``Document not found: PATH`` (not a protocol error)."""
-    from qmdlab.mcp_server.engine import _number, with_context
+    from qmdlab.mcp_server.backend import _number, with_context
 
     def read_doc(docno: str) -> str:
         try:
-            with engine.lock:
-                doc = engine.document(docno)
-                context = engine._doc_info(doc)["context"]
+            with backend.lock:
+                doc = backend.document(docno)
+                context = backend._doc_info(doc)["context"]
         except QmdlabError:
             return f"Document not found: {docno}"
         body = doc.body or ""

@@ -9,7 +9,7 @@ import json
 import logging
 from typing import Any
 
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.mcp_server.frames import _valid_id, check_frame
 from qmdlab.mcp_server.server import build_server
 
@@ -92,7 +92,7 @@ class _DrainingStdio:
             await self._out.flush()
 
 
-def serve_stdio(engine: Engine) -> None:
+def serve_stdio(backend: McpBackend) -> None:
     """Serve MCP over stdin/stdout; on stdin EOF finish the requests in flight, then return.
 
     While serving, file descriptor 1 points at stderr (the protocol uses a private
@@ -105,8 +105,8 @@ def serve_stdio(engine: Engine) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    engine.warm()  # models load once, before the first request, and stay warm
-    server = build_server(engine)
+    backend.warm()  # models load once, before the first request, and stay warm
+    server = build_server(backend)
     sys.stdout.flush()
     wire_in, wire_out = os.dup(0), os.dup(1)
     saved_in, saved_out = os.dup(0), os.dup(1)

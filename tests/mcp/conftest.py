@@ -124,13 +124,13 @@ def http_server(mcp_env):
     """The real ASGI app served by uvicorn on a free loopback port, in a background thread."""
     import uvicorn
 
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
     from qmdlab.mcp_server.http import build_app
 
-    engine = Engine(str(mcp_env.index_dir), preset="fake")
-    engine.warm()
+    backend = McpBackend(str(mcp_env.index_dir), preset="fake")
+    backend.warm()
     port = free_port()
-    app = build_app(engine, host="127.0.0.1", port=port, allowed_origins=("http://trusted.example",), allowed_hosts=())
+    app = build_app(backend, host="127.0.0.1", port=port, allowed_origins=("http://trusted.example",), allowed_hosts=())
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -139,10 +139,10 @@ def http_server(mcp_env):
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
-    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port, engine=engine)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port, backend=backend)
     server.should_exit = True
     thread.join(timeout=10)
-    engine.index.close()
+    backend.index.close()
 
 
 def stdio_params(mcp_env, *extra: str):

@@ -34,11 +34,11 @@ def test_twenty_concurrent_queries_all_succeed(http_server):
                 for i, q in enumerate(queries):
                     tg.start_soon(one, a if i % 2 else b, q)
 
-    lab = http_server.engine.lab()
+    lab = http_server.backend.lab()
     calls_before = lab.reranker.calls
     anyio.run(main)
     # one warm pipeline served every request: same Lab, and its reranker did the work
-    assert http_server.engine.lab() is lab and lab.reranker.calls > calls_before
+    assert http_server.backend.lab() is lab and lab.reranker.calls > calls_before
     assert len(outcomes) == 20
     for q, r in outcomes.items():
         assert not r.is_error, (q, r.content)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import httpx2 as httpx
 import pytest
 
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.mcp_server.http import HttpLimits, build_app, uvicorn_config
 
 pytestmark = pytest.mark.slow  # starts a real uvicorn server
@@ -39,8 +39,8 @@ INIT = {
 }
 
 
-class SlowEngine(Engine):
-    """A query that holds the engine for a while, as a long pipeline run does."""
+class SlowBackend(McpBackend):
+    """A query that holds the backend for a while, as a long pipeline run does."""
 
     def query(self, *args, **kwargs):
         with self.lock:
@@ -52,10 +52,10 @@ class SlowEngine(Engine):
 def limited(mcp_env, mcp_helpers):
     import uvicorn
 
-    engine = SlowEngine(str(mcp_env.index_dir), preset="fake")
-    engine.warm()
+    backend = SlowBackend(str(mcp_env.index_dir), preset="fake")
+    backend.warm()
     port = mcp_helpers.free_port()
-    app = build_app(engine, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=LIMITS)
+    app = build_app(backend, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=LIMITS)
     server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, limits=LIMITS))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -66,7 +66,7 @@ def limited(mcp_env, mcp_helpers):
     yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port)
     server.should_exit = True
     thread.join(timeout=10)
-    engine.index.close()
+    backend.index.close()
 
 
 def _raw(port: int, data: bytes, wait_s: float) -> bytes:
@@ -132,7 +132,7 @@ def test_health_answers_beside_a_running_query_which_gets_a_deadline(limited):
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.3)  # the query now holds the engine
+    time.sleep(0.3)  # the query now holds the backend
     start = time.monotonic()
     h = httpx.get(f"{limited.url}/health", timeout=30)
     assert h.status_code == 200 and time.monotonic() - start < 1.0
@@ -181,7 +181,7 @@ def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
         result = _sse_json(r)["result"]
         assert result["isError"] and f"longer than {LIMITS.query_timeout_s:g} s" in result["content"][0]["text"]
         assert took < QUERY_HOLDS_S
-        time.sleep(QUERY_HOLDS_S)  # the abandoned run finishes on its own and frees the engine
+        time.sleep(QUERY_HOLDS_S)  # the abandoned run finishes on its own and frees the backend
         r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)  # (the idle session has expired meanwhile)
         headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
         http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)

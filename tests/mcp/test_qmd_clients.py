@@ -100,7 +100,7 @@ def small(tmp_path_factory):
     """A small index: a document with front matter, six matching documents, two contexts on one."""
     import os
 
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
     from qmdlab.store import Index
 
     root = tmp_path_factory.mktemp("qmdclients")
@@ -119,9 +119,9 @@ def small(tmp_path_factory):
         idx.add_context("kb/sub", "Wading birds")
         idx.update()
         idx.close()
-        engine = Engine(str(root / "index"), preset="fake")
-        yield engine
-        engine.index.close()
+        backend = McpBackend(str(root / "index"), preset="fake")
+        yield backend
+        backend.index.close()
     finally:
         if old is None:
             os.environ.pop("QMDLAB_HOME", None)
@@ -129,14 +129,14 @@ def small(tmp_path_factory):
             os.environ["QMDLAB_HOME"] = old
 
 
-def _call(engine, name: str, arguments: dict):
+def _call(backend, name: str, arguments: dict):
     """One tool call through the SDK's in-process client (the full MCP request path)."""
     from mcp import Client
 
     from qmdlab.mcp_server.server import build_server
 
     async def main():
-        async with Client(build_server(engine)) as client:
+        async with Client(build_server(backend)) as client:
             return await client.call_tool(name, arguments)
 
     return anyio.run(main)

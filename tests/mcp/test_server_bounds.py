@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import httpx2 as httpx
 import pytest
 
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.mcp_server.http import HttpLimits, build_app, uvicorn_config
 
 pytestmark = pytest.mark.slow  # a subprocess start-up, real uvicorn servers
@@ -101,7 +101,7 @@ def test_vector_and_hyde_text_is_capped_like_keyword_text(http_server):
             assert time.monotonic() - start < 2
 
 
-class GatedEngine(Engine):
+class GatedBackend(McpBackend):
     """A query that waits for the test's event: as many queries in flight as the test sends."""
 
     def __init__(self, *args, **kwargs):
@@ -126,10 +126,10 @@ class GatedEngine(Engine):
 def _serve(mcp_env, mcp_helpers, limits: HttpLimits):
     import uvicorn
 
-    engine = GatedEngine(str(mcp_env.index_dir), preset="fake")
-    engine.warm()
+    backend = GatedBackend(str(mcp_env.index_dir), preset="fake")
+    backend.warm()
     port = mcp_helpers.free_port()
-    app = build_app(engine, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=limits)
+    app = build_app(backend, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=limits)
     server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=port, limits=limits))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -139,12 +139,12 @@ def _serve(mcp_env, mcp_helpers, limits: HttpLimits):
         time.sleep(0.02)
 
     def stop():
-        engine.release.set()
+        backend.release.set()
         server.should_exit = True
         thread.join(timeout=10)
-        engine.index.close()
+        backend.index.close()
 
-    return SimpleNamespace(url=f"http://127.0.0.1:{port}", engine=engine, stop=stop)
+    return SimpleNamespace(url=f"http://127.0.0.1:{port}", backend=backend, stop=stop)
 
 
 def _post_query(url: str) -> httpx.Response:
@@ -157,7 +157,7 @@ def test_health_answers_at_once_with_45_queries_in_flight(mcp_env, mcp_helpers):
     pool = ThreadPoolExecutor(max_workers=45)
     try:
         futures = [pool.submit(_post_query, srv.url) for _ in range(45)]
-        srv.engine.wait_entered(40)  # anyio's 40 worker threads are all held by queries
+        srv.backend.wait_entered(40)  # anyio's 40 worker threads are all held by queries
         # the other 5 are admitted but wait for a thread: the server counts them once their requests arrive
         deadline = time.monotonic() + 30
         while httpx.get(f"{srv.url}/health", timeout=5).json()["queries_in_flight"] < 45:
@@ -168,7 +168,7 @@ def test_health_answers_at_once_with_45_queries_in_flight(mcp_env, mcp_helpers):
             # without its own path /health queued behind the held threads for 20 s and more
             assert h.status_code == 200 and time.monotonic() - start < 2.0, time.monotonic() - start
         assert h.json()["documents"] == mcp_env.ndocs and h.json()["queries_in_flight"] == 45
-        srv.engine.release.set()
+        srv.backend.release.set()
         assert [f.result().status_code for f in futures] == [200] * 45
     finally:
         srv.stop()
@@ -181,7 +181,7 @@ def test_a_full_query_queue_answers_503_with_retry_after(mcp_env, mcp_helpers):
     pool = ThreadPoolExecutor(max_workers=limit)
     try:
         futures = [pool.submit(_post_query, srv.url) for _ in range(limit)]
-        srv.engine.wait_entered(limit)
+        srv.backend.wait_entered(limit)
         start = time.monotonic()
         r = _post_query(srv.url)
         assert r.status_code == 503 and time.monotonic() - start < 1.0, r.text
@@ -201,7 +201,7 @@ def test_a_full_query_queue_answers_503_with_retry_after(mcp_env, mcp_helpers):
             data = json.loads(next(line[5:] for line in r.text.splitlines() if line.startswith("data:")))
             assert data["result"]["isError"] and "busy" in data["result"]["content"][0]["text"]
         assert httpx.get(f"{srv.url}/health", timeout=5).status_code == 200
-        srv.engine.release.set()
+        srv.backend.release.set()
         assert [f.result().status_code for f in futures] == [200] * limit
         assert _post_query(srv.url).status_code == 200  # room again
     finally:

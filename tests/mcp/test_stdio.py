@@ -33,7 +33,7 @@ def _frame(i, method, params=None):
 
 SLOW_SERVER = """
 import time
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.mcp_server.stdio import serve_stdio
 from qmdlab.models import load_models
 from qmdlab.models.base import ModelSet
@@ -46,7 +46,7 @@ class SlowReranker:  # the fake reranker, slowed down so requests are still runn
         return self.inner.score(query, texts)
 
 m = load_models("fake")
-serve_stdio(Engine(None, models=ModelSet(m.embedder, m.expander, SlowReranker(m.reranker))))
+serve_stdio(McpBackend(None, models=ModelSet(m.embedder, m.expander, SlowReranker(m.reranker))))
 """
 
 

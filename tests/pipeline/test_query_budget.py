@@ -131,7 +131,7 @@ def test_no_budget_changes_nothing_and_bad_values_name_the_flag(small_index):
 
 def test_cli_and_mcp_take_the_budget(small_index, monkeypatch):
     from qmdlab.cli import cli
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
 
     idx, emb = small_index
     rr = SlowReranker()
@@ -145,8 +145,8 @@ def test_cli_and_mcp_take_the_budget(small_index, monkeypatch):
     assert rr.calls == 0 and any(
         n["stage"] == "budget" and "of the 1 s budget (--budget)" in n["message"] for n in notes
     )
-    engine = Engine(idx, models=ModelSet(emb, None, rr))
-    _, data = engine.query("git rebase", limit=3, budget=1.0)
+    backend = McpBackend(idx, models=ModelSet(emb, None, rr))
+    _, data = backend.query("git rebase", limit=3, budget=1.0)
     assert rr.calls == 0 and any(
         n["stage"] == "budget" and "rerank skipped before it started" in n["message"] for n in data["notes"]
     )

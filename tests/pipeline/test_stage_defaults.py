@@ -1,6 +1,6 @@
 """Per-preset stage defaults: the offline preset runs BM25 + vectors + fusion, qmd (and fake) the whole
 pipeline; flags and the config turn a stage on or off; the first stderr line and a ``stages`` note say
-which stages ran and why — the same rule in the CLI, the MCP engine and the Python API."""
+which stages ran and why — the same rule in the CLI, the MCP backend and the Python API."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_a_stage_on_but_not_run_says_why(index_dir, offline_on_fakes, monkeypatc
 
 def test_python_api_and_mcp_follow_the_same_rule(small, offline_on_fakes):
     import qmdlab
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
 
     idx = small
     trace = qmdlab.query("git rebase", index=idx, preset="offline")
@@ -180,10 +180,10 @@ def test_python_api_and_mcp_follow_the_same_rule(small, offline_on_fakes):
     assert trace.rerank.height == 0
     trace = qmdlab.query("git rebase", index=idx, preset="offline", rerank=True)
     assert trace.rerank.height > 0 and "rerank on (--rerank)" in trace.notes_for("stages")[0]
-    engine = Engine(idx, preset="offline")
-    _, data = engine.query("git rebase", limit=3)
+    backend = McpBackend(idx, preset="offline")
+    _, data = backend.query("git rebase", limit=3)
     assert data["notes"][0]["stage"] == "stages" and "rerank off (offline preset default" in data["notes"][0]["message"]
-    _, data = engine.query("git rebase", limit=3, rerank=True)
+    _, data = backend.query("git rebase", limit=3, rerank=True)
     assert "rerank on (--rerank)" in data["notes"][0]["message"]
 
 
@@ -235,7 +235,7 @@ def test_mcp_serves_with_the_role_overrides(index_dir, monkeypatch, require):
     monkeypatch.setattr(server, "serve_stdio", served.append)
     res = CliRunner().invoke(cli, ["--index", index_dir, "mcp", "--preset", "fake", "--rerank-model", "none"])
     assert res.exit_code == 0, res.output
-    (engine,) = served
-    assert engine.models.reranker is None and engine.models.expander is not None
-    _, data = engine.query("how do i rebase git", limit=3)
+    (backend,) = served
+    assert backend.models.reranker is None and backend.models.expander is not None
+    _, data = backend.query("how do i rebase git", limit=3)
     assert "rerank on (fake preset default" in data["notes"][0]["message"]

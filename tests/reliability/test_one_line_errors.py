@@ -63,18 +63,18 @@ class Utf8Embedder:
 
 
 def test_bytes_that_are_not_utf8_in_a_vector_search_are_dropped(index):
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
     from qmdlab.models import load_models
     from qmdlab.models.base import ModelSet
 
     fake = load_models("fake")
-    engine = Engine(str(index), models=ModelSet(Utf8Embedder(fake.embedder), None, None))
+    backend = McpBackend(str(index), models=ModelSet(Utf8Embedder(fake.embedder), None, None))
     try:
-        _, got = engine.vsearch("docker \udcff\udcfe sqlite", limit=3)
-        _, want = engine.vsearch("docker  sqlite", limit=3)
+        _, got = backend.vsearch("docker \udcff\udcfe sqlite", limit=3)
+        _, want = backend.vsearch("docker  sqlite", limit=3)
         assert got["results"] and [r["docno"] for r in got["results"]] == [r["docno"] for r in want["results"]]
     finally:
-        engine.index.close()
+        backend.index.close()
 
 
 @pytest.mark.parametrize("args", [("get", "c0/\udcffx.md"), ("query", "--preset", "fake", "alpha \udcff")])

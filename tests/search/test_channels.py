@@ -153,10 +153,10 @@ DEFAULT_KEY = "34c056a43ae878a1"
 
 
 def test_the_mcp_query_tool_runs_the_configured_channels(idx):
-    from qmdlab.mcp_server.engine import Engine
+    from qmdlab.mcp_server.backend import McpBackend
 
-    off = Engine(idx, models=ModelSet(None, None, None))
-    on = Engine(idx, models=ModelSet(None, None, None), config=PipelineConfig(weight_original_like=1.0))
+    off = McpBackend(idx, models=ModelSet(None, None, None))
+    on = McpBackend(idx, models=ModelSet(None, None, None), config=PipelineConfig(weight_original_like=1.0))
     found_off = [r["docno"] for r in off.query("bouncer restarts", rerank=False)[1]["results"]]
     found_on = [r["docno"] for r in on.query("bouncer restarts", rerank=False)[1]["results"]]
     assert found_off == ["kb/infix.md"]  # BM25 alone: 'bouncer' is no token of any note

@@ -1,4 +1,4 @@
-"""The MCP engine's snippet fallback (a final row the pipeline's ``results`` table lacks).
+"""The MCP backend's snippet fallback (a final row the pipeline's ``results`` table lacks).
 
 The branch is rare — results are normally built by ``Lab.query`` — and once imported a helper
 that did not exist; this test takes it on purpose, with a real index and no model.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from qmdlab.mcp_server.engine import Engine
+from qmdlab.mcp_server.backend import McpBackend
 from qmdlab.pipeline.results import snippet
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 from qmdlab.store import Index
@@ -37,7 +37,7 @@ def test_result_without_a_results_row_gets_the_shared_snippet(tmp_path, qmdlab_h
         schema=SCHEMAS["final"],
     )
     trace = Trace(final=final)  # empty results table: the fallback branch
-    (row,) = Engine(idx)._results(trace, "tomato basil", None, explain=False)
+    (row,) = McpBackend(idx)._results(trace, "tomato basil", None, explain=False)
     expected = snippet(BODY, "tomato basil")
     # qmd's shape: line = the best line, the snippet opened by its @@ header and numbered
     assert (row["line"], row["snippet_line"]) == (expected.best_line, expected.line)

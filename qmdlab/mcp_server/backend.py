@@ -1,6 +1,6 @@
-"""The engine behind every front end of the MCP server (tools, REST, resources).
+"""The backend behind every front end of the MCP server (tools, REST, resources).
 
-:class:`Engine` owns one open :class:`~qmdlab.store.Index`, one warm
+:class:`McpBackend` owns one open :class:`~qmdlab.store.Index`, one warm
 :class:`~qmdlab.models.ModelSet` and one :class:`~qmdlab.pipeline.lab.Lab`, built once and
 reused for every request (models stay loaded between requests; releasing idle model
 contexts is the model layer's job). All index and model access goes through one lock:
@@ -134,13 +134,13 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def qmd_status(engine: Any) -> dict[str, Any]:
+def qmd_status(backend: Any) -> dict[str, Any]:
     """qmd's ``status`` keys: ``totalDocuments``, ``needsEmbedding`` (documents with a chunk that has
     no vector for the embedder; 0 without one), ``hasVectorIndex``."""
-    idx = engine.index
+    idx = backend.index
     st = idx.status()
     needs = 0
-    embedder = getattr(engine.models, "embedder", None)
+    embedder = getattr(backend.models, "embedder", None)
     if embedder is not None:
         try:
             needs = int(idx.chunks_needing_vectors(embedder.fingerprint)["docno"].n_unique())
@@ -153,7 +153,7 @@ def qmd_status(engine: Any) -> dict[str, Any]:
     }
 
 
-class Engine:
+class McpBackend:
     """One index + warm models + a pipeline, shared by all requests of a server.
 
     Parameters
@@ -645,7 +645,7 @@ class Engine:
             raise QmdlabError(f"{tool} needs a non-empty 'query'")
         from qmdlab.search.lexical import check_query_length
 
-        check_query_length(text, f"{tool} query")  # before the engine's lock: never embed a megabyte
+        check_query_length(text, f"{tool} query")  # before the backend's lock: never embed a megabyte
         names = list(collections or []) + ([collection] if collection else [])
         n = qmd_count(limit, 10)  # qmd: slice(0, limit); 0 or less = no results
         with self.lock:
@@ -697,7 +697,7 @@ class Engine:
                 raise QmdlabError(f"bad search {s!r}: each needs type lex|vec|hyde and a non-empty query")
         from qmdlab.search.lexical import check_query_length
 
-        # before the engine's lock: a megabyte of vector or hyde text is refused, not embedded
+        # before the backend's lock: a megabyte of vector or hyde text is refused, not embedded
         check_query_length(text)
         check_query_length(intent, "intent")
         for s in searches:
