@@ -86,6 +86,11 @@ def _register_area(group: click.Group, name: str) -> None:
     mod.register(group)
 
 
+def _usage_exit(err: click.UsageError) -> None:
+    """Give a usage error qmdlab's usage exit status (click's stubs declare ``exit_code`` a class constant)."""
+    vars(err)["exit_code"] = USAGE_EXIT
+
+
 class _Group(click.Group):
     """The root group: areas are imported when one of their verbs is looked up (lazy loading),
     and :class:`QmdlabError` becomes one line on stderr and exit status 1."""
@@ -155,14 +160,14 @@ class _Group(click.Group):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as err:
-            err.exit_code = USAGE_EXIT
+            _usage_exit(err)
             raise
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except click.UsageError as err:  # a verb's own usage error (bad value, missing argument)
-            err.exit_code = USAGE_EXIT
+            _usage_exit(err)
             raise
         except QmdlabError as err:
             if ctx.obj and ctx.obj.get("debug"):

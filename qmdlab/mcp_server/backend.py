@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qmdlab.errors import DocumentNotFoundError, QmdlabError
 from qmdlab.pipeline.results import SNIPPET_CAP_JSON, ResultRow, hit_line, located_rows
@@ -30,6 +30,9 @@ from qmdlab.search.hit_context import context_of
 from qmdlab.search.navigate import cap_text
 from qmdlab.store.outline import DocumentOutline
 from qmdlab.store.refs import glob_docnos, is_glob, line_window, parse_ref, resolve_ref, split_refs
+
+if TYPE_CHECKING:
+    from qmdlab.pipeline.lab import Lab
 
 SCHEME = "qmd"
 DEFAULT_MULTI_GET_MAX_BYTES = 65_536
@@ -179,7 +182,7 @@ class McpBackend:
         self._config = config
         self._models = models
         self._given_models = models is not None and preset is None
-        self._lab = None
+        self._lab: Lab | None = None
         self.lock = threading.RLock()
 
     # -- lazily built, then kept warm ---------------------------------------------

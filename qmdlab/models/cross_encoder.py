@@ -37,7 +37,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -153,8 +153,8 @@ class CrossEncoderReranker:
         self.n_threads = _threads(n_threads)
         self.model_id = f"{PREFIX}{self.path}"
         self._fingerprint: Optional[str] = None
-        self._model = None
-        self._tok = None
+        self._model: Any = None  # transformers' model and tokenizer, loaded on first use
+        self._tok: Any = None
         self._lock = threading.Lock()
 
     @property

@@ -9,7 +9,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from qmdlab.errors import ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
@@ -33,9 +33,11 @@ def _trainer_class():
             if self.optimizer is None:
                 from transformers import Trainer
 
-                opt_cls, opt_kwargs = Trainer.get_optimizer_cls_and_kwargs(self.args, self.model)
+                # a CrossEncoder is an nn.Module like the PreTrainedModel the stubs name; only its parameters are read
+                opt_cls, opt_kwargs = Trainer.get_optimizer_cls_and_kwargs(self.args, cast(Any, self.model))
                 opt_kwargs = {k: v for k, v in opt_kwargs.items() if k != "lr"}
-                head, body = [], []
+                head: list[Any] = []
+                body: list[Any] = []
                 for name, p in self.model.named_parameters():
                     if p.requires_grad:
                         (head if "classifier" in name else body).append(p)
