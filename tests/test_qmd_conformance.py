@@ -421,8 +421,10 @@ ROWS: list[Row] = [
         "INDEX_PATH",
         "src/store.ts:638",
         qmd="the SQLite file every command reads and writes",
-        ours="read by `collection import-qmd` only: the `index.yaml`/`index.yml` beside it is the config to import "
-        "(and its database is named as not read); qmdlab's own index is `--index` / `QMDLAB_INDEX`",
+        ours="read by `collection import-qmd` only: the `index.yaml`/`index.yml` beside it is the config to import, "
+        "and its database's vectors are reused (read only) where qmdlab embeds with the same model file and cuts "
+        "the note as qmd did, so those notes are not embedded again; qmdlab's own index is `--index` / "
+        "`QMDLAB_INDEX`",
         switch="`qmdlab --index DIR status` (or `export QMDLAB_INDEX=DIR`)",
     ),
     Row(
@@ -431,7 +433,7 @@ ROWS: list[Row] = [
         qmd="the index lives at `$XDG_CACHE_HOME/qmd/NAME.sqlite` (default `~/.cache/qmd`), beside the models "
         "and the MCP pid file",
         ours="indexes live under `$QMDLAB_HOME` (default `~/.cache/qmdlab`), models under `$QMDLAB_CACHE`; "
-        "`import-qmd` uses `XDG_CACHE_HOME` only to name qmd's database",
+        "`import-qmd` uses `XDG_CACHE_HOME` only to find qmd's database (for its vectors)",
         switch="`export QMDLAB_HOME=$XDG_CACHE_HOME/qmdlab QMDLAB_CACHE=$XDG_CACHE_HOME/qmdlab/models`",
     ),
     Row(

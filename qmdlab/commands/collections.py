@@ -223,14 +223,23 @@ def register_collection_verbs(collection: click.Group) -> None:
         help="Copy qmd's models.embed/rerank/generate into this index's own models (its collections.yaml).",
     )
     @click.option("--no-update", is_flag=True, help="Register only; index later with `qmdlab update`.")
+    @click.option(
+        "--vectors/--no-vectors",
+        default=True,
+        show_default=True,
+        help="Reuse the vectors of qmd's database for the chunks qmd embedded with qmdlab's embed model file "
+        "from the same text; the rest is left for `qmdlab embed`.",
+    )
     @click.pass_context
     def collection_import_qmd(
-        ctx, config: Path | None, qmd_index: str | None, dry_run: bool, models: bool, no_update: bool
+        ctx, config: Path | None, qmd_index: str | None, dry_run: bool, models: bool, no_update: bool, vectors: bool
     ) -> None:
         """Register the collections, contexts, model overrides and editor link of a qmd config
         (CONFIG; default: the index.yaml beside $INDEX_PATH's database, else a project-local
         .qmd/index.yaml or .qmd/index.yml, else index.yml in $QMD_CONFIG_DIR, $XDG_CONFIG_HOME/qmd
-        or ~/.config/qmd). qmd's files are only read."""
+        or ~/.config/qmd), index them, and take over the vectors of qmd's database where qmdlab
+        embeds with the same model file: a note qmd embedded as one chunk (no front matter) is not
+        embedded again; `qmdlab embed` embeds the rest. qmd's files are only read."""
         from qmdlab.store.qmdimport import apply_import, find_qmd_config, plan_import, qmd_index_path
         from qmdlab.store.trust import shown
 
@@ -258,11 +267,47 @@ def register_collection_verbs(collection: click.Group) -> None:
         if res.pending_commands and not dry_run:
             click.echo("update commands wait for approval: `qmdlab trust` (shows them first)")
         qmd_db = qmd_index_path(source, qmd_index or source.stem)
-        if qmd_db.is_file():
-            click.echo(f"qmd's database {shown(str(qmd_db))} is not read: qmdlab indexes the folders itself")
         todo = [n for n in res.registered if n not in res.held_roots]  # a held root is not read before approval
         if todo and not dry_run and not no_update:
             print_report(idx.update(todo, progress=True))
+        if not qmd_db.is_file() or not vectors:
+            return
+        if dry_run or no_update or not todo:
+            why = "--dry-run" if dry_run else "--no-update" if no_update else "no collection indexed"
+            click.echo(
+                f"qmd's database {shown(str(qmd_db))}: vectors not read ({why}); import again after "
+                "`qmdlab update` to reuse them"
+            )
+            return
+        _reuse_vectors(idx, qmd_db, todo)
+
+
+def _reuse_vectors(idx, qmd_db: Path, collections: list[str]) -> None:
+    """``import-qmd``'s last step: qmd's vectors for the chunks of ``collections`` (those it
+    registered and indexed) where qmdlab embeds with the same model file
+    (:mod:`qmdlab.store.qmdvectors`); why not, in one line, when they cannot be read."""
+    from qmdlab.commands.common import default_embedder
+    from qmdlab.errors import QmdlabError
+    from qmdlab.models.registry import model_file, same_model_file
+    from qmdlab.store.qmdvectors import reuse_qmd_vectors
+    from qmdlab.store.trust import shown
+
+    try:
+        emb = default_embedder()
+        ref = str(getattr(emb, "model_id", ""))
+        rep = reuse_qmd_vectors(
+            idx,
+            qmd_db,
+            emb,
+            same_model=lambda qmd_ref: same_model_file(qmd_ref, ref),
+            collections=collections,
+            can_check=model_file(ref) is not None,
+        )
+    except QmdlabError as err:
+        click.echo(f"vectors: qmd's database not used: {shown(str(err))}; `qmdlab embed` computes them")
+        return
+    for line in rep.lines():
+        click.echo(shown(line))
 
 
 def _config_only(ctx):

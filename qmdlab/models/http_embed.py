@@ -70,9 +70,7 @@ class HttpEmbedder(HttpModel):
         self.fingerprint = make_fingerprint(
             served.ref,
             **fingerprint_parts(served),
-            query=template.query_format,
-            document=template.document_format,
-            empty_title=template.empty_title,
+            **template.fingerprint_parts(),
             chunking=self.chunking,
         )
 

@@ -64,6 +64,7 @@ class LlamaEmbedder:
         self.chunking = dict(chunking or {})
         self.batch_size = max(1, int(batch_size))
         self.pack = bool(pack)
+        self.max_tokens = int(n_ctx)  # an input is cut to this many tokens
         self._dim = dim
         self.llama = LazyLlama(
             resolve,
@@ -76,9 +77,7 @@ class LlamaEmbedder:
         )
         self.fingerprint = make_fingerprint(
             model_id,
-            query=template.query_format,
-            document=template.document_format,
-            empty_title=template.empty_title,
+            **template.fingerprint_parts(),
             chunking=self.chunking,
             max_tokens=n_ctx,
         )
@@ -106,6 +105,11 @@ class LlamaEmbedder:
                 out.append(np.asarray(vecs, dtype=np.float32))
             self._dim = int(llm.n_embd())
         return l2_normalize(np.concatenate(out)) if out else np.zeros((0, self.dim), np.float32)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as :meth:`embed_documents` feeds it (begin and end tokens included)."""
+        with self.llama.use() as llm:
+            return len(llm.tokenize(text.encode("utf-8"), add_bos=True, special=False))
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed([self.template.query(text)])[0]

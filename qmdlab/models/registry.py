@@ -240,6 +240,62 @@ def ref_status(ref: str) -> dict[str, Any]:
     return {"path": path, "ready": ready, "size": size}
 
 
+#: References that name one model file: qmd's default embedder on the hub and the packaged file
+#: qmdlab converts from the same checkpoint at the same precision (Q8_0).
+SAME_FILE: tuple[frozenset[str], ...] = (frozenset({QMD_EMBED, EMBEDDINGGEMMA_Q8}),)
+
+
+def model_file(ref: str) -> Optional[Path]:
+    """The local file of a reference when it is on this machine (nothing fetched or assembled);
+    ``None`` for a served, fake or missing model."""
+    if not isinstance(ref, str) or ref.startswith(("fake:", "qlm:", "cross-encoder:")) or is_remote(ref):
+        return None
+    try:
+        st = ref_status(ref)
+    except (ModelError, ValueError, OSError):
+        return None
+    path = st["path"]
+    return Path(path) if st["ready"] and path is not None and Path(path).is_file() else None
+
+
+def _file_names(ref: str) -> set[str]:
+    """The names of ``ref``'s model file: itself, its :data:`SAME_FILE` group, its real path (and
+    the group of a name whose local file that path is)."""
+    found = {ref}
+    for group in SAME_FILE:
+        if ref in group:
+            found |= group
+    path = model_file(ref)
+    if path is not None:
+        real = os.path.realpath(path)
+        found.add(f"file:{real}")
+        for group in SAME_FILE:
+            if any((f := model_file(r)) is not None and os.path.realpath(f) == real for r in group):
+                found |= group
+    return found
+
+
+def same_model_file(a: str, b: str) -> bool:
+    """Whether references ``a`` and ``b`` name the same model file, without fetching either: the
+    same reference, two names of :data:`SAME_FILE`, or two local files that are one file (a path,
+    a packaged or downloaded model) or hold the same bytes (sha256). A served or fake model has
+    no file: never the same.
+
+    >>> same_model_file(QMD_EMBED, "pkg:embeddinggemma-300m-q8_0"), same_model_file(QMD_EMBED, MINILM)
+    (True, False)
+    >>> same_model_file("fake:keyword", "fake:keyword")
+    False
+    """
+    if any(r.startswith(("fake:", "qlm:", "cross-encoder:")) or is_remote(r) for r in (a, b)):
+        return False
+    if _file_names(a) & _file_names(b):
+        return True
+    fa, fb = model_file(a), model_file(b)
+    if fa is None or fb is None or fa.stat().st_size != fb.stat().st_size:
+        return False
+    return packaged.sha256_file(fa) == packaged.sha256_file(fb)
+
+
 def default_chunking() -> dict[str, int]:
     """The store's chunking parameters, which every embedding fingerprint includes by default
     (so re-chunking marks vectors stale)."""

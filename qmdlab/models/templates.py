@@ -25,9 +25,14 @@ class EmbeddingTemplate:
     """Format strings for embedding inputs; fields ``{query}``, ``{title}``, ``{text}``.
 
     ``empty_title`` replaces a missing title (embeddinggemma's convention is ``"none"``).
+    ``strip``: the written document loses its leading and trailing whitespace. The ``gemma``
+    template keeps it, as qmd's ``formatDocForEmbedding`` does: a note's last chunk ends with the
+    file's newline, and EmbeddingGemma's vector of it without that newline is another vector
+    (cosine 0.94 to 0.97 on short notes), so qmd's vectors (``collection import-qmd``) are qmdlab's
+    only when the input is written as qmd writes it.
 
-    >>> EMBEDDING_TEMPLATES["gemma"].document("Git", "rebase onto main")
-    'title: Git | text: rebase onto main'
+    >>> EMBEDDING_TEMPLATES["gemma"].document("Git", "rebase onto main\\n")
+    'title: Git | text: rebase onto main\\n'
     >>> EMBEDDING_TEMPLATES["gemma"].document("", "x")
     'title: none | text: x'
     >>> EMBEDDING_TEMPLATES["gemma"].query("undo a commit")
@@ -40,13 +45,30 @@ class EmbeddingTemplate:
     query_format: str
     document_format: str
     empty_title: str = ""
+    strip: bool = True
 
     def query(self, text: str) -> str:
         return self.query_format.format(query=text)
 
     def document(self, title: str, text: str) -> str:
         out = self.document_format.format(title=title or self.empty_title, text=text)
-        return out.strip()
+        return out.strip() if self.strip else out
+
+    def fingerprint_parts(self) -> dict[str, object]:
+        """What an embedder's fingerprint records of this template (``strip`` only when off, so
+        the fingerprints of the templates that strip are those they always were).
+
+        >>> sorted(EMBEDDING_TEMPLATES["gemma"].fingerprint_parts()), sorted(EMBEDDING_TEMPLATES["plain"].fingerprint_parts())
+        (['document', 'document_strip', 'empty_title', 'query'], ['document', 'empty_title', 'query'])
+        """
+        parts: dict[str, object] = {
+            "query": self.query_format,
+            "document": self.document_format,
+            "empty_title": self.empty_title,
+        }
+        if not self.strip:
+            parts["document_strip"] = False
+        return parts
 
 
 QWEN3_EMBED_INSTRUCT = "Given a web search query, retrieve relevant passages that answer the query"
@@ -54,7 +76,11 @@ QWEN3_EMBED_INSTRUCT = "Given a web search query, retrieve relevant passages tha
 EMBEDDING_TEMPLATES: dict[str, EmbeddingTemplate] = {
     # qmd / embeddinggemma (google's documented retrieval prompts)
     "gemma": EmbeddingTemplate(
-        "gemma", "task: search result | query: {query}", "title: {title} | text: {text}", empty_title="none"
+        "gemma",
+        "task: search result | query: {query}",
+        "title: {title} | text: {text}",
+        empty_title="none",
+        strip=False,
     ),
     # nomic-embed-text's documented task prefixes
     "nomic": EmbeddingTemplate("nomic", "search_query: {query}", "search_document: {title}\n{text}"),

@@ -45,6 +45,11 @@ An imported config is untrusted (:mod:`qmdlab.store.trust`): the index records i
 which the import says: a served model (``http://``, ``https://``, ``openai:``: nothing is sent to
 it before), the editor template, and — from a project's ``.qmd/`` config, or into a project-local
 index — a collection root outside the project (not indexed before).
+
+qmd's database (:func:`qmd_index_path`) is read last, once the imported collections are indexed:
+its vectors go to the chunks of those collections (never one whose root waits for approval) that
+qmd embedded with qmdlab's embed model file from the same text (:mod:`qmdlab.store.qmdvectors`);
+the rest is left for ``qmdlab embed``.
 """
 
 from __future__ import annotations

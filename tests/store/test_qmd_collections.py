@@ -333,7 +333,7 @@ def test_import_qmd_reads_index_yaml_first_and_the_editor_aliases(tmp_path, cli_
     res = cli_run("collection", "import-qmd", "--no-update")
     assert f"imported from {proj / '.qmd' / 'index.yaml'}" in res.output and "collection docs:" in res.output
     assert "editorUri: not a setting" not in res.output
-    assert f"qmd's database {proj / '.qmd' / 'index.sqlite'} is not read" in res.output
+    assert f"qmd's database {proj / '.qmd' / 'index.sqlite'}: vectors not read (--no-update)" in res.output
     with Index.open(cli_run.index_dir) as idx:
         assert [c.name for c in idx.collections()] == ["docs"] and idx.editor_uri() == "cursor://file/{path}:{line}"
     for key in ("editor-uri", "editor_uri_template"):
