@@ -25,7 +25,8 @@ LIMITS = HttpLimits(
     max_sessions=2,
     query_timeout_s=1.0,
 )
-QUERY_HOLDS_S = 2.5
+HOLD_S = 30.0
+"""The longest a held query waits for the test to release it (a safety net, far past every deadline)."""
 MCP_HEADERS = {
     "accept": "application/json, text/event-stream",
     "content-type": "application/json",
@@ -39,20 +40,39 @@ INIT = {
 }
 
 
-class SlowBackend(McpBackend):
-    """A query that holds the backend for a while, as a long pipeline run does."""
+class HeldBackend(McpBackend):
+    """A query that holds the backend until the test releases it, as a long pipeline run does:
+    ``holding`` is set once it has the backend's lock, ``released`` once it has given it back."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.holding, self.release, self.released = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_next(self) -> None:
+        """Arm the events for the next query."""
+        for event in (self.holding, self.release, self.released):
+            event.clear()
+
+    def end(self) -> None:
+        """Release the held query and wait until it has given the backend back."""
+        self.release.set()
+        assert self.released.wait(HOLD_S), "the held query did not give the backend back"
 
     def query(self, *args, **kwargs):
-        with self.lock:
-            time.sleep(QUERY_HOLDS_S)
-            return super().query(*args, **kwargs)
+        try:
+            with self.lock:
+                self.holding.set()
+                self.release.wait(HOLD_S)
+                return super().query(*args, **kwargs)
+        finally:
+            self.released.set()
 
 
 @pytest.fixture(scope="module")
 def limited(mcp_env, mcp_helpers):
     import uvicorn
 
-    backend = SlowBackend(str(mcp_env.index_dir), preset="fake")
+    backend = HeldBackend(str(mcp_env.index_dir), preset="fake")
     backend.warm()
     port = mcp_helpers.free_port()
     app = build_app(backend, host="127.0.0.1", port=port, allowed_origins=(), allowed_hosts=(), limits=LIMITS)
@@ -63,7 +83,7 @@ def limited(mcp_env, mcp_helpers):
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
         time.sleep(0.02)
-    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}", port=port, backend=backend)
     server.should_exit = True
     thread.join(timeout=10)
     backend.index.close()
@@ -124,22 +144,25 @@ def test_idle_mcp_sessions_expire_and_their_number_is_capped(limited):
 
 
 def test_health_answers_beside_a_running_query_which_gets_a_deadline(limited):
-    result = {}
+    backend, result = limited.backend, {}
+    backend.hold_next()
 
     def slow():
-        with httpx.Client(base_url=limited.url, timeout=30) as http:
+        with httpx.Client(base_url=limited.url, timeout=HOLD_S) as http:
             result["r"] = http.post("/query", json={"query": "pasta", "limit": 1})
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.3)  # the query now holds the backend
-    start = time.monotonic()
-    h = httpx.get(f"{limited.url}/health", timeout=30)
-    assert h.status_code == 200 and time.monotonic() - start < 1.0
-    t.join()
-    r = result["r"]
-    assert r.status_code == 503 and f"longer than {LIMITS.query_timeout_s:g} s" in r.json()["error"]
-    time.sleep(QUERY_HOLDS_S)  # let the abandoned run finish before the next test
+    try:
+        assert backend.holding.wait(HOLD_S)  # the query now holds the backend
+        h = httpx.get(f"{limited.url}/health", timeout=HOLD_S)
+        assert h.status_code == 200 and not backend.released.is_set()  # answered while the query holds it
+        t.join(HOLD_S)
+        r = result["r"]  # the deadline answered while the query still held the backend
+        assert r.status_code == 503 and f"longer than {LIMITS.query_timeout_s:g} s" in r.json()["error"]
+        assert not backend.released.is_set()
+    finally:
+        backend.end()  # the abandoned run finishes before the next test
 
 
 def test_query_bodies_that_used_to_fail_with_500_get_400(http_server):
@@ -162,11 +185,12 @@ def _sse_json(r) -> dict:
 
 
 def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
-    with httpx.Client(base_url=limited.url, timeout=30) as http:
+    backend = limited.backend
+    backend.hold_next()
+    with httpx.Client(base_url=limited.url, timeout=HOLD_S) as http:
         r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)
         headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
         http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-        start = time.monotonic()
         r = http.post(
             "/mcp",
             json={
@@ -177,11 +201,11 @@ def test_an_mcp_tool_call_past_the_deadline_gets_a_tool_error(limited):
             },
             headers=headers,
         )
-        took = time.monotonic() - start
+        held = not backend.released.is_set()  # the answer came while the query still held the backend
+        backend.end()  # the abandoned run finishes and frees the backend
         result = _sse_json(r)["result"]
         assert result["isError"] and f"longer than {LIMITS.query_timeout_s:g} s" in result["content"][0]["text"]
-        assert took < QUERY_HOLDS_S
-        time.sleep(QUERY_HOLDS_S)  # the abandoned run finishes on its own and frees the backend
+        assert held
         r = http.post("/mcp", json=INIT, headers=MCP_HEADERS)  # (the idle session has expired meanwhile)
         headers = dict(MCP_HEADERS, **{"mcp-session-id": r.headers["mcp-session-id"]})
         http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)

@@ -4,6 +4,7 @@ that would not fit, judged from the model's measured speed, are skipped before t
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -12,11 +13,13 @@ from click.testing import CliRunner
 from qmdlab.errors import ConfigError
 from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander, TableReranker, term_overlap
-from qmdlab.pipeline import speed
+from qmdlab.pipeline import budget, speed
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.lab import Lab
 
 PAIR_S = 0.05
+HOLD_S = 30.0
+"""The longest a held model call waits for the test to release it (a safety net, never reached)."""
 
 
 class SlowReranker:
@@ -34,16 +37,55 @@ class SlowReranker:
         return self.inner_model.score(query, texts)
 
 
-class SlowExpander(RuleExpander):
-    def __init__(self, seconds):
-        super().__init__({"git rebase": [("lex", "rebase branch")]})
-        self.seconds = seconds
-        self.fingerprint = "test:slow-expander"
+class HeldCall:
+    """A model call that stays inside the model until the test releases it: ``started`` is set when
+    the call begins, ``finished`` when it returns. A query that answers while ``finished`` is unset
+    did not wait for the model, whatever the machine's speed."""
+
+    def __init__(self):
+        self.started, self.release, self.finished = threading.Event(), threading.Event(), threading.Event()
         self.calls = 0
 
-    def expand(self, query, *, intent=None):
+    def hold(self):
         self.calls += 1
-        time.sleep(self.seconds)
+        self.started.set()
+        try:
+            self.release.wait(HOLD_S)
+        finally:
+            self.finished.set()
+
+    def end(self):
+        """Release the held call and wait until its worker thread has returned."""
+        self.release.set()
+        assert self.finished.wait(HOLD_S) and budget.drain(HOLD_S)
+
+
+class HeldReranker(HeldCall):
+    """The overlap fake, held inside :meth:`score` until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner_model = TableReranker({}, default=term_overlap)
+        self.fingerprint = self.model_id = "test:held-reranker"
+
+    def score(self, query, texts):
+        self.hold()
+        return self.inner_model.score(query, texts)
+
+
+class HeldExpander(HeldCall, RuleExpander):
+    """The rule fake, held inside :meth:`expand` until released (the first call only)."""
+
+    def __init__(self):
+        HeldCall.__init__(self)
+        RuleExpander.__init__(self, {"git rebase": [("lex", "rebase branch")]})
+        self.fingerprint = "test:held-expander"
+
+    def expand(self, query, *, intent=None):
+        if self.calls == 0:
+            self.hold()
+        else:
+            self.calls += 1
         return super().expand(query, intent=intent)
 
 
@@ -91,27 +133,30 @@ def test_rerank_that_would_not_fit_is_skipped_before_it_starts(small_index):
 
 def test_rerank_never_measured_is_cut_at_the_deadline(small_index):
     idx, emb = small_index
-    rr = SlowReranker()
+    rr = HeldReranker()
     lab = lab_for(idx, emb, reranker=rr, expand=False, candidate_limit=5, budget_s=0.1)
-    t0 = time.perf_counter()
-    trace = lab.query("git rebase")  # 5 pairs take ~0.25 s; the deadline stops the call at ~0.1 s
-    assert time.perf_counter() - t0 < 0.25 and trace.rerank.height == 0
-    assert any(
-        n.startswith("rerank cut at") and "of the 0.1 s budget (--budget)" in n for n in trace.notes_for("budget")
-    )
-    assert speed.estimate(rr, "rerank") is not None  # a lower bound, so the next query judges before it starts
-    time.sleep(0.3)
+    try:
+        trace = lab.query("git rebase")  # the model holds its call; the deadline stops waiting at 0.1 s
+        assert rr.started.is_set() and not rr.finished.is_set()  # answered while the model was still busy
+        assert trace.rerank.height == 0
+        assert any(
+            n.startswith("rerank cut at") and "of the 0.1 s budget (--budget)" in n for n in trace.notes_for("budget")
+        )
+        assert speed.estimate(rr, "rerank") is not None  # a lower bound, so the next query judges before it starts
+    finally:
+        rr.end()
 
 
 def test_expansion_judged_and_cut_by_the_deadline(small_index):
     idx, emb = small_index
-    ex = SlowExpander(0.3)
+    ex = HeldExpander()
     lab = lab_for(idx, emb, expander=ex, rerank=False, strong_signal=False, budget_s=0.1)
-    t0 = time.perf_counter()
-    first = lab.query("git rebase")  # never measured: runs, cut at what is left of the 0.1 s deadline
-    assert time.perf_counter() - t0 < 0.3
-    assert any("expansion cut at" in n and "of the 0.1 s budget (--budget)" in n for n in first.notes_for("budget"))
-    time.sleep(0.35)  # let the stopped call finish before the model is asked again
+    try:
+        first = lab.query("git rebase")  # never measured: runs, cut at what is left of the 0.1 s deadline
+        assert ex.started.is_set() and not ex.finished.is_set()  # answered while the model was still busy
+        assert any("expansion cut at" in n and "of the 0.1 s budget (--budget)" in n for n in first.notes_for("budget"))
+    finally:
+        ex.end()  # the stopped call returns before the model is asked again
     second = lab.query("git rebase")  # measured at >= 0.1 s: no longer fits, skipped before it starts
     assert ex.calls == 1 and second.notes_for("budget")[0].startswith("expansion skipped before it started: 1 call")
     # without a deadline the same lab expands
