@@ -1,7 +1,7 @@
-"""The metrics of :mod:`qmdlab.eval.metrics` on :class:`~qmdlab.pipeline.fastretune.FastRetune`'s arrays.
+"""The metrics of :mod:`qmdlab.eval.metrics` on the stage functions' arrays (:mod:`qmdlab.pipeline.coded`).
 
-:class:`CodedScorer` maps the qrels onto the retune's (query, document) pair codes once; scoring a
-:class:`~qmdlab.pipeline.fastretune.Ranked` result is then a few numpy reductions (no join on
+:class:`CodedScorer` maps the qrels onto the coded lists' (query, document) pair codes once; scoring
+a :class:`~qmdlab.pipeline.coded.Final` result is then a few numpy reductions (no join on
 strings). The definitions are :class:`qmdlab.eval.metrics.Scorer`'s (ranx's): the ideal DCG and the count
 of relevant documents are taken from a ``Scorer`` of the same qrels, and
 ``tests/eval/test_fastmetrics.py`` checks every metric against ``Scorer`` and ``ranx.evaluate``.
@@ -12,26 +12,26 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from qmdlab.pipeline.fastretune import FastRetune, Ranked
+from qmdlab.pipeline.coded import CodedLists, Final
 
 from .metrics import Scorer
 
 
 class CodedScorer:
-    """A :class:`~qmdlab.eval.metrics.Scorer` for one :class:`FastRetune`'s pair codes.
+    """A :class:`~qmdlab.eval.metrics.Scorer` for the pair codes of one :class:`~qmdlab.pipeline.coded.CodedLists`.
 
     Parameters
     ----------
     scorer : Scorer
         The qrels side (relevant set, ideal DCG per judged query, metrics).
-    fast : FastRetune
-        The coded lists whose :meth:`~FastRetune.ranked` results will be scored.
+    fast : CodedLists
+        The coded lists whose :func:`~qmdlab.pipeline.finish.finish` results will be scored.
 
     ``reason`` is set (and :meth:`per_query` must not be used) when the qrels judge one
     (query, document) pair twice.
     """
 
-    def __init__(self, scorer: Scorer, fast: FastRetune):
+    def __init__(self, scorer: Scorer, fast: CodedLists):
         self.scorer = scorer
         self.metrics = scorer.metrics
         self.reason: str | None = None
@@ -49,22 +49,15 @@ class CodedScorer:
             self.reason = "the qrels judge one (query, document) pair twice"
         # judged index of each of fast's query codes (-1: not judged)
         jmap = pl.DataFrame({"qid": qids, "_j": np.arange(qids.len())})
-        qframe = pl.DataFrame({"qid": fast.qids}).join(jmap, on="qid", how="left", maintain_order="left")
+        qframe = pl.DataFrame({"qid": fast.qids.series}).join(jmap, on="qid", how="left", maintain_order="left")
         self.judged_of_query = qframe["_j"].fill_null(-1).to_numpy().astype(np.int64)
         # grade of each pair (0: not relevant)
         self.grade = np.zeros(fast.n_pairs)
         if fast.n_pairs and rel.height:
-            pairs = pl.DataFrame(
-                {
-                    "qid": fast.qids.gather(fast.pair_query),
-                    "docno": fast.docnos.gather(fast.pair_doc),
-                    "_p": np.arange(fast.n_pairs),
-                }
-            )
-            got = pairs.join(rel.select("qid", "docno", "grade"), on=["qid", "docno"], how="inner")
+            got = fast.pairs_frame().join(rel.select("qid", "docno", "grade"), on=["qid", "docno"], how="inner")
             self.grade[got["_p"].to_numpy()] = got["grade"].to_numpy()
 
-    def values(self, r: Ranked) -> dict[str, np.ndarray]:
+    def values(self, r: Final) -> dict[str, np.ndarray]:
         """Per judged query (in ``qids`` order) the value of every metric."""
         nq = self.qids.len()
         j = self.judged_of_query[r.query]
@@ -97,7 +90,7 @@ class CodedScorer:
                     out[m.name] = np.where(denom > 0, hits / denom, 0.0)
         return out
 
-    def per_query(self, r: Ranked) -> pl.DataFrame:
+    def per_query(self, r: Final) -> pl.DataFrame:
         """``qid`` plus one column per metric, as :meth:`Scorer.score` returns it."""
         vals = self.values(r)
         return pl.DataFrame(
@@ -105,7 +98,7 @@ class CodedScorer:
             schema={"qid": pl.String, **{m.name: pl.Float64 for m in self.metrics}},
         )
 
-    def mean(self, r: Ranked, metric: str) -> float:
+    def mean(self, r: Final, metric: str) -> float:
         """The mean of one metric over the judged queries (0.0 when none is judged)."""
         v = self.values(r)[metric]
         return float(v.mean()) if len(v) else 0.0

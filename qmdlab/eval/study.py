@@ -1,7 +1,8 @@
 """A :class:`Study`: the recorded traces of a suite plus its qrels, re-scored under any config.
 
 The expensive stages (expansion, retrieval lists, rerank scores) were run once and saved;
-:meth:`Study.evaluate` re-fuses and re-blends every query with :func:`qmdlab.retune` and
+:meth:`Study.evaluate` re-fuses and re-blends every query with the stage functions
+:func:`qmdlab.retune` runs (on the study's lists, coded once: :mod:`qmdlab.pipeline.coded`) and
 scores the result with the vectorised metrics of :mod:`qmdlab.eval.metrics` — no model call, no
 index access — so a notebook slider or an optimiser can call it hundreds of times.
 
@@ -27,11 +28,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError
+from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.coded import CodedLists, Final
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.fastretune import FastRetune, Ranked
+from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.fuse import candidates, fuse
 from qmdlab.pipeline.retune import blend_finish, fuse_candidates, rerank_scores_of, retune
 from qmdlab.pipeline.trace import Trace
 
@@ -121,8 +126,8 @@ class Study:
         self.docs = docs  # per-document features for fusion=learned (qmdlab.pipeline.learned.doc_features)
         self.split = split
         self._scores: pl.DataFrame | None = None
-        self.fast = True  # False: every config through the polars stages (the reference path)
-        self._coded: tuple[FastRetune, CodedScorer] | None = None
+        self.fast = True  # False: every config through the frame functions of qmdlab.retune (coded anew each call)
+        self._coded: _Coded | None = None
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -233,43 +238,46 @@ class Study:
             self._coded = None
         return out
 
-    def _fast_ranked(self, cfg: PipelineConfig, lists: pl.Expr | None) -> tuple[Ranked, FastRetune, CodedScorer] | None:
-        """The numpy slider path (:class:`~qmdlab.pipeline.fastretune.FastRetune`), or ``None`` when
-        ``cfg`` needs the polars stages (learned fusion, tag lift, a ``rerank_fn`` to call)."""
-        if not self.fast or (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
+    def _fast_ranked(self, cfg: PipelineConfig, lists: pl.Expr | None) -> tuple[Final, _Coded] | None:
+        """The slider path: the stage functions on the study's lists, coded once, or ``None`` when
+        ``cfg`` needs :func:`qmdlab.retune` (learned fusion, a ``rerank_fn`` to call)."""
+        if not self.fast or cfg.fusion == "learned" or (self.rerank_fn is not None and cfg.rerank):
             return None
         if self._coded is None:
             if self._scores is None:
                 self._scores = rerank_scores_of(self.trace)
-            fast = FastRetune(self.trace.lists, self._scores)
-            self._coded = (fast, CodedScorer(self.scorer, fast))
-        fast, coded = self._coded
-        if fast.unsupported(cfg) or coded.reason:
+            coded = CodedLists(self.trace.lists)
+            self._coded = _Coded(
+                coded, *coded.pair_values(self._scores, "rerank_score"), CodedScorer(self.scorer, coded)
+            )
+        c = self._coded
+        if c.scorer.reason:
             return None
         keep = None
         if lists is not None:
             keep = self.trace.lists.select(lists.fill_null(False)).to_series().to_numpy()
-        return fast.ranked(cfg, keep), fast, coded
+        active = c.lists.active(cfg, keep)
+        cands = candidates(fuse(c.lists, cfg, active=active, weight=c.lists.weights(cfg)), cfg.candidate_limit)
+        rr = (c.rerank[cands.pair], c.has_rerank[cands.pair]) if cfg.rerank else None
+        return finish(blend(cands, rr, cfg), cfg), c
 
     def final(self, config: PipelineConfig | None = None, lists: pl.Expr | None = None) -> pl.DataFrame:
         """Only the re-blended ``final`` table — the slider path.
 
-        Supported configs (every formula fusion and blend method, limits, switches, min score)
-        run on :class:`~qmdlab.pipeline.fastretune.FastRetune`: integer codes assigned once per
-        study, numpy over all queries at once, the same table as the polars stages bit for bit
-        (``tests/pipeline/test_fastretune.py``). Set ``study.fast = False`` for the polars path.
-        Otherwise:
-        :func:`qmdlab.retune`'s own stage functions (:func:`~qmdlab.pipeline.retune.fuse_candidates`,
-        :func:`~qmdlab.pipeline.retune.blend_finish`) with the recorded rerank scores kept between
-        calls, without the trace bookkeeping retune also does (snippet join, notes, timings), which
-        halves the time per call. A test checks it equals ``retune(...).final``. Configs with a tag
-        lift, and studies with a ``rerank_fn``, go through :func:`qmdlab.retune` itself.
+        Every formula fusion and blend method, limits, switches and min score run the stage
+        functions (:mod:`qmdlab.pipeline.coded`: the numpy functions :func:`qmdlab.retune` and
+        :meth:`qmdlab.Lab.query` run) on the study's lists, coded once, over all queries at once, with
+        the recorded rerank scores kept between calls and without the trace bookkeeping retune also
+        does (snippet join, notes, timings). ``study.fast = False`` codes the lists anew on every call
+        (:func:`~qmdlab.pipeline.retune.fuse_candidates`, :func:`~qmdlab.pipeline.retune.blend_finish`);
+        a test checks both equal ``retune(...).final``. Learned fusion, and studies with a
+        ``rerank_fn``, go through :func:`qmdlab.retune` itself.
         """
         cfg = config or self.config
         got = self._fast_ranked(cfg, lists)
         if got is not None:
-            return got[1].frame(got[0])
-        if (cfg.tags and cfg.tag_lift) or (self.rerank_fn is not None and cfg.rerank):
+            return got[1].lists.final_table(got[0], frame=True)
+        if self.rerank_fn is not None and cfg.rerank:
             return self.retuned(cfg, lists).final
         recorded = self.trace.lists if lists is None else self.trace.lists.filter(lists)
         _, _, cands = fuse_candidates(recorded, cfg, self.docs)
@@ -289,9 +297,9 @@ class Study:
         cfg = config or self.config
         got = self._fast_ranked(cfg, lists)
         if got is not None:
-            ranked, fast, coded = got
-            final = fast.frame(ranked)
-            table = coded.per_query(ranked)
+            ranked, c = got
+            final = c.lists.final_table(ranked, frame=True)
+            table = c.scorer.per_query(ranked)
         else:
             final = self.final(cfg, lists)
             table = self.scorer.score(final.rename({"final_rank": "rank"}))
@@ -306,9 +314,18 @@ class Study:
         """The mean of one metric under ``config`` (the optimisers' objective)."""
         cfg = config or self.config
         got = self._fast_ranked(cfg, lists)
-        if got is not None and metric in (m.name for m in got[2].metrics):
-            return got[2].mean(got[0], metric)
+        if got is not None and metric in (m.name for m in got[1].scorer.metrics):
+            return got[1].scorer.mean(got[0], metric)
         return self.evaluate(cfg, lists).metrics[metric]
+
+
+class _Coded(NamedTuple):
+    """A study's lists coded once: the rerank score of each pair and the qrels on the pair codes."""
+
+    lists: CodedLists
+    rerank: np.ndarray
+    has_rerank: np.ndarray
+    scorer: CodedScorer
 
 
 def _restrict(trace: Trace, qids: set[str]) -> Trace:

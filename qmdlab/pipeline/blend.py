@@ -1,8 +1,8 @@
 """Blend: fused candidates + rerank scores → the ranked ``final`` table.
 
 Every method is ``final_score = w · position_score + (1 − w) · rerank_score``
-(:func:`blend_formula`); the methods differ only in how ``position_score`` and
-the weight ``w`` are chosen:
+(:func:`blend_formula`); a method is one function in :data:`METHODS` that chooses
+``position_score`` and the weight ``w``:
 
 ============== ===================================== ==============================
 method          position_score                         w (``blend_weight``)
@@ -16,234 +16,234 @@ method          position_score                         w (``blend_weight``)
 A candidate without a rerank score (reranker off or failed, or promoted by a
 retune with no cached score) gets ``w = 1``: it keeps its position score, so with
 no reranker at all the final order is the fusion order. Ties in ``final_score``
-go to the better fused rank.
+go to the better fused rank, then to the docno.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple, overload
+
+import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError
-from qmdlab.pipeline.config import BLEND_METHODS, PipelineConfig
-from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, Columns, as_frame, empty, height, sort_within_qid
+from qmdlab.pipeline.coded import (
+    Final,
+    Fused,
+    block_sizes,
+    code_run,
+    empty_final,
+    final_table,
+    rank_within,
+    segments,
+    sort_order,
+)
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.trace import empty
 
 
-def band_weight(fused_rank: pl.Expr, bands: tuple[int, int], weights: tuple[float, float, float]) -> pl.Expr:
+class Candidates(NamedTuple):
+    """What a blend method reads: the candidates' fused ranks and scores, rows grouped by query
+    (``starts``: each query's first row)."""
+
+    fused_rank: np.ndarray
+    fused_score: np.ndarray
+    starts: np.ndarray
+
+
+def band_weight(fused_rank: np.ndarray, bands: tuple[int, int], weights: tuple[float, float, float]) -> np.ndarray:
     """qmd's position weight: ``weights[0]`` for ranks ``1..bands[0]``, ``weights[1]`` up to
     ``bands[1]``, ``weights[2]`` after.
 
-    >>> df = pl.DataFrame({"r": [1, 3, 4, 10, 11]})
-    >>> df.select(band_weight(pl.col("r"), (3, 10), (0.75, 0.6, 0.4)).alias("w"))["w"].to_list()
+    >>> band_weight(np.array([1, 3, 4, 10, 11]), (3, 10), (0.75, 0.6, 0.4)).tolist()
     [0.75, 0.75, 0.6, 0.6, 0.4]
     """
-    return (
-        pl.when(fused_rank <= bands[0])
-        .then(pl.lit(float(weights[0])))
-        .when(fused_rank <= bands[1])
-        .then(pl.lit(float(weights[1])))
-        .otherwise(pl.lit(float(weights[2])))
-    )
+    w1, w2, w3 = (float(x) for x in weights)
+    return np.where(fused_rank <= bands[0], w1, np.where(fused_rank <= bands[1], w2, w3))
 
 
-def reciprocal_rank(fused_rank: pl.Expr) -> pl.Expr:
+def reciprocal_rank(fused_rank: np.ndarray) -> np.ndarray:
     """``1 / fused_rank``.
 
-    >>> pl.DataFrame({"r": [1, 4]}).select(reciprocal_rank(pl.col("r")).alias("p"))["p"].to_list()
+    >>> reciprocal_rank(np.array([1, 4])).tolist()
     [1.0, 0.25]
     """
-    return 1.0 / fused_rank.cast(pl.Float64)
+    return 1.0 / fused_rank.astype(np.float64)
 
 
-def normalised_score(fused_score: pl.Expr) -> pl.Expr:
+def normalised_score(c: Candidates) -> np.ndarray:
     """``fused_score / max fused_score`` of the query (0 when the best is not positive).
 
-    >>> df = pl.DataFrame({"qid": ["q", "q"], "s": [0.5, 0.25]})
-    >>> df.select(normalised_score(pl.col("s")).alias("p"))["p"].to_list()
+    >>> normalised_score(Candidates(np.array([1, 2]), np.array([0.5, 0.25]), np.array([0]))).tolist()
     [1.0, 0.5]
     """
-    top = fused_score.max().over("qid")
-    return pl.when(top > 0).then(fused_score / top).otherwise(pl.lit(0.0))
+    n = len(c.fused_score)
+    top = np.repeat(np.maximum.reduceat(c.fused_score, c.starts), block_sizes(c.starts, n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(top > 0, c.fused_score / top, 0.0)
 
 
-def blend_formula(position_score: pl.Expr, weight: pl.Expr, rerank_score: pl.Expr) -> pl.Expr:
+def blend_formula(position_score: np.ndarray, weight: np.ndarray, rerank_score: np.ndarray) -> np.ndarray:
     """``w · position_score + (1 − w) · rerank_score``.
 
-    >>> df = pl.DataFrame({"p": [1.0], "w": [0.75], "r": [0.2]})
-    >>> df.select(blend_formula(pl.col("p"), pl.col("w"), pl.col("r")).alias("f"))["f"].to_list() == [0.75 + 0.25 * 0.2]
+    >>> blend_formula(np.array([1.0]), np.array([0.75]), np.array([0.2])).tolist() == [0.75 + 0.25 * 0.2]
     True
     """
     return weight * position_score + (1.0 - weight) * rerank_score
 
 
-def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig) -> pl.DataFrame:
-    """Blend candidates (``fused`` rows) with rerank scores under ``config.blend``.
+# -- the methods (name → function: METHODS): (position_score, w) ----------------------------
+def position(c: Candidates, config: PipelineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """qmd's blend: the reciprocal fused rank, weighted by the rank's band."""
+    return reciprocal_rank(c.fused_rank), band_weight(c.fused_rank, config.blend_bands, config.blend_weights)
+
+
+def score(c: Candidates, config: PipelineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The fused score over the query's best, weighted by the rank's band."""
+    return normalised_score(c), band_weight(c.fused_rank, config.blend_bands, config.blend_weights)
+
+
+def rerank_only(c: Candidates, config: PipelineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The rerank score alone (the position score only where there is none)."""
+    return reciprocal_rank(c.fused_rank), np.zeros(len(c.fused_rank))
+
+
+def none(c: Candidates, config: PipelineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The fusion order: the rerank score is ignored."""
+    return reciprocal_rank(c.fused_rank), np.ones(len(c.fused_rank))
+
+
+METHODS: dict[str, Callable[[Candidates, PipelineConfig], tuple[np.ndarray, np.ndarray]]] = {
+    "position": position,
+    "score": score,
+    "rerank_only": rerank_only,
+    "none": none,
+}
+"""Every blend method, by name (``PipelineConfig.blend``)."""
+
+
+def method(name: str) -> Callable[[Candidates, PipelineConfig], tuple[np.ndarray, np.ndarray]]:
+    """The function of blend method ``name``; an unknown name is a :class:`ConfigError`."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ConfigError(f"unknown blend method {name!r}; choose one of: {', '.join(METHODS)}") from None
+
+
+@overload
+def blend(candidates: Fused, rerank: tuple[np.ndarray, np.ndarray] | None, config: PipelineConfig) -> Final: ...
+
+
+@overload
+def blend(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig) -> pl.DataFrame: ...
+
+
+def blend(candidates, rerank, config):
+    """Blend candidates with rerank scores under ``config.blend``; the stage's one function.
 
     Parameters
     ----------
-    candidates : polars.DataFrame
-        ``qid, docno, fused_rank, fused_score`` (usually the top ``candidate_limit`` of ``fused``).
-    rerank : polars.DataFrame or None
-        ``qid, docno, rerank_score``, at most one row per (qid, docno); missing rows
-        mean "no rerank score".
+    candidates : Fused or polars.DataFrame
+        :class:`~qmdlab.pipeline.coded.Fused` arrays (usually :func:`~qmdlab.pipeline.fuse.candidates`
+        of them), or a frame with ``qid, docno, fused_rank, fused_score``.
+    rerank : (scores, has) or polars.DataFrame or None
+        With arrays: each candidate's rerank score and whether it has one. With a frame:
+        ``qid, docno, rerank_score`` rows (missing rows mean "no rerank score"). None: rerank off.
     config : PipelineConfig
 
     Returns
     -------
-    polars.DataFrame
-        The ``final`` schema, all candidates, ranked by ``final_score``.
+    Final or polars.DataFrame
+        :class:`~qmdlab.pipeline.coded.Final` arrays, or the ``final`` frame: all candidates, ranked
+        by ``final_score`` within each query.
     """
-    if config.blend not in BLEND_METHODS:
-        raise ConfigError(f"unknown blend method {config.blend!r}; choose one of: {', '.join(BLEND_METHODS)}")
-    if candidates.height == 0:
+    fn = method(config.blend)
+    if isinstance(candidates, pl.DataFrame):
+        return _blend_frame(candidates, rerank, config, fn)
+    n = len(candidates.query)
+    if rerank is None:
+        rr, has = np.zeros(n), np.zeros(n, dtype=bool)
+    else:
+        rr, has = rerank
+    return _blend(
+        candidates.query,
+        candidates.doc,
+        candidates.pair,
+        candidates.fused_rank,
+        candidates.fused_score,
+        rr,
+        has,
+        config,
+        fn,
+    )
+
+
+def _blend(query, doc, pair, fused_rank, fused_score, rr, has, config, fn) -> Final:
+    """The blend of candidate rows grouped by query."""
+    n = len(query)
+    if n == 0:
+        return empty_final()
+    starts = segments(query)
+    pos, w = fn(Candidates(fused_rank, fused_score, starts), config)
+    w = np.where(has, w, 1.0)
+    final = np.where(has, blend_formula(pos, w, rr), pos)
+    # final_score desc, then fused_rank, then docno, within each query
+    group = np.repeat(np.arange(len(starts)), block_sizes(starts, n))
+    n_doc = int(doc.max()) + 1
+    order = sort_order(group, final, fused_rank * n_doc + doc, (int(fused_rank.max()) + 1) * n_doc)
+    q = query[order]
+    return Final(
+        q,
+        doc[order],
+        pair[order],
+        fused_rank[order],
+        pos[order],
+        w[order],
+        np.where(has, rr, 0.0)[order],
+        has[order],
+        final[order],
+        rank_within(segments(q), n),
+    )
+
+
+def _blend_frame(cands: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig, fn) -> pl.DataFrame:
+    if cands.height == 0:
         return empty("final")
-    if candidates.height <= SMALL_ROWS:
-        small = _blend_small(candidates, rerank, config)
-        if small is not None:
-            return small
-    df = candidates.select("qid", "docno", "fused_rank", "fused_score")
+    df = cands.select("qid", "docno", "fused_rank", "fused_score")
     if rerank is not None and rerank.height:
         scores = rerank.select("qid", "docno", pl.col("rerank_score").cast(pl.Float64))
-        df = df.join(scores, on=["qid", "docno"], how="left")
+        df = df.join(scores, on=["qid", "docno"], how="left", maintain_order="left")
     else:
         df = df.with_columns(rerank_score=pl.lit(None, dtype=pl.Float64))
-    rank = pl.col("fused_rank")
-    if config.blend == "score":
-        pos = normalised_score(pl.col("fused_score"))
-    else:
-        pos = reciprocal_rank(rank)
-    if config.blend in ("position", "score"):
-        w = band_weight(rank, config.blend_bands, config.blend_weights)
-    elif config.blend == "rerank_only":
-        w = pl.lit(0.0)
-    else:
-        w = pl.lit(1.0)
-    w = pl.when(pl.col("rerank_score").is_null()).then(pl.lit(1.0)).otherwise(w)
-    df = df.with_columns(position_score=pos, blend_weight=w)
-    df = df.with_columns(
-        final_score=pl.when(pl.col("rerank_score").is_null())
-        .then(pl.col("position_score"))
-        .otherwise(blend_formula(pl.col("position_score"), pl.col("blend_weight"), pl.col("rerank_score")))
+    order, q, d, qids, docnos = code_run(df["qid"], df["docno"])
+    rr = df["rerank_score"]
+    has = rr.is_not_null().to_numpy()[order]
+    f = _blend(
+        q[order],
+        d[order],
+        np.full(len(order), -1, dtype=np.int64),
+        df["fused_rank"].to_numpy().astype(np.int64)[order],
+        df["fused_score"].to_numpy().astype(np.float64)[order],
+        rr.fill_null(0.0).to_numpy()[order],
+        has,
+        config,
+        fn,
     )
-    return rank_final(df)
-
-
-def _blend_small(candidates: pl.DataFrame, rerank: pl.DataFrame | None, config: PipelineConfig) -> pl.DataFrame | None:
-    """:func:`blend` in plain Python (:func:`_blend_rows`; a few candidates of one query: polars'
-    per-call cost would dominate)."""
-    qids, docs, ranks, fscores = (
-        candidates.get_column(c).to_list() for c in ("qid", "docno", "fused_rank", "fused_score")
-    )
-    rr = None
-    if rerank is not None and rerank.height:
-        rr = [rerank.get_column(c).to_list() for c in ("qid", "docno", "rerank_score")]
-    out = _blend_rows(qids, docs, ranks, fscores, rr, config)
-    return None if out is None else out.frame("final")
-
-
-def blend_columns(candidates: Columns, rerank: Columns | None, config: PipelineConfig) -> Columns | None:
-    """:func:`blend` of plain columns (``fused`` rows and ``rerank`` rows of one query): the same
-    rows and floats, as :class:`~qmdlab.pipeline.trace.Columns` of ``final``. ``None`` where
-    :func:`blend` must run (more than :data:`SMALL_ROWS` candidates, a null rank or score, a
-    pair scored twice)."""
-    if config.blend not in BLEND_METHODS:
-        raise ConfigError(f"unknown blend method {config.blend!r}; choose one of: {', '.join(BLEND_METHODS)}")
-    n = height(candidates)
-    if n == 0:
-        return Columns.empty("final")
-    if n > SMALL_ROWS:
-        return None
-    rr = None
-    if rerank is not None and height(rerank):
-        rr = [rerank["qid"], rerank["docno"], rerank["rerank_score"]]
-    return _blend_rows(
-        candidates["qid"], candidates["docno"], candidates["fused_rank"], candidates["fused_score"], rr, config
-    )
-
-
-def _blend_rows(
-    qids: list, docs: list, ranks: list, fscores: list, rerank: list[list] | None, config: PipelineConfig
-) -> Columns | None:
-    """The blend of candidates given as columns, with ``rerank`` as ``[qids, docnos, scores]``; the
-    same formulas, floats and order as the polars path. ``None`` (use polars) when ``rerank`` scores
-    a (qid, docno) pair twice (the join would duplicate the candidate) or a rank or score is null."""
-    scores: dict[tuple[str, str], float | None] = {}
-    if rerank is not None:
-        for q, d, v in zip(*rerank):
-            if (q, d) in scores:
-                return None
-            scores[(q, d)] = None if v is None else float(v)
-    order: dict[str, int] = {}
-    top: dict[str, float] = {}
-    for q, f in zip(qids, fscores):
-        order.setdefault(q, len(order))
-        if f is not None and (q not in top or f > top[q]):
-            top[q] = f
-    if any(r is None or f is None for r, f in zip(ranks, fscores)):
-        return None
-    b1, b2 = config.blend_bands
-    w1, w2, w3 = (float(x) for x in config.blend_weights)
-    rows = []
-    for q, d, r, f in zip(qids, docs, ranks, fscores):
-        rr = scores.get((q, d))
-        if config.blend == "score":
-            t = top[q]
-            pos = f / t if t > 0 else 0.0
-        else:
-            pos = 1.0 / float(r)
-        if rr is None:
-            w = 1.0
-        elif config.blend in ("position", "score"):
-            w = w1 if r <= b1 else (w2 if r <= b2 else w3)
-        else:
-            w = 0.0 if config.blend == "rerank_only" else 1.0
-        final = pos if rr is None else w * pos + (1.0 - w) * rr
-        rows.append((q, d, r, pos, w, rr, final))
-    rows.sort(key=lambda x: (order[x[0]], -x[6], x[2], x[1]))
-    out_rank = ranks_within_qid(x[0] for x in rows)
-    cols = [list(c) for c in zip(*rows)]
-    return Columns(
-        {
-            "qid": cols[0],
-            "docno": cols[1],
-            "fused_rank": cols[2],
-            "position_score": cols[3],
-            "blend_weight": cols[4],
-            "rerank_score": cols[5],
-            "final_score": cols[6],
-            "final_rank": out_rank,
-        }
-    )
-
-
-def rank_final(df: pl.DataFrame) -> pl.DataFrame:
-    """Sort by final_score desc, fused_rank within each qid (queries in first-seen order)
-    and number ``final_rank`` from 1."""
-    out = sort_within_qid(df, ["final_score", "fused_rank", "docno"], [True, False, False])
-    out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
-    return out.select([pl.col(c).cast(t) for c, t in SCHEMAS["final"].items()])
-
-
-def run_blend(
-    cands: Columns | pl.DataFrame, rerank: Columns | pl.DataFrame | None, config: PipelineConfig
-) -> Columns | pl.DataFrame:
-    """Blend as a query runs it: :func:`blend_columns` while the candidates and rerank rows are plain
-    columns and it applies, else :func:`blend` on polars frames. ``rerank`` None = rerank off."""
-    blended: Columns | pl.DataFrame | None = None
-    if isinstance(cands, Columns) and (rerank is None or isinstance(rerank, Columns)):
-        blended = blend_columns(cands, rerank, config)
-    if blended is None:
-        blended = blend(as_frame("fused", cands), None if rerank is None else as_frame("rerank", rerank), config)
-    return blended
+    return final_table(f, qids, docnos, frame=True)
 
 
 __all__ = [
-    "run_blend",
     "blend",
-    "blend_columns",
+    "METHODS",
+    "method",
+    "Candidates",
+    "position",
+    "score",
+    "rerank_only",
+    "none",
     "band_weight",
     "reciprocal_rank",
     "normalised_score",
     "blend_formula",
-    "rank_final",
 ]

@@ -1,160 +1,205 @@
 """Finish: dedupe (by docno, then by content digest), min-score, tag rank-lift, limit (docs/design.md, pipeline step 8).
 
-:func:`finish` works on the ``final`` table of many queries at once (it is part of
-:func:`qmdlab.retune`). Snippets with line numbers come from :mod:`qmdlab.pipeline.results`
-(the same helper ``search`` uses) when :class:`~qmdlab.pipeline.lab.Lab` builds the
-``results`` table.
+:func:`finish` works on :class:`~qmdlab.pipeline.coded.Final` arrays of one query or of many (it is
+part of :meth:`qmdlab.Lab.query` and of :func:`qmdlab.retune`) or on a ``final`` frame. What it
+needs of the index — each document's content digest and tags — comes as :class:`DocFlags`
+(:func:`doc_flags` of the ``doc_tags`` frame). Snippets with line numbers come from
+:mod:`qmdlab.pipeline.results` (the same helper ``search`` uses) when
+:class:`~qmdlab.pipeline.lab.Lab` builds the ``results`` table.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import NamedTuple, overload
 
+import numpy as np
 import polars as pl
 
+from qmdlab.pipeline.coded import Final, Names, block_sizes, code_run, rank_within, segments
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.ranking import SMALL_ROWS, ranks_within_qid
-from qmdlab.pipeline.trace import SCHEMAS, Columns, as_frame, height, sort_within_qid
+from qmdlab.pipeline.trace import SCHEMAS
 
 
-def tag_lift(final: pl.DataFrame, doc_tags: pl.DataFrame | None, tags: Sequence[str], places: int) -> pl.DataFrame:
-    """Move documents whose tags overlap ``tags`` up by at most ``places`` positions.
+class DocFlags(NamedTuple):
+    """What finish needs of each document (indexed by document code)."""
 
-    A lifted document at rank *r* is placed just before the document at rank
-    ``max(1, r - places)``; everything else keeps its relative order. ``final_rank``
-    is renumbered; scores are unchanged.
-
-    >>> f = pl.DataFrame({"qid": ["q"] * 4, "docno": list("abcd"), "final_rank": [1, 2, 3, 4]})
-    >>> t = pl.DataFrame({"docno": ["d"], "tags": [["git"]]})
-    >>> tag_lift(f, t, ["git"], 2)["docno"].to_list()
-    ['a', 'd', 'b', 'c']
-    """
-    if not tags or places <= 0 or doc_tags is None or final.height == 0:
-        return final
-    want = [t.lower() for t in tags]
-    lifted = doc_tags.select(
-        "docno", _lift=pl.col("tags").list.eval(pl.element().str.to_lowercase().is_in(want)).list.any()
-    ).unique("docno", keep="first")
-    out = final.join(lifted, on="docno", how="left").with_columns(pl.col("_lift").fill_null(False))
-    key = (
-        pl.when(pl.col("_lift"))
-        .then(pl.max_horizontal(pl.col("final_rank") - places, pl.lit(1)))
-        .otherwise(pl.col("final_rank"))
-    )
-    out = sort_within_qid(out.with_columns(_key=key), ["_key", "_lift", "final_rank"], [False, True, False])
-    out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
-    return out.drop("_lift", "_key")
+    hash: np.ndarray | None
+    """Content digest code (-1: none); None when content dedupe is off."""
+    lift: np.ndarray | None
+    """Whether its tags overlap the preferred tags; None when the tag lift is off."""
 
 
-_HASHES: list = [None, None]  # (weakref to a doc_tags frame, its {docno: hash}): one frame per index state
+_CACHE: list = [None, {}]  # (weakref to a doc_tags frame, what was derived from it): one frame per index state
 
 
-def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None] | None:
-    """``{docno: content digest}`` of ``doc_tags`` (kept for the frame last asked about, so a lab
-    that passes the same frame to every query builds it once); ``None`` when a docno repeats.
-
-    >>> doc_hashes(pl.DataFrame({"docno": ["a", "b"], "hash": ["x", None]}))
-    {'a': 'x', 'b': None}
-    """
-    ref = _HASHES[0]
+def _derived(doc_tags: pl.DataFrame) -> dict:
+    """A dict kept for the ``doc_tags`` frame last asked about, so a lab that passes the same frame to
+    every query reads it once."""
+    ref = _CACHE[0]
     if ref is not None and ref() is doc_tags:
-        return _HASHES[1]
-    docnos = doc_tags.get_column("docno").to_list()
-    hashes = dict(zip(docnos, doc_tags.get_column("hash").to_list()))
-    out = hashes if len(hashes) == len(docnos) else None
+        return _CACHE[1]
+    out: dict = {}
     try:
-        _HASHES[:] = [weakref.ref(doc_tags), out]
+        _CACHE[:] = [weakref.ref(doc_tags), out]
     except TypeError:  # not weak-referenceable: no cache
         pass
     return out
 
 
-def _content_duplicates_small(final: pl.DataFrame, hashes: dict[str, str | None]) -> list[tuple[str, str, str]]:
-    """:func:`content_duplicates`' rows in plain Python (:func:`content_duplicate_rows`)."""
-    qids, docs, ranks = (final.get_column(c).to_list() for c in ("qid", "docno", "final_rank"))
-    return content_duplicate_rows(qids, docs, ranks, hashes)
+def doc_hashes(doc_tags: pl.DataFrame) -> dict[str, str | None]:
+    """``{docno: content digest}`` of ``doc_tags`` (the first row of a docno listed twice).
 
-
-def content_duplicate_rows(
-    qids: Sequence[str], docs: Sequence[str], ranks: Sequence[int], hashes: dict[str, str | None]
-) -> list[tuple[str, str, str]]:
-    """``(qid, docno, kept)`` of :func:`content_duplicates` from plain columns (no null rank): rows
-    ranked within each query (queries in first-seen order, ties in ``final_rank`` in row order),
-    first document of each digest kept."""
-    order: dict[str, int] = {}
-    for q in qids:
-        order.setdefault(q, len(order))
-    rows = sorted(zip(qids, docs, ranks), key=lambda r: (order[r[0]], r[2]))
-    first: dict[tuple[str, str], str] = {}
-    out = []
-    for q, d, _ in rows:
-        h = hashes.get(d)
-        if h is not None:
-            kept = first.setdefault((q, h), d)
-            if kept != d:
-                out.append((q, d, kept))
-    return out
-
-
-def content_duplicates(final: pl.DataFrame, doc_tags: pl.DataFrame | None) -> pl.DataFrame:
-    """``qid, docno, kept``: every document whose content digest equals that of a better-ranked
-    document of the same query (``kept``); needs a ``hash`` column in ``doc_tags``.
-
-    >>> f = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "c"], "final_rank": [2, 1, 3]})
-    >>> h = pl.DataFrame({"docno": ["a", "b", "c"], "tags": [[], [], []], "hash": ["x", "y", "x"]})
-    >>> content_duplicates(f, h).rows()
-    [('q', 'c', 'a')]
+    >>> doc_hashes(pl.DataFrame({"docno": ["a", "b", "a"], "hash": ["x", None, "y"]}))
+    {'a': 'x', 'b': None}
     """
-    schema = pl.Schema({"qid": pl.String, "docno": pl.String, "kept": pl.String})
-    if doc_tags is None or "hash" not in doc_tags.columns or final.height == 0:
-        return pl.DataFrame(schema=schema)
-    if final.height <= SMALL_ROWS and final["final_rank"].null_count() == 0:
+    got = _derived(doc_tags)
+    if "hash" not in got:
+        out: dict[str, str | None] = {}
+        for d, h in zip(doc_tags.get_column("docno").to_list(), doc_tags.get_column("hash").to_list()):
+            out.setdefault(d, h)
+        got["hash"] = out
+    return got["hash"]
+
+
+def lifted_docs(doc_tags: pl.DataFrame, tags: Sequence[str]) -> set[str]:
+    """The docnos whose tags overlap ``tags`` (case-insensitive; the first row of a docno listed twice).
+
+    >>> sorted(lifted_docs(pl.DataFrame({"docno": ["a", "b"], "tags": [["Git"], []]}), ["GIT"]))
+    ['a']
+    """
+    want = frozenset(t.lower() for t in tags)
+    got = _derived(doc_tags)
+    key = ("lift", want)
+    if key not in got:
+        seen: set[str] = set()
+        out: set[str] = set()
+        for d, ts in zip(doc_tags.get_column("docno").to_list(), doc_tags.get_column("tags").to_list()):
+            if d in seen:
+                continue
+            seen.add(d)
+            if any(t is not None and t.lower() in want for t in ts or ()):
+                out.add(d)
+        got[key] = out
+    return got[key]
+
+
+def doc_flags(doc_tags: pl.DataFrame | None, docnos: Names, config: PipelineConfig) -> DocFlags | None:
+    """:class:`DocFlags` of the documents ``docnos`` (their codes) from ``doc_tags`` (``docno, tags``
+    and, for content dedupe, ``hash``); None when neither content dedupe nor a tag lift applies."""
+    if doc_tags is None:
+        return None
+    h = None
+    if config.dedupe_content and "hash" in doc_tags.columns:
         hashes = doc_hashes(doc_tags)
-        if hashes is not None:
-            return pl.DataFrame(_content_duplicates_small(final, hashes), schema=schema, orient="row")
-    ranked = sort_within_qid(final.select("qid", "docno", "final_rank"), ["final_rank"])
-    ranked = ranked.join(doc_tags.select("docno", "hash").unique("docno"), on="docno", how="left")
-    ranked = ranked.with_columns(kept=pl.col("docno").first().over(["qid", "hash"]))
-    return (
-        ranked.filter(pl.col("hash").is_not_null() & (pl.col("kept") != pl.col("docno")))
-        .select("qid", "docno", "kept")
-        .cast(schema)
-    )
+        codes: dict[str, int] = {}
+        h = np.array(
+            [-1 if (x := hashes.get(d)) is None else codes.setdefault(x, len(codes)) for d in docnos.list],
+            dtype=np.int64,
+        )
+    lift = None
+    if config.tags and config.tag_lift > 0 and "tags" in doc_tags.columns:
+        lifted = lifted_docs(doc_tags, config.tags)
+        lift = np.array([d in lifted for d in docnos.list], dtype=bool)
+    return None if h is None and lift is None else DocFlags(h, lift)
 
 
-def min_score_filter(final: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """Drop ``final_score < min_score``; with ``min_score_fallback`` > 0, a query left with nothing
-    keeps its best ``fallback_max`` rows scoring at least ``min_score - min_score_fallback``
-    (the fallback probe). ``final`` is sorted by rank within each query.
+def content_duplicates(query: np.ndarray, doc: np.ndarray, hash_of_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(dup, kept)``: the rows (of rows grouped by query, in rank order) whose document's content
+    digest equals that of a better-ranked row of the same query, and that row.
 
-    >>> f = pl.DataFrame({"qid": ["q"] * 5 + ["r"], "docno": list("abcdea"),
-    ...                   "final_score": [0.5, 0.45, 0.41, 0.4, 0.2, 0.9], "final_rank": [1, 2, 3, 4, 5, 1]})
-    >>> min_score_filter(f, PipelineConfig(min_score=0.6)).rows()
-    [('r', 'a', 0.9, 1)]
-    >>> min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2))["docno"].to_list()
-    ['a', 'b', 'c', 'a']
-    >>> min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2, fallback_max=1))["docno"].to_list()
-    ['a', 'a']
+    >>> content_duplicates(np.array([0, 0, 0]), np.array([5, 6, 7]), np.array([-1] * 5 + [1, 2, 1]))
+    (array([2]), array([0]))
     """
-    passed = final.filter(pl.col("final_score") >= config.min_score)
-    if config.min_score_fallback <= 0 or config.fallback_max <= 0 or final.height == 0:
-        return passed
-    empty = final.select("qid").unique().join(passed.select("qid").unique(), on="qid", how="anti")
-    if empty.height == 0:
-        return passed
-    floor = config.min_score - config.min_score_fallback
-    probe = final.join(empty, on="qid", how="semi").filter(pl.col("final_score") >= floor)
-    probe = probe.filter(pl.int_range(pl.len()).over("qid") < int(config.fallback_max))
-    order = final.select("qid").unique(maintain_order=True).with_row_index("_q")
-    out = pl.concat([passed, probe], how="vertical").join(order, on="qid", how="left")
-    return out.sort(["_q", "final_rank"], maintain_order=True).drop("_q")
+    h = hash_of_doc[doc]
+    rows = np.flatnonzero(h >= 0)
+    if not len(rows):
+        e = np.zeros(0, np.int64)
+        return e, e
+    key = query[rows] * (int(h.max()) + 1) + h[rows]
+    if len(rows) <= 256:  # a few rows (one query): a dict, fewer numpy calls
+        first: dict[int, int] = {}
+        kept = np.array([first.setdefault(k, r) for k, r in zip(key.tolist(), rows.tolist())], dtype=np.int64)
+    else:
+        _, at, inverse = np.unique(key, return_index=True, return_inverse=True)
+        kept = rows[at[inverse.reshape(-1)]]
+    dup = kept != rows
+    return rows[dup], kept[dup]
 
 
-def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Dedupe by (qid, docno) and, with ``dedupe_content`` and a ``hash`` column in ``doc_tags``,
-    by content digest (:func:`content_duplicates`); drop ``final_score < min_score``
-    (:func:`min_score_filter`, with its fallback probe), apply the tag lift, keep ``limit``.
+def _finish_rows(
+    query: np.ndarray,
+    doc: np.ndarray,
+    score: np.ndarray,
+    rank: np.ndarray,
+    config: PipelineConfig,
+    flags: DocFlags | None,
+    unique: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, final_rank)``: the rows kept (of rows grouped by query), in output order, and their
+    new ranks. ``unique``: no (query, document) pair is held twice."""
+    n = len(query)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = segments(query)
+    group = np.repeat(np.arange(len(starts)), block_sizes(starts, n))
+    sel = np.arange(n, dtype=np.int64)
+    if np.any((np.diff(rank) < 0) & (np.diff(group) == 0)):
+        sel = np.lexsort((rank, group))  # by rank within each query (stable)
+    if not unique:  # dedupe by (query, docno): the best-ranked row of a pair
+        key = group[sel] * (int(doc.max()) + 1) + doc[sel]
+        _, first = np.unique(key, return_index=True)
+        sel = sel[np.sort(first)]
+    if flags is not None and flags.hash is not None and config.dedupe_content:
+        dup, _ = content_duplicates(group[sel], doc[sel], flags.hash)
+        if len(dup):
+            sel = np.delete(sel, dup)
+    # min score, with the fallback probe for a query left with nothing
+    s = score[sel]
+    passed = s >= config.min_score
+    if config.min_score_fallback > 0 and config.fallback_max > 0 and len(sel):
+        g = group[sel]
+        st = segments(g)
+        qany = np.logical_or.reduceat(passed, st)
+        if not qany.all():
+            sizes = block_sizes(st, len(sel))
+            probe = s >= config.min_score - config.min_score_fallback
+            csum = np.cumsum(probe)
+            before = np.repeat(csum[st] - probe[st], sizes)
+            passed = np.where(np.repeat(~qany, sizes), probe & (csum - before <= int(config.fallback_max)), passed)
+    sel = sel[passed]
+    new = rank_within(segments(group[sel]), len(sel))
+    if flags is not None and flags.lift is not None and config.tags and config.tag_lift > 0 and len(sel):
+        lifted = flags.lift[doc[sel]]
+        key = np.where(lifted, np.maximum(new - int(config.tag_lift), 1), new)
+        order = np.lexsort((new, ~lifted, key, group[sel]))
+        sel = sel[order]
+        new = rank_within(segments(group[sel]), len(sel))
+    keep = new <= config.limit
+    if not keep.all():
+        sel, new = sel[keep], new[keep]
+    return sel, new
+
+
+@overload
+def finish(final: Final, config: PipelineConfig, doc_tags: DocFlags | None = None) -> Final: ...
+
+
+@overload
+def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> pl.DataFrame: ...
+
+
+def finish(final, config, doc_tags=None):
+    """Dedupe by (qid, docno) and, with ``dedupe_content`` and content digests, by content digest
+    (:func:`content_duplicates`: the better-ranked document stays); drop ``final_score < min_score``
+    (with ``min_score_fallback`` > 0, a query left with nothing keeps its best ``fallback_max`` rows
+    scoring at least ``min_score - min_score_fallback``: the fallback probe); renumber; move documents
+    whose tags overlap ``tags`` up by at most ``tag_lift`` places (a lifted document at rank *r* goes
+    just before the one at ``max(1, r - tag_lift)``); keep ``limit`` per query.
+
+    :class:`~qmdlab.pipeline.coded.Final` arrays (with :class:`DocFlags`) give arrays; a frame (with
+    the ``doc_tags`` frame: ``docno, tags`` and optionally ``hash``) gives a frame of the same columns.
 
     >>> f = pl.DataFrame({"qid": ["q"] * 3, "docno": ["a", "b", "a"], "final_score": [0.9, 0.5, 0.4],
     ...                   "final_rank": [1, 2, 3]})
@@ -163,135 +208,31 @@ def finish(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame |
     >>> h = pl.DataFrame({"docno": ["a", "b"], "tags": [[], []], "hash": ["x", "x"]})
     >>> finish(f, PipelineConfig(limit=5), doc_tags=h)["docno"].to_list()
     ['a']
+    >>> t = pl.DataFrame({"docno": ["b"], "tags": [["git"]]})
+    >>> finish(f, PipelineConfig(tags=("git",), tag_lift=1), doc_tags=t)["docno"].to_list()
+    ['b', 'a']
     """
-    if 0 < final.height <= SMALL_ROWS:
-        small = _finish_small(final, config, doc_tags)
-        if small is not None:
-            return small
-    out = sort_within_qid(final, ["final_rank"]).unique(["qid", "docno"], keep="first", maintain_order=True)
-    if config.dedupe_content:
-        dups = content_duplicates(out, doc_tags)
-        if dups.height:
-            out = out.join(dups.select("qid", "docno"), on=["qid", "docno"], how="anti", maintain_order="left")
-    out = min_score_filter(out, config)
-    out = out.with_columns(final_rank=(pl.int_range(pl.len()).over("qid") + 1).cast(pl.Int64))
-    out = tag_lift(out, doc_tags, config.tags, config.tag_lift)
-    out = out.filter(pl.col("final_rank") <= config.limit)
-    cols = [c for c in SCHEMAS["final"] if c in out.columns]
-    return out.select(cols)
-
-
-def _finish_small(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None) -> pl.DataFrame | None:
-    """:func:`finish` in plain Python for a few rows (one query of ``Lab.query``): the same steps,
-    rows and order; the tag lift, when asked for, still runs :func:`tag_lift`. ``None`` (use
-    polars) when a rank or score is null or ``doc_tags`` lists a document twice."""
-    cols = [c for c in SCHEMAS["final"] if c in final.columns]
-    got = _finish_rows(cols, [final.get_column(c).to_list() for c in cols], config, doc_tags)
-    if got is None:
-        return None
-    schema = {c: (pl.Int64 if c == "final_rank" else final.schema[c]) for c in cols}
-    out_df = pl.DataFrame(dict(zip(cols, got)), schema=schema)
-    if config.tags and config.tag_lift > 0 and doc_tags is not None:
-        out_df = tag_lift(out_df, doc_tags, config.tags, config.tag_lift)
-    if out_df.height > config.limit:
-        out_df = out_df.filter(pl.col("final_rank") <= config.limit)
-    return out_df  # columns already in SCHEMAS["final"] order (tag_lift keeps them)
-
-
-def finish_columns(final: Columns, config: PipelineConfig, doc_tags: pl.DataFrame | None = None) -> Columns | None:
-    """:func:`finish` of ``final`` given as plain columns (one query of ``Lab.query``): the same
-    rows, as :class:`~qmdlab.pipeline.trace.Columns`. ``None`` where :func:`finish` must run (a
-    tag lift, more than :data:`SMALL_ROWS` rows, a null rank or score, a docno twice in ``doc_tags``)."""
-    n = height(final)
-    if n == 0:
-        return final
-    if n > SMALL_ROWS or (config.tags and config.tag_lift > 0 and doc_tags is not None):
-        return None
-    cols = list(SCHEMAS["final"])
-    got = _finish_rows(cols, [final[c] for c in cols], config, doc_tags)
-    if got is None:
-        return None
-    out = Columns(zip(cols, got))
-    ranks = out["final_rank"]
-    if any(r > config.limit for r in ranks):
-        keep = [i for i, r in enumerate(ranks) if r <= config.limit]
-        out = Columns({c: [v[i] for i in keep] for c, v in out.items()})
-    return out
-
-
-def _finish_rows(
-    cols: list[str], data: list[list], config: PipelineConfig, doc_tags: pl.DataFrame | None
-) -> list[list] | None:
-    """Dedupe, content dedupe, min score (with the fallback probe) and ``final_rank`` renumbered,
-    on the columns ``data`` (named ``cols``); the rows before the tag lift and the limit."""
-    iq, idoc, iscore, irank = (cols.index(c) for c in ("qid", "docno", "final_score", "final_rank"))
-    rows = list(zip(*data))
-    if any(r[irank] is None or r[iscore] is None for r in rows):
-        return None
-    order: dict[str, int] = {}
-    for r in rows:
-        order.setdefault(r[iq], len(order))
-    rows.sort(key=lambda r: (order[r[iq]], r[irank]))
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for r in rows:
-        if (r[iq], r[idoc]) not in seen:
-            seen.add((r[iq], r[idoc]))
-            unique.append(r)
-    rows = unique
-    if config.dedupe_content and doc_tags is not None and "hash" in doc_tags.columns:
-        hashes = doc_hashes(doc_tags)
-        if hashes is None:
-            return None
-        first: dict[tuple[str, str], str] = {}
-        kept_rows = []
-        for r in rows:
-            h = hashes.get(r[idoc])
-            if h is not None and first.setdefault((r[iq], h), r[idoc]) != r[idoc]:
-                continue
-            kept_rows.append(r)
-        rows = kept_rows
-    # min score, with the fallback probe for a query left with nothing
-    passed = [r for r in rows if r[iscore] >= config.min_score]
-    if config.min_score_fallback > 0 and config.fallback_max > 0:
-        have = {r[iq] for r in passed}
-        floor = config.min_score - config.min_score_fallback
-        taken: dict[str, int] = {}
-        out = []
-        for r in rows:
-            q = r[iq]
-            if q in have:
-                if r[iscore] >= config.min_score:
-                    out.append(r)
-            elif r[iscore] >= floor and taken.get(q, 0) < int(config.fallback_max):
-                taken[q] = taken.get(q, 0) + 1
-                out.append(r)
-        passed = out
-    ranks = ranks_within_qid(r[iq] for r in passed)
-    columns = [list(v) for v in zip(*passed)] if passed else [[] for _ in cols]
-    columns[irank] = ranks
-    return columns
-
-
-def run_finish(
-    blended: Columns | pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None = None
-) -> Columns | pl.DataFrame:
-    """Finish as a query runs it: :func:`finish_columns` on plain columns where it applies, else
-    :func:`finish` on a polars frame."""
-    final: Columns | pl.DataFrame | None = (
-        finish_columns(blended, config, doc_tags=doc_tags) if isinstance(blended, Columns) else None
+    if isinstance(final, pl.DataFrame):
+        return _finish_frame(final, config, doc_tags)
+    # rows from the coded lists hold each pair once
+    unique = bool(len(final.pair) == 0 or final.pair[0] >= 0)
+    sel, ranks = _finish_rows(
+        final.query, final.doc, final.final_score, final.final_rank, config, doc_tags, unique=unique
     )
-    if final is None:
-        final = finish(as_frame("final", blended), config, doc_tags=doc_tags)
-    return final
+    return final.take(sel)._replace(final_rank=ranks)
 
 
-__all__ = [
-    "run_finish",
-    "finish",
-    "finish_columns",
-    "min_score_filter",
-    "tag_lift",
-    "content_duplicates",
-    "content_duplicate_rows",
-]
+def _finish_frame(final: pl.DataFrame, config: PipelineConfig, doc_tags: pl.DataFrame | None) -> pl.DataFrame:
+    cols = [c for c in SCHEMAS["final"] if c in final.columns]
+    if final.height == 0:
+        return final.select(cols)
+    order, q, d, _, docnos = code_run(final["qid"], final["docno"])
+    flags = doc_flags(doc_tags, docnos, config)
+    score = final["final_score"].cast(pl.Float64).fill_null(float("nan")).to_numpy()[order]
+    rank = final["final_rank"].to_numpy().astype(np.int64)[order]
+    sel, ranks = _finish_rows(q[order], d[order], score, rank, config, flags, unique=False)
+    out = final.select(cols)[order[sel]]
+    return out.with_columns(final_rank=pl.Series(ranks, dtype=pl.Int64))
+
+
+__all__ = ["finish", "DocFlags", "doc_flags", "doc_hashes", "lifted_docs", "content_duplicates"]

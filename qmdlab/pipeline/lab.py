@@ -24,15 +24,16 @@ from typing import Any
 import polars as pl
 
 from qmdlab.errors import QmdlabError
-from qmdlab.pipeline.blend import run_blend
+from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.coded import CodedLists, Final, Fused, Names, final_table, fused_table, scores_for
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.expand import Expansion, filter_expansions, kept_lines, parse_query_document
-from qmdlab.pipeline.finish import run_finish
-from qmdlab.pipeline.fuse import run_fuse
+from qmdlab.pipeline.finish import DocFlags, content_duplicates, doc_flags, finish
+from qmdlab.pipeline.fuse import candidates, fuse
 from qmdlab.pipeline.probe import strong_signal
 from qmdlab.pipeline.rerank import rerank, rerank_columns
 from qmdlab.pipeline.retrieve import retrieve_columns, route
-from qmdlab.pipeline.retune import retune
+from qmdlab.pipeline.retune import code_fused, retune
 from qmdlab.pipeline.select import select_chunk_columns, select_chunks
 from qmdlab.pipeline.trace import SCHEMAS, Columns, Trace, as_frame, column, empty, height
 from qmdlab.store import limits
@@ -154,20 +155,26 @@ class Lab:
         # 3. retrieval
         with run.stage("retrieve"):
             got = self._retrieve(text, expansions, qid, collections, filters, fts_hits, cfg, run)
-        # Each table stays plain columns (Columns) while the plain-Python stage paths apply: the
-        # trace builds a polars frame only for the tables a caller reads. A stage that needs polars
-        # (a method or size the plain paths leave to it) gets frames from there on.
+        # The cheap stages run on the coded lists (qmdlab.pipeline.coded: the numpy functions retune
+        # and a tuning study run on many queries); each table goes to the trace as plain columns, and
+        # the trace builds a polars frame only for the tables a caller reads.
         # 4. fusion + candidates
         with run.stage("fuse"):
-            lists, fused, cands = run_fuse(got.lists, cfg, docs=lambda frame: self._learned_docs(cfg, frame))
+            lists, f, qids, docnos = self._fuse(got.lists, cfg)
+            cands = candidates(f, cfg.candidate_limit)
+            cand_docs = docnos.take(cands.doc)
         # 5.-6. chunk selection + rerank
-        rerank_table, spans = self._select_and_rerank(cands, text, intent, searches, qid, cfg, run)
+        rerank_table, spans = self._select_and_rerank(cand_docs, text, intent, searches, qid, cfg, run)
         # 7.-8. blend + finish
         with run.stage("blend"):
             doc_tags = self._doc_tags(cfg)
-            blended = run_blend(cands, rerank_table if cfg.rerank else None, cfg)
-            final = run_finish(blended, cfg, doc_tags=doc_tags)
-            self._finish_notes(final, blended, doc_tags, cfg, run)
+            rr = scores_for([qid] * len(cand_docs), cand_docs, rerank_table) if cfg.rerank else None
+            blended = blend(cands, rr, cfg)
+            flags = doc_flags(doc_tags, docnos, cfg)
+            done = finish(blended, cfg, flags)
+            final = final_table(done, qids, docnos, frame=False)
+            fused = fused_table(f, qids, docnos, frame=not isinstance(lists, Columns))
+            self._finish_notes(done, blended, docnos, flags, cfg, run)
         with run.stage("snippets"):
             results = self._results(final, text, intent, searches, rerank_table, spans, run)
         queries = Columns({"qid": [qid], "text": [text], "intent": [intent]})
@@ -197,6 +204,16 @@ class Lab:
             run.first_note("stages", plan.line(trace))
             trace.notes = run.notes_frame()
         return trace
+
+    def _fuse(self, lists: Columns, cfg: PipelineConfig) -> tuple[Columns | pl.DataFrame, Fused, Names, Names]:
+        """Fusion of one query's lists: ``(lists, fused arrays, qids, docnos)`` — the lists as given
+        (a frame for ``fusion=learned``, whose model reads frames) and the names of the codes."""
+        if cfg.fusion == "learned":
+            frame = as_frame("lists", lists)
+            f, qids, docnos = code_fused(fuse(frame, cfg, self._learned_docs(cfg, frame)))
+            return frame, f, qids, docnos
+        coded = CodedLists(lists)
+        return lists, fuse(coded, cfg), coded.qids, coded.docnos
 
     def _probe(
         self, text: str, intent: str | None, collections, filters, cfg: PipelineConfig, run: _Run
@@ -266,7 +283,7 @@ class Lab:
         return got
 
     def _select_and_rerank(
-        self, cands, text: str, intent: str | None, searches, qid: str, cfg: PipelineConfig, run: _Run
+        self, docnos: list[str], text: str, intent: str | None, searches, qid: str, cfg: PipelineConfig, run: _Run
     ) -> tuple[pl.DataFrame | Columns, dict[int, tuple[int, int]] | None]:
         """Chunk selection and rerank of the candidates — unless rerank is off or the query's time
         budget is used up (noted): ``(rerank rows, the selected chunks' line spans)``."""
@@ -277,11 +294,10 @@ class Lab:
             run.note("capacity", budget[1])
         if not cfg.rerank:
             run.note("rerank", "rerank disabled: fusion order kept")
-        elif budget is not None and budget[0] == "over" and height(cands):
+        elif budget is not None and budget[0] == "over" and docnos:
             run.note("rerank", "query time budget used up before rerank: rerank skipped, fusion order kept")
-        elif height(cands):
+        elif docnos:
             with run.stage("select"):
-                docnos = column(cands, "docno")
                 chunks = self.index.chunks(docnos)
                 selected = select_chunk_columns(chunks, docnos, text or _search_text(searches), intent, cfg)
                 # the snippets read these chunks' line spans instead of reading the chunks again
@@ -296,34 +312,24 @@ class Lab:
                 rerank_table = self._rerank(rq, selected, qid, cfg, run)
         return rerank_table, spans
 
-    def _finish_notes(self, final, blended, doc_tags, cfg: PipelineConfig, run: _Run) -> None:
+    def _finish_notes(
+        self, final: Final, blended: Final, docnos: Names, flags: DocFlags | None, cfg: PipelineConfig, run: _Run
+    ) -> None:
         """The notes of the finish step: the min-score fallback probe, and documents shown once
         because another has the same content."""
-        scores = column(final, "final_score")
-        if cfg.min_score_fallback > 0 and scores and max(scores) < cfg.min_score:
+        if cfg.min_score_fallback > 0 and len(final.final_score) and final.final_score.max() < cfg.min_score:
             run.note(
                 "finish",
                 f"no result reached min_score {cfg.min_score:g}: the fallback probe at "
-                f"{cfg.min_score - cfg.min_score_fallback:g} kept {len(scores)} "
+                f"{cfg.min_score - cfg.min_score_fallback:g} kept {len(final.final_score)} "
                 f"(at most {cfg.fallback_max})",
             )
-        if cfg.dedupe_content:
-            shown = set(column(final, "docno"))
-            for _, dup, kept in self._content_duplicates(blended, doc_tags):
-                if kept in shown:
-                    run.note("finish", f"{dup}: same content as {kept} (shown once)")
-
-    @staticmethod
-    def _content_duplicates(blended: pl.DataFrame | Columns, doc_tags: pl.DataFrame | None) -> list:
-        """``(qid, docno, kept)`` of :func:`~qmdlab.pipeline.finish.content_duplicates` on the blended rows."""
-        from qmdlab.pipeline.finish import content_duplicate_rows, content_duplicates, doc_hashes
-
-        if isinstance(blended, Columns) and doc_tags is not None and "hash" in doc_tags.columns:
-            ranks = blended["final_rank"]
-            hashes = doc_hashes(doc_tags) if ranks and all(r is not None for r in ranks) else None
-            if hashes is not None:
-                return content_duplicate_rows(blended["qid"], blended["docno"], ranks, hashes)
-        return content_duplicates(as_frame("final", blended), doc_tags).rows()
+        if cfg.dedupe_content and flags is not None and flags.hash is not None:
+            shown = set(final.doc.tolist())
+            dup, kept = content_duplicates(blended.query, blended.doc, flags.hash)
+            for d, k in zip(blended.doc[dup].tolist(), blended.doc[kept].tolist()):
+                if k in shown:
+                    run.note("finish", f"{docnos.list[d]}: same content as {docnos.list[k]} (shown once)")
 
     # ------------------------------------------------------------------ many queries
     def run_queries(self, queries: pl.DataFrame, progress: bool = True, **overrides: Any) -> Trace:

@@ -1,7 +1,8 @@
-"""Ranking shared by the stages: number rows within their query, order a ``fused`` table.
+"""Ranking of a ``fused`` frame the learned fuser builds (:mod:`qmdlab.pipeline.learned`).
 
-Below every stage module that ranks (fuse, the learned fuser, blend, finish), so none of them
-imports another for these.
+The formula fusion methods rank inside their numpy stage function (:func:`qmdlab.pipeline.fuse.fuse`);
+the learned fuser scores documents with a model over polars features and ranks them here, with the
+same tie-breaks.
 """
 
 from __future__ import annotations
@@ -9,26 +10,6 @@ from __future__ import annotations
 import polars as pl
 
 from qmdlab.pipeline.trace import SCHEMAS
-
-SMALL_ROWS = 2000
-"""Below this many rows the grouping and ranking run in plain Python (one query of
-:meth:`qmdlab.Lab.query`): each polars call costs ~0.1 ms however small its frame, and the
-plain path gives the same table (``tests/pipeline/test_small_paths.py``)."""
-
-
-def ranks_within_qid(qids) -> list[int]:
-    """1-based rank of each row within its query, for rows already sorted by query then rank
-    (the small paths' rank column).
-
-    >>> ranks_within_qid(["a", "a", "b", "a"])
-    [1, 2, 1, 1]
-    """
-    ranks, n, last = [], 0, object()
-    for q in qids:
-        n = n + 1 if q == last else 1
-        last = q
-        ranks.append(n)
-    return ranks
 
 
 def rank_fused(fused: pl.DataFrame) -> pl.DataFrame:

@@ -91,30 +91,50 @@ def _append_hits(cols: dict[str, list], qid: str, list_id: int, r: Route, hits: 
     cols["weight"] += [float(weight)] * n
 
 
+def list_kept(config: PipelineConfig, source: str, query_type: str) -> bool:
+    """Whether ``config``'s switches keep a recorded list of this type (``vector``, ``hyde``,
+    ``expand``: lists are dropped, never added).
+
+    >>> list_kept(PipelineConfig(hyde=False), "vec", "hyde"), list_kept(PipelineConfig(), "fts", "lex")
+    (False, True)
+    """
+    if not config.vector and source == "vec":
+        return False
+    if not config.hyde and query_type == "hyde":
+        return False
+    return config.expand or query_type == "original"
+
+
+def list_weight(config: PipelineConfig, source: str, query_type: str) -> float:
+    """:meth:`PipelineConfig.list_weight`, 0 for a list type with no weight option."""
+    try:
+        return config.list_weight(source, query_type)
+    except ConfigError:
+        return 0.0
+
+
+def _kinds(lists: pl.DataFrame) -> list[tuple[str, str]]:
+    return lists.select("source", "query_type").unique().sort(["source", "query_type"]).rows()
+
+
 def reweight(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """Set ``weight`` from each row's (source, query_type) under ``config`` (for retuning).
+    """Set ``weight`` from each row's (source, query_type) under ``config`` (:func:`list_weight`).
 
     >>> df = pl.DataFrame({"source": ["fts", "vec"], "query_type": ["original", "lex"], "weight": [0.0, 0.0]})
     >>> reweight(df, PipelineConfig(weight_lex=0.5))["weight"].to_list()
     [2.0, 0.5]
     """
-    # One place says what a list weighs: PipelineConfig.list_weight (also used by retrieve_columns());
-    # here it is asked once per distinct (source, query_type) of the recorded lists.
     w: Any = None
-    for source, query_type in lists.select("source", "query_type").unique().sort(["source", "query_type"]).rows():
-        try:
-            weight = config.list_weight(source, query_type)
-        except ConfigError:  # a list type with no weight option contributes nothing
-            weight = 0.0
+    for source, query_type in _kinds(lists):
         cond = (pl.col("source") == source) & (pl.col("query_type") == query_type)
-        w = (pl.when(cond) if w is None else w.when(cond)).then(pl.lit(weight))
+        w = (pl.when(cond) if w is None else w.when(cond)).then(pl.lit(list_weight(config, source, query_type)))
     w = pl.lit(0.0) if w is None else w.otherwise(pl.lit(0.0))
     return lists.with_columns(weight=w.cast(pl.Float64))
 
 
 def ablate(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
-    """Drop what ``config`` switches off from recorded lists: vector lists (``vector``),
-    HyDE lists (``hyde``), expansion lists (``expand``), ranks beyond ``list_limit``.
+    """Drop what ``config`` switches off from recorded lists (:func:`list_kept`: vector lists,
+    HyDE lists, expansion lists) and ranks beyond ``list_limit``.
 
     >>> df = pl.DataFrame({"source": ["fts", "vec", "fts"], "query_type": ["original", "hyde", "lex"],
     ...                    "rank": [1, 1, 21]})
@@ -122,12 +142,9 @@ def ablate(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     1
     """
     keep = pl.col("rank") <= config.list_limit
-    if not config.vector:
-        keep &= pl.col("source") != "vec"
-    if not config.hyde:
-        keep &= pl.col("query_type") != "hyde"
-    if not config.expand:
-        keep &= pl.col("query_type") == "original"
+    for source, query_type in _kinds(lists):
+        if not list_kept(config, source, query_type):
+            keep &= (pl.col("source") != source) | (pl.col("query_type") != query_type)
     return lists.filter(keep)
 
 
@@ -302,9 +319,11 @@ def retrieve_columns(
 __all__ = [
     "Route",
     "route",
-    "hits_frame",
     "reweight",
     "ablate",
+    "list_kept",
+    "list_weight",
+    "hits_frame",
     "retrieve_columns",
     "RetrievedColumns",
     "embed_route",

@@ -2,8 +2,10 @@
 
 :func:`retune` recomputes ``fused``, the candidates, the blend and ``final`` from
 ``trace.lists`` and the rerank scores already in ``trace.rerank`` — for every
-query at once, vectorised in polars, without calling a model or touching the
-index. It is the engine behind the tuning notebook's sliders.
+query at once, with the numpy stage functions over the coded lists
+(:mod:`qmdlab.pipeline.coded`, the same functions :meth:`qmdlab.Lab.query` runs), without calling
+a model or touching the index. A tuning :class:`~qmdlab.eval.study.Study` runs the same functions
+on lists it codes once.
 
 What it can change: list weights, ``rrf_k``, the bonuses, the fusion method and
 its options, ``candidate_limit``, ``list_limit`` (only downwards), the blend
@@ -18,13 +20,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import polars as pl
 
 from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.coded import CodedLists, Fused, Names, code_run, final_table, fused_table, scores_for
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.finish import doc_flags, finish
 from qmdlab.pipeline.fuse import candidates, fuse
-from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 RerankFn = Callable[[pl.DataFrame], pl.DataFrame]
@@ -43,22 +46,64 @@ def rerank_scores_of(trace: Trace, extra: pl.DataFrame | None = None) -> pl.Data
     return pl.concat([extra, scores], how="vertical").unique(["qid", "docno"], keep="first", maintain_order=True)
 
 
+def code_fused(fused: pl.DataFrame) -> tuple[Fused, Names, Names]:
+    """A ``fused`` frame (the learned fuser's) as :class:`~qmdlab.pipeline.coded.Fused` arrays with
+    its query and document names."""
+    order, q, d, qids, docnos = code_run(fused["qid"], fused["docno"])
+
+    def col(name: str, dtype: type) -> np.ndarray:
+        return fused[name].to_numpy().astype(dtype)[order]
+
+    f = Fused(
+        q[order],
+        d[order],
+        np.full(len(order), -1, dtype=np.int64),
+        col("rrf_base", np.float64),
+        col("best_rank", np.int64),
+        col("bonus", np.float64),
+        col("fused_score", np.float64),
+        col("fused_rank", np.int64),
+        col("n_lists", np.int64),
+    )
+    return f, qids, docnos
+
+
+def recoded(
+    lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None = None, coded: CodedLists | None = None
+) -> tuple[pl.DataFrame, Fused, Names, Names]:
+    """Recorded lists under ``config``: ``(lists, fused, qids, docnos)`` — the lists reweighted and
+    cut by the ablation switches (:meth:`~qmdlab.pipeline.coded.CodedLists.active`,
+    :meth:`~qmdlab.pipeline.coded.CodedLists.weights`), and their fusion as arrays with the names of
+    their codes. ``docs``: per-document features, for ``fusion=learned`` only
+    (:func:`qmdlab.pipeline.learned.doc_features`); ``coded``: the lists already coded."""
+    coded = coded if coded is not None else CodedLists(lists)
+    active = coded.active(config)
+    weight = coded.weights(config)
+    out = lists.with_columns(weight=pl.Series(coded.in_input_order(weight), dtype=pl.Float64))
+    if not active.all():
+        out = out.filter(pl.Series(coded.in_input_order(active)))
+    if config.fusion == "learned":
+        f, qids, docnos = code_fused(fuse(out, config, docs))
+        return out, f, qids, docnos
+    return out, fuse(coded, config, active=active, weight=weight), coded.qids, coded.docnos
+
+
 def fuse_candidates(
     lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """The first cheap stages on recorded lists: reweight and ablate them, fuse, take the
+    """The first cheap stages on recorded lists as frames: reweight and ablate them, fuse, take the
     top ``candidate_limit``. Returns ``(lists, fused, candidates)``. ``docs``: per-document
     features, for ``fusion=learned`` only (:func:`qmdlab.pipeline.learned.doc_features`)."""
-    lists = ablate(reweight(lists, config), config)
-    fused = fuse(lists, config, docs)
-    return lists, fused, candidates(fused, config.candidate_limit)
+    out, f, qids, docnos = recoded(lists, config, docs)
+    fused = fused_table(f, qids, docnos, frame=True)
+    return out, fused, candidates(fused, config.candidate_limit)
 
 
 def blend_finish(
     cands: pl.DataFrame, scores: pl.DataFrame | None, config: PipelineConfig, *, doc_tags: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """The last cheap stages: blend the candidates with rerank ``scores`` (``None``: rerank off)
-    and finish (min score, tag lift, limit) into the ``final`` table."""
+    """The last cheap stages on frames: blend the candidates with rerank ``scores`` (``None``:
+    rerank off) and finish (min score, tag lift, limit) into the ``final`` table."""
     return finish(blend(cands, scores, config), config, doc_tags=doc_tags)
 
 
@@ -101,25 +146,28 @@ def retune(
         cheap stages replaced by the retune's.
     """
     t0 = time.perf_counter()
-    lists, fused, cands = fuse_candidates(trace.lists, config, docs)
+    lists, f, qids, docnos = recoded(trace.lists, config, docs)
+    cands = candidates(f, config.candidate_limit)
     rerank_table = trace.rerank
     notes: list[pl.DataFrame] = [trace.notes.filter(~pl.col("stage").is_in(_CHEAP_STAGES))]
-    scores = None
+    rr = None
     if config.rerank:
         scores = rerank_scores_of(trace, rerank_scores)
-        reranked_qids = scores.select("qid").unique()
-        missing = (
-            cands.join(reranked_qids, on="qid", how="semi")
-            .join(scores, on=["qid", "docno"], how="anti")
-            .select("qid", "docno")
-        )
+        cq, cd = qids.gather(cands.query), docnos.gather(cands.doc)
+        vals, has = scores_for(cq, cd, scores)
+        reranked = set(scores.get_column("qid").unique().to_list())
+        wanted = np.array([q in reranked for q in qids.list], dtype=bool)
+        miss = ~has & wanted[cands.query] if len(wanted) else ~has
+        missing = pl.DataFrame({"qid": cq.filter(pl.Series(miss)), "docno": cd.filter(pl.Series(miss))})
         if missing.height and rerank_fn is not None:
             got = rerank_fn(missing)
             if got is not None and got.height:
                 got = _as_rerank_rows(got)
                 rerank_table = pl.concat([rerank_table, got], how="vertical")
-                scores = pl.concat([scores, got.select("qid", "docno", "rerank_score")], how="vertical")
-                missing = missing.join(got, on=["qid", "docno"], how="anti")
+                more, more_has = scores_for(cq, cd, got)
+                take = ~has & more_has
+                vals, has = np.where(take, more, vals), has | more_has
+                missing = missing.join(got, on=["qid", "docno"], how="anti", maintain_order="left")
         if missing.height:
             counts = missing.group_by("qid", maintain_order=True).len()
             notes.append(
@@ -133,7 +181,10 @@ def retune(
                     ),
                 )
             )
-    final = blend_finish(cands, scores, config, doc_tags=doc_tags)
+        rr = (vals, has)
+    done = finish(blend(cands, rr, config), config, doc_flags(doc_tags, docnos, config))
+    fused = fused_table(f, qids, docnos, frame=True)
+    final = final_table(done, qids, docnos, frame=True)
     results = (
         final.select("qid", "docno", "final_rank", "final_score")
         .join(
@@ -175,4 +226,4 @@ def _as_rerank_rows(got: pl.DataFrame) -> pl.DataFrame:
     return got.select([pl.col(c).cast(t) for c, t in SCHEMAS["rerank"].items()]).drop_nulls("rerank_score")
 
 
-__all__ = ["retune", "rerank_scores_of", "fuse_candidates", "blend_finish", "RerankFn"]
+__all__ = ["retune", "rerank_scores_of", "recoded", "code_fused", "fuse_candidates", "blend_finish", "RerankFn"]

@@ -1,5 +1,6 @@
 """CodedScorer (the slider path's metrics) against qmdlab.eval.metrics.Scorer and ranx.evaluate, and
-Study's fast path against its polars path, on random traces with ties."""
+Study's slider path (lists coded once) against its frame path (coded anew each call), on random
+traces with ties."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 from qmdlab.eval.fastmetrics import CodedScorer
 from qmdlab.eval.metrics import Scorer, ranx_qrels, ranx_run
 from qmdlab.eval.study import Study
+from qmdlab.pipeline.blend import blend
+from qmdlab.pipeline.coded import CodedLists
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS, PipelineConfig
-from qmdlab.pipeline.fastretune import FastRetune
+from qmdlab.pipeline.finish import finish
+from qmdlab.pipeline.fuse import candidates, fuse
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 METRICS = ["ndcg@10", "ndcg@3", "ndcg_burges@5", "mrr@10", "recall@10", "recall", "p@5", "p", "ndcg"]
@@ -75,13 +79,15 @@ CONFIGS = (
 def test_coded_scorer_equals_scorer(seed):
     trace, qrels = random_trace(seed)
     scores = trace.rerank.select("qid", "docno", "rerank_score")
-    fast = FastRetune(trace.lists, scores)
+    lists = CodedLists(trace.lists)
+    vals, has = lists.pair_values(scores, "rerank_score")
     scorer = Scorer(qrels, METRICS)
-    coded = CodedScorer(scorer, fast)
+    coded = CodedScorer(scorer, lists)
     assert coded.reason is None
     for cfg in CONFIGS:
-        ranked = fast.ranked(cfg)
-        expected = scorer.score(fast.frame(ranked).rename({"final_rank": "rank"}))
+        c = candidates(fuse(lists, cfg, active=lists.active(cfg), weight=lists.weights(cfg)), cfg.candidate_limit)
+        ranked = finish(blend(c, (vals[c.pair], has[c.pair]) if cfg.rerank else None, cfg), cfg)
+        expected = scorer.score(lists.final_table(ranked, frame=True).rename({"final_rank": "rank"}))
         got = coded.per_query(ranked)
         assert got["qid"].to_list() == expected["qid"].to_list()
         for m in METRICS:
@@ -90,7 +96,7 @@ def test_coded_scorer_equals_scorer(seed):
 
 @pytest.mark.slow  # ranx's numba kernels load/compile for seconds on a busy machine
 @pytest.mark.parametrize("seed", range(3))
-def test_study_fast_path_matches_ranx_and_the_polars_path(seed):
+def test_study_fast_path_matches_ranx_and_the_frame_path(seed):
     import ranx
 
     trace, qrels = random_trace(seed)
@@ -146,7 +152,7 @@ def test_study_fast_path_matches_ranx_and_the_polars_path(seed):
     assert checked >= 1  # the seeds are chosen so that some judged query has no tie
 
 
-def test_duplicate_judgements_fall_back_to_the_polars_scorer():
+def test_duplicate_judgements_fall_back_to_the_frame_scorer():
     trace, qrels = random_trace(0)
     doubled = pl.concat([qrels, qrels.filter(pl.col("grade") >= 1).head(1)])
     study = Study(trace, doubled, metrics=["ndcg@10"])
@@ -154,4 +160,4 @@ def test_duplicate_judgements_fall_back_to_the_polars_scorer():
     ref = study.evaluate(PipelineConfig())
     study.fast = True
     assert study.evaluate(PipelineConfig()).metrics == ref.metrics
-    assert CodedScorer(study.scorer, FastRetune(trace.lists)).reason
+    assert CodedScorer(study.scorer, CodedLists(trace.lists)).reason

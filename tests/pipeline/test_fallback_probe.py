@@ -8,7 +8,7 @@ import pytest
 
 from qmdlab.models.base import ModelSet
 from qmdlab.pipeline.config import PipelineConfig
-from qmdlab.pipeline.finish import finish, min_score_filter
+from qmdlab.pipeline.finish import finish
 from qmdlab.pipeline.lab import Lab
 from qmdlab.store import Index
 
@@ -27,13 +27,13 @@ def _final(scores):
 
 def test_filter_closed_form():
     f = _final([0.55, 0.5, 0.45, 0.42, 0.41, 0.3])
-    assert min_score_filter(f, PipelineConfig(min_score=0.6)).height == 0  # off: nothing
-    probe = min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2))
+    assert finish(f, PipelineConfig(min_score=0.6)).height == 0  # off: nothing
+    probe = finish(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2))
     assert probe["docno"].to_list() == ["d0", "d1", "d2"]  # at most 3 of the 5 above 0.4
-    narrow = min_score_filter(f, PipelineConfig(min_score=0.6, min_score_fallback=0.12, fallback_max=5))
+    narrow = finish(f, PipelineConfig(min_score=0.6, min_score_fallback=0.12, fallback_max=5))
     assert narrow["docno"].to_list() == ["d0", "d1"]  # only 0.55 and 0.5 reach 0.48
     # a query that has a result above the threshold is not probed: the rows below stay out
-    assert min_score_filter(f, PipelineConfig(min_score=0.5, min_score_fallback=0.2))["docno"].to_list() == ["d0", "d1"]
+    assert finish(f, PipelineConfig(min_score=0.5, min_score_fallback=0.2))["docno"].to_list() == ["d0", "d1"]
     out = finish(f, PipelineConfig(min_score=0.6, min_score_fallback=0.2))
     assert out["final_rank"].to_list() == [1, 2, 3]
 

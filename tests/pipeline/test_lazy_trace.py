@@ -1,10 +1,10 @@
 """One query's trace builds a polars frame only for the tables a caller reads (``Trace`` holds the
-stages' plain columns until then), and the tables it builds are those of the polars stage paths:
-same schemas, same values, whatever is read first."""
+stages' plain columns until then), and the tables it builds are those of the polars reference
+stages (``tests/pipeline/reference_stages.py``) run on its lists and rerank rows: same schemas,
+same values, whatever is read first."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 
@@ -13,13 +13,11 @@ import pytest
 
 from qmdlab.models.base import ModelSet
 from qmdlab.models.fakes import RuleExpander, TableReranker
-from qmdlab.pipeline import blend as blend_mod
-from qmdlab.pipeline import finish as finish_mod
-from qmdlab.pipeline import fuse as fuse_mod
 from qmdlab.pipeline import trace as trace_mod
 from qmdlab.pipeline.config import FUSION_METHODS, PipelineConfig
 from qmdlab.pipeline.lab import Lab
 from qmdlab.pipeline.trace import SCHEMAS, TABLES, Columns, Trace
+from tests.pipeline import reference_stages as ref
 
 RULES = {"git rebase": [("lex", "rebase squash"), ("vec", "rebase branch"), ("hyde", "git rebase replays commit")]}
 
@@ -32,17 +30,6 @@ def full_lab(small_index, **cfg) -> Lab:
     idx, emb = small_index
     models = ModelSet(emb, RuleExpander(RULES), TableReranker({}, default=pasta_lover))
     return Lab(idx, models, PipelineConfig(**cfg))
-
-
-@contextlib.contextmanager
-def polars_only():
-    """Force the polars stage paths (the reference the plain columns must equal)."""
-    saved = fuse_mod.SMALL_ROWS, blend_mod.SMALL_ROWS, finish_mod.SMALL_ROWS
-    fuse_mod.SMALL_ROWS = blend_mod.SMALL_ROWS = finish_mod.SMALL_ROWS = -1
-    try:
-        yield
-    finally:
-        fuse_mod.SMALL_ROWS, blend_mod.SMALL_ROWS, finish_mod.SMALL_ROWS = saved
 
 
 def built_counts() -> dict[str, int]:
@@ -89,22 +76,27 @@ def test_the_stage_line_of_a_front_end_builds_nothing(small_index):
 
 @pytest.mark.parametrize("fusion", FUSION_METHODS)
 @pytest.mark.parametrize("query", ["git rebase", "pasta network", "branch"])
-def test_lazy_tables_equal_the_polars_paths(small_index, fusion, query):
+def test_lazy_tables_equal_the_reference_stages(small_index, fusion, query):
     lab = full_lab(small_index, fusion=fusion, min_score_fallback=0.0, limit=3)
     lab.query(query)
-    lazy = lab.query(query)
-    with polars_only():
-        ref = lab.query(query)
+    lazy, other = lab.query(query), lab.query(query)
+    for name in reversed(TABLES):  # the other trace builds its frames in the other order
+        getattr(other, name)
+    cfg = lab.config
+    fused = ref.fuse(lazy.lists, cfg)
+    want = {"fused": fused, "final": ref.blend_finish(ref.candidates(fused, cfg.candidate_limit), lazy.rerank, cfg)}
     for name in TABLES:
         if name == "timings":  # milliseconds differ run to run; the stages timed do not
-            assert lazy.timings["stage"].to_list() == ref.timings["stage"].to_list()
+            assert lazy.timings["stage"].to_list() == other.timings["stage"].to_list()
             continue
-        got, want = getattr(lazy, name), getattr(ref, name)
-        assert got.schema == want.schema == pl.Schema(SCHEMAS[name]), name
-        assert got.equals(want), (name, got, want)
+        got = getattr(lazy, name)
+        assert got.schema == pl.Schema(SCHEMAS[name]), name
+        assert got.equals(getattr(other, name)), name
+        if name in want:
+            assert got.equals(want[name]), (name, got, want[name])
 
 
-def test_content_duplicates_and_fallback_notes_match_polars(tmp_path):
+def test_content_duplicates_and_fallback_notes_match_the_reference(tmp_path):
     from tests.pipeline.conftest import build_index
 
     idx, emb = build_index(tmp_path)
@@ -118,13 +110,18 @@ def test_content_duplicates_and_fallback_notes_match_polars(tmp_path):
             emb.embed_documents(list(zip(todo["title"].to_list(), todo["text"].to_list()))),
             emb.fingerprint,
         )
-        lab = Lab(idx, ModelSet(emb, None, None), PipelineConfig(min_score=2.0, min_score_fallback=1.5))
-        lazy = lab.query("git rebase")
-        with polars_only():
-            ref = lab.query("git rebase")
-        assert any("same content as" in m for m in lazy.notes_for("finish"))
-        assert any("fallback probe" in m for m in lazy.notes_for("finish"))
-        assert lazy.notes.equals(ref.notes) and lazy.final.equals(ref.final) and lazy.results.equals(ref.results)
+        cfg = PipelineConfig(min_score=2.0, min_score_fallback=1.5)
+        lab = Lab(idx, ModelSet(emb, None, None), cfg)
+        t = lab.query("git rebase")
+        assert any("same content as" in m for m in t.notes_for("finish"))
+        assert any("fallback probe" in m for m in t.notes_for("finish"))
+        blended = ref.blend(ref.candidates(ref.fuse(t.lists, cfg), cfg.candidate_limit), None, cfg)
+        doc_tags = idx.documents().select("docno", "tags", "hash")
+        assert t.final.equals(ref.finish(blended, cfg, doc_tags=doc_tags))
+        dups = ref.content_duplicates(blended, doc_tags)
+        shown = set(t.final["docno"].to_list())
+        noted = [f"{d}: same content as {k} (shown once)" for _, d, k in dups.rows() if k in shown]
+        assert [m for m in t.notes_for("finish") if "same content" in m] == noted and noted
     finally:
         idx.close()
 

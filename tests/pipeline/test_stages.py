@@ -5,13 +5,14 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from qmdlab.pipeline.coded import CodedLists
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.expand import filter_expansions, parse_query_document, query_terms, shares_term
-from qmdlab.pipeline.finish import finish, tag_lift
+from qmdlab.pipeline.finish import finish
 from qmdlab.pipeline.probe import strong_signal
 from qmdlab.pipeline.retrieve import ablate, reweight, route
 from qmdlab.pipeline.select import select_chunks
-from qmdlab.pipeline.trace import Trace, empty
+from qmdlab.pipeline.trace import SCHEMAS, Trace, empty
 
 
 # -- probe --------------------------------------------------------------------------------
@@ -88,19 +89,36 @@ def test_route_types_and_switches():
 
 
 def test_reweight_and_ablate():
+    n = 5
     df = pl.DataFrame(
         {
+            "qid": ["q"] * n,
+            "list_id": list(range(n)),
             "source": ["fts", "vec", "fts", "vec", "vec"],
             "query_type": ["original", "original", "lex", "vec", "hyde"],
+            "subquery": ["s"] * n,
+            "docno": [f"d{i}" for i in range(n)],
+            "chunk_id": [None] * n,
             "rank": [1, 1, 1, 1, 25],
-            "weight": [0.0] * 5,
-        }
+            "backend_score": [1.0] * n,
+            "score": [1.0] * n,
+            "weight": [0.0] * n,
+        },
+        schema=SCHEMAS["lists"],
     )
+    c = CodedLists(df)
     cfg = PipelineConfig(weight_original_vec=3.0, weight_hyde=0.5)
+    assert c.in_input_order(c.weights(cfg)).tolist() == [2.0, 3.0, 1.0, 1.0, 0.5]
     assert reweight(df, cfg)["weight"].to_list() == [2.0, 3.0, 1.0, 1.0, 0.5]
-    assert ablate(df, PipelineConfig(list_limit=20)).height == 4
-    assert ablate(df, PipelineConfig(vector=False))["source"].to_list() == ["fts", "fts"]
-    assert ablate(df, PipelineConfig(expand=False))["query_type"].to_list() == ["original", "original"]
+
+    def kept(cfg: PipelineConfig, col: str) -> list:
+        out = df.filter(pl.Series(c.in_input_order(c.active(cfg))))
+        assert out.equals(ablate(df, cfg))  # the frame function keeps the same rows
+        return out[col].to_list()
+
+    assert len(kept(PipelineConfig(list_limit=20), "source")) == 4
+    assert kept(PipelineConfig(vector=False), "source") == ["fts", "fts"]
+    assert kept(PipelineConfig(expand=False), "query_type") == ["original", "original"]
 
 
 # -- chunk selection ------------------------------------------------------------------------
@@ -164,10 +182,11 @@ def test_finish_min_score_and_limit():
 
 def test_tag_lift_is_bounded():
     tags = pl.DataFrame({"docno": ["d5", "d2"], "tags": [["Git"], ["git"]]})
-    out = tag_lift(final(), tags, ["git"], 1)
+    out = finish(final(), PipelineConfig(tags=("git",), tag_lift=1, limit=10), doc_tags=tags)
     assert out["docno"].to_list() == ["d2", "d1", "d3", "d5", "d4"]
     assert out["final_rank"].to_list() == [1, 2, 3, 4, 5]
-    assert tag_lift(final(), tags, ["git"], 0)["docno"].to_list() == ["d1", "d2", "d3", "d4", "d5"]
+    unlifted = finish(final(), PipelineConfig(tags=("git",), tag_lift=0, limit=10), doc_tags=tags)
+    assert unlifted["docno"].to_list() == ["d1", "d2", "d3", "d4", "d5"]
 
 
 # -- trace ------------------------------------------------------------------------------------
