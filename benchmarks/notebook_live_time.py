@@ -34,7 +34,7 @@ so that each move starts from an idle kernel (the per-query views below the head
 Goals on a quiet 2-core machine: median < 300 ms and worst < 600 ms for fusion, rrf_k, blend and
 stage. The BM25 control re-runs BM25 (``qmdlab.pipeline.rerun_bm25``: one FTS5 query per recorded
 BM25 list, ~2 ms per query on the default corpus) and re-codes the study's lists
-(``FastRetune``) before the same re-fuse; it is bounded by that, so its goal is its own: median
+(``qmdlab.pipeline.coded.CodedLists``) before the same re-fuse; it is bounded by that, so its goal is its own: median
 < 800 ms, worst < 1.5 s on the default corpus.
 
 It fails if the trace cache changed (the notebook must open what is recorded, not record).

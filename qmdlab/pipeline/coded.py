@@ -329,6 +329,7 @@ class CodedLists:
         # the queries' rows are one block each in the input: a row filter keeps their order
         self.contiguous = bool(len(self.qids) <= 1 or np.all(np.diff(q) >= 0) or _blocks(q))
         self._pairs_frame: pl.DataFrame | None = None
+        self.cache: dict[str, Any] = {}  # what the stage functions derive once from these rows
 
     # -- the config's view of the recorded lists ------------------------------------------
     def active(self, config: PipelineConfig, keep: np.ndarray | None = None) -> np.ndarray:

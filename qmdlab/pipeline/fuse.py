@@ -68,7 +68,13 @@ class Rows:
         """1-based rank in its list, as float64."""
         got = self._cache.get("rankf")
         if got is None:
-            got = self._cache["rankf"] = self._take("rank", self._lists.rank).astype(np.float64)
+            if self._idx is None:  # every row: converted once per coded lists
+                got = self._lists.cache.get("rankf")
+                if got is None:
+                    got = self._lists.cache["rankf"] = self._lists.rank.astype(np.float64)
+            else:
+                got = self._lists.rank[self._idx].astype(np.float64)
+            self._cache["rankf"] = got
         return got
 
     @property
@@ -241,17 +247,54 @@ def method(name: str) -> Callable[[Rows, PipelineConfig], Terms]:
         raise ConfigError(f"unknown fusion method {name!r}; choose one of: {', '.join(METHODS)}{extra}") from None
 
 
-def _kahan_sums(term: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The sum of each block of ``term`` (blocks at ``starts``), left to right with Kahan
-    compensation — polars' float group sum, so the floats are those of a group-by — vectorised over
-    the blocks (one step per position)."""
+class _Blocks(NamedTuple):
+    """The rows of each (query, document) pair among the rows fused: a block of adjacent rows."""
+
+    starts: np.ndarray  # first row of each pair
+    sizes: np.ndarray  # rows of each pair
+    best: np.ndarray  # best (lowest) rank of each pair
+    n_lists: np.ndarray  # distinct lists of each pair
+    steps: list[tuple[np.ndarray, np.ndarray]]  # per position j ≥ 1: (rows at j, their pair)
+
+
+def _blocks(lists: CodedLists, idx: np.ndarray | None) -> _Blocks:
+    """:class:`_Blocks` of the rows ``idx`` (None: all rows, computed once per coded lists)."""
+    if idx is None and "blocks" in lists.cache:
+        return lists.cache["blocks"]
+    pair = lists.pair if idx is None else lists.pair[idx]
+    m = len(pair)
+    new_pair = changes(pair)
+    starts = np.flatnonzero(new_pair)
+    sizes = block_sizes(starts, m)
+    best = np.minimum.reduceat(lists.rank if idx is None else lists.rank[idx], starts)
+    n_lists = sizes
+    if lists.repeats:  # distinct lists per pair (rows in list_id order: a list held twice counts once)
+        lid = lists.list_id if idx is None else lists.list_id[idx]
+        n_lists = np.add.reduceat((new_pair | changes(lid)).astype(np.int64), starts)
+    steps = []
+    if m > 256 and m > len(starts):
+        pos = rank_within(starts, m) - 1
+        owner = np.repeat(np.arange(len(starts)), sizes)
+        for j in range(1, int(sizes.max())):
+            at = np.flatnonzero(pos == j)
+            steps.append((at, owner[at]))
+    out = _Blocks(starts, sizes, best, n_lists, steps)
+    if idx is None:
+        lists.cache["blocks"] = out
+    return out
+
+
+def _kahan_sums(term: np.ndarray, b: _Blocks) -> np.ndarray:
+    """The sum of each block of ``term``, left to right with Kahan compensation — polars' float
+    group sum, so the floats are those of a group-by — vectorised over the blocks (one step per
+    position in a block)."""
     m = len(term)
-    s = term[starts].copy()
-    if m == len(starts):
+    s = term[b.starts].copy()
+    if m == len(b.starts):
         return s
     if m <= 256:  # a few rows (one query): the same additions in a Python loop, fewer numpy calls
         terms, out = term.tolist(), s.tolist()
-        for i, (a, size) in enumerate(zip(starts.tolist(), sizes.tolist())):
+        for i, (a, size) in enumerate(zip(b.starts.tolist(), b.sizes.tolist())):
             total, c = out[i], 0.0
             for v in terms[a + 1 : a + size]:
                 y = v - c
@@ -260,12 +303,8 @@ def _kahan_sums(term: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.n
                 total = t
             out[i] = total
         return np.array(out, dtype=np.float64)
-    comp = np.zeros(len(starts))
-    pos = rank_within(starts, m) - 1
-    owner = np.repeat(np.arange(len(starts)), sizes)
-    for j in range(1, int(sizes.max())):
-        at = np.flatnonzero(pos == j)
-        g = owner[at]
+    comp = np.zeros(len(b.starts))
+    for at, g in b.steps:
         y = term[at] - comp[g]
         t = s[g] + y
         comp[g] = (t - s[g]) - y
@@ -337,26 +376,16 @@ def _fuse(
     if terms.keep is not None and not terms.keep.all():
         idx = np.flatnonzero(terms.keep) if idx is None else idx[terms.keep]
         term = term[terms.keep]
-    if idx is None:
-        pair, rank, m = lists.pair, lists.rank, lists.n_rows
-    else:
-        pair, rank, m = lists.pair[idx], lists.rank[idx], len(idx)
-    if m == 0:
+    if (lists.n_rows if idx is None else len(idx)) == 0:
         return empty_fused()
-    new_pair = changes(pair)
-    starts = np.flatnonzero(new_pair)
-    sizes = block_sizes(starts, m)
-    base = _kahan_sums(term, starts, sizes)
-    best = np.minimum.reduceat(rank, starts)
-    n_lists = sizes
-    if lists.repeats:  # distinct lists per pair (rows in list_id order: a list held twice counts once)
-        lid = lists.list_id if idx is None else lists.list_id[idx]
-        n_lists = np.add.reduceat((new_pair | changes(lid)).astype(np.int64), starts)
+    blocks = _blocks(lists, idx)
+    base = _kahan_sums(term, blocks)
+    best, n_lists = blocks.best, blocks.n_lists
     if terms.times_n:
         base = base * n_lists.astype(np.float64)
-    bonus = rank_bonus(best, *terms.bonus) if terms.bonus is not None else np.zeros(len(starts))
+    bonus = rank_bonus(best, *terms.bonus) if terms.bonus is not None else np.zeros(len(best))
     score = base + bonus
-    fpair = pair[starts]
+    fpair = (lists.pair if idx is None else lists.pair[idx])[blocks.starts]
     fq = lists.pair_query[fpair]
     first = lists.query_key(idx)
     group = fq if first is None else first[fq]
