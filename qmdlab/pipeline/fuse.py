@@ -46,61 +46,36 @@ from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import empty
 
 
-class Rows:
+class Rows(NamedTuple):
     """The list entries a fusion method reads (the rows of :class:`~qmdlab.pipeline.coded.CodedLists`
-    that enter fusion): each attribute an array with one entry per entry, taken on first use."""
+    that enter fusion): one array entry per entry."""
 
-    __slots__ = ("_lists", "_idx", "_weight", "_cache", "n_lists")
+    rank: np.ndarray  # float64, 1-based rank in its list
+    score: np.ndarray  # the list's normalised score
+    weight: np.ndarray  # the list's weight under the config
+    vec: np.ndarray  # bool: an entry of a vector list
+    lst: np.ndarray  # list code (one per query and list_id), for list-wise statistics
+    n_lists: int  # number of list codes
+    row: np.ndarray  # position in the input table (ordinal ties)
 
-    def __init__(self, lists: CodedLists, idx: np.ndarray | None, weight: np.ndarray | None):
-        self._lists, self._idx, self._weight = lists, idx, weight
-        self._cache: dict[str, np.ndarray] = {}
-        self.n_lists = lists.n_lists  # number of list codes
-
-    def _take(self, name: str, a: np.ndarray) -> np.ndarray:
-        got = self._cache.get(name)
-        if got is None:
-            got = self._cache[name] = a if self._idx is None else a[self._idx]
-        return got
-
-    @property
-    def rank(self) -> np.ndarray:
-        """1-based rank in its list, as float64."""
-        got = self._cache.get("rankf")
-        if got is None:
-            if self._idx is None:  # every row: converted once per coded lists
-                got = self._lists.cache.get("rankf")
-                if got is None:
-                    got = self._lists.cache["rankf"] = self._lists.rank.astype(np.float64)
-            else:
-                got = self._lists.rank[self._idx].astype(np.float64)
-            self._cache["rankf"] = got
-        return got
-
-    @property
-    def score(self) -> np.ndarray:
-        """The list's normalised score."""
-        return self._take("score", self._lists.score)
-
-    @property
-    def weight(self) -> np.ndarray:
-        """The list's weight under the config."""
-        return self._take("weight", self._lists.weight if self._weight is None else self._weight)
-
-    @property
-    def vec(self) -> np.ndarray:
-        """True for an entry of a vector list."""
-        return self._take("vec", self._lists.vec)
-
-    @property
-    def lst(self) -> np.ndarray:
-        """List code (one per query and list_id), for list-wise statistics."""
-        return self._take("lst", self._lists.lst)
-
-    @property
-    def row(self) -> np.ndarray:
-        """Position in the input table (ordinal ties)."""
-        return self._take("row", self._lists.row)
+    @classmethod
+    def of(cls, lists: CodedLists, idx: np.ndarray | None, weight: np.ndarray | None) -> Rows:
+        """The rows ``idx`` of ``lists`` (None: all) with the weights ``weight`` (None: recorded)."""
+        w = lists.weight if weight is None else weight
+        if idx is None:
+            rankf = lists.cache.get("rankf")
+            if rankf is None:
+                rankf = lists.cache["rankf"] = lists.rank.astype(np.float64)
+            return cls(rankf, lists.score, w, lists.vec, lists.lst, lists.n_lists, lists.row)
+        return cls(
+            lists.rank[idx].astype(np.float64),
+            lists.score[idx],
+            w[idx],
+            lists.vec[idx],
+            lists.lst[idx],
+            lists.n_lists,
+            lists.row[idx],
+        )
 
 
 class Terms(NamedTuple):
@@ -371,7 +346,7 @@ def _fuse(
     weight: np.ndarray | None,
 ) -> Fused:
     idx = None if active is None or active.all() else np.flatnonzero(active)
-    terms = fn(Rows(lists, idx, weight), config)
+    terms = fn(Rows.of(lists, idx, weight), config)
     term = terms.term
     if terms.keep is not None and not terms.keep.all():
         idx = np.flatnonzero(terms.keep) if idx is None else idx[terms.keep]
@@ -433,7 +408,7 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     if config.fusion == "learned":  # a tree model has no per-list share; see learned.contributions (per feature)
         return lists.with_columns(contribution=pl.lit(None, dtype=pl.Float64))
     coded = CodedLists(lists)
-    terms = method(config.fusion)(Rows(coded, None, None), config)
+    terms = method(config.fusion)(Rows.of(coded, None, None), config)
     term = terms.term
     if terms.keep is not None:
         term = np.where(terms.keep, term, 0.0)
