@@ -30,15 +30,16 @@ preset — itself chosen by argument, ``$QMDLAB_PRESET``, the config, else ``"of
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from qmdlab.errors import ConfigError, ModelError
 from qmdlab.models import hf, packaged
-from qmdlab.models._http import is_remote
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT
 from qmdlab.models.base import ROLES, ModelSet
+from qmdlab.served import SERVED_PREFIXES
 
 QMD_EMBED = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 QMD_RERANK = "hf:ggml-org/Qwen3-Reranker-0.6B-Q8_0-GGUF/qwen3-reranker-0.6b-q8_0.gguf"
@@ -184,60 +185,16 @@ def resolve_refs(
 
 
 def resolve_path(ref: str, *, refresh: bool = False, progress: bool = False) -> Path:
-    """The GGUF file of a reference, fetching/assembling it if needed."""
-    if ref.startswith("qlm:"):
-        return resolve_path(ref[4:], refresh=refresh, progress=progress)
-    if ref.startswith("pkg:"):
-        return packaged.ensure(ref[4:])
-    if ref.startswith("hf:"):
-        return hf.ensure(ref, refresh=refresh, progress=progress)
-    if ref.startswith("fake:"):
-        raise ModelError(f"{ref} is a fake model and has no file")
-    if is_remote(ref):
-        raise ModelError(f"{ref} is a model served over HTTP and has no file; nothing to fetch")
-    if ref.startswith("cross-encoder:"):
-        from qmdlab.models.cross_encoder import model_dir
-
-        return model_dir(ref)
-    path = Path(ref).expanduser()
-    if not path.is_file():
-        raise ModelError(
-            f"model file {path} does not exist; fix the path, or set the role's model with "
-            f"QMDLAB_EMBED_MODEL / QMDLAB_EXPAND_MODEL / QMDLAB_RERANK_MODEL"
-        )
-    if not hf.is_gguf(path):
-        raise ModelError(f"{path} is not a GGUF file (bad magic); convert it with llama.cpp's convert_hf_to_gguf.py")
-    return path
+    """The GGUF file of a reference (a cross-encoder's directory), fetching/assembling it if needed."""
+    scheme = scheme_of(ref)
+    if scheme.path is None:
+        raise ModelError(f"{ref} {scheme.no_file}")
+    return scheme.path(ref, refresh, progress)
 
 
 def ref_status(ref: str) -> dict[str, Any]:
     """``{"path", "ready", "size"}`` for a reference, without downloading or assembling anything."""
-    path: Optional[Path] = None
-    ready = False
-    if ref.startswith("qlm:"):
-        return ref_status(ref[4:])
-    if ref.startswith("fake:") or is_remote(ref):  # nothing on disk: a served model is checked by calling it
-        return {"path": None, "ready": True, "size": 0}
-    if ref.startswith("pkg:"):
-        model = packaged.get(ref[4:])
-        try:
-            path = packaged.target_path(model)
-        except ModelError:
-            path = None
-        ready = packaged.is_ready(model.name)
-    elif ref.startswith("cross-encoder:"):
-        path = Path(ref[len("cross-encoder:") :]).expanduser()
-        ready = (path / "config.json").is_file()
-        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) if path.is_dir() else 0
-        return {"path": path, "ready": ready, "size": size}
-    elif ref.startswith("hf:"):
-        path = hf.local_path(ref)
-        ready = path.is_file()
-    else:
-        path = Path(ref).expanduser()
-        ready = path.is_file()
-    size = path.stat().st_size if path is not None and path.is_file() else 0
-    return {"path": path, "ready": ready, "size": size}
+    return scheme_of(ref).status(ref)
 
 
 #: References that name one model file: qmd's default embedder on the hub and the packaged file
@@ -248,7 +205,7 @@ SAME_FILE: tuple[frozenset[str], ...] = (frozenset({QMD_EMBED, EMBEDDINGGEMMA_Q8
 def model_file(ref: str) -> Optional[Path]:
     """The local file of a reference when it is on this machine (nothing fetched or assembled);
     ``None`` for a served, fake or missing model."""
-    if not isinstance(ref, str) or ref.startswith(("fake:", "qlm:", "cross-encoder:")) or is_remote(ref):
+    if not isinstance(ref, str) or not scheme_of(ref).one_file:
         return None
     try:
         st = ref_status(ref)
@@ -286,7 +243,7 @@ def same_model_file(a: str, b: str) -> bool:
     >>> same_model_file("fake:keyword", "fake:keyword")
     False
     """
-    if any(r.startswith(("fake:", "qlm:", "cross-encoder:")) or is_remote(r) for r in (a, b)):
+    if not all(scheme_of(r).one_file for r in (a, b)):
         return False
     if _file_names(a) & _file_names(b):
         return True
@@ -307,7 +264,23 @@ def default_chunking() -> dict[str, int]:
     return {n.lower(): getattr(ch, n) for n in names if hasattr(ch, n)}
 
 
-def _fake(role: str, ref: str, chunking: Optional[Mapping]):
+class BuildOptions(NamedTuple):
+    """What :func:`build_model` hands a scheme's loader besides the role and the reference."""
+
+    n_threads: Optional[int] = None
+    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT
+    chunking: Optional[Mapping] = None
+    sampling: Any = None
+    batch_size: int = 32
+    progress: bool = False
+
+
+Loader = Callable[[str, str, BuildOptions], Any]
+"""``loader(role, ref, options)``: one role's model of a reference; nothing is read until first use."""
+
+
+# -- loaders, one per (kind of reference, role) ---------------------------------------------------
+def _fake(role: str, ref: str, o: BuildOptions):
     from qmdlab.models import fakes
 
     if role == "embed" and ref == "fake:keyword":
@@ -319,20 +292,230 @@ def _fake(role: str, ref: str, chunking: Optional[Mapping]):
     raise ConfigError(f"{ref!r} is not a fake {role} model; use fake:keyword, fake:rules or fake:overlap")
 
 
-def _served(role: str, ref: str, chunking: Optional[Mapping], sampling, batch_size: int):
-    if role == "embed":
-        from qmdlab.models.http_embed import HttpEmbedder
+def _served_embed(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.http_embed import HttpEmbedder
 
-        return HttpEmbedder(ref, chunking=default_chunking() if chunking is None else chunking, batch_size=batch_size)
-    if role == "expand":
-        from qmdlab.models.http_expand import HttpExpander
+    return HttpEmbedder(ref, chunking=default_chunking() if o.chunking is None else o.chunking, batch_size=o.batch_size)
 
-        return HttpExpander(ref) if sampling is None else HttpExpander(ref, sampling=sampling)
-    if role == "rerank":
-        from qmdlab.models.http_rerank import HttpReranker
 
-        return HttpReranker(ref)
-    raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+def _served_expand(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.http_expand import HttpExpander
+
+    return HttpExpander(ref) if o.sampling is None else HttpExpander(ref, sampling=o.sampling)
+
+
+def _served_rerank(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.http_rerank import HttpReranker
+
+    return HttpReranker(ref)
+
+
+def _qlm(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models import llama_qlm
+
+    return llama_qlm.build(
+        ref, resolve_path, KNOWN, role=role, n_threads=o.n_threads, idle_timeout=o.idle_timeout, progress=o.progress
+    )
+
+
+def _cross_encoder(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.cross_encoder import CrossEncoderReranker
+
+    return CrossEncoderReranker(ref, n_threads=o.n_threads)
+
+
+def _gguf_embed(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.llama_embed import LlamaEmbedder
+
+    opts = KNOWN.get(ref, {})
+    return LlamaEmbedder(
+        lambda: resolve_path(ref, progress=o.progress),
+        ref,
+        template=opts.get("template"),
+        dim=opts.get("dim"),
+        n_ctx=opts.get("n_ctx", 512),
+        chunking=default_chunking() if o.chunking is None else o.chunking,
+        batch_size=o.batch_size,
+        n_threads=o.n_threads,
+        idle_timeout=o.idle_timeout,
+    )
+
+
+def _gguf_expand(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.expansion import grammar_for
+    from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
+
+    opts = KNOWN.get(ref, {})
+    return LlamaExpander(
+        lambda: resolve_path(ref, progress=o.progress),
+        ref,
+        family=opts.get("family"),
+        sampling=SamplingConfig(**opts.get("sampling", {})) if o.sampling is None else o.sampling,
+        grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
+        n_ctx=opts.get("n_ctx", 2048),
+        n_threads=o.n_threads,
+        idle_timeout=o.idle_timeout,
+    )
+
+
+def _gguf_rerank(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.llama_rerank import LlamaReranker
+
+    opts = KNOWN.get(ref, {})
+    return LlamaReranker(
+        lambda: resolve_path(ref, progress=o.progress),
+        ref,
+        family=opts.get("family"),
+        n_ctx=opts.get("n_ctx", 2048),
+        max_doc_tokens=opts.get("rerank_max_doc_tokens"),
+        n_threads=o.n_threads,
+        idle_timeout=o.idle_timeout,
+    )
+
+
+# -- where a reference's file is, and whether it is there ------------------------------------------
+def _no_file_status(ref: str) -> dict[str, Any]:
+    """A fake or served model: nothing on disk (a served model is checked by calling it)."""
+    return {"path": None, "ready": True, "size": 0}
+
+
+def _file_status(path: Optional[Path], ready: bool) -> dict[str, Any]:
+    size = path.stat().st_size if path is not None and path.is_file() else 0
+    return {"path": path, "ready": ready, "size": size}
+
+
+def _pkg_status(ref: str) -> dict[str, Any]:
+    model = packaged.get(ref[4:])
+    try:
+        path: Optional[Path] = packaged.target_path(model)
+    except ModelError:
+        path = None
+    return _file_status(path, packaged.is_ready(model.name))
+
+
+def _hf_status(ref: str) -> dict[str, Any]:
+    path = hf.local_path(ref)
+    return _file_status(path, path.is_file())
+
+
+def _local_status(ref: str) -> dict[str, Any]:
+    path = Path(ref).expanduser()
+    return _file_status(path, path.is_file())
+
+
+def _cross_encoder_status(ref: str) -> dict[str, Any]:
+    path = Path(ref[len("cross-encoder:") :]).expanduser()
+    size = sum(f.stat().st_size for f in path.iterdir() if f.is_file()) if path.is_dir() else 0
+    return {"path": path, "ready": (path / "config.json").is_file(), "size": size}
+
+
+def _cross_encoder_dir(ref: str, refresh: bool, progress: bool) -> Path:
+    from qmdlab.models.cross_encoder import model_dir
+
+    return model_dir(ref)
+
+
+def _local_file(ref: str, refresh: bool, progress: bool) -> Path:
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        raise ModelError(
+            f"model file {path} does not exist; fix the path, or set the role's model with "
+            f"QMDLAB_EMBED_MODEL / QMDLAB_EXPAND_MODEL / QMDLAB_RERANK_MODEL"
+        )
+    if not hf.is_gguf(path):
+        raise ModelError(f"{path} is not a GGUF file (bad magic); convert it with llama.cpp's convert_hf_to_gguf.py")
+    return path
+
+
+# -- the scheme table ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scheme:
+    """One kind of model reference: what it starts with, each role's loader, and its file.
+
+    Attributes
+    ----------
+    name : str
+        What the reference names (in errors: ``'x' is a cross-encoder model: …``).
+    prefixes : tuple of str
+        What a reference of this kind starts with (none: the fallback, a local file path).
+    loaders : mapping
+        Role → :data:`Loader`; a role missing here is refused with a :class:`ConfigError`.
+    status : callable
+        ``status(ref)`` → ``{"path", "ready", "size"}``, nothing fetched (:func:`ref_status`).
+    path : callable or None
+        ``path(ref, refresh, progress)`` → the file, fetched or assembled when needed
+        (:func:`resolve_path`); ``None`` when the reference has no file (``no_file`` says why).
+    one_file : bool
+        Whether the reference names one model file on this machine (:func:`same_model_file`).
+    """
+
+    name: str
+    prefixes: tuple[str, ...]
+    loaders: Mapping[str, Loader]
+    status: Callable[[str], dict[str, Any]]
+    path: Optional[Callable[[str, bool, bool], Path]] = None
+    no_file: str = ""
+    one_file: bool = True
+
+
+GGUF_LOADERS: dict[str, Loader] = {"embed": _gguf_embed, "expand": _gguf_expand, "rerank": _gguf_rerank}
+
+SCHEMES: tuple[Scheme, ...] = (
+    # query likelihood with any language model below: its file is the inner reference's
+    Scheme(
+        "query-likelihood",
+        ("qlm:",),
+        dict.fromkeys(ROLES, _qlm),
+        lambda ref: ref_status(ref[4:]),
+        lambda ref, refresh, progress: resolve_path(ref[4:], refresh=refresh, progress=progress),
+        one_file=False,
+    ),
+    Scheme(
+        "fake",
+        ("fake:",),
+        dict.fromkeys(ROLES, _fake),
+        _no_file_status,
+        no_file="is a fake model and has no file",
+        one_file=False,
+    ),
+    Scheme(
+        "served",
+        SERVED_PREFIXES,
+        {"embed": _served_embed, "expand": _served_expand, "rerank": _served_rerank},
+        _no_file_status,
+        no_file="is a model served over HTTP and has no file; nothing to fetch",
+        one_file=False,
+    ),
+    Scheme(
+        "cross-encoder",
+        ("cross-encoder:",),
+        {"rerank": _cross_encoder},
+        _cross_encoder_status,
+        _cross_encoder_dir,
+        one_file=False,
+    ),
+    Scheme("packaged", ("pkg:",), GGUF_LOADERS, _pkg_status, lambda ref, refresh, progress: packaged.ensure(ref[4:])),
+    Scheme(
+        "hub",
+        ("hf:",),
+        GGUF_LOADERS,
+        _hf_status,
+        lambda ref, refresh, progress: hf.ensure(ref, refresh=refresh, progress=progress),
+    ),
+)
+"""Every kind of model reference, tried in order; a reference none of them claims is a local GGUF
+(:data:`LOCAL_FILE`). A new kind of model is one more row, not one more branch in each function."""
+
+LOCAL_FILE = Scheme("local GGUF", (), GGUF_LOADERS, _local_status, _local_file)
+
+
+def scheme_of(ref: str) -> Scheme:
+    """The :class:`Scheme` of a reference.
+
+    >>> [scheme_of(r).name for r in ("pkg:all-minilm-l6-v2", "qlm:pkg:x", "openai:m", "/m/x.gguf")]
+    ['packaged', 'query-likelihood', 'served', 'local GGUF']
+    """
+    return next((s for s in SCHEMES if ref.startswith(s.prefixes)), LOCAL_FILE)
 
 
 def build_model(
@@ -346,78 +529,22 @@ def build_model(
     batch_size: int = 32,
     progress: bool = False,
 ):
-    """One role's model from a reference; nothing is read from disk until first use."""
+    """One role's model from a reference (its :class:`Scheme`'s loader); nothing is read from disk
+    until first use."""
     if ref is None:
         return None
     if not isinstance(ref, (str, os.PathLike)):
         return ref  # an already-built model object
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
     ref = str(ref)
-    if ref.startswith("qlm:"):
-        from qmdlab.models import llama_qlm
-
-        return llama_qlm.build(
-            ref, resolve_path, KNOWN, role=role, n_threads=n_threads, idle_timeout=idle_timeout, progress=progress
+    scheme = scheme_of(ref)
+    loader = scheme.loaders.get(role)
+    if loader is None:
+        raise ConfigError(
+            f"{ref!r} is a {scheme.name} model: it can only be the {' or '.join(scheme.loaders)} model, not {role}"
         )
-    if ref.startswith("fake:"):
-        return _fake(role, ref, chunking)
-    if is_remote(ref):
-        return _served(role, ref, chunking, sampling, batch_size)
-    if ref.startswith("cross-encoder:"):
-        if role != "rerank":
-            raise ConfigError(f"{ref!r} is a cross-encoder: it can only be the rerank model, not {role}")
-        from qmdlab.models.cross_encoder import CrossEncoderReranker
-
-        return CrossEncoderReranker(ref, n_threads=n_threads)
-    opts = dict(KNOWN.get(ref, {}))
-
-    def resolve() -> Path:
-        return resolve_path(ref, progress=progress)
-
-    if role == "embed" and chunking is None:
-        chunking = default_chunking()
-    if role == "embed":
-        from qmdlab.models.llama_embed import LlamaEmbedder
-
-        return LlamaEmbedder(
-            resolve,
-            ref,
-            template=opts.get("template"),
-            dim=opts.get("dim"),
-            n_ctx=opts.get("n_ctx", 512),
-            chunking=chunking,
-            batch_size=batch_size,
-            n_threads=n_threads,
-            idle_timeout=idle_timeout,
-        )
-    if role == "expand":
-        from qmdlab.models.expansion import grammar_for
-        from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
-
-        if sampling is None:
-            sampling = SamplingConfig(**opts.get("sampling", {}))
-        return LlamaExpander(
-            resolve,
-            ref,
-            family=opts.get("family"),
-            sampling=sampling,
-            grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
-            n_ctx=opts.get("n_ctx", 2048),
-            n_threads=n_threads,
-            idle_timeout=idle_timeout,
-        )
-    if role == "rerank":
-        from qmdlab.models.llama_rerank import LlamaReranker
-
-        return LlamaReranker(
-            resolve,
-            ref,
-            family=opts.get("family"),
-            n_ctx=opts.get("n_ctx", 2048),
-            max_doc_tokens=opts.get("rerank_max_doc_tokens"),
-            n_threads=n_threads,
-            idle_timeout=idle_timeout,
-        )
-    raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    return loader(role, ref, BuildOptions(n_threads, idle_timeout, chunking, sampling, batch_size, progress))
 
 
 def load_models(
