@@ -28,6 +28,7 @@ from qmdlab.pipeline.coded import CodedLists, Fused, Names, code_run, final_tabl
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.finish import doc_flags, finish
 from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
 RerankFn = Callable[[pl.DataFrame], pl.DataFrame]
@@ -76,15 +77,16 @@ def recoded(
     :meth:`~qmdlab.pipeline.coded.CodedLists.weights`), and their fusion as arrays with the names of
     their codes. ``docs``: per-document features, for ``fusion=learned`` only
     (:func:`qmdlab.pipeline.learned.doc_features`); ``coded``: the lists already coded."""
+    if config.fusion == "learned":  # the model reads frames: the lists are not coded
+        out = ablate(reweight(lists, config), config)
+        f, qids, docnos = code_fused(fuse(out, config, docs))
+        return out, f, qids, docnos
     coded = coded if coded is not None else CodedLists(lists)
     active = coded.active(config)
     weight = coded.weights(config)
     out = lists.with_columns(weight=pl.Series(coded.in_input_order(weight), dtype=pl.Float64))
     if not active.all():
         out = out.filter(pl.Series(coded.in_input_order(active)))
-    if config.fusion == "learned":
-        f, qids, docnos = code_fused(fuse(out, config, docs))
-        return out, f, qids, docnos
     return out, fuse(coded, config, active=active, weight=weight), coded.qids, coded.docnos
 
 
