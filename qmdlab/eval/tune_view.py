@@ -15,10 +15,13 @@ the rest of what a change updates, so that it is cheap and tested:
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TIE = 1e-12
 """Per-query changes at most this large count as unchanged (float noise of the re-blend)."""
@@ -95,6 +98,8 @@ class DeltaFigure:
     """
 
     def __init__(self, baseline_label: str = "defaults", dpi: int = 100):
+        from matplotlib.figure import Figure  # the notebooks extra; the tables above need no plotting library
+
         self.figure = Figure(figsize=(10, 3.6), dpi=dpi)
         # Fixed margins (no constrained/tight layout): the layout would measure every tick label
         # on each draw, which is most of the draw time of two small axes.

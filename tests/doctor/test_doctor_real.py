@@ -15,12 +15,12 @@ QMDLAB = [sys.executable, "-m", "qmdlab.cli"]
 
 
 @pytest.fixture(scope="module")
-def offline_ready():
+def offline_ready(require):
     _, refs = resolve_refs("offline", config={}, environ={})
     missing = [r for r in refs.values() if not ref_status(r)["ready"]]
     if missing:
         pytest.skip(f"offline models not assembled ({missing}); run `qmdlab pull --preset offline`")
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup)")
+    require.extra("llama")
 
 
 @pytest.mark.slow

@@ -11,11 +11,11 @@ from qmdlab.models.registry import ref_status, resolve_refs
 
 
 @pytest.mark.slow
-def test_smoke_runs_each_offline_model_in_a_child():
+def test_smoke_runs_each_offline_model_in_a_child(require):
     _, refs = resolve_refs("offline", config={}, environ={})
     if not all(ref_status(r)["ready"] for r in refs.values()):
         pytest.skip("offline models not assembled; run `qmdlab pull --preset offline`")
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup)")
+    require.extra("llama")
     proc = subprocess.run(
         [sys.executable, "-m", "qmdlab.cli", "doctor", "--smoke", "--preset", "offline"],
         capture_output=True,

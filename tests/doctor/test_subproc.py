@@ -147,8 +147,8 @@ def test_makefile_is_the_one_place_for_the_flags():
     assert wheel.cmake_args == args
 
 
-def test_missing_model_is_reported_not_fetched(monkeypatch, tmp_path):
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (make setup)")
+def test_missing_model_is_reported_not_fetched(monkeypatch, tmp_path, require):
+    require.extra("llama")
     missing = tmp_path / "absent.gguf"
     monkeypatch.setenv("QMDLAB_EXPAND_MODEL", str(missing))
     monkeypatch.setenv("QMDLAB_EMBED_MODEL", "none")

@@ -46,6 +46,7 @@ def _suite(make_trace):
     return Study(make_trace(e, rerank), qrels, metrics=["mrr@10", "ndcg@10"], config=PipelineConfig())
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_ablation_rows_are_the_documented_cuts(trace_factory):
     study = _suite(trace_factory)
     table = ablate(study, baseline="bm25", metric="mrr@10")
@@ -64,6 +65,7 @@ def test_ablation_rows_are_the_documented_cuts(trace_factory):
     assert "bm25" in format_ablation(table, "mrr@10")
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_best_leg_baseline_and_missing_stages_drop_rows(trace_factory):
     study = _suite(trace_factory)
     assert ablate(study, metric="mrr@10")["baseline"][0] == "bm25"  # 0.75 > 0.667

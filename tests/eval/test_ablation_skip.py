@@ -10,6 +10,8 @@ from qmdlab.eval.study import Study
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.trace import SCHEMAS
 
+pytestmark = pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
+
 SKIP_OFF = "strong signal (top 0.900, gap 0.400) but the skip is off (strong_signal: false): expanding"
 
 

@@ -76,6 +76,7 @@ def _keys(suite) -> set[str]:
     return {p.name for p in cache_root(suite).iterdir() if p.is_dir()}
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_variant_rows_are_own_recordings_with_paired_stats(tmp_path, qmdlab_home):
     suite, models, cfg = _suite(tmp_path), _models(), PipelineConfig()
     _expand_suite_index(suite, models)  # so the expansions variant has a column to weigh
@@ -176,6 +177,7 @@ def test_field_weights_variant_is_the_content_first_config_file():
         PipelineConfig().replace(**v.overrides)  # every override is a valid option
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_cli_variants(tmp_path, qmdlab_home, monkeypatch):
     import qmdlab.eval.runner as eval_runner
     from qmdlab.cli import cli

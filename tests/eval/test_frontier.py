@@ -71,6 +71,7 @@ def loader(preset=None, **roles):
     )
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_frontier_rows_are_held_out_and_timed(tmp_path, qmdlab_home):
     suite = zoo(tmp_path)
     res = frontier(
@@ -119,6 +120,7 @@ def pt(name, secs, scores, qids=None, cfg=True):
     )
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_best_cheaper_pvalues_front_and_pick_by_hand():
     from scipy.stats import ttest_rel
 
@@ -151,6 +153,7 @@ def test_pick_parsing_names_the_fix():
         parse_pick("cheapest")
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_cli_frontier_writes_the_pick_for_query(tmp_path, qmdlab_home):
     from qmdlab.cli import cli
 
@@ -226,6 +229,7 @@ def fake_reranker_run(tmp_path, suite):
     return run
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_trained_reranker_row_is_held_out_and_timed(tmp_path, qmdlab_home):
     from qmdlab.training.reranker_study import load_heldout_study
 

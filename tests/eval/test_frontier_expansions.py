@@ -16,6 +16,8 @@ from qmdlab.pipeline.doc_expand import expand_documents
 
 from .test_frontier import loader, zoo
 
+pytestmark = pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
+
 # what each note's generated query adds: words a judged query asks for that the note lacks
 EXTRA = {"git merge": " git branch merge", "shell": " linux security user", "cache": " memory cache performance"}
 

@@ -72,6 +72,7 @@ def test_rank_gains_without_relevant_codes():
     assert rank_gains([("1", "a", 0), ("1", "b", -1)]) == [("1", "a", 0), ("1", "b", 0)]
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_grades_flag_named_on_first_line_and_recorded(tmp_path, qmdlab_home, monkeypatch):
     import qmdlab.eval.runner as eval_runner
     from qmdlab.cli import cli

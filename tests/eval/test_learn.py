@@ -12,17 +12,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-lgb = pytest.importorskip("lightgbm", reason="LightGBM is the learn extra: pip install 'qmdlab[learn]'")
+from qmdlab.errors import ConfigError
+from qmdlab.eval.learn import LearnConfig, cross_validate_learned, explain_query, fit, save, training_frame
+from qmdlab.eval.study import Study
+from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.fuse import fuse
+from qmdlab.pipeline.learned import FEATURES, contributions, features, terms_expr
+from qmdlab.pipeline.trace import SCHEMAS, Trace
 
-from qmdlab.errors import ConfigError  # noqa: E402
-from qmdlab.eval.learn import LearnConfig, cross_validate_learned, explain_query, fit, save, training_frame  # noqa: E402
-from qmdlab.eval.study import Study  # noqa: E402
-from qmdlab.pipeline.config import PipelineConfig  # noqa: E402
-from qmdlab.pipeline.fuse import fuse  # noqa: E402
-from qmdlab.pipeline.learned import FEATURES, contributions, features, terms_expr  # noqa: E402
-from qmdlab.pipeline.trace import SCHEMAS, Trace  # noqa: E402
-
-pytestmark = pytest.mark.slow  # real LightGBM training, cross-validated (tens of seconds)
+# real LightGBM training, cross-validated (tens of seconds); LightGBM is the learn extra
+pytestmark = [pytest.mark.slow, pytest.mark.extra("learn")]
 
 BASE = PipelineConfig(rerank=False, expand=False, limit=20)
 
@@ -201,6 +200,8 @@ def test_save_load_and_fuse_round_trip(title_study, tmp_path):
 
 
 def test_learned_config_errors(tmp_path):
+    import lightgbm as lgb
+
     with pytest.raises(ConfigError, match="learned_model"):
         PipelineConfig(fusion="learned")
     cfg = PipelineConfig(fusion="learned", learned_model=str(tmp_path / "nope.txt"))

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from ranx import evaluate
 
 from qmdlab.eval.metrics import mean_scores, parse_metric, per_query, ranx_qrels, ranx_run
 
@@ -36,6 +35,7 @@ def random_case(seed: int):
     return run, qrels
 
 
+@pytest.mark.extra("eval")  # ranx
 @pytest.mark.parametrize("seed", range(40))
 def test_per_query_equals_ranx_on_random_runs(seed):
     """Grades -1..3: like ranx, every grade below 1 is judged but not relevant."""
@@ -43,6 +43,8 @@ def test_per_query_equals_ranx_on_random_runs(seed):
     ours = per_query(run, qrels, METRICS)
     rq, rr = ranx_qrels(qrels), ranx_run(run, "r")
     # queries absent from the run (a query may retrieve nothing) score 0, as with make_comparable
+    from ranx import evaluate
+
     theirs = evaluate(rq, rr, [RANX_NAMES.get(m, m) for m in METRICS], return_mean=False, make_comparable=True)
     qids = sorted(rq.keys())
     assert ours["qid"].to_list() == qids

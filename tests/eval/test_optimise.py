@@ -33,10 +33,11 @@ def test_toy_suite_baseline_is_the_tie(toy_suite):
     assert study.score(BASE) == pytest.approx(1 / math.log2(3), abs=1e-12)
 
 
-@pytest.mark.parametrize("method,trials", [("grid", 50), ("coordinate", 50), ("random", 40), ("tpe", 30)])
+@pytest.mark.parametrize(
+    "method,trials",
+    [("grid", 50), ("coordinate", 50), ("random", 40), pytest.param("tpe", 30, marks=pytest.mark.extra("tune"))],
+)
 def test_search_finds_known_best_weights(toy_suite, method, trials):
-    if method == "tpe":
-        pytest.importorskip("optuna", reason="method tpe needs the optional Optuna dependency (qmdlab[tune])")
     study = Study(*toy_suite, config=BASE)
     res = search(
         lambda p: study.score(apply_params(BASE, p)),
@@ -86,6 +87,7 @@ def test_kfold_never_leaks_a_query_into_its_own_training_fold(n, k, seed):
     assert max(len(f.test) for f in folds) - min(len(f.test) for f in folds) <= 1
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_cross_validation_reports_exact_held_out_gain(toy_suite):
     study = Study(*toy_suite, config=BASE)
     report = cross_validate(study, base=BASE, space=SPACE, method="coordinate", trials=30, folds=5, points=5)
@@ -137,6 +139,7 @@ def _held_out_has_another_optimum(trace_factory):
     return folds, set(folds[0].test) | set(rest[:11])
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_cross_validation_held_out_fold_is_scored_by_a_config_tuned_without_it(trace_factory):
     folds, prefer_vec = _held_out_has_another_optimum(trace_factory)
     study = Study(*_split_suite(trace_factory, prefer_vec), config=BASE)
@@ -158,6 +161,7 @@ def test_cross_validation_held_out_fold_is_scored_by_a_config_tuned_without_it(t
     assert report.config.weight_original_vec > report.config.weight_original_fts
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_a_tuner_that_sees_the_held_out_fold_fails_that_check(trace_factory, monkeypatch):
     """The check above can fail: leak fold 0's test queries into its training set and the
     held-out score becomes the leaked optimum's 1.0."""

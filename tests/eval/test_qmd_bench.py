@@ -289,6 +289,7 @@ def test_ablate_and_tune_accept_a_qmd_bench_suite(tmp_path, qmdlab_home):
     assert (tmp_path / "tuned.yaml").is_file()
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_cli_errors_are_one_line(tmp_path, qmdlab_home):
     from qmdlab.cli import cli
 

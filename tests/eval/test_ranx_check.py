@@ -9,6 +9,8 @@ import pytest
 from qmdlab.eval.metrics import mean_scores, per_query
 from qmdlab.eval.runner import ranx_check
 
+pytestmark = pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
+
 METRICS = ["ndcg@10", "mrr@10", "recall@10", "p@5", "p"]
 QRELS = "1 0 a 2\n1 0 b -1\n1 0 c 0\n2 0 d 1\n3 0 e -1\n"
 

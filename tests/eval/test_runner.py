@@ -8,7 +8,6 @@ import shutil
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from ranx import Qrels, Run, evaluate
 
 from qmdlab.eval.runner import run_suite
 from qmdlab.eval.study import Study
@@ -40,6 +39,8 @@ def test_smart_suite_end_to_end_uses_collection_ids(tmp_path, qmdlab_home):
     trec = (tmp_path / "out" / "qmdlab.trec").read_text().splitlines()
     assert trec and all(line.split()[2] in {"1", "2", "3", "10"} for line in trec)
     # the saved files score the same with ranx as the runner's own metrics
+    from ranx import Qrels, Run, evaluate
+
     qrels = Qrels.from_file(str(tmp_path / "out" / "qrels.txt"), kind="trec")
     run = Run.from_file(str(tmp_path / "out" / "qmdlab.trec"), kind="trec")
     theirs = evaluate(qrels, run, ["ndcg@10", "mrr@10", "recall@10", "precision@5"], make_comparable=True)

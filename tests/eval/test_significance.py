@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from ranx import compare
 
 from qmdlab.eval.metrics import per_query, ranx_qrels, ranx_run
 from qmdlab.eval.significance import compare_to_baseline, fisher_randomization, paired_pvalues
@@ -31,12 +30,15 @@ def _runs(seed=3, n_q=30, n_docs=25):
     return pl.DataFrame(qrels, schema=["qid", "docno", "grade"], orient="row"), runs
 
 
+@pytest.mark.extra("eval")  # the paired t-test is ranx's
 def test_ttest_pvalues_and_means_equal_ranx_compare():
     stat_test, column = "student", "p_ttest"
     qrels, runs = _runs()
     # ranx keeps, per pair, the test run last with (control=later run, treatment=earlier run);
     # listing the baseline last makes that (baseline, run), the order compare_to_baseline uses.
     order = ["better", "noise", "base"]
+    from ranx import compare
+
     report = compare(
         ranx_qrels(qrels), [ranx_run(runs[n], n) for n in order], ["ndcg@10"], stat_test=stat_test, make_comparable=True
     )
@@ -49,6 +51,7 @@ def test_ttest_pvalues_and_means_equal_ranx_compare():
     assert table.filter(pl.col("run") == "better")["p_ttest"][0] < 0.01
 
 
+@pytest.mark.extra("eval")  # the paired t-test is ranx's
 def test_baseline_row_and_wins_ties_losses():
     a = pl.DataFrame({"qid": ["1", "2", "3"], "m": [0.5, 0.5, 0.5]})
     b = pl.DataFrame({"qid": ["3", "1", "2"], "m": [0.5, 1.0, 0.0]})
@@ -57,6 +60,7 @@ def test_baseline_row_and_wins_ties_losses():
     assert table.row(1)[5:] == (1, 1, 1) and table.row(1)[2] == 0.0
 
 
+@pytest.mark.extra("eval")  # the paired t-test is ranx's
 def test_mismatched_queries_and_unknown_baseline_fail():
     a = pl.DataFrame({"qid": ["1"], "m": [0.5]})
     with pytest.raises(ValueError, match="different queries"):
@@ -67,6 +71,7 @@ def test_mismatched_queries_and_unknown_baseline_fail():
         paired_pvalues(np.zeros(2), np.zeros(3))
 
 
+@pytest.mark.extra("eval")  # the paired t-test is ranx's
 def test_fisher_agrees_with_ranx_within_monte_carlo_error():
     # ranx's Fisher test is not reproducible (seeded inside a numba parallel loop), so the
     # agreement is statistical: 1000 permutations give a standard error ≤ 0.016.

@@ -49,6 +49,7 @@ def _eval(suite, *args):
     return CliRunner().invoke(cli, argv)
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_offline_eval_runs_no_llm_stage_and_says_so_first(suite, qmdlab_home, offline_on_fakes):
     res = _eval(suite, "--preset", "offline", "--ablate")
     assert res.exit_code == 0, res.output
@@ -59,6 +60,7 @@ def test_offline_eval_runs_no_llm_stage_and_says_so_first(suite, qmdlab_home, of
     assert "qmdlab-no-expand-no-rerank " in res.stdout
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_eval_flags_and_config_turn_a_stage_on(suite, qmdlab_home, offline_on_fakes, tmp_path):
     res = _eval(suite, "--preset", "offline", "--expand", "--limit", "1")
     assert res.exit_code == 0, res.output
@@ -72,6 +74,7 @@ def test_eval_flags_and_config_turn_a_stage_on(suite, qmdlab_home, offline_on_fa
     assert configs == {(True, False), (False, True)}
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_tune_plans_as_eval(suite, qmdlab_home, offline_on_fakes, tmp_path):
     out = tmp_path / "tuned.yaml"
     argv = ["tune", str(suite.path), "--format", "smart", "--preset", "offline", "--folds", "2", "--trials", "2"]
@@ -82,6 +85,7 @@ def test_tune_plans_as_eval(suite, qmdlab_home, offline_on_fakes, tmp_path):
     assert (listed.config.expand, listed.config.rerank) == (False, False)
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_eval_role_override_is_applied(suite, qmdlab_home, offline_on_fakes):
     res = _eval(suite, "--preset", "fake", "--rerank-model", "none", "--limit", "1")
     assert res.exit_code == 0, res.output
@@ -89,6 +93,7 @@ def test_eval_role_override_is_applied(suite, qmdlab_home, offline_on_fakes):
     assert listed.config.rerank and listed.models[2] == "none"  # stage on by the fake preset, its model off
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_rows_without_llm_stages_score_as_cut_from_the_full_recording(qmdlab_home, tmp_path):
     from qmdlab.eval.suites import get_suite
 

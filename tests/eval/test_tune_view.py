@@ -7,7 +7,6 @@ import io
 import numpy as np
 import polars as pl
 import pytest
-from PIL import Image
 
 from qmdlab.eval import tune_view
 
@@ -49,6 +48,7 @@ def test_counts_and_changed_agree_with_numpy():
     assert same >= 3
 
 
+@pytest.mark.extra("notebooks", "matplotlib")
 def test_figure_updates_in_place_to_the_numpy_histogram_and_points():
     fig = tune_view.DeltaFigure("defaults")
     axes_before = list(fig.figure.axes)
@@ -62,6 +62,7 @@ def test_figure_updates_in_place_to_the_numpy_histogram_and_points():
         assert np.array_equal(fig.points.get_offsets(), t.select("ndcg_default", "ndcg_now").to_numpy())
 
 
+@pytest.mark.extra("notebooks", "matplotlib")
 def test_a_gain_of_exactly_one_lands_in_the_last_bin():
     fig = tune_view.DeltaFigure()
     t = pl.DataFrame({"ndcg_default": [0.0, 1.0], "ndcg_now": [1.0, 0.0], "delta": [1.0, -1.0]})
@@ -69,10 +70,13 @@ def test_a_gain_of_exactly_one_lands_in_the_last_bin():
     assert fig.counts()[0] == 1 and fig.counts()[-1] == 1 and sum(fig.counts()) == 2
 
 
+@pytest.mark.extra("notebooks", "matplotlib", "PIL")
 def test_png_is_drawn_at_the_figure_size():
     fig = tune_view.DeltaFigure(dpi=50)
     b, c, queries, *_ = _tables()
     fig.update(tune_view.per_query_delta(b, c, queries))
+    from PIL import Image
+
     img = Image.open(io.BytesIO(fig.png()))
     assert img.size == (500, 180)  # 10 x 3.6 inches at 50 dpi
     assert fig.width_px == 1000

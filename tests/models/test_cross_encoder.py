@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="the cross-encoder backend needs the train extra (torch, transformers)")
+pytestmark = pytest.mark.extra("train", "torch", "transformers")  # the cross-encoder backend
 
 WORDS = "git rebase merge branch commit history the a of and to how undo push pull remote".split()
 
@@ -49,10 +49,12 @@ TEXTS = [
 ]
 
 
+@pytest.mark.extra("train", "sentence_transformers")
 def test_scores_match_sentence_transformers_predict(tiny):
     """Differential test: the backend's P(relevant) equals sentence-transformers' CrossEncoder.predict
     (sigmoid of the logit) on the same directory and truncation."""
-    st = pytest.importorskip("sentence_transformers")
+    import sentence_transformers as st
+
     from qmdlab.models.cross_encoder import CrossEncoderReranker
 
     ours = CrossEncoderReranker(tiny, max_length=32, batch_size=2, n_threads=1).score("git rebase", TEXTS)

@@ -89,8 +89,10 @@ def _qwen3_tokenizer_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def qwen3_tokenizer():
-    transformers = pytest.importorskip("transformers", reason="transformers renders the reference chat template")
+def qwen3_tokenizer(require):
+    require.extra("train", "transformers")  # transformers renders the reference chat template
+    import transformers
+
     return transformers.AutoTokenizer.from_pretrained(str(_qwen3_tokenizer_dir()), local_files_only=True)
 
 

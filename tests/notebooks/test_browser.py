@@ -18,11 +18,12 @@ import os
 import shutil
 import time
 
-import marimo as mo
 import polars as pl
 import pytest
 
 from .conftest import NB_ARGS, NOTEBOOKS, RECORD_ARGS, REPO, RESULTS
+
+pytestmark = pytest.mark.extra("notebooks")  # the notebooks run in marimo
 
 README_SHOT = REPO / "docs" / "img" / "tune-live.png"
 
@@ -120,6 +121,7 @@ def _trace_files() -> dict[str, tuple[int, int]]:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_moving_a_weight_slider_changes_the_displayed_ndcg(marimo_server, chrome, tmp_path, nb_env, monkeypatch):
+    import marimo as mo
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait

@@ -13,6 +13,8 @@ import pytest
 
 from .conftest import NOTEBOOKS, export_html, run_notebook
 
+pytestmark = pytest.mark.extra("notebooks")  # the notebooks run in marimo
+
 BROKEN = textwrap.dedent("""
     import marimo
 

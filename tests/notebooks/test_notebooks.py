@@ -10,13 +10,18 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-import marimo as mo
 import numpy as np
 import polars as pl
 import pytest
-from matplotlib.figure import Figure
 
-from .conftest import LIMIT, NB_ARGS, NOTEBOOKS, RECORD_ARGS, export_html, run_notebook
+from ..conftest import require
+
+require.extra("notebooks")  # marimo (and matplotlib): without the extra this module skips, under CI it fails
+
+import marimo as mo  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .conftest import LIMIT, NB_ARGS, NOTEBOOKS, RECORD_ARGS, export_html, run_notebook  # noqa: E402
 
 CLICKED = types.SimpleNamespace(value=True)
 

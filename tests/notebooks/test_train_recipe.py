@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import types
 
+import pytest
+
 from .conftest import NB_ARGS, NOTEBOOKS, run_notebook
+
+pytestmark = pytest.mark.extra("notebooks")  # the notebooks run in marimo
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from .conftest import NB_ARGS, NOTEBOOKS, run_notebook
+
+pytestmark = pytest.mark.extra("notebooks")  # the notebooks run in marimo
 
 
 def test_train_notebook_shows_the_heldout_reranker_table(nb_env, monkeypatch, tmp_path):

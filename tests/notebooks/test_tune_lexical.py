@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
-import marimo as mo
 import pytest
 
-from .conftest import NOTEBOOKS, RECORD_ARGS, run_notebook
+from ..conftest import require
+
+require.extra("notebooks")  # marimo (and matplotlib): without the extra this module skips, under CI it fails
+
+import marimo as mo  # noqa: E402
+
+from .conftest import NOTEBOOKS, RECORD_ARGS, run_notebook  # noqa: E402
 
 
 @pytest.mark.slow

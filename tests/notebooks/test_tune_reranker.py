@@ -8,12 +8,17 @@ tests/training/test_reranker.py.
 
 from __future__ import annotations
 
-import marimo as mo
 import numpy as np
 import polars as pl
 import pytest
 
-from .conftest import NB_ARGS, NOTEBOOKS, run_notebook
+from ..conftest import require
+
+require.extra("notebooks")  # marimo (and matplotlib): without the extra this module skips, under CI it fails
+
+import marimo as mo  # noqa: E402
+
+from .conftest import NB_ARGS, NOTEBOOKS, run_notebook  # noqa: E402
 
 HELDOUT_QUERIES = 30
 

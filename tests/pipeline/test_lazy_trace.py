@@ -126,6 +126,7 @@ def test_content_duplicates_and_fallback_notes_match_the_reference(tmp_path):
         idx.close()
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_front_ends_read_the_same_tables(small_index, tmp_path):
     lab = full_lab(small_index)
     lab.query("git rebase"), lab.query("pasta")  # cached from here on: the same `cached` column each run

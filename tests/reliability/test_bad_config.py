@@ -63,6 +63,7 @@ def test_unknown_collection(env):
         fails(env, *args, contains=("unknown collection 'nope'", "known: kb", "qmdlab collection list"))
 
 
+@pytest.mark.extra("llama")  # a local model file is read through llama.cpp
 def test_missing_model_file(env):
     fails(
         env,
@@ -73,6 +74,7 @@ def test_missing_model_file(env):
     fails(env, "vsearch", "pasta", contains=("/nonexistent.gguf",), QMDLAB_EMBED_MODEL="/nonexistent.gguf")
 
 
+@pytest.mark.extra("llama")  # a local model file is read through llama.cpp
 def test_corrupt_gguf(env):
     bad = env["tmp"] / "random.gguf"
     bad.write_bytes(np.random.default_rng(0).bytes(4096))
@@ -124,6 +126,7 @@ def test_malformed_pipeline_config(env):
     fails(env, "query", "pasta", "--preset", "fake", "--config", str(unknown), contains=("'rrf'", "rrf_k"))
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_malformed_jsonl_at_line_n(env):
     suite = env["tmp"] / "suite"
     suite.mkdir()

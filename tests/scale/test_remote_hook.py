@@ -143,7 +143,13 @@ def test_ray_options_are_checked():
         RayOptions(num_cpus=0, num_gpus=0).check()
 
 
-@pytest.mark.parametrize("verb", [["embed", "--preset", "fake", "--ray"], ["eval", "default", "--ray", "local"]])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["embed", "--preset", "fake", "--ray"],
+        pytest.param(["eval", "default", "--ray", "local"], marks=pytest.mark.extra("eval")),  # eval needs ranx first
+    ],
+)
 def test_without_ray_the_flag_says_what_to_install(verb, monkeypatch, qmdlab_home):
     real_import = builtins.__import__
 

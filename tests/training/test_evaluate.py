@@ -34,6 +34,7 @@ def test_suite_rows_prefix_docnos_with_the_collection(suite):
     ]
 
 
+@pytest.mark.extra("eval")  # qmdlab eval checks its metrics against ranx
 def test_evaluate_variants_against_no_expansion(tmp_path, suite, qmdlab_home):
     from qmdlab.models import ModelSet, RuleExpander
     from qmdlab.pipeline.lab import Lab

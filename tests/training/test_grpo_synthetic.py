@@ -86,8 +86,8 @@ def test_synthetic_prompts_need_a_split_and_kept_queries(tmp_path, suite_dir):
         synthetic_rows(_cfg(suite_dir, _splits(tmp_path)))
 
 
+@pytest.mark.extra("train", "datasets")  # the GRPO dataset
 def test_the_dataset_and_the_reward_route_synthetic_prompts(tmp_path, suite_dir):
-    pytest.importorskip("datasets", reason="the GRPO dataset needs the train extra")
     from qmdlab.training.grpo import build_dataset, suite_retrieval
 
     _expand(suite_dir, _own_words)

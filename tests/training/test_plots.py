@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
+from qmdlab.training.plots import plot_heldout, plot_rewards, reward_series
 
-from qmdlab.training.plots import plot_heldout, plot_rewards, reward_series  # noqa: E402
+pytestmark = pytest.mark.extra("notebooks", "matplotlib")  # the plots draw with matplotlib
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -14,9 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-pytest.importorskip(
-    "sentence_transformers", reason="reranker training needs the train extra (pip install 'qmdlab[train]')"
-)
+pytestmark = pytest.mark.extra("train", "sentence_transformers")
 
 TOPICS = [
     "apple",
@@ -311,6 +309,7 @@ def test_missing_base_model_names_the_fix(tmp_path, qmdlab_home):
         resolve_encoder_base("hf:nobody/no-such-model-here")
 
 
+@pytest.mark.extra("offline-models")  # the base model is found before the suite is read
 def test_cli_reports_bad_suite(tmp_path, qmdlab_home):
     from click.testing import CliRunner
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="needs the train extra (torch, transformers)")
-pytest.importorskip("llama_cpp", reason="needs llama-cpp-python (make setup installs it)")
+pytestmark = [pytest.mark.extra("train", "torch", "transformers"), pytest.mark.extra("llama")]
 
 TOL = 1e-3
 PAIRS = [

@@ -12,11 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-pytest.importorskip(
-    "sentence_transformers", reason="reranker training needs the train extra (pip install 'qmdlab[train]')"
-)
+from tests.training.test_reranker import TOPICS, build_tiny_bert, small_cfg, write_suite
 
-from tests.training.test_reranker import TOPICS, build_tiny_bert, small_cfg, write_suite  # noqa: E402
+pytestmark = pytest.mark.extra("train", "sentence_transformers")
 
 
 @pytest.fixture(scope="module")

@@ -145,8 +145,10 @@ def test_well_formed_lines_never_hit_the_gate(lines):
 
 
 @pytest.mark.slow  # ranx compiles its metrics with numba on first use (~30 s)
-def test_ndcg_matches_ranx():
-    ranx = pytest.importorskip("ranx")
+def test_ndcg_matches_ranx(require):
+    require.extra("eval")
+    import ranx
+
     rng = random.Random(7)
     qrels, run, ours = {}, {}, []
     docs = [f"d{i}" for i in range(30)]

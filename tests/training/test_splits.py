@@ -100,6 +100,7 @@ def test_split_rows_drop_a_train_query_without_a_relevant_document(tmp_path, sui
     assert [r["qid"] for r in split_rows(_grpo_cfg(suite_dir, path))] == ["toy:1"]
 
 
+@pytest.mark.extra("train", "datasets")  # the GRPO dataset
 def test_split_rows_refuse_a_corrupted_split_file(tmp_path, suite_dir):
     from qmdlab.training.grpo import build_dataset, split_rows
 
@@ -123,6 +124,7 @@ def test_split_rows_check_their_own_prompts_against_the_held_out_ids(tmp_path, s
         split_rows(_grpo_cfg(suite_dir, tmp_path / "ignored.json"))
 
 
+@pytest.mark.extra("train", "datasets")  # the GRPO dataset
 def test_labelled_suites_without_a_split_file_name_the_fix(suite_dir):
     from qmdlab.training.grpo import GRPORunConfig, build_dataset, split_rows
 
@@ -141,8 +143,8 @@ def test_a_split_file_without_the_suite_is_refused(tmp_path, suite_dir):
         split_rows(_grpo_cfg(suite_dir, path))
 
 
+@pytest.mark.extra("train", "datasets")  # the GRPO dataset
 def test_grpo_dataset_of_labelled_suites_holds_only_train_prompts(tmp_path, suite_dir):
-    pytest.importorskip("datasets", reason="the GRPO dataset needs the train extra")
     from qmdlab.training.grpo import build_dataset
 
     path = save_splits([QuerySplit("toy", ("1", "3", "5"), ("2", "4", "6"), 0, 0.5)], tmp_path / "splits.json")
