@@ -9,28 +9,42 @@ STAMP := $(VENV)/.qmdlab-setup-done
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
 # --- Portable llama.cpp build -------------------------------------------------------------------
-# Why: llama-cpp-python's default build is -march=native. A machine of ours advertises AVX-512 and
-# AMX in CPUID but traps AMX instructions (SIGILL in libggml-cpu.so, no message), and a wheel built
-# on one CPU is not safe on another. So the CPU features are chosen here, explicitly:
-#   x86_64  -> x86-64-v3 (AVX, AVX2, FMA, F16C, BMI2); never native, never AVX-512/VNNI/AMX.
-#   others  -> llama.cpp's portable baseline for the architecture (GGML_NATIVE=OFF).
+# Why: llama-cpp-python's default build is -march=native, and a wheel built on one CPU is not safe on
+# another. On x86_64 the wheel carries llama.cpp's run-time CPU dispatch instead: GGML_BACKEND_DL and
+# GGML_CPU_ALL_VARIANTS build one libggml-cpu-<variant>.so per instruction-set level below, and ggml
+# loads the best one this CPU runs (qmdlab.models._llama loads them from the package's own folder,
+# never the working directory). The AVX2 floor (haswell) runs on any x86-64 CPU with AVX2; the
+# AVX-512 and VNNI levels above it are worth about 2x on the CPUs that have them. No variant uses
+# AMX: a machine of ours advertises AMX in CPUID but traps its instructions (SIGILL in
+# libggml-cpu, no message). scripts/llama_cpu_variants.py keeps these variants in the sdist and
+# installs them with the wheel. Other architectures get llama.cpp's portable baseline.
+# A GPU build: make setup LLAMA_BACKEND=cuda (the CUDA toolkit must be installed; the CUDA backend is
+# one more library loaded at run time; `qmdlab doctor` says whether the build can offload).
 # pip's wheel cache is keyed by the sdist, not by CMAKE_ARGS, so the wheel is built with
 # --no-cache-dir into a wheelhouse whose name carries the version, the arch and a hash of the flags;
 # other flags get another folder, never a silently reused wheel. Force a rebuild with
 #   make rebuild-llama      (or: rm -rf "$(LLAMA_WHEELHOUSE)" $(STAMP) && make setup)
 LLAMA_CPP_VERSION := 0.3.36
 ARCH := $(shell uname -m)
+LLAMA_BACKEND ?= cpu
 ifeq ($(ARCH),x86_64)
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF \
-  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-  -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF \
-  -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
+LLAMA_CPU_VARIANTS ?= haswell skylakex icelake alderlake zen4
 else
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF
+LLAMA_CPU_VARIANTS ?=
 endif
-LLAMA_FLAGS_HASH := $(shell printf '%s' '$(LLAMA_CMAKE_ARGS)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
+ifeq ($(LLAMA_BACKEND),cuda)
+LLAMA_BACKEND_ARGS := -DGGML_CUDA=ON
+else ifeq ($(LLAMA_BACKEND),cpu)
+LLAMA_BACKEND_ARGS :=
+else
+$(error LLAMA_BACKEND=$(LLAMA_BACKEND): use cpu (default) or cuda)
+endif
+LLAMA_BUILD_ARGS := $(strip $(LLAMA_CMAKE_ARGS) $(LLAMA_BACKEND_ARGS))
+LLAMA_FLAGS_HASH := $(shell printf '%s' '$(LLAMA_BUILD_ARGS) variants=$(LLAMA_CPU_VARIANTS)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
 QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
-LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_FLAGS_HASH)
+LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_BACKEND)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander notebooks clean-venv models
@@ -62,13 +76,18 @@ llama-wheel:
 	@if ls "$(LLAMA_WHEELHOUSE)"/llama_cpp_python-*.whl >/dev/null 2>&1; then \
 	  echo "llama-cpp-python: reusing $(LLAMA_WHEELHOUSE)"; \
 	else \
-	  echo "llama-cpp-python $(LLAMA_CPP_VERSION): portable build for $(ARCH) (~17 min on 2 cores)"; \
-	  echo "  CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"; \
-	  rm -rf "$(LLAMA_WHEELHOUSE).tmp" && mkdir -p "$(LLAMA_WHEELHOUSE).tmp" && \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
-	    -w "$(LLAMA_WHEELHOUSE).tmp" llama-cpp-python==$(LLAMA_CPP_VERSION) && \
-	  printf '%s\n' '$(LLAMA_CMAKE_ARGS)' > "$(LLAMA_WHEELHOUSE).tmp/CMAKE_ARGS.txt" && \
-	  rm -rf "$(LLAMA_WHEELHOUSE)" && mv "$(LLAMA_WHEELHOUSE).tmp" "$(LLAMA_WHEELHOUSE)"; \
+	  echo "llama-cpp-python $(LLAMA_CPP_VERSION): portable build for $(ARCH), $(LLAMA_BACKEND) (~12 min on 2 cores)"; \
+	  echo "  CMAKE_ARGS=$(LLAMA_BUILD_ARGS)"; \
+	  echo "  CPU variants: $(or $(LLAMA_CPU_VARIANTS),(one portable build))"; \
+	  tmp="$(LLAMA_WHEELHOUSE).tmp" && rm -rf "$$tmp" && mkdir -p "$$tmp/src" && \
+	  $(PIP) download -q --no-deps --no-binary :all: --no-cache-dir -d "$$tmp/src" llama-cpp-python==$(LLAMA_CPP_VERSION) && \
+	  tar xzf "$$tmp"/src/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C "$$tmp/src" && \
+	  sdist="$$tmp/src/llama_cpp_python-$(LLAMA_CPP_VERSION)" && \
+	  { test -z "$(LLAMA_CPU_VARIANTS)" || $(PYTHON) scripts/llama_cpu_variants.py "$$sdist" $(LLAMA_CPU_VARIANTS); } && \
+	  CMAKE_ARGS="$(LLAMA_BUILD_ARGS)" $(PIP) wheel -q --no-deps --no-cache-dir -w "$$tmp" "$$sdist" && \
+	  printf '%s\n' '$(LLAMA_BUILD_ARGS)' > "$$tmp/CMAKE_ARGS.txt" && \
+	  printf '%s\n' '$(LLAMA_CPU_VARIANTS)' > "$$tmp/CPU_VARIANTS.txt" && \
+	  rm -rf "$$tmp/src" "$(LLAMA_WHEELHOUSE)" && mv "$$tmp" "$(LLAMA_WHEELHOUSE)"; \
 	fi
 
 # Rebuilds the wheel for the current flags and, when the venv exists, installs it and smoke-checks it.
@@ -84,7 +103,7 @@ rebuild-llama:
 
 # The flags of this host's build (what qmdlab doctor reads to print the exact rebuild command).
 llama-cmake-args:
-	@echo '$(LLAMA_CMAKE_ARGS)'
+	@echo '$(LLAMA_BUILD_ARGS)'
 
 models: setup
 	$(VENV)/bin/qmdlab pull --preset offline

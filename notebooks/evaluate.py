@@ -3,7 +3,7 @@
 Run it:  marimo edit notebooks/evaluate.py   |   marimo run notebooks/evaluate.py
          python notebooks/evaluate.py --suite default --preset fake   (headless)
 
-Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|offline-gemma|qmd|tiny|fake``,
+Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|offline-mini|offline-gemma|qmd|tiny|fake``,
 ``--limit N`` (only the first N judged queries: smoke runs), ``--record`` (record what is
 missing without asking: headless runs).
 

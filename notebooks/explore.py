@@ -3,7 +3,7 @@
 Run it:  marimo edit notebooks/explore.py   |   marimo run notebooks/explore.py
          python notebooks/explore.py --suite default --preset fake --query "undo a git rebase"
 
-Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|offline-gemma|qmd|tiny|fake``,
+Arguments: ``--suite NAME|DIR`` (default ``default``), ``--preset offline|offline-mini|offline-gemma|qmd|tiny|fake``,
 ``--query TEXT`` (otherwise the first labelled query), ``--intent TEXT``, ``--chunker NAME``.
 
 "pipeline options" holds the retrieval options of ``qmdlab query`` (extra keyword channels, BM25

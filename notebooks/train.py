@@ -427,7 +427,7 @@ def _(evaluate_button, expander_ref, limit, preset, set_eval_dir, suite):
                 suite=str(suite.path),
                 collection=suite.collection,
                 index=str(suite.workdir() / "index"),
-                models_preset=preset or "offline",
+                models_preset=preset or "offline-mini",
                 rerank=False,
                 max_queries=limit,
                 output_dir=str(evaluated_dir),

@@ -4,7 +4,7 @@ Run it:  marimo edit notebooks/tune.py   |   marimo run notebooks/tune.py
          python notebooks/tune.py --suite default --preset fake   (headless)
 
 Arguments (after ``--`` for marimo): ``--suite NAME|DIR`` (default ``default``, the embedded
-corpus), ``--preset offline|offline-gemma|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offline``),
+corpus), ``--preset offline|offline-mini|offline-gemma|qmd|tiny|fake`` (default ``$QMDLAB_PRESET`` / ``offline``),
 ``--limit N`` (only the first N judged queries: smoke runs), ``--save PATH`` (where
 "Save config" writes; default ``$QMDLAB_HOME/configs/tuned.yaml``), ``--reranker DIR`` (a finished
 ``qmdlab train reranker`` run of the suite: start with its held-out scores as the rerank source).

@@ -453,7 +453,14 @@ def model_files(preset: Optional[str] = None, *, hash_files: bool = True) -> tup
 
 def child_library() -> dict:
     """(Child) import llama.cpp and return its system info and files."""
-    from qmdlab.models._llama import gpu_layers, gpu_offload_supported, gpu_setting, import_llama_cpp
+    from qmdlab.models._llama import (
+        gpu_layers,
+        gpu_offload_supported,
+        gpu_setting,
+        import_llama_cpp,
+        load_backends,
+        loaded_cpu_variant,
+    )
 
     t0 = time.perf_counter()
     llama_cpp = import_llama_cpp()
@@ -461,6 +468,8 @@ def child_library() -> dict:
     info = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
     return {
         "system_info": info.strip(),
+        "backends": load_backends(llama_cpp),
+        "cpu_variant": loaded_cpu_variant(),
         "seconds": time.perf_counter() - t0,
         "version": llama_cpp.__version__,
         "gpu_offload": gpu_offload_supported(llama_cpp),
@@ -480,8 +489,10 @@ def backend_line(result: dict) -> str:
     'CPU (GPU offload available, switched off: QMDLAB_GPU=off)'
     """
     setting, layers = result.get("gpu_setting"), result.get("gpu_layers")
+    variant = result.get("cpu_variant")
     if not result.get("gpu_offload"):
-        return f"CPU (this llama.cpp build cannot offload to a GPU; QMDLAB_GPU={setting})"
+        kernels = f"; CPU kernels: {variant}" if variant else ""
+        return f"CPU (this llama.cpp build cannot offload to a GPU; QMDLAB_GPU={setting}{kernels})"
     if not layers:
         return f"CPU (GPU offload available, switched off: QMDLAB_GPU={setting})"
     return f"GPU offload, {'every layer' if layers == -1 else f'{layers} layers'} (QMDLAB_GPU={setting})"
@@ -798,6 +809,7 @@ def diagnose(
         "wheel": _s(wheel.wheel),
         "cmake_args": wheel.cmake_args,
         "system_info": lib.result["system_info"] if lib else None,
+        "cpu_variant": lib.result.get("cpu_variant") if lib else None,
         "backend": backend_line(lib.result) if lib else None,
         "gpu_offload": lib.result.get("gpu_offload") if lib else None,
         "gpu_layers": lib.result.get("gpu_layers") if lib else None,

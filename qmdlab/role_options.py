@@ -20,7 +20,7 @@ import click
 ROLES = ("embed", "expand", "rerank")
 #: The presets ``--preset`` names in its help, as :data:`qmdlab.models.registry.PRESETS` holds them (a
 #: test keeps the two equal: importing the registry here would load numpy on every CLI start).
-PRESET_NAMES = ("offline", "offline-gemma", "qmd", "tiny", "fake")
+PRESET_NAMES = ("offline", "offline-mini", "offline-gemma", "qmd", "tiny", "fake")
 PRESET_HELP = f"Model preset: {', '.join(PRESET_NAMES)} (default $QMDLAB_PRESET or offline)."
 
 _WHAT = {"embed": "embedding", "expand": "query-expansion", "rerank": "reranker"}

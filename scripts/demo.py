@@ -4,13 +4,15 @@ with paired p-values) and end with the command that opens the tuning notebook.
 
 It runs in two tiers so that it finishes in minutes on a 2-core CPU:
 
-1. **Retrieval tier, every query** (103): BM25 + vector lists with the MiniLM embedder; the
-   ablation covers BM25 only, vector only and every fusion method. No LLM calls: about a minute.
-2. **LLM tier, the first ``--llm-queries`` queries** (default 3): the full pipeline with
+1. **Retrieval tier, every query** (103): BM25 + vector lists with the preset's embedder
+   (EmbeddingGemma-300M on the offline preset); the ablation covers BM25 only, vector only and every
+   fusion method. No LLM calls: embedding the corpus, then seconds.
+2. **LLM tier, the first ``--llm-queries`` queries** (default 1): the full pipeline with
    Qwen2.5-Coder-0.5B as expander and reranker (the top ``--candidates`` fused documents, default 3,
    are reranked). On a quiet 2-core machine expansion costs ~13 s a query and a rerank pair ~6 s, so
-   this tier is what takes the time (3 × 3 keeps the demo under 3 minutes there; the tables and the
-   frontier show the count); ``--llm-queries 103 --candidates 40`` is the full study (hours, cached).
+   this tier is what takes the time (one query shows every stage and keeps the demo under 3 minutes;
+   the tables and the frontier show the count); ``--llm-queries 103 --candidates 40`` is the full
+   study (hours, cached).
 
 Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the index and its
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--llm-queries",
         type=int,
-        default=3,
+        default=1,
         help="LLM tier: the first N queries through expansion + rerank (0 skips the tier)",
     )
     ap.add_argument(

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     suite = get_suite(args.suite)
     split = load_splits(args.run / "splits.json")[suite.name]
     check_no_heldout(split.train, split.heldout, where="doc2query evaluation")
-    models = load_models("offline", expand="none", rerank="none", n_threads=args.threads)
+    models = load_models("offline-mini", expand="none", rerank="none", n_threads=args.threads)
     idx = prepare_index(suite, models.embedder, progress=False)
     gguf = args.run / "model.gguf"
     t0 = time.perf_counter()

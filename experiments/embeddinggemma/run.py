@@ -90,20 +90,20 @@ def compare(suite_name: str) -> dict:
     suite = get_suite(suite_name)
     out = {"suite": suite_name, "rows": [], "per_query": {}}
     runs = {}
-    for preset in ("offline", "offline-gemma"):
+    for preset in ("offline-mini", "offline-gemma"):
         study, embed_s = _study(suite, preset)
         runs[preset] = _rows(study)
         out[f"{preset}_index_s"] = round(embed_s, 1)
     for row in ("vector", "bm25+vector", TUNED):
-        a, b = runs["offline"][row], runs["offline-gemma"][row]
+        a, b = runs["offline-mini"][row], runs["offline-gemma"][row]
         out["rows"].append({"row": row, **_compare(a, b, "minilm", "embeddinggemma")})
         out["per_query"][row] = {q: {"minilm": a[q], "embeddinggemma": b[q]} for q in sorted(set(a) & set(b))}
-    best_without = runs["offline"][TUNED]
+    best_without = runs["offline-mini"][TUNED]
     out["against_minilm_tuned"] = [
         {"row": row, **_compare(best_without, runs["offline-gemma"][row], "minilm_tuned", "embeddinggemma")}
         for row in ("bm25+vector", TUNED)
     ]
-    out["bm25"] = float(np.mean(list(runs["offline"]["bm25"].values())))
+    out["bm25"] = float(np.mean(list(runs["offline-mini"]["bm25"].values())))
     return out
 
 

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from qmdlab.models import load_models
     from qmdlab.training.embedder import gguf_embedder
 
-    minilm = load_models("offline", expand="none", rerank="none").embedder
+    minilm = load_models("offline-mini", expand="none", rerank="none").embedder
     print(f"{'suite':<9} {'row':<30} {'n':>4} {'nDCG@10':>8} {'R@100':>7}")
     for name in args.suites:
         suite = get_suite(name)

@@ -98,7 +98,7 @@ def untrained(suite, out: Path) -> list[dict]:
     from qmdlab.models import load_models
     from qmdlab.pipeline.config import FUSION_METHODS
 
-    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    study, _ = _study(suite, load_models("offline-mini", expand="none", rerank="none").embedder, "scifact-minilm")
     test = suite.split.test
     rows = []
     for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False):
@@ -138,7 +138,7 @@ def _tune(study, suite, out: Path, name: str, kind: str) -> list[dict]:
 def tuned(suite, out: Path) -> list[dict]:
     from qmdlab.models import load_models
 
-    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-minilm")
+    study, _ = _study(suite, load_models("offline-mini", expand="none", rerank="none").embedder, "scifact-minilm")
     return _tune(study, suite, out, "hybrid fusion", "untrained")
 
 
@@ -161,11 +161,11 @@ def gemma(suite, out: Path) -> list[dict]:
     return rows + _tune(study, suite, out, "EmbeddingGemma hybrid fusion", "untrained")
 
 
-def learned(suite, out: Path, preset: str = "offline", name: str = "learned fusion") -> list[dict]:
+def learned(suite, out: Path, preset: str = "offline-mini", name: str = "learned fusion") -> list[dict]:
     from qmdlab.eval.learn import LearnConfig, cross_validate_learned, suite_docs
     from qmdlab.models import load_models
 
-    run = {"offline": "scifact-minilm", "offline-gemma": "scifact-gemma"}[preset]
+    run = {"offline-mini": "scifact-minilm", "offline-gemma": "scifact-gemma"}[preset]
     study, _ = _study(suite, load_models(preset, expand="none", rerank="none").embedder, run)
     study.docs = suite_docs(suite)
     t0 = time.perf_counter()
@@ -370,7 +370,7 @@ def doc2query(suite, out: Path, work: Path, args) -> list[dict]:
     # the generator's split is the official one: it read training claims only
     check_no_heldout(split.train, suite.split.test, where="scifact doc2query generator")
     assert set(split.train) <= set(suite.split.train), "the generator read a claim outside the training split"
-    models = load_models("offline", expand="none", rerank="none", n_threads=args.threads)
+    models = load_models("offline-mini", expand="none", rerank="none", n_threads=args.threads)
     idx = prepare_index(suite, models.embedder, progress=False, log=_log)
     t0 = time.perf_counter()
     report = expand_documents(

@@ -69,6 +69,17 @@ def _embedder(preset, roles, threads=None, batch_size=32):
     return emb
 
 
+def _licence(ref: str) -> str:
+    """The licence a packaged model comes under when it is not a permissive one (EmbeddingGemma's
+    Gemma Terms of Use), shown where the model is pulled as qmd shows it; ``""`` otherwise."""
+    from qmdlab.models import packaged
+
+    if not ref.startswith("pkg:"):
+        return ""
+    model = packaged.PACKAGED.get(ref[4:])
+    return model.license if model is not None else ""
+
+
 def _dropped_note(dropped: int) -> str:
     """``embed``'s words for vectors computed but not stored (their chunks left the index meanwhile).
 
@@ -166,6 +177,9 @@ def register(group: click.Group) -> None:
                 path = resolve_path(ref, refresh=refresh, progress=progress)
                 done[ref] = f"{printable(str(path))} ({_human(path.stat().st_size)}, {time.perf_counter() - t0:.1f} s)"
             click.echo(f"{role:<7} {printable(ref)}: {done[ref]}")
+            licence = _licence(ref)
+            if licence:
+                click.echo(f"        licence: {licence}; using the model means accepting it")
         click.echo(f"preset {name}: ready")
 
     @group.command("embed")

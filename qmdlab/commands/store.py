@@ -31,6 +31,19 @@ def pending_embeddings(idx) -> int:
     return int(row[0]) if row else 0
 
 
+def _current_fingerprint() -> tuple[str, str] | None:
+    """``(fingerprint, model id)`` of the embedder the index's preset and models name (no model is
+    loaded: the fingerprint is its reference, template and settings); ``None`` when it cannot be
+    built here (its extra not installed, the embed role off, a served model not approved)."""
+    try:
+        from qmdlab.models import load_models
+
+        emb = load_models(None, expand="none", rerank="none").embedder
+    except Exception:  # status reports the index whatever the models' state
+        return None
+    return None if emb is None else (emb.fingerprint, emb.model_id)
+
+
 def embed_hint(n: int) -> str:
     """The next step after an update or in ``status`` when chunks lack vectors.
 
@@ -474,8 +487,17 @@ def register(group: click.Group) -> None:
                 f"  {c['name']}: {c['documents']} docs  {printable(c['root'])}  ({printable(c['mask'])})"
                 + ("  excluded from unscoped queries" if c["name"] in excluded else "")
             )
+        current = _current_fingerprint()
         for fp, v in st["vectors"].items():
-            click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d")
+            mark = ""
+            if current is not None:
+                mark = "  (the current embedder)" if fp == current[0] else "  (another embedder: not searched)"
+            click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d{mark}")
+        if current is not None and st["vectors"] and current[0] not in st["vectors"]:
+            click.echo(
+                f"  the current embedder ({current[1]}) has no vectors here: `qmdlab embed` embeds every chunk "
+                "with it (resumable); the vectors above stay until `qmdlab cleanup`"
+            )
             if v.get("mismatched") or v.get("unverified"):
                 click.echo(
                     f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "

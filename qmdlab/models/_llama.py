@@ -33,7 +33,91 @@ def import_llama_cpp():
         import llama_cpp
     except ImportError as err:
         raise ModelError(f"llama-cpp-python is not installed; run `{INSTALL_HINT}`") from err
+    load_backends(llama_cpp)
     return llama_cpp
+
+
+_backends_loaded: list[str] = []
+_backends_lock = threading.Lock()
+
+
+def backend_libraries(llama_cpp: Any) -> tuple[Path, list[Path]]:
+    """The package's library folder and the CPU variants in it (``libggml-cpu-<variant>.so``; none
+    in a build without run-time dispatch, whose one ``libggml-cpu`` is linked in)."""
+    lib = Path(llama_cpp.__file__).resolve().parent / "lib"
+    return lib, sorted(p for p in lib.glob("*ggml-cpu-*") if p.suffix in (".so", ".dylib", ".dll"))
+
+
+def load_backends(llama_cpp: Any) -> list[str]:
+    """Load llama.cpp's backends from the package's own folder, once per process, in a build with
+    run-time CPU dispatch (``GGML_BACKEND_DL``, see the Makefile): ggml scores each CPU variant
+    against this CPU and loads the best it can run, and the CUDA backend of a GPU build. The folder
+    is given explicitly, so nothing is ever loaded from the working directory or next to the Python
+    executable (ggml's default search path). Returns the names of the backends registered."""
+    with _backends_lock:
+        if _backends_loaded:
+            return list(_backends_loaded)
+        lib, variants = backend_libraries(llama_cpp)
+        if not variants:  # a single linked-in CPU backend: nothing to load
+            _backends_loaded.append("cpu")
+            return list(_backends_loaded)
+        import ctypes
+
+        ggml = ctypes.CDLL(str(_loaded_ggml(lib)))
+        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        import logging
+
+        log = logging.getLogger("llama-cpp-python")  # llama-cpp-python prints ggml's log lines at its level
+        level = log.level
+        log.setLevel(max(level, logging.ERROR))  # no "load_backend: loaded CPU backend …" on every start
+        try:
+            ggml.ggml_backend_load_all_from_path(os.fsencode(lib))
+        finally:
+            log.setLevel(level)
+        ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+        ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
+        ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+        ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+        ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+        count = ggml.ggml_backend_reg_count()
+        if count == 0:
+            raise ModelError(
+                f"llama.cpp found no CPU variant in {lib} that this CPU can run (variants: "
+                f"{', '.join(p.name for p in variants)}); rebuild with `make rebuild-llama`"
+            )
+        _backends_loaded.extend(ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)).decode() for i in range(count))
+        return list(_backends_loaded)
+
+
+def _loaded_ggml(lib: Path) -> Path:
+    """The libggml that llama.cpp itself loaded: the backend registry lives in it, and a second copy
+    of the library (the wheel ships ``libggml.so`` and ``libggml.so.0`` as two files) would register
+    the backends where llama.cpp never looks."""
+    import re
+
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        maps = ""
+    for m in re.finditer(r"(/\S*/libggml\.so[.0-9]*)$", maps, re.M):
+        return Path(m.group(1))
+    names = sorted(p for p in lib.iterdir() if re.fullmatch(r"(lib)?ggml\.(so\.\d+|so|dylib|dll)", p.name))
+    if not names:
+        raise ModelError(f"{lib}: no libggml library beside the CPU variants; reinstall llama-cpp-python")
+    return max(names, key=lambda p: len(p.name))  # libggml.so.0: the soname llama.cpp links to
+
+
+def loaded_cpu_variant() -> Optional[str]:
+    """The CPU variant this process loaded (``haswell``, ``icelake`` …), read from the libraries
+    mapped into it; ``None`` for a build without run-time dispatch (or off Linux)."""
+    import re
+
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    m = re.search(r"ggml-cpu-([A-Za-z0-9_.]+?)\.(?:so|dylib|dll)", maps)
+    return m.group(1) if m else None
 
 
 def default_threads() -> int:

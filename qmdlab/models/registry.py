@@ -52,9 +52,13 @@ EMBEDDINGGEMMA_Q8 = "pkg:embeddinggemma-300m-q8_0"
 
 PRESETS: dict[str, dict[str, str]] = {
     "qmd": {"embed": QMD_EMBED, "expand": QMD_EXPAND, "rerank": QMD_RERANK},
-    "offline": {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER},
+    # qmd's own embedder and file (EmbeddingGemma-300M Q8_0), assembled from PyPI wheels by `qmdlab pull`:
+    # ahead of MiniLM on every collection measured (docs/results/embedders.md)
+    "offline": {"embed": EMBEDDINGGEMMA_Q8, "expand": QWEN_CODER, "rerank": QWEN_CODER},
+    # the light embedder: 23 MB, several times faster to embed, weaker search
+    "offline-mini": {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER},
     "tiny": {"embed": MINILM, "expand": SMOLLM2, "rerank": SMOLLM2},
-    # qmd's own embedder, assembled from PyPI wheels by `qmdlab pull --preset offline-gemma` (1.2 GB download)
+    # EmbeddingGemma's f16 file (the offline preset's embedder before it took qmd's Q8_0 file)
     "offline-gemma": {"embed": EMBEDDINGGEMMA, "expand": QWEN_CODER, "rerank": QWEN_CODER},
     "fake": {"embed": "fake:keyword", "expand": "fake:rules", "rerank": "fake:overlap"},
 }

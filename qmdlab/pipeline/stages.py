@@ -34,6 +34,7 @@ STAGES = ("expand", "rerank")
 
 STAGE_DEFAULTS: dict[str, dict[str, bool]] = {
     "offline": {"expand": False, "rerank": False},
+    "offline-mini": {"expand": False, "rerank": False},
     "tiny": {"expand": False, "rerank": False},
     "offline-gemma": {"expand": False, "rerank": False},
     "qmd": {"expand": True, "rerank": True},
@@ -44,6 +45,7 @@ A preset not listed runs every stage (the :class:`PipelineConfig` defaults, qmd'
 
 STAGE_EVIDENCE: dict[str, str] = {
     "offline": "measured: no significant held-out gain, docs/results/defaults.md",
+    "offline-mini": "as offline: the same expander and reranker",
     "tiny": "as offline: smaller models of the same kind",
     "offline-gemma": "as offline: the same expander and reranker",
     "qmd": "qmd's pipeline",

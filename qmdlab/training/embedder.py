@@ -101,7 +101,10 @@ class EmbedderRunConfig(SuiteRunConfig):
     )
     gguf: bool = field(default=True, metadata={"help": "Convert the model to model.gguf (f16) for the pipeline."})
     evaluate: bool = field(default=True, metadata={"help": "Record the held-out queries with both embedders."})
-    preset: str = field(default="offline", metadata={"help": "Preset whose embedder is the baseline."})
+    preset: str = field(
+        default="offline-mini",
+        metadata={"help": "Preset whose embedder is the baseline (MiniLM: the model this recipe fine-tunes)."},
+    )
     logging_steps: int = 5
     save_steps: int = 100
     progress: bool = True

@@ -44,7 +44,7 @@ class EvaluateConfig:
         },
     )
     examples_file: str | None = field(default=None, metadata={"help": "Held-out examples for the rule score."})
-    models_preset: str = field(default="offline", metadata={"help": "Embedder (and reranker) preset."})
+    models_preset: str = field(default="offline-mini", metadata={"help": "Embedder (and reranker) preset."})
     rerank: bool = field(default=False, metadata={"help": "Rerank (slow on CPU; off compares expansion alone)."})
     max_queries: int | None = None
     compare: list[str] = field(

@@ -91,7 +91,7 @@ class GRPORunConfig:
             "help": "Also use prompts_file's unlabelled queries (rule reward only). Off: every batch is labelled."
         },
     )
-    models_preset: str = field(default="offline", metadata={"help": "Embedder/reranker preset of that pipeline."})
+    models_preset: str = field(default="offline-mini", metadata={"help": "Embedder/reranker preset of that pipeline."})
     pipeline_rerank: bool = field(default=False, metadata={"help": "Rerank inside the reward's pipeline runs."})
     output_dir: str = "runs/grpo"
     lora_r: int = 4

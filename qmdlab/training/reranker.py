@@ -82,7 +82,7 @@ class RerankerRunConfig(SuiteRunConfig):
     base: str = field(
         default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, an HF encoder dir or hf:org/name."}
     )
-    preset: str = field(default="offline", metadata={"help": "Model preset whose embedder records the traces."})
+    preset: str = field(default="offline-mini", metadata={"help": "Model preset whose embedder records the traces."})
     pipeline_config: str | None = field(default=None, metadata={"help": "Pipeline config YAML (default built-in)."})
     expand: bool = field(default=False, metadata={"help": "Record traces with query expansion (LLM calls)."})
     folds: int = field(default=5, metadata={"help": "K of the K-fold held-out evaluation (0: none)."})

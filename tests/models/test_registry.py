@@ -10,7 +10,16 @@ from qmdlab.models.fakes import KeywordEmbedder
 from qmdlab.models.llama_embed import LlamaEmbedder
 from qmdlab.models.llama_expand import DETERMINISTIC, LlamaExpander
 from qmdlab.models.llama_rerank import LlamaReranker
-from qmdlab.models.registry import MINILM, PRESETS, QMD_EMBED, QMD_EXPAND, QMD_RERANK, QWEN_CODER, resolve_path
+from qmdlab.models.registry import (
+    EMBEDDINGGEMMA_Q8,
+    MINILM,
+    PRESETS,
+    QMD_EMBED,
+    QMD_EXPAND,
+    QMD_RERANK,
+    QWEN_CODER,
+    resolve_path,
+)
 
 CLEAN = {}  # an empty environment
 
@@ -18,7 +27,9 @@ CLEAN = {}  # an empty environment
 def test_presets_exact():
     assert PRESETS["qmd"] == {"embed": QMD_EMBED, "expand": QMD_EXPAND, "rerank": QMD_RERANK}
     assert QMD_EMBED == "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
-    assert PRESETS["offline"] == {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER}
+    # the default embeds with qmd's own embedder and file; MiniLM is one flag away
+    assert PRESETS["offline"] == {"embed": EMBEDDINGGEMMA_Q8, "expand": QWEN_CODER, "rerank": QWEN_CODER}
+    assert PRESETS["offline-mini"] == {"embed": MINILM, "expand": QWEN_CODER, "rerank": QWEN_CODER}
     assert resolve_refs(None, None, config={}, environ=CLEAN)[0] == "offline"
 
 
@@ -62,19 +73,19 @@ def test_load_models_is_lazy_and_typed(monkeypatch, tmp_path):
 
 
 def test_embedding_fingerprint_tracks_template_and_chunking():
-    a = load_models("offline", expand="none", rerank="none").embedder
-    b = load_models("offline", expand="none", rerank="none", chunking={"chunk_size_chars": 900}).embedder
-    c = load_models("offline", embed=QMD_EMBED, expand="none", rerank="none").embedder
+    a = load_models("offline-mini", expand="none", rerank="none").embedder
+    b = load_models("offline-mini", expand="none", rerank="none", chunking={"chunk_size_chars": 900}).embedder
+    c = load_models("offline-mini", embed=QMD_EMBED, expand="none", rerank="none").embedder
     assert len({a.fingerprint, b.fingerprint, c.fingerprint}) == 3
     assert a.fingerprint.startswith("pkg:all-minilm-l6-v2#")
-    assert a.fingerprint == load_models("offline", rerank="none").embedder.fingerprint
+    assert a.fingerprint == load_models("offline-mini", rerank="none").embedder.fingerprint
 
 
 def test_embedding_fingerprint_tracks_truncation_length():
     a = LlamaEmbedder(lambda: None, "m.gguf", n_ctx=256, chunking={})
     b = LlamaEmbedder(lambda: None, "m.gguf", n_ctx=512, chunking={})
     assert a.fingerprint != b.fingerprint
-    assert load_models("offline", expand="none", rerank="none").embedder.llama.params["n_ctx"] == 256
+    assert load_models("offline-mini", expand="none", rerank="none").embedder.llama.params["n_ctx"] == 256
 
 
 def test_generic_expanders_are_bounded_qmd_one_is_not():
