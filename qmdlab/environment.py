@@ -26,6 +26,8 @@ ENVIRONMENT: dict[str, str] = {
     "(default 60, at most 86400); connection errors, 5xx and 429 answers are retried twice with backoff.",
     "QMDLAB_GPU": "GPU offload of local GGUF models: `auto` (default: every layer when the llama.cpp build can "
     "offload), `off`, `all` or a number of layers; unset, qmd's `QMD_FORCE_CPU=1` means `off`.",
+    "QMDLAB_EMBED_WORKERS": "llama.cpp contexts an embedder runs side by side on one call's texts (default 2 where "
+    "there are two threads or more, each on half of them; 1 = one context on every thread).",
     "QMDLAB_THREADS": "Threads for llama.cpp calls (default: the CPU count, at most 4).",
     "QMDLAB_CONVERTER": "Path of llama.cpp's `convert_hf_to_gguf.py` used to convert packaged models.",
     "QMDLAB_DEBUG": "Any value: print the full traceback of an error instead of its one-line message.",
