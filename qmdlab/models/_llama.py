@@ -37,6 +37,7 @@ def import_llama_cpp():
     return llama_cpp
 
 
+_LOAD_LOCK = threading.Lock()
 _backends_loaded: list[str] = []
 _backends_lock = threading.Lock()
 
@@ -265,6 +266,13 @@ class LazyLlama:
         self._on_load.append(fn)
 
     def _load(self) -> None:
+        # llama-cpp-python points the process's stdout and stderr at /dev/null while it loads and
+        # puts them back after: two loads at once (two contexts of one embedder) could put back
+        # /dev/null for good, so loads take turns
+        with _LOAD_LOCK:
+            self._load_now()
+
+    def _load_now(self) -> None:
         llama_cpp = import_llama_cpp()
         path = Path(self.resolve())
         params = dict(self.params)

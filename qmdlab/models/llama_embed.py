@@ -153,6 +153,8 @@ class LlamaEmbedder:
         from concurrent.futures import ThreadPoolExecutor
 
         out: list = [None] * len(texts)
+        for llama in self.llamas:  # loaded here, one after the other (LazyLlama.ensure_loaded says why)
+            llama.ensure_loaded()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="qmdlab-embed") as pool:
             for i in range(0, len(texts), self.batch_size):
                 cancel.check()  # a budgeted call that ran out stops between batches

@@ -34,3 +34,31 @@ def test_two_contexts_equal_one(require):
     assert np.allclose(two.embed_query("heron"), one.embed_query("heron"), atol=1e-6)
     two.release()
     one.release()
+
+
+def test_loading_two_contexts_leaves_stdout_alone(tmp_path, require):
+    """llama-cpp-python points stdout/stderr at /dev/null while it loads a model: two contexts loading
+    at once once left the process's stdout there for good (``qmdlab embed`` printed nothing)."""
+    import os
+    import subprocess
+    import sys
+
+    from qmdlab.models import packaged
+
+    require(packaged.is_ready("all-minilm-l6-v2"), "MiniLM is not pulled: `qmdlab pull --preset offline-mini`")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for i in range(6):
+        (notes / f"n{i}.md").write_text(f"# Note {i}\n\nText about topic {i}.\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QMDLAB_")}
+    env.update(QMDLAB_HOME=str(tmp_path / "home"), QMDLAB_EMBED_WORKERS="2", QMDLAB_THREADS="2")
+    cli = [sys.executable, "-m", "qmdlab.cli"]
+    subprocess.run([*cli, "collection", "add", str(notes), "--name", "n"], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [*cli, "embed", "--preset", "offline-mini", "--batch-size", "2", "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("embedded 6 chunks"), (done.stdout, done.stderr[-500:])
