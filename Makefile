@@ -47,7 +47,7 @@ QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_BACKEND)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: rebuild-llama llama-wheel llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel install-llama llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -89,6 +89,12 @@ llama-wheel:
 	  printf '%s\n' '$(LLAMA_CPU_VARIANTS)' > "$$tmp/CPU_VARIANTS.txt" && \
 	  rm -rf "$$tmp/src" "$(LLAMA_WHEELHOUSE)" && mv "$$tmp" "$(LLAMA_WHEELHOUSE)"; \
 	fi
+
+# Builds the wheel (once per flags) and installs it into $(VENV): the llama.cpp step of a manual install.
+install-llama: llama-wheel
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --force-reinstall --no-deps "$$(ls "$(LLAMA_WHEELHOUSE)"/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl)"
+	$(PIP) install -q "llama-cpp-python==$(LLAMA_CPP_VERSION)"
 
 # Rebuilds the wheel for the current flags and, when the venv exists, installs it and smoke-checks it.
 # Other flags for this machine: make rebuild-llama LLAMA_CMAKE_ARGS="..."  (qmdlab doctor prints them).
