@@ -106,7 +106,9 @@ def environment() -> dict:
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
     try:
-        import llama_cpp
+        from qmdlab.models._llama import import_llama_cpp
+
+        llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
         env["llama_cpp"] = llama_cpp.__version__
     except ImportError:

@@ -32,7 +32,9 @@ def bench_embed(w: Work, sz: dict, models_ok: tuple) -> None:
     if not ok:
         skip("embed", "embedding throughput vs raw llama-cpp-python", reason)
         return
-    import llama_cpp
+    from qmdlab.models._llama import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
     from qmdlab.models.registry import MINILM, build_model
 
@@ -122,7 +124,9 @@ def bench_rerank(w: Work, sz: dict, models_ok: tuple) -> None:
     if not ok:
         skip("rerank", "rerank s/pair vs raw llama.cpp eval", reason)
         return
-    import llama_cpp
+    from qmdlab.models._llama import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
     from qmdlab.models.cached import CachedReranker
     from qmdlab.models.registry import QWEN_CODER, build_model
@@ -208,7 +212,9 @@ def bench_expand(w: Work, sz: dict, models_ok: tuple) -> None:
     if not ok:
         skip("expand", "expansion vs raw llama-cpp-python generation", reason)
         return
-    import llama_cpp
+    from qmdlab.models._llama import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
     from qmdlab.models.registry import QWEN_CODER, build_model
 

@@ -23,9 +23,9 @@ QUERIES = [
 
 
 def gen_speed(gguf: Path, threads: int) -> dict:
-    from llama_cpp import Llama
+    from qmdlab.models._llama import import_llama_cpp
 
-    llm = Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, verbose=False)
+    llm = import_llama_cpp().Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, verbose=False)
     msgs = lambda q: [{"role": "user", "content": f"Expand this search query: {q}"}]  # noqa: E731
     llm.create_chat_completion(messages=msgs("warm up"), max_tokens=8, temperature=0.0)
     secs, toks = [], []

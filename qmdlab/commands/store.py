@@ -493,11 +493,6 @@ def register(group: click.Group) -> None:
             if current is not None:
                 mark = "  (the current embedder)" if fp == current[0] else "  (another embedder: not searched)"
             click.echo(f"vectors {fp}: {v['count']} x {v['dim']}-d{mark}")
-        if current is not None and st["vectors"] and current[0] not in st["vectors"]:
-            click.echo(
-                f"  the current embedder ({current[1]}) has no vectors here: `qmdlab embed` embeds every chunk "
-                "with it (resumable); the vectors above stay until `qmdlab cleanup`"
-            )
             if v.get("mismatched") or v.get("unverified"):
                 click.echo(
                     f"  {v.get('mismatched', 0)} vector(s) do not match their chunk's text, "
@@ -509,6 +504,11 @@ def register(group: click.Group) -> None:
                     f"  {v['invalid']} vector(s) hold NaN or infinite values (left out of vector search); "
                     "`qmdlab embed -f` re-computes them"
                 )
+        if current is not None and st["vectors"] and current[0] not in st["vectors"]:
+            click.echo(
+                f"  the current embedder ({current[1]}) has no vectors here: `qmdlab embed` embeds every chunk "
+                "with it (resumable); the vectors above stay until `qmdlab cleanup`"
+            )
         if not st["vectors"]:
             click.echo("vectors: none (run `qmdlab embed`)")
         if st["pending_embeddings"]:

@@ -72,7 +72,9 @@ class RankScorer:
     """llama-cpp-python rank pooling over token ids (``n_seq`` pairs per decode)."""
 
     def __init__(self, gguf: Path, vocab_size: int, n_threads: int = 1, n_seq: int = 1, n_tokens: int = 512):
-        import llama_cpp
+        from qmdlab.models._llama import import_llama_cpp
+
+        llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
         self._llama_cpp = llama_cpp
         self.vocab_size, self.n_seq = vocab_size, n_seq

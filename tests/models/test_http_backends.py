@@ -385,7 +385,9 @@ def test_gpu_setting_reaches_llama_cpp(monkeypatch, tmp_path):
 
 def test_doctor_reports_the_backend_of_this_build(require, monkeypatch):
     require(importlib.util.find_spec("llama_cpp") is not None, "llama-cpp-python is not installed")
-    import llama_cpp
+    from qmdlab.models._llama import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
     from qmdlab.doctor import backend_line, child_library
 

@@ -156,7 +156,9 @@ def smollm2(require):
 def direct(smollm2):
     """A second llama.cpp instance that keeps the logits of every position (one plain eval of the
     whole prompt, no KV reuse, no selective outputs): the reference computation."""
-    import llama_cpp
+    from qmdlab.models._llama import import_llama_cpp
+
+    llama_cpp = import_llama_cpp()  # loads llama.cpp's CPU backend (run-time dispatch)
 
     llm = llama_cpp.Llama(model_path=str(smollm2), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
     yield llm

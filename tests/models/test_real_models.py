@@ -1,4 +1,4 @@
-"""Real llama.cpp models of the offline preset (MiniLM GGUF embedder, Qwen2.5-Coder-0.5B expander
+"""Real llama.cpp models of the offline-mini preset (MiniLM GGUF embedder, Qwen2.5-Coder-0.5B expander
 and reranker). Slow: each model loads once per module; all calls use 2 threads."""
 
 import importlib.util
@@ -24,7 +24,7 @@ def _prerequisites(require):
         "llama-cpp-python is not installed (`pip install 'qmdlab[llama]'`)",
     )
     for ref in (MINILM, QWEN_CODER):
-        require(packaged.is_ready(ref[4:]), f"{ref} is not assembled; run `qmdlab pull --preset offline`")
+        require(packaged.is_ready(ref[4:]), f"{ref} is not assembled; run `qmdlab pull --preset offline-mini`")
 
 
 # One thread: on a shared, oversubscribed CPU two OpenMP threads spin-wait and run several times slower.
@@ -34,7 +34,7 @@ GREEDY_SHORT = SamplingConfig(temperature=0.0, max_tokens=40)
 
 @pytest.fixture(scope="module")
 def models():
-    m = load_models("offline", n_threads=THREADS, idle_timeout=None, sampling=GREEDY_SHORT)
+    m = load_models("offline-mini", n_threads=THREADS, idle_timeout=None, sampling=GREEDY_SHORT)
     yield m
     m.close()
 

@@ -227,7 +227,9 @@ def test_no_heldout_query_reaches_training(tmp_path, qmdlab_home, tiny_bert, mon
 
     real_splits = tr.splits
     monkeypatch.setattr(tr, "splits", leaky)
-    with pytest.raises(AssertionError, match="held-out query reached training"):
+    from qmdlab.training.leakage import LeakError
+
+    with pytest.raises(LeakError, match="is the held-out query"):
         tr.run_reranker(
             small_cfg(suite, tmp_path / "leak", tiny_bert, final=False, folds=4, weak=False), log=lambda m: None
         )
