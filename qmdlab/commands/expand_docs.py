@@ -89,13 +89,13 @@ def register(group: click.Group) -> None:
 
         from qmdlab.commands.common import open_index
         from qmdlab.models.doc_query_gen import load_generator
-        from qmdlab.pipeline.doc_expand import clear_expansions, expand_documents
+        from qmdlab.pipeline.doc_expand import clear_doc_expansions, expand_documents
 
         idx = open_index(ctx)
         if clear:
             if generator_ref:
                 raise click.UsageError("--clear empties the column; drop --generator (or --clear)")
-            n = clear_expansions(idx)
+            n = clear_doc_expansions(idx)
             click.echo(f"doc expansions cleared: {n} documents rewritten")
             return
         if not generator_ref:

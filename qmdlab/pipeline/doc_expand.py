@@ -14,7 +14,7 @@ their source again, and write them into the documents' BM25 ``expansions`` colum
    top ``top_k``. The best such rank is stored with the verdict. ``filter=False`` keeps every
    usable query. Only samples not judged yet are searched (``refilter`` judges all again).
 3. **Write** — the generator becomes the index's active one, and every document's expansions
-   column is set to its chunks' kept queries (:func:`qmdlab.store.doc_expansions.write_expansions`).
+   column is set to its chunks' kept queries (:func:`qmdlab.store.doc_expansions.write_doc_expansions`).
 
 Generated text goes to the BM25 column only, never to the embedder: vectors are unchanged.
 Searches weigh the column with ``bm25_weight_doc_queries`` (default 0: not used).
@@ -166,11 +166,11 @@ def expand_documents(
     if store.active_generator(idx) != fp:
         documents = store.set_active_generator(idx, fp)
     else:
-        documents = store.write_expansions(idx)
+        documents = store.write_doc_expansions(idx)
     return ExpandReport(fp, len(todo), generated, usable, kept, dropped, documents, time.perf_counter() - t0)
 
 
-def clear_expansions(idx) -> int:
+def clear_doc_expansions(idx) -> int:
     """No active generator: every document's doc-queries column emptied (the stored samples stay,
     so a later ``expand-docs`` with the same generator only writes them back). Returns how many
     documents changed."""
@@ -178,4 +178,11 @@ def clear_expansions(idx) -> int:
     return store.set_active_generator(idx, None)
 
 
-__all__ = ["ExpandReport", "expand_documents", "clear_expansions", "round_trip", "DEFAULT_PER_CHUNK", "DEFAULT_TOP_K"]
+__all__ = [
+    "ExpandReport",
+    "expand_documents",
+    "clear_doc_expansions",
+    "round_trip",
+    "DEFAULT_PER_CHUNK",
+    "DEFAULT_TOP_K",
+]

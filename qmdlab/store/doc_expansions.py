@@ -6,7 +6,7 @@ keyed by content hash, chunk ``seq``, generator fingerprint and sample number ``
 round-trip filter's verdict (``kept``) and the source's BM25 rank. One generator is *active* per
 index (``meta.doc2query_generator``): the ``expansions`` column of a document is the kept queries
 of its chunks for that generator (:func:`qmdlab.store.schema.expansion_text`), written by
-:func:`write_expansions` and kept by the triggers when a document is added, moved or changed.
+:func:`write_doc_expansions` and kept by the triggers when a document is added, moved or changed.
 
 Generation and filtering live in :mod:`qmdlab.pipeline.doc_expand`; this module only reads and
 writes rows. Every write runs in one :meth:`~qmdlab.store.Index.transaction`, so the first write
@@ -157,17 +157,17 @@ def active_generator(idx: Index) -> str | None:
 
 def set_active_generator(idx: Index, generator: str | None) -> int:
     """Make ``generator`` the active one (``None``: none) and rewrite the doc-queries column;
-    returns how many documents' column changed (:func:`write_expansions`)."""
+    returns how many documents' column changed (:func:`write_doc_expansions`)."""
     with idx.transaction("doc-queries") as c:
         c.execute(schema.DOC_QUERIES)
         if generator is None:
             c.execute("DELETE FROM meta WHERE key = ?", (schema.ACTIVE_GENERATOR,))
         else:
             c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (schema.ACTIVE_GENERATOR, generator))
-    return write_expansions(idx)
+    return write_doc_expansions(idx)
 
 
-def write_expansions(idx: Index) -> int:
+def write_doc_expansions(idx: Index) -> int:
     """Bring every active document's ``expansions`` column to the kept queries of the active
     generator (:func:`qmdlab.store.schema.expansion_text`); only rows that differ are written.
     Returns how many were."""
@@ -267,7 +267,7 @@ __all__ = [
     "kept_queries",
     "active_generator",
     "set_active_generator",
-    "write_expansions",
+    "write_doc_expansions",
     "status",
     "has_doc_expansions",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qmdlab.models.doc_query_gen import TableDocQueryGenerator
-from qmdlab.pipeline.doc_expand import clear_expansions, expand_documents, round_trip
+from qmdlab.pipeline.doc_expand import clear_doc_expansions, expand_documents, round_trip
 from qmdlab.search import bm25_search
 from qmdlab.store import Index
 from qmdlab.store import doc_expansions as dx
@@ -133,7 +133,7 @@ def test_clear_and_switch_generator(notes_index):
     expand_documents(notes_index, b, per_chunk=1)  # b becomes the active generator
     assert dx.active_generator(notes_index) == b.fingerprint
     assert len(bm25_search(notes_index, "facts", weights=(1.5, 4.0, 1.0, 1.0))) == 4
-    assert clear_expansions(notes_index) == 4
+    assert clear_doc_expansions(notes_index) == 4
     assert notes_index.status()["doc_expansions"] is None
     assert bm25_search(notes_index, "facts", weights=(1.5, 4.0, 1.0, 1.0)) == []
     assert dx.active_generator(notes_index) is None
