@@ -19,7 +19,7 @@ usage error (exit status 1, as qmd's).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import click
 
@@ -113,30 +113,47 @@ def _skip_options(tokens: list[str], start: int, options: dict[str, bool]) -> in
     return i
 
 
-def _lenient(tokens: list[str], options: dict[str, bool], where: str, notes: list[str]) -> list[str]:
-    """``tokens`` without the options that ``options`` does not have (nor the values qmd gives them)."""
+def _take_out(tokens: list[str], pick: Callable[[int], tuple[int, bool]]) -> tuple[list[str], list[str]]:
+    """``tokens`` split into ``(kept, taken)``, each in order. At each index ``pick`` says how many
+    tokens stand together there (an option and its value) and whether they are taken out; ``--``
+    and everything after it are kept as they are."""
     kept: list[str] = []
+    taken: list[str] = []
     i = 0
     while i < len(tokens):
-        token = tokens[i]
-        if token == "--":
+        if tokens[i] == "--":
             kept.extend(tokens[i:])
             break
+        width, take = pick(i)
+        (taken if take else kept).extend(tokens[i : i + width])
+        i += width
+    return kept, taken
+
+
+def _lenient(tokens: list[str], options: dict[str, bool], where: str, notes: list[str]) -> list[str]:
+    """``tokens`` without the options that ``options`` does not have (nor the values qmd gives them)."""
+
+    def unknown_option(i: int) -> tuple[int, bool]:
+        token = tokens[i]
         if not _is_option(token):
-            kept.append(token)
-            i += 1
-            continue
+            return 1, False
         known, value_next = _known(token, options)
         if known:
-            kept.extend(tokens[i : i + (2 if value_next else 1)])
-            i += 2 if value_next else 1
-            continue
+            return (2 if value_next else 1), False
         name = token.partition("=")[0]
         takes_value = name in QMD_VALUE_OPTIONS and "=" not in token and i + 1 < len(tokens)
         dropped = tokens[i : i + (2 if takes_value else 1)]
         notes.append(f"note: ignoring {' '.join(dropped)}: `{where}` has no {name} option (see `{where} --help`)")
-        i += len(dropped)
-    return kept
+        return len(dropped), True
+
+    return _take_out(tokens, unknown_option)[0]
+
+
+def _index_option(tokens: list[str], i: int) -> tuple[int, bool]:
+    """``--index NAME`` or ``--index=NAME`` at ``i``: ``(its tokens, True)``; anything else ``(1, False)``."""
+    if tokens[i] == "--index" and i + 1 < len(tokens):
+        return 2, True
+    return 1, tokens[i].startswith("--index=")
 
 
 def qmd_argv(root: click.Group, ctx: click.Context, args: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -156,24 +173,7 @@ def qmd_argv(root: click.Group, ctx: click.Context, args: Iterable[str]) -> tupl
     # --index after the verb belongs to the root (qmd's global option)
     if "--index" in root_options and not _tree_has(command, ctx, "--index"):
         head, tail = tokens[: at + 1], tokens[at + 1 :]
-        moved: list[str] = []
-        rest: list[str] = []
-        i = 0
-        while i < len(tail):
-            t = tail[i]
-            if t == "--":
-                rest.extend(tail[i:])
-                break
-            if t == "--index" and i + 1 < len(tail):
-                moved.extend(tail[i : i + 2])
-                i += 2
-                continue
-            if t.startswith("--index="):
-                moved.append(t)
-                i += 1
-                continue
-            rest.append(t)
-            i += 1
+        rest, moved = _take_out(tail, lambda i: _index_option(tail, i))
         tokens = moved + head + rest
         at += len(moved)
     path = [tokens[at]]

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from qmdlab.cli import cli
+from qmdlab.qmd_argv import _index_option, _take_out
 
 
 @pytest.fixture
@@ -100,3 +101,12 @@ def test_a_docid_without_hash_resolves(kb):
     res = invoke("--index", kb, "multi-get", bare, "--json")
     assert json.loads(res.stdout)[0]["file"] == "qmd://kb/git.md"
     assert invoke("--index", kb, "get", "abcdef0").exit_code == 1  # six hex digits that name nothing
+
+
+def test_take_out_splits_up_to_the_double_dash():
+    tokens = ["search", "--index", "a", "-n", "5", "--index=b", "--", "--index", "c"]
+    kept, taken = _take_out(tokens, lambda i: _index_option(tokens, i))
+    assert kept == ["search", "-n", "5", "--", "--index", "c"]
+    assert taken == ["--index", "a", "--index=b"]
+    last = ["rebase", "--index"]  # no value after it: not an --index option to move
+    assert _take_out(last, lambda i: _index_option(last, i)) == (last, [])
