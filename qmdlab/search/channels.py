@@ -33,10 +33,10 @@ with the corpus — hence off by default.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from qmdlab.search.filters import SearchFilters
+from qmdlab.search.filters import SearchFilters, document_scope
 from qmdlab.search.hit import Hit, normalize_bm25
 from qmdlab.search.lexical import BM25_WEIGHTS, _raise_fts_error, _split_query, _weights_sql, column_filter, scoped
 from qmdlab.terms import CJK_RUN, query_pieces, terms
@@ -108,16 +108,15 @@ def phrase_search(
         return []
     w = _weights_sql(tuple(weights))
     expr = scoped(expr, column_filter(idx, weights))
-    where, params = idx._coll_clause(collections, scoped=True)
-    fsql, fparams = (filters or SearchFilters()).sql("d")
+    where, params = document_scope(idx, collections, filters, scoped=True)
     sql = (
         f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
         "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-        f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql} ORDER BY s, docno LIMIT ?"
+        f"WHERE documents_fts MATCH ? AND d.active = 1{where} ORDER BY s, docno LIMIT ?"
     )
     try:
         with idx._lock:
-            rows = idx.conn.execute(sql, [expr, *params, *fparams, int(limit)]).fetchall()
+            rows = idx.conn.execute(sql, [expr, *params, int(limit)]).fetchall()
     except sqlite3.OperationalError as err:  # FTS5 syntax is a builder bug; a damaged file is the database's
         _raise_fts_error(expr, err)
     return [Hit(docno, None, rank, float(s), normalize_bm25(float(s))) for rank, (docno, s) in enumerate(rows, 1)]
@@ -139,16 +138,15 @@ def substring_search(
     units = [u.lower() for u in dict.fromkeys(units) if u]
     if not units or limit <= 0:
         return []
-    where, params = idx._coll_clause(collections, scoped=True)
-    fsql, fparams = (filters or SearchFilters()).sql("d")
+    where, params = document_scope(idx, collections, filters, scoped=True)
     count = " + ".join("(instr(lower(c.body), ?) > 0)" for _ in units)
     sql = (
         f"SELECT docno, m FROM (SELECT d.collection || '/' || d.path AS docno, ({count}) AS m "
-        f"FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1{where}{fsql}) "
+        f"FROM documents d JOIN content c ON c.hash = d.hash WHERE d.active = 1{where}) "
         "WHERE m > 0 ORDER BY m DESC, docno LIMIT ?"
     )
     with idx._lock:
-        rows = idx.conn.execute(sql, [*units, *params, *fparams, int(limit)]).fetchall()
+        rows = idx.conn.execute(sql, [*units, *params, int(limit)]).fetchall()
     n = len(units)
     return [Hit(docno, None, rank, float(m), float(m) / n) for rank, (docno, m) in enumerate(rows, 1)]
 
@@ -193,14 +191,13 @@ def heading_search(
     units = terms(text)
     if not units or limit <= 0:
         return []
-    where, params = idx._coll_clause(collections, scoped=True)
-    fsql, fparams = (filters or SearchFilters()).sql("d")
+    where, params = document_scope(idx, collections, filters, scoped=True)
     sql = (
         f"SELECT d.collection || '/' || d.path AS docno, c.body FROM documents d JOIN content c ON c.hash = d.hash "
-        f"WHERE d.active = 1{where}{fsql} AND instr(c.body, '#') > 0"
+        f"WHERE d.active = 1{where} AND instr(c.body, '#') > 0"
     )
     with idx._lock:
-        rows = idx.conn.execute(sql, [*params, *fparams]).fetchall()
+        rows = idx.conn.execute(sql, params).fetchall()
     scored = []
     for docno, body in rows:
         m = len(heading_terms(body).intersection(units))
@@ -211,26 +208,26 @@ def heading_search(
     return [Hit(docno, None, rank, float(-m), float(-m) / n) for rank, (m, docno) in enumerate(scored[:limit], 1)]
 
 
+#: The search of each channel in :data:`CHANNELS`.
+CHANNEL_SEARCHES: dict[str, Callable[..., list[Hit]]] = {
+    "phrase": phrase_search,
+    "like": like_search,
+    "trigram": trigram_search,
+    "heading": heading_search,
+}
+
+
 def channel_search(
-    idx: Index,
-    channel: str,
-    text: str,
-    *,
-    limit: int = 20,
-    collections: Iterable[str] | None = None,
-    filters: SearchFilters | None = None,
-    weights: Sequence[float] = BM25_WEIGHTS,
+    idx: Index, channel: str, text: str, *, weights: Sequence[float] = BM25_WEIGHTS, **scope: Any
 ) -> list[Hit]:
-    """Run one channel by name (:data:`CHANNELS`)."""
-    if channel == "phrase":
-        return phrase_search(idx, text, limit=limit, collections=collections, filters=filters, weights=weights)
-    if channel == "like":
-        return like_search(idx, text, limit=limit, collections=collections, filters=filters)
-    if channel == "trigram":
-        return trigram_search(idx, text, limit=limit, collections=collections, filters=filters)
-    if channel == "heading":
-        return heading_search(idx, text, limit=limit, collections=collections, filters=filters)
-    raise ValueError(f"unknown keyword channel {channel!r}; expected one of {', '.join(CHANNELS)}")
+    """Run one channel by name (:data:`CHANNELS`). ``scope`` is what every channel takes (``limit``,
+    ``collections``, ``filters``); the BM25 column ``weights`` only ``phrase`` ranks by."""
+    search = CHANNEL_SEARCHES.get(channel)
+    if search is None:
+        raise ValueError(f"unknown keyword channel {channel!r}; expected one of {', '.join(CHANNELS)}")
+    if search is phrase_search:
+        scope["weights"] = weights
+    return search(idx, text, **scope)
 
 
 __all__ = [
@@ -245,5 +242,6 @@ __all__ = [
     "trigram_search",
     "heading_terms",
     "heading_search",
+    "CHANNEL_SEARCHES",
     "channel_search",
 ]

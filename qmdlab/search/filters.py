@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qmdlab.errors import QmdlabError
+
+if TYPE_CHECKING:
+    from qmdlab.store import Index
 
 #: Distinct tags one search may require (each is one clause of the SQL).
 MAX_TAGS = 64
@@ -76,3 +81,14 @@ class SearchFilters:
             parts.append(f"{alias}.date < ?")
             params.append(before)
         return "".join(" AND " + p for p in parts), params
+
+
+def document_scope(
+    idx: Index, collections: Iterable[str] | None, filters: SearchFilters | None, *, scoped: bool = False
+) -> tuple[str, list[str]]:
+    """The ``" AND …"`` clause over ``documents d`` that keeps the documents of ``collections``
+    passing ``filters``, and its parameters: the collection clause (``scoped``: ``None`` means the
+    collections an unscoped search covers) then the filters' (:meth:`SearchFilters.sql`)."""
+    where, params = idx._coll_clause(collections, scoped=scoped)
+    fsql, fparams = (filters or SearchFilters()).sql("d")
+    return where + fsql, [*params, *fparams]

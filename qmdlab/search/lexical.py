@@ -57,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from qmdlab.errors import QmdlabError
-from qmdlab.search.filters import SearchFilters
+from qmdlab.search.filters import SearchFilters, document_scope
 from qmdlab.search.hit import Hit, normalize_bm25
 from qmdlab.terms import BM25_STOPWORDS, CJK_RUN, bigrams, query_pieces
 
@@ -407,8 +407,7 @@ def bm25_search(
         if rows is None:
             rows = _top_rows_first(idx, query, w, int(limit))
     if rows is None:
-        where, params = idx._coll_clause(collections)
-        fsql, fparams = (filters or SearchFilters()).sql("d")
+        where, params = document_scope(idx, collections, filters)
         msm_sql, msm_params = "", []
         if need > 1:
             counted = " + ".join(
@@ -419,11 +418,11 @@ def bm25_search(
         sql = (
             f"SELECT d.collection || '/' || d.path AS docno, bm25(documents_fts, {w}) AS s "
             "FROM documents_fts JOIN documents d ON d.id = documents_fts.rowid "
-            f"WHERE documents_fts MATCH ? AND d.active = 1{where}{fsql}{msm_sql} ORDER BY s, docno LIMIT ?"
+            f"WHERE documents_fts MATCH ? AND d.active = 1{where}{msm_sql} ORDER BY s, docno LIMIT ?"
         )
         try:
             with idx._lock:
-                rows = idx.conn.execute(sql, [query, *params, *fparams, *msm_params, int(limit)]).fetchall()
+                rows = idx.conn.execute(sql, [query, *params, *msm_params, int(limit)]).fetchall()
         except sqlite3.OperationalError as err:
             _raise_fts_error(query, err)
     norm = normalize_bm25

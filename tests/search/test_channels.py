@@ -80,6 +80,20 @@ def test_trigram_channel_tells_a_word_from_its_bigrams(idx):
         ch.channel_search(idx, "fuzzy", "x")
 
 
+def test_channel_search_runs_each_channel_by_name(idx):
+    assert tuple(ch.CHANNEL_SEARCHES) == ch.CHANNELS
+    tagged = SearchFilters(tags=("db",))
+    for name, search in ch.CHANNEL_SEARCHES.items():
+        for filters in (None, tagged):
+            assert ch.channel_search(idx, name, "pgbouncer pooling 東京大学", limit=3, filters=filters) == search(
+                idx, "pgbouncer pooling 東京大学", limit=3, filters=filters
+            )
+    weights = (1.0, 1.0, 1.0)
+    assert ch.channel_search(idx, "phrase", "connection pooling", weights=weights) == ch.phrase_search(
+        idx, "connection pooling", weights=weights
+    )
+
+
 def test_channels_in_the_pipeline_are_off_by_default_and_weighted_when_on(idx):
     lab = Lab(idx, ModelSet(None, None, None), PipelineConfig(rerank=False, expand=False))
     t = lab.query("bouncer restarts")
