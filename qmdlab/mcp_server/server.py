@@ -52,6 +52,13 @@ ResultLimit = Annotated[
 ]
 OneCollection = Annotated[str | None, Field(description="Restrict to one collection (qmd's parameter).")]
 SomeCollections = Annotated[list[str] | None, Field(description="Restrict to these collections.")]
+LineNumbers = Annotated[bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")]
+
+
+def _text_cap(text: str) -> str:
+    """The description of ``get``'s and ``multi_get``'s ``maxChars``, a cap on ``text``."""
+    return f"Cap on {text} (0 = no cap); a capped text ends with how much was left out and where to read on."
+
 
 TOOL_NAMES = (
     "search",
@@ -419,17 +426,8 @@ def build_server(backend: McpBackend, *, deadline_s: float | None = None, gate: 
             StrictFloat | None,
             Field(allow_inf_nan=False, description="Lines to return at most (0 or less: none, as qmd)."),
         ] = None,
-        lineNumbers: Annotated[
-            bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
-        ] = True,
-        maxChars: Annotated[
-            int,
-            Field(
-                ge=0,
-                description="Cap on the returned text (0 = no cap); a capped text ends "
-                "with how much was left out and where to read on.",
-            ),
-        ] = 0,
+        lineNumbers: LineNumbers = True,
+        maxChars: Annotated[int, Field(ge=0, description=_text_cap("the returned text"))] = 0,
     ) -> CallToolResult:
         """Read one indexed document (or a line range, or one section). `maxChars` caps the text: past the cap it
         ends with a line saying how many characters were left out and the line to read on from."""
@@ -447,17 +445,8 @@ def build_server(backend: McpBackend, *, deadline_s: float | None = None, gate: 
             StrictFloat,
             Field(allow_inf_nan=False, description="Skip documents larger than this (bytes; 0 = the default, as qmd)."),
         ] = DEFAULT_MULTI_GET_MAX_BYTES,
-        lineNumbers: Annotated[
-            bool, Field(description="Prefix each line with its number ('N: line'; on by default, as qmd).")
-        ] = True,
-        maxChars: Annotated[
-            int,
-            Field(
-                ge=0,
-                description="Cap on each document's text (0 = no cap); a capped text "
-                "ends with how much was left out and where to read on.",
-            ),
-        ] = 0,
+        lineNumbers: LineNumbers = True,
+        maxChars: Annotated[int, Field(ge=0, description=_text_cap("each document's text"))] = 0,
     ) -> CallToolResult:
         """Read several indexed documents at once (size-capped; `maxChars` caps each document's text, saying how
         much was left out)."""
