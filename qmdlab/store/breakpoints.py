@@ -46,12 +46,8 @@ CHUNK_WINDOW_CHARS = CHUNK_WINDOW_TOKENS * CHARS_PER_TOKEN  # 800
 DECAY = 0.7
 
 BREAK_PATTERNS: tuple[tuple[re.Pattern[str], int, str], ...] = (
-    (re.compile(r"\n#(?!#)"), 100, "h1"),
-    (re.compile(r"\n##(?!#)"), 90, "h2"),
-    (re.compile(r"\n###(?!#)"), 80, "h3"),
-    (re.compile(r"\n####(?!#)"), 70, "h4"),
-    (re.compile(r"\n#####(?!#)"), 60, "h5"),
-    (re.compile(r"\n######(?!#)"), 50, "h6"),
+    # headings h1 to h6 (exactly n #), scored 100 down to 50 as the module docs say
+    *((re.compile(rf"\n{'#' * n}(?!#)"), 110 - 10 * n, f"h{n}") for n in range(1, 7)),
     (re.compile(r"\n```"), 80, "codeblock"),
     (re.compile(r"\n(?:---|\*\*\*|___)[ \t]*\n"), 60, "hr"),
     (re.compile(r"\n\n+"), 20, "blank"),
