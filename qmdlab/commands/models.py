@@ -267,7 +267,9 @@ def register(group: click.Group) -> None:
         if n == 0:
             click.echo(f"all chunks already embedded ({fp})")
             return
-        if force and fp in idx.vector_fingerprints():
+        from qmdlab.store.vectors import document_fingerprint
+
+        if force and document_fingerprint(fp) in idx.vector_fingerprints():
             # vectors of another dimension under the same fingerprint (a served model that changed
             # its dimension under the same name) are replaced, not refused
             idx.drop_other_dimensions(fp, emb.dim)

@@ -41,7 +41,11 @@ def _current_fingerprint() -> tuple[str, str] | None:
         emb = load_models(None, expand="none", rerank="none").embedder
     except Exception:  # status reports the index whatever the models' state
         return None
-    return None if emb is None else (emb.fingerprint, emb.model_id)
+    if emb is None:
+        return None
+    from qmdlab.store.vectors import document_fingerprint
+
+    return document_fingerprint(emb.fingerprint), emb.model_id  # a query adapter searches its base's vectors
 
 
 def embed_hint(n: int) -> str:

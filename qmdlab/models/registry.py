@@ -17,7 +17,10 @@ A **reference** is one of
 - ``openai:MODEL`` — the same, at ``$QMDLAB_OPENAI_BASE_URL`` / ``$OPENAI_BASE_URL`` (default
   OpenAI's API) with the key ``$OPENAI_API_KEY`` (:mod:`qmdlab.models._http`: keys, timeouts,
   retries);
-- ``none`` — the role is disabled (its pipeline stage is skipped and noted).
+- ``none`` — the role is disabled (its pipeline stage is skipped and noted);
+- ``REF+adapter:PATH`` — the embedder ``REF`` (any reference above) with a query-side adapter
+  (``qmdlab train adapter``'s output folder, or its ``adapter.npz``) mapping its query vectors;
+  document vectors stay ``REF``'s (embed role only; :mod:`qmdlab.models.adapter`).
 
 Which reference a role gets, highest priority first: an explicit argument (the CLI's
 ``--embed-model`` etc.), the environment (``QMDLAB_EMBED_MODEL``, ``QMDLAB_EXPAND_MODEL``,
@@ -38,6 +41,7 @@ from typing import Any, NamedTuple, Optional, Union
 from qmdlab.errors import ConfigError, ModelError
 from qmdlab.models import hf, packaged
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT
+from qmdlab.models.adapter import ADAPTER_MARK, split_adapter_ref
 from qmdlab.models.base import ROLES, ModelSet
 from qmdlab.served import SERVED_PREFIXES
 
@@ -322,6 +326,13 @@ def _qlm(role: str, ref: str, o: BuildOptions):
     )
 
 
+def _adapted_embed(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.adapter import adapted
+
+    base, path = split_adapter_ref(ref)
+    return adapted(build_model(role, base, **o._asdict()), path)
+
+
 def _cross_encoder(role: str, ref: str, o: BuildOptions):
     from qmdlab.models.cross_encoder import CrossEncoderReranker
 
@@ -451,6 +462,9 @@ class Scheme:
         (:func:`resolve_path`); ``None`` when the reference has no file (``no_file`` says why).
     one_file : bool
         Whether the reference names one model file on this machine (:func:`same_model_file`).
+    infix : str
+        What a reference of this kind holds after another reference (``BASE+adapter:PATH``); such
+        a row is tried before the prefixes of every row.
     """
 
     name: str
@@ -460,11 +474,22 @@ class Scheme:
     path: Optional[Callable[[str, bool, bool], Path]] = None
     no_file: str = ""
     one_file: bool = True
+    infix: str = ""
 
 
 GGUF_LOADERS: dict[str, Loader] = {"embed": _gguf_embed, "expand": _gguf_expand, "rerank": _gguf_rerank}
 
 SCHEMES: tuple[Scheme, ...] = (
+    # any embedder below with a query adapter: its file is the base reference's
+    Scheme(
+        "query adapter",
+        (),
+        {"embed": _adapted_embed},
+        lambda ref: ref_status(split_adapter_ref(ref)[0]),
+        lambda ref, refresh, progress: resolve_path(split_adapter_ref(ref)[0], refresh=refresh, progress=progress),
+        one_file=False,
+        infix=ADAPTER_MARK,
+    ),
     # query likelihood with any language model below: its file is the inner reference's
     Scheme(
         "query-likelihood",
@@ -518,8 +543,13 @@ def scheme_of(ref: str) -> Scheme:
 
     >>> [scheme_of(r).name for r in ("pkg:all-minilm-l6-v2", "qlm:pkg:x", "openai:m", "/m/x.gguf")]
     ['packaged', 'query-likelihood', 'served', 'local GGUF']
+    >>> scheme_of("pkg:embeddinggemma-300m-q8_0+adapter:runs/adapter").name
+    'query adapter'
     """
-    return next((s for s in SCHEMES if ref.startswith(s.prefixes)), LOCAL_FILE)
+    return next(
+        (s for s in SCHEMES if (s.infix and s.infix in ref) or ref.startswith(s.prefixes)),
+        LOCAL_FILE,
+    )
 
 
 def build_model(

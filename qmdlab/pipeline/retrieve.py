@@ -313,6 +313,9 @@ def retrieve_columns(
             )
         _append_hits(cols, qid, list_id, r, hits, weight)
         vec_ran = vec_ran or (r.source == "vec" and bool(hits))
+    adapter_note = getattr(embedder, "query_note", None) if vec_ran else None
+    if isinstance(adapter_note, str) and adapter_note:  # a query adapter (qmdlab.models.adapter) says so
+        notes.append(("retrieve", adapter_note))
     return RetrievedColumns(cols, notes)
 
 

@@ -162,7 +162,10 @@ def vector_search(
     q = q / norm
     allowed = allowed_docnos(idx, collections, filters)
     if ann is not None and allowed is None:
-        hits = _ann_search(idx, vm, q, fingerprint, limit, ann)
+        from qmdlab.store.vectors import document_fingerprint
+
+        # one graph per stored matrix: a query adapter's searches use its base's
+        hits = _ann_search(idx, vm, q, document_fingerprint(fingerprint), limit, ann)
         if hits is not None:
             return hits
     scores = vm.matrix @ q

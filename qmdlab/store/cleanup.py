@@ -137,7 +137,10 @@ def _delete(c, *, cache: bool, stale_vectors: bool, keep_fingerprint: str | None
     c.execute("DELETE FROM doc_queries WHERE hash NOT IN (SELECT hash FROM documents)")
     n_vec += c.execute("DELETE FROM vectors WHERE chunk_id NOT IN (SELECT id FROM chunks)").rowcount
     if stale_vectors:
-        n_vec += c.execute("DELETE FROM vectors WHERE fingerprint != ?", (keep_fingerprint,)).rowcount
+        from qmdlab.store.vectors import document_fingerprint
+
+        keep = document_fingerprint(keep_fingerprint or "")  # a query adapter's documents are its base's
+        n_vec += c.execute("DELETE FROM vectors WHERE fingerprint != ?", (keep,)).rowcount
     n_cache = c.execute("DELETE FROM llm_cache").rowcount if cache else 0
     return n_docs, n_content, n_chunks, n_vec, n_cache
 

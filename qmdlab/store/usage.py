@@ -26,6 +26,9 @@ class UsageMixin(IndexBase):
 
     def vector_capacity(self, fingerprint: str) -> limits.Check:
         """Bytes the float32 matrix of ``fingerprint`` takes (or would take) against the limit."""
+        from qmdlab.store.vectors import document_fingerprint
+
+        fingerprint = document_fingerprint(fingerprint)
         with self._lock:
             row = self.conn.execute(
                 "SELECT count(*), max(v.dim) FROM vectors v JOIN chunks k ON k.id = v.chunk_id "

@@ -16,6 +16,11 @@ A vector holding a NaN or an infinite value (or past float32's range) is never s
 holding it is refused whole (:func:`vector_problem`), whatever embedder computed it. One stored by
 an older version is left out of the search (a zero row: it matches nothing) and counted by
 :meth:`VectorsMixin.vector_values_check` (``status``).
+
+An embedder that changes query vectors only (a query adapter, :mod:`qmdlab.models.adapter`) has a
+fingerprint of its own — its base's plus a query-side part after :data:`QUERY_SIDE_MARK` — so
+caches and traces tell it apart; its document vectors are the base's, stored and read under
+:func:`document_fingerprint`, which every method here applies to the fingerprint it is given.
 """
 
 from __future__ import annotations
@@ -31,6 +36,19 @@ from qmdlab.errors import DimensionMismatchError, ModelError
 from qmdlab.store import limits, schema, testhooks
 from qmdlab.store.base import IndexBase
 from qmdlab.store.schema import CHUNK_KEY
+
+#: What starts the query-side part of an embedder fingerprint (:func:`document_fingerprint`).
+QUERY_SIDE_MARK = "+adapter:"
+
+
+def document_fingerprint(fingerprint: str) -> str:
+    """The fingerprint document vectors are stored under: ``fingerprint`` without its query-side
+    part (an embedder that maps query vectors only shares its base's document vectors).
+
+    >>> document_fingerprint("pkg:m#5fc8a74aed3e+adapter:0123abcd"), document_fingerprint("pkg:m#5fc8a74aed3e")
+    ('pkg:m#5fc8a74aed3e', 'pkg:m#5fc8a74aed3e')
+    """
+    return fingerprint.partition(QUERY_SIDE_MARK)[0]
 
 
 def vector_problem(matrix: Any, *, zero_ok: bool = True) -> str | None:
@@ -98,6 +116,7 @@ class VectorsMixin(IndexBase):
         (one row per chunk; a chunk shared by identical files is listed once)."""
         import polars as pl
 
+        fingerprint = document_fingerprint(fingerprint)
         where, params = self._coll_clause(collections)
         with self._lock:
             rows = self.conn.execute(
@@ -151,6 +170,7 @@ class VectorsMixin(IndexBase):
         """
         import numpy as np
 
+        fingerprint = document_fingerprint(fingerprint)
         ids = [int(i) for i in chunk_ids]
         problem = vector_problem(matrix)
         if problem is not None and len(ids):
@@ -187,6 +207,7 @@ class VectorsMixin(IndexBase):
         """Delete the vectors under ``fingerprint`` that are not ``dim``-d, in one transaction;
         returns how many. ``embed -f`` after a served model changed its dimension under the same
         name: those vectors cannot be searched with the model's query vectors any more."""
+        fingerprint = document_fingerprint(fingerprint)
         with self._lock:
             found = self.conn.execute(
                 "SELECT 1 FROM vectors WHERE fingerprint = ? AND dim != ? LIMIT 1", (fingerprint, int(dim))
@@ -201,6 +222,7 @@ class VectorsMixin(IndexBase):
         kept in memory until the next write. Empty (shape ``(0, 0)``) when there are none."""
         import numpy as np
 
+        fingerprint = document_fingerprint(fingerprint)
         self._drop_stale_caches()
         cached = self._vectors.get(fingerprint)
         if cached is not None:
