@@ -24,7 +24,7 @@ PRESET_NAMES = ("offline", "offline-mini", "offline-gemma", "qmd", "tiny", "fake
 PRESET_HELP = f"Model preset: {', '.join(PRESET_NAMES)} (default $QMDLAB_PRESET or offline)."
 
 _WHAT = {"embed": "embedding", "expand": "query-expansion", "rerank": "reranker"}
-_MORE = {"rerank": ", cross-encoder:DIR, qlm:MODEL"}
+_MORE = {"embed": ", REF+adapter:PATH (a query adapter)", "rerank": ", cross-encoder:DIR, qlm:MODEL"}
 
 
 def role_options(*roles: str) -> Callable:

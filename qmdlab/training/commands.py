@@ -74,7 +74,7 @@ def register(group: click.Group) -> None:
     @group.group("train")
     def train() -> None:
         """Fine-tune a query expander (prepare → sft → grpo → export → evaluate, synth), a reranker,
-        a doc2query generator or the embedder."""
+        a doc2query generator, the embedder or a query adapter."""
 
     @train.command("prepare")
     @click.option(
@@ -235,6 +235,82 @@ def register(group: click.Group) -> None:
 
         _run_logged(
             run_embedder, EmbedderRunConfig, ("suite", "pairs", "steps", "train_loss", "model", "heldout", "seconds")
+        )
+
+    @train.command("adapter")
+    @_config_opt
+    @click.option(
+        "--suite",
+        default=None,
+        help="Labelled suite (scifact, default, cisi … or a directory); "
+        "without it, the index of the command (`qmdlab --index NAME train adapter --synthetic`).",
+    )
+    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @click.option(
+        "--synthetic",
+        is_flag=True,
+        default=None,
+        help="Fit on the generated queries the index stores for its chunks (`qmdlab expand-docs`), each with its "
+        "own chunk, instead of labelled queries.",
+    )
+    @click.option(
+        "--generator", default=None, help="With --synthetic: the generator fingerprint (default: the active one)."
+    )
+    @click.option(
+        "--split",
+        default=None,
+        help="With --synthetic in a suite: a splits.json (or a doc2query run) whose held-out side is kept out.",
+    )
+    @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/adapter).")
+    @click.option("--preset", default=None, help="Model preset whose embedder is the base.")
+    @click.option("--embed-model", default=None, metavar="REF", help="The base embedder (default: the preset's).")
+    @click.option("--rank", type=int, default=None, help="0: a full d x d map (default); r: I + U V^T of rank r.")
+    @click.option("--folds", type=int, default=None, help="Folds for a suite without an official split (default 5).")
+    @click.option("--epochs", type=int, default=None, help="At most this many epochs (default 40).")
+    @click.option("--seed", type=int, default=None)
+    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_set_opt
+    @click.pass_context
+    def adapter_cmd(
+        ctx,
+        config,
+        suite,
+        fmt,
+        synthetic,
+        generator,
+        split,
+        out,
+        preset,
+        embed_model,
+        rank,
+        folds,
+        epochs,
+        seed,
+        n_threads,
+        sets,
+    ) -> None:
+        """Fit a query-side adapter (a linear map of query vectors) against the index's stored vectors:
+        no re-embedding; use it as --embed-model BASE+adapter:DIR."""
+        from qmdlab.training.adapter import AdapterRunConfig, run_adapter
+
+        index = (ctx.obj or {}).get("index")  # used without a suite
+        res = run_adapter(_step_config(AdapterRunConfig, index=index), log=lambda m: click.echo(m, err=True))
+        _echo(
+            {
+                k: res.get(k)
+                for k in (
+                    "suite",
+                    "index",
+                    "mode",
+                    "pairs",
+                    "best_epoch",
+                    "heldback",
+                    "heldout",
+                    "adapter",
+                    "digest",
+                    "use",
+                )
+            }
         )
 
     @train.command("synth")
