@@ -123,8 +123,6 @@ def register(group: click.Group) -> None:
         from qmdlab.models import load_models
         from qmdlab.pipeline.config import PipelineConfig
         from qmdlab.pipeline.expand import check_query_document
-        from qmdlab.pipeline.explain import format_explain, result_explain, to_json
-        from qmdlab.pipeline.lab import Lab
         from qmdlab.pipeline.stages import model_roles, plan_stages, preset_name
         from qmdlab.search import SearchFilters
         from qmdlab.store import Index
@@ -154,6 +152,12 @@ def register(group: click.Group) -> None:
         idx = Index.open(ctx.obj.get("index") if ctx.obj else None, create=creates_index(ctx))
         ctx.call_on_close(idx.close)
         models = load_models(plan.preset, **{**roles, **model_roles(cfg)})  # a stage off loads no model
+        load_in_background = getattr(models.embedder, "load_in_background", None)
+        if cfg.vector and load_in_background is not None:
+            load_in_background()  # the weights load while the pipeline's modules import and BM25 runs
+        from qmdlab.pipeline.explain import format_explain, result_explain, to_json
+        from qmdlab.pipeline.lab import Lab
+
         filters = SearchFilters(tuple(tags), None, None) if tags else None
         trace = Lab(idx, models, cfg, plan=plan).query(
             text, intent=intent, collections=list(collections) or None, filters=filters

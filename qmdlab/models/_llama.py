@@ -8,6 +8,8 @@ call the weights are released and the next call loads them again.
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import os
 import threading
 import time
@@ -33,8 +35,51 @@ def import_llama_cpp():
         import llama_cpp
     except ImportError as err:
         raise ModelError(f"llama-cpp-python is not installed; run `{INSTALL_HINT}`") from err
+    _keep_output_on_load(llama_cpp)
     load_backends(llama_cpp)
     return llama_cpp
+
+
+class _OutputLeftAlone:
+    """Stands in for llama-cpp-python's ``suppress_stdout_stderr``, which points the process's
+    stdout and stderr descriptors at ``/dev/null`` while a model loads: process-wide, so whatever
+    another thread printed meanwhile was lost, and no model could load beside other work. llama.cpp
+    speaks through its log callback, which llama-cpp-python already filters by verbosity."""
+
+    def __init__(self, disable: bool = True):
+        del disable
+
+    def __enter__(self) -> _OutputLeftAlone:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+LLAMA_LOG: collections.deque[str] = collections.deque(maxlen=20)
+"""llama.cpp's last log lines (warnings and errors), kept for the message of a load that fails and
+never printed: a model's harmless complaints (say, a token type it corrects) are not the user's."""
+
+
+def _record_llama_log(level: int, text: bytes, user_data: Any) -> None:
+    del user_data
+    if level in (2, 3):  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
+        line = text.decode("utf-8", "replace").strip()
+        if line:
+            LLAMA_LOG.append(line)
+
+
+_log_callback: Any = None
+
+
+def _keep_output_on_load(llama_cpp: Any) -> None:
+    global _log_callback
+    internals = getattr(llama_cpp, "_internals", None)  # absent from a stand-in module
+    if internals is not None:
+        internals.suppress_stdout_stderr = _OutputLeftAlone
+    if _log_callback is None and hasattr(llama_cpp, "llama_log_set"):
+        _log_callback = llama_cpp.llama_log_callback(_record_llama_log)  # kept: llama.cpp holds only the pointer
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
 _LOAD_LOCK = threading.Lock()
@@ -266,9 +311,8 @@ class LazyLlama:
         self._on_load.append(fn)
 
     def _load(self) -> None:
-        # llama-cpp-python points the process's stdout and stderr at /dev/null while it loads and
-        # puts them back after: two loads at once (two contexts of one embedder) could put back
-        # /dev/null for good, so loads take turns
+        # loads take turns: two at once (two contexts of one embedder) only share the same disk
+        # and cores, and one at a time gives each its own load time
         with _LOAD_LOCK:
             self._load_now()
 
@@ -288,8 +332,9 @@ class LazyLlama:
                 **params,
             )
         except (ValueError, RuntimeError, OSError) as err:
+            said = f" (llama.cpp: {LLAMA_LOG[-1]})" if LLAMA_LOG else ""
             raise ModelError(
-                f"llama.cpp could not load {path}: {err}; delete the file and fetch it again with `qmdlab pull`"
+                f"llama.cpp could not load {path}: {err}{said}; delete the file and fetch it again with `qmdlab pull`"
             ) from err
         self.load_seconds = time.perf_counter() - t0
         self.path, self._llm = path, llm
@@ -298,12 +343,9 @@ class LazyLlama:
             fn(llm)
 
     def ensure_loaded(self) -> None:
-        """Load the weights now, in the calling thread, unless they are loaded already.
-
-        llama-cpp-python silences llama.cpp while it loads a model by pointing the process's
-        stdout and stderr file descriptors at ``/dev/null``; a load on a worker thread would
-        swallow whatever other threads print meanwhile. Budgeted calls therefore load here,
-        before their worker starts (:func:`qmdlab.pipeline.budget.call_with_budget`).
+        """Load the weights now, in the calling thread, unless they are loaded already (or wait for
+        the load :meth:`load_in_background` started). Budgeted calls load here, before their worker
+        starts (:func:`qmdlab.pipeline.budget.call_with_budget`), so a load is never cut off half way.
         """
         if self._llm is not None:
             return
@@ -312,6 +354,22 @@ class LazyLlama:
                 self._load()
                 self._last_used = time.monotonic()
                 self._arm_timer()
+
+    def load_in_background(self) -> None:
+        """Start loading the weights on a thread and return at once. llama.cpp releases the GIL while
+        it reads the file and builds the vocabulary (most of a one-query process's time with a
+        262k-token vocabulary), so the caller's imports and BM25 run meanwhile; the first use waits
+        for the load. A failed load is left for that first use to raise, with its message."""
+        if self._llm is not None:
+            return
+
+        def load() -> None:
+            try:
+                self.ensure_loaded()
+            except Exception:  # noqa: BLE001 - the caller's own ensure_loaded raises it again
+                pass
+
+        threading.Thread(target=load, name="qmdlab-load", daemon=True).start()
 
     @contextmanager
     def use(self) -> Iterator[Any]:

@@ -186,6 +186,10 @@ class LlamaEmbedder:
         """Load the weights in the calling thread (see :meth:`LazyLlama.ensure_loaded`)."""
         self.llama.ensure_loaded()
 
+    def load_in_background(self) -> None:
+        """Start loading the weights a query embeds with (:meth:`LazyLlama.load_in_background`)."""
+        self.llama.load_in_background()
+
     def release(self) -> None:
         for llama in self.llamas:
             llama.release()
