@@ -339,20 +339,34 @@ def _cross_encoder(role: str, ref: str, o: BuildOptions):
     return CrossEncoderReranker(ref, n_threads=o.n_threads)
 
 
+def _llama_model(cls: Callable[..., Any], ref: str, o: BuildOptions, *, n_ctx: int, **role_args: Any):
+    """A llama.cpp model ``cls`` over the GGUF file of ``ref`` (resolved when it is first loaded), with
+    :data:`KNOWN`'s context size for ``ref`` (else ``n_ctx``), the build's thread and idle options and
+    the role's own ``role_args``."""
+    return cls(
+        lambda: resolve_path(ref, progress=o.progress),
+        ref,
+        n_ctx=KNOWN.get(ref, {}).get("n_ctx", n_ctx),
+        n_threads=o.n_threads,
+        idle_timeout=o.idle_timeout,
+        **role_args,
+    )
+
+
 def _gguf_embed(role: str, ref: str, o: BuildOptions):
     from qmdlab.models.llama_embed import LlamaEmbedder
 
     opts = KNOWN.get(ref, {})
-    return LlamaEmbedder(
-        lambda: resolve_path(ref, progress=o.progress),
+    chunking = default_chunking() if o.chunking is None else o.chunking
+    return _llama_model(
+        LlamaEmbedder,
         ref,
+        o,
+        n_ctx=512,
         template=opts.get("template"),
         dim=opts.get("dim"),
-        n_ctx=opts.get("n_ctx", 512),
-        chunking=default_chunking() if o.chunking is None else o.chunking,
+        chunking=chunking,
         batch_size=o.batch_size,
-        n_threads=o.n_threads,
-        idle_timeout=o.idle_timeout,
     )
 
 
@@ -361,15 +375,10 @@ def _gguf_expand(role: str, ref: str, o: BuildOptions):
     from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
 
     opts = KNOWN.get(ref, {})
-    return LlamaExpander(
-        lambda: resolve_path(ref, progress=o.progress),
-        ref,
-        family=opts.get("family"),
-        sampling=SamplingConfig(**opts.get("sampling", {})) if o.sampling is None else o.sampling,
-        grammar=grammar_for(opts.get("max_lines"), opts.get("max_chars")),
-        n_ctx=opts.get("n_ctx", 2048),
-        n_threads=o.n_threads,
-        idle_timeout=o.idle_timeout,
+    sampling = SamplingConfig(**opts.get("sampling", {})) if o.sampling is None else o.sampling
+    grammar = grammar_for(opts.get("max_lines"), opts.get("max_chars"))
+    return _llama_model(
+        LlamaExpander, ref, o, n_ctx=2048, family=opts.get("family"), sampling=sampling, grammar=grammar
     )
 
 
@@ -377,14 +386,8 @@ def _gguf_rerank(role: str, ref: str, o: BuildOptions):
     from qmdlab.models.llama_rerank import LlamaReranker
 
     opts = KNOWN.get(ref, {})
-    return LlamaReranker(
-        lambda: resolve_path(ref, progress=o.progress),
-        ref,
-        family=opts.get("family"),
-        n_ctx=opts.get("n_ctx", 2048),
-        max_doc_tokens=opts.get("rerank_max_doc_tokens"),
-        n_threads=o.n_threads,
-        idle_timeout=o.idle_timeout,
+    return _llama_model(
+        LlamaReranker, ref, o, n_ctx=2048, family=opts.get("family"), max_doc_tokens=opts.get("rerank_max_doc_tokens")
     )
 
 
