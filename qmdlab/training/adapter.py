@@ -644,14 +644,12 @@ def _split_heldout(split: str | None, suite) -> tuple[str, ...] | None:
 
 
 # -- the run --------------------------------------------------------------------------------------
+@rundir.resumable("out")
 def run_adapter(cfg: AdapterRunConfig, log: Callable[[str], None] = print) -> dict:
     """Vectors → pairs → leak check → fit (held-back early stopping) → report (module notes)."""
     from qmdlab.models.adapter import QueryAdapter, save_adapter
 
     out = Path(cfg.out)
-    done = rundir.done_result(out)
-    if done:
-        return done
     t0 = time.perf_counter()
     if not cfg.synthetic and cfg.suite is None:
         raise ConfigError(

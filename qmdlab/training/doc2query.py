@@ -304,12 +304,10 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
     return {"train_loss": float(result.training_loss), "steps": int(result.global_step)}
 
 
+@rundir.resumable("out")
 def run_doc2query(cfg: Doc2QueryRunConfig, log: Callable[[str], None] = print) -> dict:
     """Data → LoRA SFT → merged model → GGUF; resumable. Returns the run's summary (``DONE``)."""
     out = Path(cfg.out)
-    done = rundir.done_result(out)
-    if done:
-        return done
     t0 = time.perf_counter()
     rundir.save_config(cfg, out)
     counts = build_data(cfg, log=log)

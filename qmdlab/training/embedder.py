@@ -532,6 +532,7 @@ def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[st
     return index, pairs, counts
 
 
+@rundir.resumable("out")
 def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> dict:
     """Pairs → leak guard → training → GGUF → held-out evaluation; resumable (see module notes)."""
     import polars as pl
@@ -540,9 +541,6 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     from qmdlab.eval.suites import get_suite
 
     out = Path(cfg.out)
-    done = rundir.done_result(out)
-    if done:
-        return done
     t0 = time.perf_counter()
     suite = get_suite(cfg.suite, cfg.format)
     split = official_query_split(suite) if cfg.labelled else load_split(cfg.synthetic, suite.name)

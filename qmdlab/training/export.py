@@ -138,6 +138,7 @@ def quantize(src: str | Path, dst: str | Path, qtype: str = "Q4_K_M", *, nthread
     return dst
 
 
+@rundir.resumable("output_dir")
 def run_export(cfg: ExportConfig) -> dict:
     """Merge (if needed), convert, quantise and write the prompt sidecars.
 
@@ -147,9 +148,6 @@ def run_export(cfg: ExportConfig) -> dict:
         ``gguf`` (the f16 file), ``quants`` (type → path), ``family``, sizes in bytes.
     """
     out = Path(cfg.output_dir)
-    done = rundir.done_result(out)
-    if done:
-        return done
     src = Path(cfg.model)
     if not src.is_dir():
         raise ConfigError(f"{src} is not a model directory (pass a merged/ or adapter/ folder of a run)")

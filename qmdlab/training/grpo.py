@@ -452,12 +452,10 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
     return trainer, tok
 
 
+@rundir.resumable("output_dir")
 def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval | None = None) -> dict:
     """Train (resuming from the newest checkpoint), save the adapter and merged weights."""
     out = Path(cfg.output_dir)
-    done = rundir.done_result(out)
-    if done:
-        return done
     rundir.save_config(cfg, out)
     if retrieval is None:
         retrieval = pipeline_retrieval(cfg)

@@ -10,13 +10,19 @@ training step that finds checkpoints resumes from the newest one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import yaml
 
 DONE = "DONE"
+
+C = TypeVar("C")
+P = ParamSpec("P")
 
 
 def save_config(cfg, run_dir: str | Path) -> Path:
@@ -49,6 +55,21 @@ def mark_done(run_dir: str | Path, result: dict) -> None:
 def done_result(run_dir: str | Path) -> dict | None:
     path = Path(run_dir) / DONE
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def resumable(out_field: str) -> Callable[[Callable[Concatenate[C, P], dict]], Callable[Concatenate[C, P], dict]]:
+    """A step taking its config first: when the run directory its config names (the field
+    ``out_field``) holds the ``DONE`` marker, the stored result is returned and nothing runs."""
+
+    def wrap(run: Callable[Concatenate[C, P], dict]) -> Callable[Concatenate[C, P], dict]:
+        @functools.wraps(run)
+        def step(cfg: C, /, *args: P.args, **kwargs: P.kwargs) -> dict:
+            done = done_result(getattr(cfg, out_field))
+            return done if done else run(cfg, *args, **kwargs)
+
+        return step
+
+    return wrap
 
 
 def write_model_card(run_dir: str | Path, title: str, body: str) -> Path:

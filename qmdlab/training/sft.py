@@ -103,6 +103,7 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     return trainer, tok
 
 
+@rundir.resumable("output_dir")
 def run_sft(cfg: SFTRunConfig) -> dict:
     """Train (resuming from the newest checkpoint), save the adapter and merged weights.
 
@@ -112,9 +113,6 @@ def run_sft(cfg: SFTRunConfig) -> dict:
         ``adapter``, ``merged`` (paths), ``train_loss``, ``steps``; also stored in ``DONE``.
     """
     out = Path(cfg.output_dir)
-    done = rundir.done_result(out)
-    if done:
-        return done
     rundir.save_config(cfg, out)
     trainer, tok = build_trainer(cfg)
     resume = rundir.last_checkpoint(out / "checkpoints")
