@@ -89,8 +89,12 @@ _backends_lock = threading.Lock()
 
 def backend_libraries(llama_cpp: Any) -> tuple[Path, list[Path]]:
     """The package's library folder and the CPU variants in it (``libggml-cpu-<variant>.so``; none
-    in a build without run-time dispatch, whose one ``libggml-cpu`` is linked in)."""
-    lib = Path(llama_cpp.__file__).resolve().parent / "lib"
+    in a build without run-time dispatch, whose one ``libggml-cpu`` is linked in, nor in a module
+    that is no package on disk, such as a test's stand-in)."""
+    package_file = getattr(llama_cpp, "__file__", None)
+    if package_file is None:
+        return Path(), []
+    lib = Path(package_file).resolve().parent / "lib"
     return lib, sorted(p for p in lib.glob("*ggml-cpu-*") if p.suffix in (".so", ".dylib", ".dll"))
 
 
@@ -100,6 +104,8 @@ def load_backends(llama_cpp: Any) -> list[str]:
     against this CPU and loads the best it can run, and the CUDA backend of a GPU build. The folder
     is given explicitly, so nothing is ever loaded from the working directory or next to the Python
     executable (ggml's default search path). Returns the names of the backends registered."""
+    if getattr(llama_cpp, "__file__", None) is None:  # a stand-in module: nothing to load, nothing kept
+        return []
     with _backends_lock:
         if _backends_loaded:
             return list(_backends_loaded)
