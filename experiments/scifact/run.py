@@ -33,6 +33,14 @@ Stages (``--stages``, default all, each resumable: a finished stage's JSON is re
   each row is also compared with the same configuration without the column. The column is emptied
   again at the end, so the other stages' recordings stay valid.
 
+- ``default`` — the default preset's embedder (EmbeddingGemma-300M, the Q8_0 file qmd uses) as the
+  ``gemma`` stage runs the f16 file: its vectors, the hybrid under every fusion method, its fusion
+  chosen and tuned on the training claims.
+- ``adapter`` — a query adapter (``qmdlab train adapter --suite scifact``: a linear map of the query
+  vector, fitted on the training claims against the stored document vectors, nothing re-embedded) on
+  the default embedder: its vectors, and the hybrid with its fusion chosen and tuned on the training
+  claims.
+
 Every row is compared per test claim with the best untrained row (paired t-test, Fisher
 randomisation, wins/ties/losses). Writes ``<out>/scifact.json`` (rows, comparisons, per-claim
 nDCG@10, costs) and ``<out>/runs/<untrained|trained>-<row>.trec`` (top 100, SciFact's ids), so
@@ -50,7 +58,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 METRICS = ("ndcg@10", "recall@100")
-STAGES = ("untrained", "tuned", "learned", "embedder", "reranker", "expander", "doc2query", "gemma", "gemma-learned")
+STAGES = (
+    "untrained",
+    "tuned",
+    "learned",
+    "embedder",
+    "reranker",
+    "expander",
+    "doc2query",
+    "gemma",
+    "gemma-learned",
+    "default",
+    "adapter",
+)
 #: Weights of the doc-queries column tried on the training claims (0: the column emptied).
 DOC_QUERY_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -159,6 +179,50 @@ def gemma(suite, out: Path) -> list[dict]:
         ev = study.evaluate(study.config.replace(fusion=m))
         rows.append(_row(f"EmbeddingGemma hybrid {m}", ev.final, study, test, out, suite, "untrained"))
     return rows + _tune(study, suite, out, "EmbeddingGemma hybrid fusion", "untrained")
+
+
+def _vector_and_fusions(study, suite, out: Path, name: str, kind: str, every_fusion: bool) -> list[dict]:
+    """The vector-only row and the hybrid under every fusion method (``every_fusion``) on the test claims,
+    then the fusion chosen and tuned on the training claims (:func:`_tune`)."""
+    from qmdlab.eval.ablation import variants
+    from qmdlab.pipeline.config import FUSION_METHODS
+
+    test = suite.split.test
+    rows = []
+    for v in variants(study.config, has_vector=True, has_expansion=False, has_rerank=False):
+        if v.name == "vector":
+            ev = study.evaluate(study.config.replace(**v.overrides), lists=v.lists)
+            rows.append(_row(f"{name} vector", ev.final, study, test, out, suite, kind))
+    for m in FUSION_METHODS if every_fusion else ():
+        ev = study.evaluate(study.config.replace(fusion=m))
+        rows.append(_row(f"{name} hybrid {m}", ev.final, study, test, out, suite, kind))
+    return rows + _tune(study, suite, out, f"{name} hybrid fusion", kind)
+
+
+def default_embedder(suite, out: Path) -> list[dict]:
+    from qmdlab.models import load_models
+
+    study, _ = _study(suite, load_models("offline", expand="none", rerank="none").embedder, "scifact-gemma-q8")
+    return _vector_and_fusions(study, suite, out, "EmbeddingGemma Q8_0", "untrained", every_fusion=True)
+
+
+def adapter(suite, out: Path, work: Path, args) -> list[dict]:
+    from qmdlab.models import load_models
+    from qmdlab.models.adapter import adapted
+    from qmdlab.training.adapter import AdapterRunConfig, run_adapter
+
+    run = work / "adapter"
+    t0 = time.perf_counter()
+    report = run_adapter(
+        AdapterRunConfig(out=str(run), suite="scifact", preset="offline", n_threads=args.threads), _log
+    )
+    fit_s = round(time.perf_counter() - t0, 1)
+    embedder = adapted(load_models("offline", expand="none", rerank="none").embedder, run)
+    study, _ = _study(suite, embedder, "scifact-gemma-q8-adapter")
+    rows = _vector_and_fusions(study, suite, out, "EmbeddingGemma Q8_0 + query adapter", "trained", every_fusion=False)
+    for r in rows:
+        r.update(adapter_fit_s=fit_s, adapter=str(run), adapter_report=json.loads(json.dumps(report, default=str)))
+    return rows
 
 
 def learned(suite, out: Path, preset: str = "offline-mini", name: str = "learned fusion") -> list[dict]:
@@ -512,10 +576,15 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{stage}: done earlier (delete it from {store} to run it again)")
             continue
         t0 = time.perf_counter()
-        if stage in ("embedder", "reranker", "expander", "doc2query"):
-            rows = {"embedder": embedder, "reranker": reranker, "expander": expander, "doc2query": doc2query}[stage](
-                suite, args.out, args.work, args
-            )
+        if stage in ("embedder", "reranker", "expander", "doc2query", "adapter"):
+            trainers = {
+                "embedder": embedder,
+                "reranker": reranker,
+                "expander": expander,
+                "doc2query": doc2query,
+                "adapter": adapter,
+            }
+            rows = trainers[stage](suite, args.out, args.work, args)
         else:
             rows = {
                 "untrained": untrained,
@@ -523,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                 "learned": learned,
                 "gemma": gemma,
                 "gemma-learned": gemma_learned,
+                "default": default_embedder,
             }[stage](suite, args.out)
         data["stages"][stage] = {"rows": rows, "seconds": round(time.perf_counter() - t0, 1)}
         store.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
