@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from qmdlab.errors import ConfigError
-from qmdlab.pipeline.config import PipelineConfig
+from qmdlab.pipeline.config import EXPAND_GATES, PipelineConfig
 
 from .folds import fitted_qids
 from .metrics import HEADLINE
@@ -40,27 +40,42 @@ METHODS = ("coordinate", "random", "grid", "tpe")
 
 class Param(NamedTuple):
     """One tunable knob: a :class:`PipelineConfig` field, or a blend tuple's item by its flat name
-    (``blend_weight_1..3`` / ``blend_band_1..2``: :data:`qmdlab.pipeline.config.BLEND_ITEMS`)."""
+    (``blend_weight_1..3`` / ``blend_band_1..2``: :data:`qmdlab.pipeline.config.BLEND_ITEMS`); a
+    ``choice`` knob takes one of ``choices`` (a string option: :meth:`choice`)."""
 
     name: str
     low: float
     high: float
-    kind: str = "float"  # "float" or "int"
+    kind: str = "float"  # "float", "int" or "choice"
+    choices: tuple = ()
 
-    def grid(self, points: int) -> list[float]:
-        """``points`` evenly spaced values (distinct integers for int knobs).
+    @classmethod
+    def choice(cls, name: str, choices: Sequence) -> Param:
+        """A knob taking one of ``choices`` (every one is a grid point).
+
+        >>> Param.choice("expand_gate", ("off", "overlap")).grid(7)
+        ['off', 'overlap']
+        """
+        return cls(name, 0, len(choices) - 1, "choice", tuple(choices))
+
+    def grid(self, points: int) -> list:
+        """``points`` evenly spaced values (distinct integers for int knobs; every choice).
 
         >>> Param("rrf_k", 1, 121, "int").grid(4)
         [1, 41, 81, 121]
         >>> Param("w", 0.0, 1.0).grid(3)
         [0.0, 0.5, 1.0]
         """
+        if self.kind == "choice":
+            return list(self.choices)
         values = np.linspace(self.low, self.high, max(points, 2))
         if self.kind == "int":
             return sorted({int(round(v)) for v in values})
         return [float(round(v, 6)) for v in values]
 
     def sample(self, rng: np.random.Generator):
+        if self.kind == "choice":
+            return self.choices[int(rng.integers(len(self.choices)))]
         if self.kind == "int":
             return int(rng.integers(int(self.low), int(self.high) + 1))
         return float(rng.uniform(self.low, self.high))
@@ -76,6 +91,16 @@ FUSION_SPACE = (
     Param("bonus_rank1", 0.0, 0.1),
     Param("bonus_rank23", 0.0, 0.05),
 )
+EXPAND_TYPE_CHOICES = ("lex,vec,hyde", "lex", "lex,vec", "lex,hyde", "vec,hyde", "vec", "hyde")
+"""Every ``expand_types`` value: each non-empty set of expansion types."""
+EXPANSION_SPACE = (
+    Param.choice("expand_types", EXPAND_TYPE_CHOICES),
+    Param.choice("expand_gate", EXPAND_GATES),
+    Param("expand_gate_min_overlap", 0.0, 1.0),
+)
+"""The expansion knobs (re-run on recorded lists): which expansion types are fused, and the gate
+(its threshold is swept after the gate itself, so coordinate ascent tries the gate at the start's
+threshold first)."""
 BLEND_SPACE = (
     Param("blend_weight_1", 0.0, 1.0),
     Param("blend_weight_2", 0.0, 1.0),
@@ -86,11 +111,14 @@ BLEND_SPACE = (
 
 
 def default_space(config: PipelineConfig, *, rerank: bool | None = None) -> tuple[Param, ...]:
-    """The knobs worth tuning for ``config``: fusion weights, ``rrf_k``, bonuses, the candidate
+    """The knobs worth tuning for ``config``: fusion weights, ``rrf_k``, bonuses, with expansion on
+    the expansion types fused and the expansion gate (:data:`EXPANSION_SPACE`), the candidate
     limit (up to the recorded one: beyond it no rerank scores exist) and, with rerank on,
     the blend bands and weights."""
     rerank = config.rerank if rerank is None else rerank
     space = list(FUSION_SPACE)
+    if config.expand:
+        space += EXPANSION_SPACE
     if config.candidate_limit > 10:
         space.append(Param("candidate_limit", 10, config.candidate_limit, "int"))
     if rerank and config.blend == "position":
@@ -171,7 +199,9 @@ def search(
             run(dict(zip(names, combo)))
     elif method == "random":
         rng = np.random.default_rng(seed)
-        while len(history) < trials and len(cache) < trials:
+        draws = 0  # a small discrete space (choices, few ints) may hold fewer than `trials` points
+        while len(history) < trials and draws < 20 * trials:
+            draws += 1
             run({p.name: p.sample(rng) for p in space})
     elif method == "coordinate":
         improved = True
@@ -205,7 +235,9 @@ def _tpe(
     def objective(trial):
         params = {
             p.name: (
-                trial.suggest_int(p.name, int(p.low), int(p.high))
+                trial.suggest_categorical(p.name, list(p.choices))
+                if p.kind == "choice"
+                else trial.suggest_int(p.name, int(p.low), int(p.high))
                 if p.kind == "int"
                 else trial.suggest_float(p.name, p.low, p.high)
             )

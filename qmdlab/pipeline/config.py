@@ -21,6 +21,10 @@ FUSION_CHOICES = FUSION_METHODS + ("learned",)
 """Every valid ``fusion`` value: the formulas plus ``learned`` (needs a model file)."""
 BLEND_METHODS = ("position", "score", "rerank_only", "none")
 BM25_MODES = ("and", "or", "msm")
+EXPAND_TYPES = ("lex", "vec", "hyde")
+"""The expansion line types, in the canonical order of ``expand_types``."""
+EXPAND_GATES = ("off", "overlap")
+"""The ``expand_gate`` values: no gate, or the top-k overlap gate (:mod:`qmdlab.pipeline.fuse`)."""
 DEFAULT_TAG_LIFT = 3
 """Places a preferred-tag result moves up when tags are preferred and neither the request nor the
 base config gives a ``tag_lift`` (``qmdlab query --prefer-tag``, the MCP ``query`` tool's
@@ -245,6 +249,24 @@ class PipelineConfig:
         would not fit in what is left is skipped before it starts, with a ``budget`` note; a stage
         that runs is capped at what is left (and at ``stage_budget_s``). ``candidate_limit`` (``-C``)
         still caps the pairs reranked.
+    expand_types : str
+        The expansion line types whose lists enter fusion, comma-separated (``lex,vec,hyde``, the
+        default; ``lex`` = lex-only expansion). Read at fusion: every kept line is still retrieved and
+        recorded, so a recording serves every choice (retune and the tuner change it in milliseconds);
+        ``hyde: false`` or ``vector: false`` also stop those lines' query embeddings. A list weight of
+        0 is not the same: under ``qmd_rrf`` its entries still add the top-rank bonus, set the best
+        rank and count in ``n_lists``, and ``rrf``/``gated_rrf``/``combmnz`` ignore weights.
+    expand_gate : str
+        ``off`` (the default) or ``overlap``: per query, the expansion lists are dropped from fusion
+        (the query ranks as with ``expand: false``, noted in the trace) when their top
+        ``expand_gate_k`` fused documents hold less than ``expand_gate_min_overlap`` of the original
+        lists' top ``expand_gate_k`` (each side fused alone by the config's fusion method). A query
+        without original or without expansion lists is never gated. Needs a formula fusion (not
+        ``learned``).
+    expand_gate_min_overlap : float
+        The gate's threshold in [0, 1]: gated when overlap < this (0 never gates).
+    expand_gate_k : int
+        The depth of the gate's overlap: the top ``expand_gate_k`` fused documents of each side.
 
     Examples
     --------
@@ -316,6 +338,10 @@ class PipelineConfig:
     ann_ef_search: int = _option(512, "vectors", keyed_at_default=False)
     budget_s: float = _option(0.0, "budget", keyed_at_default=False)
     bm25_weight_doc_queries: float = _option(0.0, "bm25", keyed_at_default=False)
+    expand_types: str = _option("lex,vec,hyde", "fusion", recorded=False, keyed_at_default=False)
+    expand_gate: str = _option("off", "fusion", recorded=False, keyed_at_default=False)
+    expand_gate_min_overlap: float = _option(0.3, "fusion", recorded=False, keyed_at_default=False)
+    expand_gate_k: int = _option(10, "fusion", recorded=False, keyed_at_default=False)
 
     def __post_init__(self) -> None:
         # Normalise sequences (YAML gives lists) so the config stays hashable.
@@ -324,6 +350,19 @@ class PipelineConfig:
             if isinstance(value, str):
                 value = (value,)
             object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "expand_types", _expand_types(self.expand_types))
+        if self.expand_gate not in EXPAND_GATES:
+            raise ConfigError(f"unknown expand_gate {self.expand_gate!r}; choose one of: {', '.join(EXPAND_GATES)}")
+        if not 0.0 <= self.expand_gate_min_overlap <= 1.0:  # also rejects NaN
+            raise ConfigError(
+                f"option 'expand_gate_min_overlap' must be in [0, 1] (a share of the original top "
+                f"expand_gate_k), got {self.expand_gate_min_overlap!r}"
+            )
+        if self.expand_gate != "off" and self.fusion == "learned":
+            raise ConfigError(
+                "expand_gate needs a formula fusion method (the gate fuses each side by it); "
+                "fusion 'learned' has none: set expand_gate: off"
+            )
         if self.fusion not in FUSION_CHOICES:
             raise ConfigError(
                 f"unknown fusion method {self.fusion!r} (option 'fusion'); choose one of: {', '.join(FUSION_CHOICES)}"
@@ -366,7 +405,7 @@ class PipelineConfig:
             raise ConfigError(
                 f"blend_weights must be three weights like [0.75, 0.6, 0.4], got {list(self.blend_weights)}"
             )
-        for name in ("probe_limit", "candidate_limit", "list_limit", "limit", "gate_max_take"):
+        for name in ("probe_limit", "candidate_limit", "list_limit", "limit", "gate_max_take", "expand_gate_k"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"option {name!r} must be at least 1, got {getattr(self, name)!r}")
         if self.rrf_k < 0:
@@ -654,6 +693,28 @@ class PipelineConfig:
         return float(getattr(self, f"weight_{key}"))
 
 
+def _expand_types(value: Any) -> str:
+    """``expand_types`` in its one spelling: the types of :data:`EXPAND_TYPES` named, comma-separated,
+    in that order (a list or tuple is accepted too); an unknown or missing type is a :class:`ConfigError`.
+
+    >>> _expand_types("hyde, lex"), _expand_types(["vec"])
+    ('lex,hyde', 'vec')
+    >>> _expand_types("lex,query")
+    Traceback (most recent call last):
+    ...
+    qmdlab.errors.ConfigError: option 'expand_types': unknown type 'query'; give some of lex, vec, hyde (comma-separated)
+    """
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    given = {t.strip().lower() for t in items if t.strip()}
+    for t in sorted(given - set(EXPAND_TYPES)):
+        raise ConfigError(
+            f"option 'expand_types': unknown type {t!r}; give some of {', '.join(EXPAND_TYPES)} (comma-separated)"
+        )
+    if not given:
+        raise ConfigError("option 'expand_types' names no type; give some of lex, vec, hyde (or set expand: false)")
+    return ",".join(t for t in EXPAND_TYPES if t in given)
+
+
 def _blend_item(name: str) -> tuple[str, int] | None:
     """``(tuple field, 0-based index)`` of a flat blend name (:data:`BLEND_ITEMS`), ``None`` for any
     other name; an index past the tuple raises :class:`ConfigError`.
@@ -699,7 +760,7 @@ def _coerce(data: dict[str, Any], source: str) -> dict[str, Any]:
             if ok:
                 data[key] = float(value)
         elif isinstance(want, str):
-            ok = isinstance(value, str)
+            ok = isinstance(value, str) or (key == "expand_types" and isinstance(value, (list, tuple)))
         elif isinstance(want, tuple):
             ok = isinstance(value, (list, tuple, str))
         if not ok:
@@ -725,6 +786,8 @@ __all__ = [
     "BLEND_METHODS",
     "BLEND_ITEMS",
     "BM25_MODES",
+    "EXPAND_TYPES",
+    "EXPAND_GATES",
     "LIST_KEYS",
     "OMITTED_AT_DEFAULT",
     "CONFIG_STAGES",

@@ -11,6 +11,20 @@ rrf_base, best_rank, bonus, fused_score, fused_rank, n_lists``. An unknown metho
 :class:`~qmdlab.errors.ConfigError`. ``fusion=learned`` (a LightGBM model over trace features) is
 :mod:`qmdlab.pipeline.learned`; :func:`fuse` hands a frame to it.
 
+Which lists enter fusion is decided here too, per query, for every caller alike (:func:`select_lists`:
+:meth:`qmdlab.Lab.query`, :func:`qmdlab.retune` and a tuning study all fuse through :func:`fuse`):
+the expansion types of ``expand_types``, and the expansion gate (``expand_gate: overlap``), which
+drops a query's expansion lists when their top ``expand_gate_k`` fused documents hold less than
+``expand_gate_min_overlap`` of the original lists' top ``expand_gate_k`` — each side fused alone by
+the config's method, so the gated query ranks exactly as with ``expand: false``.
+
+Why that overlap: the gate asks whether the expansions search for what the query searches for. The
+share of the original top-k that the expansion side also ranks in its top-k reads directly ("3 of the
+query's top 10"), is cheap over thousands of queries (set membership of integer codes), and, unlike
+Jaccard, does not fall when the expansions also bring new documents — recall beyond the original's
+top-k is what expansion is for; with both sides k documents deep the two carry the same information
+on different scales. Rank-biased overlap would weight the top ranks, which the fusion itself does.
+
 Each formula lives in exactly one function:
 
 =============== ===========================================================
@@ -25,7 +39,7 @@ Each formula lives in exactly one function:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -222,6 +236,125 @@ def method(name: str) -> Callable[[Rows, PipelineConfig], Terms]:
         raise ConfigError(f"unknown fusion method {name!r}; choose one of: {', '.join(METHODS)}{extra}") from None
 
 
+class ExpansionGate(NamedTuple):
+    """The expansion gate's measure of each query it applies to (both sides present).
+
+    ``overlap = shared / size``: ``size`` documents in the original lists' top ``k`` (fused alone),
+    ``shared`` of them also in the expansion lists' top ``k``; ``gated`` where
+    ``overlap < threshold``."""
+
+    query: np.ndarray  # query codes (of the CodedLists)
+    shared: np.ndarray
+    size: np.ndarray
+    overlap: np.ndarray
+    gated: np.ndarray
+    k: int
+    threshold: float
+
+
+class Selection(NamedTuple):
+    """The rows of the coded lists that enter fusion under a config (:func:`select_lists`)."""
+
+    active: np.ndarray | None
+    """Mask over the coded rows (None: all)."""
+    gate: ExpansionGate | None = None
+    """The gate's measure (None: ``expand_gate: off``)."""
+    typed_out: np.ndarray | None = None
+    """Per query code, how many of its lists are of an expansion type ``expand_types`` leaves out
+    (None: none anywhere)."""
+
+
+EXPANSION_TYPES = ("lex", "vec", "hyde")
+
+
+def select_lists(
+    lists: CodedLists, config: PipelineConfig, active: np.ndarray | None = None, weight: np.ndarray | None = None
+) -> Selection:
+    """The rows of ``active`` (a mask over the coded rows; None: all) that enter fusion under
+    ``config``: expansion lists of a type ``expand_types`` leaves out are dropped, then, with
+    ``expand_gate: overlap``, each query's expansion lists when the gate closes (module docstring).
+    ``weight``: the rows' list weights (None: recorded), as :func:`fuse` takes them."""
+    fused_types = set(config.expand_types.split(","))  # the switches (expand, hyde) are the caller's active
+    kind_orig = np.array([t not in EXPANSION_TYPES for _, t in lists.kinds], dtype=bool)
+    kind_ok = np.array([t not in EXPANSION_TYPES or t in fused_types for _, t in lists.kinds], dtype=bool)
+    typed_out = None
+    if len(kind_ok) and not kind_ok.all():
+        out_rows = ~kind_ok[lists.kind]
+        if active is not None:
+            out_rows &= active
+        if out_rows.any():
+            lst = np.unique(lists.lst[out_rows])  # the lists left out, counted per query
+            owner = np.zeros(lists.n_lists, dtype=np.int64)
+            owner[lists.lst] = lists.query
+            typed_out = np.bincount(owner[lst], minlength=len(lists.qids))
+            active = ~out_rows if active is None else active & ~out_rows
+    if config.expand_gate == "off" or not lists.n_rows:
+        return Selection(active, None, typed_out)
+    orig_row = kind_orig[lists.kind] if len(kind_orig) else np.zeros(0, bool)
+    act = np.ones(lists.n_rows, dtype=bool) if active is None else active
+    gate = expansion_gate(lists, config, act & orig_row, act & ~orig_row, weight)
+    if gate.gated.any():
+        closed = np.zeros(len(lists.qids), dtype=bool)
+        closed[gate.query[gate.gated]] = True
+        act = act & ~(~orig_row & closed[lists.query])
+    return Selection(act, gate, typed_out)
+
+
+def expansion_gate(
+    lists: CodedLists,
+    config: PipelineConfig,
+    original: np.ndarray,
+    expansion: np.ndarray,
+    weight: np.ndarray | None = None,
+) -> ExpansionGate:
+    """The gate's overlap per query: the ``original`` rows and the ``expansion`` rows (masks over the
+    coded rows) fused apart by ``config``'s method, and the share of the original side's top
+    ``expand_gate_k`` documents found in the expansion side's top ``expand_gate_k``."""
+    k, fn = int(config.expand_gate_k), method(config.fusion)
+    n_q = len(lists.qids)
+    o = _fuse(lists, config, fn, original, weight)
+    e = _fuse(lists, config, fn, expansion, weight)
+    o = o.take(np.flatnonzero(o.fused_rank <= k))
+    e = e.take(np.flatnonzero(e.fused_rank <= k))
+    n_docs = max(len(lists.docnos), 1)
+    shared_row = np.isin(o.query * n_docs + o.doc, e.query * n_docs + e.doc)
+    size = np.bincount(o.query, minlength=n_q)
+    shared = np.bincount(o.query[shared_row], minlength=n_q)
+    both = (size > 0) & (np.bincount(e.query, minlength=n_q) > 0)
+    q = np.flatnonzero(both)
+    overlap = shared[q] / size[q]
+    threshold = float(config.expand_gate_min_overlap)
+    return ExpansionGate(q, shared[q], size[q], overlap, overlap < threshold, k, threshold)
+
+
+def selection_notes(selection: Selection, qids: Sequence[str], config: PipelineConfig) -> list[tuple[str, str]]:
+    """``(qid, message)`` trace notes (stage ``fuse``) of what :func:`select_lists` decided: each
+    gated query and each query the gate let through (with its overlap), and each query whose lists
+    of a type ``expand_types`` leaves out were not fused; query by query."""
+    out: list[tuple[int, str]] = []
+    if selection.typed_out is not None:
+        for q in np.flatnonzero(selection.typed_out).tolist():
+            n = int(selection.typed_out[q])
+            out.append(
+                (
+                    q,
+                    f"expand_types {config.expand_types}: {n} expansion list{'s' * (n > 1)} of other types not fused",
+                )
+            )
+    g = selection.gate
+    if g is not None:
+        for q, sh, n, o, closed in zip(
+            g.query.tolist(), g.shared.tolist(), g.size.tolist(), g.overlap.tolist(), g.gated.tolist()
+        ):
+            how = f"the expansion lists' top {g.k} hold {sh} of the original lists' top {n}"
+            if closed:
+                out.append((q, f"expansion gated: overlap {o:.2f} < {g.threshold:.2f} ({how}): original lists only"))
+            else:
+                out.append((q, f"expansion kept: overlap {o:.2f} >= {g.threshold:.2f} ({how})"))
+    out.sort(key=lambda n: n[0])  # query by query, as Lab.query notes them (stable: types, then gate)
+    return [(qids[q], m) for q, m in out]
+
+
 class _Blocks(NamedTuple):
     """The rows of each (query, document) pair among the rows fused: a block of adjacent rows."""
 
@@ -295,6 +428,7 @@ def fuse(
     *,
     active: np.ndarray | None = None,
     weight: np.ndarray | None = None,
+    selection: Selection | None = None,
 ) -> Fused: ...
 
 
@@ -306,15 +440,18 @@ def fuse(
     *,
     active: None = None,
     weight: None = None,
+    selection: None = None,
 ) -> pl.DataFrame: ...
 
 
-def fuse(lists, config, docs=None, *, active=None, weight=None):
+def fuse(lists, config, docs=None, *, active=None, weight=None, selection=None):
     """Fuse with ``config.fusion``; the stage's one function.
 
     Given :class:`~qmdlab.pipeline.coded.CodedLists`, fuses the rows ``active`` (a mask over the
     coded rows; default all) with the list weights ``weight`` (one per coded row; default the
-    recorded ones) and returns :class:`~qmdlab.pipeline.coded.Fused` arrays. Given a ``lists``
+    recorded ones) and returns :class:`~qmdlab.pipeline.coded.Fused` arrays; of those rows, the ones
+    :func:`select_lists` keeps enter fusion (``expand_types``, the expansion gate; ``selection``: its
+    result, already computed for these arguments, e.g. to note it). Given a ``lists``
     frame, returns the ``fused`` frame (coding it first); ``docs``
     (:func:`qmdlab.pipeline.learned.doc_features`) is for ``fusion=learned`` only, which is not a
     formula but a LightGBM model over trace features (:mod:`qmdlab.pipeline.learned`).
@@ -329,13 +466,18 @@ def fuse(lists, config, docs=None, *, active=None, weight=None):
         if config.fusion == "learned":
             from qmdlab.pipeline.learned import learned
 
+            left = [t for t in EXPANSION_TYPES if t not in config.expand_types.split(",")]
+            if left:  # expand_types (the gate needs a formula method: PipelineConfig refuses it here)
+                lists = lists.filter(~pl.col("query_type").is_in(left))
             return learned(lists, config, docs)
         fn = method(config.fusion)
         if lists.height == 0:
             return empty("fused")
         coded = CodedLists(lists)
-        return coded.fused_table(_fuse(coded, config, fn, None, None), frame=True)
-    return _fuse(lists, config, method(config.fusion), active, weight)
+        return coded.fused_table(_fuse(coded, config, fn, select_lists(coded, config).active, None), frame=True)
+    if selection is None:
+        selection = select_lists(lists, config, active, weight)
+    return _fuse(lists, config, method(config.fusion), selection.active, weight)
 
 
 def _fuse(
@@ -400,8 +542,8 @@ def candidates(fused, limit):
 
 def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     """Per list entry, what it added to its document's ``rrf_base`` under ``config``
-    (``contribution`` column; 0 for entries the gate of ``gated_rrf`` rejects; the recorded
-    weights). Used by ``--explain``.
+    (``contribution`` column; 0 for entries the gate of ``gated_rrf`` rejects and for lists
+    :func:`select_lists` leaves out; the recorded weights). Used by ``--explain``.
     """
     if lists.height == 0:
         return lists.with_columns(contribution=pl.lit(0.0))
@@ -412,6 +554,9 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
     term = terms.term
     if terms.keep is not None:
         term = np.where(terms.keep, term, 0.0)
+    chosen = select_lists(coded, config).active
+    if chosen is not None:  # lists expand_types leaves out, or the gate drops, add nothing
+        term = np.where(chosen, term, 0.0)
     if terms.times_n:  # each entry's share of n_lists · Σ term
         pair, lid = coded.pair, coded.list_id
         new_pair = changes(pair)
@@ -424,6 +569,11 @@ def contributions(lists: pl.DataFrame, config: PipelineConfig) -> pl.DataFrame:
 __all__ = [
     "fuse",
     "candidates",
+    "select_lists",
+    "expansion_gate",
+    "selection_notes",
+    "Selection",
+    "ExpansionGate",
     "METHODS",
     "method",
     "Rows",

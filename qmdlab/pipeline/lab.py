@@ -29,7 +29,7 @@ from qmdlab.pipeline.coded import CodedLists, Final, Fused, Names, final_table, 
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.expand import Expansion, filter_expansions, kept_lines, parse_query_document
 from qmdlab.pipeline.finish import DocFlags, content_duplicates, doc_flags, finish
-from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.fuse import candidates, fuse, select_lists, selection_notes
 from qmdlab.pipeline.probe import strong_signal
 from qmdlab.pipeline.rerank import rerank, rerank_columns
 from qmdlab.pipeline.retrieve import retrieve_columns, route
@@ -160,7 +160,7 @@ class Lab:
         # the trace builds a polars frame only for the tables a caller reads.
         # 4. fusion + candidates
         with run.stage("fuse"):
-            lists, f, qids, docnos = self._fuse(got.lists, cfg)
+            lists, f, qids, docnos = self._fuse(got.lists, cfg, run)
             cands = candidates(f, cfg.candidate_limit)
             cand_docs = docnos.take(cands.doc)
         # 5.-6. chunk selection + rerank
@@ -205,15 +205,23 @@ class Lab:
             trace.notes = run.notes_frame()
         return trace
 
-    def _fuse(self, lists: Columns, cfg: PipelineConfig) -> tuple[Columns | pl.DataFrame, Fused, Names, Names]:
+    def _fuse(
+        self, lists: Columns, cfg: PipelineConfig, run: _Run | None = None
+    ) -> tuple[Columns | pl.DataFrame, Fused, Names, Names]:
         """Fusion of one query's lists: ``(lists, fused arrays, qids, docnos)`` — the lists as given
-        (a frame for ``fusion=learned``, whose model reads frames) and the names of the codes."""
+        (a frame for ``fusion=learned``, whose model reads frames) and the names of the codes. Every
+        retrieved list stays in the trace; what :func:`~qmdlab.pipeline.fuse.select_lists` leaves out
+        of fusion (``expand_types``, the expansion gate) is noted on ``run``."""
         if cfg.fusion == "learned":
             frame = as_frame("lists", lists)
             f, qids, docnos = code_fused(fuse(frame, cfg, self._learned_docs(cfg, frame)))
             return frame, f, qids, docnos
         coded = CodedLists(lists)
-        return lists, fuse(coded, cfg), coded.qids, coded.docnos
+        selection = select_lists(coded, cfg)
+        if run is not None:
+            for _, message in selection_notes(selection, coded.qids.list, cfg):
+                run.note("fuse", message)
+        return lists, fuse(coded, cfg, selection=selection), coded.qids, coded.docnos
 
     def _probe(
         self, text: str, intent: str | None, collections, filters, cfg: PipelineConfig, run: _Run

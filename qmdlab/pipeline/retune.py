@@ -8,10 +8,10 @@ a model or touching the index. A tuning :class:`~qmdlab.eval.study.Study` runs t
 on lists it codes once.
 
 What it can change: list weights, ``rrf_k``, the bonuses, the fusion method and
-its options, ``candidate_limit``, ``list_limit`` (only downwards), the blend
-method/bands/weights, ``min_score``, ``limit``, the tag lift, and the ablation
-switches ``expand``/``hyde``/``vector``/``rerank`` (lists are dropped, never
-added). What it cannot: anything before retrieval (expansion, probe, the BM25
+its options, the expansion types fused and the expansion gate (the lists they leave out stay in
+the trace), ``candidate_limit``, ``list_limit`` (only downwards), the blend method/bands/weights,
+``min_score``, ``limit``, the tag lift, and the ablation switches
+``expand``/``hyde``/``vector``/``rerank`` (lists are dropped, never added). What it cannot: anything before retrieval (expansion, probe, the BM25
 mode) and chunk selection — those need :meth:`qmdlab.Lab.query`.
 """
 
@@ -27,7 +27,7 @@ from qmdlab.pipeline.blend import blend
 from qmdlab.pipeline.coded import CodedLists, Fused, Names, code_run, final_table, fused_table, scores_for
 from qmdlab.pipeline.config import PipelineConfig
 from qmdlab.pipeline.finish import doc_flags, finish
-from qmdlab.pipeline.fuse import candidates, fuse
+from qmdlab.pipeline.fuse import candidates, fuse, select_lists, selection_notes
 from qmdlab.pipeline.retrieve import ablate, reweight
 from qmdlab.pipeline.trace import SCHEMAS, Trace
 
@@ -70,12 +70,19 @@ def code_fused(fused: pl.DataFrame) -> tuple[Fused, Names, Names]:
 
 
 def recoded(
-    lists: pl.DataFrame, config: PipelineConfig, docs: pl.DataFrame | None = None, coded: CodedLists | None = None
+    lists: pl.DataFrame,
+    config: PipelineConfig,
+    docs: pl.DataFrame | None = None,
+    coded: CodedLists | None = None,
+    notes: list[tuple[str, str]] | None = None,
 ) -> tuple[pl.DataFrame, Fused, Names, Names]:
     """Recorded lists under ``config``: ``(lists, fused, qids, docnos)`` — the lists reweighted and
     cut by the ablation switches (:meth:`~qmdlab.pipeline.coded.CodedLists.active`,
     :meth:`~qmdlab.pipeline.coded.CodedLists.weights`), and their fusion as arrays with the names of
-    their codes. ``docs``: per-document features, for ``fusion=learned`` only
+    their codes. The lists ``expand_types`` or the expansion gate leave out of fusion stay in the
+    returned lists (a later config may fuse them), and ``notes`` (when given) receives
+    ``(qid, message)`` of each such decision (:func:`~qmdlab.pipeline.fuse.selection_notes`).
+    ``docs``: per-document features, for ``fusion=learned`` only
     (:func:`qmdlab.pipeline.learned.doc_features`); ``coded``: the lists already coded."""
     if config.fusion == "learned":  # the model reads frames: the lists are not coded
         out = ablate(reweight(lists, config), config)
@@ -87,7 +94,10 @@ def recoded(
     out = lists.with_columns(weight=pl.Series(coded.in_input_order(weight), dtype=pl.Float64))
     if not active.all():
         out = out.filter(pl.Series(coded.in_input_order(active)))
-    return out, fuse(coded, config, active=active, weight=weight), coded.qids, coded.docnos
+    selection = select_lists(coded, config, active, weight)
+    if notes is not None:
+        notes += selection_notes(selection, coded.qids.list, config)
+    return out, fuse(coded, config, weight=weight, selection=selection), coded.qids, coded.docnos
 
 
 def fuse_candidates(
@@ -148,10 +158,22 @@ def retune(
         cheap stages replaced by the retune's.
     """
     t0 = time.perf_counter()
-    lists, f, qids, docnos = recoded(trace.lists, config, docs)
+    fuse_notes: list[tuple[str, str]] = []
+    lists, f, qids, docnos = recoded(trace.lists, config, docs, notes=fuse_notes)
     cands = candidates(f, config.candidate_limit)
     rerank_table = trace.rerank
     notes: list[pl.DataFrame] = [trace.notes.filter(~pl.col("stage").is_in(_CHEAP_STAGES))]
+    if fuse_notes:
+        notes.append(
+            pl.DataFrame(
+                {
+                    "qid": [q for q, _ in fuse_notes],
+                    "stage": ["fuse"] * len(fuse_notes),
+                    "message": [m for _, m in fuse_notes],
+                },
+                schema=SCHEMAS["notes"],
+            )
+        )
     rr = None
     if config.rerank:
         scores = rerank_scores_of(trace, rerank_scores)
