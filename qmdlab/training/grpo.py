@@ -15,6 +15,21 @@ Rewards (weights are config):
 - ``rule_format`` … ``rule_entities``: the rule score's parts, weight 0 — logged per step
   (``rewards/rule_format/mean`` …) but not optimised separately.
 
+``reward: gain`` instead optimises the retrieval gain itself (:class:`qmdlab.training.reward.GainReward`):
+ΔnDCG@10 of the completion's expansions against the same query without expansion, on the reward's
+pipeline as configured (``pipeline``: PipelineConfig options such as ``expand_gate: overlap``), a
+harm weighted ``harm_weight`` (2.0) times a gain, and the rule score only as a format check (a
+malformed completion gets ``−format_penalty``; ``rule`` and its parts are still logged at weight 0).
+Each step logs TRL's ``reward`` and ``kl`` and the gain's ``gain/delta`` (mean Δ), ``gain/harmful``
+(the share of completions with Δ < 0) and ``gain/malformed``. ``early_stop_fraction`` holds back a
+slice of the labelled training queries: every ``early_stop_steps`` steps the policy answers them
+greedily, their mean reward is logged (``heldback/reward``), and training stops once it has not
+improved for ``early_stop_patience`` checks.
+
+A run resumes from the newest checkpoint in ``output_dir/checkpoints`` (noted in ``metrics.jsonl``
+as ``resumed_from``); ``prompts_seen.jsonl`` records the prompts of every generation batch with
+the step it was drawn at (the lines of steps a resume redoes are dropped first).
+
 Prompts are rendered with ``chat_template_kwargs={"enable_thinking": False}``, i.e. exactly
 as in SFT and at inference. Generation runs in transformers, or in vLLM when it is installed
 and ``use_vllm`` is set.
@@ -31,8 +46,8 @@ from qmdlab.errors import ConfigError
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import dedupe, load_examples, to_grpo_record
 from qmdlab.training.lora import lora_config, save_adapter
-from qmdlab.training.render import CHAT_TEMPLATE_KWARGS
-from qmdlab.training.reward import RetrievalReward, rule_reward, score_expansion
+from qmdlab.training.render import CHAT_TEMPLATE_KWARGS, prompt_messages
+from qmdlab.training.reward import GainReward, RetrievalReward, rule_reward, score_expansion
 
 RULE_PARTS = ("format", "diversity", "hyde", "quality", "entities")
 
@@ -111,6 +126,28 @@ class GRPORunConfig:
     max_steps: int = -1
     rule_weight: float = 1.0
     retrieval_weight: float = 1.0
+    reward: str = field(
+        default="rule",
+        metadata={
+            "help": "rule: rule score × rule_weight + ΔnDCG × retrieval_weight; gain: ΔnDCG with harm × harm_weight, "
+            "the rule score only as a format check (needs the retrieval term)."
+        },
+    )
+    harm_weight: float = field(default=2.0, metadata={"help": "reward: gain — a loss of nDCG counts this many times."})
+    format_penalty: float = field(
+        default=1.0, metadata={"help": "reward: gain — a malformed completion's reward is minus this."}
+    )
+    pipeline: dict = field(
+        default_factory=dict,
+        metadata={
+            "help": "PipelineConfig options of the reward's pipeline (e.g. {expand_gate: overlap, expand_types: lex})."
+        },
+    )
+    early_stop_fraction: float = field(
+        default=0.0, metadata={"help": "Share of the labelled prompts held back for early stopping (0: off)."}
+    )
+    early_stop_steps: int = field(default=25, metadata={"help": "Steps between held-back checks."})
+    early_stop_patience: int = field(default=3, metadata={"help": "Checks without improvement before stopping."})
     precision: str = "auto"
     logging_steps: int = 1
     save_steps: int = 50
@@ -269,17 +306,45 @@ def split_rows(cfg: GRPORunConfig) -> list[dict]:
     return rows
 
 
-def build_dataset(cfg: GRPORunConfig):
-    """Prompt-only records: the example queries (no labels) plus the labelled queries."""
+def build_dataset(cfg: GRPORunConfig, labelled: list[dict] | None = None, *, exclude: frozenset[str] = frozenset()):
+    """Prompt-only records: the example queries (no labels) plus the labelled queries (``labelled``:
+    :func:`labelled_rows`, read when not given), less the held-back qids ``exclude``."""
     from datasets import Dataset
 
     rows = []
     if cfg.prompts_file and cfg.unlabelled_prompts:
         rows += [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
-    rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled_rows(cfg)]
+    labelled = labelled_rows(cfg) if labelled is None else labelled
+    rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled if r["qid"] not in exclude]
     if not rows:
         raise ConfigError(f"no GRPO prompts in {cfg.prompts_file}")
     return Dataset.from_list(rows)
+
+
+def heldback_rows(cfg: GRPORunConfig, labelled: list[dict]) -> list[dict]:
+    """The labelled prompts held back for early stopping: a seeded ``early_stop_fraction`` of them
+    (at least one, never all; none when the fraction is 0), in qid order.
+
+    >>> rows = [{"qid": f"q{i}", "query": "x", "qrels": {"d": 1}} for i in range(10)]
+    >>> [r["qid"] for r in heldback_rows(GRPORunConfig(early_stop_fraction=0.2), rows)]
+    ['q6', 'q9']
+    >>> heldback_rows(GRPORunConfig(), rows)
+    []
+    """
+    if cfg.early_stop_fraction <= 0:
+        return []
+    if not 0 < cfg.early_stop_fraction < 1:
+        raise ConfigError(f"early_stop_fraction must be in [0, 1), got {cfg.early_stop_fraction!r}")
+    import random
+
+    judged = sorted((r for r in labelled if any(g > 0 for g in r["qrels"].values())), key=lambda r: r["qid"])
+    if len(judged) < 2:
+        raise ConfigError(
+            f"early_stop_fraction needs at least two labelled prompts (one to hold back, one to train on); "
+            f"this run has {len(judged)}"
+        )
+    n = min(max(1, round(cfg.early_stop_fraction * len(judged))), len(judged) - 1)
+    return sorted(random.Random(cfg.seed).sample(judged, n), key=lambda r: r["qid"])
 
 
 def _named(fn, name):
@@ -324,7 +389,7 @@ def pipeline_retrieval(cfg: GRPORunConfig) -> RetrievalReward | RoutedRetrieval 
 
         idx = Index.open(cfg.index)
     lab = Lab(idx, ModelSet(models.embedder, None, models.reranker if cfg.pipeline_rerank else None))
-    lab.config = lab.config.replace(rerank=cfg.pipeline_rerank)
+    lab.config = lab.config.replace(**cfg.pipeline).replace(rerank=cfg.pipeline_rerank)
     qrels = {r["qid"]: r["qrels"] for r in rows}
     return RetrievalReward(pipeline_scorer(lab), qrels)
 
@@ -375,7 +440,7 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     by_suite = {}
     for name in dict.fromkeys([*cfg.labelled_suites, *cfg.synthetic_suites]):
         suite = get_suite(name)
-        config = suite_config(suite).replace(rerank=False, expand=True)
+        config = suite_config(suite).replace(**cfg.pipeline).replace(rerank=False, expand=True)
         lab = open_lab(suite, ModelSet(models.embedder, None, None), config, log=lambda _m: None)
         scorer = engine_scorer(lab)  # one per lab: it owns the lab's expander slot
         if name in cfg.labelled_suites:
@@ -387,11 +452,48 @@ def suite_retrieval(cfg: GRPORunConfig) -> RoutedRetrieval:
     return RoutedRetrieval(by_suite)
 
 
-def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | RoutedRetrieval | None):
-    """(functions, weights) for ``GRPOTrainer``."""
-    funcs = [
-        _named(lambda prompts=None, completions=(), query=None, **kw: rule_reward(prompts, completions, query), "rule")
-    ]
+REWARDS = ("rule", "gain")
+
+
+def gain_reward(cfg: GRPORunConfig, retrieval: RetrievalReward | RoutedRetrieval | None) -> GainReward:
+    """The ``reward: gain`` reward of ``retrieval`` (an error without one: there is no gain to measure)."""
+    if retrieval is None:
+        raise ConfigError(
+            "reward: gain needs the retrieval term: labelled prompts (labelled_suites with splits_file, "
+            "synthetic_suites, or suite/labelled_file with index) and retrieval_weight > 0"
+        )
+    return GainReward(retrieval, harm_weight=cfg.harm_weight, format_penalty=cfg.format_penalty)
+
+
+def reward_functions(
+    cfg: GRPORunConfig, retrieval: RetrievalReward | RoutedRetrieval | None, *, seen: PromptLog | None = None
+):
+    """(functions, weights) for ``GRPOTrainer``; ``seen`` records each batch's prompts."""
+    if cfg.reward not in REWARDS:
+        raise ConfigError(f"unknown reward {cfg.reward!r}; choose one of: {', '.join(REWARDS)}")
+
+    def rule(prompts=None, completions=(), query=None, qid=None, trainer_state=None, **kw):
+        if seen is not None:
+            seen.record(query or [], qid, trainer_state)
+        return rule_reward(prompts, completions, query)
+
+    if cfg.reward == "gain":
+        gain = gain_reward(cfg, retrieval)
+        funcs = [
+            _named(
+                lambda prompts=None, completions=(), query=None, qid=None, log_metric=None, **kw: gain.reward_func(
+                    prompts, completions, query, qid, log_metric
+                ),
+                "gain",
+            ),
+            _named(rule, "rule"),
+        ]
+        weights = [1.0, 0.0]  # the rule score only as the gain's format check; logged
+        for part in RULE_PARTS:
+            funcs.append(rule_part_reward(part))
+            weights.append(0.0)
+        return funcs, weights
+    funcs = [_named(rule, "rule")]
     weights = [cfg.rule_weight]
     if retrieval is not None:
         funcs.append(
@@ -409,6 +511,109 @@ def reward_functions(cfg: GRPORunConfig, retrieval: RetrievalReward | RoutedRetr
     return funcs, weights
 
 
+class PromptLog:
+    """``prompts_seen.jsonl`` of a run: per generation batch, the step it was drawn at (steps done
+    so far), the process rank and the batch's distinct queries and qids — what the policy has seen,
+    across resumes (:meth:`truncate` drops the lines of steps a resume redoes)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def record(self, queries, qids, state) -> None:
+        import os
+
+        step = int(getattr(state, "global_step", 0) or 0)
+        row = {
+            "step": step,
+            "rank": int(os.environ.get("RANK", "0")),
+            "queries": list(dict.fromkeys(queries)),
+            "qids": [q for q in dict.fromkeys(qids or ()) if q],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def rows(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def truncate(self, step: int) -> None:
+        """Keep the batches drawn before ``step`` (a resume from checkpoint ``step`` draws the rest again)."""
+        if self.path.exists():
+            kept = [r for r in self.rows() if r["step"] < step]
+            self.path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
+
+
+def heldback_value(cfg: GRPORunConfig, retrieval, query: str, qid: str, completion: str) -> float | None:
+    """A held-back prompt's reward as training computes it: the gain reward (``reward: gain``), else
+    ``rule_weight`` × rule score + ``retrieval_weight`` × Δ."""
+    if cfg.reward == "gain":
+        return gain_reward(cfg, retrieval).score(query, qid, completion).reward
+    delta = retrieval(query, qid, completion) if retrieval is not None else None
+    return cfg.rule_weight * score_expansion(query, completion).total + cfg.retrieval_weight * (delta or 0.0)
+
+
+def heldback_callback(cfg: GRPORunConfig, rows: list[dict], tok, retrieval, out: Path):
+    """A ``TrainerCallback`` that, every ``early_stop_steps`` steps, lets the policy answer the
+    held-back prompts ``rows`` greedily, logs their mean reward (``heldback/reward``) and stops
+    training after ``early_stop_patience`` checks without improvement."""
+    import math
+
+    from transformers import TrainerCallback
+
+    every, patience = max(1, int(cfg.early_stop_steps)), max(1, int(cfg.early_stop_patience))
+
+    class _HeldBackStop(TrainerCallback):
+        best = -math.inf
+        stale = 0
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if model is None or state.global_step % every:
+                return
+            value = self.value(model)
+            record = {"stage": "grpo", "step": state.global_step, "heldback/reward": value}
+            if value > self.best + 1e-9:
+                self.best, self.stale = value, 0
+            else:
+                self.stale += 1
+                if self.stale >= patience:
+                    control.should_training_stop = True
+                    record["early_stop"] = True
+            if state.is_world_process_zero:
+                rundir.append_metrics(out, record)
+
+        @staticmethod
+        def value(model) -> float:
+            import torch
+
+            texts = [
+                tok.apply_chat_template(
+                    prompt_messages(r["query"], r.get("intent")),
+                    tokenize=False,
+                    add_generation_prompt=True,
+                    **CHAT_TEMPLATE_KWARGS,
+                )
+                for r in rows
+            ]
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            training = model.training
+            model.eval()
+            try:
+                with torch.no_grad():
+                    ids = model.generate(
+                        **enc, max_new_tokens=cfg.max_completion_length, do_sample=False, pad_token_id=tok.pad_token_id
+                    )
+            finally:
+                model.train(training)
+            answers = tok.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            values = [heldback_value(cfg, retrieval, r["query"], r["qid"], a) for r, a in zip(rows, answers)]
+            scored = [v for v in values if v is not None]
+            return sum(scored) / len(scored) if scored else 0.0
+
+    return _HeldBackStop()
+
+
 def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval | None = None, callbacks=()):
     """The configured ``GRPOTrainer``; ``retrieval`` overrides the pipeline-built term (tests)."""
     import torch
@@ -423,7 +628,14 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=torch.bfloat16 if flags["bf16"] else torch.float32)
     if retrieval is None:
         retrieval = pipeline_retrieval(cfg)
-    funcs, weights = reward_functions(cfg, retrieval)
+    funcs, weights = reward_functions(cfg, retrieval, seen=PromptLog(out / "prompts_seen.jsonl"))
+    labelled = labelled_rows(cfg)
+    held = heldback_rows(cfg, labelled)
+    extra = []
+    if held:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "heldback_qids.json").write_text(json.dumps([r["qid"] for r in held]) + "\n", encoding="utf-8")
+        extra.append(heldback_callback(cfg, held, tok, retrieval, out))
     use_vllm = bool(cfg.use_vllm and is_vllm_available())
     args = GRPOConfig(
         **hardware.run_args(out / "checkpoints", cfg, save_total_limit=2),
@@ -444,10 +656,10 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
         model=model,
         reward_funcs=funcs,
         args=args,
-        train_dataset=build_dataset(cfg),
+        train_dataset=build_dataset(cfg, labelled, exclude=frozenset(r["qid"] for r in held)),
         processing_class=tok,
         peft_config=peft_config,
-        callbacks=[rundir.metrics_callback(out, "grpo"), *callbacks],
+        callbacks=[rundir.metrics_callback(out, "grpo"), *extra, *callbacks],
     )
     return trainer, tok
 
@@ -464,12 +676,17 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval
         sorted({q for q in trainer.train_dataset["qid"] if q}) if "qid" in trainer.train_dataset.column_names else []
     )
     (out / "prompt_qids.json").write_text(json.dumps(prompt_qids) + "\n", encoding="utf-8")
-    result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
+    resume = rundir.last_checkpoint(out / "checkpoints")
+    if resume is not None:
+        step = rundir.checkpoint_step(resume)
+        PromptLog(out / "prompts_seen.jsonl").truncate(step)
+        rundir.append_metrics(out, {"stage": "grpo", "resumed_from": resume, "step": step})
+    result = trainer.train(resume_from_checkpoint=resume)
     # the tokenizer pads on the left for generation; the merged model's pads on the right
     merged_dir = save_adapter(trainer, tok, out, merge=cfg.merge, merged_padding_side="right")
     if not trainer.accelerator.is_main_process:
         return {}
-    logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m]
+    logs = [m for m in rundir.read_metrics(out) if m.get("stage") == "grpo" and "reward" in m and not m.get("final")]
     res = {
         "adapter": str(out / "adapter"),
         "merged": str(merged_dir) if merged_dir else None,
@@ -478,6 +695,8 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval
         "first_reward": logs[0]["reward"] if logs else None,
         "last_reward": logs[-1]["reward"] if logs else None,
         "retrieval_term": retrieval is not None,
+        "objective": cfg.reward,
+        "early_stopped": any(m.get("early_stop") for m in rundir.read_metrics(out) if m.get("stage") == "grpo"),
     }
     rundir.finish(
         out,
@@ -487,12 +706,25 @@ def run_grpo(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetrieval
         f"""
 Policy: `{cfg.base}` + LoRA r={cfg.lora_r} α={cfg.lora_alpha} on {", ".join(cfg.lora_targets)}.
 β={cfg.beta}, {cfg.num_generations} generations, max completion {cfg.max_completion_length}, lr {cfg.learning_rate}.
-Reward: rule score × {cfg.rule_weight}{f" + ΔnDCG@10 × {cfg.retrieval_weight}" if retrieval else " (no retrieval term)"}.
+Reward: {_reward_line(cfg, retrieval is not None)}.
 {res["steps"]} steps; mean reward first/last logged step: {res["first_reward"]} / {res["last_reward"]}.
 Per-part rule rewards are in metrics.jsonl (`rewards/rule_<part>/mean`).
 """,
     )
     return res
+
+
+def _reward_line(cfg: GRPORunConfig, retrieval: bool) -> str:
+    """The model card's reward line.
+
+    >>> _reward_line(GRPORunConfig(reward="gain"), True)
+    'ΔnDCG@10 against no expansion, harm × 2.0, a malformed completion −1.0'
+    """
+    if cfg.reward == "gain":
+        return f"ΔnDCG@10 against no expansion, harm × {cfg.harm_weight}, a malformed completion −{cfg.format_penalty}"
+    return f"rule score × {cfg.rule_weight}" + (
+        f" + ΔnDCG@10 × {cfg.retrieval_weight}" if retrieval else " (no retrieval term)"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

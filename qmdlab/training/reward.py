@@ -28,6 +28,10 @@ The total is clipped to ``[0, 120]`` and divided by 120, so the score is in ``[0
 There is one copy of this rubric (qmd had two that diverged) and the echo rule is part
 of it, so RL and evaluation can never disagree about it.
 
+Gain reward (:class:`GainReward`, GRPO's ``reward: gain``): the same Δ on the pipeline as
+configured, a harm weighted ``harm_weight`` times a gain, and the rule score's hard gate as a format
+check only (a malformed completion gets ``−format_penalty``).
+
 Retrieval term (:class:`RetrievalReward`): for a query with relevance labels,
 nDCG@10 of the pipeline searching with the completion's expansions minus nDCG@10 of the
 pipeline without expansion; ``None`` where the query has no labels (TRL then ignores it).
@@ -431,6 +435,94 @@ def engine_scorer(lab, *, limit: int = 10) -> Scorer:
         return final["docno"].to_list()[: max(limit, 10)]
 
     return score
+
+
+class GainScore(NamedTuple):
+    """One completion under :class:`GainReward`: the ``reward`` given (None: nothing to score), the
+    raw ``delta`` (None: no labels, or malformed) and whether the completion failed the format check."""
+
+    reward: float | None
+    delta: float | None
+    malformed: bool
+
+
+@dataclass
+class GainReward:
+    """The GRPO reward that targets the retrieval gain of expansion.
+
+    ``Δ = metric@k(expanded) − metric@k(no expansion)`` of the query on the pipeline as configured
+    (the ``retrieval`` term's scorer: its lab's gate, expansion types and weights apply, and the
+    no-expansion baseline is computed once per query, :meth:`RetrievalReward.baseline`); a gain is
+    the reward as is, a harm costs ``harm_weight`` times as much (``reward = Δ`` for ``Δ ≥ 0``,
+    ``harm_weight · Δ`` below). The rule score is only a format check: a completion that fails its
+    hard gate (:func:`parse_completion`: empty, chat-template leakage, a think block, an unprefixed
+    line) gets ``−format_penalty`` whatever it would retrieve. A well-formed completion of a prompt
+    without labels has no gain to measure: None (TRL leaves it out of the mean).
+
+    Parameters
+    ----------
+    retrieval : RetrievalReward or RoutedRetrieval
+        ``retrieval(query, qid, completion) -> Δ or None`` (None: no labels, or malformed).
+    harm_weight : float
+        How much more a loss of the metric counts than the same gain (>= 1 makes the policy
+        prefer an expansion that cannot hurt).
+    format_penalty : float
+        The reward of a malformed completion is minus this.
+
+    Examples
+    --------
+    >>> table = {None: ["d2", "d1"], (("lex", "good"),): ["d1", "d2"], (("lex", "bad"),): ["d3", "d2", "d1"]}
+    >>> r = RetrievalReward(lambda q, s: table[tuple(s) if s else None], {"q1": {"d1": 1}})
+    >>> g = GainReward(r, harm_weight=2.0, format_penalty=1.0)
+    >>> round(g.score("q", "q1", "lex: good").reward, 4), round(g.score("q", "q1", "lex: bad").reward, 4)
+    (0.3691, -0.2619)
+    >>> g.score("q", "q1", "Sure! lex: good"), g.score("q", "", "lex: good")
+    (GainScore(reward=-1.0, delta=None, malformed=True), GainScore(reward=None, delta=None, malformed=False))
+    """
+
+    retrieval: Callable[[str, str | None, object], float | None]
+    harm_weight: float = 2.0
+    format_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.harm_weight >= 0 and self.format_penalty >= 0):
+            from qmdlab.errors import ConfigError
+
+            raise ConfigError(
+                f"harm_weight and format_penalty must be >= 0, got {self.harm_weight!r} and {self.format_penalty!r}"
+            )
+
+    def shaped(self, delta: float) -> float:
+        """The reward of a change ``delta`` of the metric: gains as they are, harm × ``harm_weight``.
+
+        >>> GainReward(None, harm_weight=2.0).shaped(0.25), GainReward(None, harm_weight=2.0).shaped(-0.25)
+        (0.25, -0.5)
+        """
+        return delta if delta >= 0 else self.harm_weight * delta
+
+    def score(self, query: str, qid: str | None, completion) -> GainScore:
+        """The reward of one completion, its raw Δ and whether it failed the format check."""
+        if parse_completion(completion_text(completion)).gate:
+            return GainScore(-self.format_penalty, None, True)
+        delta = self.retrieval(query, qid, completion)
+        return GainScore(None if delta is None else self.shaped(delta), delta, False)
+
+    def reward_func(
+        self, prompts=None, completions=(), query=None, qid=None, log_metric=None, **kwargs
+    ) -> list[float | None]:
+        """TRL reward function (``query``/``qid`` are dataset columns). With TRL's ``log_metric``
+        (GRPOTrainer passes it), each batch logs ``gain/delta`` (mean raw Δ of the completions
+        scored), ``gain/harmful`` (the share of them with Δ < 0) and ``gain/malformed`` (the share of
+        all completions failing the format check) next to TRL's ``reward`` and ``kl``."""
+        qids = qid if qid is not None else [None] * len(completions)
+        scores = [self.score(q, i, c) for q, i, c in zip(query, qids, completions)]
+        if log_metric is not None and scores:
+            deltas = [s.delta for s in scores if s.delta is not None]
+            if deltas:
+                log_metric("gain/delta", sum(deltas) / len(deltas))
+                log_metric("gain/harmful", sum(d < 0 for d in deltas) / len(deltas))
+            log_metric("gain/malformed", sum(s.malformed for s in scores) / len(scores))
+        return [s.reward for s in scores]
 
 
 def combined_reward(

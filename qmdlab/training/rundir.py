@@ -95,6 +95,15 @@ def last_checkpoint(checkpoint_dir: str | Path) -> str | None:
     return str(max(cps, key=lambda p: int(p.name.split("-")[-1]))) if cps else None
 
 
+def checkpoint_step(checkpoint: str | Path) -> int:
+    """The step of a ``checkpoint-N`` folder.
+
+    >>> checkpoint_step("runs/grpo/checkpoints/checkpoint-50")
+    50
+    """
+    return int(Path(checkpoint).name.rsplit("-", 1)[-1])
+
+
 def metrics_callback(run_dir: str | Path, stage: str):
     """A ``TrainerCallback`` writing every log (loss, lr, reward components) to metrics.jsonl."""
     from transformers import TrainerCallback

@@ -6,7 +6,8 @@ has it. The data are conversational prompt/completion records (:mod:`qmdlab.trai
 the loss covers completion tokens only, and every prompt is rendered with
 ``enable_thinking=False`` exactly as at inference.
 
-Outputs in ``output_dir``: ``checkpoints/`` (resumable), ``adapter/`` (the LoRA),
+Outputs in ``output_dir``: ``checkpoints/`` (a rerun resumes from the newest, noted in
+``metrics.jsonl`` as ``resumed_from`` with the step and the examples seen before it), ``adapter/`` (the LoRA),
 ``merged/`` (``merge_and_unload`` → HF weights + tokenizer, the input of GRPO and export),
 ``config.yaml``, ``metrics.jsonl``, ``README.md``.
 
@@ -116,6 +117,10 @@ def run_sft(cfg: SFTRunConfig) -> dict:
     rundir.save_config(cfg, out)
     trainer, tok = build_trainer(cfg)
     resume = rundir.last_checkpoint(out / "checkpoints")
+    if resume is not None:  # noted: the steps, and so the examples, done before the resume
+        step, a = rundir.checkpoint_step(resume), trainer.args
+        seen = step * a.per_device_train_batch_size * a.gradient_accumulation_steps * a.world_size
+        rundir.append_metrics(out, {"stage": "sft", "resumed_from": resume, "step": step, "examples_seen": seen})
     result = trainer.train(resume_from_checkpoint=resume)
     merged_dir = save_adapter(trainer, tok, out, merge=cfg.merge)
     if not trainer.accelerator.is_main_process:
