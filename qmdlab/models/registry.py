@@ -273,7 +273,25 @@ def default_chunking() -> dict[str, int]:
 
 
 class BuildOptions(NamedTuple):
-    """What :func:`build_model` hands a scheme's loader besides the role and the reference."""
+    """What :func:`build_model` hands a scheme's loader besides the role and the reference: the
+    keyword options of :func:`build_model` and :func:`load_models`, with their defaults.
+
+    Attributes
+    ----------
+    n_threads : int, optional
+        llama.cpp threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
+    idle_timeout : float or None
+        Seconds before idle weights are released.
+    chunking : mapping, optional
+        Chunking parameters in the embedding fingerprint; default :func:`default_chunking`
+        (the store's), ``{}`` for none.
+    sampling : SamplingConfig, optional
+        Expander sampling (default qmd's; ``DETERMINISTIC`` for greedy).
+    batch_size : int
+        A llama.cpp embedder's ``batch_size`` (:class:`~qmdlab.models.llama_embed.LlamaEmbedder`).
+    progress : bool
+        A progress bar while a model file is fetched.
+    """
 
     n_threads: Optional[int] = None
     idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT
@@ -555,19 +573,10 @@ def scheme_of(ref: str) -> Scheme:
     )
 
 
-def build_model(
-    role: str,
-    ref: Any,
-    *,
-    n_threads: Optional[int] = None,
-    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
-    chunking: Optional[Mapping] = None,
-    sampling=None,
-    batch_size: int = 32,
-    progress: bool = False,
-):
+def build_model(role: str, ref: Any, **options: Any):
     """One role's model from a reference (its :class:`Scheme`'s loader); nothing is read from disk
-    until first use."""
+    until first use. ``options``: the fields of :class:`BuildOptions`."""
+    built = BuildOptions(**options)  # an unknown option fails here, before anything is built
     if ref is None:
         return None
     if not isinstance(ref, (str, os.PathLike)):
@@ -581,7 +590,7 @@ def build_model(
         raise ConfigError(
             f"{ref!r} is a {scheme.name} model: it can only be the {' or '.join(scheme.loaders)} model, not {role}"
         )
-    return loader(role, ref, BuildOptions(n_threads, idle_timeout, chunking, sampling, batch_size, progress))
+    return loader(role, ref, built)
 
 
 def load_models(
@@ -591,12 +600,7 @@ def load_models(
     expand: Any = None,
     rerank: Any = None,
     config: Union[Mapping, str, os.PathLike, None] = None,
-    n_threads: Optional[int] = None,
-    idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
-    chunking: Optional[Mapping] = None,
-    sampling=None,
-    batch_size: int = 32,
-    progress: bool = False,
+    **options: Any,
 ) -> ModelSet:
     """A lazy :class:`~qmdlab.models.base.ModelSet` for a preset plus per-role overrides.
 
@@ -608,15 +612,9 @@ def load_models(
         Per-role override: a reference, ``"none"`` to disable the role, or a model object.
     config : mapping or path, optional
         Model config (see module docs).
-    n_threads : int, optional
-        llama.cpp threads (default ``$QMDLAB_THREADS`` or ``min(4, cpus)``).
-    idle_timeout : float or None
-        Seconds before idle weights are released.
-    chunking : mapping, optional
-        Chunking parameters in the embedding fingerprint; default :func:`default_chunking`
-        (the store's), ``{}`` for none.
-    sampling : SamplingConfig, optional
-        Expander sampling (default qmd's; ``DETERMINISTIC`` for greedy).
+    **options
+        The fields of :class:`BuildOptions` (``n_threads``, ``idle_timeout``, ``chunking``,
+        ``sampling``, ``batch_size``, ``progress``), the same for every role.
 
     Examples
     --------
@@ -626,20 +624,9 @@ def load_models(
     >>> load_models("fake", rerank="none").reranker is None
     True
     """
+    built = BuildOptions(**options)  # an unknown option fails before the references are resolved
     _, refs = resolve_refs(preset, {"embed": embed, "expand": expand, "rerank": rerank}, config)
-    kw = dict(
-        n_threads=n_threads,
-        idle_timeout=idle_timeout,
-        chunking=chunking,
-        sampling=sampling,
-        batch_size=batch_size,
-        progress=progress,
-    )
-    return ModelSet(
-        build_model("embed", refs["embed"], **kw),
-        build_model("expand", refs["expand"], **kw),
-        build_model("rerank", refs["rerank"], **kw),
-    )
+    return ModelSet(*(build_model(role, refs[role], **built._asdict()) for role in ROLES))
 
 
 def with_cache(models: ModelSet, cache) -> ModelSet:
