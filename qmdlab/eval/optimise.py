@@ -117,8 +117,8 @@ def default_space(config: PipelineConfig, *, rerank: bool | None = None) -> tupl
     the blend bands and weights."""
     rerank = config.rerank if rerank is None else rerank
     space = list(FUSION_SPACE)
-    if config.expand:
-        space += EXPANSION_SPACE
+    if config.expand:  # the gate fuses each side by a formula: not under fusion=learned
+        space += EXPANSION_SPACE if config.fusion != "learned" else EXPANSION_SPACE[:1]
     if config.candidate_limit > 10:
         space.append(Param("candidate_limit", 10, config.candidate_limit, "int"))
     if rerank and config.blend == "position":

@@ -25,6 +25,8 @@ def test_the_expansion_knobs_are_in_the_default_space_when_expansion_is_on():
     names = [p.name for p in default_space(PipelineConfig())]
     assert {"expand_types", "expand_gate", "expand_gate_min_overlap"} <= set(names)
     assert names.index("expand_gate") < names.index("expand_gate_min_overlap")  # the gate before its threshold
+    learned = [p.name for p in default_space(PipelineConfig(fusion="learned", learned_model="m.txt"))]
+    assert "expand_types" in learned and "expand_gate" not in learned  # the gate needs a formula fusion
     off = [p.name for p in default_space(PipelineConfig(expand=False))]
     assert not {"expand_types", "expand_gate"} & set(off)
     # every expand_types choice is a valid value in its one spelling
