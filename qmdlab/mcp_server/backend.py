@@ -19,16 +19,16 @@ import math
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from qmdlab.errors import DocumentNotFoundError, QmdlabError
 from qmdlab.pipeline.results import SNIPPET_CAP_JSON, ResultRow, hit_line, located_rows
 from qmdlab.pipeline.results import snippet as make_snippet
 from qmdlab.search.hit_context import context_of
 from qmdlab.search.navigate import cap_text
-from qmdlab.store.outline import DocumentOutline
+from qmdlab.store.outline import DocumentOutline, Section
 from qmdlab.store.refs import glob_docnos, is_glob, line_window, parse_ref, resolve_ref, split_refs
 
 if TYPE_CHECKING:
@@ -438,28 +438,31 @@ class McpBackend:
         return outline
 
     def read_section(self, file: str, address: str) -> tuple[str, dict[str, Any]]:
-        with self.lock:
-            doc = self.document(file)
-            outline = self._outline(doc)
-            sec = outline.section(address)
-            info = self._doc_info(doc)
-        text = outline.section_text(sec.address)
-        data = dict(info, **sec.as_dict(), text=text)
-        crumb = " > ".join(sec.heading_path) or "(document)"
-        return f"{doc.docno} § {crumb} [{sec.address}] lines {sec.line_start}-{sec.line_end}\n\n{text}", data
+        return self._section_reply(file, address, DocumentOutline.section, "(document)")
 
     def parent(self, file: str, address: str) -> tuple[str, dict[str, Any]]:
+        return self._section_reply(file, address, DocumentOutline.parent, "(document root)")
+
+    def _section_reply(
+        self,
+        file: str,
+        address: str,
+        find: Callable[[DocumentOutline, str], Section | None],
+        root_crumb: str,
+    ) -> tuple[str, dict[str, Any]]:
+        """The section ``find(outline, address)`` of a document (the one at ``address``, or its
+        parent) with its text; ``root_crumb`` names the document root, which has no heading path."""
         with self.lock:
             doc = self.document(file)
             outline = self._outline(doc)
-            par = outline.parent(address)
+            sec = find(outline, address)
             info = self._doc_info(doc)
-        if par is None:
+        if sec is None:  # only a parent can be missing: the document root has none
             raise QmdlabError(f"{address!r} is the document root of {doc.docno}; it has no parent")
-        text = outline.section_text(par.address)
-        data = dict(info, **par.as_dict(), text=text)
-        crumb = " > ".join(par.heading_path) or "(document root)"
-        return f"{doc.docno} § {crumb} [{par.address}] lines {par.line_start}-{par.line_end}\n\n{text}", data
+        text = outline.section_text(sec.address)
+        data = dict(info, **sec.as_dict(), text=text)
+        crumb = " > ".join(sec.heading_path) or root_crumb
+        return f"{doc.docno} § {crumb} [{sec.address}] lines {sec.line_start}-{sec.line_end}\n\n{text}", data
 
     def jump_to_ref(
         self, file: str, ref: str | int, address: str | None = None, maxChars: int = 4000
@@ -583,64 +586,16 @@ class McpBackend:
         return "\n".join(lines), summary
 
     # -- single-leg searches (qmd's ``search`` / ``vsearch`` tools) ----------------------
-    def search(
+    def single_leg(
         self,
+        tool: Literal["search", "vsearch"],
         query: str,
         limit: int = 10,
         minScore: float = 0.0,
         collection: str | None = None,
         collections: Sequence[str] | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """BM25 only (no model): :func:`qmdlab.search.bm25_search` with the pipeline's BM25 knobs."""
-        from qmdlab.search import bm25_search
-
-        return self._single(
-            "search",
-            query,
-            limit,
-            minScore,
-            collection,
-            collections,
-            lambda text, colls, n: bm25_search(self.index, text, limit=n, collections=colls, **self.config.lexical()),
-        )
-
-    def vsearch(
-        self,
-        query: str,
-        limit: int = 10,
-        minScore: float = 0.0,
-        collection: str | None = None,
-        collections: Sequence[str] | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """Vectors only: the query's embedding against the chunk vectors (one best chunk per document)."""
-        from qmdlab.search.vector import vector_search
-
-        def run(text: str, colls: list[str] | None, n: int):
-            emb = self.models.embedder
-            if emb is None:
-                raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
-            text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
-            return vector_search(
-                self.index,
-                emb.embed_query(text),
-                fingerprint=emb.fingerprint,
-                limit=n,
-                collections=colls,
-                ann=self.config.ann(),
-            )
-
-        return self._single("vsearch", query, limit, minScore, collection, collections, run)
-
-    def _single(
-        self,
-        tool: str,
-        query: str,
-        limit: int,
-        min_score: float,
-        collection: str | None,
-        collections: Sequence[str] | None,
-        run: Any,
-    ) -> tuple[str, dict[str, Any]]:
+        """One retrieval leg alone: ``search`` is BM25 only (no model), ``vsearch`` vectors only."""
         from qmdlab.pipeline.results import build_rows
 
         text = (query or "").strip()
@@ -649,18 +604,42 @@ class McpBackend:
         from qmdlab.search.lexical import check_query_length
 
         check_query_length(text, f"{tool} query")  # before the backend's lock: never embed a megabyte
+        run = {"search": self._bm25_hits, "vsearch": self._vector_hits}[tool]
         names = list(collections or []) + ([collection] if collection else [])
         n = qmd_count(limit, 10)  # qmd: slice(0, limit); 0 or less = no results
         with self.lock:
             colls, notes = self._check_collections(names)
             results: list[dict[str, Any]] = []
             if n > 0 and colls != []:
-                hits = [h for h in run(text, colls, n) if h.score >= float(min_score)]
+                hits = [h for h in run(text, colls, n) if h.score >= float(minScore)]
                 rows = build_rows(self.index, hits, text)
                 results = self._rows(rows)
         data = _json_safe({"query": text, "tool": tool, "collections": colls, "results": results, "notes": notes})
         head = f"{len(results)} result(s) for {text!r} ({tool})"
         return _results_text("\n".join([head, *(x["message"] for x in notes)]), results), data
+
+    def _bm25_hits(self, text: str, colls: list[str] | None, n: int):
+        """:func:`qmdlab.search.bm25_search` with the pipeline's BM25 knobs."""
+        from qmdlab.search import bm25_search
+
+        return bm25_search(self.index, text, limit=n, collections=colls, **self.config.lexical())
+
+    def _vector_hits(self, text: str, colls: list[str] | None, n: int):
+        """The query's embedding against the chunk vectors (one best chunk per document)."""
+        from qmdlab.search.vector import vector_search
+
+        emb = self.models.embedder
+        if emb is None:
+            raise QmdlabError("vsearch needs an embedding model; this server runs without one (use search)")
+        text = text.encode("utf-8", "ignore").decode("utf-8")  # bytes that were not UTF-8 are dropped
+        return vector_search(
+            self.index,
+            emb.embed_query(text),
+            fingerprint=emb.fingerprint,
+            limit=n,
+            collections=colls,
+            ann=self.config.ann(),
+        )
 
     # -- query ------------------------------------------------------------------------
     def query(

@@ -392,7 +392,7 @@ def build_server(backend: McpBackend, *, deadline_s: float | None = None, gate: 
         """Fast keyword search (BM25 full text, no model). Use it when you know words, names, code identifiers or
         phrases that appear in the document; use `vsearch` when you only know the idea, `query` for the best
         ranking."""
-        return _user_errors(backend.search)(query, limit, minScore, collection, collections)
+        return _user_errors(backend.single_leg)("search", query, limit, minScore, collection, collections)
 
     def vsearch(
         query: Annotated[
@@ -408,7 +408,7 @@ def build_server(backend: McpBackend, *, deadline_s: float | None = None, gate: 
         """Semantic search (vector embeddings only, no expansion or rerank). Use it for conceptual questions whose
         wording may differ from the documents' ("how do I ..."); use `search` for exact terms, `query` for the
         best ranking."""
-        return _user_errors(backend.vsearch)(query, limit, minScore, collection, collections)
+        return _user_errors(backend.single_leg)("vsearch", query, limit, minScore, collection, collections)
 
     def get(
         file: Annotated[

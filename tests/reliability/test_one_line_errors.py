@@ -70,8 +70,8 @@ def test_bytes_that_are_not_utf8_in_a_vector_search_are_dropped(index):
     fake = load_models("fake")
     backend = McpBackend(str(index), models=ModelSet(Utf8Embedder(fake.embedder), None, None))
     try:
-        _, got = backend.vsearch("docker \udcff\udcfe sqlite", limit=3)
-        _, want = backend.vsearch("docker  sqlite", limit=3)
+        _, got = backend.single_leg("vsearch", "docker \udcff\udcfe sqlite", limit=3)
+        _, want = backend.single_leg("vsearch", "docker  sqlite", limit=3)
         assert got["results"] and [r["docno"] for r in got["results"]] == [r["docno"] for r in want["results"]]
     finally:
         backend.index.close()
