@@ -116,10 +116,8 @@ def run_suite(
 
     Parameters
     ----------
-    suite : Suite
-    models : qmdlab.models.ModelSet, optional
-        ``(embedder, expander, reranker)``; missing roles skip their stage.
-    config : PipelineConfig, optional
+    suite, models, config
+        What :func:`~qmdlab.eval.record.record` records (``config`` default: ``PipelineConfig()``).
     out : path, optional
         Results directory (default ``$QMDLAB_HOME/eval/<suite>/results/<name>``).
     ablate : bool
