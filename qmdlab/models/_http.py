@@ -250,21 +250,16 @@ class _DeadlineHTTP(http.client.HTTPConnection):
         self.deadline = deadline
 
     def connect(self) -> None:
-        self.timeout = self.deadline.left()
-        super().connect()
-        self.deadline.watch(self.sock)
-
-
-class _DeadlineHTTPS(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        # HTTPSConnection.connect, with the TLS handshake under the deadline too
+        # the plain TCP connection (HTTPConnection's, for _DeadlineHTTPS too), under the deadline
         self.timeout = self.deadline.left()
         http.client.HTTPConnection.connect(self)
         self.deadline.watch(self.sock)
+
+
+class _DeadlineHTTPS(_DeadlineHTTP, http.client.HTTPSConnection):
+    def connect(self) -> None:
+        # HTTPSConnection.connect, with the TLS handshake under the deadline too
+        super().connect()
         host = self._tunnel_host or self.host  # type: ignore[attr-defined]
         tls = self._context.wrap_socket(  # type: ignore[attr-defined]
             self.sock, server_hostname=host, do_handshake_on_connect=False
