@@ -103,7 +103,7 @@ class AdapterRunConfig:
     patience: int = field(default=5, metadata={"help": "Epochs without a held-back gain before stopping."})
     max_pairs: int = 20000
     seed: int = 0
-    n_threads: int | None = field(default=1, metadata={"help": "Torch CPU threads."})
+    n_threads: int | None = hardware.threads_field(default=1)
     progress: bool = True
 
 

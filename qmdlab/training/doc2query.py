@@ -77,7 +77,7 @@ class Doc2QueryRunConfig(SuiteRunConfig):
     gradient_accumulation_steps: int = 1
     max_length: int = 256
     seed: int = 0
-    n_threads: int | None = field(default=2, metadata={"help": "Torch CPU threads."})
+    n_threads: int | None = hardware.threads_field(default=2)
     logging_steps: int = 5
     save_steps: int = 50
     gguf: bool = field(default=True, metadata={"help": "Convert the merged model to model.gguf (f16)."})

@@ -92,13 +92,7 @@ class EmbedderRunConfig(SuiteRunConfig):
     warmup: float = field(default=0.1, metadata={"help": "Share of the steps with a rising learning rate."})
     max_seq_length: int = field(default=256, metadata={"help": "Tokens per text (MiniLM was trained with 256)."})
     seed: int = 0
-    n_threads: int | None = field(
-        default=1,
-        metadata={
-            "help": "Torch CPU threads. 1 on a shared machine: with more runnable threads than cores "
-            "torch's OpenMP workers spin-wait."
-        },
-    )
+    n_threads: int | None = hardware.threads_field(default=1)
     gguf: bool = field(default=True, metadata={"help": "Convert the model to model.gguf (f16) for the pipeline."})
     evaluate: bool = field(default=True, metadata={"help": "Record the held-out queries with both embedders."})
     preset: str = field(

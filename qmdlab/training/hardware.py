@@ -4,6 +4,7 @@ sentence-transformers trainers' shared arguments, torch's CPU threads, and the t
 
 from __future__ import annotations
 
+from dataclasses import field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -142,6 +143,18 @@ def sentence_transformers_args(
         "disable_tqdm": not progress,
         **extra,
     }
+
+
+def threads_field(default: int | None) -> Any:
+    """The ``n_threads`` field of a step's config: torch's CPU threads (:func:`set_threads`)."""
+    return field(
+        default=default,
+        metadata={
+            "help": "Torch CPU threads (0/None: torch's own); at most the free cores (1 on a shared machine): "
+            "with more runnable threads than cores torch's OpenMP workers spin-wait and a training step can "
+            "be many times slower."
+        },
+    )
 
 
 def set_threads(n_threads: int | None) -> None:

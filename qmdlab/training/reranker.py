@@ -145,14 +145,7 @@ class RerankerRunConfig(SuiteRunConfig):
     synthetic_learning_rate: float = 5e-5
     synthetic_head_learning_rate: float = 1e-3
     synthetic_batch_size: int = 16
-    n_threads: int | None = field(
-        default=1,
-        metadata={
-            "help": "Torch CPU threads. 1 on a shared machine: with more "
-            "runnable threads than cores, torch's OpenMP workers spin-wait and a training "
-            "step can be many times slower."
-        },
-    )
+    n_threads: int | None = hardware.threads_field(default=1)
     logging_steps: int = 5
     save_steps: int = 100
     progress: bool = True
