@@ -1,5 +1,7 @@
-"""What the index verbs share: the index named by ``--index``, an update report for people, and
-the ``--config`` option of the verbs that run the pipeline (``query``, ``mcp``).
+"""What the index verbs share: the index named by ``--index``, an update report for people, the
+``--config`` option of the verbs that run the pipeline (``query``, ``mcp``), and the options that
+several verbs declare alike (``-c/--collection``, ``-n``, ``--json``, ``--line-numbers``,
+``--progress``, ``--threads``).
 
 Below :mod:`qmdlab.commands.store` (which registers the ``collection`` group) and
 :mod:`qmdlab.commands.collections` (qmd's further collection verbs), so neither imports the other
@@ -39,6 +41,39 @@ def query_argument(name: str = "query"):
 def pipeline_config_option(help: str):
     """``--config FILE`` (the ``config_file`` parameter): pipeline options from a YAML or TOML file."""
     return click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help=help)
+
+
+def collections_option(help: str = "Restrict to a collection (repeatable)."):
+    """``-c/--collection NAME``, repeatable (the ``collections`` parameter): the collections a verb
+    reads or works on, every one when none is named; ``help`` says which for the verb."""
+    return click.option("-c", "--collection", "collections", multiple=True, help=help)
+
+
+def limit_option():
+    """``-n N`` (the ``limit`` parameter) of ``search`` and ``vsearch``: how many results."""
+    return click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
+
+
+def json_option():
+    """``--json`` (the ``as_json`` parameter): the verb's report as JSON instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def line_numbers_option():
+    """``--line-numbers/--no-line-numbers`` of ``get`` and ``multi-get`` (off by default)."""
+    return click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
+
+
+def progress_option(help: str = "Progress bar on stderr."):
+    """``--progress/--no-progress`` (on by default) of the verbs that work through a collection."""
+    return click.option("--progress/--no-progress", default=True, help=help)
+
+
+def llama_threads_option():
+    """``--threads`` of the verbs that run a local model over a collection (``embed``, ``expand-docs``)."""
+    return click.option(
+        "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
+    )
 
 
 def print_report(rep) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from qmdlab.commands.common import collections_option, llama_threads_option, progress_option
 from qmdlab.pipeline.doc_expand import DEFAULT_PER_CHUNK, DEFAULT_TOP_K
 
 
@@ -40,7 +41,7 @@ def register(group: click.Group) -> None:
         help="Round-trip filter depth: a query is kept when BM25 (without the doc-queries column) ranks its "
         "source document within the top K.",
     )
-    @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
+    @collections_option(help="Only this collection (repeatable).")
     @click.option(
         "--temperature",
         default=0.7,
@@ -62,10 +63,8 @@ def register(group: click.Group) -> None:
         is_flag=True,
         help="Empty the doc-queries column and unset the active generator (stored queries stay).",
     )
-    @click.option(
-        "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
-    )
-    @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+    @llama_threads_option()
+    @progress_option()
     @click.pass_context
     def expand_docs(
         ctx,

@@ -15,7 +15,13 @@ import time
 
 import click
 
-from qmdlab.commands.common import query_argument
+from qmdlab.commands.common import (
+    collections_option,
+    limit_option,
+    llama_threads_option,
+    progress_option,
+    query_argument,
+)
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import ModelError, QmdlabError, StoreError
 from qmdlab.role_options import model_options
@@ -184,7 +190,7 @@ def register(group: click.Group) -> None:
 
     @group.command("embed")
     @click.option("-f", "--force", is_flag=True, help="Re-embed every chunk, not only those missing vectors.")
-    @click.option("-c", "--collection", "collections", multiple=True, help="Only this collection (repeatable).")
+    @collections_option(help="Only this collection (repeatable).")
     @click.option(
         "--batch-size",
         default=32,
@@ -211,11 +217,9 @@ def register(group: click.Group) -> None:
         help="Stop cleanly after this many minutes, as qmd's --timeout (between batches; 0 = no limit; "
         "90s or 2h for seconds or hours); run again to continue [default: no limit].",
     )
-    @click.option(
-        "--threads", type=int, default=None, help="llama.cpp threads (default $QMDLAB_THREADS or min(4, cpus))."
-    )
+    @llama_threads_option()
     @model_options("embed")
-    @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+    @progress_option(help="Show a progress bar.")
     @ray_options
     @click.pass_context
     def embed(
@@ -328,8 +332,8 @@ def register(group: click.Group) -> None:
 
     @group.command("vsearch")
     @query_argument()
-    @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
-    @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
+    @limit_option()
+    @collections_option()
     @click.option("--min-score", default=0.0, show_default=True, help="Drop results below this cosine similarity.")
     @click.option(
         "--intent",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.common import open_index
+from qmdlab.commands.common import json_option, open_index
 from qmdlab.display import json_text, printable, printable_text
 from qmdlab.errors import QmdlabError
 
@@ -27,7 +27,7 @@ def register(group: click.Group) -> None:
 
     @group.command("refs")
     @click.argument("ref")
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @json_option()
     @click.pass_context
     def refs(ctx, ref: str, as_json: bool) -> None:
         """List the cross-references of a document or section (FILE or FILE#address): markdown links,
@@ -50,7 +50,7 @@ def register(group: click.Group) -> None:
     @click.argument("which")
     @click.option("--max-chars", default=4000, show_default=True, help="Cap on the text shown (0 = no cap).")
     @click.option("--line-numbers", is_flag=True, help="Prefix each line with its number.")
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @json_option()
     @click.pass_context
     def jump(ctx, ref: str, which: str, max_chars: int, line_numbers: bool, as_json: bool) -> None:
         """Follow a cross-reference of a section: `qmdlab jump FILE#address WHICH`, WHICH being the
@@ -87,7 +87,7 @@ def register(group: click.Group) -> None:
         default=None,
         help="With one --id: print the section (or document) holding the chunk, its lines marked *.",
     )
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @json_option()
     @click.pass_context
     def chunks(
         ctx,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from qmdlab.commands.common import pipeline_config_option, query_argument
+from qmdlab.commands.common import collections_option, pipeline_config_option, query_argument
 from qmdlab.commands.result_options import ResultOptions, result_options
 from qmdlab.errors import QmdlabError
 from qmdlab.pipeline.config import BLEND_METHODS, FUSION_METHODS
@@ -23,7 +23,7 @@ def register(group: click.Group) -> None:
     @group.command("query")
     @query_argument("text")
     @click.option("-n", "limit", type=int, default=None, help="Number of results [default: 5, or the --config file's].")
-    @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
+    @collections_option()
     @click.option("--intent", default=None, help="Disambiguating context (disables the strong-signal skip).")
     @click.option(
         "--expand/--no-expand",

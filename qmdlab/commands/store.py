@@ -12,7 +12,18 @@ from pathlib import Path
 
 import click
 
-from qmdlab.commands.common import open_index, print_report, query_argument, run_watch, watch_options
+from qmdlab.commands.common import (
+    collections_option,
+    json_option,
+    limit_option,
+    line_numbers_option,
+    open_index,
+    print_report,
+    progress_option,
+    query_argument,
+    run_watch,
+    watch_options,
+)
 from qmdlab.commands.result_options import ResultOptions, pick_format, result_options
 from qmdlab.display import printable, printable_text
 from qmdlab.errors import QmdlabError, StoreError
@@ -176,8 +187,8 @@ def register(group: click.Group) -> None:
         click.echo(f"context removed from {target}")
 
     @group.command("update")
-    @click.option("-c", "--collection", "collections", multiple=True, help="Only these collections.")
-    @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+    @collections_option(help="Only these collections.")
+    @progress_option()
     @click.option(
         "--chunker",
         type=click.Choice(CHUNKERS),
@@ -240,8 +251,8 @@ def register(group: click.Group) -> None:
 
     @group.command("search")
     @query_argument()
-    @click.option("-n", "limit", default=10, show_default=True, help="Number of results.")
-    @click.option("-c", "--collection", "collections", multiple=True, help="Restrict to a collection (repeatable).")
+    @limit_option()
+    @collections_option()
     @click.option("--tag", "tags", multiple=True, help="Require a front-matter tag (repeatable; all required).")
     @click.option("--since", default=None, help="Documents dated on/after YYYY-MM-DD.")
     @click.option("--before", default=None, help="Documents dated before YYYY-MM-DD.")
@@ -300,7 +311,7 @@ def register(group: click.Group) -> None:
 
     @group.command("get")
     @click.argument("ref")
-    @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
+    @line_numbers_option()
     @click.option(
         "--from",
         "from_line",
@@ -397,7 +408,7 @@ def register(group: click.Group) -> None:
     @click.option(
         "-l", "--max-lines", "max_lines", type=int, default=None, help="Show at most this many lines of each document."
     )
-    @click.option("--line-numbers/--no-line-numbers", default=False, help="Prefix each line with its number.")
+    @line_numbers_option()
     @click.option(
         "--format",
         "fmt",
@@ -469,7 +480,7 @@ def register(group: click.Group) -> None:
         click.echo(cleanup(open_index(ctx), cache=cache, vacuum=not no_vacuum, dry_run=dry_run).summary())
 
     @group.command("status")
-    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @json_option()
     @click.pass_context
     def status(ctx, as_json: bool) -> None:
         """Index location, collections, document/chunk/vector counts (after an integrity check
