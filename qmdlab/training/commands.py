@@ -68,6 +68,11 @@ _config_opt = click.option(
     help="YAML file with the step's config fields.",
 )
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config field.")
+# the fields that several steps' configs share, each flag spelt once
+_format_opt = click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+_output_dir_opt = click.option("--output-dir", default=None)
+_seed_opt = click.option("--seed", type=int, default=None)
+_threads_opt = click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
 
 
 def register(group: click.Group) -> None:
@@ -102,7 +107,7 @@ def register(group: click.Group) -> None:
     @click.option("--base", default=None, help="HF model id or local directory.")
     @click.option("--train-file", default=None)
     @click.option("--eval-file", default=None)
-    @click.option("--output-dir", default=None)
+    @_output_dir_opt
     @click.option("--max-steps", type=int, default=None)
     @_set_opt
     def sft_cmd(config, base, train_file, eval_file, output_dir, max_steps, sets) -> None:
@@ -117,7 +122,7 @@ def register(group: click.Group) -> None:
     @click.option("--prompts-file", default=None)
     @click.option("--suite", default=None, help="Labelled suite dir for the retrieval reward (e.g. data).")
     @click.option("--index", "index_dir", default=None, help="Index for the retrieval reward.")
-    @click.option("--output-dir", default=None)
+    @_output_dir_opt
     @click.option("--max-steps", type=int, default=None)
     @_set_opt
     def grpo_cmd(config, base, prompts_file, suite, index_dir, output_dir, max_steps, sets) -> None:
@@ -129,7 +134,7 @@ def register(group: click.Group) -> None:
     @train.command("export")
     @_config_opt
     @click.option("--model", default=None, help="Merged model dir (or a LoRA adapter dir).")
-    @click.option("--output-dir", default=None)
+    @_output_dir_opt
     @click.option("--quant", "quants", multiple=True, help="Quantisation (repeatable; default Q4_K_M and Q8_0).")
     @_set_opt
     def export_cmd(config, model, output_dir, quants, sets) -> None:
@@ -146,7 +151,7 @@ def register(group: click.Group) -> None:
     @click.option("--index", "index_dir", default=None, help="Index directory for the suite.")
     @click.option("--examples-file", default=None, help="Held-out examples for the rule score.")
     @click.option("--max-queries", type=int, default=None)
-    @click.option("--output-dir", default=None)
+    @_output_dir_opt
     @_set_opt
     def evaluate_cmd(
         config, expander, base_expander, suite, index_dir, examples_file, max_queries, output_dir, sets
@@ -159,15 +164,15 @@ def register(group: click.Group) -> None:
     @train.command("reranker")
     @_config_opt
     @click.option("--suite", default=None, help="Labelled suite: name (default, cisi) or directory.")
-    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @_format_opt
     @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/reranker).")
     @click.option(
         "--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name."
     )
     @click.option("--folds", type=int, default=None, help="K-fold held-out evaluation (0: none; default 5).")
-    @click.option("--seed", type=int, default=None)
+    @_seed_opt
     @click.option("--loss", default=None, help="lambda (default) | listnet | ranknet | bce.")
-    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_threads_opt
     @click.option(
         "--synthetic",
         default=None,
@@ -187,11 +192,11 @@ def register(group: click.Group) -> None:
     @train.command("doc2query")
     @_config_opt
     @click.option("--suite", default=None, help="Suite whose collection (and train queries) to learn from.")
-    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @_format_opt
     @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/doc2query).")
     @click.option("--base", default=None, help="pkg:smollm2-135m-instruct (default), a GGUF file or an HF dir.")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
-    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_threads_opt
     @_set_opt
     def doc2query_cmd(config, suite, fmt, out, base, max_steps, n_threads, sets) -> None:
         """Train a document → query generator for `qmdlab expand-docs` (LoRA SFT on train-split queries)."""
@@ -206,7 +211,7 @@ def register(group: click.Group) -> None:
     @train.command("embedder")
     @_config_opt
     @click.option("--suite", default=None, help="Suite whose index holds the kept generated queries.")
-    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @_format_opt
     @click.option(
         "--synthetic",
         default=None,
@@ -223,8 +228,8 @@ def register(group: click.Group) -> None:
     @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
     @click.option("--hard-negatives", type=int, default=None, help="Mined negative chunks per pair (default 1).")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
-    @click.option("--seed", type=int, default=None)
-    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_seed_opt
+    @_threads_opt
     @_set_opt
     def embedder_cmd(
         config, suite, fmt, synthetic, labelled, out, base, hard_negatives, max_steps, seed, n_threads, sets
@@ -245,7 +250,7 @@ def register(group: click.Group) -> None:
         help="Labelled suite (scifact, default, cisi … or a directory); "
         "without it, the index of the command (`qmdlab --index NAME train adapter --synthetic`).",
     )
-    @click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
+    @_format_opt
     @click.option(
         "--synthetic",
         is_flag=True,
@@ -267,8 +272,8 @@ def register(group: click.Group) -> None:
     @click.option("--rank", type=int, default=None, help="0: a full d x d map (default); r: I + U V^T of rank r.")
     @click.option("--folds", type=int, default=None, help="Folds for a suite without an official split (default 5).")
     @click.option("--epochs", type=int, default=None, help="At most this many epochs (default 40).")
-    @click.option("--seed", type=int, default=None)
-    @click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
+    @_seed_opt
+    @_threads_opt
     @_set_opt
     @click.pass_context
     def adapter_cmd(
