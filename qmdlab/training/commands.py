@@ -68,10 +68,9 @@ _config_opt = click.option(
     help="YAML file with the step's config fields.",
 )
 _set_opt = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any config field.")
-# the fields that several steps' configs share, each flag spelt once
+# flags of config fields that several steps share
 _format_opt = click.option("--format", "fmt", default=None, help="Suite format when --suite is a directory.")
 _output_dir_opt = click.option("--output-dir", default=None)
-_seed_opt = click.option("--seed", type=int, default=None)
 _threads_opt = click.option("--threads", "n_threads", type=int, default=None, help="Torch CPU threads.")
 
 
@@ -170,7 +169,7 @@ def register(group: click.Group) -> None:
         "--base", default=None, help="Encoder to start from: pkg:all-minilm-l6-v2 (default), an HF dir, hf:org/name."
     )
     @click.option("--folds", type=int, default=None, help="K-fold held-out evaluation (0: none; default 5).")
-    @_seed_opt
+    @click.option("--seed", type=int, default=None)
     @click.option("--loss", default=None, help="lambda (default) | listnet | ranknet | bce.")
     @_threads_opt
     @click.option(
@@ -228,7 +227,7 @@ def register(group: click.Group) -> None:
     @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
     @click.option("--hard-negatives", type=int, default=None, help="Mined negative chunks per pair (default 1).")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
-    @_seed_opt
+    @click.option("--seed", type=int, default=None)
     @_threads_opt
     @_set_opt
     def embedder_cmd(
@@ -272,7 +271,7 @@ def register(group: click.Group) -> None:
     @click.option("--rank", type=int, default=None, help="0: a full d x d map (default); r: I + U V^T of rank r.")
     @click.option("--folds", type=int, default=None, help="Folds for a suite without an official split (default 5).")
     @click.option("--epochs", type=int, default=None, help="At most this many epochs (default 40).")
-    @_seed_opt
+    @click.option("--seed", type=int, default=None)
     @_threads_opt
     @_set_opt
     @click.pass_context
