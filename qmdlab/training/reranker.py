@@ -58,12 +58,11 @@ from qmdlab.training.reranker_data import (
     record_candidates,
 )
 from qmdlab.training.reranker_eval import (
-    blend_dict,
     calibrate_and_blend,
-    config_with,
     evaluate_heldout,
     format_reranker_table,
     score_table,
+    write_blend,
 )
 from qmdlab.training.reranker_fit import fit, fit_info, stage_model, start_model, write_meta
 
@@ -298,24 +297,21 @@ def _supervised(
         batch_size=cfg.batch_size,
         pairs_per_row=per_row,
     )
-    calib, blend_cfg, tune_score = calibrate_and_blend(cfg, rec, res.model_dir, tune_q)
+    calib, blend, tune_score = calibrate_and_blend(cfg, rec, res.model_dir, tune_q)
     write_meta(
         res.model_dir,
-        {
-            "max_length": cfg.max_length,
-            "base": cfg.base,
-            "stage": stage,
-            "suite": rec.suite.name,
-            "labels_used": True,
-            "calibration": list(calib),
-            "blend": blend_dict(blend_cfg),
-            "trained_on_qids": len({r["qid"] for r in rows}),
-        },
+        cfg,
+        rec,
+        stage=stage,
+        labels_used=True,
+        calibration=list(calib),
+        blend=blend,
+        trained_on_qids=len({r["qid"] for r in rows}),
     )
     info = {
         **fit_info(res, fit_queries=len(fit_q), tune_queries=len(tune_q), lists=len(lists)),
         "calibration": list(calib),
-        "blend": blend_dict(blend_cfg),
+        "blend": blend,
         "tune_ndcg@10": tune_score,
     }
     rundir.append_metrics(cfg.out, {"stage": stage, "final": True, **info})
@@ -432,15 +428,7 @@ def run_reranker(cfg: RerankerRunConfig, log: Callable[[str], None] = print) -> 
         shutil.copytree(init_dir, out / "model", dirs_exist_ok=True)
         model_ref = f"cross-encoder:{(out / 'model').resolve()}"
     if model_ref:
-        import yaml
-
-        blend = (result.get("final") or {}).get("blend")
-        (out / "blend.yaml").write_text(
-            yaml.safe_dump(
-                blend_dict(config_with(rec.config, blend)) if blend else {"blend": "position"}, sort_keys=False
-            ),
-            encoding="utf-8",
-        )
+        write_blend(out, rec.config, (result.get("final") or {}).get("blend"))
     result["model"] = model_ref
     result["seconds"] = round(time.perf_counter() - t0, 1)
     _model_card(cfg, result, out)

@@ -135,7 +135,8 @@ def mean_query_auc(frame: pl.DataFrame, score_col: str) -> float | None:
 
 def calibrate_and_blend(cfg: RerankerRunConfig, rec: RerankCandidates, model_dir: Path, qids: Sequence[str]):
     """The Platt calibration of ``model_dir``'s logits and the blend chosen on ``qids`` (never held-out
-    queries): ``(calibration, blend config or None, its nDCG@10)``; ``((1, 0), None, None)`` without queries."""
+    queries): ``(calibration, blend options or None, its nDCG@10)``, the blend as :func:`blend_dict`
+    writes it; ``((1, 0), None, None)`` without queries."""
     if not qids:
         return (1.0, 0.0), None, None
     from qmdlab.models.cross_encoder import sigmoid
@@ -145,7 +146,7 @@ def calibrate_and_blend(cfg: RerankerRunConfig, rec: RerankCandidates, model_dir
     calib = platt(graded["logit"].to_numpy(), (graded["grade"].fill_null(0) >= 1).to_numpy())
     scores = scores.with_columns(rerank_score=pl.Series(sigmoid(calib[0] * scores["logit"].to_numpy() + calib[1])))
     blend_cfg, score = tune_blend(with_rerank(rec.study, scores, qids), rec.config)
-    return calib, blend_cfg, score
+    return calib, blend_dict(blend_cfg), score
 
 
 def blend_dict(c) -> dict | None:
@@ -167,6 +168,17 @@ def config_with(base, blend: dict | None):
         blend=blend["blend"],
         blend_bands=tuple(blend["blend_bands"]),
         blend_weights=tuple(blend["blend_weights"]),
+    )
+
+
+def write_blend(out: Path, base, blend: dict | None) -> None:
+    """``<out>/blend.yaml``: the pipeline options that serve the trained model over ``base`` (its
+    chosen ``blend``, else the position blend)."""
+    import yaml
+
+    (Path(out) / "blend.yaml").write_text(
+        yaml.safe_dump(blend_dict(config_with(base, blend)) if blend else {"blend": "position"}, sort_keys=False),
+        encoding="utf-8",
     )
 
 

@@ -179,9 +179,21 @@ def fit_info(res: FitResult, **extra) -> dict:
     }
 
 
-def write_meta(model_dir: Path, meta: dict) -> None:
+def write_meta(
+    model_dir: Path, cfg: RerankerRunConfig, rec: RerankCandidates, *, stage: str, labels_used: bool, **extra: Any
+) -> None:
+    """The trained model's meta file: its token limit, base, stage, suite and whether labels trained
+    it, then ``extra`` (calibration, blend, …)."""
     from qmdlab.models.cross_encoder import META_FILE
 
+    meta = {
+        "max_length": cfg.max_length,
+        "base": cfg.base,
+        "stage": stage,
+        "suite": rec.suite.name,
+        "labels_used": labels_used,
+        **extra,
+    }
     (Path(model_dir) / META_FILE).write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
 
 
@@ -219,16 +231,7 @@ def pretrain(cfg: RerankerRunConfig, rec: RerankCandidates, base_dir: Path, log)
         pairs_per_row=2 + cfg.weak_hard_negatives + cfg.weak_in_batch_negatives - 1,
         no_duplicates=True,
     )
-    write_meta(
-        res.model_dir,
-        {
-            "max_length": cfg.max_length,
-            "base": cfg.base,
-            "stage": "weak",
-            "suite": rec.suite.name,
-            "labels_used": False,
-        },
-    )
+    write_meta(res.model_dir, cfg, rec, stage="weak", labels_used=False)
     info = fit_info(res, pairs=len(pairs))
     rundir.append_metrics(cfg.out, {"stage": "weak", "final": True, **info})
     rundir.mark_done(run, info)

@@ -92,12 +92,11 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     from qmdlab.training.leakage import check_no_heldout
     from qmdlab.training.reranker_data import record_candidates
     from qmdlab.training.reranker_eval import (
-        blend_dict,
         calibrate_and_blend,
-        config_with,
         evaluate_heldout,
         format_reranker_table,
         score_table,
+        write_blend,
     )
     from qmdlab.training.reranker_fit import fit, fit_info, stage_model, start_model, write_meta
 
@@ -173,23 +172,11 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     model_dir = Path(info["model_dir"])
 
     # Choices on the train queries only.
-    calib, blend_cfg, tune_score = calibrate_and_blend(cfg, rec, model_dir, train_q)
+    calib, blend, tune_score = calibrate_and_blend(cfg, rec, model_dir, train_q)
     tuned_fusion, tuned_fusion_train = rec.config.replace(rerank=False), None
     if train_q:
         tuned_fusion, tuned_fusion_train = tune_fusion(rec.study.subset(train_q), rec.config)
-    blend = blend_dict(blend_cfg)
-    write_meta(
-        model_dir,
-        {
-            "max_length": cfg.max_length,
-            "base": cfg.base,
-            "stage": "synthetic",
-            "suite": rec.suite.name,
-            "labels_used": False,
-            "calibration": list(calib),
-            "blend": blend,
-        },
-    )
+    write_meta(model_dir, cfg, rec, stage="synthetic", labels_used=False, calibration=list(calib), blend=blend)
 
     # The held-out report.
     held_scores = score_table(
@@ -219,12 +206,7 @@ def run_synthetic(cfg, log: Callable[[str], None] = print) -> dict:
     if final.exists():
         shutil.rmtree(final)
     shutil.copytree(model_dir, final)
-    import yaml
-
-    (out / "blend.yaml").write_text(
-        yaml.safe_dump(blend_dict(config_with(rec.config, blend)) if blend else {"blend": "position"}, sort_keys=False),
-        encoding="utf-8",
-    )
+    write_blend(out, rec.config, blend)
     result = {
         "suite": rec.suite.name,
         "mode": "synthetic",
