@@ -7,8 +7,10 @@ above the core, and reach ``qmdlab/cli.py`` through the ``qmdlab.commands`` entr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -17,27 +19,35 @@ from qmdlab.role_options import model_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
-def _suite(name: str, fmt: str | None, corpus: str | None = None, grades: str | None = None):
-    from qmdlab.eval.suites import get_suite
+class SuiteChoice(NamedTuple):
+    """SUITE and the options of :func:`suite_options`, as the verb was given them: which suite, how
+    to read it, the ``--config`` file and the ``--expand``/``--rerank`` flags."""
 
-    root = click.get_current_context().find_root().obj or {}
-    suite = get_suite(name, fmt, corpus=corpus, index=root.get("index"), grades=grades)
-    suite.data()  # read now (once): a malformed file is the one error line, before the stage plan's
-    return suite
+    name: str
+    fmt: str | None
+    corpus: str | None
+    grades: str | None
+    config_path: str | None
+    expand: bool | None
+    rerank: bool | None
 
+    def open(self, preset: str | None, **kw):
+        """The suite, read now (once), and the run's config — the ``--config`` file, else the suite's
+        own — with its stages planned by the rule of every front end
+        (:func:`qmdlab.pipeline.stages.plan_stages`: flag, config, preset; ``kw`` goes to it), the plan
+        said first on stderr, as ``qmdlab query`` says it. Returns ``(suite, config, plan, config path)``."""
+        from qmdlab.eval.suites import get_suite
+        from qmdlab.pipeline.config import PipelineConfig
+        from qmdlab.pipeline.stages import plan_stages, preset_name
 
-def _plan(suite, config_path: str | None, preset: str | None, expand: bool | None, rerank: bool | None, **kw):
-    """The run's config — the ``--config`` file, else the suite's own — with its stages planned by the
-    rule of every front end (:func:`qmdlab.pipeline.stages.plan_stages`: flag, config, preset), and the
-    plan said first on stderr, as ``qmdlab query`` says it. Returns ``(config, plan, config path)``."""
-    from qmdlab.pipeline.config import PipelineConfig
-    from qmdlab.pipeline.stages import plan_stages, preset_name
-
-    path = config_path or (str(suite.config) if suite.config else None)
-    cfg = PipelineConfig.from_file(path) if path else PipelineConfig()
-    cfg, plan = plan_stages(cfg, preset_name(preset), expand=expand, rerank=rerank, **kw)
-    click.echo(plan.line(), err=True)
-    return cfg, plan, path
+        root = click.get_current_context().find_root().obj or {}
+        suite = get_suite(self.name, self.fmt, corpus=self.corpus, index=root.get("index"), grades=self.grades)
+        suite.data()  # a malformed file is the one error line, before the stage plan's
+        path = self.config_path or (str(suite.config) if suite.config else None)
+        cfg = PipelineConfig.from_file(path) if path else PipelineConfig()
+        cfg, plan = plan_stages(cfg, preset_name(preset), expand=self.expand, rerank=self.rerank, **kw)
+        click.echo(plan.line(), err=True)
+        return suite, cfg, plan, path
 
 
 def _roles(cfg, roles: dict) -> dict:
@@ -78,7 +88,8 @@ _CORPUS_HELP = (
 def suite_options(config_help: str) -> Callable:
     """SUITE and the options that say how to read it and which stages run — ``--format``, ``--corpus``,
     ``--grades``, ``--config``, ``--expand/--no-expand``, ``--rerank/--no-rerank`` — spelt once for every
-    verb over a suite (``eval``, ``tune``); ``config_help`` says what the verb does with ``--config``."""
+    verb over a suite (``eval``, ``tune``), which gets them as one :class:`SuiteChoice`, its ``suite``
+    parameter; ``config_help`` says what the verb does with ``--config``."""
     decorators = [
         click.argument("suite"),
         click.option(
@@ -96,9 +107,13 @@ def suite_options(config_help: str) -> Callable:
     ]
 
     def deco(fn: Callable) -> Callable:
+        @functools.wraps(fn)  # the help text and the options declared below stay the command's
+        def with_suite(*args, suite, fmt, corpus, grades, config_path, expand, rerank, **kwargs):
+            return fn(*args, suite=SuiteChoice(suite, fmt, corpus, grades, config_path, expand, rerank), **kwargs)
+
         for decorator in reversed(decorators):  # click lists options in the order they are written
-            fn = decorator(fn)
-        return fn
+            with_suite = decorator(with_suite)
+        return with_suite
 
     return deco
 
@@ -184,13 +199,7 @@ def _variants(value: str | None, ablate: bool) -> tuple[str, ...]:
 
 def _frontier(
     *,
-    suite,
-    fmt,
-    corpus,
-    grades,
-    config_path,
-    expand,
-    rerank,
+    suite: SuiteChoice,
     preset,
     roles,
     out,
@@ -233,14 +242,9 @@ def _frontier(
         raise click.BadParameter(f"{llm_queries!r}: give a number of queries or 'all'", param_hint="--llm-queries")
     if folds < 2:
         raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
-    s = _suite(suite, fmt, corpus, grades)
     # the LLM rows are there to measure expansion and rerank: each is on unless a flag or the config says off
-    cfg, plan, _ = _plan(
-        s,
-        config_path,
+    s, cfg, plan, _ = suite.open(
         preset,
-        expand,
-        rerank,
         defaults={"expand": True, "rerank": True},
         default_reason=f"the frontier's LLM rows measure it on {n_llm if n_llm is not None else 'all'} queries",
     )
@@ -368,12 +372,6 @@ def register(group: click.Group) -> None:
     def eval_cmd(
         ctx,
         suite,
-        fmt,
-        corpus,
-        grades,
-        config_path,
-        expand,
-        rerank,
         ablate,
         baseline,
         chunkers,
@@ -407,7 +405,7 @@ def register(group: click.Group) -> None:
         import_extra("ranx", "eval")  # before any query runs, not after the last one
         extra = list(ctx.args)
         if frontier:
-            flags = {**ctx.params, "roles": roles}  # the --<role>-model options, gathered
+            flags = {**ctx.params, "suite": suite, "roles": roles}  # SUITE as one choice, the --<role>-model options
             _frontier(**flags, extra=extra, ablation_flags=ablate or bool(chunkers) or bool(variant_names))
             return
         if extra:
@@ -417,8 +415,7 @@ def register(group: click.Group) -> None:
         ray_opts = ray_options_from(ray_address, ray_actors, ray_cpus, ray_gpus)
         names = _chunkers(chunkers, ablate)  # flags first: a typo fails before any suite or model is loaded
         recorded_variants = _variants(variant_names, ablate)
-        s = _suite(suite, fmt, corpus, grades)
-        cfg, plan, path = _plan(s, config_path, preset, expand, rerank)
+        s, cfg, plan, path = suite.open(preset)
         models = _models(plan, cfg, roles)
         remote = None
         if ray_opts is not None:
@@ -505,17 +502,11 @@ def register(group: click.Group) -> None:
     @click.option("--progress/--no-progress", default=True)
     def tune_cmd(
         suite,
-        fmt,
-        corpus,
-        grades,
-        config_path,
         trials,
         folds,
         method,
         metric,
         seed,
-        expand,
-        rerank,
         preset,
         roles,
         out,
@@ -539,8 +530,7 @@ def register(group: click.Group) -> None:
         out = out or ("learned" if learn else "config.yaml")
         if learn and Path(out).suffix in (".yaml", ".yml", ".toml"):
             raise ConfigError(f"--out {out}: with --learn, --out is a directory (model, config.yaml, run files)")
-        s = _suite(suite, fmt, corpus, grades)
-        cfg, plan, _ = _plan(s, config_path, preset, expand, rerank)
+        s, cfg, plan, _ = suite.open(preset)
         click.echo(f"suite {s.name}: {s.grades_note()}", err=True)
         res = run_suite(
             s,
@@ -589,7 +579,7 @@ def register(group: click.Group) -> None:
         tuned = report.config.replace(limit=cfg.limit)  # evaluation ran deeper (recall@100); keep the user's limit
         write_config(tuned, Path(out), header=header)
         click.echo(f"changed options:\n{tuned.diff(cfg)}")
-        click.echo(f"wrote {out}  (use: qmdlab eval {suite} --config {out})")
+        click.echo(f"wrote {out}  (use: qmdlab eval {suite.name} --config {out})")
         if report.gain <= 0:
             click.echo(
                 "note: tuning did not improve held-out queries; the default config is the safer choice", err=True
