@@ -19,6 +19,17 @@ from qmdlab.role_options import model_options
 from qmdlab.scale.cli_options import ray_options, ray_options_from
 
 
+def _to_stderr(message: str) -> None:
+    """Where the verbs' progress and notes go (stdout holds their results)."""
+    click.echo(message, err=True)
+
+
+def _check_folds(folds: int) -> None:
+    """``--folds`` of ``tune`` and ``eval --frontier``: at least 2."""
+    if folds < 2:
+        raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+
+
 class SuiteChoice(NamedTuple):
     """SUITE and the options of :func:`suite_options`, as the verb was given them: which suite, how
     to read it, the ``--config`` file and the ``--expand``/``--rerank`` flags."""
@@ -134,7 +145,7 @@ def _tune_learn(
 
     study.docs = suite_docs(suite)
     cfg = LearnConfig(folds=folds, seed=seed)
-    report = cross_validate_learned(study, cfg=cfg, metric=metric, progress=lambda m: click.echo(m, err=True))
+    report = cross_validate_learned(study, cfg=cfg, metric=metric, progress=_to_stderr)
     click.echo(report.folds)
     click.echo(report.summary(metric))
     header = (
@@ -240,8 +251,7 @@ def _frontier(
         n_llm = int(text)
     else:
         raise click.BadParameter(f"{llm_queries!r}: give a number of queries or 'all'", param_hint="--llm-queries")
-    if folds < 2:
-        raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+    _check_folds(folds)
     # the LLM rows are there to measure expansion and rerank: each is on unless a flag or the config says off
     s, cfg, plan, _ = suite.open(
         preset,
@@ -261,7 +271,7 @@ def _frontier(
         seed=seed,
         out=out,
         progress=progress,
-        log=lambda m: click.echo(m, err=True),
+        log=_to_stderr,
         reranker_runs=reranker_runs,
         limit=limit,
         load_models=partial(load_models, **roles),
@@ -433,7 +443,7 @@ def register(group: click.Group) -> None:
             baseline=baseline,
             limit=limit,
             progress=progress,
-            log=lambda m: click.echo(m, err=True),
+            log=_to_stderr,
             remote=remote,
             chunkers=names,
             recorded_variants=recorded_variants,
@@ -450,7 +460,7 @@ def register(group: click.Group) -> None:
         if s.format == "qmd-bench":
             from qmdlab.eval.qmdbench import print_bench
 
-            print_bench(s, res, echo=click.echo, warn=lambda m: click.echo(m, err=True))
+            print_bench(s, res, echo=click.echo, warn=_to_stderr)
         if res.ablation is not None:
             click.echo("")
             click.echo(format_ablation(res.ablation))
@@ -523,8 +533,7 @@ def register(group: click.Group) -> None:
         from qmdlab.eval.study import Study
 
         import_extra("ranx", "eval")  # before any query runs, not after the last one
-        if folds < 2:
-            raise ConfigError("--folds must be at least 2 (the held-out check needs a test fold)")
+        _check_folds(folds)
         if explain_qid is not None and not learn:
             raise ConfigError("--explain QID needs --learn (it explains the learned model's scores)")
         out = out or ("learned" if learn else "config.yaml")
@@ -538,7 +547,7 @@ def register(group: click.Group) -> None:
             cfg,
             name="tune-base",
             progress=progress,
-            log=lambda m: click.echo(m, err=True),
+            log=_to_stderr,
             all_queries=True,
         )
         # the recorded config (eval depth 100); a suite's official split makes the folds train -> test
@@ -568,7 +577,7 @@ def register(group: click.Group) -> None:
             folds=folds,
             seed=seed,
             metric=metric,
-            progress=lambda m: click.echo(m, err=True),
+            progress=_to_stderr,
         )
         click.echo(report.folds)
         click.echo(report.summary(metric))
