@@ -44,7 +44,7 @@ from qmdlab.models.llama_qlm import DOC2QUERY_MARKER
 from qmdlab.training import hardware, rundir
 from qmdlab.training.config import SuiteRunConfig
 from qmdlab.training.leakage import check_no_heldout
-from qmdlab.training.lora import LORA_TARGETS, lora_config
+from qmdlab.training.lora import LORA_TARGETS, lora_sft_trainer, save_adapter
 from qmdlab.training.splits import suite_split
 
 BASE_DEFAULT = "pkg:smollm2-135m-instruct"
@@ -270,7 +270,7 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     out = Path(cfg.out)
     hardware.set_threads(cfg.n_threads)
@@ -287,20 +287,9 @@ def train(cfg: Doc2QueryRunConfig, base_dir: Path) -> dict:
         completion_only_loss=True,
         **hardware.precision_flags("fp32"),
     )
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tok,
-        peft_config=lora_config(cfg),
-        callbacks=[rundir.metrics_callback(out, "doc2query")],
-    )
+    trainer = lora_sft_trainer(cfg, out, "doc2query", model, args, tok, dataset)
     result = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
-    trainer.save_model(str(out / "adapter"))
-    tok.save_pretrained(str(out / "adapter"))
-    merged = trainer.model.merge_and_unload()  # type: ignore[union-attr,operator]  # a PeftModel here
-    merged.save_pretrained(str(out / "merged"))
-    tok.save_pretrained(str(out / "merged"))
+    save_adapter(trainer, tok, out, merge=True)
     return {"train_loss": float(result.training_loss), "steps": int(result.global_step)}
 
 

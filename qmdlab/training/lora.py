@@ -1,6 +1,6 @@
 """The LoRA adapter the causal-LM trainers (``sft``, ``grpo``, ``doc2query``) attach: the default
-target modules, the peft config built from a run config's ``lora_*`` fields, and saving the adapter
-(and the merged weights) after training."""
+target modules, the peft config built from a run config's ``lora_*`` fields, the SFT trainer that
+trains it (``sft``, ``doc2query``), and saving the adapter (and the merged weights) after training."""
 
 from __future__ import annotations
 
@@ -34,6 +34,36 @@ def lora_config(cfg: LoraFields) -> Any:
         lora_dropout=cfg.lora_dropout,
         target_modules=list(cfg.lora_targets),
         task_type="CAUSAL_LM",
+    )
+
+
+def lora_sft_trainer(
+    cfg: LoraFields,
+    out: Path,
+    stage: str,
+    model: Any,
+    args: Any,
+    tok: Any,
+    train: Any,
+    *,
+    evald: Any = None,
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """A ``trl.SFTTrainer`` of ``cfg``'s LoRA adapter (:func:`lora_config`) on ``model``, training on
+    ``train`` (and evaluating on ``evald``) with ``args``; its logs go to ``out/metrics.jsonl`` as
+    ``stage`` (:func:`~qmdlab.training.rundir.metrics_callback`), then to the other ``callbacks``."""
+    from trl import SFTTrainer
+
+    from qmdlab.training import rundir
+
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evald,
+        processing_class=tok,
+        peft_config=lora_config(cfg),
+        callbacks=[rundir.metrics_callback(out, stage), *callbacks],
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from qmdlab.training import hardware, rundir
 from qmdlab.training.data import Example, load_examples, to_sft_record
-from qmdlab.training.lora import LORA_TARGETS, lora_config, save_adapter
+from qmdlab.training.lora import LORA_TARGETS, lora_sft_trainer, save_adapter
 
 
 @dataclass
@@ -68,7 +68,7 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     """The configured ``SFTTrainer`` (not yet trained)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig
 
     out = Path(cfg.output_dir)
     flags = hardware.precision_flags(cfg.precision)
@@ -91,17 +91,7 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
         **checkpointing,
         **flags,
     )
-    peft_config = lora_config(cfg)
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=evald,
-        processing_class=tok,
-        peft_config=peft_config,
-        callbacks=[rundir.metrics_callback(out, "sft"), *callbacks],
-    )
-    return trainer, tok
+    return lora_sft_trainer(cfg, out, "sft", model, args, tok, train, evald=evald, callbacks=callbacks), tok
 
 
 @rundir.resumable("output_dir")
