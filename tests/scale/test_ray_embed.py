@@ -45,14 +45,14 @@ def _embed(idx, *args):
     return CliRunner().invoke(cli, ["--index", str(idx.dir), "embed", "--no-progress", *args])
 
 
-@pytest.mark.parametrize("preset", ["fake", "offline"])  # offline = MiniLM on llama.cpp, one per actor
+@pytest.mark.parametrize("preset", ["fake", "offline-mini"])  # MiniLM on llama.cpp, one per actor
 def test_same_vectors_as_the_local_path(preset, ray_local, two_indexes, require):
     local, remote = two_indexes
     emb = load_models(preset, expand="none", rerank="none").embedder
     if preset != "fake":
         from qmdlab.models.registry import ref_status
 
-        require(ref_status("pkg:all-minilm-l6-v2")["ready"], "MiniLM is not pulled (qmdlab pull --preset offline)")
+        require(ref_status("pkg:all-minilm-l6-v2")["ready"], "MiniLM is not pulled (qmdlab pull --preset offline-mini)")
     res = _embed(local, "--preset", preset, "--batch-size", "8")
     assert res.exit_code == 0, res.output
     res = _embed(remote, "--preset", preset, "--ray", "--ray-actors", "2", "--batch-size", "8")

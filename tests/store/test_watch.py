@@ -176,6 +176,7 @@ def test_mcp_watch_keeps_the_served_index_fresh_and_embeds(tmp_path, notes):
     import json
     import signal
     import socket
+    import time
     import urllib.request
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("QMDLAB_")}
@@ -208,6 +209,17 @@ def test_mcp_watch_keeps_the_served_index_fresh_and_embeds(tmp_path, notes):
         (notes / "heron.md").write_text("# Heron\n\nvector embedding python\n", encoding="utf-8")
         read_until("1 new")
         read_until("watch: embedded 1 chunk")
+        # the watcher's passes run beside the server's start: wait until it answers /health
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    assert r.status == 200
+                break
+            except OSError:  # refused until uvicorn listens
+                assert proc.poll() is None, lines
+                assert time.monotonic() < deadline, f"the server did not answer /health: {lines}"
+                time.sleep(0.2)
         # a vector search only: the new chunk is found through the vector just stored (the fake embedder
         # places texts by its vocabulary's words)
         body = json.dumps({"searches": [{"type": "vec", "query": "vector embedding python"}], "limit": 3}).encode()
