@@ -3,7 +3,7 @@
     .venv/bin/python experiments/embeddinggemma/run.py default cisi --out docs/results/embeddinggemma
 
 For each suite, the same judged queries are recorded twice with expansion and rerank off — once
-with the offline preset (MiniLM) and once with the offline-gemma preset (EmbeddingGemma) — and
+with MiniLM (the offline-mini preset) and once with the offline-gemma preset (EmbeddingGemma) — and
 the vector-only and hybrid (qmd's weighted RRF over BM25 + vectors) rows are compared per query:
 nDCG@10 of each, the difference, the paired t-test and Fisher randomisation p-value, wins / ties /
 losses. These rows tune nothing, so every query is a held-out query. A third row per model tunes

@@ -4,7 +4,7 @@
         --embedder runs/scifact/embedder/model.gguf --out docs/results/generalisation
 
 For each suite, its judged queries (SciFact: its 300 test claims) are recorded with expansion and
-rerank off — with the offline preset's MiniLM and, when ``--embedder`` is given, with that GGUF
+rerank off — with MiniLM (the offline-mini preset's embedder) and, when ``--embedder`` is given, with that GGUF
 embedder (loaded with MiniLM's options) — and scored without fitting anything: BM25 alone, the
 default hybrid (qmd's weighted RRF) and the hybrid under CombMNZ fusion; ``--preset offline-gemma`` adds
 the same rows with an untrained preset's embedder (``--runs DIR``: their TREC runs). nDCG@10 and recall@100

@@ -5,7 +5,7 @@
 
 Stages (``--stages``, default all, each resumable: a finished stage's JSON is read back):
 
-- ``untrained`` — the offline preset (MiniLM), expansion and rerank off: BM25, vectors, and the
+- ``untrained`` — MiniLM (the offline-mini preset), expansion and rerank off: BM25, vectors, and the
   hybrid under every fusion method; nothing fitted, scored on the test claims.
 - ``tuned`` — the hybrid's fusion knobs tuned on the training claims (``qmdlab tune``'s space and
   search), scored on the test claims: the best configuration without a trained model.
