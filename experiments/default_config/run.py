@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         }
     print(f"default embedder: {embedder.model_id}; today's default: {today_label}")
     print(f"chosen on every suite's training side: {chosen} ({result['chosen_changes'] or 'no change'})")
-    print(f"{'suite':<9} {'n':>4} {'today':>8} {'held-out choice':>16} {'Δ':>8} {'p(t)':>7} {'p(F)':>7}  W/T/L  choices")
+    print(
+        f"{'suite':<9} {'n':>4} {'today':>8} {'held-out choice':>16} {'Δ':>8} {'p(t)':>7} {'p(F)':>7}  W/T/L  choices"
+    )
     for name, r in result["suites"].items():
         c = r["heldout_choice_vs_today"]
         picks = sorted({ch["choice"] for ch in r["choices"]})
