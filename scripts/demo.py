@@ -9,10 +9,10 @@ It runs in two tiers so that it finishes in minutes on a 2-core CPU:
    fusion method. No LLM calls: embedding the corpus, then seconds.
 2. **LLM tier, the first ``--llm-queries`` queries** (default 1): the full pipeline with
    Qwen2.5-Coder-0.5B as expander and reranker (the top ``--candidates`` fused documents, default 3,
-   are reranked). On a quiet 2-core machine expansion costs ~13 s a query and a rerank pair ~6 s, so
-   this tier is what takes the time (one query shows every stage and keeps the demo under 3 minutes;
-   the tables and the frontier show the count); ``--llm-queries 103 --candidates 40`` is the full
-   study (hours, cached).
+   are reranked). On a quiet 2-core machine this tier's one query takes ~40 s (expansion ~23 s, the
+   three rerank pairs ~11 s), after tier 1's ~100 s of embedding the corpus with EmbeddingGemma; one
+   query shows every stage (the tables and the frontier show the count). ``--llm-queries 103
+   --candidates 40`` is the full study (hours, cached).
 
 Everything expensive is cached under $QMDLAB_HOME (default ~/.cache/qmdlab): the index and its
 vectors, the expander's and reranker's outputs (LLM cache in the index) and one parquet trace per
