@@ -42,7 +42,10 @@ else
 $(error LLAMA_BACKEND=$(LLAMA_BACKEND): use cpu (default) or cuda)
 endif
 LLAMA_BUILD_ARGS := $(strip $(LLAMA_CMAKE_ARGS) $(LLAMA_BACKEND_ARGS))
-LLAMA_FLAGS_HASH := $(shell printf '%s' '$(LLAMA_BUILD_ARGS) variants=$(LLAMA_CPU_VARIANTS)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
+# scripts/llama_source_patches.py changes llama.cpp's source (see its docstring); its hash is in the
+# wheelhouse name, so a changed patch builds a new wheel.
+LLAMA_PATCHES_HASH := $(shell { sha256sum scripts/llama_source_patches.py 2>/dev/null || shasum -a 256 scripts/llama_source_patches.py; } | cut -c1-12)
+LLAMA_FLAGS_HASH := $(shell printf '%s' '$(LLAMA_BUILD_ARGS) variants=$(LLAMA_CPU_VARIANTS) patches=$(LLAMA_PATCHES_HASH)' | { sha256sum 2>/dev/null || shasum -a 256; } | cut -c1-12)
 QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_BACKEND)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -83,6 +86,7 @@ llama-wheel:
 	  $(PIP) download -q --no-deps --no-binary :all: --no-cache-dir -d "$$tmp/src" llama-cpp-python==$(LLAMA_CPP_VERSION) && \
 	  tar xzf "$$tmp"/src/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C "$$tmp/src" && \
 	  sdist="$$tmp/src/llama_cpp_python-$(LLAMA_CPP_VERSION)" && \
+	  $(PYTHON) scripts/llama_source_patches.py "$$sdist" && \
 	  { test -z "$(LLAMA_CPU_VARIANTS)" || $(PYTHON) scripts/llama_cpu_variants.py "$$sdist" $(LLAMA_CPU_VARIANTS); } && \
 	  CMAKE_ARGS="$(LLAMA_BUILD_ARGS)" $(PIP) wheel -q --no-deps --no-cache-dir -w "$$tmp" "$$sdist" && \
 	  printf '%s\n' '$(LLAMA_BUILD_ARGS)' > "$$tmp/CMAKE_ARGS.txt" && \

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         times_dir = Path(tmp)
         walls: dict[int, float] = {}
         tiers = {
-            1: "the demo's retrieval tier (tier 1: BM25 + MiniLM vectors)",
+            1: "the demo's retrieval tier (tier 1: BM25 + the preset's embedding vectors)",
             2: "the demo's LLM tier (tier 2: query expansion + rerank with the preset's LLM)",
         }
         for tier, what in tiers.items():

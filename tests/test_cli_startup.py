@@ -151,3 +151,34 @@ def test_unknown_verb_is_a_usage_error():
 
     res = CliRunner().invoke(cli, ["no-such-verb"])
     assert res.exit_code == 1 and "No such command" in res.output
+
+
+def _run_process(tmp_path, body: str, *argv: str) -> subprocess.CompletedProcess:
+    """A child that sets up ``body`` and then is the ``qmdlab`` process (``qmdlab.cli.run``) for ``argv``."""
+    script = f"import sys, atexit, threading\n{body}\nsys.argv = ['qmdlab', *{list(argv)!r}]\nfrom qmdlab.cli import run\nrun()\n"
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
+    )
+
+
+def test_the_process_exit_keeps_the_status_the_output_and_the_exit_handlers(tmp_path):
+    """``run`` leaves without the interpreter's teardown: what a normal exit gives must still be there."""
+    flag = tmp_path / "atexit.txt"
+    done = _run_process(tmp_path, f"atexit.register(lambda: open({str(flag)!r}, 'w').write('ran'))", "--help")
+    assert done.returncode == 0 and "Usage: qmdlab" in done.stdout and flag.read_text() == "ran"
+    bad = _run_process(tmp_path, "", "no-such-verb")
+    assert bad.returncode == 1 and "no-such-verb" in bad.stderr  # qmd's status for a usage error
+    big = _run_process(
+        tmp_path, "sys.stdout = open(sys.stdout.fileno(), 'w', buffering=1 << 20, closefd=False)", "--help"
+    )
+    assert big.stdout == done.stdout  # a large buffer is flushed before the process leaves
+
+
+def test_the_process_waits_for_a_thread_that_must_finish(tmp_path):
+    out = tmp_path / "worker.txt"
+    body = (  # the worker finishes once the main thread has (a normal exit's shutdown)
+        f"def work():\n    threading.main_thread().join()\n    open({str(out)!r}, 'w').write('finished')\n"
+        "threading.Thread(target=work).start()\n"  # not a daemon: the exit must wait for it
+    )
+    done = _run_process(tmp_path, body, "--help")
+    assert done.returncode == 0 and out.read_text() == "finished"

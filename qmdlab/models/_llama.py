@@ -365,8 +365,16 @@ class LazyLlama:
         """Start loading the weights on a thread and return at once. llama.cpp releases the GIL while
         it reads the file and builds the vocabulary (most of a one-query process's time with a
         262k-token vocabulary), so the caller's imports and BM25 run meanwhile; the first use waits
-        for the load. A failed load is left for that first use to raise, with its message."""
+        for the load. A failed load is left for that first use to raise, with its message.
+
+        ``llama_cpp`` is imported here, in the caller's thread: an import holds the GIL, and one on
+        the loading thread would take turns with the caller's own imports, so the load would start
+        later than the caller's work allows."""
         if self._llm is not None:
+            return
+        try:
+            import_llama_cpp()
+        except Exception:  # noqa: BLE001 - the first use raises it, with the install hint
             return
 
         def load() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from qmdlab import cancel
 from qmdlab.errors import ModelError
-from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, default_threads
+from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, default_threads, import_llama_cpp
 from qmdlab.models.base import l2_normalize, make_fingerprint
 from qmdlab.models.templates import EMBEDDING_TEMPLATES, EmbeddingTemplate, embedding_family
 
@@ -65,7 +65,8 @@ class LlamaEmbedder:
         as one two-thread context (llama.cpp's threads wait for each other at every operation of a
         small model; ``docs/results/vs-qmd.md``). A single text (a query) uses the first context
         alone; each further context is loaded on the first call with several texts. A text's
-        vector does not depend on the thread count (each dot product is one thread's).
+        vector does not depend on the thread count (each dot product is one thread's), so a single
+        text (a query) runs on all ``n_threads``: 1.2x faster than on one.
     """
 
     def __init__(
@@ -94,17 +95,21 @@ class LlamaEmbedder:
         self._dim = dim
         threads = n_threads or default_threads()
         self.workers = embed_workers(threads) if workers is None else max(1, int(workers))
+        self.threads = threads
+        self.worker_threads = max(1, threads // self.workers)
         self.llamas = [
             LazyLlama(
                 resolve,
-                n_threads=max(1, threads // self.workers),
+                # the first context embeds single texts on every thread, and drops to its share
+                # while the contexts embed side by side (_threads)
+                n_threads=threads if i == 0 else self.worker_threads,
                 idle_timeout=idle_timeout,
                 embedding=True,
                 n_ctx=n_ctx,
                 n_batch=n_ctx,
                 n_ubatch=n_ctx,
             )
-            for _ in range(self.workers)
+            for i in range(self.workers)
         ]
         self.llama = self.llamas[0]
         self.fingerprint = make_fingerprint(
@@ -123,16 +128,25 @@ class LlamaEmbedder:
 
     def _embed_one_by_one(self, llama: LazyLlama, texts: list[str]) -> list:
         with llama.use() as llm:
+            self._threads(llm, self.worker_threads)
             try:
                 return [llm.embed([text], truncate=True)[0] for text in texts]
             except (RuntimeError, ValueError) as err:
                 raise ModelError(f"embedding with {self.model_id} failed: {err}") from err
+
+    @staticmethod
+    def _threads(llm, n: int) -> None:
+        """Run ``llm``'s context on ``n`` threads from its next decode on (no reload)."""
+        if getattr(llm, "n_threads", n) != n:
+            import_llama_cpp().llama_set_n_threads(llm.ctx, n, n)
+            llm.n_threads = llm.n_threads_batch = n
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         if self.workers > 1 and not self.pack and len(texts) > 1:
             return self._embed_side_by_side(texts)
         out = []
         with self.llama.use() as llm:
+            self._threads(llm, self.threads)
             for i in range(0, len(texts), self.batch_size):
                 cancel.check()  # a budgeted call that ran out stops between batches
                 batch = texts[i : i + self.batch_size]

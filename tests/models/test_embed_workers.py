@@ -31,7 +31,14 @@ def test_two_contexts_equal_one(require):
     assert a.shape == b.shape == (5, one.dim)
     np.testing.assert_allclose(a, b, atol=1e-6)  # the same vectors, each in its text's place
     assert not np.allclose(a[0], a[1])  # the texts differ, so a shuffled order would show
+    with two.llamas[0].use() as llm:
+        assert llm.n_threads == 1  # its share while the two contexts embedded side by side
     assert np.allclose(two.embed_query("heron"), one.embed_query("heron"), atol=1e-6)
+    with two.llamas[0].use() as llm:
+        assert llm.n_threads == 2  # a single text (a query) runs on every thread
+    np.testing.assert_allclose(two.embed_documents(DOCS), a, atol=1e-6)  # and the texts on their share again
+    with two.llamas[1].use() as other:
+        assert llm.n_threads == other.n_threads == 1
     two.release()
     one.release()
 
