@@ -106,6 +106,7 @@ class Frontier:
     out_dir: Path | None = None
     notes: list[str] = field(default_factory=list)
     candidates: int = 0
+    timed_queries: int = 0
 
     def point(self, name: str) -> Point:
         for p in self.points:
@@ -465,7 +466,7 @@ def frontier(
             p.per_query = p.per_query.filter(pl.col("qid").is_in(list(reported)))
     table = _table(points, metric)
     n_reported = len(study.qids) if reported is None else len(set(study.qids) & set(reported))
-    result = Frontier(suite.name, metric, points, table, n_llm, n_reported, out_dir, notes, cands)
+    result = Frontier(suite.name, metric, points, table, n_llm, n_reported, out_dir, notes, cands, timed.height)
     table.write_csv(out_dir / "frontier.csv")
     pl.concat([p.per_query.with_columns(pl.lit(p.name).alias("config")) for p in points]).write_parquet(
         out_dir / "per_query.parquet"
@@ -637,7 +638,8 @@ def format_frontier(result: Frontier) -> str:
     lines.append(
         "held-out: rows with nothing fitted score every query; tuned/learned rows are k-fold. p: paired "
         "t-test / Fisher against the best cheaper row on the same queries. s/query: median, this machine "
-        "(retrieval rows timed now; LLM rows from their recording). * = on the Pareto front."
+        f"(retrieval rows timed now{f' on {result.timed_queries} queries' if result.timed_queries else ''}; "
+        "LLM rows from their recording). * = on the Pareto front."
     )
     if result.llm_queries:
         lines.append(

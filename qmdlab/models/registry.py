@@ -71,7 +71,9 @@ ENV_VARS = {"embed": "QMDLAB_EMBED_MODEL", "expand": "QMDLAB_EXPAND_MODEL", "rer
 #: qmd's names for the same settings, read when the ``QMDLAB_*`` one is unset (or empty).
 QMD_ENV_VARS = {"embed": "QMD_EMBED_MODEL", "expand": "QMD_GENERATE_MODEL", "rerank": "QMD_RERANK_MODEL"}
 
-# Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens.
+# Generic (not fine-tuned) instruct models: greedy, at most 6 lines of 160 chars and 200 tokens,
+# the last line free to end at end-of-text without its newline (grammar_for's open_end: otherwise
+# greedy decoding writes on to the 200 tokens after the model's own end).
 # Measured: at qmd's temperature 0.7 / line+ / 600 tokens, Qwen2.5-Coder-0.5B writes one endless
 # hyde line (nothing usable); greedy under the bounded grammar gives clean lex/vec/hyde lines.
 # As rerankers they judge the first 384 tokens of the selected chunk: a pair then costs ~2.5x
@@ -81,6 +83,7 @@ _GENERIC_INSTRUCT: dict[str, Any] = {
     "n_ctx": 2048,
     "max_lines": 6,
     "max_chars": 160,
+    "open_end": True,
     "sampling": {"temperature": 0.0, "max_tokens": 200},
     "rerank_max_doc_tokens": 384,
 }
@@ -394,7 +397,7 @@ def _gguf_expand(role: str, ref: str, o: BuildOptions):
 
     opts = KNOWN.get(ref, {})
     sampling = SamplingConfig(**opts.get("sampling", {})) if o.sampling is None else o.sampling
-    grammar = grammar_for(opts.get("max_lines"), opts.get("max_chars"))
+    grammar = grammar_for(opts.get("max_lines"), opts.get("max_chars"), opts.get("open_end", False))
     return _llama_model(
         LlamaExpander, ref, o, n_ctx=2048, family=opts.get("family"), sampling=sampling, grammar=grammar
     )

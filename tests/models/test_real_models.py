@@ -94,6 +94,20 @@ def test_expander_output_parses_under_the_grammar(models):
     assert all(reason.startswith(("cut off", "duplicate")) for _, reason in res.dropped)
 
 
+def test_a_generic_expander_may_end_its_last_line_at_end_of_text(models):
+    """Under the open-ended grammar the model stops where it ends its answer; under DESIGN's grammar
+    (every line ends in a newline) greedy decoding wrote on to ``max_tokens`` after the same lines."""
+    from qmdlab.models.expansion import grammar_for
+
+    x = models.expander
+    assert x.grammar_text == grammar_for(6, 160, open_end=True)  # the fixture caps it at 40 tokens
+    res = x.expand("how to rebase a git branch")
+    assert not any(reason.startswith("cut off") for _, reason in res.dropped), res.raw
+    with x.llama.use() as llm:  # the same prompt and sampling: the open end only shortens the answer
+        tokens = len(llm.tokenize(res.raw.encode("utf-8"), add_bos=False, special=False))
+    assert tokens < x.sampling.max_tokens and len(res.lines) >= 2, res.raw
+
+
 def test_reranker_relevant_above_unrelated(models):
     p = models.reranker.score(
         "how to undo a git commit",

@@ -92,7 +92,7 @@ def test_generic_expanders_are_bounded_qmd_one_is_not():
     from qmdlab.models.expansion import GRAMMAR, grammar_for
 
     off = load_models("offline", embed="none", rerank="none").expander
-    assert off.grammar_text == grammar_for(6, 160)
+    assert off.grammar_text == grammar_for(6, 160, open_end=True)
     assert (off.sampling.temperature, off.sampling.max_tokens) == (0.0, 200)
     qmd = load_models("qmd", embed="none", rerank="none").expander
     assert qmd.grammar_text == GRAMMAR and qmd.sampling.max_tokens == 600 and qmd.sampling.temperature == 0.7
