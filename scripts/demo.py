@@ -9,8 +9,8 @@ It runs in two tiers so that it finishes in minutes on a 2-core CPU:
    fusion method. No LLM calls: embedding the corpus, then seconds.
 2. **LLM tier, the first ``--llm-queries`` queries** (default 1): the full pipeline with
    Qwen2.5-Coder-0.5B as expander and reranker (the top ``--candidates`` fused documents, default 3,
-   are reranked). On a quiet 2-core machine this tier's one query takes ~40 s (expansion ~23 s, the
-   three rerank pairs ~11 s), after tier 1's ~100 s of embedding the corpus with EmbeddingGemma; one
+   are reranked). On a quiet 2-core machine this tier's one query takes ~15 s (expansion ~4 s, the
+   three rerank pairs ~8 s), after tier 1's ~105 s of embedding the corpus with EmbeddingGemma; one
    query shows every stage (the tables and the frontier show the count). ``--llm-queries 103
    --candidates 40`` is the full study (hours, cached).
 

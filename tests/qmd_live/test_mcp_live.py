@@ -10,6 +10,8 @@ purpose the assertion says which row of ``docs/qmd-differences.md`` documents it
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -68,6 +70,7 @@ def http_server(tool, port: int, *extra: str):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # qmd's launcher runs the server as its own child: stop them as a group
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -83,11 +86,12 @@ def http_server(tool, port: int, *extra: str):
             time.sleep(0.1)  # polling a port that a child process opens: there is no event to wait on
         yield url
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(20)
 
 
 @pytest.fixture(scope="module")
