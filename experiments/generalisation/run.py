@@ -42,11 +42,12 @@ def _rows(suite, embedder, name: str, runs_dir: Path | None = None, tag: str = "
 
         from qmdlab.eval.runfiles import write_trec_run
 
-        runs_dir.mkdir(parents=True, exist_ok=True)
+        folder = runs_dir / suite.name  # one folder per collection: the file names repeat across them
+        folder.mkdir(parents=True, exist_ok=True)
         for row, ev in runs.items():
             final = ev.final.filter(pl.col("final_rank") <= 100)
             fname = f"untrained-{tag}-{row.replace(' ', '-')}.trec"
-            write_trec_run(final, runs_dir / fname, f"untrained-{tag}-{row}", suite.docid)
+            write_trec_run(final, folder / fname, f"untrained-{tag}-{row}", suite.docid)
     return {
         row: {
             **{m: float(ev.per_query[m].mean()) for m in METRICS},
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         "--runs",
         type=Path,
         default=None,
-        help="With --preset: write its rows' TREC runs here (untrained-<preset>-<row>.trec).",
+        help="Write the TREC runs of MiniLM's rows and, with --preset, of its rows here "
+        "(<suite>/untrained-<minilm|preset>-<row>.trec).",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.suites:
         suite = get_suite(name)
         prepare_index(suite, minilm, log=lambda m: None)
-        res = {"suite": name, "minilm": _rows(suite, minilm, "generalisation-minilm")}
+        res = {"suite": name, "minilm": _rows(suite, minilm, "generalisation-minilm", args.runs, "minilm")}
         if args.embedder:
             trained = gguf_embedder(args.embedder)
             prepare_index(suite, trained, log=lambda m: None)
