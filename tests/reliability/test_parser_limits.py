@@ -48,17 +48,19 @@ def _limit_memory() -> None:  # runs in the child: never let an old, unbounded p
 
 # Runs ``qmdlab`` and, however it ends, writes its own memory high-water mark (VmHWM, KiB) to a file.
 # VmHWM belongs to the program's own address space, made at exec; ru_maxrss would also count the
-# pages the child inherited from this (possibly large) test process at fork.
+# pages the child inherited from this (possibly large) test process at fork. The figure is written at
+# exit (``atexit``): the ``qmdlab`` process leaves through ``os._exit`` once its exit handlers have run
+# (``qmdlab.cli.run``), so code after the command would not run.
 _MEASURED = """
-import os, runpy, sys
-sys.argv = ["qmdlab", *sys.argv[1:]]
-try:
-    runpy.run_module("qmdlab.cli", run_name="__main__")
-finally:
+import atexit, os, runpy, sys
+def _report():
     with open("/proc/self/status") as status:
         hwm = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
     with open(os.environ["HWM_REPORT_FILE"], "w") as out:
         out.write(hwm)
+atexit.register(_report)
+sys.argv = ["qmdlab", *sys.argv[1:]]
+runpy.run_module("qmdlab.cli", run_name="__main__")
 """
 
 
