@@ -22,7 +22,9 @@ from pathlib import Path
 METRICS = ("ndcg@10", "recall@100")
 
 
-def _rows(suite, embedder, name: str, runs_dir: Path | None = None, tag: str = "") -> dict[str, dict]:
+def _rows(
+    suite, embedder, name: str, runs_dir: Path | None = None, tag: str = "", trained: bool = False
+) -> dict[str, dict]:
     from qmdlab.eval.ablation import variants
     from qmdlab.eval.record import record, suite_config
     from qmdlab.eval.study import Study
@@ -45,9 +47,12 @@ def _rows(suite, embedder, name: str, runs_dir: Path | None = None, tag: str = "
         folder = runs_dir / suite.name  # one folder per collection: the file names repeat across them
         folder.mkdir(parents=True, exist_ok=True)
         for row, ev in runs.items():
+            if trained and row == "bm25":  # BM25 does not depend on the embedder: the untrained file is the same
+                continue
             final = ev.final.filter(pl.col("final_rank") <= 100)
-            fname = f"untrained-{tag}-{row.replace(' ', '-')}.trec"
-            write_trec_run(final, folder / fname, f"untrained-{tag}-{row}", suite.docid)
+            kind = "trained" if trained else "untrained"
+            fname = f"{kind}-{tag}-{row.replace(' ', '-')}.trec"
+            write_trec_run(final, folder / fname, f"{kind}-{tag}-{row}", suite.docid)
     return {
         row: {
             **{m: float(ev.per_query[m].mean()) for m in METRICS},
@@ -75,14 +80,33 @@ def main(argv: list[str] | None = None) -> int:
         "compared per query with MiniLM.",
     )
     ap.add_argument(
+        "--embed-model",
+        default=None,
+        help="Also any embedder reference, e.g. a query adapter (pkg:embeddinggemma-300m-q8_0+adapter:DIR), "
+        "compared per query with --preset's rows (it needs --preset: the untrained embedder it adapts).",
+    )
+    ap.add_argument(
+        "--embed-tag",
+        default="embed-model",
+        help="The --embed-model rows' name in run file names (trained-<tag>-<row>.trec).",
+    )
+    ap.add_argument(
         "--runs",
         type=Path,
         default=None,
         help="Write the TREC runs of MiniLM's rows and, with --preset, of its rows here "
         "(<suite>/untrained-<minilm|preset>-<row>.trec).",
     )
+    ap.add_argument(
+        "--no-minilm",
+        action="store_true",
+        help="Leave out MiniLM's rows (e.g. on SciFact, whose index holds EmbeddingGemma's vectors only: "
+        "MiniLM would embed its 5,221 chunks first).",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.embed_model and not args.preset:
+        ap.error("--embed-model needs --preset: the untrained embedder its rows are compared with")
 
     from qmdlab.eval.record import prepare_index
     from qmdlab.eval.suites import get_suite
@@ -93,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'suite':<9} {'row':<30} {'n':>4} {'nDCG@10':>8} {'R@100':>7}")
     for name in args.suites:
         suite = get_suite(name)
-        prepare_index(suite, minilm, log=lambda m: None)
-        res = {"suite": name, "minilm": _rows(suite, minilm, "generalisation-minilm", args.runs, "minilm")}
-        if args.embedder:
+        res: dict = {"suite": name}
+        if not args.no_minilm:
+            prepare_index(suite, minilm, log=lambda m: None)
+            res["minilm"] = _rows(suite, minilm, "generalisation-minilm", args.runs, "minilm")
+        if args.embedder and "minilm" in res:
             trained = gguf_embedder(args.embedder)
             prepare_index(suite, trained, log=lambda m: None)
             res["trained"] = _rows(suite, trained, "generalisation-trained")
@@ -107,20 +133,32 @@ def main(argv: list[str] | None = None) -> int:
             other = load_models(args.preset, expand="none", rerank="none").embedder
             prepare_index(suite, other, log=lambda m: None)
             res[args.preset] = _rows(suite, other, f"generalisation-{args.preset}", args.runs, args.preset)
-            res[f"{args.preset}_vs_minilm"] = {
-                row: _paired(res["minilm"][row]["per_query"], res[args.preset][row]["per_query"])
+            if "minilm" in res:
+                res[f"{args.preset}_vs_minilm"] = {
+                    row: _paired(res["minilm"][row]["per_query"], res[args.preset][row]["per_query"])
+                    for row in ("hybrid qmd_rrf", "hybrid combmnz")
+                }
+        if args.embed_model:
+            other = load_models(args.preset, embed=args.embed_model, expand="none", rerank="none").embedder
+            prepare_index(suite, other, log=lambda m: None)
+            res["embed_model"] = _rows(
+                suite, other, "generalisation-embed-model", args.runs, args.embed_tag, trained=True
+            )
+            res["embed_model_ref"] = args.embed_model
+            res[f"embed_model_vs_{args.preset}"] = {
+                row: _paired(res[args.preset][row]["per_query"], res["embed_model"][row]["per_query"])
                 for row in ("hybrid qmd_rrf", "hybrid combmnz")
             }
-        for emb in ("minilm", "trained", *([args.preset] if args.preset else [])):
+        for emb in ("minilm", "trained", *([args.preset] if args.preset else []), "embed_model"):
             for row, r in res.get(emb, {}).items():
                 if emb != "minilm" and row == "bm25":
                     continue
                 label = row if emb == "minilm" else f"{row} ({'trained embedder' if emb == 'trained' else emb})"
                 print(f"{name:<9} {label:<30} {r['queries']:>4} {r['ndcg@10']:>8.4f} {r['recall@100']:>7.4f}")
-        for key in ("trained_vs_minilm", f"{args.preset}_vs_minilm"):
+        for key in ("trained_vs_minilm", f"{args.preset}_vs_minilm", f"embed_model_vs_{args.preset}"):
             for row, c in res.get(key, {}).items():
                 print(
-                    f"{name:<9} {key.replace('_vs_minilm', '')} vs MiniLM, {row}: Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  "
+                    f"{name:<9} {key.replace('_vs_', ' vs ')}, {row}: Δ {c['delta']:+.4f}  p(t) {c['p_ttest']:.3g}  "
                     f"p(F) {c['p_fisher']:.3g}  W/T/L {c['wins']}/{c['ties']}/{c['losses']}"
                 )
         if args.out:

@@ -48,9 +48,17 @@ class RecipeConfig:
     heldout_fraction: float = 0.5
     seed: int = 0
     synth: str | None = "qmdlab/training/configs/cpu-small/synth.yaml"
-    sft: str = "qmdlab/training/configs/cpu-small/sft.yaml"
+    sft: str | None = field(
+        default="qmdlab/training/configs/cpu-small/sft.yaml",
+        metadata={
+            "help": "SFT stage config; null: GRPO starts from the base (an instruct model that already answers)."
+        },
+    )
     grpo: str = "qmdlab/training/configs/cpu-small/grpo.yaml"
-    evaluate: str = "qmdlab/training/configs/cpu-small/evaluate.yaml"
+    evaluate: str | None = field(
+        default="qmdlab/training/configs/cpu-small/evaluate.yaml",
+        metadata={"help": "Evaluation stage config; null: no evaluate stage (score the export elsewhere)."},
+    )
     seed_data: str = "data/training/seed.jsonl"
     teacher_row: bool = field(default=False, metadata={"help": "Also evaluate the packaged Qwen2.5-Coder-0.5B."})
     skip_base: bool = field(default=False, metadata={"help": "Do not export/evaluate the untrained base model."})
@@ -214,18 +222,22 @@ def run_recipe(cfg: RecipeConfig) -> dict:
     splits = stage("split", lambda: make_splits(cfg, out))
     synth = stage("synth", lambda: run_synth_all(cfg, out)) if cfg.synth else {}
     data = stage("data", lambda: sft_data(cfg, out))
-    sft = stage(
-        "sft",
-        lambda: run_sft(
-            load_config(
-                SFTRunConfig,
-                cfg.sft,
-                base=base,
-                train_file=str(out / "data/train.jsonl"),
-                output_dir=str(out / "sft"),
-                seed=cfg.seed,
-            )
-        ),
+    sft = (
+        stage(
+            "sft",
+            lambda: run_sft(
+                load_config(
+                    SFTRunConfig,
+                    cfg.sft,
+                    base=base,
+                    train_file=str(out / "data/train.jsonl"),
+                    output_dir=str(out / "sft"),
+                    seed=cfg.seed,
+                )
+            ),
+        )
+        if cfg.sft
+        else {"merged": base}  # GRPO from the base itself
     )
     synthetic = {}
     if cfg.synthetic_prompts:
@@ -254,13 +266,14 @@ def run_recipe(cfg: RecipeConfig) -> dict:
                 ExportConfig(model=base, output_dir=str(out / "export-base"), quants=["Q4_K_M"], name="base")
             ),
         )["quants"]["Q4_K_M"]
-    models["sft"] = stage(
-        "export_sft",
-        lambda: run_export(
-            ExportConfig(model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")
-        ),
-    )["quants"]["Q4_K_M"]
-    models["sft+grpo"] = stage(
+    if cfg.sft:
+        models["sft"] = stage(
+            "export_sft",
+            lambda: run_export(
+                ExportConfig(model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")
+            ),
+        )["quants"]["Q4_K_M"]
+    models["sft+grpo" if cfg.sft else "grpo"] = stage(
         "export_grpo",
         lambda: run_export(
             ExportConfig(
@@ -271,7 +284,7 @@ def run_recipe(cfg: RecipeConfig) -> dict:
     if cfg.teacher_row:
         models["qwen2.5-coder-0.5b"] = TEACHER
     results = {}
-    for name in cfg.suites:
+    for name in cfg.suites if cfg.evaluate else ():
         results[name] = stage(
             f"evaluate_{name}",
             lambda name=name: run_evaluate(
@@ -319,8 +332,9 @@ def write_report(out: Path, summary: dict) -> dict:
 
     pngs = {
         "rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
-        "heldout": str(plot_heldout(summary["evaluate"], out / "heldout.png")),
     }
+    if summary["evaluate"]:
+        pngs["heldout"] = str(plot_heldout(summary["evaluate"], out / "heldout.png"))
     lines = [
         f"# CPU recipe — {summary['base']}",
         "",
@@ -349,8 +363,7 @@ def write_report(out: Path, summary: dict) -> dict:
         "",
         "![rewards](rewards.png)",
         "",
-        "![held-out nDCG@10](heldout.png)",
-        "",
+        *(["![held-out nDCG@10](heldout.png)", ""] if "heldout" in pngs else []),
     ]
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
     return pngs

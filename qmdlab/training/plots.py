@@ -19,18 +19,29 @@ REWARD_KEYS = {
 }
 
 
-def reward_series(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """``{metric: [(step, value), ...]}`` for :data:`REWARD_KEYS` from a GRPO run's ``metrics.jsonl``.
+#: What :func:`plot_rewards` draws for a ``reward: gain`` run (one that logged ``gain/delta``).
+GAIN_KEYS = {
+    "reward": "reward (Δ, harm × harm_weight)",
+    "gain/delta": "ΔnDCG@10 vs no expansion",
+    "gain/harmful": "share of completions with Δ < 0",
+    "kl": "KL to the starting policy",
+    "heldback/reward": "held-back claims' reward (greedy)",
+}
 
-    A step whose retrieval mean is NaN (no labelled prompt in the batch) is left out.
+
+def reward_series(run_dir: str | Path, keys: Mapping[str, str] = REWARD_KEYS) -> dict[str, list[tuple[int, float]]]:
+    """``{metric: [(step, value), ...]}`` for ``keys`` (default :data:`REWARD_KEYS`) from a GRPO
+    run's ``metrics.jsonl``.
+
+    A step whose value is NaN (e.g. no labelled prompt in the batch) is left out.
     """
     import math
 
-    series: dict[str, list[tuple[int, float]]] = {k: [] for k in REWARD_KEYS}
+    series: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
     for m in rundir.read_metrics(run_dir):
         if m.get("stage") != "grpo" or "step" not in m:
             continue
-        for k in REWARD_KEYS:
+        for k in keys:
             v = m.get(k)
             if isinstance(v, (int, float)) and not math.isnan(v):
                 series[k].append((int(m["step"]), float(v)))
@@ -63,15 +74,19 @@ def _save(fig, png: str | Path) -> Path:
 
 
 def plot_rewards(run_dir: str | Path, png: str | Path, *, window: int = 10) -> Path:
-    """Per-step rule and retrieval rewards (points) with a ``window``-step trailing mean (lines)."""
+    """Per-step rewards (points) with a ``window``-step trailing mean (lines): the rule score, Δ and
+    total of a ``reward: rule`` run; the reward, Δ, share of harmful completions, KL and held-back
+    reward of a ``reward: gain`` run (:data:`GAIN_KEYS`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = reward_series(run_dir)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    for ax, (key, label) in zip(axes, REWARD_KEYS.items()):
+    gain = reward_series(run_dir, GAIN_KEYS)
+    keys = GAIN_KEYS if gain["gain/delta"] else REWARD_KEYS
+    series = gain if gain["gain/delta"] else reward_series(run_dir)
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.3 * len(keys), 3.4))
+    for ax, (key, label) in zip(axes, keys.items()):
         pts = series[key]
         if pts:
             steps, vals = zip(*pts)
@@ -80,7 +95,7 @@ def plot_rewards(run_dir: str | Path, png: str | Path, *, window: int = 10) -> P
             ax.legend(loc="best", fontsize=8)
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-        if key == "rewards/retrieval/mean":
+        if key in ("rewards/retrieval/mean", "gain/delta", "reward"):
             ax.axhline(0.0, color="grey", lw=0.8)
         ax.set_title(label)
         ax.set_xlabel("GRPO step")

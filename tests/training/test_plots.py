@@ -49,6 +49,28 @@ def test_plot_rewards_writes_a_png(grpo_run, tmp_path):
     assert empty.read_bytes()[:8] == PNG
 
 
+def test_a_gain_run_draws_its_delta_harm_kl_and_held_back_reward(tmp_path):
+    from qmdlab.training.plots import GAIN_KEYS
+
+    run = tmp_path / "grpo"
+    run.mkdir()
+    lines = [
+        {"stage": "grpo", "step": 1, "reward": -0.2, "gain/delta": -0.1, "gain/harmful": 0.5, "kl": 0.0},
+        {"stage": "grpo", "step": 2, "reward": 0.1, "gain/delta": 0.1, "gain/harmful": 0.0, "kl": 0.002},
+        {"stage": "grpo", "step": 2, "heldback/reward": 0.03},
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    series = reward_series(run, GAIN_KEYS)
+    assert series["gain/delta"] == [(1, -0.1), (2, 0.1)] and series["gain/harmful"] == [(1, 0.5), (2, 0.0)]
+    assert series["kl"] == [(1, 0.0), (2, 0.002)] and series["heldback/reward"] == [(2, 0.03)]
+    rule_run = plot_rewards(tmp_path / "no-run", tmp_path / "rule.png")
+    gain_run = plot_rewards(run, tmp_path / "gain.png")
+    from PIL import Image
+
+    # five panels for a gain run against three for a rule run: the figure is wider
+    assert Image.open(gain_run).size[0] > Image.open(rule_run).size[0] * 1.5
+
+
 def test_plot_heldout_writes_a_png(tmp_path):
     results = {
         "default": {
