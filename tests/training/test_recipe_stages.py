@@ -49,7 +49,9 @@ def stages(monkeypatch, tmp_path):
 def _recipe(tmp_path, **fields):
     from qmdlab.training.cpu_run import RecipeConfig
 
-    return RecipeConfig(base=str(tmp_path / "hf-base"), out=str(tmp_path / "run"), suites=["default"], synth=None, **fields)
+    return RecipeConfig(
+        base=str(tmp_path / "hf-base"), out=str(tmp_path / "run"), suites=["default"], synth=None, **fields
+    )
 
 
 def test_without_sft_grpo_starts_from_the_base_and_no_evaluate_stage_runs(stages, tmp_path, qmdlab_home):
