@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.embed_model and not args.preset:
         ap.error("--embed-model needs --preset: the untrained embedder its rows are compared with")
+    if args.embedder and args.no_minilm:
+        ap.error("--embedder is compared with MiniLM's rows: leave out --no-minilm")
 
     from qmdlab.eval.record import prepare_index
     from qmdlab.eval.suites import get_suite
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_minilm:
             prepare_index(suite, minilm, log=lambda m: None)
             res["minilm"] = _rows(suite, minilm, "generalisation-minilm", args.runs, "minilm")
-        if args.embedder and "minilm" in res:
+        if args.embedder:
             trained = gguf_embedder(args.embedder)
             prepare_index(suite, trained, log=lambda m: None)
             res["trained"] = _rows(suite, trained, "generalisation-trained")

@@ -51,7 +51,8 @@ class RecipeConfig:
     sft: str | None = field(
         default="qmdlab/training/configs/cpu-small/sft.yaml",
         metadata={
-            "help": "SFT stage config; null: GRPO starts from the base (an instruct model that already answers)."
+            "help": "SFT stage config; null: GRPO starts from the base (one that already answers the training "
+            "prompt in the expander's line format)."
         },
     )
     grpo: str = "qmdlab/training/configs/cpu-small/grpo.yaml"

@@ -82,9 +82,8 @@ def plot_rewards(run_dir: str | Path, png: str | Path, *, window: int = 10) -> P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gain = reward_series(run_dir, GAIN_KEYS)
-    keys = GAIN_KEYS if gain["gain/delta"] else REWARD_KEYS
-    series = gain if gain["gain/delta"] else reward_series(run_dir)
+    series = reward_series(run_dir, {**REWARD_KEYS, **GAIN_KEYS})
+    keys = GAIN_KEYS if series["gain/delta"] else REWARD_KEYS
     fig, axes = plt.subplots(1, len(keys), figsize=(4.3 * len(keys), 3.4))
     for ax, (key, label) in zip(axes, keys.items()):
         pts = series[key]
