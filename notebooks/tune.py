@@ -268,14 +268,15 @@ def _(defaults, rerank_source, start, suite_picker):
             "blend_weight_2": _slider("blend_weight_2", 0.0, 1.0, 0.05, "position weight, band 2"),
             "blend_weight_3": _slider("blend_weight_3", 0.0, 1.0, 0.05, "position weight, band 3"),
             "min_score": _slider("min_score", 0.0, 1.0, 0.01, "min score"),
-            # which expansion lists are fused, and the gate that drops them for a query whose
-            # expansions find little of what the query alone finds (re-run on the recorded lists)
+            # which expansion lists are fused, and the gate: drop them for a query whose expansions
+            # find little of what the query alone finds (overlap), or let them only re-rank the query's
+            # own top k (rerank); re-run on the recorded lists
             "expand_types": mo.ui.dropdown(
                 list(optimise.EXPAND_TYPE_CHOICES), value=start.expand_types, label="expansion types fused"
             ),
-            "expand_gate": mo.ui.dropdown(["off", "overlap"], value=start.expand_gate, label="expansion gate"),
+            "expand_gate": mo.ui.dropdown(list(optimise.EXPAND_GATES), value=start.expand_gate, label="expansion gate"),
             "expand_gate_min_overlap": _slider("expand_gate_min_overlap", 0.0, 1.0, 0.05, "gate: min top-k overlap"),
-            "expand_gate_k": _slider("expand_gate_k", 1, 40, 1, "gate: top k compared"),
+            "expand_gate_k": _slider("expand_gate_k", 1, 100, 1, "gate: top k compared / re-ranked"),
             "expand": mo.ui.switch(value=start.expand, label="expansion lists"),
             "hyde": mo.ui.switch(value=start.hyde, label="hyde lists"),
             "vector": mo.ui.switch(value=start.vector, label="vector lists"),

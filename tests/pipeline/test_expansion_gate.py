@@ -1,4 +1,4 @@
-"""The expansion gate and the expansion types fused (``expand_gate``, ``expand_types``): closed-form
+"""The expansion gates and the expansion types fused (``expand_gate``, ``expand_types``): closed-form
 cases on hand-made lists, the config options, and the differential check that a fresh
 ``Lab.query``, ``retune`` of a trace recorded without them and a tuning ``Study`` agree."""
 
@@ -152,6 +152,52 @@ def test_selection_notes_name_each_decision():
     assert [m.split(":")[0] for _, m in notes] == ["expand_types lex", "expansion gated"]
 
 
+# -- expand_gate: rerank -----------------------------------------------------------------------
+RERANK = BASE.replace(expand_gate="rerank", expand_gate_k=10)
+
+
+def test_rerank_fuses_exactly_the_expansion_entries_of_documents_in_the_original_top_k():
+    # the originals (fused alone) rank a, b, c, d, e, f; the lex list names f, x, a and the vec list y, b
+    spec = {"q": ORIGINAL + [("fts", "lex", ["f", "x", "a"]), ("vec", "vec", ["y", "b"])]}
+    lists = _lists(spec)
+    out = retune(Trace(lists=lists), RERANK)
+    by_hand = lists.filter(~pl.col("docno").is_in(["x", "y"]))  # the same entries, ranks as recorded
+    assert out.fused.equals(_fused(by_hand, BASE))
+    assert set(out.fused["docno"]) == set("abcdef")  # nothing the query did not find
+    assert not out.fused.equals(_fused(lists, BASE.replace(expand=False)))  # and f, a, b were lifted
+    assert out.notes_for("fuse") == [
+        "expansion re-ranks the original lists' top 10: 2 of 5 expansion entries name other documents, not fused"
+    ]
+    # k = 2: only the originals' top 2 (a, b) may be lifted
+    top2 = retune(Trace(lists=lists), RERANK.replace(expand_gate_k=2))
+    assert top2.fused.equals(
+        _fused(
+            lists.filter(
+                pl.col("docno").is_in(list("abcdef"))
+                & ~((pl.col("query_type") != "original") & pl.col("docno").is_in(["f"]))
+            ),
+            BASE,
+        )
+    )
+    assert fuse(lists, RERANK).equals(out.fused)  # the frame path alike
+
+
+@pytest.mark.parametrize("method", FUSION_METHODS)
+def test_rerank_of_disjoint_expansions_is_the_no_expansion_ranking_under_every_fusion_method(method):
+    lists = _lists(DISJOINT)
+    assert _fused(lists, RERANK.replace(fusion=method)).equals(_fused(lists, BASE.replace(fusion=method, expand=False)))
+
+
+def test_rerank_leaves_a_query_without_original_lists_whole_and_drops_contributions_outside():
+    lists = _lists({"typed-only": [("fts", "lex", ["x", "y"])], "q": DISJOINT["q"]})
+    out = retune(Trace(lists=lists), RERANK)
+    on = retune(Trace(lists=lists), BASE)
+    assert out.final.filter(pl.col("qid") == "typed-only").equals(on.final.filter(pl.col("qid") == "typed-only"))
+    assert [q for q, _ in _fuse_notes(out)] == ["q"]
+    c = contributions(_lists(DISJOINT), RERANK)
+    assert (c.filter(pl.col("query_type") != "original")["contribution"] == 0.0).all()
+
+
 # -- config ------------------------------------------------------------------------------------
 def test_the_options_default_off_and_keep_old_cache_keys():
     c = PipelineConfig()
@@ -212,6 +258,8 @@ CONFIGS = [
     {"expand_types": "lex"},
     {"expand_types": "vec,hyde", "expand_gate": "overlap", "expand_gate_k": 1, "expand_gate_min_overlap": 1.0},
     {"expand_gate": "overlap", "expand_gate_k": 2, "expand_gate_min_overlap": 0.6, "fusion": "norm_sum"},
+    {"expand_gate": "rerank", "expand_gate_k": 2},
+    {"expand_gate": "rerank", "expand_gate_k": 5, "expand_types": "lex,vec", "fusion": "combmnz"},
 ]
 
 

@@ -76,3 +76,53 @@ def test_with_sft_and_evaluate_every_stage_runs(stages, tmp_path, qmdlab_home):
     assert [c.name for c in stages["export"]] == ["sft", "expander"]
     assert [c.suite for c in stages["evaluate"]] == ["default"]
     assert list(summary["models"]) == ["sft", "sft+grpo"]
+
+
+def test_vocabulary_sft_examples_are_the_train_split_queries(stages, tmp_path, qmdlab_home):
+    from qmdlab.training.cpu_run import run_recipe
+    from qmdlab.training.data import load_examples
+    from qmdlab.training.splits import load_splits
+
+    run_recipe(_recipe(tmp_path, skip_base=True, evaluate=None, sft_examples="vocabulary", vocabulary_min_df=1))
+    out = tmp_path / "run"
+    examples = load_examples(out / "data" / "all.jsonl")
+    split = load_splits(out / "splits.json")["default"]
+    from qmdlab.eval.suites import get_suite
+
+    judged = get_suite("default").data().judged_queries()
+    text = dict(zip(judged["qid"].cast(str), judged["query"], strict=True))
+    assert examples and {e.query for e in examples} <= {text[q] for q in split.train}
+    assert all(kind == "lex" for e in examples for kind, _ in e.output)
+    assert [c.train_file for c in stages["sft"]] == [str(out / "data" / "train.jsonl")]
+
+
+def test_an_unknown_sft_examples_value_names_the_field_and_the_choices(tmp_path):
+    from qmdlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="sft_examples: 'notes' is not one of seed, vocabulary"):
+        _recipe(tmp_path, sft_examples="notes")
+
+
+
+def test_vocabulary_sft_leaves_out_the_queries_grpo_holds_back(stages, tmp_path, qmdlab_home):
+    from pathlib import Path
+
+    from qmdlab.training.cpu_run import run_recipe
+    from qmdlab.training.data import load_examples
+    from qmdlab.training.grpo import heldback_rows, labelled_rows
+
+    grpo_yaml = tmp_path / "grpo.yaml"
+    cpu_small = Path("qmdlab/training/configs/cpu-small/grpo.yaml").read_text(encoding="utf-8")
+    grpo_yaml.write_text(cpu_small + "\nearly_stop_fraction: 0.25\n", encoding="utf-8")
+    recipe = _recipe(
+        tmp_path, skip_base=True, evaluate=None, sft_examples="vocabulary", vocabulary_min_df=1, grpo=str(grpo_yaml)
+    )
+    run_recipe(recipe)
+    (grpo_cfg,) = stages["grpo"]  # the configuration GRPO received; it draws its held-back slice from it
+    labelled = labelled_rows(grpo_cfg)
+    held = {r["query"] for r in heldback_rows(grpo_cfg, labelled)}
+    trained = {r["query"] for r in labelled} - held
+    examples = {e.query for e in load_examples(tmp_path / "run" / "data" / "all.jsonl")}
+    assert held and examples
+    assert not examples & held
+    assert examples == trained
