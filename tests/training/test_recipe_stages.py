@@ -103,7 +103,6 @@ def test_an_unknown_sft_examples_value_names_the_field_and_the_choices(tmp_path)
         _recipe(tmp_path, sft_examples="notes")
 
 
-
 def test_vocabulary_sft_leaves_out_the_queries_grpo_holds_back(stages, tmp_path, qmdlab_home):
     from pathlib import Path
 
