@@ -308,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", type=Path, default=None, help="A recipe run's splits.json: score its held-out sides.")
     ap.add_argument("--limit", type=int, default=None, help="Only the first N held-out queries (a smoke run).")
     ap.add_argument("--max-tokens", type=int, default=160, help="Expander tokens per query (the recipe's 160).")
+    ap.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=1.0,
+        help="llama.cpp's repeat penalty of every expander's greedy decoding (default 1.0: off).",
+    )
     ap.add_argument("--threads", type=int, default=2, help="Expander threads (default 2).")
     ap.add_argument("--runs", type=Path, required=True, help="Folder of the TREC runs and held-out qrels.")
     ap.add_argument("--out", type=Path, required=True, help="Folder of <suite>.json.")
@@ -331,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as err:
             ap.error(f"--expander {v['name']}: {err}")
     embedder = load_models(args.preset, expand="none", rerank="none").embedder
-    build = EvaluateConfig(max_tokens=args.max_tokens, n_threads=args.threads)
+    build = EvaluateConfig(max_tokens=args.max_tokens, n_threads=args.threads, repeat_penalty=args.repeat_penalty)
     expanders = {v["ref"]: None for v in args.variants}
     expanders = {ref: build_expander(ref, build) for ref in expanders}
     print(

@@ -12,7 +12,6 @@ thousands of lines, are dropped with a reason instead of failing the query.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 from typing import Any, Optional
 
 from qmdlab import cancel
@@ -56,7 +55,7 @@ class HttpExpander(HttpModel):
         self.family = family or chat_family(served.model or served.ref)
         self.sampling = sampling
         self.fingerprint = make_fingerprint(
-            served.ref, **fingerprint_parts(served), role="expand", family=self.family, sampling=asdict(sampling)
+            served.ref, **fingerprint_parts(served), role="expand", family=self.family, sampling=sampling.key()
         )
 
     def messages(self, query: str, intent: Optional[str] = None) -> list[dict[str, str]]:
@@ -74,6 +73,8 @@ class HttpExpander(HttpModel):
         }
         if s.seed is not None:
             body["seed"] = s.seed
+        if s.repeat_penalty != 1.0:  # llama-server's extension of the OpenAI body
+            body["repeat_penalty"] = s.repeat_penalty
         reply = self.endpoint.post(ENDPOINT, body)
         try:
             choice = reply["choices"][0]

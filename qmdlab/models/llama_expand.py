@@ -30,6 +30,21 @@ class SamplingConfig:
     top_p: float = 0.8
     max_tokens: int = 600
     seed: Optional[int] = None  # None: llama.cpp's default seed
+    repeat_penalty: float = 1.0  # llama.cpp's; 1.0 = off (qmd's). Greedy small models can loop without it.
+
+    def key(self) -> dict:
+        """The fields a fingerprint records: every field, less ``repeat_penalty`` while it is off, so
+        that caches keyed before the field existed stay valid.
+
+        >>> SamplingConfig().key() == {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "max_tokens": 600, "seed": None}
+        True
+        >>> SamplingConfig(repeat_penalty=1.3).key()["repeat_penalty"]
+        1.3
+        """
+        d = asdict(self)
+        if d["repeat_penalty"] == 1.0:
+            del d["repeat_penalty"]
+        return d
 
 
 DETERMINISTIC = SamplingConfig(temperature=0.0)
@@ -96,7 +111,7 @@ class LlamaExpander:
         self._grammar = None
         self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, n_ctx=n_ctx)
         self.fingerprint = make_fingerprint(
-            model_id, role="expand", family=self.family, sampling=asdict(sampling), grammar=grammar
+            model_id, role="expand", family=self.family, sampling=sampling.key(), grammar=grammar
         )
 
     def prompt(self, query: str, intent: Optional[str] = None) -> str:
@@ -115,7 +130,7 @@ class LlamaExpander:
                 top_k=s.top_k,
                 top_p=s.top_p,
                 min_p=0.0,
-                repeat_penalty=1.0,
+                repeat_penalty=s.repeat_penalty,
                 grammar=self._grammar,
             )
             if s.seed is not None:

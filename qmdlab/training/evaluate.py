@@ -68,6 +68,9 @@ class EvaluateConfig:
     max_rule_queries: int = 40
     n_threads: int = 2
     max_tokens: int = 200
+    repeat_penalty: float = field(
+        default=1.0, metadata={"help": "llama.cpp's repeat penalty for the expanders' greedy decoding (1.0: off)."}
+    )
     output_dir: str = "runs/evaluate"
 
 
@@ -145,7 +148,7 @@ def rule_scores(expander, queries: list[str]) -> list[dict]:
 def build_expander(ref: str, cfg: EvaluateConfig):
     from qmdlab.models.llama_expand import SamplingConfig
 
-    sampling = SamplingConfig(temperature=0.0, max_tokens=cfg.max_tokens)
+    sampling = SamplingConfig(temperature=0.0, max_tokens=cfg.max_tokens, repeat_penalty=cfg.repeat_penalty)
     if ref.endswith(".gguf") and Path(ref).is_file():
         from qmdlab.training.export import load_expander
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import ConfigError, ModelError
@@ -225,7 +225,7 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
         str(path),
         role="expand",
         family=exp.family,
-        sampling=asdict(sampling),
+        sampling=sampling.key(),
         grammar=exp.grammar_text,
         prompt=(parts["prefix"] + "|" + parts["suffix"]) if parts else None,
         weights=sha256_file(path),
