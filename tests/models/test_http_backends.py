@@ -187,6 +187,9 @@ def test_expander_sends_the_local_prompt_turns_and_parses_as_the_local_one(stub)
     # the fine-tuned qwen3 family gets no system turn, exactly as its local prompt
     HttpExpander(f"{stub.base}#qmd-query-expansion-1.7B").expand("q")
     assert [m["role"] for m in stub.requests[-1][1]["messages"]] == ["user"]
+    assert "repeat_penalty" not in body and "repeat_penalty" not in stub.requests[-1][1]  # off: not sent
+    HttpExpander(f"{stub.base}#m", sampling=SamplingConfig(repeat_penalty=1.3)).expand("q")
+    assert stub.requests[-1][1]["repeat_penalty"] == 1.3  # llama-server's extension of the body
 
 
 def test_reranker_reads_both_answer_shapes_and_maps_logits_only_when_told(stub):

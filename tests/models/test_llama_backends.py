@@ -174,3 +174,24 @@ def test_expander_sampling_grammar_and_cutoff(fake_llama_cpp, tmp_path):
     greedy.expand("q")
     _, kw = FakeLlama.instances[-1].completions[0]
     assert kw["temperature"] == 0.0 and kw["seed"] == 7
+    assert kw["repeat_penalty"] == 1.0  # off by default, as qmd samples
+
+
+def test_the_repeat_penalty_reaches_llama_cpp_and_the_fingerprint_only_when_on(fake_llama_cpp, tmp_path):
+    def expander(sampling):
+        return LlamaExpander(lambda: tmp_path / "m.gguf", "m.gguf", sampling=sampling, n_threads=1, idle_timeout=None)
+
+    off, on = expander(SamplingConfig(temperature=0.0)), expander(SamplingConfig(temperature=0.0, repeat_penalty=1.3))
+    on.expand("q")
+    _, kw = FakeLlama.instances[-1].completions[0]
+    assert kw["repeat_penalty"] == 1.3
+    assert on.fingerprint != off.fingerprint  # its expansions are cached apart
+    # off, the fingerprint is the one made before the field existed: earlier caches stay valid
+    from dataclasses import asdict
+
+    from qmdlab.models.base import make_fingerprint
+
+    before = {k: v for k, v in asdict(SamplingConfig(temperature=0.0)).items() if k != "repeat_penalty"}
+    assert off.fingerprint == make_fingerprint(
+        "m.gguf", role="expand", family=off.family, sampling=before, grammar=off.grammar_text
+    )
