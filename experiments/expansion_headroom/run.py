@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--min-df", type=int, default=10, help="oracle-vocabulary: the recipe's vocabulary_min_df.")
     args = ap.parse_args()
     from qmdlab.training.grpo import GRPORunConfig, split_rows, suite_retrieval
-    from qmdlab.training.vocabulary import vocabulary_lines
+    from qmdlab.training.vocabulary import document_frequency, vocabulary_lines
 
     extra = {"models_preset": args.preset} if args.preset else {}
     cfg = GRPORunConfig(
@@ -64,12 +64,9 @@ def main() -> None:
         from qmdlab.eval.suites import get_suite
 
         idx = prepare_index(get_suite(suite), None, progress=False, log=lambda _m: None)
-        df: dict[str, int] = {}
         docs = idx.documents()
         chunks = idx.chunks(docs["docno"].to_list())
-        for text in chunks["text"].to_list():
-            for w in set(terms(text)):
-                df[w] = df.get(w, 0) + 1
+        df = document_frequency(chunks["text"].to_list())
         titles = dict(zip(docs["docno"].to_list(), docs["title"].to_list())) if "title" in docs.columns else {}
         texts: dict[str, list[str]] = {}
         for docno, text in zip(chunks["docno"].to_list(), chunks["text"].to_list()):

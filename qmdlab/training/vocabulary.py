@@ -7,9 +7,9 @@ fragments of the query instead, which add a list of the same documents at lower 
 nDCG (``docs/results/expander.md``). These examples teach the other habit. For each *train-split*
 judged query of a suite, each target line holds:
 
-- the query's rarest term (document frequency over the suite's chunks): the engine drops an expansion
-  line that shares no query term (:func:`qmdlab.pipeline.expand.filter_expansions`), so every line
-  keeps one;
+- one query term, the rarest on the first line and the next-rarest on the next (document frequency
+  over the suite's chunks): the engine drops an expansion line that shares no query term
+  (:func:`qmdlab.pipeline.expand.filter_expansions`), so every line keeps one;
 - then the relevant document's terms with the highest tf·idf that are not query terms, longest first
   among ties, ``terms_per_line`` per line, the next line continuing down the same list.
 
