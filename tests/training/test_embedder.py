@@ -13,7 +13,7 @@ from qmdlab.models.doc_query_gen import TableDocQueryGenerator
 from qmdlab.pipeline.doc_expand import expand_documents
 from qmdlab.store import Index
 from qmdlab.store import doc_expansions as dx
-from qmdlab.training.embedder import build_pairs, document_text, load_split
+from qmdlab.training.embedder import build_pairs, document_text, load_split, query_text
 from qmdlab.training.leakage import LeakError, check_no_heldout
 from qmdlab.training.splits import QuerySplit, save_splits
 
@@ -189,3 +189,57 @@ def test_labelled_run_trains_on_the_official_train_side_only(tmp_path, qmdlab_ho
     cfg.suite, cfg.out = str(_beir_suite(tmp_path / "nosplit", require_split=False)), str(tmp_path / "run2")
     with pytest.raises(ConfigError, match="no official train/test split"):
         run_embedder(cfg, log=lambda m: None)
+
+
+@pytest.mark.slow
+def test_embeddinggemma_base_trains_with_its_prompts_and_converts_with_its_projections(
+    expanded, tmp_path, require, monkeypatch
+):
+    """The default embedder's checkpoint fine-tunes as MiniLM does, but every text is written with
+    its template and the GGUF keeps its dense projections: llama.cpp's vector of the converted model
+    is the trained model's, query and document side."""
+    require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from qmdlab.errors import ModelError
+    from qmdlab.models import packaged
+    from qmdlab.training.base_models import resolve_encoder_base
+    from qmdlab.training.embedder import encoder_profile, fit, gguf_embedder, to_gguf, train_columns
+
+    if not packaged.is_ready("embeddinggemma-300m-q8_0") and not packaged.is_ready("embeddinggemma-300m"):
+        require(False, "EmbeddingGemma-300M is not pulled: `qmdlab pull` (the default preset's embedder)")
+    try:
+        base = resolve_encoder_base("pkg:embeddinggemma-300m")
+    except ModelError as err:
+        require(False, f"the EmbeddingGemma checkpoint is not here: {err}")
+    profile = encoder_profile(base)
+    assert (profile.name, profile.template) == ("EmbeddingGemma", "gemma")
+    assert "--sentence-transformers-dense-modules" in profile.convert_args
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(2)
+    pairs, _ = build_pairs(expanded, hard_negatives=1, as_text=lambda t, x: document_text(t, x, "gemma"))
+    cols = train_columns(pairs, 1, "gemma")
+    assert all(c["anchor"] == "task: search result | query: " + p["anchor"] for c, p in zip(cols, pairs))
+    assert all(c["positive"].startswith("title: ") and " | text: " in c["positive"] for c in cols)
+    res = fit(
+        pairs, base, tmp_path / "run", hard_negatives=1, max_steps=1, batch_size=2, max_seq_length=48, warmup=0.0,
+        template="gemma",
+    )  # fmt: skip
+    assert res["steps"] == 1 and np.isfinite(res["train_loss"])
+    model_dir = tmp_path / "run" / "model"
+    assert encoder_profile(model_dir).name == "EmbeddingGemma"  # a fine-tuned model keeps its family
+    tuned = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    query, doc = "alpha field notes", ("Alpha", NOTES["alpha.md"])
+    tq = tuned.encode([query_text(query, "gemma")], normalize_embeddings=True)[0]
+    td = tuned.encode([document_text(*doc, "gemma")], normalize_embeddings=True)[0]
+    try:
+        gguf = to_gguf(model_dir, tmp_path / "run" / "model.gguf", profile.convert_args)
+    except ModelError as err:
+        require(False, f"llama.cpp's converter is missing: {err}")
+    emb = gguf_embedder(gguf, profile)
+    try:
+        gq, gd = emb.embed_query(query), emb.embed_documents([doc])[0]
+    finally:
+        emb.release()
+    assert gq.shape == (768,) and float(gq @ tq) > 0.99 and float(gd @ td) > 0.99
