@@ -60,6 +60,7 @@ from qmdlab.training.splits import QuerySplit
 
 BASE_DEFAULT = "pkg:all-minilm-l6-v2"
 METRIC = "ndcg@10"
+GGUF_TYPES = ("f16", "q8_0")
 # tokenizer files a saved fine-tune lacks and the GGUF converter needs, copied from the base
 TOKENIZER_FILES = ("tokenizer.model", "added_tokens.json", "special_tokens_map.json")
 
@@ -76,6 +77,26 @@ class EncoderProfile(NamedTuple):
     packaged: str
     template: str
     convert_args: tuple[str, ...]
+    packaged_q8_0: str | None = None  # the same checkpoint's packaged Q8_0 GGUF, when there is one
+
+    def at(self, outtype: str) -> EncoderProfile:
+        """The profile of a GGUF written at ``outtype`` (``f16`` or ``q8_0``): the converter's
+        ``--outtype`` and the baseline it is compared with (the packaged GGUF of that precision when
+        there is one, so that the comparison still changes the weights only).
+
+        >>> p = EncoderProfile("E", "pkg:e", "gemma", ("--outtype", "f16", "--x"), "pkg:e-q8_0").at("q8_0")
+        >>> p.packaged, p.convert_args
+        ('pkg:e-q8_0', ('--outtype', 'q8_0', '--x'))
+        """
+        if outtype not in GGUF_TYPES:
+            raise ConfigError(f"--outtype {outtype!r}: use one of {', '.join(GGUF_TYPES)}")
+        args = list(self.convert_args)
+        if "--outtype" in args:
+            args[args.index("--outtype") + 1] = outtype
+        else:
+            args += ["--outtype", outtype]
+        packaged = self.packaged_q8_0 if outtype == "q8_0" and self.packaged_q8_0 else self.packaged
+        return self._replace(packaged=packaged, convert_args=tuple(args))
 
 
 def encoder_profile(base_dir: str | Path) -> EncoderProfile:
@@ -91,7 +112,7 @@ def encoder_profile(base_dir: str | Path) -> EncoderProfile:
     ('MiniLM', 'pkg:all-minilm-l6-v2', 'plain')
     """
     from qmdlab.models.packaged import PACKAGED
-    from qmdlab.models.registry import EMBEDDINGGEMMA, KNOWN, MINILM
+    from qmdlab.models.registry import EMBEDDINGGEMMA, EMBEDDINGGEMMA_Q8, KNOWN, MINILM
 
     try:
         kind = json.loads((Path(base_dir) / "config.json").read_text(encoding="utf-8")).get("model_type", "")
@@ -99,7 +120,11 @@ def encoder_profile(base_dir: str | Path) -> EncoderProfile:
         kind = ""
     if str(kind).startswith("gemma"):
         return EncoderProfile(
-            "EmbeddingGemma", EMBEDDINGGEMMA, KNOWN[EMBEDDINGGEMMA]["template"], PACKAGED["embeddinggemma-300m"].convert_args
+            "EmbeddingGemma",
+            EMBEDDINGGEMMA,
+            KNOWN[EMBEDDINGGEMMA]["template"],
+            PACKAGED["embeddinggemma-300m"].convert_args,
+            EMBEDDINGGEMMA_Q8,
         )
     return EncoderProfile("MiniLM", MINILM, KNOWN[MINILM]["template"], PACKAGED["all-minilm-l6-v2"].convert_args)
 
@@ -148,7 +173,14 @@ class EmbedderRunConfig(SuiteRunConfig):
     )
     seed: int = 0
     n_threads: int | None = hardware.threads_field(default=1)
-    gguf: bool = field(default=True, metadata={"help": "Convert the model to model.gguf (f16) for the pipeline."})
+    gguf: bool = field(default=True, metadata={"help": "Convert the model to model.gguf for the pipeline."})
+    outtype: str = field(
+        default="f16",
+        metadata={
+            "help": "The GGUF's precision: f16, or q8_0 (as the default embedder ships; the baseline is then the "
+            "packaged Q8_0 of the base where there is one, and the index's vectors of it are reused)."
+        },
+    )
     evaluate: bool = field(default=True, metadata={"help": "Record the held-out queries with both embedders."})
     preset: str = field(
         default="offline-mini",
@@ -646,7 +678,7 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
     queries = dict(zip(judged["qid"].cast(pl.Utf8).to_list(), judged["query"].to_list()))
     split = official_query_split(suite) if cfg.labelled else synthetic_split(cfg.synthetic, suite, list(queries))
     base_dir = resolve_encoder_base(cfg.base)
-    profile = encoder_profile(base_dir)
+    profile = encoder_profile(base_dir).at(cfg.outtype)
     hardware.set_threads(cfg.n_threads)
     rundir.save_config(cfg, out)
     if cfg.labelled:
@@ -764,7 +796,7 @@ def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
     table = f"```\n{format_embedder_table(result['heldout'])}\n```\n" if result.get("heldout") else "(not evaluated)\n"
     split = result["split"]
     family = result["family"]
-    profile = encoder_profile(result["model_dir"])
+    profile = encoder_profile(result["model_dir"]).at(cfg.outtype)
     if cfg.labelled:
         title = f"qmdlab {family} embedder fine-tuned on {result['suite']}'s training queries"
         data = (
