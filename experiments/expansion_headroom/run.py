@@ -2,13 +2,16 @@
 TRAIN split of each labelled suite (never the held-out side), scored exactly as the GRPO reward scores a
 completion (qmdlab.training.reward.engine_scorer: the engine's filter, strong-signal skip and fusion).
 
-``python experiments/expansion_headroom/run.py --splits runs/cpu-small/splits.json``
+``python experiments/expansion_headroom/run.py --suites scifact cisi --preset offline [--splits FILE]``
 
 Variants: ``lex-keywords`` (the query's content words, stopwords out), ``lex-rare3`` (its 3 rarest words by
 document frequency), ``vec-first-sentence`` (the first sentence, for multi-sentence queries),
 ``oracle-title`` (lex + vec = the title/first line of a relevant document) and ``oracle-vocabulary`` (the
 target the vocabulary SFT examples teach: lex lines of the query's rarest term and the relevant document's
-words the query lacks, :func:`qmdlab.training.vocabulary.vocabulary_lines`). The two oracles read labels: upper
+words the query lacks, :func:`qmdlab.training.vocabulary.vocabulary_lines`). Corpus-steered variants read the
+query's own BM25 top ``--feedback-k`` documents first (pseudo-relevance feedback): ``feedback`` (the same lines
+drawn from all of them, no labels), ``oracle-feedback`` (drawn from the relevant ones among them only, none when
+none is there: what a perfect reader of the feedback documents could write). The oracles read labels: upper
 bounds, never usable at inference. ``--pipeline bm25`` scores BM25 alone (``vector: false``). Prints mean Δ,
 its standard deviation and wins/ties/losses per suite.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+from pathlib import Path
 
 from qmdlab.terms import terms
 
@@ -36,15 +40,32 @@ def variants(query: str, df) -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--splits", required=True)
+    ap.add_argument(
+        "--splits",
+        help="A recipe run's splits.json; default: the split every trainer draws (SciFact's official one, else "
+        "qmdlab.training.splits.suite_split's held-out half, seed 0), as experiments/expander_pairs scores.",
+    )
     ap.add_argument("--suites", nargs="+", default=["default", "cisi"])
     ap.add_argument("--pipeline", choices=["hybrid", "bm25"], default="hybrid", help="bm25: vector search off.")
     ap.add_argument("--preset", default=None, help="The embedder preset (default: GRPO's, offline-mini).")
     ap.add_argument("--min-df", type=int, default=10, help="oracle-vocabulary: the recipe's vocabulary_min_df.")
+    ap.add_argument("--feedback-k", type=int, default=3, help="feedback variants: how many BM25 documents are read.")
     args = ap.parse_args()
+    from qmdlab.search.lexical import bm25_search
     from qmdlab.training.grpo import GRPORunConfig, split_rows, suite_retrieval
     from qmdlab.training.vocabulary import document_frequency, vocabulary_lines
 
+    if args.splits is None:
+        import tempfile
+
+        from qmdlab.eval.suites import get_suite as _suite
+        from qmdlab.training.splits import save_splits, suite_split
+
+        drawn = []
+        for name in args.suites:
+            s = _suite(name)
+            drawn.append(suite_split(s, s.data().judged_queries()["qid"].cast(str).to_list()))
+        args.splits = str(save_splits(drawn, Path(tempfile.mkdtemp()) / "splits.json"))
     extra = {"models_preset": args.preset} if args.preset else {}
     cfg = GRPORunConfig(
         labelled_suites=args.suites,
@@ -83,6 +104,17 @@ def main() -> None:
                 lines = vocabulary_lines(r["query"], "\n".join(texts[best]), df, chunks.height, min_df=args.min_df)
                 if lines:
                     comps["oracle-vocabulary"] = "\n".join(f"{k}: {x}" for k, x in lines)
+            fb = list(dict.fromkeys(h.docno for h in bm25_search(idx, r["query"], limit=4 * args.feedback_k)))
+            fb = fb[: args.feedback_k]
+            for name, docs_read in (("feedback", fb), ("oracle-feedback", [d for d in fb if r["qrels"].get(d, 0) > 0])):
+                text = "\n".join("\n".join(texts.get(d, [])) for d in docs_read)
+                lines = (
+                    vocabulary_lines(r["query"], text, df, chunks.height, min_df=args.min_df) if text.strip() else ()
+                )
+                if lines:
+                    comps[name] = "\n".join(f"{k}: {x}" for k, x in lines)
+                else:
+                    deltas.setdefault(name, []).append(0.0)  # nothing to add: the unexpanded ranking
             for name, comp in comps.items():
                 d = reward(r["query"], r["qid"], comp)
                 if d is not None:

@@ -214,7 +214,8 @@ def register(group: click.Group) -> None:
     @click.option(
         "--synthetic",
         default=None,
-        help="The doc2query generator's run directory (its splits.json names the held-out queries) or that file.",
+        help="The doc2query generator's run directory (its splits.json names the held-out queries) or that file; "
+        "or an untrained generator (pkg:NAME), which read no query: every judged query is held out.",
     )
     @click.option(
         "--labelled",
@@ -224,7 +225,12 @@ def register(group: click.Group) -> None:
         "instead of --synthetic generated ones; report on its test queries.",
     )
     @click.option("--output-dir", "--out", "out", default=None, help="Run directory (default runs/embedder).")
-    @click.option("--base", default=None, help="pkg:all-minilm-l6-v2 (default), a sentence-transformers dir.")
+    @click.option(
+        "--base",
+        default=None,
+        help="pkg:all-minilm-l6-v2 (default), pkg:embeddinggemma-300m (the default embedder's checkpoint; "
+        "--set outtype=q8_0 for its GGUF at Q8_0) or a sentence-transformers dir.",
+    )
     @click.option("--hard-negatives", type=int, default=None, help="Mined negative chunks per pair (default 1).")
     @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
     @click.option("--seed", type=int, default=None)
@@ -233,8 +239,8 @@ def register(group: click.Group) -> None:
     def embedder_cmd(
         config, suite, fmt, synthetic, labelled, out, base, hard_negatives, max_steps, seed, n_threads, sets
     ) -> None:
-        """Fine-tune the MiniLM embedder on filtered generated queries (or, with --labelled, on the suite's
-        training queries); report it on the held-out split."""
+        """Fine-tune an embedder (MiniLM, or EmbeddingGemma with --base) on filtered generated queries (or,
+        with --labelled, on the suite's training queries); report it on the held-out split."""
         from qmdlab.training.embedder import EmbedderRunConfig, run_embedder
 
         _run_logged(
