@@ -16,8 +16,8 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
    that do not hold the source chunk, each represented by its chunk sharing the most query terms.
    Texts are what the embedder sees in the pipeline: its template (:func:`encoder_profile`) writes the
    query and the chunk — MiniLM's ``plain`` (the query as typed, the chunk as ``title\\ntext``),
-   EmbeddingGemma's ``gemma`` (``task: search result | query: …``, ``title: … | text: …``). With ``--labelled`` the pairs are the train side of
-   the suite's official split instead (:func:`labelled_pairs`: judged documents as positives,
+   EmbeddingGemma's ``gemma`` (``task: search result | query: …``, ``title: … | text: …``). With
+   ``--labelled`` the pairs are the train side of the suite's official split instead (:func:`labelled_pairs`: judged documents as positives,
    negatives drawn from the baseline hybrid's ranking), and the held-out side is its test queries.
 2. **Leak guard** — the generator was trained on the *train* side of ``RUN/splits.json`` only; a
    generated query equal (case and spacing ignored) to a *held-out* query's text fails the run
@@ -25,12 +25,12 @@ Recipe (Promptagator / InPars style: a small generator's filtered queries train 
 3. **Training** — sentence-transformers' ``SentenceTransformerTrainer`` with
    ``MultipleNegativesRankingLoss`` (in-batch negatives plus the hard negative columns; batches
    without duplicate texts), on the CPU, seeded, with a checkpoint every ``save_steps`` steps; the
-   model directory is ``<out>/model`` and its GGUF (llama.cpp's converter, f16, with the options
-   ``qmdlab pull`` converts the packaged base with: EmbeddingGemma keeps its dense projections)
-   ``<out>/model.gguf``: ``QMDLAB_EMBED_MODEL=<out>/model.gguf``.
+   model directory is ``<out>/model`` and its GGUF (llama.cpp's converter, ``outtype`` f16 or q8_0,
+   with the options ``qmdlab pull`` converts the packaged base with: EmbeddingGemma keeps its dense
+   projections) ``<out>/model.gguf``: ``QMDLAB_EMBED_MODEL=<out>/model.gguf``.
 4. **Evaluation** on the split's held-out queries only: the suite recorded through the pipeline
-   (:func:`qmdlab.eval.record.record`; expansion and rerank off) with the packaged base (f16, so
-   that only the weights differ) and with the fine-tuned embedder (the index holds both sets of
+   (:func:`qmdlab.eval.record.record`; expansion and rerank off) with the packaged base at the
+   GGUF's precision (so that only the weights differ) and with the fine-tuned embedder (the index holds both sets of
    vectors: they are keyed by embedder fingerprint), scored vector-only (the original query's vector
    list) and hybrid (BM25 + vectors fused); nDCG@10 per query, paired t and Fisher p-values and
    wins/ties/losses against the packaged base (``report.json``, ``README.md``).
@@ -103,13 +103,13 @@ def encoder_profile(base_dir: str | Path) -> EncoderProfile:
     """The profile of the encoder in ``base_dir``, by its ``config.json`` ``model_type``: Gemma 3
     (EmbeddingGemma, or a model fine-tuned from it) or else BERT-like (MiniLM's).
 
-    >>> import json, tempfile; d = Path(tempfile.mkdtemp())
-    >>> _ = (d / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
-    >>> encoder_profile(d)[:3]
-    ('EmbeddingGemma', 'pkg:embeddinggemma-300m', 'gemma')
-    >>> _ = (d / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    >>> encoder_profile(d)[:3]
-    ('MiniLM', 'pkg:all-minilm-l6-v2', 'plain')
+    >>> import json, tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (Path(d) / "config.json").write_text(json.dumps({"model_type": "gemma3_text"}))
+    ...     gemma = encoder_profile(d)[:3]
+    ...     _ = (Path(d) / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    ...     gemma, encoder_profile(d)[:3]
+    (('EmbeddingGemma', 'pkg:embeddinggemma-300m', 'gemma'), ('MiniLM', 'pkg:all-minilm-l6-v2', 'plain'))
     """
     from qmdlab.models.packaged import PACKAGED
     from qmdlab.models.registry import EMBEDDINGGEMMA, EMBEDDINGGEMMA_Q8, KNOWN, MINILM
@@ -707,7 +707,8 @@ def run_embedder(cfg: EmbedderRunConfig, log: Callable[[str], None] = print) -> 
             raise QmdlabError(
                 f"index {index.dir}: no kept generated queries"
                 f"{' of generator ' + cfg.generator if cfg.generator else ''}; run "
-                f"`qmdlab --index {index.dir} expand-docs --generator {Path(cfg.synthetic or '')}/model.gguf` first"
+                f"`qmdlab --index {index.dir} expand-docs --generator "
+                f"{cfg.synthetic if untrained_generator(cfg.synthetic) else str(cfg.synthetic) + '/model.gguf'}` first"
             )
         log(
             f"embedder pairs: {counts['pairs']} (query, chunk) pairs over {counts['chunks']} chunks from "

@@ -243,3 +243,19 @@ def test_embeddinggemma_base_trains_with_its_prompts_and_converts_with_its_proje
     finally:
         emb.release()
     assert gq.shape == (768,) and float(gq @ tq) > 0.99 and float(gd @ td) > 0.99
+
+
+def test_an_untrained_generator_holds_out_every_judged_query_and_finds_its_stored_queries(expanded, tmp_path):
+    from qmdlab.training.embedder import _stored_generator, synthetic_split
+
+    class Suite:
+        name = "default"
+
+    split = synthetic_split("pkg:qwen2.5-coder-0.5b-instruct-q4_k_m", Suite(), ["q2", "q1"])
+    assert (split.train, split.heldout) == ((), ("q1", "q2"))  # it read no query: none is a training one
+    (tmp_path / "splits.json").write_text(json.dumps({"default": {"train": ["a"], "heldout": ["b"], "seed": 0}}))
+    assert synthetic_split(str(tmp_path), Suite(), ["a", "b"]).heldout == ("b",)  # a trained one's split
+    stored = dx.generators(expanded)
+    assert len(stored) == 1 and "#" in stored[0]
+    assert _stored_generator(expanded, stored[0].split("#", 1)[0]) == stored[0]
+    assert _stored_generator(expanded, "pkg:no-such-generator") is None
