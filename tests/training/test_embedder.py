@@ -259,3 +259,17 @@ def test_an_untrained_generator_holds_out_every_judged_query_and_finds_its_store
     assert len(stored) == 1 and "#" in stored[0]
     assert _stored_generator(expanded, stored[0].split("#", 1)[0]) == stored[0]
     assert _stored_generator(expanded, "pkg:no-such-generator") is None
+
+
+def test_a_model_trained_again_into_the_same_folder_has_another_vector_fingerprint(tmp_path, require):
+    require.module("llama_cpp", "the GGUF embedder needs llama-cpp-python")
+    from qmdlab.training.embedder import gguf_embedder
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")  # never loaded: the embedder opens the file on its first call
+    stamp = tmp_path / "model.gguf.sha256"
+    stamp.write_text("a" * 64 + "\n")
+    first = gguf_embedder(gguf).fingerprint
+    stamp.write_text("b" * 64 + "\n")  # what the converter writes for other weights
+    assert gguf_embedder(gguf).fingerprint != first
+    assert gguf_embedder(gguf).fingerprint == gguf_embedder(gguf).fingerprint
