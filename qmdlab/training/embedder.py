@@ -831,13 +831,24 @@ def _model_card(cfg: EmbedderRunConfig, result: dict, out: Path) -> None:
         held = f"the {split['heldout']} test queries of the official split"
     else:
         title = f"qmdlab {family} embedder fine-tuned on synthetic queries — {result['suite']}"
+        untrained = untrained_generator(cfg.synthetic)
+        source = (
+            f"the untrained generator `{cfg.synthetic}`"
+            if untrained
+            else f"the doc2query generator of `{cfg.synthetic}`"
+        )
+        seen = (
+            "the generator, untrained, read none"
+            if untrained
+            else f"the generator saw only the {split['train']} train-split queries"
+        )
         data = (
             f"{result['pairs']} (generated query, source chunk) pairs over {result['chunks']} chunks — the "
-            f"round-trip-filtered queries of the doc2query generator of `{cfg.synthetic}` — each with "
+            f"round-trip-filtered queries of {source} — each with "
             f"{cfg.hard_negatives} BM25-mined hard negative(s) from other documents. No labelled query was read "
-            f"for training; the generator saw only the {split['train']} train-split queries"
+            f"for training; {seen}"
         )
-        held = f"{split['heldout']} held-out queries of the split"
+        held = f"{split['heldout']} held-out queries" + ("" if untrained else " of the split")
     rundir.write_model_card(
         out,
         title,
