@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--min-df", type=int, default=10, help="oracle-vocabulary: the recipe's vocabulary_min_df.")
     ap.add_argument("--feedback-k", type=int, default=3, help="feedback variants: how many BM25 documents are read.")
     args = ap.parse_args()
+    from qmdlab.eval.suites import get_suite
     from qmdlab.search.lexical import bm25_search
     from qmdlab.training.grpo import GRPORunConfig, split_rows, suite_retrieval
     from qmdlab.training.vocabulary import document_frequency, vocabulary_lines
@@ -58,12 +59,11 @@ def main() -> None:
     if args.splits is None:
         import tempfile
 
-        from qmdlab.eval.suites import get_suite as _suite
         from qmdlab.training.splits import save_splits, suite_split
 
         drawn = []
         for name in args.suites:
-            s = _suite(name)
+            s = get_suite(name)
             drawn.append(suite_split(s, s.data().judged_queries()["qid"].cast(str).to_list()))
         args.splits = str(save_splits(drawn, Path(tempfile.mkdtemp()) / "splits.json"))
     extra = {"models_preset": args.preset} if args.preset else {}
@@ -82,7 +82,6 @@ def main() -> None:
         srows = [r for r in rows if r["suite"] == suite]
         # document frequency of words over the suite's chunks (for lex-rare3)
         from qmdlab.eval.record import prepare_index
-        from qmdlab.eval.suites import get_suite
 
         idx = prepare_index(get_suite(suite), None, progress=False, log=lambda _m: None)
         docs = idx.documents()

