@@ -360,13 +360,15 @@ def _cross_encoder(role: str, ref: str, o: BuildOptions):
     return CrossEncoderReranker(ref, n_threads=o.n_threads)
 
 
-def _llama_model(cls: Callable[..., Any], ref: str, o: BuildOptions, *, n_ctx: int, **role_args: Any):
+def _llama_model(
+    cls: Callable[..., Any], ref: str, o: BuildOptions, *, n_ctx: int, model_id: str | None = None, **role_args: Any
+):
     """A llama.cpp model ``cls`` over the GGUF file of ``ref`` (resolved when it is first loaded), with
     :data:`KNOWN`'s context size for ``ref`` (else ``n_ctx``), the build's thread and idle options and
-    the role's own ``role_args``."""
+    the role's own ``role_args``; named ``model_id`` (default ``ref``)."""
     return cls(
         lambda: resolve_path(ref, progress=o.progress),
-        ref,
+        model_id or ref,
         n_ctx=KNOWN.get(ref, {}).get("n_ctx", n_ctx),
         n_threads=o.n_threads,
         idle_timeout=o.idle_timeout,
@@ -374,16 +376,35 @@ def _llama_model(cls: Callable[..., Any], ref: str, o: BuildOptions, *, n_ctx: i
     )
 
 
+#: A known reference whose options a local GGUF of each embedding family takes.
+FAMILY_OPTIONS_OF = {"gemma": EMBEDDINGGEMMA_Q8}
+
+
+def local_embed_options(ref: str) -> tuple[str, dict[str, Any]]:
+    """``(model id, options)`` of an embedder GGUF named by its path. The header's architecture picks the
+    family's options (a fine-tuned EmbeddingGemma saved as ``model.gguf`` takes EmbeddingGemma's template
+    and context, not a guess from its name); the digest stamped beside the file is part of the id, so
+    other weights written to the same path are another model to the index (:mod:`gguf_file`)."""
+    from qmdlab.models.gguf_file import ARCHITECTURE_FAMILIES, architecture, local_model_id
+
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        return ref, {}
+    family = ARCHITECTURE_FAMILIES.get(architecture(path) or "")
+    return local_model_id(ref), dict(KNOWN[FAMILY_OPTIONS_OF[family]]) if family else {}
+
+
 def _gguf_embed(role: str, ref: str, o: BuildOptions):
     from qmdlab.models.llama_embed import LlamaEmbedder
 
-    opts = KNOWN.get(ref, {})
+    model_id, opts = local_embed_options(ref) if scheme_of(ref) is LOCAL_FILE else (ref, KNOWN.get(ref, {}))
     chunking = default_chunking() if o.chunking is None else o.chunking
     return _llama_model(
         LlamaEmbedder,
         ref,
         o,
-        n_ctx=512,
+        n_ctx=opts.get("n_ctx", 512),
+        model_id=model_id,
         template=opts.get("template"),
         dim=opts.get("dim"),
         chunking=chunking,

@@ -533,32 +533,11 @@ def to_gguf(model_dir: Path, out: Path, convert_args: Sequence[str] | None = Non
     return out
 
 
-def trained_model_id(gguf: Path) -> str:
-    """The model id (and so the vector fingerprint) of a fine-tuned GGUF: its path and the digest the
-    converter stamped beside it (``model.gguf.sha256``). A run trained again into the same folder
-    writes other weights at the same path; without the digest the index would hand back the vectors
-    of the earlier weights as this model's.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     g = Path(d) / "model.gguf"
-    ...     bare = trained_model_id(g)
-    ...     _ = g.with_name("model.gguf.sha256").write_text("d34c31045b83a9c6e7c6\\n")
-    ...     bare == str(g), trained_model_id(g) == f"{g}@d34c31045b83"
-    (True, True)
-    """
-    stamp = gguf.with_name(gguf.name + ".sha256")
-    try:
-        digest = stamp.read_text(encoding="utf-8").strip()[:12]
-    except OSError:
-        digest = ""
-    return f"{gguf}@{digest}" if digest else str(gguf)
-
-
 def gguf_embedder(path: Path, profile: EncoderProfile | None = None):
     """The pipeline's embedder for the fine-tuned GGUF, with the registry options of its packaged base
     (``profile``, MiniLM's by default: ``plain`` template, 384-d, 256-token context; EmbeddingGemma's:
     ``gemma``, 768-d, 2,048): the comparison changes the weights only."""
+    from qmdlab.models.gguf_file import local_model_id
     from qmdlab.models.llama_embed import LlamaEmbedder
     from qmdlab.models.registry import KNOWN, MINILM, default_chunking
 
@@ -566,7 +545,7 @@ def gguf_embedder(path: Path, profile: EncoderProfile | None = None):
     ref = str(Path(path).resolve())
     return LlamaEmbedder(
         lambda: Path(ref),
-        trained_model_id(Path(ref)),
+        local_model_id(ref),  # the converter's stamp: weights trained again here are another model
         template=opts["template"],
         dim=opts["dim"],
         n_ctx=opts["n_ctx"],
@@ -861,8 +840,10 @@ Held-out evaluation ({held}; expansion and rerank off; nDCG@10, paired against t
 `{profile.packaged}`):
 
 {table}
-Use it: `QMDLAB_EMBED_MODEL={result.get("model") or "<out>/model.gguf"}` (the evaluation loads it with the
-packaged {family}'s options: the `{profile.template}` template). Sentence-transformers model: `{result["model_dir"]}`.
+Use it: `QMDLAB_EMBED_MODEL={result.get("model") or "<out>/model.gguf"}` (named by its path, it is fed the
+`{profile.template}` template that the evaluation used — chosen by the architecture in its header — and the
+digest stamped beside it names its vectors in the index).
+Sentence-transformers model: `{result["model_dir"]}`.
 """,
     )
 
