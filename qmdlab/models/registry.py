@@ -384,14 +384,16 @@ def local_embed_options(ref: str) -> tuple[str, dict[str, Any]]:
     """``(model id, options)`` of an embedder GGUF named by its path. The header's architecture picks the
     family's options (a fine-tuned EmbeddingGemma saved as ``model.gguf`` takes EmbeddingGemma's template
     and context, not a guess from its name); the digest stamped beside the file is part of the id, so
-    other weights written to the same path are another model to the index (:mod:`gguf_file`)."""
+    other weights written to the same path are another model to the index (:mod:`gguf_file`), and the
+    path is resolved, so the same file named from another folder keeps its vectors."""
     from qmdlab.models.gguf_file import ARCHITECTURE_FAMILIES, architecture, local_model_id
 
     path = Path(ref).expanduser()
     if not path.is_file():
         return ref, {}
     family = ARCHITECTURE_FAMILIES.get(architecture(path) or "")
-    return local_model_id(ref), dict(KNOWN[FAMILY_OPTIONS_OF[family]]) if family else {}
+    # the resolved path: `model.gguf` typed in the run folder and its absolute path are one model
+    return local_model_id(path.resolve()), dict(KNOWN[FAMILY_OPTIONS_OF[family]]) if family else {}
 
 
 def _gguf_embed(role: str, ref: str, o: BuildOptions):

@@ -460,7 +460,8 @@ def fit(
     (resumable from ``out/checkpoints``); the model is saved to ``out/model``. ``template`` writes the
     anchors (:func:`train_columns`); the pairs' documents are written already.
 
-    Returns ``{"model_dir", "steps", "train_loss", "train_s"}``.
+    Returns ``{"model_dir", "steps", "train_loss", "train_s", "resumed_from_step"}`` (``train_s``: this
+    sitting's seconds).
     """
     try:
         from datasets import Dataset
@@ -506,8 +507,14 @@ def fit(
         callbacks=[rundir.metrics_callback(out, "embedder")],
     )
     t0 = time.perf_counter()
-    res = trainer.train(resume_from_checkpoint=rundir.last_checkpoint(out / "checkpoints"))
+    checkpoint = rundir.last_checkpoint(out / "checkpoints")
+    res = trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - t0
+    resumed_from = int(Path(checkpoint).name.split("-")[-1]) if checkpoint is not None else 0
+    # the trainer's training_loss averages this sitting's steps only (0 when a run resumed at its last
+    # checkpoint): a resumed run reports the mean of every loss logged since step 1 instead
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    loss = float(res.training_loss) if checkpoint is None or not logged else sum(logged) / len(logged)
     model_dir = out / "model"
     model.save_pretrained(str(model_dir))
     # the tokenizer is not trained; transformers saves only its fast form, and llama.cpp's converter
@@ -518,8 +525,9 @@ def fit(
     return {
         "model_dir": str(model_dir),
         "steps": int(res.global_step),
-        "train_loss": float(res.training_loss),
+        "train_loss": loss,
         "train_s": round(seconds, 1),
+        "resumed_from_step": resumed_from,
     }
 
 

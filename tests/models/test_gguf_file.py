@@ -96,12 +96,15 @@ def test_agrees_with_the_gguf_package_on_a_packaged_model():
     assert read_metadata(path, scalars) == pytest.approx(scalars)
 
 
-def test_an_embedder_named_by_path_takes_its_architectures_options_and_stamp(tmp_path):
+def test_an_embedder_named_by_path_takes_its_architectures_options_and_stamp(tmp_path, monkeypatch):
     from qmdlab.models.registry import build_model
 
     gemma = _write(tmp_path, [("general.architecture", 8, _string("gemma-embedding"))], "model.gguf")
     emb = build_model("embed", str(gemma))
-    assert emb.template.name == "gemma" and emb.max_tokens == 2048 and emb.model_id == str(gemma)
+    assert emb.template.name == "gemma" and emb.max_tokens == 2048 and emb.model_id == str(gemma.resolve())
+    # named relative to the folder it is in, it is the same model
+    monkeypatch.chdir(tmp_path)
+    assert build_model("embed", "model.gguf").fingerprint == emb.fingerprint
     # the same name with another architecture: the guess from the name (plain, 512 tokens) as before
     other = tmp_path / "bert"
     other.mkdir()
@@ -112,5 +115,5 @@ def test_an_embedder_named_by_path_takes_its_architectures_options_and_stamp(tmp
     before = emb.fingerprint
     gemma.with_name("model.gguf.sha256").write_text("0123456789abcdef\n")
     stamped = build_model("embed", str(gemma))
-    assert stamped.model_id == local_model_id(str(gemma)) == f"{gemma}@0123456789ab"
+    assert stamped.model_id == local_model_id(gemma.resolve()) == f"{gemma.resolve()}@0123456789ab"
     assert stamped.fingerprint != before

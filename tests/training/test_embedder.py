@@ -144,6 +144,30 @@ def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_
     assert float(g @ a) > 0.99 and float(g @ b) < float(g @ a)
 
 
+def test_a_run_resumed_at_its_last_checkpoint_reports_the_whole_runs_loss(expanded, tmp_path, require, monkeypatch):
+    require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from qmdlab.errors import ModelError
+    from qmdlab.training.base_models import resolve_encoder_base
+    from qmdlab.training.embedder import fit
+
+    try:
+        base = resolve_encoder_base("pkg:all-minilm-l6-v2")
+    except ModelError as err:
+        require(False, f"the packaged MiniLM is not installed: {err}")
+    import torch
+
+    torch.set_num_threads(1)
+    pairs, _ = build_pairs(expanded, hard_negatives=1)
+    opts = dict(hard_negatives=1, max_steps=2, batch_size=2, max_seq_length=64, warmup=0.0, logging_steps=1)
+    first = fit(pairs, base, tmp_path / "run", save_steps=1, **opts)
+    assert first["steps"] == 2 and first["resumed_from_step"] == 0 and first["train_loss"] > 0
+    # the same run again: it finds checkpoint-2, trains nothing, and still reports the run's loss
+    again = fit(pairs, base, tmp_path / "run", save_steps=1, **opts)
+    assert again["steps"] == 2 and again["resumed_from_step"] == 2
+    assert again["train_loss"] == pytest.approx(first["train_loss"], rel=1e-4)
+
+
 def _beir_suite(d, require_split: bool = True):
     """A four-abstract BEIR folder with an official split: two training claims, one test claim."""
     d.mkdir(parents=True)
