@@ -1,12 +1,13 @@
 """What a local GGUF file says of itself: the metadata at the head of its header, and the digest a
 converter stamped beside it.
 
-A model named by its path (``--embed-model runs/x/model.gguf``, ``QMDLAB_EMBED_MODEL``) carries no
-registry entry, so its input template was guessed from the file name alone: a fine-tuned
-EmbeddingGemma saved as ``model.gguf`` was fed MiniLM's plain text and cut at 512 tokens. The header's
-``general.architecture`` names the family whatever the file is called. And a file replaced in place
-(a model trained again into the same folder) keeps its path; the digest stamped beside it
-(``model.gguf.sha256``, written by ``qmdlab train embedder``) makes it a different model to the index.
+A model named by its path (``--embed-model runs/x/model.gguf``, ``QMDLAB_EMBED_MODEL``) has no
+registry entry, and its file name need not say what it is: from the name alone, a fine-tuned
+EmbeddingGemma saved as ``model.gguf`` would be fed plain text cut at 512 tokens instead of its
+prompts. The header's ``general.architecture`` names the family whatever the file is called. And a
+file replaced in place (a model trained again into the same folder) keeps its path; the digest stamped
+beside it (``model.gguf.sha256``, written by ``qmdlab train embedder``) makes it another model to the
+index.
 
 Only the key/value section is read, up to the keys asked for, so a multi-gigabyte file costs a few
 kilobytes of reading.
