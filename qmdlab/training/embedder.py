@@ -849,8 +849,8 @@ Held-out evaluation ({held}; expansion and rerank off; nDCG@10, paired against t
 
 {table}
 Use it: `QMDLAB_EMBED_MODEL={result.get("model") or "<out>/model.gguf"}` (named by its path, it is fed the
-`{profile.template}` template that the evaluation used — chosen by the architecture in its header — and the
-digest stamped beside it names its vectors in the index).
+`{profile.template}` template, as in the evaluation, and the digest stamped beside it names its vectors
+in the index).
 Sentence-transformers model: `{result["model_dir"]}`.
 """,
     )
