@@ -25,7 +25,7 @@ GAIN_KEYS = {
     "gain/delta": "ΔnDCG@10 vs no expansion",
     "gain/harmful": "share of completions with Δ < 0",
     "kl": "KL to the starting policy",
-    "heldback/reward": "held-back claims' reward (greedy)",
+    "heldback/reward": "held-back queries' reward (greedy)",
 }
 
 
