@@ -50,7 +50,7 @@ QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_BACKEND)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: rebuild-llama llama-wheel install-llama llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander train-scifact-expander-gain train-scifact-expander-vocab train-default-expander-gain notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel install-llama llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander train-scifact-expander-gain train-scifact-expander-vocab train-default-expander-gain train-default-expander-generic notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -189,6 +189,9 @@ train-scifact-expander-vocab: setup
 
 train-default-expander-gain: setup
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/default-expander-gain/recipe.yaml
+
+train-default-expander-generic: setup
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/default-expander-generic/recipe.yaml
 
 clean-venv:
 	rm -rf $(VENV)

@@ -88,6 +88,20 @@ _GENERIC_INSTRUCT: dict[str, Any] = {
     "rerank_max_doc_tokens": 384,
 }
 
+
+def generic_instruct_grammar() -> str:
+    """The GBNF an untrained instruct expander is decoded under (at most 6 lines of 160 characters, the
+    last free to end at end-of-text); training that samples as the engine decodes uses the same text.
+
+    >>> generic_instruct_grammar().splitlines()[0]
+    'root ::= line{0,5} last'
+    """
+    from qmdlab.models.expansion import grammar_for
+
+    o = _GENERIC_INSTRUCT
+    return grammar_for(o["max_lines"], o["max_chars"], o["open_end"])
+
+
 #: Known per-reference backend options (template/family, context, dimension).
 KNOWN: dict[str, dict[str, Any]] = {
     QMD_EMBED: {"template": "gemma", "dim": 768, "n_ctx": 2048},

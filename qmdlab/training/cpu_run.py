@@ -321,11 +321,16 @@ def run_recipe(cfg: RecipeConfig) -> dict:
                 ExportConfig(model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")
             ),
         )["quants"]["Q4_K_M"]
+    generic = grpo_config(cfg, out, **synthetic_fields(cfg)).generic_instruct
     models["sft+grpo" if cfg.sft else "grpo"] = stage(
         "export_grpo",
         lambda: run_export(
             ExportConfig(
-                model=grpo["merged"], output_dir=str(out / "export"), quants=["Q4_K_M", "Q8_0"], name="expander"
+                model=grpo["merged"],
+                output_dir=str(out / "export"),
+                quants=["Q4_K_M", "Q8_0"],
+                name="expander",
+                generic_instruct=generic,
             )
         ),
     )["quants"]["Q4_K_M"]

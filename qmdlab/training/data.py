@@ -215,9 +215,10 @@ def to_sft_record(ex: Example) -> dict:
     }
 
 
-def to_grpo_record(query: str, intent: str | None = None, qid: str | None = None) -> dict:
-    """A TRL conversational prompt-only record; ``query``/``qid`` reach the reward functions."""
-    return {"prompt": prompt_messages(query, intent), "query": query, "qid": qid or ""}
+def to_grpo_record(query: str, intent: str | None = None, qid: str | None = None, *, generic: bool = False) -> dict:
+    """A TRL conversational prompt-only record; ``query``/``qid`` reach the reward functions
+    (``generic``: :func:`~qmdlab.training.render.prompt_messages`'s system turn first)."""
+    return {"prompt": prompt_messages(query, intent, generic=generic), "query": query, "qid": qid or ""}
 
 
 def prepare(path: str | Path, out_dir: str | Path, *, eval_fraction: float = 0.1, seed: int = 0) -> dict:

@@ -45,6 +45,13 @@ class ExportConfig:
     outtype: str = field(default="f16", metadata={"help": "Converter output type: f16|bf16|f32|q8_0."})
     name: str = field(default="expander", metadata={"help": "File name stem."})
     family: str | None = field(default=None, metadata={"help": "Chat family in the file name (default: guessed)."})
+    generic_instruct: bool = field(
+        default=False,
+        metadata={
+            "help": "The model was trained as the engine runs an untrained instruct expander (GRPO's "
+            "generic_instruct): the prompt sidecar gets that system turn and grammar."
+        },
+    )
 
 
 def merge_adapter(adapter_dir: str | Path, out_dir: str | Path) -> Path:
@@ -81,14 +88,15 @@ def guess_family(model_dir: str | Path) -> str:
     return "chat"
 
 
-def prompt_parts(tokenizer) -> dict:
+def prompt_parts(tokenizer, *, generic: bool = False) -> dict:
     """The rendered prompt around the user turn: ``{"prefix", "suffix"}``.
 
     ``prefix + user_message(query, intent) + suffix`` is exactly what
-    :func:`qmdlab.training.render.render_prompt` gives for that query.
+    :func:`qmdlab.training.render.render_prompt` gives for that query (with ``generic``, the prompt
+    of ``prompt_messages(..., generic=True)``, its system turn in the prefix).
     """
-    msgs = prompt_messages("q")
-    msgs[0]["content"] = _MARK
+    msgs = prompt_messages("q", generic=generic)
+    msgs[-1]["content"] = _MARK
     text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
     if text.count(_MARK) != 1:
         raise ModelError("the chat template does not render the user turn verbatim; cannot export its prompt")
@@ -156,7 +164,11 @@ def run_export(cfg: ExportConfig) -> dict:
         src = merge_adapter(src, out / "merged")
     family = cfg.family or guess_family(src)
     tok = hardware.load_tokenizer(src)
-    parts = prompt_parts(tok)
+    parts = prompt_parts(tok, generic=cfg.generic_instruct)
+    if cfg.generic_instruct:
+        from qmdlab.models.registry import generic_instruct_grammar
+
+        parts["grammar"] = generic_instruct_grammar()
     f16 = convert_to_gguf(src, out / f"{cfg.name}-{family}-{cfg.outtype.upper()}.gguf", cfg.outtype)
     files = {cfg.outtype.upper(): f16}
     for q in cfg.quants:
@@ -190,7 +202,7 @@ Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get("Q4_K_M", f16)}
 def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2, n_ctx: int = 1024):
     """An engine expander (:class:`qmdlab.models.llama_expand.LlamaExpander`) over an exported
     GGUF, prompted exactly as in training (from the ``.prompt.json`` sidecar when present,
-    else the Qwen3 family prompt)."""
+    else the Qwen3 family prompt) and decoded under the sidecar's grammar when it names one."""
     from qmdlab.models.base import make_fingerprint
     from qmdlab.models.llama_expand import DETERMINISTIC, LlamaExpander
 
@@ -214,6 +226,7 @@ def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2,
         str(path),
         family=(parts or {}).get("family", "qwen3"),
         sampling=sampling,
+        **({"grammar": parts["grammar"]} if parts and parts.get("grammar") else {}),
         n_threads=n_threads,
         n_ctx=n_ctx,
     )

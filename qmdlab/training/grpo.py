@@ -32,7 +32,8 @@ the step it was drawn at (the lines of steps a resume redoes are dropped first).
 
 Prompts are rendered with ``chat_template_kwargs={"enable_thinking": False}``, i.e. exactly
 as in SFT and at inference. Generation runs in transformers, or in vLLM when it is installed
-and ``use_vllm`` is set.
+and ``use_vllm`` is set. ``generic_instruct`` samples under the engine's grammar for an untrained
+instruct model (transformers only), with that model's prompt.
 """
 
 from __future__ import annotations
@@ -148,6 +149,15 @@ class GRPORunConfig:
     )
     early_stop_steps: int = field(default=25, metadata={"help": "Steps between held-back checks."})
     early_stop_patience: int = field(default=3, metadata={"help": "Checks without improvement before stopping."})
+    generic_instruct: bool = field(
+        default=False,
+        metadata={
+            "help": "Train as the engine runs an untrained instruct expander: its system turn explaining the "
+            "line format in every prompt, and every completion (the held-back answers too) sampled under its "
+            "grammar (qmdlab.training.constrained; needs xgrammar). An instruct base then needs no SFT to "
+            "learn the format. Export with generic_instruct too, so the engine prompts and decodes it alike."
+        },
+    )
     precision: str = "auto"
     logging_steps: int = 1
     save_steps: int = 50
@@ -313,9 +323,16 @@ def build_dataset(cfg: GRPORunConfig, labelled: list[dict] | None = None, *, exc
 
     rows = []
     if cfg.prompts_file and cfg.unlabelled_prompts:
-        rows += [to_grpo_record(ex.query, ex.intent) for ex in dedupe(load_examples(cfg.prompts_file))]
+        rows += [
+            to_grpo_record(ex.query, ex.intent, generic=cfg.generic_instruct)
+            for ex in dedupe(load_examples(cfg.prompts_file))
+        ]
     labelled = labelled_rows(cfg) if labelled is None else labelled
-    rows += [to_grpo_record(r["query"], r.get("intent"), r["qid"]) for r in labelled if r["qid"] not in exclude]
+    rows += [
+        to_grpo_record(r["query"], r.get("intent"), r["qid"], generic=cfg.generic_instruct)
+        for r in labelled
+        if r["qid"] not in exclude
+    ]
     if not rows:
         raise ConfigError(f"no GRPO prompts in {cfg.prompts_file}")
     return Dataset.from_list(rows)
@@ -589,7 +606,7 @@ def heldback_callback(cfg: GRPORunConfig, rows: list[dict], tok, retrieval, out:
 
             texts = [
                 tok.apply_chat_template(
-                    prompt_messages(r["query"], r.get("intent")),
+                    prompt_messages(r["query"], r.get("intent"), generic=cfg.generic_instruct),
                     tokenize=False,
                     add_generation_prompt=True,
                     **CHAT_TEMPLATE_KWARGS,
@@ -637,6 +654,8 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
         (out / "heldback_qids.json").write_text(json.dumps([r["qid"] for r in held]) + "\n", encoding="utf-8")
         extra.append(heldback_callback(cfg, held, tok, retrieval, out))
     use_vllm = bool(cfg.use_vllm and is_vllm_available())
+    if cfg.generic_instruct and use_vllm:
+        raise ConfigError("generic_instruct samples under a grammar in transformers' generate; set use_vllm: false")
     args = GRPOConfig(
         **hardware.run_args(out / "checkpoints", cfg, save_total_limit=2),
         **hardware.schedule_args(cfg),
@@ -661,6 +680,11 @@ def build_trainer(cfg: GRPORunConfig, *, retrieval: RetrievalReward | RoutedRetr
         peft_config=peft_config,
         callbacks=[rundir.metrics_callback(out, "grpo"), *extra, *callbacks],
     )
+    if cfg.generic_instruct:  # the held-back callback calls the same model's generate
+        from qmdlab.models.registry import generic_instruct_grammar
+        from qmdlab.training.constrained import constrain_generate
+
+        constrain_generate(trainer.model, tok, generic_instruct_grammar())
     return trainer, tok
 
 

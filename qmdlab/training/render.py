@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from qmdlab.models.templates import EXPAND_SYSTEM, expand_prompt
 from qmdlab.models.templates import EXPAND_USER as PROMPT_TEMPLATE
-from qmdlab.models.templates import expand_prompt
 
 INTENT_TEMPLATE = "\nIntent: {intent}"
 TYPE_ORDER = ("hyde", "lex", "vec")
@@ -42,9 +42,16 @@ def user_message(query: str, intent: str | None = None) -> str:
     return text
 
 
-def prompt_messages(query: str, intent: str | None = None) -> list[dict[str, str]]:
-    """The conversational prompt (one user message) for TRL datasets."""
-    return [{"role": "user", "content": user_message(query, intent)}]
+def prompt_messages(query: str, intent: str | None = None, *, generic: bool = False) -> list[dict[str, str]]:
+    """The conversational prompt (one user message) for TRL datasets; with ``generic``, first the system
+    turn the engine gives an untrained instruct model (:data:`~qmdlab.models.templates.EXPAND_SYSTEM`,
+    the line format explained).
+
+    >>> [m["role"] for m in prompt_messages("git rebase")], [m["role"] for m in prompt_messages("x", generic=True)]
+    (['user'], ['system', 'user'])
+    """
+    user = [{"role": "user", "content": user_message(query, intent)}]
+    return [{"role": "system", "content": EXPAND_SYSTEM}, *user] if generic else user
 
 
 def qwen3_prompt(query: str, intent: str | None = None) -> str:
