@@ -3,6 +3,7 @@ a six-query SMART suite."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -65,3 +66,24 @@ def suite_dir(tmp_path, qmdlab_home):
     (d / "T.QRY").write_text("".join(f".I {i}\n.W\n{q}\n" for i, q in queries.items()))
     (d / "T.REL").write_text("1 1 0 0.0\n2 2 0 0.0\n3 3 0 0.0\n4 4 0 0.0\n5 5 0 0.0\n")
     return d
+
+
+def grpo_gain_config(tmp_path: Path, base: Path, out: str, labelled: list[dict], **kw):
+    """A ``reward: gain`` GRPO run on the tiny model over ``labelled`` rows (written to
+    ``labelled.jsonl``), one prompt of 4 completions a step, unmerged; ``kw`` overrides any field."""
+    from qmdlab.training.grpo import GRPORunConfig
+
+    path = tmp_path / "labelled.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in labelled))
+    defaults = dict(
+        base=str(base),
+        prompts_file=None,
+        labelled_file=str(path),
+        unlabelled_prompts=False,
+        output_dir=str(tmp_path / out),
+        per_device_train_batch_size=4,
+        num_generations=4,  # one prompt per step
+        merge=False,
+        reward="gain",
+    )
+    return GRPORunConfig(**{**defaults, **kw})

@@ -11,6 +11,7 @@ import pytest
 
 from qmdlab.models.expansion import grammar_for
 from qmdlab.training.reward import RetrievalReward, parse_completion
+from tests.training.conftest import grpo_gain_config
 
 pytestmark = pytest.mark.extra("train")
 
@@ -92,7 +93,7 @@ GENERIC_PREFIX = re.compile(
 def _completions(tmp_path: Path, base: Path, out: str, generic: bool, monkeypatch) -> list[str]:
     """The completions GRPO's gain reward is given in a 2-step run."""
     from qmdlab.training import reward
-    from qmdlab.training.grpo import GRPORunConfig, build_dataset, run_grpo
+    from qmdlab.training.grpo import build_dataset, run_grpo
 
     seen: list[str] = []
 
@@ -101,21 +102,14 @@ def _completions(tmp_path: Path, base: Path, out: str, generic: bool, monkeypatc
         return parse_completion(text)
 
     monkeypatch.setattr(reward, "parse_completion", recording)
-    labelled = tmp_path / "labelled.jsonl"
-    labelled.write_text("".join(json.dumps(r) + "\n" for r in LABELLED))
-    cfg = GRPORunConfig(
-        base=str(base),
-        prompts_file=None,
-        labelled_file=str(labelled),
-        unlabelled_prompts=False,
-        output_dir=str(tmp_path / out),
+    cfg = grpo_gain_config(
+        tmp_path,
+        base,
+        out,
+        LABELLED,
         max_completion_length=24,
-        per_device_train_batch_size=4,
-        num_generations=4,
         max_steps=2,
         save_steps=10,
-        merge=False,
-        reward="gain",
         generic_instruct=generic,
     )
     roles = [m["role"] for m in build_dataset(cfg)[0]["prompt"]]

@@ -12,6 +12,7 @@ import pytest
 from qmdlab.training import rundir
 from qmdlab.training.data import prepare
 from qmdlab.training.reward import RetrievalReward
+from tests.training.conftest import grpo_gain_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -80,24 +81,7 @@ LABELLED = [
 
 
 def _grpo_cfg(tmp_path, base, out: str, **kw):
-    from qmdlab.training.grpo import GRPORunConfig
-
-    labelled = tmp_path / "labelled.jsonl"
-    labelled.write_text("".join(json.dumps(r) + "\n" for r in LABELLED))
-    defaults = dict(
-        base=str(base),
-        prompts_file=None,
-        labelled_file=str(labelled),
-        unlabelled_prompts=False,
-        output_dir=str(tmp_path / out),
-        max_completion_length=12,
-        per_device_train_batch_size=4,
-        num_generations=4,  # one prompt per step
-        save_steps=1,
-        merge=False,
-        reward="gain",
-    )
-    return GRPORunConfig(**{**defaults, **kw})
+    return grpo_gain_config(tmp_path, base, out, LABELLED, **{"max_completion_length": 12, "save_steps": 1, **kw})
 
 
 def _retrieval() -> RetrievalReward:
