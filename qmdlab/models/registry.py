@@ -429,9 +429,23 @@ def _gguf_embed(role: str, ref: str, o: BuildOptions):
 
 
 def _gguf_expand(role: str, ref: str, o: BuildOptions):
+    from qmdlab.models.expander_sidecar import sidecar_path
     from qmdlab.models.expansion import grammar_for
     from qmdlab.models.llama_expand import LlamaExpander, SamplingConfig
 
+    path = Path(ref).expanduser()
+    if scheme_of(ref) is LOCAL_FILE and sidecar_path(path).is_file():
+        # a trained expander (`qmdlab train export`): its sidecar's prompt and grammar, as it was trained
+        from qmdlab.models.gguf_file import weights_identity
+
+        return LlamaExpander.from_trained(
+            path,
+            sampling=o.sampling,
+            weights=weights_identity(path) if path.is_file() else None,
+            n_ctx=2048,
+            n_threads=o.n_threads,
+            idle_timeout=o.idle_timeout,
+        )
     opts = KNOWN.get(ref, {})
     sampling = SamplingConfig(**opts.get("sampling", {})) if o.sampling is None else o.sampling
     grammar = grammar_for(opts.get("max_lines"), opts.get("max_chars"), opts.get("open_end", False))

@@ -21,8 +21,10 @@ from qmdlab.errors import ConfigError
 def _xgrammar():
     try:
         import xgrammar
-    except ImportError as err:  # pragma: no cover - xgrammar is in the train extra
-        raise ConfigError("sampling under the expander's grammar needs xgrammar: pip install 'qmdlab[train]'") from err
+    except ImportError as err:  # pragma: no cover - `make setup` installs xgrammar
+        raise ConfigError(
+            "generic_instruct (sampling under the expander's grammar) needs xgrammar: pip install 'qmdlab[grammar]'"
+        ) from err
     return xgrammar
 
 

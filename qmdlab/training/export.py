@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import ConfigError, ModelError
+from qmdlab.models.expander_sidecar import sidecar_path
 from qmdlab.training import hardware, rundir
 from qmdlab.training.render import prompt_messages
 
@@ -176,7 +177,7 @@ def run_export(cfg: ExportConfig) -> dict:
             continue
         files[q.upper()] = quantize(f16, out / f"{cfg.name}-{family}-{q.upper()}.gguf", q)
     for path in files.values():
-        Path(str(path) + ".prompt.json").write_text(json.dumps({**parts, "family": family}, indent=1))
+        sidecar_path(path).write_text(json.dumps({**parts, "family": family}, indent=1))
     res = {
         "gguf": str(f16),
         "quants": {k: str(v) for k, v in files.items()},
@@ -191,8 +192,9 @@ def run_export(cfg: ExportConfig) -> dict:
         f"""
 Source: `{src}` (chat family `{family}`). Files: {", ".join(f"`{Path(v).name}`" for v in files.values())}.
 Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get("Q4_K_M", f16)} qmdlab query "…"`, or
-`qmdlab.training.export.load_expander(path)` (which also applies the exact training prompt from the
-`.prompt.json` sidecar). Evaluate: `qmdlab train evaluate --expander {files.get("Q4_K_M", f16)}`.
+`qmdlab.training.export.load_expander(path)`; both prompt it exactly as in training, from the
+`.prompt.json` sidecar beside the file (keep the two together). Evaluate:
+`qmdlab train evaluate --expander {files.get("Q4_K_M", f16)}`.
 """,
     )
     rundir.mark_done(out, res)
@@ -202,48 +204,19 @@ Use it as the engine's expander: `QMDLAB_EXPAND_MODEL={files.get("Q4_K_M", f16)}
 def load_expander(gguf: str | Path, *, sampling=None, n_threads: int | None = 2, n_ctx: int = 1024):
     """An engine expander (:class:`qmdlab.models.llama_expand.LlamaExpander`) over an exported
     GGUF, prompted exactly as in training (from the ``.prompt.json`` sidecar when present,
-    else the Qwen3 family prompt) and decoded under the sidecar's grammar when it names one."""
-    from qmdlab.models.base import make_fingerprint
-    from qmdlab.models.llama_expand import DETERMINISTIC, LlamaExpander
+    else the Qwen3 family prompt) and decoded under the sidecar's grammar when it names one
+    (:meth:`~qmdlab.models.llama_expand.LlamaExpander.from_trained`, as the engine loads it by path)."""
+    from qmdlab.models.llama_expand import LlamaExpander
+    from qmdlab.models.packaged import sha256_file
 
     path = Path(gguf)
     if not path.is_file():
         raise ModelError(f"{path} does not exist (run `qmdlab train export` first)")
-    side = Path(str(path) + ".prompt.json")
-    parts = json.loads(side.read_text()) if side.exists() else None
-    sampling = sampling or DETERMINISTIC
-
-    class TrainedExpander(LlamaExpander):
-        def prompt(self, query: str, intent: str | None = None) -> str:
-            if parts is None:
-                return super().prompt(query, intent)
-            from qmdlab.training.render import user_message
-
-            return parts["prefix"] + user_message(query, intent) + parts["suffix"]
-
-    exp = TrainedExpander(
-        lambda: path,
-        str(path),
-        family=(parts or {}).get("family", "qwen3"),
-        sampling=sampling,
-        **({"grammar": parts["grammar"]} if parts and parts.get("grammar") else {}),
-        n_threads=n_threads,
-        n_ctx=n_ctx,
-    )
     # The weights' hash is part of the fingerprint: a retrained model written to the same path must
     # not be served stale expansions from the LLM cache or the evaluation's trace cache.
-    from qmdlab.models.packaged import sha256_file
-
-    exp.fingerprint = make_fingerprint(
-        str(path),
-        role="expand",
-        family=exp.family,
-        sampling=sampling.key(),
-        grammar=exp.grammar_text,
-        prompt=(parts["prefix"] + "|" + parts["suffix"]) if parts else None,
-        weights=sha256_file(path),
+    return LlamaExpander.from_trained(
+        path, sampling=sampling, weights=sha256_file(path), n_threads=n_threads, n_ctx=n_ctx
     )
-    return exp
 
 
 def main(argv: list[str] | None = None) -> dict:

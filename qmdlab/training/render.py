@@ -19,27 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from qmdlab.models.expander_sidecar import user_turn
 from qmdlab.models.templates import EXPAND_SYSTEM, expand_prompt
-from qmdlab.models.templates import EXPAND_USER as PROMPT_TEMPLATE
 
-INTENT_TEMPLATE = "\nIntent: {intent}"
 TYPE_ORDER = ("hyde", "lex", "vec")
 #: Passed to every ``apply_chat_template`` call (SFT, GRPO, evaluation).
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
 
 
 def user_message(query: str, intent: str | None = None) -> str:
-    """The user turn for ``query``.
+    """The user turn for ``query`` (:func:`qmdlab.models.expander_sidecar.user_turn`, the text the engine
+    feeds a trained expander).
 
     >>> user_message("git rebase")
     '/no_think Expand this search query: git rebase'
     >>> user_message("jaguar", intent="the car")
     '/no_think Expand this search query: jaguar\\nIntent: the car'
     """
-    text = PROMPT_TEMPLATE.format(query=query.strip())
-    if intent:
-        text += INTENT_TEMPLATE.format(intent=intent.strip())
-    return text
+    return user_turn(query, intent)
 
 
 def prompt_messages(query: str, intent: str | None = None, *, generic: bool = False) -> list[dict[str, str]]:
@@ -83,11 +80,13 @@ def order_lines(lines: Iterable[Sequence[str]]) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda p: TYPE_ORDER.index(p[0]) if p[0] in TYPE_ORDER else len(TYPE_ORDER))
 
 
-def format_completion(lines: Iterable[Sequence[str]]) -> str:
-    """The completion text: ``type: text`` lines, hyde first, then lex, then vec.
+def format_completion(lines: Iterable[Sequence[str]], *, ordered: bool = True) -> str:
+    """The completion text: ``type: text`` lines, hyde first, then lex, then vec (``ordered=False``: as given).
 
     >>> print(format_completion([("lex", "git rebase"), ("hyde", "Rebase replays commits.")]))
     hyde: Rebase replays commits.
     lex: git rebase
+    >>> format_completion([("lex", "a"), ("hyde", "B.")], ordered=False)
+    'lex: a\\nhyde: B.'
     """
-    return "\n".join(f"{t}: {x.strip()}" for t, x in order_lines(lines))
+    return "\n".join(f"{t}: {x.strip()}" for t, x in (order_lines(lines) if ordered else lines))

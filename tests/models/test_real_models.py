@@ -172,3 +172,34 @@ def test_second_identical_call_hits_the_cache(models):
     assert x.expand("sqlite full text search") == first
     assert r.score_cached("sqlite full text search", texts) == [(s1[0][0], True)]
     assert (x.calls, r.calls) == (1, 1)  # zero model calls the second time
+
+
+def test_a_sidecar_prompts_a_gguf_by_path_exactly_as_it_says(models, tmp_path, monkeypatch):
+    """Differential: a link to the packaged Qwen GGUF whose sidecar spells out the prompt and grammar the
+    engine gives that model untrained expands exactly as the packaged model does; a sidecar with
+    another system turn (what `generic_instruct` training writes) changes the prompt the model is fed."""
+    import json
+
+    from qmdlab.models.registry import generic_instruct_grammar
+    from qmdlab.models.templates import EXPAND_SYSTEM, render_chat
+
+    mark = "\x00USER\x00"
+    prefix, suffix = render_chat("chatml", mark, EXPAND_SYSTEM).split(mark)
+    link = tmp_path / "expander-chatml-Q4_K_M.gguf"
+    link.symlink_to(packaged.target_path(packaged.get(QWEN_CODER[4:])))
+    side = {"prefix": prefix, "suffix": suffix, "family": "chatml", "grammar": generic_instruct_grammar()}
+    (tmp_path / (link.name + ".prompt.json")).write_text(json.dumps(side))
+    monkeypatch.setenv("QMDLAB_EXPAND_MODEL", str(link))
+    by_path = load_models("offline-mini", embed="none", rerank="none", n_threads=THREADS, sampling=GREEDY_SHORT)
+    try:
+        x, ref = by_path.expander, models.expander
+        query = "how to rebase a git branch"
+        assert x.prompt(query) == ref.prompt(query) and x.grammar_text == ref.grammar_text
+        assert x.expand(query).raw == ref.expand(query).raw
+        assert x.fingerprint != ref.fingerprint  # another model id: the LLM cache keeps them apart
+        other = {**side, "prefix": prefix.replace(EXPAND_SYSTEM, "Answer in lex: lines only.")}
+        (tmp_path / (link.name + ".prompt.json")).write_text(json.dumps(other))
+        retold = load_models("offline-mini", embed="none", rerank="none", sampling=GREEDY_SHORT).expander
+        assert "Answer in lex: lines only." in retold.prompt(query) and EXPAND_SYSTEM not in retold.prompt(query)
+    finally:
+        by_path.close()

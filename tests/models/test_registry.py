@@ -126,3 +126,62 @@ def test_missing_llama_cpp_names_install(monkeypatch, tmp_path):
     emb = load_models("fake", embed=str(gguf)).embedder
     with pytest.raises(ModelError, match=r"pip install 'qmdlab\[llama\]'"):
         emb.embed_query("x")
+
+
+def _trained_expander_file(folder, sidecar: dict | str | None):
+    import json
+
+    gguf = folder / "expander-chatml-Q4_K_M.gguf"
+    gguf.write_bytes(b"GGUF not loaded by this test")
+    if sidecar is not None:
+        text = sidecar if isinstance(sidecar, str) else json.dumps(sidecar)
+        (folder / "expander-chatml-Q4_K_M.gguf.prompt.json").write_text(text)
+    return gguf
+
+
+def test_a_trained_expander_by_path_is_prompted_and_decoded_as_trained(tmp_path, monkeypatch):
+    from qmdlab.models.expansion import GRAMMAR
+    from qmdlab.models.registry import generic_instruct_grammar
+
+    grammar = generic_instruct_grammar()
+    gguf = _trained_expander_file(
+        tmp_path, {"prefix": "<sys><u>", "suffix": "</u><a>", "family": "chatml", "grammar": grammar}
+    )
+    monkeypatch.setenv("QMDLAB_EXPAND_MODEL", str(gguf))
+    exp = load_models("offline", embed="none", rerank="none").expander
+    assert (
+        exp.prompt(" git rebase ", "undo")
+        == "<sys><u>/no_think Expand this search query: git rebase\nIntent: undo</u><a>"
+    )
+    assert exp.grammar_text == grammar and exp.family == "chatml"
+    assert exp.sampling == DETERMINISTIC  # as `qmdlab train evaluate` scored it
+    # the same file without its sidecar: the untrained family prompt and qmd's unbounded grammar
+    (tmp_path / "bare").mkdir()
+    bare = _trained_expander_file(tmp_path / "bare", None)
+    plain = load_models("offline", embed="none", rerank="none", expand=str(bare)).expander
+    assert plain.grammar_text == GRAMMAR and "<sys>" not in plain.prompt("x")
+
+
+def test_a_trained_expanders_fingerprint_tracks_its_prompt_and_its_weights(tmp_path):
+    import json
+
+    side = {"prefix": "<p>", "suffix": "<s>", "family": "chatml"}
+    gguf = _trained_expander_file(tmp_path, side)
+    first = load_models("fake", expand=str(gguf)).expander.fingerprint
+    assert load_models("fake", expand=str(gguf)).expander.fingerprint == first
+    (tmp_path / "expander-chatml-Q4_K_M.gguf.prompt.json").write_text(json.dumps({**side, "prefix": "<other>"}))
+    second = load_models("fake", expand=str(gguf)).expander.fingerprint
+    gguf.write_bytes(b"GGUF retrained, written to the same path")
+    third = load_models("fake", expand=str(gguf)).expander.fingerprint
+    assert len({first, second, third}) == 3
+
+
+def test_a_broken_sidecar_names_its_file_and_the_fix(tmp_path):
+    gguf = _trained_expander_file(tmp_path, '{"prefix": "<p>"')
+    with pytest.raises(
+        ModelError, match=r"expander-chatml-Q4_K_M\.gguf\.prompt\.json: not a prompt sidecar.*train export"
+    ):
+        load_models("fake", expand=str(gguf))
+    _trained_expander_file(tmp_path, {"prefix": "<p>", "suffix": "<s>", "family": "llama9"})
+    with pytest.raises(ModelError, match="unknown chat family 'llama9'"):
+        load_models("fake", expand=str(gguf))
