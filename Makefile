@@ -50,7 +50,7 @@ QMDLAB_WHEELHOUSE ?= $(HOME)/.cache/qmdlab/wheelhouse
 LLAMA_WHEELHOUSE := $(QMDLAB_WHEELHOUSE)/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(ARCH)-$(LLAMA_BACKEND)-$(LLAMA_FLAGS_HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: rebuild-llama llama-wheel install-llama llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander train-scifact-expander-gain train-scifact-expander-vocab train-default-expander-gain train-default-expander-generic notebooks clean-venv models
+.PHONY: rebuild-llama llama-wheel install-llama llama-cmake-args setup demo test test-fast lint format reference bench bench-quick fuzz train-demo train-reranker train-scifact train-scifact-expander train-scifact-expander-gain train-scifact-expander-vocab train-default-expander-gain train-default-expander-generic train-default-expander-best-of-n notebooks clean-venv models
 
 setup: $(STAMP)
 
@@ -194,6 +194,9 @@ train-default-expander-gain: setup
 
 train-default-expander-generic: setup
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/default-expander-generic/recipe.yaml
+
+train-default-expander-best-of-n: setup
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m qmdlab.training.cpu_run --config qmdlab/training/configs/default-expander-best-of-n/recipe.yaml
 
 clean-venv:
 	rm -rf $(VENV)

@@ -11,9 +11,12 @@ Stages (each resumable — a finished stage is skipped when the recipe is rerun)
    collection (passages only: no query, no label), reported as examples/hour;
 4. ``sft``       — seed data + synthetic examples, at least one epoch; or (``sft_examples: vocabulary``) the
    train split's judged queries answered with their relevant documents' vocabulary
-   (:mod:`qmdlab.training.vocabulary`), less the queries GRPO holds back;
+   (:mod:`qmdlab.training.vocabulary`), less the queries GRPO holds back; or (``sft_examples: best_of_n``)
+   each train-split query's best sampled answer by the GRPO stage's gain reward
+   (:mod:`qmdlab.training.best_of_n`);
 5. ``grpo``      — from the merged SFT weights, rule reward + ΔnDCG@10 retrieval reward on the *train*
-   split only (every prompt is labelled, so the retrieval term is computed at every step);
+   split only (every prompt is labelled, so the retrieval term is computed at every step); ``skip_grpo``
+   leaves it out (the SFT model is then the result);
 6. ``export``    — base, SFT and SFT+GRPO to GGUF (Q4_K_M), the engine's expander format;
 7. ``evaluate``  — per suite, on held-out queries only: nDCG@10 of no expansion, base, SFT, SFT+GRPO
    (and the packaged Qwen2.5-Coder-0.5B with ``teacher_row``), paired p-values against no expansion,
@@ -41,7 +44,7 @@ BASES = {
 TEACHER = "pkg:qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
-SFT_EXAMPLES = ("seed", "vocabulary")
+SFT_EXAMPLES = ("seed", "vocabulary", "best_of_n")
 
 
 @dataclass
@@ -72,7 +75,24 @@ class RecipeConfig:
         metadata={
             "help": "The SFT examples. seed: seed_data plus the synth stage's; vocabulary: one per train-split judged "
             "query of the suites, lex lines of its relevant document's words the query lacks "
-            "(qmdlab.training.vocabulary)."
+            "(qmdlab.training.vocabulary); best_of_n: each train-split judged query's best of best_of_n_samples "
+            "answers of the models preset's expander, scored by the GRPO stage's gain reward and sampled as it "
+            "samples (qmdlab.training.best_of_n)."
+        },
+    )
+    best_of_n_samples: int = field(default=8, metadata={"help": "sft_examples best_of_n: answers sampled per query."})
+    best_of_n_min_gain: float = field(
+        default=0.0,
+        metadata={
+            "help": "sft_examples best_of_n: keep a query's best answer only when its gain beats the greedy "
+            "answer's and zero by more than this."
+        },
+    )
+    skip_grpo: bool = field(
+        default=False,
+        metadata={
+            "help": "No GRPO steps: the SFT model is the result (the grpo config still gives best_of_n its "
+            "reward, pipeline and sampling)."
         },
     )
     vocabulary_min_df: int = field(
@@ -92,6 +112,8 @@ class RecipeConfig:
     def __post_init__(self) -> None:
         if self.sft_examples not in SFT_EXAMPLES:
             raise ConfigError(f"sft_examples: {self.sft_examples!r} is not one of {', '.join(SFT_EXAMPLES)}")
+        if self.skip_grpo and not self.sft:
+            raise ConfigError("skip_grpo: true needs an sft stage (without both there is nothing to train)")
 
 
 def base_gguf(base: str) -> Path | None:
@@ -219,7 +241,27 @@ def sft_data(cfg: RecipeConfig, out: Path) -> dict:
     """The SFT examples (``sft_examples``) → ``data/`` (train.jsonl etc., :func:`qmdlab.training.data.prepare`)."""
     from qmdlab.training.data import load_examples, prepare, write_examples
 
-    if cfg.sft_examples == "vocabulary":
+    if cfg.sft_examples == "best_of_n":
+        from qmdlab.training.best_of_n import best_of_n_examples
+
+        gcfg = grpo_config(cfg, out, **synthetic_fields(cfg))
+        examples, _summary = best_of_n_examples(
+            gcfg,
+            out / "best-of-n",
+            samples=cfg.best_of_n_samples,
+            temperature=gcfg.temperature,
+            top_k=gcfg.top_k,
+            top_p=gcfg.top_p,
+            max_tokens=gcfg.max_completion_length,
+            min_gain=cfg.best_of_n_min_gain,
+            exclude_qids=grpo_heldback(cfg, out),
+        )
+        if not examples:
+            raise ConfigError(
+                f"best_of_n: no sampled answer of {_summary['queries']} training queries beat the greedy answer "
+                "(see best-of-n/samples.jsonl); there is nothing to fine-tune on"
+            )
+    elif cfg.sft_examples == "vocabulary":
         from qmdlab.training.vocabulary import vocabulary_examples
 
         examples = vocabulary_examples(
@@ -302,9 +344,10 @@ def run_recipe(cfg: RecipeConfig) -> dict:
     )
     if cfg.synthetic_prompts:
         check_generator_split(cfg.synthetic_prompts, out / "splits.json", cfg.suites)
-    grpo = stage(
-        "grpo",
-        lambda: run_grpo(grpo_config(cfg, out, base=sft["merged"], **synthetic_fields(cfg))),
+    grpo = (
+        {}
+        if cfg.skip_grpo
+        else stage("grpo", lambda: run_grpo(grpo_config(cfg, out, base=sft["merged"], **synthetic_fields(cfg))))
     )
     models = {}
     if not cfg.skip_base:
@@ -315,25 +358,33 @@ def run_recipe(cfg: RecipeConfig) -> dict:
             ),
         )["quants"]["Q4_K_M"]
     if cfg.sft:
+        sft_generic = load_config(SFTRunConfig, cfg.sft).generic_instruct
         models["sft"] = stage(
             "export_sft",
             lambda: run_export(
-                ExportConfig(model=sft["merged"], output_dir=str(out / "export-sft"), quants=["Q4_K_M"], name="sft")
+                ExportConfig(
+                    model=sft["merged"],
+                    output_dir=str(out / "export-sft"),
+                    quants=["Q4_K_M"],
+                    name="sft",
+                    generic_instruct=sft_generic,
+                )
             ),
         )["quants"]["Q4_K_M"]
-    generic = grpo_config(cfg, out, **synthetic_fields(cfg)).generic_instruct
-    models["sft+grpo" if cfg.sft else "grpo"] = stage(
-        "export_grpo",
-        lambda: run_export(
-            ExportConfig(
-                model=grpo["merged"],
-                output_dir=str(out / "export"),
-                quants=["Q4_K_M", "Q8_0"],
-                name="expander",
-                generic_instruct=generic,
-            )
-        ),
-    )["quants"]["Q4_K_M"]
+    if not cfg.skip_grpo:
+        generic = grpo_config(cfg, out, **synthetic_fields(cfg)).generic_instruct
+        models["sft+grpo" if cfg.sft else "grpo"] = stage(
+            "export_grpo",
+            lambda: run_export(
+                ExportConfig(
+                    model=grpo["merged"],
+                    output_dir=str(out / "export"),
+                    quants=["Q4_K_M", "Q8_0"],
+                    name="expander",
+                    generic_instruct=generic,
+                )
+            ),
+        )["quants"]["Q4_K_M"]
     if cfg.teacher_row:
         models["qwen2.5-coder-0.5b"] = TEACHER
     results = {}
@@ -383,9 +434,9 @@ def write_report(out: Path, summary: dict) -> dict:
     from qmdlab.training.evaluate import format_results
     from qmdlab.training.plots import plot_heldout, plot_rewards
 
-    pngs = {
-        "rewards": str(plot_rewards(out / "grpo", out / "rewards.png")),
-    }
+    pngs = {}
+    if summary["grpo"]:  # skip_grpo: no GRPO curves to draw
+        pngs["rewards"] = str(plot_rewards(out / "grpo", out / "rewards.png"))
     if summary["evaluate"]:
         pngs["heldout"] = str(plot_heldout(summary["evaluate"], out / "heldout.png"))
     lines = [
@@ -414,8 +465,7 @@ def write_report(out: Path, summary: dict) -> dict:
         "",
         f"Total: {sum(work.values()):.0f} s ({sum(work.values()) / 60:.1f} min).",
         "",
-        "![rewards](rewards.png)",
-        "",
+        *(["![rewards](rewards.png)", ""] if "rewards" in pngs else []),
         *(["![held-out nDCG@10](heldout.png)", ""] if "heldout" in pngs else []),
     ]
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")

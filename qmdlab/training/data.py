@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qmdlab.errors import DataFormatError
-from qmdlab.training.render import CHAT_TEMPLATE_KWARGS, format_completion, order_lines, prompt_messages
+from qmdlab.training.render import CHAT_TEMPLATE_KWARGS, format_completion, prompt_messages
 
 TYPES = ("lex", "vec", "hyde")
 REPO = Path(__file__).resolve().parents[2]
@@ -196,8 +196,10 @@ def split(
     return shuffled[: len(shuffled) - n_eval], shuffled[len(shuffled) - n_eval :]
 
 
-def to_sft_record(ex: Example) -> dict:
-    """A TRL conversational prompt/completion record.
+def to_sft_record(ex: Example, *, generic: bool = False) -> dict:
+    """A TRL conversational prompt/completion record. With ``generic`` (an untrained instruct model's
+    own answers, :mod:`qmdlab.training.best_of_n`), the prompt carries the system turn the engine gives
+    such a model and the completion keeps the lines in the order the model wrote them.
 
     >>> r = to_sft_record(Example("git rebase", (("lex", "git rebase main"), ("hyde", "Rebasing replays commits."))))
     >>> r["prompt"]
@@ -206,10 +208,13 @@ def to_sft_record(ex: Example) -> dict:
     'hyde: Rebasing replays commits.\\nlex: git rebase main'
     >>> r["chat_template_kwargs"]
     {'enable_thinking': False}
+    >>> g = to_sft_record(Example("x", (("lex", "a b"), ("hyde", "A b."))), generic=True)
+    >>> [m["role"] for m in g["prompt"]], g["completion"][0]["content"]
+    (['system', 'user'], 'lex: a b\\nhyde: A b.')
     """
     return {
-        "prompt": prompt_messages(ex.query, ex.intent),
-        "completion": [{"role": "assistant", "content": format_completion(order_lines(ex.output))}],
+        "prompt": prompt_messages(ex.query, ex.intent, generic=generic),
+        "completion": [{"role": "assistant", "content": format_completion(ex.output, ordered=not generic)}],
         "chat_template_kwargs": dict(CHAT_TEMPLATE_KWARGS),
         "query": ex.query,
     }

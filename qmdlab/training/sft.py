@@ -53,12 +53,19 @@ class SFTRunConfig:
     seed: int = 0
     merge: bool = field(default=True, metadata={"help": "Write merged/ (merge_and_unload)."})
     gradient_checkpointing: bool = False
+    generic_instruct: bool = field(
+        default=False,
+        metadata={
+            "help": "Prompts carry the system turn the engine gives an untrained instruct expander, and completions "
+            "keep their line order: the model's own answers (qmdlab.training.best_of_n) trained as it is run."
+        },
+    )
 
 
-def _dataset(examples: list[Example]):
+def _dataset(examples: list[Example], *, generic: bool = False):
     from datasets import Dataset
 
-    rows = [to_sft_record(ex) for ex in examples]
+    rows = [to_sft_record(ex, generic=generic) for ex in examples]
     for r in rows:
         r.pop("query")
     return Dataset.from_list(rows)
@@ -75,8 +82,8 @@ def build_trainer(cfg: SFTRunConfig, *, callbacks=()):
     dtype = torch.bfloat16 if flags["bf16"] else torch.float32
     tok = hardware.load_tokenizer(cfg.base)
     model = AutoModelForCausalLM.from_pretrained(cfg.base, dtype=dtype)
-    train = _dataset(load_examples(cfg.train_file))
-    evald = _dataset(load_examples(cfg.eval_file)) if cfg.eval_file else None
+    train = _dataset(load_examples(cfg.train_file), generic=cfg.generic_instruct)
+    evald = _dataset(load_examples(cfg.eval_file), generic=cfg.generic_instruct) if cfg.eval_file else None
     # unset unless asked for: SFTConfig's own default applies
     checkpointing: dict[str, Any] = {"gradient_checkpointing": True} if cfg.gradient_checkpointing else {}
     args = SFTConfig(
