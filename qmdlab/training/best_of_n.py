@@ -129,12 +129,14 @@ def best_of_n_examples(
     max_tokens: int = 160,
     min_gain: float = 0.0,
     exclude_qids: Iterable[str] = (),
+    expander: str | None = None,
     progress: bool = True,
 ) -> tuple[list[Example], dict]:
     """The best-of-``samples`` SFT examples of ``gcfg``'s train-split queries (a
     :class:`~qmdlab.training.grpo.GRPORunConfig` with ``reward: gain``: its suites, split, pipeline,
     reward and models preset), less ``exclude_qids``; and a summary (queries, kept, mean Δ of greedy,
-    of all samples and of the kept ones)."""
+    of all samples and of the kept ones). ``expander`` (a model reference, say an earlier round's
+    exported GGUF, prompted from its sidecar) is sampled instead of the preset's: expert iteration."""
     from qmdlab.models import load_models
     from qmdlab.models.llama_expand import SamplingConfig
     from qmdlab.training.grpo import gain_reward, split_rows, suite_retrieval
@@ -144,16 +146,16 @@ def best_of_n_examples(
     skip = set(exclude_qids)
     rows = [r for r in split_rows(gcfg) if r["qid"] not in skip]
     gain = gain_reward(gcfg, suite_retrieval(gcfg))
-    models = load_models(gcfg.models_preset, embed="none", rerank="none", n_threads=2)
-    expander = models.expander
-    if expander is None:
+    models = load_models(gcfg.models_preset, embed="none", expand=expander, rerank="none", n_threads=2)
+    sampler = models.expander
+    if sampler is None:
         from qmdlab.errors import ConfigError
 
         raise ConfigError(f"models preset {gcfg.models_preset!r} has no expander to sample from")
     sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=max_tokens)
     try:
         found = sample_and_score(
-            rows, expander, gain, samples=samples, sampling=sampling, out_file=out / "samples.jsonl", progress=progress
+            rows, sampler, gain, samples=samples, sampling=sampling, out_file=out / "samples.jsonl", progress=progress
         )
     finally:
         models.close()
@@ -174,7 +176,7 @@ def best_of_n_examples(
         "sample_delta": mean(every),
         "sample_harmful": mean([float(d < 0) for d in every]),
         "kept_delta": mean([ex.extra["delta"] for ex in examples]),
-        "expander": expander.fingerprint,
+        "expander": sampler.fingerprint,
         "sampling": sampling.key(),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

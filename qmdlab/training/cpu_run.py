@@ -81,6 +81,13 @@ class RecipeConfig:
         },
     )
     best_of_n_samples: int = field(default=8, metadata={"help": "sft_examples best_of_n: answers sampled per query."})
+    best_of_n_expander: str | None = field(
+        default=None,
+        metadata={
+            "help": "sft_examples best_of_n: the expander sampled (a model reference, say an earlier round's "
+            "export); default the grpo config's models preset's."
+        },
+    )
     best_of_n_min_gain: float = field(
         default=0.0,
         metadata={
@@ -255,6 +262,7 @@ def sft_data(cfg: RecipeConfig, out: Path) -> dict:
             max_tokens=gcfg.max_completion_length,
             min_gain=cfg.best_of_n_min_gain,
             exclude_qids=grpo_heldback(cfg, out),
+            expander=cfg.best_of_n_expander,
         )
         if not examples:
             raise ConfigError(

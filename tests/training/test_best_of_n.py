@@ -151,7 +151,10 @@ def test_the_recipe_answers_and_keeps_only_train_split_queries(monkeypatch, tmp_
     seeded = SeededExpander(answers)
     real_load = models_mod.load_models
 
+    loaded = []
+
     def load_with_seeded_expander(*args, **kw):
+        loaded.append(kw.get("expand"))
         m = real_load(*args, **kw)
         return ModelSet(m.embedder, seeded, m.reranker)
 
@@ -181,6 +184,7 @@ def test_the_recipe_answers_and_keeps_only_train_split_queries(monkeypatch, tmp_
         skip_grpo=True,
         evaluate=None,
         skip_base=True,
+        best_of_n_expander="fake:rules",  # an earlier round's export, in expert iteration
     )
     summary = run_recipe(recipe)
 
@@ -188,6 +192,7 @@ def test_the_recipe_answers_and_keeps_only_train_split_queries(monkeypatch, tmp_
     train_text, held_text = {text[q] for q in split.train if q in text}, {text[q] for q in split.heldout if q in text}
     asked = {q for q, *_ in seeded.calls}
     assert asked and asked <= train_text and not asked & held_text
+    assert "fake:rules" in loaded  # the sampled expander is the one the recipe names
     kept = load_examples(tmp_path / "run" / "data" / "all.jsonl")
     assert kept and {e.query for e in kept} <= train_text
     bon = json.loads((tmp_path / "run" / "best-of-n" / "summary.json").read_text())
