@@ -133,18 +133,19 @@ class LlamaExpander:
         *,
         sampling: Optional[SamplingConfig] = None,
         weights: Optional[str] = None,
+        resolve: Optional[Callable[[], Path]] = None,
         **llama_options,
     ) -> LlamaExpander:
         """A trained expander GGUF, prompted and decoded as it was trained: from its
         ``.prompt.json`` sidecar when there is one (its family, prompt and grammar), else as the qwen3
         family (what ``qmdlab train`` trains without a sidecar); greedy unless ``sampling`` says
-        otherwise, as ``qmdlab train evaluate`` scores it."""
+        otherwise, as ``qmdlab train evaluate`` scores it. ``resolve`` checks and returns the file when
+        it is first loaded (the registry's, with its errors); default the path itself."""
         p = Path(path).expanduser()
         sidecar = read_sidecar(p)  # beside the name given, a link included
-        resolved = p.resolve()
         return cls(
-            lambda: resolved,
-            str(resolved),
+            resolve or (lambda: p),
+            str(p),  # as given: a results file written with it names no machine's folders
             family=sidecar.family if sidecar else "qwen3",
             sampling=sampling or DETERMINISTIC,
             grammar=(sidecar.grammar if sidecar else None) or GRAMMAR,

@@ -442,6 +442,7 @@ def _gguf_expand(role: str, ref: str, o: BuildOptions):
             path,
             sampling=o.sampling,
             weights=weights_identity(path) if path.is_file() else None,
+            resolve=lambda: resolve_path(ref, progress=o.progress),
             n_ctx=2048,
             n_threads=o.n_threads,
             idle_timeout=o.idle_timeout,

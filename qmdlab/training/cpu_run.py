@@ -450,7 +450,7 @@ def write_report(out: Path, summary: dict) -> dict:
     lines = [
         f"# CPU recipe — {summary['base']}",
         "",
-        "Held-out queries only (fixed-seed split in `splits.json`; GRPO prompts came from the train side, "
+        "Held-out queries only (fixed-seed split in `splits.json`; training prompts came from the train side, "
         "checked against the held-out ids). nDCG@10 through the engine (rerank off); p-values paired "
         "against no expansion (t-test / Fisher randomisation); s/query = one uncached expansion on this machine.",
         "",
