@@ -77,27 +77,31 @@ def sample_and_score(
     found = _done(out_file)
     todo = [r for r in rows if r["qid"] not in found]
     base_sampling = expander.sampling
-    with (
-        out_file.open("a", encoding="utf-8") as f,
-        tqdm(total=len(todo), desc="best-of-n", unit="query", disable=not progress) as pb,
-    ):
-        for row in todo:
-            recs = []
-            for seed in [None, *range(samples)]:
-                expander.sampling = (
-                    replace(DETERMINISTIC, max_tokens=sampling.max_tokens)
-                    if seed is None
-                    else replace(sampling, seed=seed)
-                )
-                raw = expander.expand(row["query"], intent=row.get("intent")).raw
-                score = gain.score(row["query"], row["qid"], raw)
-                recs.append({"qid": row["qid"], "query": row["query"], "seed": seed, "raw": raw, "delta": score.delta})
-            for rec in recs:  # one query's records together: a stop mid-query redoes that query
-                f.write(json.dumps(rec) + "\n")
-            f.flush()
-            found[row["qid"]] = recs
-            pb.update(1)
-    expander.sampling = base_sampling
+    try:
+        with (
+            out_file.open("a", encoding="utf-8") as f,
+            tqdm(total=len(todo), desc="best-of-n", unit="query", disable=not progress) as pb,
+        ):
+            for row in todo:
+                recs = []
+                for seed in [None, *range(samples)]:
+                    expander.sampling = (
+                        replace(DETERMINISTIC, max_tokens=sampling.max_tokens)
+                        if seed is None
+                        else replace(sampling, seed=seed)
+                    )
+                    raw = expander.expand(row["query"], intent=row.get("intent")).raw
+                    score = gain.score(row["query"], row["qid"], raw)
+                    recs.append(
+                        {"qid": row["qid"], "query": row["query"], "seed": seed, "raw": raw, "delta": score.delta}
+                    )
+                for rec in recs:  # one query's records together: a stop mid-query redoes that query
+                    f.write(json.dumps(rec) + "\n")
+                f.flush()
+                found[row["qid"]] = recs
+                pb.update(1)
+    finally:  # the caller's expander keeps its own sampling, a stopped run included
+        expander.sampling = base_sampling
     return found
 
 

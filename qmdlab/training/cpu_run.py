@@ -252,7 +252,7 @@ def sft_data(cfg: RecipeConfig, out: Path) -> dict:
         from qmdlab.training.best_of_n import best_of_n_examples
 
         gcfg = grpo_config(cfg, out, **synthetic_fields(cfg))
-        examples, _summary = best_of_n_examples(
+        examples, sampled = best_of_n_examples(
             gcfg,
             out / "best-of-n",
             samples=cfg.best_of_n_samples,
@@ -266,7 +266,7 @@ def sft_data(cfg: RecipeConfig, out: Path) -> dict:
         )
         if not examples:
             raise ConfigError(
-                f"best_of_n: no sampled answer of {_summary['queries']} training queries beat the greedy answer "
+                f"best_of_n: no sampled answer of {sampled['queries']} training queries beat the greedy answer "
                 "(see best-of-n/samples.jsonl); there is nothing to fine-tune on"
             )
     elif cfg.sft_examples == "vocabulary":

@@ -202,3 +202,22 @@ def test_the_recipe_answers_and_keeps_only_train_split_queries(monkeypatch, tmp_
     assert [c.generic_instruct for c in sft_calls] == [True]
     assert [(c.name, c.generic_instruct) for c in exports] == [("sft", True)]
     assert list(summary["models"]) == ["sft"] and summary["grpo"] == {}
+
+
+def test_a_run_stopped_mid_query_keeps_the_queries_before_it_and_the_expanders_sampling(tmp_path):
+    from qmdlab.training.best_of_n import sample_and_score
+
+    class StopsOnSecond(SeededExpander):
+        def expand(self, query, *, intent=None):
+            if query == "second" and self.sampling.seed == 1:
+                raise KeyboardInterrupt  # Ctrl-C in the middle of the second query
+            return super().expand(query, intent=intent)
+
+    out = tmp_path / "samples.jsonl"
+    exp = StopsOnSecond({})
+    with pytest.raises(KeyboardInterrupt):
+        sample_and_score(
+            ROWS, exp, _gain(), samples=2, sampling=SamplingConfig(temperature=1.0), out_file=out, progress=False
+        )
+    assert exp.sampling == SamplingConfig()
+    assert {json.loads(ln)["qid"] for ln in out.read_text().splitlines()} == {"q1"}  # no half-written query
