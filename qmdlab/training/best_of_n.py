@@ -127,10 +127,6 @@ def best_of_n_examples(
     out_dir: str | Path,
     *,
     samples: int = 8,
-    temperature: float = 1.0,
-    top_k: int = 50,
-    top_p: float = 0.95,
-    max_tokens: int = 160,
     min_gain: float = 0.0,
     exclude_qids: Iterable[str] = (),
     expander: str | None = None,
@@ -138,7 +134,8 @@ def best_of_n_examples(
 ) -> tuple[list[Example], dict]:
     """The best-of-``samples`` SFT examples of ``gcfg``'s train-split queries (a
     :class:`~qmdlab.training.grpo.GRPORunConfig` with ``reward: gain``: its suites, split, pipeline,
-    reward and models preset), less ``exclude_qids``; and a summary (queries, kept, mean Δ of greedy,
+    reward, models preset and sampling — temperature, top-k, top-p, ``max_completion_length`` tokens),
+    less ``exclude_qids``; and a summary (queries, kept, mean Δ of greedy,
     of all samples and of the kept ones). ``expander`` (a model reference, say an earlier round's
     exported GGUF, prompted from its sidecar) is sampled instead of the preset's: expert iteration."""
     from qmdlab.models import load_models
@@ -156,7 +153,9 @@ def best_of_n_examples(
         from qmdlab.errors import ConfigError
 
         raise ConfigError(f"models preset {gcfg.models_preset!r} has no expander to sample from")
-    sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=max_tokens)
+    sampling = SamplingConfig(
+        temperature=gcfg.temperature, top_k=gcfg.top_k, top_p=gcfg.top_p, max_tokens=gcfg.max_completion_length
+    )
     try:
         found = sample_and_score(
             rows, sampler, gain, samples=samples, sampling=sampling, out_file=out / "samples.jsonl", progress=progress
